@@ -1,0 +1,94 @@
+"""Backend discovery: the one table the CLI, the panel and the tests walk.
+
+`cuda` is imported lazily so that machines without pycuda never touch it; its absence becomes a
+`why_not`, not an ImportError.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from app.backends.base import Backend, KernelRecord, StepTimings
+from app.errors import BackendUnavailable, ConfigError
+
+log = logging.getLogger(__name__)
+
+# Best first: "auto" picks the first available one.
+_BACKEND_MODULES = {"cuda": "app.backends.cuda", "cpu": "app.backends.cpu"}
+BACKEND_NAMES = tuple(_BACKEND_MODULES)
+
+
+class _Missing(Backend):
+    """Stands in for a backend whose module cannot even be imported (e.g. pycuda not installed)."""
+
+    reason = ""
+
+    @classmethod
+    def why_not(cls):
+        return cls.reason
+
+    @classmethod
+    def kernels(cls):
+        return []
+
+    def __init__(self):  # pragma: no cover - never constructed: why_not is never None
+        raise BackendUnavailable(self.reason)
+
+
+def backend_class(name: str) -> type[Backend]:
+    if name not in _BACKEND_MODULES:
+        raise ConfigError(f"unknown backend {name!r}; choose from auto, {', '.join(BACKEND_NAMES)}")
+    try:
+        module = importlib.import_module(_BACKEND_MODULES[name])
+    except ImportError as e:
+        missing = type(f"Missing_{name}", (_Missing,), {"name": name, "reason": f"cannot import: {e}"})
+        return missing
+    return module.BACKEND
+
+
+def backend_classes() -> dict[str, type[Backend]]:
+    return {name: backend_class(name) for name in BACKEND_NAMES}
+
+
+def all_kernel_records() -> list[KernelRecord]:
+    """Every kernel of every backend, available or not, in backend-preference order."""
+    return [rec for cls in backend_classes().values() for rec in cls.kernels()]
+
+
+def find_kernel(name: str) -> KernelRecord:
+    for rec in all_kernel_records():
+        if rec.name == name:
+            return rec
+    names = ", ".join(r.name for r in all_kernel_records())
+    raise ConfigError(f"unknown kernel {name!r}; choose from: {names}")
+
+
+def select_backend(name: str = "auto", kernel: str | None = None) -> type[Backend]:
+    """Resolve 'auto' / an explicit name / a kernel's owning backend to an available backend class.
+
+    'auto' falls back with one log line per skipped backend; an explicit name that cannot run raises
+    BackendUnavailable carrying its why_not.
+    """
+    if kernel and kernel not in ("auto", "best"):
+        owner = find_kernel(kernel).backend
+        if name not in ("auto", owner):
+            raise ConfigError(f"kernel {kernel!r} belongs to backend {owner!r}, not {name!r}")
+        name = owner
+    if name != "auto":
+        cls = backend_class(name)
+        reason = cls.why_not()
+        if reason:
+            raise BackendUnavailable(f"backend {name!r} is not available: {reason}")
+        return cls
+    for cand in BACKEND_NAMES:
+        cls = backend_class(cand)
+        reason = cls.why_not()
+        if reason is None:
+            return cls
+        log.info("backend %s skipped: %s", cand, reason)
+    raise BackendUnavailable("no backend is available (the cpu backend needs numba)")
+
+
+__all__ = ["Backend", "KernelRecord", "StepTimings", "BACKEND_NAMES", "backend_class", "backend_classes",
+           "all_kernel_records", "find_kernel", "select_backend"]

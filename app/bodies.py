@@ -1,0 +1,86 @@
+"""The particle state on the host: positions, velocities and masses in float64."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.errors import InputFileError
+
+
+@dataclass
+class Bodies:
+    pos: np.ndarray  # (N, 3) float64
+    vel: np.ndarray  # (N, 3) float64
+    mass: np.ndarray  # (N,) float64
+    time: float = 0.0
+    ids: np.ndarray | None = field(default=None)  # (N,) int64, when the source carries particle IDs
+
+    @property
+    def n(self) -> int:
+        return int(self.mass.shape[0])
+
+    @classmethod
+    def from_arrays(cls, pos, vel, mass, time: float = 0.0, ids=None, source: str = "bodies") -> Bodies:
+        """Build and validate; `source` names the origin (a file, a generator) in error messages."""
+        bodies = cls(
+            pos=np.ascontiguousarray(pos, dtype=np.float64).reshape(-1, 3),
+            vel=np.ascontiguousarray(vel, dtype=np.float64).reshape(-1, 3),
+            mass=np.ascontiguousarray(mass, dtype=np.float64).reshape(-1),
+            time=float(time),
+            ids=None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1),
+        )
+        bodies.validate(source)
+        return bodies
+
+    def validate(self, source: str = "bodies", row_label=None) -> None:
+        """Raise InputFileError naming `source` and the first bad body.
+
+        `row_label(i)` turns a body index into what the user can find in the file ("line 12",
+        "record 3"); by default it is "body i".
+        """
+        label = row_label or (lambda i: f"body {i}")
+        n = self.mass.shape[0]
+        if n == 0:
+            raise InputFileError(f"{source}: contains no bodies (N = 0); an N-body scene needs at least one")
+        if self.pos.shape != (n, 3) or self.vel.shape != (n, 3):
+            raise InputFileError(f"{source}: positions {self.pos.shape} and velocities {self.vel.shape} "
+                                 f"do not match {n} masses")
+        if self.ids is not None and self.ids.shape != (n,):
+            raise InputFileError(f"{source}: {self.ids.shape[0]} IDs for {n} bodies")
+        for what, arr in (("mass", self.mass), ("position", self.pos), ("velocity", self.vel)):
+            bad = ~np.isfinite(arr)
+            if bad.any():
+                i = int(np.argwhere(bad)[0][0])
+                raise InputFileError(f"{source}: {label(i)}: {what} is not finite ({arr[i]}); "
+                                     "fix or remove that body")
+        neg = self.mass < 0
+        if neg.any():
+            i = int(np.argmax(neg))
+            raise InputFileError(f"{source}: {label(i)}: negative mass {self.mass[i]}; masses must be >= 0")
+        if not self.mass.any():
+            raise InputFileError(f"{source}: every mass is zero; at least one body must have mass")
+
+    def copy(self) -> Bodies:
+        return Bodies(self.pos.copy(), self.vel.copy(), self.mass.copy(), self.time,
+                      None if self.ids is None else self.ids.copy())
+
+    def pos4(self, dtype=np.float32) -> np.ndarray:
+        """(N, 4) [x, y, z, m]: the layout of the vertex buffer and of every kernel's position input."""
+        out = np.empty((self.n, 4), dtype=dtype)
+        out[:, :3] = self.pos
+        out[:, 3] = self.mass
+        return out
+
+    def vel4(self, dtype=np.float32) -> np.ndarray:
+        """(N, 4) [vx, vy, vz, 0]: float4 keeps device loads 16 bytes wide."""
+        out = np.zeros((self.n, 4), dtype=dtype)
+        out[:, :3] = self.vel
+        return out
+
+    def extent(self) -> float:
+        """Radius around the centre of mass holding 90% of the bodies: what the camera fits to."""
+        com = np.average(self.pos, axis=0, weights=self.mass if self.mass.any() else None)
+        r = np.linalg.norm(self.pos - com, axis=1)
+        return float(np.quantile(r, 0.9)) if self.n > 1 else max(float(r[0]), 1.0)

@@ -1,0 +1,71 @@
+"""The `nbody-live` command: argparse sub-commands, one module each under app/commands/.
+
+User mistakes (bad flags, scene keys, files) end in one line on stderr and exit status 2; failures
+while running (unwritable output, device faults) in one line and exit status 1; never a traceback
+unless --debug is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from app import __version__
+from app.commands import bench, info, record, run, simulate, validate
+from app.errors import RuntimeFault, UserError
+
+PROG = "nbody-live"
+DESCRIPTION = """\
+NBody Live: a real-time 3D N-body gravity viewer for writing, comparing and showing GPU kernels.
+Bodies are integrated by CUDA kernels straight in the vertex buffer OpenGL draws (CPU fallback:
+numba), switched and timed live.
+
+start here:
+  nbody-live run                       the viewer on a Plummer sphere with the best backend found
+  nbody-live info                      what this machine can run (backends, GL, CUDA device)
+  nbody-live <command> --help          each command's options and examples
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """One line on a usage error: the problem and where to look, then exit status 2."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true", help="log debug details")
+    p.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
+    p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module in (run, record, simulate, validate, bench, info):
+        module.add_parser(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
+    logging.basicConfig(level=level, format=f"{PROG}: %(message)s", stream=sys.stderr)
+    if not args.command:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (UserError, RuntimeFault) as e:
+        if args.debug:
+            raise
+        print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
+        return e.exit_code
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,71 @@
+"""`nbody-live bench`: force-kernel throughput per kernel and N, as JSON and a plot."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from app.commands.common import positive_int
+
+HELP = "time force kernels (median of CUDA events / perf_counter) over N; write JSON and a PNG plot"
+DESCRIPTION = """\
+For each kernel and each N: a seeded Plummer sphere, --warmup untimed launches, then the median of
+--repeats timed force launches. Reports interactions/s and GFLOP/s by the 20-flops-per-interaction
+convention (GPU Gems 3, CUDA samples), with the device name, SM clock and driver. Kernels that cannot
+run at an N (too large, out of memory) are listed in the JSON with the reason, never dropped.
+
+examples:
+  nbody-live bench --backend cuda --kernels all --n 4096,16384,65536,131072,1048576 \\
+      --json bench/results/h100-2026-11-21.json --plot bench/results/h100-2026-11-21.png
+  nbody-live bench --backend cpu --kernels cpu-simd --n 1024,4096
+"""
+
+
+def _ns(text: str) -> list[int]:
+    try:
+        ns = [int(v.replace("_", "")) for v in text.split(",") if v]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated whole numbers") from None
+    if not ns or min(ns) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: every N must be at least 1")
+    return ns
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("bench", help=HELP, description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--backend", default="auto", metavar="NAME", help="auto | cpu | cuda (default auto)")
+    p.add_argument("--kernels", default="all", metavar="LIST",
+                   help="comma-separated kernel names, or all (default: all kernels of the backend)")
+    p.add_argument("--n", type=_ns, default=[4096, 16384, 65536], metavar="LIST",
+                   help="comma-separated body counts (default 4096,16384,65536)")
+    p.add_argument("--warmup", type=positive_int, default=3, metavar="K", help="untimed launches (3)")
+    p.add_argument("--repeats", type=positive_int, default=10, metavar="K",
+                   help="timed launches; the median is reported (10)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
+    p.add_argument("--plot", type=Path, metavar="FILE.png", help="write interactions/s vs N as a PNG")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from app import bench
+    from app.backends import find_kernel, select_backend
+    from app.errors import ConfigError
+
+    cls = select_backend(args.backend)
+    names = [r.name for r in cls.kernels()] if args.kernels == "all" else args.kernels.split(",")
+    for name in names:
+        if find_kernel(name).backend != cls.name:
+            raise ConfigError(f"kernel {name!r} is not a {cls.name} kernel; {cls.name} kernels: "
+                              + ", ".join(r.name for r in cls.kernels()))
+    result = bench.run_bench(cls, names, args.n, warmup=args.warmup, repeats=args.repeats,
+                             progress=not args.no_progress)
+    bench.print_table(result)
+    if args.json:
+        bench.write_json(result, args.json)
+        print(f"wrote {args.json}")
+    if args.plot:
+        bench.plot(result, args.plot)
+        print(f"wrote {args.plot}")
+    return 0

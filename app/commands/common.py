@@ -1,0 +1,125 @@
+"""Options shared by the sub-commands that take a scene, and turning them into a Scene + Backend."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from app.config import BACKEND_CHOICES, parse_assignment
+from app.errors import ConfigError
+
+log = logging.getLogger("nbody-live")
+
+# Shortcut flags -> scene keys. Everything else goes through --set KEY=VALUE.
+SHORTCUTS = {
+    "n": "initial.n",
+    "seed": "initial.seed",
+    "dt": "physics.dt",
+    "softening": "physics.softening",
+    "G": "physics.G",
+    "integrator": "physics.integrator",
+    "model": "physics.model",
+    "damping": "physics.damping",
+    "repulsion": "physics.repulsion",
+    "backend": "run.backend",
+    "kernel": "run.kernel",
+    "steps_per_frame": "run.steps_per_frame",
+}
+
+SCENE_HELP = ("a preset name (see `nbody-live info --scenes`), a scene .toml file, or a snapshot file "
+              "(Tipsy, NEMO, NBabel, npz, csv) to start from")
+
+
+def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False) -> None:
+    default = None if scene_required else "plummer"
+    p.add_argument("scene", nargs=None if scene_required else "?", default=default, metavar="SCENE",
+                   help=SCENE_HELP + ("" if scene_required else " (default: plummer)"))
+    g = p.add_argument_group("scene overrides (applied after the scene file)")
+    g.add_argument("--n", type=str, metavar="N", help="number of bodies (generators only)")
+    g.add_argument("--seed", type=str, metavar="S", help="random seed of the generator")
+    g.add_argument("--format", choices=("tipsy", "nemo", "nbabel", "npz", "csv"),
+                   help="format of a snapshot SCENE (default: from the extension or content)")
+    g.add_argument("--dt", type=str, metavar="DT", help="time step (> 0)")
+    g.add_argument("--softening", type=str, metavar="EPS", help="Plummer softening length (>= 0)")
+    g.add_argument("--G", type=str, metavar="G", help="gravitational constant (> 0)")
+    g.add_argument("--integrator", type=str, metavar="NAME", help="leapfrog | euler-damped")
+    g.add_argument("--model", type=str, metavar="NAME", help="gravity | gravity-repulsion")
+    g.add_argument("--damping", type=str, metavar="D", help="velocity damping per step, (0, 1]")
+    g.add_argument("--repulsion", type=str, metavar="H", help="H of the gravity-repulsion model")
+    g.add_argument("--backend", type=str, metavar="NAME",
+                   help=f"{' | '.join(BACKEND_CHOICES)} (default: auto = CUDA if it works, else CPU)")
+    g.add_argument("--kernel", type=str, metavar="NAME",
+                   help="kernel from `nbody-live info --kernels` (default: the backend's default)")
+    g.add_argument("--steps-per-frame", dest="steps_per_frame", type=str, metavar="K",
+                   help="simulation steps per rendered frame")
+    g.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
+                   help="any scene key, e.g. --set camera.fov=30 --set render.colormap=viridis "
+                        "(repeatable; `nbody-live info --keys` lists them)")
+
+
+def is_snapshot(arg: str) -> bool:
+    p = Path(arg)
+    return p.suffix != ".toml" and p.is_file()
+
+
+def scene_from_args(args: argparse.Namespace):
+    """Scene file or preset, or a snapshot wrapped in the default scene, then flags, then --set."""
+    from app.scene import load_scene
+
+    overrides: dict[str, object] = {}
+    scene_arg = args.scene
+    if scene_arg and is_snapshot(scene_arg):
+        overrides["initial.file"] = scene_arg
+        overrides["initial.generator"] = None
+        if getattr(args, "format", None):
+            overrides["initial.format"] = args.format
+        scene_arg = None
+    elif getattr(args, "format", None):
+        raise ConfigError("--format applies only when SCENE is a snapshot file")
+    for attr, key in SHORTCUTS.items():
+        value = getattr(args, attr, None)
+        if value is not None:
+            overrides[key] = value
+    for text in getattr(args, "assignments", []):
+        key, value = parse_assignment(text)
+        overrides[key] = value
+    scene = load_scene(scene_arg, overrides)
+    if scene_arg is None and scene.initial.file:
+        scene.name = Path(scene.initial.file).name
+    return scene
+
+
+def make_backend(scene, bodies=None):
+    """Pick the backend the scene asks for (auto falls back with a log line), load the bodies."""
+    from app.backends import select_backend
+    from app.scene import make_bodies
+
+    kernel = scene.run.kernel if scene.run.kernel != "auto" else None
+    cls = select_backend(scene.run.backend, kernel)
+    if scene.run.backend == "auto":
+        log.info("backend: %s", cls.name)
+    bodies = bodies if bodies is not None else make_bodies(scene)
+    backend = cls()
+    backend.load(bodies, scene.physics, kernel)
+    return backend
+
+
+def parse_size(text: str) -> tuple[int, int]:
+    try:
+        w, h = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise ConfigError(f"--size {text!r}: expected WIDTHxHEIGHT, e.g. 1280x720") from None
+    if not (16 <= w <= 16384 and 16 <= h <= 16384):
+        raise ConfigError(f"--size {text!r}: width and height must be between 16 and 16384")
+    return w, h
+
+
+def positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return v

@@ -1,0 +1,116 @@
+"""`nbody-live info`: what this machine can run, and what the project offers."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+
+HELP = "show Python, backends (available / why not), kernels, GL renderer, CUDA device, presets"
+DESCRIPTION = """\
+Print what NBody Live finds on this machine: Python and package versions, each backend with
+`available` or the reason it is not, the GL renderer a context gets (headless EGL when there is no
+display), and the CUDA device. With a flag, list one table instead.
+
+examples:
+  nbody-live info
+  nbody-live info --kernels      # every kernel record: backend, precision, one-line doc
+  nbody-live info --keys         # every scene key with its allowed values
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("info", help=HELP, description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = p.add_mutually_exclusive_group()
+    what.add_argument("--kernels", action="store_true", help="list the kernel registry")
+    what.add_argument("--scenes", action="store_true", help="list the scene presets")
+    what.add_argument("--generators", action="store_true", help="list initial-condition generators")
+    what.add_argument("--keys", action="store_true", help="list every scene key and its allowed values")
+    p.add_argument("--no-gl", action="store_true", help="do not open a GL context to name the renderer")
+    p.set_defaults(func=main)
+
+
+def _versions() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for pkg in ("numpy", "numba", "vispy", "PyOpenGL", "imgui-bundle", "av", "pycuda"):
+        try:
+            out.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            out.append(f"{pkg} -")
+    return ", ".join(out)
+
+
+def print_kernels() -> None:
+    from app.backends import backend_classes
+
+    for name, cls in backend_classes().items():
+        reason = cls.why_not()
+        print(f"[{name}] {'available' if reason is None else 'unavailable: ' + reason}")
+        for rec in cls.kernels():
+            why = cls.kernel_why_not(rec.name) if reason is None else None
+            flag = "" if why is None else f"  (unavailable: {why})"
+            print(f"  {rec.name:<24} {rec.precision:<5} {rec.doc}{flag}")
+
+
+def print_keys() -> None:
+    from app.config import SCHEMA
+
+    for section, fields in SCHEMA.items():
+        print(f"[{section}]")
+        for name, f in fields.items():
+            print(f"  {section}.{name:<16} {f.describe():<44} {f.doc}")
+    print("  initial.<param>     generator parameters: see `nbody-live info --generators`")
+
+
+def print_generators() -> None:
+    from app import ics
+
+    for name, gen in ics.GENERATORS.items():
+        print(f"{name:<10} {gen.doc}")
+        for pname, spec in gen.params.items():
+            print(f"    initial.{pname:<14} default {spec.default!r:<8} {spec.doc}")
+
+
+def print_scenes() -> None:
+    from app.scene import load_scene, preset_names
+
+    for name in preset_names():
+        s = load_scene(name)
+        print(f"{name:<12} N={s.initial.n:<8} {s.description}")
+
+
+def main(args) -> int:
+    if args.kernels:
+        print_kernels()
+        return 0
+    if args.keys:
+        print_keys()
+        return 0
+    if args.generators:
+        print_generators()
+        return 0
+    if args.scenes:
+        print_scenes()
+        return 0
+    print(f"Python {sys.version.split()[0]} on {platform.platform()}")
+    print(f"packages: {_versions()}")
+    from app.backends import backend_classes
+
+    for name, cls in backend_classes().items():
+        reason = cls.why_not()
+        print(f"backend {name}: {'available' if reason is None else 'unavailable: ' + reason}")
+        if reason is None and hasattr(cls, "device_summary"):
+            print(f"  device: {cls.device_summary()}")
+    if not args.no_gl:
+        try:
+            from app.render.gl_setup import gl_info
+
+            gi = gl_info()
+            print(f"GL: {gi.get('renderer')} | {gi.get('version')} | via {gi.get('backend')}")
+        except Exception as e:  # noqa: BLE001 - info reports whatever breaks, it never crashes on it
+            print(f"GL: no context ({type(e).__name__}: {e})")
+    print("kernels: " + ", ".join(r.name for cls in backend_classes().values() for r in cls.kernels()))
+    return 0

@@ -1,0 +1,189 @@
+"""Typed settings: one schema for scene TOML keys and CLI overrides, with messages a user can act on.
+
+Every key is `section.name` (e.g. `physics.dt`). A value is checked for type and range here; whether a
+kernel name exists or a file reads is checked where that knowledge lives (the registry, app.formats).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from app.errors import ConfigError
+from app.physics import INTEGRATORS, MODELS
+
+BACKEND_CHOICES = ("auto", "cpu", "cuda")
+COLOR_BY = ("speed", "mass", "none")
+COLORMAPS = ("inferno", "magma", "plasma", "viridis", "white")
+FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One setting: its type, allowed values and a line of help."""
+
+    kind: str  # float | int | str | bool | vec3 | color
+    doc: str
+    lo: float | None = None
+    hi: float | None = None
+    lo_open: bool = False  # lo itself not allowed
+    choices: tuple | None = None
+    optional: bool = False  # may be left unset (None): e.g. camera.distance = fit
+
+    def describe(self) -> str:
+        if self.choices:
+            return "one of: " + ", ".join(map(str, self.choices))
+        if self.kind in ("vec3", "color"):
+            rng = f" each in [{self.lo:g}, {self.hi:g}]" if self.lo is not None else ""
+            return f"three numbers{rng}"
+        if self.kind == "bool":
+            return "true or false"
+        parts = []
+        if self.lo is not None:
+            parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
+        if self.hi is not None:
+            parts.append(f"<= {self.hi:g}")
+        unit = {"float": "a number", "int": "a whole number", "str": "text"}[self.kind]
+        return unit + (" " + " and ".join(parts) if parts else "")
+
+
+SCHEMA: dict[str, dict[str, Field]] = {
+    "scene": {
+        "name": Field("str", "display name"),
+        "description": Field("str", "one paragraph shown by `info` and the panel"),
+    },
+    "initial": {
+        "generator": Field("str", "initial-condition generator (see `nbody-live info --generators`)",
+                           optional=True),
+        "file": Field("str", "read bodies from this snapshot instead of generating them", optional=True),
+        "format": Field("str", "snapshot format; default: by extension or content", choices=FORMAT_CHOICES,
+                        optional=True),
+        "n": Field("int", "number of bodies for a generator", lo=1, hi=16_777_216),
+        "seed": Field("int", "random seed: the same seed gives the same bodies", lo=0, hi=2**63 - 1),
+    },
+    "physics": {
+        "G": Field("float", "gravitational constant", lo=0, lo_open=True, hi=1e12),
+        "softening": Field("float", "Plummer softening length ε", lo=0, hi=1e6),
+        "dt": Field("float", "time step", lo=0, lo_open=True, hi=1e6),
+        "integrator": Field("str", "leapfrog (kick-drift-kick) or euler-damped", choices=INTEGRATORS),
+        "damping": Field("float", "velocity multiplier per step (euler-damped only)", lo=0, lo_open=True,
+                         hi=1),
+        "model": Field("str", "gravity, or gravity-repulsion (G/r² minus H/r⁴)", choices=MODELS),
+        "repulsion": Field("float", "H of the gravity-repulsion model", lo=0, hi=1e12),
+    },
+    "camera": {
+        "azimuth": Field("float", "degrees around the z axis", lo=-360, hi=360),
+        "elevation": Field("float", "degrees above the x-y plane", lo=-90, hi=90),
+        "distance": Field("float", "distance from the target; unset: fit the scene", lo=0, lo_open=True,
+                          hi=1e12, optional=True),
+        "target": Field("vec3", "point the camera orbits; unset: centre of mass", lo=-1e12, hi=1e12,
+                        optional=True),
+        "fov": Field("float", "vertical field of view, degrees", lo=1, hi=170),
+    },
+    "render": {
+        "point_size": Field("float", "sprite diameter in pixels for a body of mean mass", lo=0.5, hi=64),
+        "size_by_mass": Field("bool", "scale sprites with mass"),
+        "color_by": Field("str", "what the colormap shows", choices=COLOR_BY),
+        "colormap": Field("str", "colormap", choices=COLORMAPS),
+        "brightness": Field("float", "sprite intensity before additive blending", lo=0, lo_open=True,
+                            hi=100),
+        "background": Field("color", "background colour, RGB in [0, 1]", lo=0, hi=1),
+    },
+    "run": {
+        "backend": Field("str", "auto picks CUDA when it works, else the CPU", choices=BACKEND_CHOICES),
+        "kernel": Field("str", "kernel name from the registry (`nbody-live info --kernels`), or auto"),
+        "steps_per_frame": Field("int", "simulation steps per rendered frame", lo=1, hi=10_000),
+    },
+}
+
+
+def split_key(key: str) -> tuple[str, str]:
+    section, _, name = key.partition(".")
+    if section not in SCHEMA:
+        raise ConfigError(f"unknown scene section {section!r} in {key!r}; sections: "
+                          + ", ".join(SCHEMA))
+    if not name:
+        raise ConfigError(f"{key!r} names a section, not a key; keys in [{section}]: "
+                          + ", ".join(SCHEMA[section]))
+    return section, name
+
+
+def field_for(key: str, extra_keys: dict[str, Field] | None = None) -> Field:
+    section, name = split_key(key)
+    fields = SCHEMA[section] | (extra_keys or {})
+    if name not in fields:
+        raise ConfigError(f"unknown key {key!r}; valid keys in [{section}]: {', '.join(fields)}")
+    return fields[name]
+
+
+def _number(key: str, value, want_int: bool):
+    if isinstance(value, bool):
+        raise ConfigError(f"{key} = {value!r}: expected {'a whole number' if want_int else 'a number'}")
+    if isinstance(value, str):
+        try:
+            value = int(value) if want_int else float(value)
+        except ValueError:
+            raise ConfigError(f"{key} = {value!r}: expected "
+                              f"{'a whole number' if want_int else 'a number'}") from None
+    if want_int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if not isinstance(value, int):
+            raise ConfigError(f"{key} = {value!r}: expected a whole number")
+        return value
+    if not isinstance(value, int | float):
+        raise ConfigError(f"{key} = {value!r}: expected a number")
+    value = float(value)
+    if not math.isfinite(value):
+        raise ConfigError(f"{key} = {value!r}: must be a finite number")
+    return value
+
+
+def _in_range(key: str, value: float, f: Field) -> None:
+    low_bad = f.lo is not None and (value <= f.lo if f.lo_open else value < f.lo)
+    high_bad = f.hi is not None and value > f.hi
+    if low_bad or high_bad:
+        raise ConfigError(f"{key} = {value!r} is out of range: must be {f.describe()}")
+
+
+def coerce(key: str, value, f: Field):
+    """Check `value` (from TOML, or a string from the command line) against `f`; return the typed value."""
+    if value is None or (isinstance(value, str) and value.lower() in ("none", "auto-fit")) and f.optional:
+        if not f.optional:
+            raise ConfigError(f"{key} must be set: {f.describe()}")
+        return None
+    if f.kind in ("float", "int"):
+        v = _number(key, value, f.kind == "int")
+        _in_range(key, v, f)
+        return v
+    if f.kind == "bool":
+        if isinstance(value, str):
+            low = value.lower()
+            if low in ("true", "1", "yes", "on"):
+                return True
+            if low in ("false", "0", "no", "off"):
+                return False
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(f"{key} = {value!r}: expected true or false")
+    if f.kind in ("vec3", "color"):
+        items = value.split(",") if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or len(items) != 3:
+            raise ConfigError(f"{key} = {value!r}: expected three numbers, e.g. 0,0,0")
+        out = tuple(_number(key, v, False) for v in items)
+        for v in out:
+            _in_range(key, v, f)
+        return out
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} = {value!r}: expected text ({f.describe()})")
+    if f.choices and value not in f.choices:
+        raise ConfigError(f"{key} = {value!r} is not allowed; {f.describe()}")
+    return value
+
+
+def parse_assignment(text: str) -> tuple[str, str]:
+    """'physics.dt=0.002' -> ('physics.dt', '0.002') for the CLI's --set."""
+    key, eq, value = text.partition("=")
+    if not eq or not key.strip():
+        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set physics.dt=0.002")
+    return key.strip(), value.strip()

@@ -1,0 +1,182 @@
+"""Physics parameters and the float64 reference every kernel is measured against.
+
+One body-body interaction (mirrored by kernels/common.cuh and the numba kernels), with s² = r² + ε²:
+    gravity:            a_i += G m_j d / s³
+    gravity-repulsion:  a_i += m_j d (G / s³ - H / s⁵)   (force G m m / r² minus H m m / r⁴)
+where d = x_j - x_i. With ε = 0 the self term (d = 0) is skipped; with ε > 0 it contributes exactly zero,
+which is why the GPU kernels can include it without a branch.
+
+Integrators, one step of size dt:
+    leapfrog (kick-drift-kick):  v += a dt/2;  x += v dt;  a = A(x);  v += a dt/2
+    euler-damped (the CUDA samples' integrateBodies):  a = A(x);  v = (v + a dt) · damping;  x += v dt
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+import numpy as np
+
+from app.bodies import Bodies
+
+INTEGRATORS = ("leapfrog", "euler-damped")
+MODELS = ("gravity", "gravity-repulsion")
+FLOPS_PER_INTERACTION = 20  # the GPU Gems 3 / CUDA samples convention for GFLOP/s figures
+
+
+@dataclass(frozen=True)
+class Physics:
+    G: float = 1.0
+    softening: float = 0.01
+    dt: float = 1e-3
+    integrator: str = "leapfrog"
+    damping: float = 1.0
+    model: str = "gravity"
+    repulsion: float = 0.0  # H of the gravity-repulsion model
+
+    def with_(self, **changes) -> Physics:
+        return replace(self, **changes)
+
+    def as_dict(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @property
+    def h(self) -> float:
+        """The repulsion coefficient actually applied (zero for the pure-gravity model)."""
+        return self.repulsion if self.model == "gravity-repulsion" else 0.0
+
+
+def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics, targets: slice | None = None,
+                  chunk: int = 512) -> np.ndarray:
+    """Softened accelerations in float64, (N, 3); `targets` restricts which bodies receive them.
+
+    Chunked over targets so memory stays O(chunk · N) even at N = 16k.
+    """
+    pos = np.asarray(pos, dtype=np.float64)
+    mass = np.asarray(mass, dtype=np.float64)
+    idx = np.arange(pos.shape[0])[targets if targets is not None else slice(None)]
+    out = np.empty((idx.size, 3))
+    eps2 = physics.softening ** 2
+    h = physics.h
+    for start in range(0, idx.size, chunk):
+        rows = idx[start:start + chunk]
+        d = pos[None, :, :] - pos[rows, None, :]  # (c, N, 3): x_j - x_i
+        s2 = np.einsum("cnk,cnk->cn", d, d) + eps2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            inv = 1.0 / np.sqrt(s2)
+            inv3 = inv * inv * inv
+            w = physics.G * inv3 - h * inv3 * inv * inv if h else physics.G * inv3
+        w[s2 == 0.0] = 0.0  # the self term when ε = 0 (and exact coincidences)
+        w *= mass[None, :]
+        out[start:start + rows.size] = np.einsum("cn,cnk->ck", w, d)
+    return out
+
+
+def kinetic_energy(vel: np.ndarray, mass: np.ndarray) -> float:
+    return float(0.5 * np.sum(mass * np.einsum("ij,ij->i", vel, vel)))
+
+
+def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk: int = 512) -> float:
+    """Σ over pairs i<j of -G m_i m_j / s + H m_i m_j / (3 s³), s² = r² + ε² (float64, chunked)."""
+    pos = np.asarray(pos, dtype=np.float64)
+    mass = np.asarray(mass, dtype=np.float64)
+    n = pos.shape[0]
+    eps2 = physics.softening ** 2
+    h = physics.h
+    total = 0.0
+    for start in range(0, n, chunk):
+        rows = np.arange(start, min(start + chunk, n))
+        d = pos[None, :, :] - pos[rows, None, :]
+        s2 = np.einsum("cnk,cnk->cn", d, d) + eps2
+        upper = np.arange(n)[None, :] > rows[:, None]  # each pair once
+        s = np.sqrt(np.where(upper, s2, 1.0))
+        pair = -physics.G / s + (h / (3.0 * s ** 3) if h else 0.0)
+        total += float(np.sum(np.where(upper, pair * mass[rows, None] * mass[None, :], 0.0)))
+    return total
+
+
+def total_energy(bodies: Bodies, physics: Physics) -> float:
+    return kinetic_energy(bodies.vel, bodies.mass) + potential_energy(bodies.pos, bodies.mass, physics)
+
+
+def linear_momentum(vel: np.ndarray, mass: np.ndarray) -> np.ndarray:
+    return np.sum(mass[:, None] * vel, axis=0)
+
+
+def angular_momentum(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray) -> np.ndarray:
+    return np.sum(mass[:, None] * np.cross(pos, vel), axis=0)
+
+
+def momentum_scale(vel: np.ndarray, mass: np.ndarray) -> float:
+    """Σ m|v|: the natural scale against which linear-momentum drift is judged."""
+    return float(np.sum(mass * np.linalg.norm(vel, axis=1)))
+
+
+@dataclass(frozen=True)
+class Diagnostics:
+    """Conserved quantities of one state, float64."""
+
+    time: float
+    kinetic: float
+    potential: float
+    momentum: tuple[float, float, float]
+    angular_momentum: tuple[float, float, float]
+    momentum_scale: float
+
+    @property
+    def energy(self) -> float:
+        return self.kinetic + self.potential
+
+
+def diagnostics(bodies: Bodies, physics: Physics) -> Diagnostics:
+    return Diagnostics(
+        time=bodies.time,
+        kinetic=kinetic_energy(bodies.vel, bodies.mass),
+        potential=potential_energy(bodies.pos, bodies.mass, physics),
+        momentum=tuple(linear_momentum(bodies.vel, bodies.mass)),
+        angular_momentum=tuple(angular_momentum(bodies.pos, bodies.vel, bodies.mass)),
+        momentum_scale=momentum_scale(bodies.vel, bodies.mass),
+    )
+
+
+def integrate(bodies: Bodies, physics: Physics, steps: int, accel_fn=None, acc: np.ndarray | None = None):
+    """Advance `bodies` in place by `steps` steps in float64; returns the last accelerations.
+
+    `accel_fn(pos, mass, physics)` defaults to the chunked numpy `accelerations`; passing `acc` (the
+    accelerations at the current positions) saves the leapfrog's first force evaluation.
+    """
+    accel_fn = accel_fn or accelerations
+    dt = physics.dt
+    if physics.integrator == "leapfrog":
+        a = accel_fn(bodies.pos, bodies.mass, physics) if acc is None else acc
+        for _ in range(steps):
+            bodies.vel += 0.5 * dt * a
+            bodies.pos += dt * bodies.vel
+            a = accel_fn(bodies.pos, bodies.mass, physics)
+            bodies.vel += 0.5 * dt * a
+            bodies.time += dt
+        return a
+    if physics.integrator == "euler-damped":
+        a = acc
+        for _ in range(steps):
+            a = accel_fn(bodies.pos, bodies.mass, physics)
+            bodies.vel += dt * a
+            bodies.vel *= physics.damping
+            bodies.pos += dt * bodies.vel
+            bodies.time += dt
+        return a
+    raise ValueError(f"unknown integrator {physics.integrator!r}; choose from {', '.join(INTEGRATORS)}")
+
+
+def relative_error(approx: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
+    """(max, RMS) of |approx - ref| / |ref| per body, with |ref| floored at 1e-3 of its RMS.
+
+    The floor keeps a body sitting at a near-zero net force (the centre of a symmetric cloud) from
+    turning round-off into a huge relative figure; it is stated in `validate`'s output.
+    """
+    ref = np.asarray(ref, dtype=np.float64)
+    diff = np.linalg.norm(np.asarray(approx, dtype=np.float64) - ref, axis=-1)
+    mag = np.linalg.norm(ref, axis=-1)
+    floor = 1e-3 * float(np.sqrt(np.mean(mag ** 2))) if mag.size else 0.0
+    rel = diff / np.maximum(mag, floor if floor > 0 else 1e-300)
+    return float(np.max(rel)), float(np.sqrt(np.mean(rel ** 2)))

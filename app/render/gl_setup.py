@@ -1,0 +1,123 @@
+"""Choose how vispy gets an OpenGL context: a glfw window, or headless EGL.
+
+Call `configure()` before anything imports `OpenGL` or `vispy.gloo`: the environment it sets
+(`PYOPENGL_PLATFORM`, `EGL_PLATFORM`) is read once, at import time, by PyOpenGL and by Mesa's EGL.
+
+* A display ($DISPLAY or $WAYLAND_DISPLAY) and not forced headless: vispy's glfw backend (a real window).
+* Otherwise: vispy's egl backend. PyOpenGL is told `PYOPENGL_PLATFORM=egl`. On Mesa (no NVIDIA EGL vendor
+  file) `EGL_PLATFORM=surfaceless` is set, because Mesa's default EGL display needs an X/Wayland server;
+  on NVIDIA the default EGL display already works headless and nothing is overridden.
+  Variables the user already set are never overridden.
+
+`NBODY_HEADLESS=1` in the environment forces headless when `configure()` is given `headless=None`.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import sys
+
+log = logging.getLogger(__name__)
+
+_EGL_VENDOR_DIRS = ("/usr/share/glvnd/egl_vendor.d", "/etc/glvnd/egl_vendor.d",
+                    "/usr/local/share/glvnd/egl_vendor.d")
+
+_chosen: str | None = None
+
+
+def has_display() -> bool:
+    """True when a window system is reachable through the environment ($DISPLAY or $WAYLAND_DISPLAY)."""
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+
+
+def nvidia_egl_present() -> bool:
+    """True when glvnd will hand EGL to NVIDIA's driver (an NVIDIA vendor file, or a forced vendor list)."""
+    forced = os.environ.get("__EGL_VENDOR_LIBRARY_FILENAMES", "")
+    if forced:
+        return "nvidia" in forced.lower()
+    dirs = [d for d in os.environ.get("__EGL_VENDOR_LIBRARY_DIRS", "").split(":") if d] or _EGL_VENDOR_DIRS
+    return any("nvidia" in os.path.basename(f).lower() for d in dirs for f in glob.glob(os.path.join(d, "*.json")))
+
+
+def wants_headless(headless: bool | None = None) -> bool:
+    """Resolve `headless=None` (auto): headless when forced by NBODY_HEADLESS=1 or when no display exists."""
+    if headless is not None:
+        return bool(headless)
+    if os.environ.get("NBODY_HEADLESS", "").strip().lower() in ("1", "true", "yes"):
+        return True
+    return not has_display()
+
+
+def _egl_environment() -> None:
+    if "OpenGL" in sys.modules and os.environ.get("PYOPENGL_PLATFORM") != "egl":
+        log.warning("PyOpenGL was imported before the EGL setup; its GL entry points may not resolve "
+                    "(import app.render.gl_setup and call configure() first)")
+    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+    if "EGL_PLATFORM" not in os.environ and not nvidia_egl_present():
+        os.environ["EGL_PLATFORM"] = "surfaceless"
+
+
+def configure(headless: bool | None = None) -> str:
+    """Select vispy's app backend once per process; return 'glfw' or 'egl'.
+
+    Idempotent: a second call asking for the same kind returns it; asking for the other kind after vispy's
+    app was created raises RuntimeError (vispy allows one app backend per process).
+    """
+    global _chosen
+    name = "egl" if wants_headless(headless) else "glfw"
+    if _chosen is not None:
+        if _chosen != name:
+            raise RuntimeError(f"the GL backend is already {_chosen!r} in this process; cannot switch to "
+                               f"{name!r} (start a new process, e.g. with NBODY_HEADLESS=1)")
+        return _chosen
+    if name == "egl":
+        _egl_environment()
+    import vispy
+
+    vispy.use(app=name)
+    _chosen = name
+    return name
+
+
+def backend_name() -> str | None:
+    """'glfw', 'egl', or None before `configure()`."""
+    return _chosen
+
+
+def gl_info(canvas=None) -> dict:
+    """Renderer, version, vendor and GLSL version of a GL context, plus the vispy backend that made it.
+
+    With `canvas` None a small hidden canvas is created (and closed) just to ask; needs `configure()` first
+    (called with auto-detection if not).
+    """
+    from vispy import app, gloo
+
+    if _chosen is None:
+        configure()
+    own = canvas is None
+    if own:
+        canvas = app.Canvas(size=(64, 64), show=False)
+    try:
+        canvas.set_current()
+        gl = gloo.gl
+        info = {
+            "renderer": gl.glGetParameter(gl.GL_RENDERER),
+            "version": gl.glGetParameter(gl.GL_VERSION),
+            "vendor": gl.glGetParameter(gl.GL_VENDOR),
+            "glsl": gl.glGetParameter(gl.GL_SHADING_LANGUAGE_VERSION),
+            "backend": _chosen,
+        }
+    finally:
+        if own:
+            canvas.close()
+    info = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in info.items()}
+    info["software"] = is_software_renderer(info["renderer"])
+    return info
+
+
+def is_software_renderer(renderer: str) -> bool:
+    """llvmpipe / softpipe / swrast: Mesa's CPU rasterisers (CUDA-GL interop cannot work there)."""
+    r = (renderer or "").lower()
+    return any(s in r for s in ("llvmpipe", "softpipe", "swrast", "software"))

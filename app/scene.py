@@ -1,0 +1,180 @@
+"""A Scene: initial conditions + physics + camera + render + run settings.
+
+Precedence: dataclass defaults, then the scene TOML (a preset in assets/scenes/ or a user file), then
+CLI flags. Every key is validated by app.config with a message naming the key and the allowed range.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from app.physics import Physics
+
+
+@dataclass
+class InitialConditions:
+    generator: str | None = "plummer"  # a name from app.ics.GENERATORS, or None when `file` is set
+    file: str | None = None  # a snapshot to read instead (any format app.formats reads)
+    format: str | None = None  # force a reader; default: by extension / content
+    n: int = 16384
+    seed: int = 42
+    params: dict = field(default_factory=dict)  # generator-specific keys (validated by the generator)
+
+
+@dataclass
+class CameraSettings:
+    azimuth: float = 30.0  # degrees around +z
+    elevation: float = 20.0  # degrees above the x-y plane
+    distance: float | None = None  # None: fit the scene (bodies' 90% radius) into the view
+    target: tuple[float, float, float] | None = None  # None: the centre of mass
+    fov: float = 45.0  # vertical field of view, degrees
+
+
+@dataclass
+class RenderSettings:
+    point_size: float = 3.0  # sprite diameter in pixels for a body of mean mass
+    size_by_mass: bool = True
+    color_by: str = "speed"  # speed | mass | none
+    colormap: str = "inferno"
+    brightness: float = 1.0  # multiplies each sprite's contribution before additive blending
+    background: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+
+@dataclass
+class RunSettings:
+    backend: str = "auto"  # auto | cpu | cuda
+    kernel: str = "auto"  # auto: the backend's default kernel
+    steps_per_frame: int = 1
+
+
+@dataclass
+class Scene:
+    name: str = "untitled"
+    description: str = ""
+    initial: InitialConditions = field(default_factory=InitialConditions)
+    physics: Physics = field(default_factory=Physics)
+    camera: CameraSettings = field(default_factory=CameraSettings)
+    render: RenderSettings = field(default_factory=RenderSettings)
+    run: RunSettings = field(default_factory=RunSettings)
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading, overriding, validating
+
+_SECTION_TARGETS = {"initial": "initial", "camera": "camera", "render": "render", "run": "run"}
+
+
+def preset_names() -> list[str]:
+    from app.paths import SCENES
+
+    return sorted(p.stem for p in SCENES.glob("*.toml"))
+
+
+def resolve_scene_path(name_or_path: str):
+    """A preset name (`plummer`) or a path to a .toml file -> Path; ConfigError listing presets."""
+    from pathlib import Path
+
+    from app.errors import ConfigError
+    from app.paths import SCENES
+
+    p = Path(name_or_path)
+    if p.suffix == ".toml" or p.exists():
+        if not p.is_file():
+            raise ConfigError(f"scene file {name_or_path!r} does not exist")
+        return p
+    preset = SCENES / f"{name_or_path}.toml"
+    if preset.is_file():
+        return preset
+    raise ConfigError(f"unknown scene preset {name_or_path!r}; presets: {', '.join(preset_names())} "
+                      "(or give a path to a .toml file)")
+
+
+def load_scene(name_or_path: str | None = None, overrides: dict[str, object] | None = None) -> Scene:
+    """Defaults, then the scene file (preset name or path), then `overrides` ({'physics.dt': '0.002'})."""
+    import tomllib
+
+    from app.errors import ConfigError
+
+    scene = Scene()
+    if name_or_path:
+        path = resolve_scene_path(name_or_path)
+        try:
+            data = tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as e:
+            raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        scene.name = path.stem
+        origin = str(path)
+        for section, table in data.items():
+            if not isinstance(table, dict):
+                raise ConfigError(f"{origin}: top-level key {section!r} must be a [section] table; "
+                                  f"sections: {', '.join(_schema_sections())}")
+            for key, value in table.items():
+                set_value(scene, f"{section}.{key}", value, origin)
+    for key, value in (overrides or {}).items():
+        set_value(scene, key, value, "command line")
+    validate(scene)
+    return scene
+
+
+def _schema_sections():
+    from app.config import SCHEMA
+
+    return list(SCHEMA)
+
+
+def set_value(scene: Scene, key: str, value, origin: str = "") -> None:
+    """Validate one `section.key = value` and store it; generator parameters go to initial.params."""
+    from dataclasses import replace
+
+    from app import config
+    from app.errors import ConfigError
+
+    section, name = config.split_key(key)
+    prefix = f"{origin}: " if origin else ""
+    if section == "initial" and name not in config.SCHEMA["initial"]:
+        scene.initial.params[name] = value  # checked against the generator's own spec in validate()
+        return
+    try:
+        typed = config.coerce(key, value, config.field_for(key))
+    except ConfigError as e:
+        raise ConfigError(prefix + str(e)) from None
+    if section == "scene":
+        setattr(scene, name, typed)
+    elif section == "physics":
+        scene.physics = replace(scene.physics, **{name: typed})
+    else:
+        setattr(getattr(scene, _SECTION_TARGETS[section]), name, typed)
+
+
+def validate(scene: Scene) -> None:
+    """Cross-key checks: a generator or a file (not both), the generator's own parameters."""
+    from app import ics
+    from app.errors import ConfigError
+
+    if scene.run.kernel not in ("auto", "best"):
+        from app.backends import find_kernel
+
+        find_kernel(scene.run.kernel)  # ConfigError listing every kernel name
+    init = scene.initial
+    if init.file:
+        if init.params:
+            raise ConfigError(f"initial.file is set, so generator parameters "
+                              f"{', '.join('initial.' + k for k in init.params)} do not apply")
+        return
+    if not init.generator:
+        raise ConfigError("the scene needs initial.generator or initial.file; generators: "
+                          + ", ".join(ics.GENERATORS))
+    if init.generator not in ics.GENERATORS:
+        raise ConfigError(f"initial.generator = {init.generator!r} is unknown; generators: "
+                          + ", ".join(ics.GENERATORS))
+    init.params = ics.validate_params(init.generator, init.params, key_prefix="initial.")
+
+
+def make_bodies(scene: Scene):
+    """The scene's initial Bodies: read from initial.file or generated (deterministic from the seed)."""
+    from app import formats, ics
+
+    init = scene.initial
+    if init.file:
+        return formats.read(init.file, format=init.format)
+    return ics.generate(init.generator, init.n, init.seed, init.params)

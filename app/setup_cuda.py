@@ -1,0 +1,146 @@
+"""Install pycuda built WITH CUDA–GL interop, when this machine has an NVIDIA driver (run by `make`).
+
+PyPI's pycuda is an sdist whose default build has no GL support, and the viewer's whole data path
+(CUDA kernels writing the vertex buffer OpenGL draws) needs `pycuda.gl`. So: fetch the sdist with pip
+(which honours PIP_FIND_LINKS / PIP_NO_INDEX for offline machines), run its `configure.py
+--cuda-enable-gl`, build a wheel once and keep it in the user cache, keyed by pycuda version, Python
+ABI and CUDA version, then install that wheel.
+
+Machines without an NVIDIA driver skip all of this silently: the CPU backend needs none of it.
+Missing build prerequisites (nvcc, GL/gl.h) are named with the package that provides them, and the
+setup carries on without CUDA rather than failing `make`.
+
+    python -m app.setup_cuda            # what `make run` / `make test` call
+    python -m app.setup_cuda --force    # rebuild even if a GL-enabled pycuda imports already
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tarfile
+import tempfile
+from pathlib import Path
+
+PYCUDA_SPEC = os.environ.get("NBODY_PYCUDA_SPEC", "pycuda>=2024.1")
+
+
+def say(msg: str) -> None:
+    print(f"setup-cuda: {msg}", flush=True)
+
+
+def nvidia_driver_present() -> bool:
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+def pycuda_gl_works() -> bool:
+    """True when the installed pycuda imports and was built with GL (pycuda.gl's extension loads)."""
+    code = "import pycuda.driver, pycuda.gl, pycuda._driver as d; assert hasattr(d, 'RegisteredBuffer')"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True).returncode == 0
+
+
+def find_cuda_root() -> Path | None:
+    nvcc = shutil.which("nvcc")
+    for cand in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
+                              nvcc and str(Path(nvcc).resolve().parent.parent), "/usr/local/cuda"]):
+        if (Path(cand) / "bin" / "nvcc").exists():
+            return Path(cand)
+    return None
+
+
+def cuda_version(root: Path) -> str:
+    out = subprocess.run([str(root / "bin" / "nvcc"), "--version"], capture_output=True, text=True).stdout
+    m = re.search(r"release (\d+\.\d+)", out)
+    return m.group(1) if m else "unknown"
+
+
+def gl_header_present() -> bool:
+    dirs = ["/usr/include", "/usr/local/include", *os.environ.get("CPATH", "").split(":")]
+    return any((Path(d) / "GL" / "gl.h").exists() for d in dirs if d)
+
+
+def cache_dir() -> Path:
+    try:
+        from platformdirs import user_cache_dir
+
+        return Path(user_cache_dir("nbody-live")) / "wheels"
+    except ImportError:
+        return Path.home() / ".cache" / "nbody-live" / "wheels"
+
+
+def pip(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], check=True)
+
+
+def build_wheel(cuda_root: Path, dest: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="pycuda-build-") as tmp:
+        tmp = Path(tmp)
+        say(f"fetching the pycuda sdist ({PYCUDA_SPEC})")
+        pip("download", "--no-deps", "--no-binary", ":all:", "-d", str(tmp), PYCUDA_SPEC)
+        sdist = next(tmp.glob("pycuda-*.tar.gz"))
+        with tarfile.open(sdist) as tf:
+            tf.extractall(tmp, filter="data")
+        src = next(p for p in tmp.iterdir() if p.is_dir() and p.name.startswith("pycuda-"))
+        say(f"configuring {src.name} with --cuda-enable-gl (CUDA at {cuda_root})")
+        subprocess.run([sys.executable, "configure.py", f"--cuda-root={cuda_root}", "--cuda-enable-gl"],
+                       cwd=src, check=True, stdout=subprocess.DEVNULL)
+        # The build needs setuptools/wheel/numpy in this environment (no build isolation: offline-safe).
+        pip("install", "--quiet", "setuptools", "wheel", "numpy")
+        say("building the pycuda wheel (a few minutes, once; cached afterwards)")
+        pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"), str(src))
+        built = next((tmp / "dist").glob("pycuda-*.whl"))
+        dest.mkdir(parents=True, exist_ok=True)
+        final = dest / built.name
+        shutil.copy2(built, final)
+        return final
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m app.setup_cuda", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--force", action="store_true", help="rebuild even when pycuda with GL already works")
+    args = ap.parse_args(argv)
+
+    if not nvidia_driver_present():
+        return 0  # no NVIDIA driver: the CPU backend is used; nothing to say
+    if pycuda_gl_works() and not args.force:
+        return 0
+    cuda_root = find_cuda_root()
+    if cuda_root is None:
+        say("an NVIDIA driver is present but nvcc is not: install the CUDA toolkit (Debian: "
+            "nvidia-cuda-toolkit, or NVIDIA's cuda-toolkit package) and put nvcc on PATH, then rerun "
+            "`make`. Continuing with the CPU backend.")
+        return 0
+    if not gl_header_present():
+        say("GL/gl.h is missing, so pycuda cannot be built with GL interop: install libgl-dev "
+            "(Debian/Ubuntu), then rerun `make`. Continuing with the CPU backend.")
+        return 0
+    abi = sysconfig.get_config_var("SOABI") or "py"
+    key = cache_dir() / f"cuda{cuda_version(cuda_root)}-{abi}-gl"
+    cached = sorted(key.glob("pycuda-*.whl"))
+    try:
+        wheel = cached[-1] if cached and not args.force else build_wheel(cuda_root, key)
+        say(f"installing {wheel.name} (built with GL interop) from {key}")
+        pip("install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
+        pip("install", "--quiet", "pytools", "mako", "platformdirs")
+    except (subprocess.CalledProcessError, StopIteration) as e:
+        say(f"building pycuda with GL failed ({e}); the CUDA backend stays unavailable and "
+            "`nbody-live info` says why. Rerun with `python -m app.setup_cuda --force` to retry.")
+        return 0
+    if not pycuda_gl_works():
+        say("pycuda installed but `import pycuda.gl` still fails; see `nbody-live info`")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
