@@ -1,0 +1,55 @@
+"""Scene loading: presets, precedence (defaults < file < flags), validation naming keys and ranges."""
+
+import pytest
+
+from app.errors import ConfigError
+from app.scene import load_scene, make_bodies, preset_names
+
+EXPECTED_PRESETS = {"plummer", "disk", "collision", "cube", "shell", "expand"}
+
+
+def test_every_preset_loads_and_is_deterministic():
+    assert EXPECTED_PRESETS <= set(preset_names())
+    for name in preset_names():
+        scene = load_scene(name, {"initial.n": 256})
+        a, b = make_bodies(scene), make_bodies(scene)
+        assert a.n == 256
+        assert (a.pos == b.pos).all() and (a.vel == b.vel).all()
+        assert scene.description, f"preset {name} needs a description"
+
+
+def test_precedence_file_then_overrides(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('[physics]\ndt = 0.005\nsoftening = 0.1\n[initial]\ngenerator = "cube"\nn = 100\n')
+    s = load_scene(str(f), {"physics.dt": "0.002"})
+    assert s.physics.dt == 0.002 and s.physics.softening == 0.1 and s.initial.n == 100
+    assert s.initial.generator == "cube"
+
+
+@pytest.mark.parametrize("key,value,words", [
+    ("physics.dt", 0, ["physics.dt", "> 0"]),
+    ("physics.softening", -1, ["physics.softening", ">= 0"]),
+    ("camera.elevation", 91, ["camera.elevation", "<= 90"]),
+    ("camera.target", "1,2", ["camera.target", "three numbers"]),
+    ("render.colormap", "jet", ["render.colormap", "inferno"]),
+    ("run.steps_per_frame", 2.5, ["run.steps_per_frame", "whole number"]),
+    ("physics.G", "nan", ["physics.G", "finite"]),
+])
+def test_invalid_values_name_key_and_range(key, value, words):
+    with pytest.raises(ConfigError) as e:
+        load_scene("plummer", {key: value})
+    for w in words:
+        assert w in str(e.value)
+
+
+def test_generator_parameter_is_checked_by_the_generator():
+    with pytest.raises(ConfigError) as e:
+        load_scene("plummer", {"initial.no_such_param": 1})
+    assert "initial.no_such_param" in str(e.value)
+
+
+def test_file_and_generator_params_conflict(tmp_path):
+    f = tmp_path / "s.npz"
+    f.write_bytes(b"")
+    with pytest.raises(ConfigError):
+        load_scene("plummer", {"initial.file": str(f), "initial.generator": None, "initial.scale": 2.0})
