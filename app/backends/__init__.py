@@ -42,9 +42,12 @@ def backend_class(name: str) -> type[Backend]:
     try:
         module = importlib.import_module(_BACKEND_MODULES[name])
     except ImportError as e:
-        missing = type(f"Missing_{name}", (_Missing,), {"name": name, "reason": f"cannot import: {e}"})
-        return missing
-    return module.BACKEND
+        return type(f"Missing_{name}", (_Missing,), {"name": name, "reason": f"cannot import: {e}"})
+    cls = getattr(module, "BACKEND", None)
+    if cls is None:
+        return type(f"Missing_{name}", (_Missing,),
+                    {"name": name, "reason": f"{module.__name__} defines no BACKEND (incomplete install?)"})
+    return cls
 
 
 def backend_classes() -> dict[str, type[Backend]]:

@@ -1,0 +1,78 @@
+"""Every kernel record in the registry: documented, uniquely named, and agreeing with float64.
+
+Parametrized over `all_kernel_records()`, so records added later (CUDA variants) are checked without
+touching this file. Records of unavailable backends are skipped with the backend's own why_not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.backends import BACKEND_NAMES, all_kernel_records, backend_class
+from app.bodies import Bodies
+from app.physics import Physics, accelerations, relative_error
+
+RECORDS = all_kernel_records()
+TOLERANCE = {"fp32": 1e-4, "fp64": 1e-10}
+
+
+def plummer_like(n: int, seed: int) -> Bodies:
+    """A seeded Plummer-like cloud: Plummer radii, isotropic directions, Gaussian velocities, M = 1."""
+    rng = np.random.default_rng(seed)
+    u = rng.uniform(0.05, 0.95, n)
+    r = 1.0 / np.sqrt(u ** (-2.0 / 3.0) - 1.0)
+    direction = rng.normal(size=(n, 3))
+    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
+    vel = rng.normal(scale=0.4, size=(n, 3))
+    return Bodies.from_arrays(r[:, None] * direction, vel, np.full(n, 1.0 / n))
+
+
+def test_registry_is_well_formed():
+    assert RECORDS, "no kernel records at all"
+    names = [r.name for r in RECORDS]
+    assert len(names) == len(set(names)), f"duplicate kernel names: {names}"
+    for rec in RECORDS:
+        assert rec.name and rec.name == rec.name.strip() and " " not in rec.name
+        assert rec.doc.strip() and "\n" not in rec.doc, f"{rec.name}: doc must be one non-empty line"
+        assert rec.backend in BACKEND_NAMES, f"{rec.name}: unknown backend {rec.backend!r}"
+        assert rec.precision in TOLERANCE, f"{rec.name}: unknown precision {rec.precision!r}"
+        assert rec.origin.strip(), f"{rec.name}: say which write-up the variant comes from"
+        assert rec.max_n is None or rec.max_n >= 1
+
+
+def test_every_backend_has_a_default_kernel_in_the_table():
+    assert any(r.name == "cpu-simd" and r.backend == "cpu" for r in RECORDS)
+    assert any(r.name == "cpu-fp64" and r.precision == "fp64" for r in RECORDS)
+
+
+def _params():
+    for rec in RECORDS:
+        marks = [pytest.mark.gpu] if rec.backend == "cuda" else []
+        yield pytest.param(rec, id=rec.name, marks=marks)
+
+
+@pytest.mark.parametrize("model", ["gravity", "gravity-repulsion"])
+@pytest.mark.parametrize("n", [1, 31, 1000])
+@pytest.mark.parametrize("record", list(_params()))
+def test_record_agrees_with_float64(record, n, model):
+    cls = backend_class(record.backend)
+    reason = cls.why_not() or cls.kernel_why_not(record.name)
+    if reason:
+        pytest.skip(f"{record.name}: {reason}")
+    if record.max_n is not None and n > record.max_n:
+        pytest.skip(f"{record.name}: N = {n} exceeds its max_n = {record.max_n}")
+    bodies = plummer_like(n, seed=1000 + n)
+    physics = Physics(softening=0.01, model=model, repulsion=1e-3)
+    backend = cls()
+    try:
+        backend.load(bodies, physics, kernel=record.name)
+        assert backend.kernel == record.name and backend.n == n
+        start = backend.state()  # the positions the kernel sees (rounded to its precision)
+        got = backend.accelerations()
+    finally:
+        backend.close()
+    assert got.shape == (n, 3) and got.dtype == np.float64
+    ref = accelerations(start.pos, start.mass, physics)
+    worst, _ = relative_error(got, ref)
+    assert worst <= TOLERANCE[record.precision], f"{record.name}: max relative error {worst:.3e}"
