@@ -38,7 +38,8 @@ def nvidia_egl_present() -> bool:
     if forced:
         return "nvidia" in forced.lower()
     dirs = [d for d in os.environ.get("__EGL_VENDOR_LIBRARY_DIRS", "").split(":") if d] or _EGL_VENDOR_DIRS
-    return any("nvidia" in os.path.basename(f).lower() for d in dirs for f in glob.glob(os.path.join(d, "*.json")))
+    files = (f for d in dirs for f in glob.glob(os.path.join(d, "*.json")))
+    return any("nvidia" in os.path.basename(f).lower() for f in files)
 
 
 def wants_headless(headless: bool | None = None) -> bool:
@@ -62,10 +63,12 @@ def _egl_environment() -> None:
 def configure(headless: bool | None = None) -> str:
     """Select vispy's app backend once per process; return 'glfw' or 'egl'.
 
-    Idempotent: a second call asking for the same kind returns it; asking for the other kind after vispy's
-    app was created raises RuntimeError (vispy allows one app backend per process).
+    Idempotent: a later call with `headless=None` or asking for the same kind returns the kind chosen
+    first; asking for the other kind raises RuntimeError (vispy allows one app backend per process).
     """
     global _chosen
+    if headless is None and _chosen is not None:
+        return _chosen
     name = "egl" if wants_headless(headless) else "glfw"
     if _chosen is not None:
         if _chosen != name:

@@ -1,0 +1,439 @@
+"""The Viewer: a vispy `app.Canvas` (gloo, not SceneCanvas) that steps a Backend and draws its bodies.
+
+    viewer = Viewer(scene, backend)          # a glfw window, or headless EGL when there is no display
+    viewer.run(frames=None)                  # interactive loop; Escape or closing the window returns 0
+    img = viewer.render_to_array()           # (H, W, 3) uint8 from the viewer's own framebuffer
+
+Per frame: `advance()` (backend.step + buffer sync), then `on_draw` (particles, then every callable in
+`viewer.overlays`, e.g. the ImGui panel). Timings land in `viewer.stats` (a FrameStats).
+
+Keys: Space pause/resume, R reset the camera to the scene's, F fit the bodies, Escape quit.
+Mouse: left-drag rotates (with inertia), right/middle-drag or Shift+left-drag pans, wheel zooms.
+Callables in `viewer.capture_mouse` returning True (e.g. ImGui's want_capture_mouse) block the camera.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from vispy import app, gloo
+from vispy.util import keys
+
+from app.render import gl_setup
+from app.render.camera import OrbitCamera, gl_matrix
+from app.render.particles import ParticleRenderer
+
+log = logging.getLogger(__name__)
+
+SPEED_SCALE_EVERY = 30  # frames between host-side percentile updates of the colour scale
+TITLE_EVERY_S = 0.5
+
+
+@dataclass
+class FrameStats:
+    """What the last frame cost. `draw_timer` says how `draw_ms` was measured."""
+
+    frame: int = 0  # frames drawn so far
+    fps: float = 0.0  # smoothed over about a second
+    frame_ms: float = 0.0  # wall time between the last two drawn frames
+    draw_ms: float = 0.0  # GPU time of the particle pass (+ tone map), see draw_timer
+    draw_timer: str = "none"  # "GL_TIME_ELAPSED" (timer query, a frame or two late) | "glFinish+perf_counter"
+    upload_ms: float = 0.0  # host path: host_render_arrays() + VBO upload; 0 with interop
+    step: object | None = None  # the last StepTimings from backend.step (None while paused from the start)
+    n: int = 0
+    kernel: str = ""
+    data_path: str = ""
+    paused: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+class DrawTimer:
+    """GPU time of a bracketed block: GL_TIME_ELAPSED queries when available, else glFinish + perf_counter.
+
+    Queries are read back non-blocking from a small ring, so `ms` is one to three frames late.
+    """
+
+    RING = 4
+
+    def __init__(self):
+        self.method = "glFinish+perf_counter"
+        self.ms = 0.0
+        self._gl = None
+        self._queries: list[int] = []
+        self._pending: list[int] = []
+        self._slot = 0
+        self._t0 = 0.0
+        try:
+            from OpenGL import GL
+
+            self._gl = GL
+            ver = GL.glGetString(GL.GL_VERSION)
+            major, minor = (int(x) for x in ver.split()[0].split(b".")[:2])
+            ext_ok = (major, minor) >= (3, 3)
+            if not ext_ok:
+                n_ext = GL.glGetIntegerv(GL.GL_NUM_EXTENSIONS)
+                names = (GL.glGetStringi(GL.GL_EXTENSIONS, i) for i in range(n_ext))
+                ext_ok = b"GL_ARB_timer_query" in names
+            if ext_ok:
+                q = GL.glGenQueries(self.RING)
+                self._queries = [int(x) for x in np.atleast_1d(q)]
+                self.method = "GL_TIME_ELAPSED"
+        except Exception as e:  # no PyOpenGL entry points for this context: fall back
+            log.info("GL timer queries unavailable (%s); timing draws with glFinish", e)
+            self._queries = []
+
+    def _read(self, q: int, wait: bool) -> bool:
+        import ctypes
+
+        GL = self._gl
+        if not wait and not GL.glGetQueryObjectuiv(q, GL.GL_QUERY_RESULT_AVAILABLE):
+            return False
+        ns = ctypes.c_uint64(0)
+        GL.glGetQueryObjectui64v(q, GL.GL_QUERY_RESULT, ctypes.byref(ns))
+        ms = ns.value * 1e-6
+        if ms < 60_000.0:  # some drivers report garbage for a context's very first query
+            self.ms = ms
+        return True
+
+    def begin(self) -> None:
+        if self._queries:
+            q = self._queries[self._slot]
+            if q in self._pending:
+                self._read(q, wait=True)
+                self._pending.remove(q)
+            self._gl.glBeginQuery(self._gl.GL_TIME_ELAPSED, q)
+        else:
+            if self._gl is not None:
+                self._gl.glFinish()
+            else:
+                from vispy.gloo import gl
+
+                gl.glFinish()
+            self._t0 = time.perf_counter()
+
+    def end(self) -> None:
+        if self._queries:
+            q = self._queries[self._slot]
+            self._gl.glEndQuery(self._gl.GL_TIME_ELAPSED)
+            self._pending.append(q)
+            self._slot = (self._slot + 1) % len(self._queries)
+            for p in list(self._pending):  # oldest first
+                if not self._read(p, wait=False):
+                    break
+                self._pending.remove(p)
+        else:
+            if self._gl is not None:
+                self._gl.glFinish()
+            else:
+                from vispy.gloo import gl
+
+                gl.glFinish()
+            self.ms = (time.perf_counter() - self._t0) * 1e3
+
+
+def bodies_extent(pos4: np.ndarray) -> tuple[float, np.ndarray]:
+    """(radius holding 90% of the bodies around the centre of mass, centre of mass) of [x, y, z, m] rows."""
+    pos = np.asarray(pos4[:, :3], dtype=np.float64)
+    m = np.asarray(pos4[:, 3], dtype=np.float64)
+    if len(pos) == 0:
+        return 1.0, np.zeros(3)
+    com = np.average(pos, axis=0, weights=m if m.sum() > 0 else None)
+    r = np.linalg.norm(pos - com, axis=1)
+    ext = float(np.quantile(r, 0.9)) if len(pos) > 1 else float(r[0])
+    return (ext if np.isfinite(ext) and ext > 0 else 1.0), com
+
+
+class Viewer(app.Canvas):
+    """The window (glfw) or offscreen surface (EGL) that steps `backend` and draws its bodies.
+
+    `headless` None: EGL when there is no display or NBODY_HEADLESS=1 (see gl_setup.configure).
+    Change render settings at run time with `viewer.renderer.apply_settings(scene.render)`.
+    """
+
+    def __init__(self, scene, backend, size=(1280, 720), headless: bool | None = None,
+                 title: str = "NBody Live", vsync: bool = False, show: bool = True):
+        self.kind = gl_setup.configure(headless)
+        self.headless = self.kind == "egl"
+        self.scene = scene
+        self.backend = backend
+        self.base_title = title
+        app.Canvas.__init__(self, size=tuple(int(s) for s in size), title=title, vsync=vsync,
+                            keys=None, show=False, resizable=not self.headless)
+        self.set_current()
+        self.overlays: list[Callable[[Viewer], None]] = []
+        self.capture_mouse: list[Callable[[], bool]] = []
+        self.stats = FrameStats()
+        self.paused = False
+        self.interop = False
+        self.screenshot_on_exit: str | Path | None = None
+        self.quit_requested = False
+        self.renderer = ParticleRenderer(scene.render, canvas=self)
+        self.draw_timer = DrawTimer()
+        self.stats.draw_timer = self.draw_timer.method
+        self._fbo = None
+        self._fbo_size = None
+        self._frame_limit: int | None = None
+        self._timer = None
+        self._last_draw_t: float | None = None
+        self._last_tick_t: float | None = None
+        self._title_t = 0.0
+        self._fps_ema = 0.0
+        self._mouse_last = None
+        self._mouse_mode = None
+        self._host_frame = 0
+        self.sync_buffers()
+        self.camera = OrbitCamera()
+        self.reset_camera()
+        if show and not self.headless:
+            self.show()
+
+    # --- buffers & simulation ------------------------------------------------------------
+    def sync_buffers(self, force: bool = False) -> None:
+        """(Re)allocate the VBOs for backend.n bodies, fill them, and offer their GL names to the backend.
+
+        The initial state is uploaded *before* `attach_gl_buffers`: after a CUDA backend registered the
+        buffers the renderer never re-specifies them (that would invalidate the registration).
+        """
+        n = int(self.backend.n)
+        if self.renderer.allocate(n) or force:
+            pos4, speeds = self.backend.host_render_arrays()  # once: frame 0, mean mass, speed scale
+            self._initial_pos4 = np.asarray(pos4)
+            self.renderer.upload(pos4, speeds)
+            self.renderer.update_speed_scale(speeds)
+            self.interop = bool(self.backend.attach_gl_buffers(*self.renderer.gl_names()))
+            self._host_frame = 0
+        self.stats.n = n
+        self.stats.data_path = self.backend.data_path
+
+    def _upload_host(self) -> None:
+        t0 = time.perf_counter()
+        pos4, speeds = self.backend.host_render_arrays()
+        self.renderer.upload(pos4, speeds)
+        self._host_frame += 1
+        if self._host_frame % SPEED_SCALE_EVERY == 0:
+            self.renderer.update_speed_scale(speeds)
+        self.stats.upload_ms = (time.perf_counter() - t0) * 1e3
+
+    def advance(self) -> None:
+        """One frame of simulation: scene.run.steps_per_frame backend steps (none while paused)."""
+        self.set_current()
+        self.sync_buffers()
+        if self.paused:
+            return
+        steps = max(int(self.scene.run.steps_per_frame), 1)
+        self.stats.step = self.backend.step(steps)
+        self.stats.kernel = getattr(self.stats.step, "kernel", "") or self.backend.kernel
+        if not self.interop:
+            self._upload_host()
+        else:
+            self.stats.upload_ms = 0.0
+
+    def toggle_pause(self) -> None:
+        self.paused = not self.paused
+        self.stats.paused = self.paused
+
+    # --- camera --------------------------------------------------------------------------
+    def _current_pos4(self) -> np.ndarray:
+        try:
+            return np.asarray(self.backend.host_render_arrays()[0])
+        except Exception:  # a backend that cannot read back right now: use the initial state
+            return self._initial_pos4
+
+    def reset_camera(self) -> None:
+        """The scene's camera settings; unset distance/target are fitted to the current bodies."""
+        ext, com = bodies_extent(self._current_pos4())
+        w, h = self.physical_size
+        self.camera = OrbitCamera.from_settings(self.scene.camera, ext, com, aspect=w / max(h, 1))
+
+    def fit(self) -> None:
+        """Keep the viewing angles; centre the bodies and fit their 90% radius into the view."""
+        ext, com = bodies_extent(self._current_pos4())
+        w, h = self.physical_size
+        self.camera.fit(ext, com, aspect=w / max(h, 1))
+
+    # --- drawing -------------------------------------------------------------------------
+    def draw_scene(self, size: tuple[int, int], overlays: bool = True) -> None:
+        """Particles (timed), then overlays, onto the active framebuffer of `size` (w, h) pixels."""
+        w, h = int(size[0]), int(size[1])
+        view = gl_matrix(self.camera.view_matrix())
+        proj = gl_matrix(self.camera.projection_matrix(w / max(h, 1)))
+        ctx = self.context
+        ctx.flush_commands()
+        self.draw_timer.begin()
+        self.renderer.draw(view, proj, (w, h), pixel_ratio=self.pixel_scale)
+        ctx.flush_commands()
+        self.draw_timer.end()
+        self.stats.draw_ms = self.draw_timer.ms
+        if overlays and self.overlays:
+            for overlay in list(self.overlays):
+                overlay(self)
+            # overlays may call GL directly: make vispy re-issue glUseProgram on its next draw
+            ctx.shared.parser.env.pop("current_program", None)
+
+    def on_draw(self, event) -> None:
+        now = time.perf_counter()
+        if self._last_draw_t is not None:
+            dt = now - self._last_draw_t
+            self.stats.frame_ms = dt * 1e3
+            fps = 1.0 / dt if dt > 0 else 0.0
+            self._fps_ema = fps if self._fps_ema == 0 else 0.9 * self._fps_ema + 0.1 * fps
+            self.stats.fps = self._fps_ema
+        self._last_draw_t = now
+        self.draw_scene(self.physical_size, overlays=True)
+        self.stats.frame += 1
+        if now - self._title_t > TITLE_EVERY_S:
+            self._title_t = now
+            self.update_title()
+
+    def status_line(self) -> str:
+        s = self.stats
+        kernel = s.kernel or self.backend.kernel
+        paused = " | paused" if self.paused else ""
+        return f"{s.fps:5.1f} FPS | {kernel} | N={s.n:,} | {s.data_path}{paused}"
+
+    def update_title(self) -> None:
+        if not self.headless:
+            self.title = f"{self.base_title} - {self.status_line()}"
+
+    def step_and_render(self) -> None:
+        """Advance one frame and draw it to the canvas surface (window back buffer, or EGL pbuffer)."""
+        self.advance()
+        self.set_current()
+        self.events.draw(region=None)
+
+    def _ensure_fbo(self, size: tuple[int, int]):
+        w, h = int(size[0]), int(size[1])
+        if self._fbo_size != (w, h):
+            if self._fbo is not None:
+                self._fbo.delete()
+            color = gloo.Texture2D(shape=(h, w, 4), format="rgba", internalformat="rgba8")
+            depth = gloo.RenderBuffer((h, w), format="depth")
+            self._fbo = gloo.FrameBuffer(color=color, depth=depth)
+            self._fbo_size = (w, h)
+        return self._fbo
+
+    def render_to_array(self, size: tuple[int, int] | None = None, overlays: bool = False) -> np.ndarray:
+        """Draw the current state into the viewer's own framebuffer; (H, W, 3) uint8, top row first."""
+        self.set_current()
+        w, h = (int(s) for s in (size or self.physical_size))
+        fbo = self._ensure_fbo((w, h))
+        with fbo:
+            self.draw_scene((w, h), overlays=overlays)
+            img = fbo.read(alpha=False)
+        return np.ascontiguousarray(img[:, :, :3])
+
+    def save_png(self, path: str | Path, size: tuple[int, int] | None = None) -> Path:
+        from PIL import Image
+
+        path = Path(path)
+        Image.fromarray(self.render_to_array(size)).save(path)
+        return path
+
+    # --- interactive loop -------------------------------------------------------------
+    def run(self, frames: int | None = None) -> int:
+        """Step and draw until Escape, the window closes, or `frames` frames were drawn; returns 0.
+
+        Runs its own event loop (vispy's `app.run()` would wait for every canvas of the process, or, on
+        EGL, stop at once when any canvas was ever closed).
+        """
+        self._frame_limit = None if frames is None else int(frames)
+        self._frames_at_start = self.stats.frame
+        self._last_tick_t = None
+        self.quit_requested = False
+        if not self.headless:
+            self.show()
+        self._timer = app.Timer(interval=0.0, connect=self._on_timer, start=True, app=self.app)
+        try:
+            while not self._closed:
+                self.app.process_events()
+        finally:
+            self._timer.stop()
+            self._timer = None
+        return 0
+
+    def request_quit(self) -> None:
+        """Close at the next timer tick (closing inside a glfw input callback crashes glfw)."""
+        self.quit_requested = True
+
+    def _on_timer(self, event) -> None:
+        if self._closed:
+            return
+        done = self._frame_limit is not None and self.stats.frame - self._frames_at_start >= self._frame_limit
+        if done or self.quit_requested:
+            self.close()
+            return
+        now = time.perf_counter()
+        if self._last_tick_t is not None:
+            self.camera.update(now - self._last_tick_t)
+        self._last_tick_t = now
+        self.advance()
+        self.update()
+
+    def on_close(self, event) -> None:
+        if self.screenshot_on_exit:
+            try:
+                self.save_png(self.screenshot_on_exit)
+            except Exception as e:  # never turn a clean exit into a crash
+                log.warning("could not save the exit screenshot %s: %s", self.screenshot_on_exit, e)
+        if self._timer is not None:
+            self._timer.stop()
+
+    # --- input ---------------------------------------------------------------------------
+    def on_key_press(self, event) -> None:
+        key = event.key
+        name = key.name if key is not None else ""
+        if name == "Escape":
+            self.request_quit()
+        elif name == "Space":
+            self.toggle_pause()
+        elif name.upper() == "R":
+            self.reset_camera()
+        elif name.upper() == "F":
+            self.fit()
+
+    def _blocked(self) -> bool:
+        return any(f() for f in self.capture_mouse)
+
+    def on_mouse_press(self, event) -> None:
+        if self._blocked():
+            self._mouse_mode = None
+            return
+        shift = keys.SHIFT in (event.modifiers or ())
+        self._mouse_mode = "pan" if (event.button in (2, 3) or shift) else "rotate"
+        self._mouse_last = np.asarray(event.pos, dtype=float)
+        self.camera.spin[:] = 0.0
+
+    def on_mouse_move(self, event) -> None:
+        if self._mouse_mode is None or not event.is_dragging or self._mouse_last is None:
+            return
+        pos = np.asarray(event.pos, dtype=float)
+        dx, dy = pos - self._mouse_last
+        self._mouse_last = pos
+        if self._mouse_mode == "rotate":
+            self.camera.drag(dx, dy, time.perf_counter())
+        else:
+            self.camera.pan(dx, dy, self.size[1])
+        self.update()
+
+    def on_mouse_release(self, event) -> None:
+        if self._mouse_mode == "rotate":
+            self.camera.release(time.perf_counter())
+        self._mouse_mode = None
+        self._mouse_last = None
+
+    def on_mouse_wheel(self, event) -> None:
+        if self._blocked():
+            return
+        self.camera.zoom(float(event.delta[1]))
+        self.update()
+
+    def on_resize(self, event) -> None:
+        self.set_current()
+        gloo.set_viewport(0, 0, *event.physical_size)
+
+

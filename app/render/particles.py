@@ -1,0 +1,199 @@
+"""The particle pass: soft additive point sprites into an HDR buffer, then a tone-map onto the target.
+
+Two vertex buffers per frame: positions float4 [x, y, z, m] (the backends' layout) and speeds float.
+A CUDA backend may write both itself (`gl_names()` gives their GL names, for `attach_gl_buffers`); the
+host path uploads `host_render_arrays()` with `upload()`.
+
+Colour by speed goes through a 256-entry colormap, normalised by a robust speed scale: on the host path
+`update_speed_scale(speeds)` takes a running 95th percentile (the viewer calls it every ~30 frames); a
+GPU path sets it with `set_speed_scale(value)`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from vispy import gloo
+
+from app.errors import ConfigError
+from app.render.colormaps import colormap_texture_data
+from app.render.shaders import build_program
+from app.scene import RenderSettings
+
+COLOR_BY = {"speed": 0.0, "mass": 1.0, "none": 2.0}
+CMAP_LOW = 0.22  # slow bodies take the colormap from here: inferno/magma start black, which adds no light
+INTENSITY = 1.1  # peak light of one sprite at brightness 1 (the tone map maps 1.1 to 67%)
+DENSITY_REF_N = 16384  # above this N each sprite is dimmed by sqrt(REF / N) so dense cores do not burn out
+DENSITY_MIN_GAIN = 0.12
+SPEED_PERCENTILE = 95.0
+SPEED_SAMPLE = 65536  # bodies sampled for the percentile (cost stays flat at large N)
+_QUAD = np.array([[-1, -1], [1, -1], [-1, 1], [1, 1]], dtype=np.float32)
+
+
+class ParticleRenderer:
+    """Owns the programs, the two body VBOs, the colormap texture and the HDR buffer.
+
+    Create it with a current GL context (inside a vispy Canvas).
+    """
+
+    def __init__(self, settings: RenderSettings | None = None, shader_dir=None, canvas=None):
+        self._canvas = canvas or gloo.get_current_canvas()
+        self.program = build_program("particles.vert", "particles.frag", shader_dir, self._canvas)
+        self.tonemap = build_program("tonemap.vert", "tonemap.frag", shader_dir, self._canvas)
+        self.tonemap["a_xy"] = gloo.VertexBuffer(_QUAD)
+        self.tonemap["u_exposure"] = 1.0
+        self.n = 0
+        self.pos_vbo: gloo.VertexBuffer | None = None
+        self.speed_vbo: gloo.VertexBuffer | None = None
+        self.speed_scale = 1.0
+        self.mean_mass = 1.0
+        self._hdr: gloo.FrameBuffer | None = None
+        self._hdr_tex: gloo.Texture2D | None = None
+        self._hdr_size: tuple[int, int] | None = None
+        self._cmap_name = None
+        self._cmap_tex = None
+        self.settings = settings or RenderSettings()
+        self.apply_settings(self.settings)
+        self.set_mean_mass(1.0)
+        self.set_speed_scale(1.0)
+        self._speed_scale_set = False  # the first measured percentile replaces this placeholder
+
+    # --- settings ------------------------------------------------------------------------------
+    def apply_settings(self, settings: RenderSettings) -> None:
+        if settings.color_by not in COLOR_BY:
+            raise ConfigError(f"render.color_by: {settings.color_by!r} is not one of {', '.join(COLOR_BY)}")
+        self.settings = settings
+        if settings.colormap != self._cmap_name:
+            data = colormap_texture_data(settings.colormap)
+            if self._cmap_tex is None:
+                self._cmap_tex = gloo.Texture2D(data, interpolation="linear", wrapping="clamp_to_edge",
+                                                internalformat="rgb32f")
+            else:
+                self._cmap_tex.set_data(data)
+            self._cmap_name = settings.colormap
+            self.program["u_cmap"] = self._cmap_tex
+        p = self.program
+        p["u_point_size"] = float(settings.point_size)
+        p["u_size_by_mass"] = 1.0 if settings.size_by_mass else 0.0
+        p["u_color_by"] = COLOR_BY[settings.color_by]
+        p["u_cmap_low"] = 0.0 if settings.colormap == "white" else CMAP_LOW
+        self._set_brightness()
+        self.tonemap["u_background"] = tuple(float(c) for c in settings.background)
+
+    def density_gain(self) -> float:
+        """Per-sprite light factor for the body count: 1 up to DENSITY_REF_N, then sqrt(REF / N)."""
+        if self.n <= DENSITY_REF_N:
+            return 1.0
+        return max((DENSITY_REF_N / self.n) ** 0.5, DENSITY_MIN_GAIN)
+
+    def _set_brightness(self) -> None:
+        self.program["u_brightness"] = float(self.settings.brightness) * INTENSITY * self.density_gain()
+
+    def set_speed_scale(self, value: float) -> None:
+        """The speed drawn at the top of the colormap (GPU path: whoever knows the speeds sets it)."""
+        value = float(value)
+        if not np.isfinite(value) or value <= 0:
+            value = 1.0
+        self.speed_scale = value
+        self._speed_scale_set = True
+        self.program["u_inv_speed_scale"] = 1.0 / value
+
+    def update_speed_scale(self, speeds: np.ndarray, smoothing: float = 0.5) -> float:
+        """Blend the 95th percentile of `speeds` (a sample of them at large N) into the running scale."""
+        s = np.asarray(speeds).reshape(-1)
+        if s.size == 0:
+            return self.speed_scale
+        if s.size > SPEED_SAMPLE:
+            s = s[:: s.size // SPEED_SAMPLE]
+        p = float(np.percentile(s, SPEED_PERCENTILE))
+        if not np.isfinite(p) or p <= 0:
+            p = float(np.max(s)) if np.isfinite(s).all() and s.max() > 0 else 1.0
+        new = p if not self._speed_scale_set else (1 - smoothing) * self.speed_scale + smoothing * p
+        self.set_speed_scale(new)
+        return new
+
+    def set_mean_mass(self, mean_mass: float) -> None:
+        m = float(mean_mass)
+        self.mean_mass = m if np.isfinite(m) and m > 0 else 1.0
+        self.program["u_inv_mean_mass"] = 1.0 / self.mean_mass
+
+    # --- buffers -------------------------------------------------------------------------------
+    def allocate(self, n: int) -> bool:
+        """Make the VBOs hold `n` bodies; True when they were (re)created (their GL names changed)."""
+        n = int(n)
+        if n == self.n and self.pos_vbo is not None:
+            return False
+        self.pos_vbo = gloo.VertexBuffer(np.zeros((max(n, 1), 4), dtype=np.float32))
+        self.speed_vbo = gloo.VertexBuffer(np.zeros(max(n, 1), dtype=np.float32))
+        self.program["a_pos"] = self.pos_vbo
+        self.program["a_speed"] = self.speed_vbo
+        self.n = n
+        self._set_brightness()
+        return True
+
+    def gl_names(self) -> tuple[int, int]:
+        """GL names of (position VBO, speed VBO), for CUDA-GL interop registration.
+
+        Flushes the GLIR queue so the buffers exist in GL with their full size.
+        """
+        if self.pos_vbo is None:
+            raise RuntimeError("allocate(n) before asking for the buffers' GL names")
+        ctx = self._canvas.context
+        for vbo in (self.pos_vbo, self.speed_vbo):
+            ctx.glir.associate(vbo.glir)
+        ctx.flush_commands()
+        parser = ctx.shared.parser
+        return tuple(int(parser.get_object(v.id).handle) for v in (self.pos_vbo, self.speed_vbo))
+
+    def upload(self, pos4: np.ndarray, speeds: np.ndarray) -> None:
+        """Host path: copy (N, 4) float32 [x, y, z, m] and (N,) float32 speeds into the VBOs."""
+        pos4 = np.ascontiguousarray(pos4, dtype=np.float32).reshape(-1, 4)
+        speeds = np.ascontiguousarray(speeds, dtype=np.float32).reshape(-1)
+        if speeds.shape[0] != pos4.shape[0]:
+            raise ValueError(f"{pos4.shape[0]} positions but {speeds.shape[0]} speeds")
+        self.allocate(pos4.shape[0])
+        self.set_mean_mass(float(pos4[:, 3].mean()) if len(pos4) else 1.0)
+        if len(pos4):
+            self.pos_vbo.set_data(pos4)
+            self.speed_vbo.set_data(speeds)
+
+    # --- drawing -------------------------------------------------------------------------------
+    def _ensure_hdr(self, size: tuple[int, int]) -> None:
+        w, h = int(size[0]), int(size[1])
+        if self._hdr_size == (w, h):
+            return
+        self._hdr_tex = gloo.Texture2D(shape=(h, w, 4), format="rgba", internalformat="rgba16f",
+                                       interpolation="nearest", wrapping="clamp_to_edge")
+        self._hdr = gloo.FrameBuffer(color=self._hdr_tex)
+        self.tonemap["u_hdr"] = self._hdr_tex
+        self._hdr_size = (w, h)
+
+    def draw(self, view: np.ndarray, proj: np.ndarray, size: tuple[int, int], pixel_ratio: float = 1.0):
+        """Draw the bodies, as seen through `view`/`proj` (gl_matrix layout), onto the active framebuffer.
+
+        `size` = (width, height) of that framebuffer in pixels; `pixel_ratio` scales sprite sizes (HiDPI).
+        """
+        w, h = int(size[0]), int(size[1])
+        self._ensure_hdr((w, h))
+        p = self.program
+        p["u_point_size"] = float(self.settings.point_size) * float(pixel_ratio)
+        p["u_view"] = view
+        p["u_proj"] = proj
+        with self._hdr:
+            gloo.set_viewport(0, 0, w, h)
+            gloo.set_clear_color((0.0, 0.0, 0.0, 0.0))
+            gloo.clear(color=True, depth=False)
+            if self.n > 0:
+                gloo.set_state(None, blend=True, depth_test=False, cull_face=False,
+                               blend_func=("one", "one"), blend_equation="func_add")
+                p.draw("points")
+        gloo.set_viewport(0, 0, w, h)
+        gloo.set_state(None, blend=False, depth_test=False, cull_face=False)
+        self.tonemap.draw("triangle_strip")
+
+    def delete(self) -> None:
+        for obj in (self.pos_vbo, self.speed_vbo, self._hdr, self._hdr_tex, self._cmap_tex):
+            if obj is not None:
+                obj.delete()
+        self.pos_vbo = self.speed_vbo = self._hdr = self._hdr_tex = self._cmap_tex = None
+        self.n = 0
+        self._hdr_size = None

@@ -1,0 +1,48 @@
+#version 120
+// One GL point per body. a_pos is the backends' float4 layout [x, y, z, m]; a_speed is |v|.
+// The sprite is twice the nominal diameter so the gaussian tail has room; sprites smaller than
+// MIN_SPRITE px are drawn at MIN_SPRITE px and dimmed by the area ratio (same light, no aliasing).
+
+attribute vec4 a_pos;
+attribute float a_speed;
+
+uniform mat4 u_view;
+uniform mat4 u_proj;
+uniform float u_point_size;       // nominal diameter in pixels of a body of mean mass
+uniform float u_size_by_mass;     // 1.0: scale by sqrt(m / mean m), clamped; 0.0: all the same size
+uniform float u_inv_mean_mass;
+uniform float u_inv_speed_scale;  // 1 / (robust speed scale): speed * this = 1 at the top of the map
+uniform float u_color_by;         // 0 speed, 1 mass, 2 none
+uniform float u_cmap_low;         // the colormap position of the lowest value (keeps slow bodies visible)
+uniform float u_brightness;
+uniform sampler2D u_cmap;         // 256 x 1 RGB
+
+varying vec3 v_color;
+
+const float MIN_SPRITE = 3.0;
+const float MAX_SPRITE = 128.0;
+
+void main()
+{
+    gl_Position = u_proj * (u_view * vec4(a_pos.xyz, 1.0));
+
+    float rel_mass = max(a_pos.w * u_inv_mean_mass, 0.0);
+    float d = u_point_size;
+    if (u_size_by_mass > 0.5)
+        d *= clamp(sqrt(rel_mass), 0.5, 6.0);
+    float sprite = 2.0 * d;
+    float drawn = clamp(sprite, MIN_SPRITE, MAX_SPRITE);
+    gl_PointSize = drawn;
+    float gain = (sprite / drawn) * (sprite / drawn);
+
+    float t;
+    if (u_color_by < 0.5)
+        t = clamp(a_speed * u_inv_speed_scale, 0.0, 1.0);
+    else if (u_color_by < 1.5)
+        t = clamp(0.5 + 0.25 * log2(max(rel_mass, 1e-6)), 0.0, 1.0);
+    else
+        t = 0.75;
+    t = mix(u_cmap_low, 1.0, t);
+    vec3 color = texture2DLod(u_cmap, vec2(t, 0.5), 0.0).rgb;
+    v_color = color * (u_brightness * gain);
+}

@@ -1,0 +1,196 @@
+"""A real glfw window under Xvfb (pytest-xvfb provides $DISPLAY): drag it with xdotool, see the image
+change, then quit with Escape or a window-manager close (WM_DELETE_WINDOW) and exit with status 0.
+
+Screenshots: Pillow's `ImageGrab.grab(xdisplay=...)` (its XCB support reads the X root window, i.e.
+what the X server shows), cropped to the window's geometry from `xdotool getwindowgeometry`.
+The subprocess is `python -m app.render.demo_window` (a still Plummer cloud, no CLI involved).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TITLE = "NBody Live demo"
+
+pytestmark = [
+    pytest.mark.gl,
+    pytest.mark.skipif(not (shutil.which("xdotool") and shutil.which("Xvfb")),
+                       reason="needs xdotool and Xvfb (Debian: apt-get install xdotool xvfb)"),
+]
+
+
+@pytest.fixture
+def display() -> str:
+    d = os.environ.get("DISPLAY")
+    if not d:
+        pytest.skip("no $DISPLAY: pytest-xvfb did not start Xvfb (or ran with --no-xvfb)")
+    from PIL import features
+
+    if not features.check("xcb"):
+        pytest.skip("Pillow was built without XCB support: ImageGrab cannot read the X screen")
+    return d
+
+
+def xdotool(*args: str, timeout: float = 15) -> str:
+    return subprocess.run(["xdotool", *args], check=True, capture_output=True, text=True,
+                          timeout=timeout).stdout
+
+
+class Demo:
+    """The demo window as a subprocess, found by its pid and title."""
+
+    def __init__(self, tmp_path: Path, display: str, *extra: str):
+        env = os.environ.copy()
+        env["DISPLAY"] = display
+        # a desktop session: no headless forcing, no EGL settings inherited from this test process
+        for key in ("NBODY_HEADLESS", "PYOPENGL_PLATFORM", "EGL_PLATFORM", "WAYLAND_DISPLAY"):
+            env.pop(key, None)
+        self.log = tmp_path / "demo.log"
+        self._log_file = open(self.log, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.render.demo_window", "--omega", "0", "--size", "480x320",
+             "--n", "3000", *extra],
+            cwd=ROOT, env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
+        self.window = self._find_window()
+        geo = xdotool("getwindowgeometry", "--shell", self.window)
+        vals = dict(line.split("=", 1) for line in geo.split() if "=" in line)
+        self.x, self.y, self.w, self.h = (int(vals[k]) for k in ("X", "Y", "WIDTH", "HEIGHT"))
+
+    def _find_window(self) -> str:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"demo exited early with {self.proc.returncode}:\n{self.output()}")
+            r = subprocess.run(["xdotool", "search", "--onlyvisible", "--pid", str(self.proc.pid),
+                                "--name", TITLE], capture_output=True, text=True, timeout=10)
+            ids = r.stdout.split()
+            if ids:
+                return ids[-1]
+            time.sleep(0.1)
+        pytest.fail(f"no window titled {TITLE!r} appeared:\n{self.output()}")
+
+    def output(self) -> str:
+        if not self._log_file.closed:
+            self._log_file.flush()
+        return self.log.read_text()
+
+    def frames_drawn(self) -> int:
+        m = re.search(r"exit after (\d+) frames", self.output())
+        return int(m.group(1)) if m else -1
+
+    def screenshot(self) -> np.ndarray:
+        from PIL import ImageGrab
+
+        img = np.asarray(ImageGrab.grab(xdisplay=os.environ["DISPLAY"]).convert("RGB"))
+        return img[self.y:self.y + self.h, self.x:self.x + self.w].astype(np.int16)
+
+    def drag(self, dx: int, dy: int, steps: int = 12) -> None:
+        xdotool("mousemove", "--window", self.window, str(self.w // 2), str(self.h // 2))
+        xdotool("mousedown", "1")
+        for _ in range(steps):
+            xdotool("mousemove_relative", "--", str(dx // steps), str(dy // steps))
+            time.sleep(0.02)
+        time.sleep(0.2)  # stop before releasing: no inertia, the image settles
+        xdotool("mouseup", "1")
+
+    def wait(self, timeout: float = 20) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self._log_file.close()
+
+
+def send_wm_delete(window: int, display: str) -> None:
+    """What a window manager does when the user clicks the close button: a WM_DELETE_WINDOW message."""
+
+    class XClientMessageEvent(ctypes.Structure):
+        _fields_ = [("type", ctypes.c_int), ("serial", ctypes.c_ulong), ("send_event", ctypes.c_int),
+                    ("display", ctypes.c_void_p), ("window", ctypes.c_ulong),
+                    ("message_type", ctypes.c_ulong), ("format", ctypes.c_int), ("l", ctypes.c_long * 5)]
+
+    class XEvent(ctypes.Union):
+        _fields_ = [("xclient", XClientMessageEvent), ("pad", ctypes.c_long * 24)]
+
+    lib = ctypes.util.find_library("X11")
+    if not lib:
+        pytest.skip("libX11 not found for sending WM_DELETE_WINDOW")
+    x = ctypes.CDLL(lib)
+    x.XOpenDisplay.restype = ctypes.c_void_p
+    x.XOpenDisplay.argtypes = [ctypes.c_char_p]
+    x.XInternAtom.restype = ctypes.c_ulong
+    x.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
+    x.XSendEvent.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int, ctypes.c_long,
+                             ctypes.POINTER(XEvent)]
+    x.XFlush.argtypes = [ctypes.c_void_p]
+    x.XCloseDisplay.argtypes = [ctypes.c_void_p]
+    dpy = x.XOpenDisplay(display.encode())
+    assert dpy, f"cannot open display {display}"
+    try:
+        ev = XEvent()
+        ev.xclient.type = 33  # ClientMessage
+        ev.xclient.window = window
+        ev.xclient.message_type = x.XInternAtom(dpy, b"WM_PROTOCOLS", 0)
+        ev.xclient.format = 32
+        ev.xclient.l[0] = x.XInternAtom(dpy, b"WM_DELETE_WINDOW", 0)
+        x.XSendEvent(dpy, window, 0, 0, ctypes.byref(ev))
+        x.XFlush(dpy)
+    finally:
+        x.XCloseDisplay(dpy)
+
+
+def test_drag_rotates_the_view_and_escape_exits_cleanly(tmp_path, display):
+    shot = tmp_path / "exit.png"
+    demo = Demo(tmp_path, display, "--screenshot", str(shot))
+    try:
+        time.sleep(1.5)  # let it run (well over 120 frames at llvmpipe speed for this size)
+        before = demo.screenshot()
+        time.sleep(0.3)
+        again = demo.screenshot()
+        assert before.any(), "the window shows nothing"
+        assert np.abs(before - again).mean() < 0.05, "the still cloud changed without input"
+        demo.drag(150, 40)
+        time.sleep(0.5)
+        after = demo.screenshot()
+        assert np.abs(after - before).mean() > 0.5, "dragging did not change the view"
+        xdotool("mousemove", "--window", demo.window, str(demo.w // 2), str(demo.h // 2))
+        xdotool("key", "Escape")
+        rc = demo.wait(20)
+    finally:
+        demo.stop()
+    out = demo.output()
+    assert rc == 0, out
+    assert demo.frames_drawn() >= 120, out
+    from PIL import Image
+
+    assert Image.open(shot).size == (480, 320)
+    assert np.asarray(Image.open(shot)).any()
+
+
+def test_window_manager_close_exits_cleanly(tmp_path, display):
+    demo = Demo(tmp_path, display)
+    try:
+        time.sleep(0.5)
+        send_wm_delete(int(demo.window), display)
+        rc = demo.wait(20)
+    finally:
+        demo.stop()
+    assert rc == 0, demo.output()
+    assert demo.frames_drawn() > 0, demo.output()
