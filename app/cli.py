@@ -51,7 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.DEBUG if args.verbose else logging.WARNING if args.quiet else logging.INFO
-    logging.basicConfig(level=level, format=f"{PROG}: %(message)s", stream=sys.stderr)
+    # Our own loggers at the chosen level; third-party ones (PyOpenGL, vispy, numba) at warnings only.
+    logging.basicConfig(level=logging.WARNING, format=f"{PROG}: %(message)s", stream=sys.stderr)
+    for name in ("app", PROG):
+        logging.getLogger(name).setLevel(level)
     if not args.command:
         parser.print_help()
         return 2

@@ -17,7 +17,8 @@ def test_simulate_writes_snapshot_and_conservation_log(tmp_path, capsys):
     assert rc == 0
     final = formats.read(out)
     assert final.n == 256 and final.time == pytest.approx(40 * 1e-3)
-    rows = list(csv.DictReader(open(log)))
+    with open(log) as f:
+        rows = list(csv.DictReader(f))
     assert [int(r["step"]) for r in rows] == [0, 10, 20, 30, 40]
     assert float(rows[0]["energy"]) == pytest.approx(-0.25, rel=0.1)
     assert abs(float(rows[-1]["rel_energy_drift"])) < 1e-3

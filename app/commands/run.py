@@ -46,6 +46,8 @@ def add_parser(sub) -> None:
     p.add_argument("--size", default="1280x720", metavar="WxH", help="window size (default 1280x720)")
     p.add_argument("--headless", action="store_true", help="render offscreen (EGL) even with a display")
     p.add_argument("--screenshot", type=Path, metavar="FILE.png", help="save the last frame as PNG on exit")
+    p.add_argument("--timings", type=Path, metavar="FILE.csv",
+                   help="write one row of timings per frame (frame, force, integrate, map, draw ms)")
     p.set_defaults(func=main)
 
 
@@ -61,17 +63,24 @@ def main(args) -> int:
         return record_demo(scene, Path("out/demo.mp4"), Path("out/demo.png"), size=size)
     from app.render.gl_setup import configure
 
-    configure(headless=args.headless or not has_display())
+    headless = args.headless or not has_display()
+    configure(headless=headless)
     from app.render.canvas import Viewer
+    from app.timings import FrameLog
 
     backend = make_backend(scene)
     try:
-        viewer = Viewer(scene, backend, size=size, headless=args.headless or not has_display())
+        viewer = Viewer(scene, backend, size=size, headless=headless)
+        frame_log = FrameLog().attach(viewer)
+        viewer.screenshot_on_exit = args.screenshot
         viewer.run(frames=args.frames)
+        print(f"{viewer.stats.kernel or backend.kernel} N={backend.n} ({backend.data_path}): "
+              + frame_log.summary_line())
+        if args.timings:
+            frame_log.write_csv(args.timings)
+            print(f"wrote {args.timings}")
         if args.screenshot:
-            viewer.save_screenshot(args.screenshot)
             print(f"wrote {args.screenshot}")
-        viewer.log_summary()
     finally:
         backend.close()
     return 0
