@@ -22,7 +22,7 @@ FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")
 class Field:
     """One setting: its type, allowed values and a line of help."""
 
-    kind: str  # float | int | str | bool | vec3 | color
+    kind: str  # float | int | str | bool | vec3 | color | keys (camera keyframe tables)
     doc: str
     lo: float | None = None
     hi: float | None = None
@@ -38,6 +38,8 @@ class Field:
             return f"three numbers{rng}"
         if self.kind == "bool":
             return "true or false"
+        if self.kind == "keys":
+            return "[[camera.keys]] tables"
         parts = []
         if self.lo is not None:
             parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
@@ -79,6 +81,14 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "target": Field("vec3", "point the camera orbits; unset: centre of mass", lo=-1e12, hi=1e12,
                         optional=True),
         "fov": Field("float", "vertical field of view, degrees", lo=1, hi=170),
+        "path": Field("str", "recording camera: static, orbit, keys (the [[camera.keys]] tables), or a TOML "
+                             "file of [[keys]]"),
+        "orbit_speed": Field("float", "orbit path: degrees of azimuth per second of video", lo=-3600,
+                             hi=3600),
+        "orbit_elevation": Field("float", "orbit path: elevation, degrees; unset: camera.elevation",
+                                 lo=-89, hi=89, optional=True),
+        "keys": Field("keys", "keyframes: [[camera.keys]] tables with t (s), position, target, fov",
+                      optional=True),
     },
     "render": {
         "point_size": Field("float", "sprite diameter in pixels for a body of mean mass", lo=0.5, hi=64),
@@ -152,6 +162,10 @@ def coerce(key: str, value, f: Field):
         if not f.optional:
             raise ConfigError(f"{key} must be set: {f.describe()}")
         return None
+    if f.kind == "keys":
+        from app.render.camera_path import parse_keys
+
+        return parse_keys(value, key)
     if f.kind in ("float", "int"):
         v = _number(key, value, f.kind == "int")
         _in_range(key, v, f)

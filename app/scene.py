@@ -28,6 +28,11 @@ class CameraSettings:
     distance: float | None = None  # None: fit the scene (bodies' 90% radius) into the view
     target: tuple[float, float, float] | None = None  # None: the centre of mass
     fov: float = 45.0  # vertical field of view, degrees
+    # the recording camera (app.render.camera_path): static | orbit | keys | a TOML file of [[keys]]
+    path: str = "static"
+    orbit_speed: float = 12.0  # degrees of azimuth per second of video
+    orbit_elevation: float | None = None  # None: `elevation`
+    keys: tuple = ()  # camera_path.Keyframe records from [[camera.keys]]
 
 
 @dataclass
@@ -155,6 +160,9 @@ def validate(scene: Scene) -> None:
         from app.backends import find_kernel
 
         find_kernel(scene.run.kernel)  # ConfigError listing every kernel name
+    from app.render.camera_path import validate_settings
+
+    validate_settings(scene.camera)
     init = scene.initial
     if init.file:
         if init.params:

@@ -1,22 +1,60 @@
-"""`nbody-live record`: a deterministic H.264 video (and a PNG still) of a scene, headless."""
+"""`nbody-live record`: deterministic H.264 videos, PNG sequences and stills of a scene, headless."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
+import math
+import signal
+import sys
 from pathlib import Path
 
-from app.commands.common import add_scene_options, make_backend, parse_size, positive_int, scene_from_args
+from app.commands.common import add_scene_options, make_backend, parse_size, scene_from_args
+from app.errors import ConfigError
 
-HELP = "render a scene to an H.264 mp4 and a PNG still, headless and deterministic"
+log = logging.getLogger("nbody-live")
+
+HELP = "render a scene to an H.264 mp4, a PNG sequence or a still: deterministic, headless"
 DESCRIPTION = """\
-Render --frames frames of SCENE offscreen (EGL; no window needed) at --size, advancing exactly
-run.steps_per_frame steps per frame whatever the wall time, and encode them as H.264 (yuv420p) at
---fps. The last frame is also written as a PNG (--still). The video is written under a temporary
-name and renamed only when complete.
+Render SCENE offscreen at --size and encode it as H.264 (yuv420p) at --fps. Frames are a pure function
+of the scene, the kernel and the frame number: frame i shows the simulation after i x K steps
+(--steps-per-frame K; frame 0 is the initial state), seen by the camera path at t = i / fps seconds of
+video. Wall time never enters, so a slow machine records the same frames as a fast one, only slower,
+and the same command run twice on one machine writes byte-identical files.
+
+Frames are drawn into an offscreen framebuffer (no window needed: EGL on NVIDIA, Mesa without a GPU),
+read back through a ring of pixel-buffer objects and encoded by PyAV/libx264 on a worker thread.
+The file is written under a hidden temporary name and renamed when finalised; an unwritable path or
+a full disk ends with one line, exit status 1 and no file that looks complete. Ctrl-C or SIGTERM stops
+after the current frame and finalises a playable file with the frames so far (exit status 130 / 143;
+press twice to abandon it instead). The last line reports frames per wall second and where the time
+went (step, draw, readback, encode).
+
+camera paths (--camera, or camera.path in the scene):
+  static     the scene's [camera] view (fitted to the bodies when camera.distance is unset)
+  orbit      turn around the target at --orbit-speed deg/s (camera.orbit_speed, default 12), at
+             --orbit-elevation deg (camera.orbit_elevation, default camera.elevation)
+  keys       the scene file's [[camera.keys]] tables
+  FILE.toml  a file of [[keys]] tables; each key: t (s), position = [x, y, z], and optionally
+             target = [x, y, z] and fov (deg). Positions and targets follow a smooth cubic
+             (Catmull-Rom) spline through the keys, the fov eases between them, e.g.
+               [[keys]]
+               t = 0.0
+               position = [0.0, -12.0, 4.0]
+               [[keys]]
+               t = 4.0
+               position = [9.0, -3.0, 2.0]
+               target = [0.5, 0.0, 0.0]
+               fov = 35.0
 
 examples:
-  nbody-live record plummer --frames 300 --out out/plummer.mp4
-  nbody-live record collision --n 32768 --steps-per-frame 4 --size 1920x1080 --fps 60 --out out/c.mp4
+  nbody-live record plummer --seconds 5 --out out/plummer.mp4
+  nbody-live record collision --n 65536 --size 1920x1080 --fps 60 --seconds 8 --steps-per-frame 2 \\
+      --camera orbit --hud --quality 20 --out docs/collision.mp4          # the GPU demo
+  nbody-live record collision --camera flight.toml --frames 240 --out out/flight.mp4
+  nbody-live record disk --backend cpu --size 640x360 --frames 60 --frames-dir out/disk_frames
+  nbody-live record collision --still 3.5 --camera orbit --out out/collision_3.5s.png
 """
 
 
@@ -24,38 +62,246 @@ def add_parser(sub) -> None:
     p = sub.add_parser("record", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_scene_options(p)
-    p.add_argument("--out", type=Path, default=Path("out/record.mp4"), metavar="FILE.mp4",
-                   help="video file (default out/record.mp4)")
-    p.add_argument("--frames", type=positive_int, default=150, metavar="N", help="frames (default 150)")
-    p.add_argument("--fps", type=positive_int, default=30, metavar="F", help="frame rate (default 30)")
-    p.add_argument("--size", default="1280x720", metavar="WxH", help="frame size (default 1280x720)")
-    p.add_argument("--still", type=Path, metavar="FILE.png",
-                   help="PNG of the last frame (default: the video's name with .png)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g = p.add_argument_group("recording")
+    g.add_argument("--out", type=Path, default=None, metavar="FILE",
+                   help="the video (.mp4), or with --still the PNG (default out/record.mp4; with --still "
+                        "out/still.png; a non-.png name gets .png)")
+    g.add_argument("--size", default="1280x720", metavar="WxH",
+                   help="frame size in pixels (default 1280x720; videos round down to even numbers)")
+    g.add_argument("--fps", type=_positive_float, default=30.0, metavar="F",
+                   help="frames per second of video (default 30); the camera path runs on t = frame / F")
+    length = g.add_mutually_exclusive_group()
+    length.add_argument("--seconds", type=_positive_float, metavar="S",
+                        help="length in seconds of video: round(S x fps) frames (default 5)")
+    length.add_argument("--frames", type=_positive_int, metavar="N", help="length in frames")
+    g.add_argument("--camera", metavar="PATH",
+                   help="static | orbit | keys | FILE.toml of [[keys]] (default: the scene's camera.path, "
+                        "static unless set)")
+    g.add_argument("--orbit-speed", metavar="DEG_S", help="orbit: degrees per second of video (default 12)")
+    g.add_argument("--orbit-elevation", metavar="DEG",
+                   help="orbit: elevation in degrees (default: the scene camera's)")
+    g.add_argument("--hud", action=argparse.BooleanOptionalAction, default=False,
+                   help="write scene, kernel, N, simulation time, step and frame in the top-left corner "
+                        "(default: no HUD)")
+    g.add_argument("--quality", type=int, default=20, metavar="CRF",
+                   help="x264 constant rate factor, 0 (lossless) to 51; lower is better and bigger "
+                        "(default 20)")
+    g.add_argument("--preset", default="fast",
+                   choices=("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow",
+                            "slower", "veryslow"),
+                   help="x264 speed/size trade-off (default fast)")
+    g.add_argument("--encoder-threads", type=int, default=0, metavar="N",
+                   help="x264 threads (default 0 = auto, from the core count). The same command on the "
+                        "same machine writes byte-identical files; x264's output depends on its thread "
+                        "count, so fix it (e.g. 8) to compare files across machines")
+    g.add_argument("--frames-dir", type=Path, metavar="DIR",
+                   help="write DIR/frame_000000.png, ... instead of a video (created if missing)")
+    g.add_argument("--still", type=_nonneg_float, metavar="T",
+                   help="write one PNG of the frame at T seconds of video (frame round(T x fps)) and exit")
+    g.add_argument("--pbo-ring", type=_positive_int, default=3, metavar="K",
+                   help="pixel-buffer objects in the readback ring (default 3: frame i is copied out "
+                        "while frames i+1 and i+2 are drawn)")
+    g.add_argument("--window", action="store_true",
+                   help="record from a visible window (needs a display) and show the frames as they are "
+                        "recorded; closing the window stops the recording and keeps the frames")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"{text} must be a number > 0")
+    return v
+
+
+def _nonneg_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (v >= 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"{text} must be a number of seconds >= 0")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return v
+
+
+def _scene(args):
+    from app.scene import set_value, validate
+
+    scene = scene_from_args(args)
+    changed = False
+    for flag, key in (("camera", "camera.path"), ("orbit_speed", "camera.orbit_speed"),
+                      ("orbit_elevation", "camera.orbit_elevation")):
+        value = getattr(args, flag, None)
+        if value is not None:
+            set_value(scene, key, value, f"--{flag.replace('_', '-')}")
+            changed = True
+    if changed:
+        validate(scene)
+    return scene
+
+
+@contextlib.contextmanager
+def _viewer(scene, size, window: bool):
+    """A Viewer (headless EGL, or a visible window) on the scene's backend; both closed on exit."""
+    from app.render.gl_setup import configure, has_display
+
+    if window and not has_display():
+        raise ConfigError("--window needs a display ($DISPLAY or $WAYLAND_DISPLAY); leave it out to "
+                          "record headless")
+    configure(headless=not window)
+    from app.render.canvas import Viewer
+
+    backend = make_backend(scene)
+    viewer = None
+    try:
+        viewer = Viewer(scene, backend, size=size, headless=not window, show=window)
+        yield viewer
+    finally:
+        if viewer is not None:
+            with contextlib.suppress(Exception):
+                viewer.close()
+        backend.close()
+
+
+def _default_out(name: str) -> Path:
+    """The default output under out/, whose folder is created (a path the user gives is not)."""
+    path = Path(name)
+    with contextlib.suppress(OSError):  # an unwritable place is reported by the recorder, in one line
+        path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _exit_status(interrupted) -> int:
+    if interrupted in (signal.SIGINT, signal.SIGTERM):
+        return 128 + int(interrupted)
+    return 0
+
+
+def _interrupt_name(interrupted) -> str:
+    return "the window was closed" if interrupted == "window" else signal.Signals(interrupted).name
+
+
+def main(args) -> int:
+    from app.render import camera_path
+    from app.render.recorder import (
+        InterruptGuard,
+        PngSequence,
+        Recorder,
+        even_size,
+        record_scene,
+        render_still,
+    )
+
+    size = parse_size(args.size)
+    if not 0 <= args.quality <= 51:
+        raise ConfigError(f"--quality {args.quality}: the x264 CRF must be in [0, 51]")
+    if args.encoder_threads < 0:
+        raise ConfigError(f"--encoder-threads {args.encoder_threads}: must be >= 0 (0 = auto)")
+    if args.still is not None and (args.frames_dir or args.frames or args.seconds):
+        raise ConfigError("--still T writes one PNG: leave out --frames, --seconds and --frames-dir")
+    scene = _scene(args)
+    fps = float(args.fps)
+    frames = args.frames or max(1, round((args.seconds or 5.0) * fps))
+    progress = not args.no_progress and sys.stderr.isatty()
+
+    if args.still is not None:
+        out = args.out or _default_out("out/still.png")
+        if out.suffix.lower() != ".png":
+            out = out.with_suffix(".png")
+        out = out.expanduser().resolve()
+        from app.render.recorder import _partial_file, _unlink
+
+        _unlink(_partial_file(out, "still"))  # fail fast, before any setup
+        with InterruptGuard() as guard, _viewer(scene, size, args.window) as viewer:
+            path = camera_path.make_path(scene.camera, viewer.camera)
+            res = render_still(viewer, out, args.still, fps, path, hud=args.hud, progress=progress,
+                               guard=guard)
+        if res.interrupted is not None:
+            print(f"interrupted ({_interrupt_name(res.interrupted)}) before the still was drawn; "
+                  f"{out} was not written")
+            return _exit_status(res.interrupted)
+        print(f"wrote {out} ({res.size[0]}x{res.size[1]}, t = {args.still:g} s = frame "
+              f"{round(args.still * fps)}, step {round(args.still * fps) * scene.run.steps_per_frame})")
+        return 0
+
+    if args.frames_dir:
+        sink = PngSequence(size, fps, hud=args.hud, ring=args.pbo_ring)
+        target = args.frames_dir
+        what = f"{args.frames_dir}/frame_*.png"
+    else:
+        size = even_size(size)
+        sink = Recorder(size, fps, crf=args.quality, preset=args.preset, threads=args.encoder_threads,
+                        hud=args.hud, ring=args.pbo_ring)
+        target = args.out or _default_out("out/record.mp4")
+        what = str(target)
+    sink.start(target)  # fail fast on an unwritable target, before the backend and GL start
+    try:
+        with InterruptGuard() as guard, _viewer(scene, size, args.window) as viewer:
+            backend = viewer.backend
+            path = camera_path.make_path(scene.camera, viewer.camera)
+            print(f"recording {what}: {frames} frames {size[0]}x{size[1]} at {fps:g} fps, "
+                  f"{scene.run.steps_per_frame} steps per frame, {path.describe()}, "
+                  f"{viewer.stats.kernel or backend.kernel} N={backend.n:,} ({backend.data_path})",
+                  flush=True)
+            res = record_scene(viewer, sink, target, frames, camera=path, progress=progress, guard=guard,
+                               window=args.window)
+    except BaseException:
+        sink.abort()
+        raise
+    if res.interrupted is not None:
+        if res.frames == 0:
+            print(f"interrupted ({_interrupt_name(res.interrupted)}) before the first frame; nothing "
+                  "was written")
+        else:
+            print(f"interrupted ({_interrupt_name(res.interrupted)}): kept {res.frames} of {frames} "
+                  f"frames in {res.path}")
+    else:
+        print(f"wrote {res.path} ({res.frames} frames at {fps:g} fps, {res.frames / fps:.2f} s)")
+    if res.frames:
+        print("recorded " + res.summary_line(), flush=True)
+    return _exit_status(res.interrupted)
 
 
 def record_demo(scene, out: Path, still: Path, size=(1280, 720), frames: int = 150, fps: int = 30,
                 progress: bool = True) -> int:
-    from app.render.gl_setup import configure
+    """The `run` command's no-display fallback: a short video of the scene plus a PNG of its last frame."""
+    from app.render import camera_path
+    from app.render.recorder import Recorder, _partial_file, _unlink, even_size, record_scene
 
-    configure(headless=True)
-    from app.render.canvas import Viewer
-    from app.render.recorder import record
-
-    backend = make_backend(scene)
+    size = even_size(size)
+    for p in (Path(out), Path(still)):  # our default out/ folder: create it
+        with contextlib.suppress(OSError):
+            p.parent.mkdir(parents=True, exist_ok=True)
+    rec = Recorder(size, fps)
+    rec.start(out)
+    _unlink(_partial_file(Path(still).expanduser().resolve(), "still"))
     try:
-        viewer = Viewer(scene, backend, size=size, headless=True)
-        record(viewer, out, frames, fps=fps, still_path=still, progress=progress)
-    finally:
-        backend.close()
-    print(f"wrote {out} ({frames} frames at {fps} fps) and {still}")
-    return 0
+        with _viewer(scene, size, window=False) as viewer:
+            path = camera_path.make_path(scene.camera, viewer.camera)
+            res = record_scene(viewer, rec, out, frames, camera=path,
+                               progress=progress and sys.stderr.isatty())
+    except BaseException:
+        rec.abort()
+        raise
+    if res.frames == 0:
+        print(f"interrupted before the first frame; {out} was not written")
+        return _exit_status(res.interrupted)
+    from app.render.encoder import write_png
 
-
-def main(args) -> int:
-    size = parse_size(args.size)
-    scene = scene_from_args(args)
-    still = args.still or args.out.with_suffix(".png")
-    return record_demo(scene, args.out, still, size=size, frames=args.frames, fps=args.fps,
-                       progress=not args.no_progress)
+    write_png(rec.last_frame, Path(still))
+    print(f"wrote {out} ({res.frames} frames at {fps} fps) and {still}")
+    return _exit_status(res.interrupted)
