@@ -12,19 +12,28 @@ log = logging.getLogger("nbody-live")
 
 HELP = "open the viewer on a scene (with no display: record a short demo to out/ instead)"
 KEYS = """\
-keys and mouse in the viewer:
+keys and mouse in the viewer (the panel takes the mouse and keys while it uses them):
   left drag          orbit the camera (it keeps turning a little after release)
   right/shift drag   pan
   wheel              zoom
   space              pause / resume the simulation
+  [ and ]            previous / next available kernel (takes effect on the next step)
+  R                  reset the simulation to the scene's initial bodies (and the camera)
+  C                  reset the camera to the scene's view
   F                  fit the camera to the bodies
-  R                  reset the camera to the scene's view
+  Tab                hide / show the control panel
   Escape             quit (closing the window quits too)
 """
 DESCRIPTION = f"""\
 Run SCENE live: every frame advances the simulation by run.steps_per_frame steps on the chosen
 backend and draws the bodies as additive point sprites (size by mass, colour by speed). The window
 title shows FPS, kernel, N and how positions reach the screen (CUDA-GL interop or host upload).
+
+The ImGui control panel (shown unless --no-panel; Tab hides it) switches kernels mid-run (every
+registry kernel, unavailable ones greyed with the reason), shows live frame and kernel timings,
+history plots with a marker at each switch, per-kernel medians, energy/momentum drift, and edits N,
+dt, softening, G, integrator, force model, steps per frame and the view; "Benchmark all kernels" runs
+each available kernel on a copy of the current state; "Screenshot" writes out/screenshot-<time>.png.
 
 With no display ($DISPLAY and $WAYLAND_DISPLAY unset) and no --headless/--frames, it records a short
 demo to out/demo.mp4 and out/demo.png instead of failing, and prints their paths.
@@ -35,6 +44,7 @@ examples:
   nbody-live run collision --n 65536 --kernel shared
   nbody-live run ../shared/data/bonsai_model3_child_compact.tipsy --softening 0.05
   nbody-live run plummer --frames 300 --headless   # no window: EGL, prints per-frame timings
+  nbody-live run --frames 400 --headless --panel-cost   # frame time with the panel shown vs hidden
 """
 
 
@@ -45,9 +55,15 @@ def add_parser(sub) -> None:
     p.add_argument("--frames", type=positive_int, metavar="N", help="exit after N frames")
     p.add_argument("--size", default="1280x720", metavar="WxH", help="window size (default 1280x720)")
     p.add_argument("--headless", action="store_true", help="render offscreen (EGL) even with a display")
-    p.add_argument("--screenshot", type=Path, metavar="FILE.png", help="save the last frame as PNG on exit")
+    p.add_argument("--screenshot", type=Path, metavar="FILE.png",
+                   help="save the last frame as PNG on exit (with the panel when it is shown)")
     p.add_argument("--timings", type=Path, metavar="FILE.csv",
                    help="write one row of timings per frame (frame, force, integrate, map, draw ms)")
+    p.add_argument("--no-panel", dest="panel", action="store_false",
+                   help="start without the ImGui control panel (Tab still shows it)")
+    p.add_argument("--panel-cost", action="store_true",
+                   help="measure the panel's cost: alternate blocks of frames with the panel shown and "
+                        "hidden (headless, --frames N, default 400) and print both median frame times")
     p.set_defaults(func=main)
 
 
@@ -56,6 +72,9 @@ def main(args) -> int:
     scene = scene_from_args(args)
     from app.render.gl_setup import has_display
 
+    if args.panel_cost:
+        args.headless = True
+        args.frames = args.frames or 400
     if not has_display() and not args.headless and args.frames is None:
         from app.commands.record import record_demo
 
@@ -69,18 +88,46 @@ def main(args) -> int:
     from app.timings import FrameLog
 
     backend = make_backend(scene)
+    viewer = panel = None
     try:
         viewer = Viewer(scene, backend, size=size, headless=headless)
         frame_log = FrameLog().attach(viewer)
+        from app.ui import Panel
+
+        # the panel's controller owns the keys ([ ] R Tab) and the kernel switching, shown or not
+        panel = Panel(viewer, frame_log=frame_log, visible=args.panel)
         viewer.screenshot_on_exit = args.screenshot
-        viewer.run(frames=args.frames)
+        viewer.screenshot_overlays = True  # what the user sees, panel included
+        import gc
+
+        # the ~10^5 long-lived objects of numba, vispy and imgui need no more scanning: without this a
+        # full collection now and then stalls a frame for ~50-100 ms
+        gc.collect()
+        gc.freeze()
+        if args.panel_cost:
+            from app.ui.panel import measure_panel_cost, panel_cost_line
+
+            print(panel_cost_line(measure_panel_cost(viewer, panel, frames=args.frames)))
+            if args.screenshot:
+                viewer.save_png(args.screenshot, overlays=True)
+            viewer.close()
+        else:
+            viewer.run(frames=args.frames)
+        backend = viewer.backend  # the panel may have switched to another backend's kernel
+        kernels = list(dict.fromkeys(r.kernel for r in frame_log.records if r.kernel))
         print(f"{viewer.stats.kernel or backend.kernel} N={backend.n} ({backend.data_path}): "
               + frame_log.summary_line())
+        if len(kernels) > 1:
+            print("kernels used: " + " -> ".join(kernels))
         if args.timings:
             frame_log.write_csv(args.timings)
             print(f"wrote {args.timings}")
         if args.screenshot:
             print(f"wrote {args.screenshot}")
     finally:
+        if panel is not None:
+            panel.close()
+        if viewer is not None and viewer.backend is not backend:
+            viewer.backend.close()
         backend.close()
     return 0

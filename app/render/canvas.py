@@ -7,9 +7,14 @@
 Per frame: `advance()` (backend.step + buffer sync), then `on_draw` (particles, then every callable in
 `viewer.overlays`, e.g. the ImGui panel). Timings land in `viewer.stats` (a FrameStats).
 
-Keys: Space pause/resume, R reset the camera to the scene's, F fit the bodies, Escape quit.
+Keys (`viewer.key_actions`, name -> callable; the panel's controller adds and replaces entries):
+Space pause/resume, F fit the bodies, C reset the camera to the scene's, [ and ] previous/next kernel,
+R reset (the controller reloads the scene's bodies; the bare viewer resets the camera), Tab (the panel
+hides itself), Escape quit.
 Mouse: left-drag rotates (with inertia), right/middle-drag or Shift+left-drag pans, wheel zooms.
-Callables in `viewer.capture_mouse` returning True (e.g. ImGui's want_capture_mouse) block the camera.
+Callables in `viewer.capture_mouse` / `viewer.capture_keyboard` returning True (ImGui's
+want_capture_mouse / want_capture_keyboard) block the camera / the key actions. An overlay that wants
+the input connects to `viewer.events` (mouse_press, mouse_move, key_press, ...) like any vispy handler.
 """
 
 from __future__ import annotations
@@ -167,6 +172,11 @@ class Viewer(app.Canvas):
         self.set_current()
         self.overlays: list[Callable[[Viewer], None]] = []
         self.capture_mouse: list[Callable[[], bool]] = []
+        self.capture_keyboard: list[Callable[[], bool]] = []
+        self.key_actions: dict[str, Callable[[], None]] = {
+            "Escape": self.request_quit, "Space": self.toggle_pause, "F": self.fit, "C": self.reset_camera,
+            "R": self.reset_camera, "[": lambda: self.cycle_kernel(-1), "]": lambda: self.cycle_kernel(+1)}
+        self.screenshot_overlays = False  # the exit screenshot includes the overlays (the panel)
         self.stats = FrameStats()
         self.paused = False
         self.interop = False
@@ -236,6 +246,17 @@ class Viewer(app.Canvas):
     def toggle_pause(self) -> None:
         self.paused = not self.paused
         self.stats.paused = self.paused
+
+    def cycle_kernel(self, step: int) -> str:
+        """Switch to the previous (-1) / next (+1) available kernel of the backend; returns its name."""
+        cls = type(self.backend)
+        names = [r.name for r in cls.kernels() if cls.kernel_why_not(r.name) is None]
+        if not names:
+            return self.backend.kernel
+        cur = self.backend.kernel
+        i = names.index(cur) if cur in names else -step
+        self.backend.set_kernel(names[(i + step) % len(names)])
+        return self.backend.kernel
 
     # --- camera --------------------------------------------------------------------------
     def _current_pos4(self) -> np.ndarray:
@@ -327,11 +348,11 @@ class Viewer(app.Canvas):
             img = fbo.read(alpha=False)
         return np.ascontiguousarray(img[:, :, :3])
 
-    def save_png(self, path: str | Path, size: tuple[int, int] | None = None) -> Path:
+    def save_png(self, path: str | Path, size: tuple[int, int] | None = None, overlays: bool = False) -> Path:
         from PIL import Image
 
         path = Path(path)
-        Image.fromarray(self.render_to_array(size)).save(path)
+        Image.fromarray(self.render_to_array(size, overlays=overlays)).save(path)
         return path
 
     # --- interactive loop -------------------------------------------------------------
@@ -377,7 +398,7 @@ class Viewer(app.Canvas):
     def on_close(self, event) -> None:
         if self.screenshot_on_exit:
             try:
-                self.save_png(self.screenshot_on_exit)
+                self.save_png(self.screenshot_on_exit, overlays=self.screenshot_overlays)
             except Exception as e:  # never turn a clean exit into a crash
                 log.warning("could not save the exit screenshot %s: %s", self.screenshot_on_exit, e)
         if self._timer is not None:
@@ -385,16 +406,13 @@ class Viewer(app.Canvas):
 
     # --- input ---------------------------------------------------------------------------
     def on_key_press(self, event) -> None:
+        if any(f() for f in self.capture_keyboard):
+            return
         key = event.key
-        name = key.name if key is not None else ""
-        if name == "Escape":
-            self.request_quit()
-        elif name == "Space":
-            self.toggle_pause()
-        elif name.upper() == "R":
-            self.reset_camera()
-        elif name.upper() == "F":
-            self.fit()
+        name = "" if key is None else "Space" if key == keys.SPACE else key.name  # glfw names it " "
+        action = self.key_actions.get(name.upper() if len(name) == 1 else name)
+        if action is not None:
+            action()
 
     def _blocked(self) -> bool:
         return any(f() for f in self.capture_mouse)

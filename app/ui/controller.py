@@ -1,0 +1,490 @@
+"""What the panel does to the viewer and its backend, with no ImGui in it (the panel only calls these).
+
+    ctl = Controller(viewer, frame_log)      # frame_log: the run's FrameLog (one is attached if None)
+    ctl.switch_kernel("cpu-fp64")            # the next step uses it; the state is left bitwise as it is
+    ctl.set_value("physics.dt", "0.002")     # validated by app.scene.set_value, the CLI's own rules
+    ctl.set_value("initial.n", "8192")       # new bodies from the scene, backend.load, new VBOs
+    ctl.reset(); ctl.single_step(); ctl.load_preset("disk"); ctl.start_benchmark()
+
+Every action returns None on success or a one-line message saying why nothing changed (also kept in
+`ctl.message`). `on_frame()` runs once per drawn frame (the panel's overlay calls it, shown or hidden):
+it ingests the newest FrameLog record into the history rings and the per-kernel logs, marks kernel and
+N switches, ticks the energy monitor and runs one kernel of a pending benchmark.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.backends import all_kernel_records, backend_class
+from app.errors import ConfigError
+from app.physics import FLOPS_PER_INTERACTION
+from app.timings import FrameLog, FrameRecord
+from app.ui.energy import EnergyMonitor
+
+log = logging.getLogger(__name__)
+
+HISTORY_S = 10.0  # what the history plots show
+HISTORY_CAP = 16384  # frames kept in the rings (10 s at up to ~1600 FPS)
+PER_KERNEL_CAP = 8192  # frames kept per (kernel, N) for the median table
+MEDIAN_EVERY_S = 1.0  # how often the median table is recomputed while it is on screen
+LIVE_WINDOW = 15  # frames the live numbers are the median of
+ENERGY_RESET_KEYS = {"physics.G", "physics.softening", "physics.model", "physics.repulsion"}
+HISTORY_FIELDS = ("frame_ms", "force_ms", "integrate_ms", "mapunmap_ms", "draw_ms", "upload_ms", "panel_ms",
+                  "energy_ms", "python_ms", "interactions_per_s")
+
+
+class History:
+    """Fixed-size numpy rings of per-frame numbers, on the FrameLog's clock (seconds since it started)."""
+
+    def __init__(self, capacity: int = HISTORY_CAP):
+        self.capacity = capacity
+        self.t = np.zeros(capacity)
+        self.data = {f: np.zeros(capacity) for f in HISTORY_FIELDS}
+        self.count = 0  # total pushed
+
+    def push(self, t: float, **values: float) -> None:
+        i = self.count % self.capacity
+        self.t[i] = t
+        for f, arr in self.data.items():
+            arr[i] = values.get(f, 0.0)
+        self.count += 1
+
+    def _order(self, last: int | None = None) -> np.ndarray:
+        n = min(self.count, self.capacity)
+        if last is not None:
+            n = min(n, last)
+        end = self.count % self.capacity
+        return (np.arange(end - n, end)) % self.capacity
+
+    def window(self, seconds: float = HISTORY_S, fields=None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """(t, {field: values}) for the frames of the last `seconds`, oldest first."""
+        fields = tuple(fields or self.data)
+        idx = self._order()
+        if idx.size == 0:
+            return np.zeros(0), {f: np.zeros(0) for f in fields}
+        t = self.t[idx]
+        first = int(np.searchsorted(t, t[-1] - seconds))  # t is increasing
+        idx = idx[first:]
+        return t[first:], {f: self.data[f][idx] for f in fields}
+
+    def recent_median(self, name: str, frames: int = LIVE_WINDOW) -> float:
+        idx = self._order(frames)
+        return float(np.median(self.data[name][idx])) if idx.size else 0.0
+
+    @property
+    def last_t(self) -> float:
+        return float(self.t[(self.count - 1) % self.capacity]) if self.count else 0.0
+
+
+@dataclass
+class Marker:
+    t: float  # FrameLog clock
+    label: str
+
+
+@dataclass
+class BenchResult:
+    kernel: str
+    n: int
+    steps: int
+    force_ms: float = 0.0
+    wall_ms: float = 0.0
+    error: str = ""
+
+    @property
+    def interactions_per_s(self) -> float:
+        return self.steps * self.n * self.n / (self.force_ms * 1e-3) if self.force_ms > 0 else 0.0
+
+    @property
+    def gflops(self) -> float:
+        return self.interactions_per_s * FLOPS_PER_INTERACTION * 1e-9
+
+
+@dataclass
+class Benchmark:
+    """Each available kernel, fresh backend instance, on a copy of one state; one kernel per frame."""
+
+    steps: int
+    n: int
+    pending: list[str] = field(default_factory=list)
+    results: list[BenchResult] = field(default_factory=list)
+    total: int = 0
+    state: object = None  # the Bodies every kernel starts from
+    physics: object = None
+
+    @property
+    def running(self) -> bool:
+        return bool(self.pending)
+
+    @property
+    def progress(self) -> float:
+        return len(self.results) / self.total if self.total else 1.0
+
+
+class Controller:
+    def __init__(self, viewer, frame_log: FrameLog | None = None, energy_every: int = 30):
+        self.viewer = viewer
+        self.log = frame_log if frame_log is not None else FrameLog().attach(viewer)
+        self.records = all_kernel_records()
+        self._why_not: dict[str, str | None] = {}
+        self.refresh_availability()
+        self.history = History()
+        self.markers: list[Marker] = []
+        self.per_kernel: dict[tuple[str, int], FrameLog] = {}
+        self.medians: dict[tuple[str, int], dict] = {}
+        self._stale: set[tuple[str, int]] = set()
+        self._medians_t = 0.0
+        self.energy = EnergyMonitor(every=energy_every)
+        self.bench: Benchmark | None = None
+        self.bench_steps = 10
+        self.message = ""
+        self.panel_ms = 0.0  # set by the panel: its own cost in the last frame (CPU)
+        self.energy_ms = 0.0  # the energy monitor's part of the last frame (a host read-back every k frames)
+        self.bench_ms = 0.0  # a benchmark kernel run in the last frame
+        self._live: dict | None = None
+        self._live_t = 0.0
+        self._live_count = -1
+        self._last_frame: int | None = None
+        self._last_kernel: str | None = None
+        self._last_n: int | None = None
+        self._skip_frames: set[int] = set()  # frames whose time includes a benchmark run
+        self._single_step: tuple[int, int] | None = None  # (frame at request, saved steps_per_frame)
+        viewer.key_actions.update({"R": self.reset, "[": lambda: self.cycle_kernel(-1),
+                                   "]": lambda: self.cycle_kernel(+1)})
+
+    # --- what there is ---------------------------------------------------------------------------
+    @property
+    def backend(self):
+        return self.viewer.backend
+
+    @property
+    def scene(self):
+        return self.viewer.scene
+
+    def refresh_availability(self) -> None:
+        """Ask every backend why each of its kernels cannot run (may compile CUDA sources, memoised)."""
+        for rec in self.records:
+            try:
+                self._why_not[rec.name] = backend_class(rec.backend).kernel_why_not(rec.name)
+            except Exception as e:  # noqa: BLE001 - a broken backend greys its kernels, nothing more
+                self._why_not[rec.name] = f"{type(e).__name__}: {e}"
+
+    def why_not(self, name: str) -> str | None:
+        """None when `name` can run now (its backend, its compile, N within its max_n), else why not."""
+        reason = self._why_not.get(name, f"{name!r} is not in the registry")
+        if reason:
+            return reason
+        rec = self.record(name)
+        if rec.max_n is not None and self.backend.n > rec.max_n:
+            return f"N = {self.backend.n:,} exceeds this kernel's limit of {rec.max_n:,}"
+        return None
+
+    def record(self, name: str):
+        for rec in self.records:
+            if rec.name == name:
+                return rec
+        raise ConfigError(f"unknown kernel {name!r}")
+
+    def available(self) -> list[str]:
+        return [r.name for r in self.records if self.why_not(r.name) is None]
+
+    def _fail(self, msg: str) -> str:
+        self.message = msg
+        log.warning("%s", msg)
+        return msg
+
+    def _ok(self, msg: str) -> None:
+        self.message = msg
+        log.info("%s", msg)
+
+    # --- kernels ---------------------------------------------------------------------------------
+    def switch_kernel(self, name: str) -> str | None:
+        """Use `name` from the next step on. Same backend: set_kernel (state untouched). Another backend:
+        a fresh instance loaded with `state()` (float64 copy: fp32 values round-trip exactly)."""
+        backend = self.backend
+        if name == backend.kernel:
+            return None
+        reason = self.why_not(name)
+        if reason:
+            return self._fail(f"kernel {name} is unavailable: {reason}")
+        rec = self.record(name)
+        old = self.record(backend.kernel) if any(r.name == backend.kernel for r in self.records) else None
+        try:
+            if rec.backend == backend.name:
+                backend.set_kernel(name)
+            else:
+                self._switch_backend(rec)
+        except Exception as e:  # noqa: BLE001 - a compile error etc.: keep the current kernel
+            self._why_not[name] = f"{type(e).__name__}: {e}"
+            return self._fail(f"switching to {name} failed: {e}")
+        note = ""
+        if old is not None and old.precision == "fp64" and rec.precision == "fp32":
+            note = " (fp64 state rounded to fp32 there)"
+        self._ok(f"kernel: {name} from the next step{note}")
+        return None
+
+    def _switch_backend(self, rec) -> None:
+        old = self.backend
+        state = old.state()
+        new = backend_class(rec.backend)()
+        try:
+            new.load(state, old.physics, rec.name)
+        except Exception:
+            new.close()
+            raise
+        self.viewer.set_current()
+        old.close()  # releases its GL registration before the new backend attaches the buffers
+        self.viewer.backend = new
+        self.viewer.sync_buffers(force=True)
+        log.info("backend %s -> %s (%s)", old.name, new.name, new.data_path)
+
+    def cycle_kernel(self, step: int) -> str | None:
+        names = self.available()
+        if not names:
+            return self._fail("no kernel is available")
+        cur = self.backend.kernel
+        i = names.index(cur) if cur in names else (-1 if step > 0 else 0)
+        return self.switch_kernel(names[(i + step) % len(names)])
+
+    # --- parameters ------------------------------------------------------------------------------
+    def current_value(self, key: str):
+        section, name = key.split(".", 1)
+        if section == "physics":
+            return getattr(self.backend.physics, name)
+        if section == "initial" and name == "n":
+            return self.backend.n
+        return getattr(getattr(self.scene, section), name)
+
+    def set_value(self, key: str, value) -> str | None:
+        """Validate `key = value` exactly as a scene file / `--set` would, then apply it live.
+
+        A rejected value changes nothing (the previous value stays in effect)."""
+        from app.scene import set_value
+
+        trial = copy.deepcopy(self.scene)
+        try:
+            set_value(trial, key, value)
+        except ConfigError as e:
+            return self._fail(str(e))
+        section = key.split(".", 1)[0]
+        try:
+            if key == "initial.n":
+                return self._set_n(trial)
+            if section == "physics":
+                self.backend.set_physics(trial.physics)
+                if key in ENERGY_RESET_KEYS:
+                    self.energy.rebase()
+            elif section == "render":
+                self.viewer.renderer.apply_settings(trial.render)
+            elif section not in ("run", "camera"):
+                return self._fail(f"{key} cannot be changed while running")
+        except Exception as e:  # noqa: BLE001 - the backend's own checks
+            return self._fail(f"{key}: {e}")
+        set_value(self.scene, key, value)
+        self._ok(f"{key} = {self.current_value(key)}")
+        return None
+
+    def _set_n(self, trial) -> str | None:
+        from app.scene import make_bodies
+
+        if trial.initial.file:
+            return self._fail("N is fixed by the snapshot file the bodies come from")
+        n = trial.initial.n
+        if n == self.backend.n:
+            self.scene.initial.n = n
+            return None
+        bodies = make_bodies(trial)
+        self._load(bodies)
+        self.scene.initial.n = n
+        self._ok(f"N = {n:,}: buffers re-allocated")
+        return None
+
+    def _load(self, bodies, physics=None) -> None:
+        """New bodies into the running backend; new VBOs when N changed (re-registered with CUDA)."""
+        self.viewer.set_current()
+        b = self.backend
+        b.load(bodies, physics or b.physics, b.kernel)
+        self.viewer.sync_buffers(force=True)
+        self.energy.rebase()
+
+    def reset(self) -> str | None:
+        """The scene's initial bodies again (same seed, current N, current kernel), camera reset."""
+        from app.scene import make_bodies
+
+        try:
+            self._load(make_bodies(self.scene), self.scene.physics)
+        except Exception as e:  # noqa: BLE001
+            return self._fail(f"reset failed: {e}")
+        self.viewer.reset_camera()
+        self._ok("reset to the scene's initial bodies")
+        return None
+
+    def load_preset(self, name: str) -> str | None:
+        """A preset's bodies, physics, camera and render settings; N, backend and kernel are kept."""
+        from app.scene import load_scene, make_bodies
+
+        cur = self.scene
+        try:
+            new = load_scene(name, {"initial.n": cur.initial.n})
+            new.run.backend, new.run.kernel = cur.run.backend, self.backend.kernel
+            bodies = make_bodies(new)
+            self.backend.set_physics(new.physics)
+            self.viewer.scene = new
+            self.viewer.renderer.apply_settings(new.render)
+            self._load(bodies, new.physics)
+        except Exception as e:  # noqa: BLE001
+            self.viewer.scene = cur
+            return self._fail(f"preset {name}: {e}")
+        self.viewer.reset_camera()
+        self._ok(f"scene {name} (N = {bodies.n:,})")
+        return None
+
+    # --- running ---------------------------------------------------------------------------------
+    def toggle_pause(self) -> None:
+        self.viewer.toggle_pause()
+
+    def single_step(self) -> None:
+        """Advance by exactly one integrator step at the next frame, then stay paused."""
+        if self._single_step is not None:
+            return
+        v = self.viewer
+        self._single_step = (v.stats.frame, int(self.scene.run.steps_per_frame))
+        self.scene.run.steps_per_frame = 1
+        if v.paused:
+            v.toggle_pause()
+
+    def _finish_single_step(self) -> None:
+        if self._single_step is None:
+            return
+        requested, spf = self._single_step
+        if self.viewer.stats.frame > requested:  # the frame after the request stepped once
+            self.scene.run.steps_per_frame = spf
+            if not self.viewer.paused:
+                self.viewer.toggle_pause()
+            self._single_step = None
+
+    # --- benchmark -------------------------------------------------------------------------------
+    def start_benchmark(self, steps: int | None = None) -> str | None:
+        names = self.available()
+        if not names:
+            return self._fail("no kernel is available to benchmark")
+        steps = int(steps or self.bench_steps)
+        if steps < 1:
+            return self._fail("benchmark steps must be at least 1")
+        self.bench_steps = steps
+        self.bench = Benchmark(steps=steps, n=self.backend.n, pending=list(names), total=len(names),
+                               state=self.backend.state(), physics=self.backend.physics)
+        self._ok(f"benchmark: {len(names)} kernels x {steps} steps at N = {self.backend.n:,}")
+        return None
+
+    def bench_tick(self) -> BenchResult | None:
+        """Run the next pending kernel of the benchmark (one per frame keeps the window alive)."""
+        bench = self.bench
+        if bench is None or not bench.pending:
+            return None
+        name = bench.pending.pop(0)
+        rec = self.record(name)
+        res = BenchResult(kernel=name, n=bench.n, steps=bench.steps)
+        t0 = time.perf_counter()
+        b = None
+        try:
+            b = backend_class(rec.backend)()
+            b.load(bench.state.copy(), bench.physics, name)
+            b.step(1)  # warm-up: compiles, first launches
+            st = b.step(bench.steps)
+            res.force_ms = st.force_ms
+        except Exception as e:  # noqa: BLE001 - one kernel failing does not stop the others
+            res.error = f"{type(e).__name__}: {e}"
+        finally:
+            if b is not None:
+                b.close()
+        res.wall_ms = (time.perf_counter() - t0) * 1e3
+        bench.results.append(res)
+        self._skip_frames.add(self.viewer.stats.frame + 1)  # that frame's time includes the benchmark
+        if not bench.pending:
+            self._ok("benchmark done: " + ", ".join(
+                f"{r.kernel} {r.interactions_per_s / 1e9:.2f} G/s" for r in bench.results if not r.error))
+        return res
+
+    # --- per frame -------------------------------------------------------------------------------
+    def on_frame(self) -> None:
+        """Ingest the newest frame record, then energy, benchmark and single-step bookkeeping."""
+        recs = self.log.records
+        if recs:
+            rec = recs[-1]
+            if rec.frame != self._last_frame:
+                self._last_frame = rec.frame
+                self._ingest(rec)
+        self._finish_single_step()
+        t0 = time.perf_counter()
+        if not self.viewer.paused or self.energy.latest is None:
+            self.energy.tick(self.backend)
+        t1 = time.perf_counter()
+        self.bench_tick()
+        self.energy_ms = (t1 - t0) * 1e3
+        self.bench_ms = (time.perf_counter() - t1) * 1e3
+
+    def _ingest(self, rec: FrameRecord) -> None:
+        if rec.kernel and rec.kernel != self._last_kernel:
+            self.markers.append(Marker(rec.t, rec.kernel))
+            self._last_kernel = rec.kernel
+        elif rec.n != self._last_n and self._last_n is not None:
+            self.markers.append(Marker(rec.t, f"N={rec.n:,}"))
+        self._last_n = rec.n
+        if len(self.markers) > 256:
+            del self.markers[:-256]
+        if rec.frame <= 2 or rec.frame in self._skip_frames:
+            self._skip_frames.discard(rec.frame)
+            return  # start-up frames (compiles, first uploads) and benchmark frames are not the run's
+        # panel_ms / energy_ms still hold the previous overlay's: the one inside this record's frame time
+        measured = (rec.force_ms + rec.integrate_ms + rec.map_ms + rec.unmap_ms + rec.draw_ms + rec.upload_ms
+                    + self.panel_ms + self.energy_ms)
+        python_ms = max(rec.frame_ms - measured, 0.0) if rec.frame_ms > 0 else 0.0
+        self.history.push(rec.t, frame_ms=rec.frame_ms, force_ms=rec.force_ms, integrate_ms=rec.integrate_ms,
+                          mapunmap_ms=rec.map_ms + rec.unmap_ms, draw_ms=rec.draw_ms, upload_ms=rec.upload_ms,
+                          panel_ms=self.panel_ms, energy_ms=self.energy_ms, python_ms=python_ms,
+                          interactions_per_s=rec.interactions_per_s)
+        if rec.steps > 0 and rec.frame_ms > 0:
+            key = (rec.kernel, rec.n)
+            self.per_kernel.setdefault(key, FrameLog(capacity=PER_KERNEL_CAP)).records.append(rec)
+            self._stale.add(key)
+
+    def update_medians(self, max_age_s: float = 0.0) -> dict[tuple[str, int], dict]:
+        """Per-(kernel, N) medians via FrameLog.medians (the first 3 frames of each are warm-up), for the
+        (kernel, N) pairs that got frames since the last update; at most every `max_age_s` seconds.
+        The panel asks while its table is on screen; nothing is computed otherwise."""
+        now = time.perf_counter()
+        if now - self._medians_t >= max_age_s:
+            self._medians_t = now
+            for key in list(self._stale):
+                self.medians[key] = self.per_kernel[key].medians(skip=3)
+            self._stale.clear()
+        return self.medians
+
+    def live(self, max_age_s: float = 0.1) -> dict[str, float]:
+        """The live numbers: medians of the last LIVE_WINDOW frames (steadier than one frame), recomputed
+        at most every `max_age_s` (readable, and cheap at any frame rate)."""
+        now = time.perf_counter()
+        fresh = now - self._live_t < max_age_s or self._live_count == self.history.count
+        if self._live is not None and fresh:
+            return self._live
+        h = self.history
+        idx = h._order(LIVE_WINDOW)
+        if idx.size:
+            block = np.median(np.stack([h.data[f][idx] for f in HISTORY_FIELDS]), axis=1)
+            out = {f: float(v) for f, v in zip(HISTORY_FIELDS, block, strict=True)}
+        else:
+            out = dict.fromkeys(HISTORY_FIELDS, 0.0)
+        out["gflops"] = out["interactions_per_s"] * FLOPS_PER_INTERACTION * 1e-9
+        out["fps"] = self.viewer.stats.fps
+        self._live, self._live_t, self._live_count = out, now, h.count
+        return out
+
+    def close(self) -> None:
+        self.energy.close()

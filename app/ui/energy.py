@@ -1,0 +1,212 @@
+"""Energy and momentum drift for the panel: conserved quantities sampled every few frames.
+
+For now the state is read back to the host (`backend.state()`, a synchronising copy on the GPU) every
+`every` frames and reduced there in a background thread (a numba kernel that releases the GIL), so a
+frame never waits for the O(N²) potential energy. The CUDA device-side reduction will replace the host
+read-back: a backend with a `diagnostics()` method (returning `app.physics.Diagnostics`, or a dict with
+its fields) is asked directly instead, on the thread that owns it.
+
+Drifts are relative to a baseline, the first sample after `rebase()` (a new N, reset, a physics change):
+    energy    |E - E0| / |E0|
+    momentum  |P - P0| / Σ m|v|          (the scale linear momentum is judged against)
+    angular   |L - L0| / Σ m |r| |v|
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.physics import (
+    Diagnostics,
+    Physics,
+    angular_momentum,
+    kinetic_energy,
+    linear_momentum,
+    momentum_scale,
+)
+
+log = logging.getLogger(__name__)
+
+HOST_MAX_N = 65_536  # above this the host O(N²) potential takes seconds: energy needs the device reduction
+
+_kernels: dict[bool, object] = {}
+
+
+def _kernel(parallel: bool):
+    """The pairwise potential in float64 (same interaction as app.physics.potential_energy), compiled
+    once per flavour: serial (next to the CPU backend, whose kernels use every core) or parallel over
+    the rows (next to a GPU backend, where the host's cores are idle)."""
+    if parallel not in _kernels:
+        from numba import njit, prange
+
+        @njit(nogil=True, fastmath=False, cache=True, parallel=parallel)
+        def potential(pos, mass, eps2, g, h):
+            n = pos.shape[0]
+            total = 0.0
+            for i in prange(n):
+                xi, yi, zi, mi = pos[i, 0], pos[i, 1], pos[i, 2], mass[i]
+                acc = 0.0
+                for j in range(i + 1, n):
+                    dx = pos[j, 0] - xi
+                    dy = pos[j, 1] - yi
+                    dz = pos[j, 2] - zi
+                    s2 = dx * dx + dy * dy + dz * dz + eps2
+                    if s2 == 0.0:
+                        continue
+                    s = math.sqrt(s2)
+                    pair = -g / s
+                    if h != 0.0:
+                        pair += h / (3.0 * s2 * s)
+                    acc += pair * mass[j]
+                total += acc * mi
+            return total
+
+        _kernels[parallel] = potential
+    return _kernels[parallel]
+
+
+def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, parallel: bool = False) -> float:
+    """Σ_{i<j} -G m_i m_j / s + H m_i m_j / (3 s³), s² = r² + ε²; numba, float64, releases the GIL."""
+    pos = np.ascontiguousarray(pos, dtype=np.float64)
+    mass = np.ascontiguousarray(mass, dtype=np.float64)
+    fn = _kernel(parallel)
+    return float(fn(pos, mass, float(physics.softening) ** 2, float(physics.G), float(physics.h)))
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement: simulation time and the three relative drifts (energy None when not computed)."""
+
+    time: float
+    energy: float | None
+    momentum: float
+    angular: float
+    e_total: float | None
+
+
+def host_diagnostics(bodies, physics: Physics, with_energy: bool = True,
+                     parallel: bool = False) -> tuple[Diagnostics, float]:
+    """(Diagnostics, Σ m|r||v|) of a host state; potential energy NaN when `with_energy` is False."""
+    pot = potential_energy(bodies.pos, bodies.mass, physics, parallel) if with_energy else float("nan")
+    d = Diagnostics(time=bodies.time, kinetic=kinetic_energy(bodies.vel, bodies.mass), potential=pot,
+                    momentum=tuple(linear_momentum(bodies.vel, bodies.mass)),
+                    angular_momentum=tuple(angular_momentum(bodies.pos, bodies.vel, bodies.mass)),
+                    momentum_scale=momentum_scale(bodies.vel, bodies.mass))
+    r, v = np.linalg.norm(bodies.pos, axis=1), np.linalg.norm(bodies.vel, axis=1)
+    lscale = float(np.sum(bodies.mass * r * v))
+    return d, lscale
+
+
+def _as_diagnostics(obj) -> Diagnostics:
+    if isinstance(obj, Diagnostics):
+        return obj
+    return Diagnostics(**dict(obj))
+
+
+class EnergyMonitor:
+    """Samples conserved quantities every `every` frames; `samples` holds the drifts since the baseline."""
+
+    def __init__(self, every: int = 30, max_samples: int = 2000):
+        self.every = max(int(every), 1)
+        self.max_samples = max_samples
+        self.samples: list[Sample] = []
+        self.note = ""  # why energy is not shown (N too large for the host path), else ""
+        self.source = ""  # "device diagnostics()" | "host read-back"
+        self._base: tuple[Diagnostics, float] | None = None
+        self._future: Future | None = None
+        self._generation = 0
+        self._frames = 0
+
+    def rebase(self) -> None:
+        """The next sample becomes the baseline (new bodies, or physics that changes what E means)."""
+        self._generation += 1
+        self._base = None
+        self.samples.clear()
+        self._frames = 0
+
+    def tick(self, backend) -> None:
+        """Call once per frame: collects a finished sample, starts the next one every `every` frames."""
+        if self._future is not None and self._future.done():
+            fut, self._future = self._future, None
+            try:
+                gen, result = fut.result()
+            except Exception as e:  # noqa: BLE001 - a diagnostic must never stop the viewer
+                log.warning("energy diagnostics failed: %s", e)
+            else:
+                if gen == self._generation:
+                    self._record(*result)
+        self._frames += 1
+        if self._frames % self.every != 1 and self.every > 1:
+            return
+        if self._future is not None:
+            return  # the previous host reduction is still running: skip this one
+        physics = backend.physics
+        if hasattr(backend, "diagnostics"):
+            self.source = "device diagnostics()"
+            self.note = ""
+            d = _as_diagnostics(backend.diagnostics())
+            scale = getattr(d, "angular_scale", None) or d.momentum_scale
+            self._record(d, float(scale))
+            return
+        self.source = "host read-back"
+        bodies = backend.state()
+        with_energy = bodies.n <= HOST_MAX_N
+        self.note = "" if with_energy else (f"N = {bodies.n:,} > {HOST_MAX_N:,}: the host O(N²) energy is "
+                                            "off (needs the device-side reduction)")
+        gen = self._generation
+        parallel = getattr(backend, "name", "") != "cpu"  # the CPU backend's kernels use every core
+        fut: Future = Future()
+
+        def work():  # a daemon thread: a long O(N²) sum never holds up the app's exit
+            try:
+                if parallel:  # half the cores: the render loop's thread must not be crowded out
+                    import numba
+
+                    numba.set_num_threads(max(1, numba.config.NUMBA_NUM_THREADS // 2))
+                fut.set_result((gen, host_diagnostics(bodies, physics, with_energy, parallel)))
+            except Exception as e:  # noqa: BLE001 - reported by tick()
+                fut.set_exception(e)
+
+        self._future = fut
+        threading.Thread(target=work, name="nbody-energy", daemon=True).start()
+
+    def wait(self, timeout: float = 30.0) -> None:
+        """Block until the sample in flight (if any) is recorded (tests, the end of a run)."""
+        if self._future is not None:
+            self._future.result(timeout)
+            fut, self._future = self._future, None
+            gen, result = fut.result()
+            if gen == self._generation:
+                self._record(*result)
+
+    def _record(self, d: Diagnostics, lscale: float) -> None:
+        if self._base is None:
+            self._base = (d, lscale)
+        b, bl = self._base
+        e0 = b.energy
+        energy = None
+        if math.isfinite(d.potential) and math.isfinite(e0) and e0 != 0:
+            energy = abs(d.energy - e0) / abs(e0)
+        dp = float(np.linalg.norm(np.subtract(d.momentum, b.momentum)))
+        dl = float(np.linalg.norm(np.subtract(d.angular_momentum, b.angular_momentum)))
+        s = Sample(time=d.time, energy=energy,
+                   momentum=dp / b.momentum_scale if b.momentum_scale > 0 else 0.0,
+                   angular=dl / bl if bl > 0 else 0.0,
+                   e_total=d.energy if math.isfinite(d.potential) else None)
+        self.samples.append(s)
+        if len(self.samples) > self.max_samples:
+            del self.samples[: len(self.samples) - self.max_samples]
+
+    @property
+    def latest(self) -> Sample | None:
+        return self.samples[-1] if self.samples else None
+
+    def close(self) -> None:
+        self._generation += 1  # a result still in flight is dropped
+        self._future = None

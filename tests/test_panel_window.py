@@ -1,0 +1,162 @@
+"""The panel in a real glfw window under Xvfb (pytest-xvfb provides $DISPLAY): xdotool clicks open the
+kernel combo and pick cpu-fp64, a screenshot of the X screen shows the panel, and the app's own summary
+after Escape shows the switch and non-zero kernel timings.
+
+Where to click: the panel's layout is deterministic for a given size, so this test first lays the same
+panel out headless (EGL, in this process) and reads `panel.item_rects`, then clicks those spots in the
+real window (a different process, the glfw backend).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.render import gl_setup
+
+ROOT = Path(__file__).resolve().parent.parent
+W, H = 900, 640
+
+pytestmark = [
+    pytest.mark.gl,
+    pytest.mark.skipif(not (shutil.which("xdotool") and shutil.which("Xvfb")),
+                       reason="needs xdotool and Xvfb (Debian: apt-get install xdotool xvfb)"),
+]
+
+
+def xdotool(*args: str, timeout: float = 15) -> str:
+    return subprocess.run(["xdotool", *args], check=True, capture_output=True, text=True,
+                          timeout=timeout).stdout
+
+
+@pytest.fixture(scope="module")
+def layout() -> dict:
+    """item_rects of the panel at W x H with its kernel combo open, laid out headless in this process."""
+    try:
+        gl_setup.configure(headless=True)
+        from app.commands.common import make_backend
+        from app.render.canvas import Viewer
+        from app.scene import load_scene
+        from app.ui import Panel
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"no headless GL to lay the panel out: {type(e).__name__}: {e}")
+    scene = load_scene("plummer", {"initial.n": 1024, "run.backend": "cpu"})
+    viewer = Viewer(scene, make_backend(scene), size=(W, H), headless=True)
+    panel = Panel(viewer)
+    try:
+        viewer.toggle_pause()
+        for _ in range(3):
+            viewer.step_and_render()
+        rects = dict(panel.item_rects)
+        x0, y0, x1, y1 = rects["kernel_combo"]
+        pos = ((x0 + x1) / 2, (y0 + y1) / 2)
+        ev = viewer.events
+        ev.mouse_move(pos=pos, button=None, buttons=[], modifiers=())
+        for step in (lambda: ev.mouse_press(pos=pos, button=1, buttons=[1], modifiers=()),
+                     lambda: ev.mouse_release(pos=pos, button=1, buttons=[], modifiers=())):
+            viewer.step_and_render()
+            step()
+        for _ in range(5):
+            viewer.step_and_render()
+        rects.update(panel.item_rects)
+    finally:
+        panel.close()
+        b = viewer.backend
+        viewer.close()
+        b.close()
+    assert "kernel:cpu-fp64" in rects, sorted(rects)
+    return rects
+
+
+@pytest.fixture
+def display() -> str:
+    d = os.environ.get("DISPLAY")
+    if not d:
+        pytest.skip("no $DISPLAY: pytest-xvfb did not start Xvfb (or ran with --no-xvfb)")
+    from PIL import features
+
+    if not features.check("xcb"):
+        pytest.skip("Pillow was built without XCB support: ImageGrab cannot read the X screen")
+    return d
+
+
+def _center(rect) -> tuple[int, int]:
+    x0, y0, x1, y1 = rect
+    return int((x0 + x1) / 2), int((y0 + y1) / 2)
+
+
+def test_xdotool_clicks_switch_the_kernel_in_a_real_window(tmp_path, display, layout):
+    env = os.environ.copy()
+    env["DISPLAY"] = display
+    for key in ("NBODY_HEADLESS", "PYOPENGL_PLATFORM", "EGL_PLATFORM", "WAYLAND_DISPLAY"):
+        env.pop(key, None)
+    timings = tmp_path / "timings.csv"
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app", "run", "plummer", "--n", "1024", "--backend", "cpu",
+             "--size", f"{W}x{H}", "--timings", str(timings), "--screenshot", str(tmp_path / "exit.png")],
+            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            window = None
+            deadline = time.monotonic() + 40
+            while window is None and time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    pytest.fail(f"run exited early ({proc.returncode}):\n{log.read_text()}")
+                r = subprocess.run(["xdotool", "search", "--onlyvisible", "--pid", str(proc.pid),
+                                    "--name", "NBody Live"], capture_output=True, text=True, timeout=10)
+                window = (r.stdout.split() or [None])[-1]
+                time.sleep(0.2)
+            assert window, f"no window appeared:\n{log.read_text()}"
+            geo = xdotool("getwindowgeometry", "--shell", window)
+            vals = dict(line.split("=", 1) for line in geo.split() if "=" in line)
+            wx, wy, ww, wh = (int(vals[k]) for k in ("X", "Y", "WIDTH", "HEIGHT"))
+            assert (ww, wh) == (W, H)
+            time.sleep(2.0)  # frames with cpu-simd
+            for target in ("kernel_combo", "kernel:cpu-fp64"):
+                x, y = _center(layout[target])
+                xdotool("mousemove", "--window", window, str(x), str(y))
+                time.sleep(0.3)
+                xdotool("click", "1")
+                time.sleep(0.8)
+            time.sleep(1.5)  # frames with cpu-fp64
+            from PIL import ImageGrab
+
+            shot = np.asarray(ImageGrab.grab(xdisplay=display).convert("RGB"))[wy:wy + wh, wx:wx + ww]
+            from PIL import Image
+
+            Image.fromarray(shot).save(tmp_path / "screen.png")
+            xdotool("mousemove", "--window", window, str(W - 50), str(H // 2))
+            xdotool("key", "Escape")
+            rc = proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(10)
+    output = log.read_text()
+    assert rc == 0, output
+    # the panel is on screen: its window region is lit, more than the sky beside it
+    px0, py0, px1, py1 = (int(v) for v in layout["window"])
+    panel = shot[py0:py1, px0:px1].astype(float)
+    assert panel.mean() > 15 and (panel.max(axis=2) > 100).mean() > 0.02, "no panel drawn"
+    # the app's own account: it switched, and the kernels' times are real
+    assert "kernels used: cpu-simd -> cpu-fp64" in output, output
+    m = re.search(r"^cpu-fp64 N=1024 \(host upload\): median over \d+ frames: frame ([0-9.]+) ms, "
+                  r"force ([0-9.]+) ms", output, re.M)
+    assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, output
+    with open(timings) as f:
+        rows = list(csv.DictReader(f))
+    by_kernel = {k: [r for r in rows if r["kernel"] == k] for k in ("cpu-simd", "cpu-fp64")}
+    assert by_kernel["cpu-simd"] and by_kernel["cpu-fp64"], output
+    for k, rs in by_kernel.items():
+        assert max(float(r["force_ms"]) for r in rs) > 0, k
+        assert max(float(r["frame_ms"]) for r in rs) > 0, k
