@@ -1,0 +1,254 @@
+"""pycuda import, device facts and the primary-context scope (everything that needs a driver lives here).
+
+Importing this module never imports pycuda: `driver()` does, on first use, and `why_not()` turns every
+way that can fail (pycuda missing, no libcuda, no device, no nvcc) into one line saying what to do.
+
+Context policy: the backend retains the device's *primary* context once per process (shared with any
+runtime-API library, e.g. numba or a profiler) and pushes it only for the duration of each backend
+call (`ContextScope`, re-entrant), so pycuda's context stack is empty between calls and at exit;
+PyCUDA aborts the interpreter at exit when a pushed context was never popped. All calls must come
+from the thread that first made the backend (pycuda's contexts are per thread).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import subprocess
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+log = logging.getLogger(__name__)
+
+PIP_HINT = "pip install pycuda (built with GL: see README)"
+DEVICE_ENV = "NBODY_CUDA_DEVICE"
+
+
+class CudaUnavailable(Exception):
+    """Carries the one-line why_not."""
+
+
+def driver():
+    """The pycuda.driver module, initialised; raises CudaUnavailable with the reason."""
+    return _driver()
+
+
+@functools.lru_cache(maxsize=1)
+def _driver_or_reason():
+    if os.environ.get("NBODY_DISABLE_CUDA"):
+        return None, "disabled by the NBODY_DISABLE_CUDA environment variable"
+    try:
+        import pycuda.driver as drv
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] == "pycuda":
+            return None, f"pycuda is not installed: {PIP_HINT}"
+        return None, f"pycuda cannot be imported ({e}): {PIP_HINT}"
+    except ImportError as e:
+        text = str(e)
+        if "libcuda" in text or "libnvidia" in text:
+            return None, f"no NVIDIA driver (libcuda not found: {text})"
+        return None, f"pycuda cannot be imported ({text}): reinstall it, {PIP_HINT}"
+    try:
+        drv.init()
+    except Exception as e:  # pycuda._driver.RuntimeError / LogicError
+        return None, f"the CUDA driver did not initialise ({e}): no usable NVIDIA GPU or driver"
+    try:
+        count = drv.Device.count()
+    except Exception as e:
+        return None, f"cannot count CUDA devices ({e})"
+    if count == 0:
+        return None, "no CUDA device found (the NVIDIA driver reports 0 GPUs)"
+    ordinal = device_ordinal()
+    if not 0 <= ordinal < count:
+        return None, f"{DEVICE_ENV}={ordinal} but only {count} CUDA device(s) exist"
+    return drv, None
+
+
+def _driver():
+    drv, reason = _driver_or_reason()
+    if drv is None:
+        raise CudaUnavailable(reason)
+    return drv
+
+
+def driver_why_not() -> str | None:
+    return _driver_or_reason()[1]
+
+
+def device_ordinal() -> int:
+    try:
+        return int(os.environ.get(DEVICE_ENV, "0"))
+    except ValueError:
+        return 0
+
+
+@functools.lru_cache(maxsize=1)
+def gl_module_or_reason():
+    """(pycuda.gl, None) or (None, why): pycuda.gl needs pycuda built with CUDA_ENABLE_GL."""
+    try:
+        import pycuda.gl as cuda_gl
+    except ImportError as e:
+        return None, f"pycuda.gl is not importable ({e}): pycuda was built without GL; {PIP_HINT}"
+    return cuda_gl, None
+
+
+# --- device facts ----------------------------------------------------------------------------------------
+# FP32 lanes per SM by compute capability (CUDA C programming guide, arithmetic throughput table).
+def fp32_lanes_per_sm(cc: tuple[int, int]) -> int:
+    if cc in ((6, 0), (7, 0), (7, 2), (7, 5), (8, 0)):
+        return 64
+    return 128
+
+
+@dataclass(frozen=True)
+class DeviceFacts:
+    ordinal: int
+    name: str
+    compute_capability: tuple[int, int]
+    sms: int
+    total_memory: int  # bytes
+    memory_clock_mhz: float | None
+    memory_bus_bits: int | None
+    sm_clock_max_mhz: float | None  # from nvidia-smi (CUDA 13 dropped the clock-rate attribute)
+    sm_clock_mhz: float | None
+    driver_version: str | None  # the NVIDIA driver ("580.65.06"), from nvidia-smi
+    cuda_driver_api: str  # the CUDA version the driver supports ("13.0")
+    pci_bus_id: str | None
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+    @property
+    def fp32_issue_limit(self) -> float | None:
+        """Interactions/s if every SM issued 12 FP32 instructions per interaction at the max SM clock."""
+        if not self.sm_clock_max_mhz:
+            return None
+        return fp32_lanes_per_sm(self.compute_capability) / 12 * self.sms * self.sm_clock_max_mhz * 1e6
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["compute_capability"] = f"{self.compute_capability[0]}.{self.compute_capability[1]}"
+        d["arch"] = self.arch
+        d["fp32_issue_limit_interactions_per_s"] = self.fp32_issue_limit
+        return d
+
+
+def _smi_rows(extra: list[str]) -> list[str]:
+    cmd = ["nvidia-smi", "--query-gpu=clocks.max.sm,clocks.sm,driver_version",
+           "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(cmd + extra, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [ln for ln in out.stdout.splitlines() if ln.strip()] if out.returncode == 0 else []
+
+
+def _nvidia_smi(pci_bus_id: str | None, ordinal: int) -> dict:
+    """SM clocks and the driver version by nvidia-smi: by PCI bus id, else the only / the ordinal-th GPU."""
+    rows = _smi_rows([f"--id={pci_bus_id}"]) if pci_bus_id else []
+    if not rows:
+        every = _smi_rows([])
+        rows = every if len(every) == 1 else every[ordinal:ordinal + 1]
+    if not rows:
+        return {}
+    fields = [f.strip() for f in rows[0].split(",")]
+
+    def num(text):
+        try:
+            return float(text)
+        except ValueError:
+            return None
+
+    return {"sm_clock_max_mhz": num(fields[0]) if fields else None,
+            "sm_clock_mhz": num(fields[1]) if len(fields) > 1 else None,
+            "driver_version": fields[2] if len(fields) > 2 else None}
+
+
+@functools.lru_cache(maxsize=1)
+def device_facts() -> DeviceFacts:
+    """Facts of the selected device (no context needed); raises CudaUnavailable."""
+    drv = driver()
+    ordinal = device_ordinal()
+    dev = drv.Device(ordinal)
+    attr = drv.device_attribute
+
+    def get(name):
+        a = getattr(attr, name, None)
+        if a is None:
+            return None
+        try:
+            return int(dev.get_attribute(a))
+        except Exception:
+            return None
+
+    try:
+        pci = dev.pci_bus_id()
+    except Exception:
+        pci = None
+    smi = _nvidia_smi(pci, ordinal)
+    clock_khz = get("CLOCK_RATE")
+    sm_max = smi.get("sm_clock_max_mhz") or (clock_khz / 1000 if clock_khz else None)
+    mem_khz = get("MEMORY_CLOCK_RATE")
+    ver = drv.get_driver_version()
+    return DeviceFacts(
+        ordinal=ordinal,
+        name=dev.name(),
+        compute_capability=tuple(dev.compute_capability()),
+        sms=get("MULTIPROCESSOR_COUNT") or 0,
+        total_memory=int(dev.total_memory()),
+        memory_clock_mhz=mem_khz / 1000 if mem_khz else None,
+        memory_bus_bits=get("GLOBAL_MEMORY_BUS_WIDTH"),
+        sm_clock_max_mhz=sm_max,
+        sm_clock_mhz=smi.get("sm_clock_mhz"),
+        driver_version=smi.get("driver_version"),
+        cuda_driver_api=f"{ver // 1000}.{(ver % 1000) // 10}",
+        pci_bus_id=pci,
+    )
+
+
+# --- the primary context ---------------------------------------------------------------------------------
+_PRIMARY = None  # the retained primary context (one per process)
+
+
+def primary_context():
+    global _PRIMARY
+    if _PRIMARY is None:
+        drv = driver()
+        _PRIMARY = drv.Device(device_ordinal()).retain_primary_context()
+    return _PRIMARY
+
+
+def release_primary_context() -> None:
+    """Drop this module's reference (at exit); pycuda releases it once no allocation needs it."""
+    global _PRIMARY
+    _PRIMARY = None
+
+
+class ContextScope:
+    """`with scope:` pushes the primary context for the call and pops it after; re-entrant."""
+
+    def __init__(self):
+        self.ctx = primary_context()
+        self.depth = 0
+
+    def __enter__(self):
+        if self.depth == 0:
+            self.ctx.push()
+        self.depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        self.depth -= 1
+        if self.depth == 0:
+            driver().Context.pop()
+        return False
+
+
+@contextmanager
+def pushed():
+    """A one-off scope (for code outside a backend, e.g. the tests)."""
+    scope = ContextScope()
+    with scope:
+        yield scope

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# One call on the lent GPU machine: set up the kit, run the gpu tests, time the viewer headless with
+# interop, benchmark the kernels. Results land in $OUT (the device tool brings them back).
+#
+#   source .kit/setup.sh && bash bench/gpu_session.sh [tests|bench|run|all] [BENCH_NS]
+#
+# The shared data folder does not travel: copy it to .devdata/ and carry it (NBODY_SHARED_DATA).
+set -uo pipefail
+what=${1:-all}
+ns=${2:-4096,16384,65536,131072,1048576}
+out=${OUT:-/tmp/out}
+mkdir -p "$out"
+export NBODY_SHARED_DATA=${NBODY_SHARED_DATA:-$PWD/.devdata}
+export PYTHONPATH=$PWD:${PYTHONPATH:-}
+export NBODY_HEADLESS=1
+gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
+day=$(date +%F)
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee "$out/gpu.txt"
+
+if [[ $what == tests || $what == all ]]; then
+    python3 -m pytest -q -m gpu -p no:xvfb -p no:cacheprovider --durations=15 tests 2>&1 | tee "$out/gpu-tests.log" | tail -40
+    python3 -m pytest -q -p no:xvfb -p no:cacheprovider tests/test_kernels_compile.py tests/test_render.py 2>&1 | tail -3
+fi
+if [[ $what == run || $what == all ]]; then
+    python3 -m app -q run plummer --n 65536 --frames 300 --headless --backend cuda --kernel shared \
+        --timings "$out/run-65536.csv" 2>&1 | tail -3
+fi
+if [[ $what == bench || $what == all ]]; then
+    python3 -m app bench --backend cuda --kernels all --n "$ns" --no-progress \
+        --json "$out/$gpu-$day.json" --plot "$out/$gpu-$day.png" 2>&1 | tail -40
+fi

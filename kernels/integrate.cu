@@ -1,0 +1,95 @@
+// Integrators and checks shared by every force variant (one thread per body). They never touch the
+// mass in pos.w, and they write |v| into the float speed buffer the renderer colours by.
+//
+//   leapfrog KDK:   kick_drift (v += a dt/2; x += v dt), force, kick (v += a dt/2)
+//   euler-damped:   force, euler_damped (v = (v + a dt) * damping; x += v dt)
+#include "common.cuh"
+
+__device__ __forceinline__ float speed_of(const float4 v) {
+    return sqrtf(fmaf(v.z, v.z, fmaf(v.y, v.y, v.x * v.x)));
+}
+
+extern "C" __global__ void kick_drift(float4* __restrict__ pos, float4* __restrict__ vel,
+                                      const float4* __restrict__ acc, const int n, const float half_dt,
+                                      const float dt) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) {
+        return;
+    }
+    const float4 a = acc[i];
+    float4 v = vel[i];
+    float4 p = pos[i];
+    v.x = fmaf(a.x, half_dt, v.x);
+    v.y = fmaf(a.y, half_dt, v.y);
+    v.z = fmaf(a.z, half_dt, v.z);
+    p.x = fmaf(v.x, dt, p.x);
+    p.y = fmaf(v.y, dt, p.y);
+    p.z = fmaf(v.z, dt, p.z);
+    vel[i] = v;
+    pos[i] = p;  // p.w, the mass, is written back unchanged
+}
+
+extern "C" __global__ void kick(float4* __restrict__ vel, const float4* __restrict__ acc,
+                                float* __restrict__ speed, const int n, const float half_dt) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) {
+        return;
+    }
+    const float4 a = acc[i];
+    float4 v = vel[i];
+    v.x = fmaf(a.x, half_dt, v.x);
+    v.y = fmaf(a.y, half_dt, v.y);
+    v.z = fmaf(a.z, half_dt, v.z);
+    vel[i] = v;
+    speed[i] = speed_of(v);
+}
+
+extern "C" __global__ void euler_damped(float4* __restrict__ pos, float4* __restrict__ vel,
+                                        const float4* __restrict__ acc, float* __restrict__ speed,
+                                        const int n, const float dt, const float damping) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) {
+        return;
+    }
+    const float4 a = acc[i];
+    float4 v = vel[i];
+    float4 p = pos[i];
+    v.x = fmaf(a.x, dt, v.x) * damping;
+    v.y = fmaf(a.y, dt, v.y) * damping;
+    v.z = fmaf(a.z, dt, v.z) * damping;
+    p.x = fmaf(v.x, dt, p.x);
+    p.y = fmaf(v.y, dt, p.y);
+    p.z = fmaf(v.z, dt, p.z);
+    vel[i] = v;
+    pos[i] = p;
+    speed[i] = speed_of(v);
+}
+
+// |v| of every body, for the speed buffer after a load or a re-attach.
+extern "C" __global__ void speeds(const float4* __restrict__ vel, float* __restrict__ speed, const int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {
+        speed[i] = speed_of(vel[i]);
+    }
+}
+
+// The index of the first body whose position, mass or velocity is NaN/inf, or the untouched initial
+// value (the host sets *first = INT_MAX before the launch). Run every few steps on the GPU; the host
+// reads the 4-byte result only after the step's own synchronisation.
+extern "C" __global__ void first_nonfinite(const float4* __restrict__ pos, const float4* __restrict__ vel,
+                                           const int n, int* __restrict__ first) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    bool bad = false;
+    if (i < n) {
+        const float4 p = pos[i];
+        const float4 v = vel[i];
+        bad = nbody::not_finite(p.x) | nbody::not_finite(p.y) | nbody::not_finite(p.z) |
+              nbody::not_finite(p.w) | nbody::not_finite(v.x) | nbody::not_finite(v.y) |
+              nbody::not_finite(v.z);
+    }
+    // One atomic per warp that has a bad body: the lowest lane is the warp's lowest index.
+    const unsigned mask = __ballot_sync(0xffffffffu, bad);
+    if (mask != 0u && (threadIdx.x & 31) == __ffs(mask) - 1) {
+        atomicMin(first, i);
+    }
+}

@@ -1,0 +1,187 @@
+"""The bench engine on the CPU: result layout, skip reasons, JSON and the PNG plot (no GPU needed)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from app import bench
+from app.backends import backend_class
+from app.backends.base import Backend, KernelRecord, StepTimings
+from app.errors import RuntimeFault
+from app.physics import Physics
+
+
+class ToyBackend(Backend):
+    """Reports a fixed force time per N so medians are predictable; some kernels misbehave on purpose."""
+
+    name = "toy"
+    RECORDS = [
+        KernelRecord(name="toy-fast", doc="fine", backend="toy"),
+        KernelRecord(name="toy-small", doc="max_n 100", backend="toy", max_n=100),
+        KernelRecord(name="toy-broken", doc="never compiles", backend="toy"),
+        KernelRecord(name="toy-crash", doc="raises while stepping", backend="toy"),
+    ]
+    closed = 0
+
+    def __init__(self):
+        self._kernel, self._n, self._physics, self._calls = "toy-fast", 0, Physics(), 0
+
+    @classmethod
+    def why_not(cls):
+        return None
+
+    @classmethod
+    def kernels(cls):
+        return list(cls.RECORDS)
+
+    @classmethod
+    def kernel_why_not(cls, name):
+        return "toy-broken.cu(3): error: nope" if name == "toy-broken" else None
+
+    def load(self, bodies, physics, kernel=None):
+        if bodies.n > 1000:
+            raise RuntimeFault(f"out of GPU memory: N = {bodies.n:,} bodies need more; "
+                               "at most N ≈ 1,000 fits")
+        self._n, self._physics, self._kernel, self._calls = bodies.n, physics, kernel, 0
+
+    @property
+    def kernel(self):
+        return self._kernel
+
+    def set_kernel(self, name):
+        self._kernel = name
+
+    def set_physics(self, physics):
+        self._physics = physics
+
+    @property
+    def physics(self):
+        return self._physics
+
+    @property
+    def n(self):
+        return self._n
+
+    def step(self, steps=1):
+        if self._kernel == "toy-crash":
+            raise ValueError("boom")
+        self._calls += 1
+        # 1 ms per 1e6 interactions, with a slow first call that warm-up must absorb
+        ms = self._n * self._n * 1e-6 * (50 if self._calls == 1 else 1)
+        return StepTimings(kernel=self._kernel, steps=steps, n=self._n, force_ms=ms, integrate_ms=0.01)
+
+    def accelerations(self):
+        return np.zeros((self._n, 3))
+
+    def state(self):
+        raise NotImplementedError
+
+    def device_info(self):
+        return {"name": "Toy GPU", "sm_clock_max_mhz": 1980.0, "driver_version": "1.0",
+                "fp32_issue_limit_interactions_per_s": 2.79e12}
+
+    def close(self):
+        ToyBackend.closed += 1
+
+
+def by(result, kernel, n):
+    return next(r for r in result["results"] if r["kernel"] == kernel and r["n"] == n)
+
+
+def test_run_bench_layout_and_skips():
+    kernels = ["toy-fast", "toy-small", "toy-broken", "toy-crash", "nope"]
+    result = bench.run_bench(ToyBackend, kernels, [64, 512, 2000], warmup=2, repeats=10, progress=False)
+    assert result["schema"] == bench.SCHEMA and result["backend"] == "toy"
+    assert result["device"]["name"] == "Toy GPU" and result["date"] and "commit" in result["git"]
+    assert result["flops_per_interaction"] == 20 and result["repeats"] == 10
+    assert len(result["results"]) == len(kernels) * 3  # nothing dropped silently
+
+    ok = by(result, "toy-fast", 512)
+    assert ok["status"] == "ok" and len(ok["samples_ms"]) == 10
+    assert ok["median_ms"] == pytest.approx(512 * 512 * 1e-6)  # the slow first call was warm-up
+    assert ok["interactions_per_s"] == pytest.approx(1e9)
+    assert ok[bench.GFLOPS_FIELD] == pytest.approx(20.0)
+    assert "20_flops" in bench.GFLOPS_FIELD
+
+    assert "max_n" in by(result, "toy-small", 512)["reason"]
+    assert by(result, "toy-small", 64)["status"] == "ok"
+    assert "error: nope" in by(result, "toy-broken", 64)["reason"]
+    assert "fits" in by(result, "toy-fast", 2000)["reason"]
+    crash = by(result, "toy-crash", 64)
+    assert crash["status"] == "failed" and "boom" in crash["reason"]
+    assert "not a toy kernel" in by(result, "nope", 64)["reason"]
+    for r in result["results"]:
+        assert r["status"] == "ok" or r["reason"]
+
+    table = bench.format_table(result)
+    assert "toy-fast" in table and "skipped" in table and "Toy GPU" in table
+
+
+def test_backend_closed_after_run():
+    before = ToyBackend.closed
+    bench.run_bench(ToyBackend, ["toy-fast"], [8], warmup=0, repeats=1, progress=False)
+    assert ToyBackend.closed == before + 1
+
+
+def test_unavailable_backend_records_why():
+    class Nope(ToyBackend):
+        @classmethod
+        def why_not(cls):
+            return "no GPU here"
+
+    result = bench.run_bench(Nope, ["toy-fast"], [8, 16], progress=False)
+    assert [r["status"] for r in result["results"]] == ["skipped", "skipped"]
+    assert all(r["reason"] == "no GPU here" for r in result["results"])
+
+
+def test_json_round_trip(tmp_path):
+    result = bench.run_bench(ToyBackend, ["toy-fast"], [32, 64], warmup=1, repeats=3, progress=False)
+    path = tmp_path / "deep" / "bench.json"
+    bench.write_json(result, path)
+    back = json.loads(path.read_text())
+    assert back["results"] == result["results"] and back == bench.load_json(path)
+
+
+@pytest.mark.parametrize("engine", ["pillow", "matplotlib"])
+def test_plot_png(tmp_path, engine):
+    if engine == "matplotlib":
+        pytest.importorskip("matplotlib")
+    from PIL import Image
+
+    result = bench.run_bench(ToyBackend, ["toy-fast", "toy-small", "toy-broken"], [16, 64, 256, 1000],
+                             warmup=1, repeats=3, progress=False)
+    result["backend"] = "cuda"  # draws the CUDA-samples reference and the FP32 limit too
+    out = bench.plot(result, tmp_path / "plot.png", engine=engine)
+    img = Image.open(out).convert("RGB")
+    assert img.size[0] >= 800 and img.size[1] >= 500
+    colors = {c for _count, c in img.getcolors(maxcolors=1 << 20)}
+    assert len(colors) > 20  # axes, text, lines: not a blank canvas
+    assert any(r > 150 and g < 80 and b < 90 for r, g, b in colors)  # the red dashed FP32 limit
+
+
+def test_plot_with_nothing_measured(tmp_path):
+    result = bench.run_bench(ToyBackend, ["toy-broken"], [16], progress=False)
+    assert bench.plot(result, tmp_path / "empty.png", engine="pillow").is_file()
+
+
+def test_plummer_state_is_seeded():
+    a, b = bench.plummer(500, seed=3), bench.plummer(500, seed=3)
+    assert np.array_equal(a.pos, b.pos) and np.array_equal(a.vel, b.vel)
+    assert a.n == 500 and np.allclose(a.pos.mean(axis=0), 0, atol=1e-12)
+    assert a.mass.sum() == pytest.approx(1.0)
+    assert bench.bench_bodies(64, seed=1).n == 64
+
+
+def test_cpu_backend_at_tiny_n():
+    cls = backend_class("cpu")
+    if cls.why_not():
+        pytest.skip(f"cpu backend unavailable: {cls.why_not()}")
+    name = cls.kernels()[0].name
+    result = bench.run_bench(cls, [name], [64, 128], warmup=1, repeats=3, progress=False)
+    for r in result["results"]:
+        assert r["status"] == "ok", r
+        assert r["interactions_per_s"] > 0 and r[bench.GFLOPS_FIELD] > 0
+    assert result["device"]["name"]
