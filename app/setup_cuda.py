@@ -85,8 +85,12 @@ def pip(*args: str) -> None:
 def build_wheel(cuda_root: Path, dest: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="pycuda-build-") as tmp:
         tmp = Path(tmp)
+        # Build tools come from this environment, not an isolated one: offline (PIP_NO_INDEX) there is
+        # no index to fill an isolated build environment from, even to read the sdist's metadata.
+        pip("install", "--quiet", "setuptools", "wheel", "numpy")
         say(f"fetching the pycuda sdist ({PYCUDA_SPEC})")
-        pip("download", "--no-deps", "--no-binary", ":all:", "-d", str(tmp), PYCUDA_SPEC)
+        pip("download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation", "-d", str(tmp),
+            PYCUDA_SPEC)
         sdist = next(tmp.glob("pycuda-*.tar.gz"))
         with tarfile.open(sdist) as tf:
             tf.extractall(tmp, filter="data")
@@ -94,8 +98,6 @@ def build_wheel(cuda_root: Path, dest: Path) -> Path:
         say(f"configuring {src.name} with --cuda-enable-gl (CUDA at {cuda_root})")
         subprocess.run([sys.executable, "configure.py", f"--cuda-root={cuda_root}", "--cuda-enable-gl"],
                        cwd=src, check=True, stdout=subprocess.DEVNULL)
-        # The build needs setuptools/wheel/numpy in this environment (no build isolation: offline-safe).
-        pip("install", "--quiet", "setuptools", "wheel", "numpy")
         say("building the pycuda wheel (a few minutes, once; cached afterwards)")
         pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"), str(src))
         built = next((tmp / "dist").glob("pycuda-*.whl"))
