@@ -82,12 +82,25 @@ def pip(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], check=True)
 
 
+def missing_build_tools() -> list[str]:
+    """setuptools and numpy if absent; `wheel` only for setuptools too old to build wheels itself."""
+    import importlib.util
+
+    missing = [m for m in ("setuptools", "numpy") if importlib.util.find_spec(m) is None]
+    if "setuptools" not in missing and importlib.util.find_spec("setuptools.command.bdist_wheel") is None \
+            and importlib.util.find_spec("wheel") is None:
+        missing.append("wheel")
+    return missing
+
+
 def build_wheel(cuda_root: Path, dest: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="pycuda-build-") as tmp:
         tmp = Path(tmp)
         # Build tools come from this environment, not an isolated one: offline (PIP_NO_INDEX) there is
         # no index to fill an isolated build environment from, even to read the sdist's metadata.
-        pip("install", "--quiet", "setuptools", "wheel", "numpy")
+        missing = missing_build_tools()
+        if missing:
+            pip("install", "--quiet", *missing)
         say(f"fetching the pycuda sdist ({PYCUDA_SPEC})")
         pip("download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation", "-d", str(tmp),
             PYCUDA_SPEC)
