@@ -208,6 +208,9 @@ class CudaBackend(Backend):
         self._functions: dict[tuple[str, str], object] = {}
         self._timer: EventTimer | None = None
         self._flag_host = np.full(1, INT_MAX, dtype=np.int32)
+        self._flag_pinned = None  # pinned host copy of the check flag for the live (non-waiting) path
+        self._check_event = None
+        self._last_totals: dict[str, float] = {}
         _LIVE.add(self)
         if not _ATEXIT:
             atexit.register(_close_all_at_exit)
@@ -340,6 +343,23 @@ class CudaBackend(Backend):
         self._drv.memcpy_dtoh(self._flag_host, self._ptr("flag"))  # waits for the check kernel
         value = int(self._flag_host[0])
         return -1 if value == INT_MAX else value
+
+    def _poll_check(self, launched: bool) -> int:
+        """The non-finite check without a host wait: copy the flag into pinned memory behind an event
+        and read it once the GPU got there (a frame or two later). Returns the bad index or -1."""
+        bad = -1
+        if self._check_event is not None and self._check_event.query():
+            value = int(self._flag_pinned[0])
+            bad = -1 if value == INT_MAX else value
+            self._check_event = None
+        if launched and self._check_event is None:
+            if self._flag_pinned is None:
+                self._flag_pinned = self._drv.pagelocked_empty(1, np.int32)
+                self._check_event = None
+            self._drv.memcpy_dtoh_async(self._flag_pinned, self._ptr("flag"))
+            self._check_event = self._drv.Event()
+            self._check_event.record()
+        return bad
 
     def _ptr(self, name: str) -> int:
         return int(self._alloc[name])
@@ -481,8 +501,18 @@ class CudaBackend(Backend):
                     if self.check_every and self._steps_total % self.check_every == 0:
                         self._launch_check(pos)
                         checked = True
-            totals = self._timer.collect()
-            bad = self._read_check() if checked else -1
+            if self._gl is not None:
+                # Live rendering: never wait on the GPU here (see timers.py); the numbers are those
+                # of the newest earlier step() the GPU has finished, usually the previous frame.
+                totals = self._timer.collect_lagged()
+                if totals is None:
+                    totals = self._last_totals
+                timings.extra["timings_lagged"] = 1.0
+                bad = self._poll_check(checked)
+            else:
+                totals = self._timer.collect()
+                bad = self._read_check() if checked else -1
+            self._last_totals = totals
         timings.force_ms = totals.get("force", 0.0)
         timings.integrate_ms = totals.get("integrate", 0.0)
         if self._gl is not None:
