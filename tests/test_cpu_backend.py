@@ -262,3 +262,22 @@ def test_compile_notice_logged_once(caplog):
             backend.load(plummer_like(8), Physics())
             backend.step(1)
     assert [r.getMessage() for r in caplog.records].count("compiling CPU kernels (first run only)…") == 1
+
+
+def test_non_finite_state_names_the_first_bad_body():
+    import numpy as np
+
+    from app.backends.cpu import BACKEND
+    from app.bodies import Bodies
+    from app.errors import NonFiniteState
+    from app.physics import Physics
+
+    rng = np.random.default_rng(1)
+    b = Bodies(rng.normal(size=(64, 3)), np.zeros((64, 3)), np.full(64, 1 / 64))
+    backend = BACKEND()
+    backend.load(b, Physics(softening=0.05))
+    backend.step(1)
+    backend._vel[17, 0] = np.nan  # what a blow-up leaves behind
+    with pytest.raises(NonFiniteState) as e:
+        backend.step(1)
+    assert e.value.index == 17 and "body 17" in str(e.value)

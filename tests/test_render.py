@@ -522,3 +522,26 @@ def test_mouse_and_keys_drive_the_camera(make_viewer):
     np.testing.assert_allclose(v.camera.target, target, atol=1e-6)
     v.on_key_press(_Ev(key=keys.ESCAPE))
     assert v.quit_requested
+
+
+@pytest.mark.gl
+def test_non_finite_state_pauses_the_viewer_with_the_body_named(gl_env):
+    """A blown-up simulation keeps the window alive on its last good frame, paused, saying why."""
+    from app.backends.cpu import BACKEND
+    from app.render.canvas import Viewer
+
+    rng = np.random.default_rng(3)
+    bodies = Bodies(rng.normal(size=(128, 3)), np.zeros((128, 3)), np.full(128, 1 / 128))
+    backend = BACKEND()
+    backend.load(bodies, Physics(softening=0.05))
+    v = Viewer(Scene(name="nan"), backend, size=(64, 48), headless=True)
+    try:
+        v.advance()
+        backend._pos[42, 1] = np.inf
+        v.advance()
+        assert v.paused and v.stats.paused
+        assert "body 42" in v.stats.extra["message"] and "body 42" in v.status_line()
+        v.advance()  # stays paused: no exception, nothing stepped
+        v.render_to_array()
+    finally:
+        v.close()

@@ -21,7 +21,7 @@ import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings
 from app.bodies import Bodies
-from app.errors import ConfigError
+from app.errors import ConfigError, NonFiniteState
 from app.physics import INTEGRATORS, MODELS, Physics
 
 log = logging.getLogger(__name__)
@@ -209,6 +209,7 @@ class CPUBackend(Backend):
         if steps < 0:
             raise ValueError(f"steps must be >= 0, not {steps}")
         self._require_state()
+        self._check_finite()  # before: one bad body contaminates every force within a single step
         self._to_kernel_precision()
         fns = self._accel_fns()
         self._warm_up(fns)
@@ -253,8 +254,16 @@ class CPUBackend(Backend):
         if not acc_valid:
             self._acc = None
         self._steps += steps
+        self._check_finite()
         return StepTimings(kernel=self._kernel, steps=steps, n=self.n, force_ms=force * 1e3,
                            integrate_ms=integ * 1e3, extra={"force_evals": float(evals)})
+
+    def _check_finite(self) -> None:
+        """The GPU's guard on the host: a blown-up state pauses the viewer instead of drawing NaNs.
+        One vectorised pass per step() call (about 0.1 ms at N = 65k), not per step."""
+        ok = np.isfinite(self._pos).all(axis=1) & np.isfinite(self._vel).all(axis=1)
+        if not ok.all():
+            raise NonFiniteState(int(np.argmin(ok)), step=self._steps, time=self.time)
 
     def accelerations(self) -> np.ndarray:
         self._require_state()

@@ -29,6 +29,7 @@ import numpy as np
 from vispy import app, gloo
 from vispy.util import keys
 
+from app.errors import NonFiniteState
 from app.render import gl_setup
 from app.render.camera import OrbitCamera, gl_matrix
 from app.render.particles import ParticleRenderer
@@ -236,7 +237,14 @@ class Viewer(app.Canvas):
         if self.paused:
             return
         steps = max(int(self.scene.run.steps_per_frame), 1)
-        self.stats.step = self.backend.step(steps)
+        try:
+            self.stats.step = self.backend.step(steps)
+        except NonFiniteState as e:
+            # Keep the window alive on the last good frame: pause and say which body went bad.
+            self.paused = self.stats.paused = True
+            self.stats.extra["message"] = str(e)
+            log.warning("paused: %s", e)
+            return
         self.stats.kernel = getattr(self.stats.step, "kernel", "") or self.backend.kernel
         if not self.interop:
             self._upload_host()
@@ -315,6 +323,8 @@ class Viewer(app.Canvas):
         s = self.stats
         kernel = s.kernel or self.backend.kernel
         paused = " | paused" if self.paused else ""
+        if self.paused and s.extra.get("message"):
+            paused += f": {s.extra['message']}"
         return f"{s.fps:5.1f} FPS | {kernel} | N={s.n:,} | {s.data_path}{paused}"
 
     def update_title(self) -> None:

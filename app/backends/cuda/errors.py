@@ -2,25 +2,9 @@
 
 from __future__ import annotations
 
-from app.errors import RuntimeFault
+from app.errors import NonFiniteState, RuntimeFault
 
-
-class NonFiniteState(RuntimeFault):
-    """A position, mass or velocity became NaN/inf; the viewer turns this into a pause.
-
-    `index` is the first non-finite body the GPU check found (-1 when unknown), `step` the step count
-    at which the check ran.
-    """
-
-    def __init__(self, index: int, step: int | None = None, time: float | None = None, detail: str = ""):
-        self.index = int(index)
-        self.step = step
-        self.time = time
-        where = f" after step {step}" if step is not None else ""
-        when = f" (t = {time:.6g})" if time is not None else ""
-        msg = (f"non-finite position or velocity at body {self.index}{where}{when}: the simulation "
-               "blew up; lower dt or raise the softening")
-        super().__init__(msg + (f" ({detail})" if detail else ""))
+__all__ = ["KernelCompileError", "NonFiniteState"]
 
 
 class KernelCompileError(RuntimeFault):
