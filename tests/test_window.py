@@ -3,7 +3,8 @@ change, then quit with Escape or a window-manager close (WM_DELETE_WINDOW) and e
 
 Screenshots: Pillow's `ImageGrab.grab(xdisplay=...)` (its XCB support reads the X root window, i.e.
 what the X server shows), cropped to the window's geometry from `xdotool getwindowgeometry`.
-The subprocess is `python -m app.render.demo_window` (a still Plummer cloud, no CLI involved).
+The subprocess is the real `nbody-live run` (CPU backend, no panel) on a Plummer sphere whose time
+step is so small that the cloud stands still, so any change in the picture comes from the camera.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TITLE = "NBody Live demo"
+TITLE = "NBody Live"
 
 pytestmark = [
     pytest.mark.gl,
@@ -60,8 +61,8 @@ class Demo:
         self.log = tmp_path / "demo.log"
         self._log_file = open(self.log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.render.demo_window", "--omega", "0", "--size", "480x320",
-             "--n", "3000", *extra],
+            [sys.executable, "-m", "app", "run", "plummer", "--n", "3000", "--dt", "1e-9", "--backend", "cpu",
+             "--size", "480x320", "--no-panel", *extra],
             cwd=ROOT, env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
         self.window = self._find_window()
         geo = xdotool("getwindowgeometry", "--shell", self.window)
@@ -87,7 +88,7 @@ class Demo:
         return self.log.read_text()
 
     def frames_drawn(self) -> int:
-        m = re.search(r"exit after (\d+) frames", self.output())
+        m = re.search(r"drew (\d+) frames", self.output())
         return int(m.group(1)) if m else -1
 
     def screenshot(self) -> np.ndarray:
@@ -158,7 +159,7 @@ def send_wm_delete(window: int, display: str) -> None:
 
 def test_drag_rotates_the_view_and_escape_exits_cleanly(tmp_path, display):
     shot = tmp_path / "exit.png"
-    demo = Demo(tmp_path, display, "--screenshot", str(shot))
+    demo = Demo(tmp_path, display, "--frames", "100000", "--screenshot", str(shot))
     try:
         time.sleep(1.5)  # let it run (well over 120 frames at llvmpipe speed for this size)
         before = demo.screenshot()
@@ -182,6 +183,13 @@ def test_drag_rotates_the_view_and_escape_exits_cleanly(tmp_path, display):
 
     assert Image.open(shot).size == (480, 320)
     assert np.asarray(Image.open(shot)).any()
+
+
+def test_run_frames_120_in_a_real_window_exits_by_itself(tmp_path, display):
+    demo = Demo(tmp_path, display, "--frames", "120")
+    rc = demo.wait(60)
+    assert rc == 0, demo.output()
+    assert demo.frames_drawn() == 120, demo.output()
 
 
 def test_window_manager_close_exits_cleanly(tmp_path, display):

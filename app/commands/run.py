@@ -115,8 +115,8 @@ def main(args) -> int:
             viewer.run(frames=args.frames)
         backend = viewer.backend  # the panel may have switched to another backend's kernel
         kernels = list(dict.fromkeys(r.kernel for r in frame_log.records if r.kernel))
-        print(f"{viewer.stats.kernel or backend.kernel} N={backend.n} ({backend.data_path}): "
-              + frame_log.summary_line())
+        print(f"drew {viewer.stats.frame} frames; {viewer.stats.kernel or backend.kernel} N={backend.n} "
+              f"({backend.data_path}): " + frame_log.summary_line())
         if len(kernels) > 1:
             print("kernels used: " + " -> ".join(kernels))
         if args.timings:
