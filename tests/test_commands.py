@@ -60,3 +60,27 @@ def test_info_lists_backends_and_kernels(capsys):
     for flag in ("--keys", "--scenes", "--generators"):
         assert main(["info", flag]) == 0
     assert "physics.dt" in capsys.readouterr().out
+
+
+@pytest.mark.gl
+@pytest.mark.slow
+def test_run_without_a_display_records_a_demo_instead(tmp_path):
+    """`make run` on a machine with no display: out/demo.mp4 and out/demo.png, paths printed, status 0."""
+    import os
+    import subprocess
+    import sys
+
+    import av
+
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    out = subprocess.run([sys.executable, "-m", "app", "run", "plummer", "--n", "512", "--size", "320x180"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    video, still = tmp_path / "out" / "demo.mp4", tmp_path / "out" / "demo.png"
+    assert "out/demo.mp4" in out.stdout and "out/demo.png" in out.stdout
+    with av.open(str(video)) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    assert len(frames) > 30 and frames[-1].shape == (180, 320, 3) and frames[-1].max() > 50
+    from PIL import Image
+
+    assert Image.open(still).size == (320, 180)
