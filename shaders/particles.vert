@@ -9,6 +9,7 @@ attribute float a_speed;
 uniform mat4 u_view;
 uniform mat4 u_proj;
 uniform float u_point_size;       // nominal diameter in pixels of a body of mean mass
+uniform float u_density_size;     // (16384 / N)^(1/4) above 16k bodies: area, hence light, ~ 1/sqrt(N)
 uniform float u_size_by_mass;     // 1.0: scale by sqrt(m / mean m), clamped; 0.0: all the same size
 uniform float u_inv_mean_mass;
 uniform float u_inv_speed_scale;  // 1 / (robust speed scale): speed * this = 1 at the top of the map
@@ -27,7 +28,7 @@ void main()
     gl_Position = u_proj * (u_view * vec4(a_pos.xyz, 1.0));
 
     float rel_mass = max(a_pos.w * u_inv_mean_mass, 0.0);
-    float d = u_point_size;
+    float d = u_point_size * u_density_size;
     if (u_size_by_mass > 0.5)
         d *= clamp(sqrt(rel_mass), 0.5, 6.0);
     float sprite = 2.0 * d;
