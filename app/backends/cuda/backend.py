@@ -564,7 +564,10 @@ class CudaBackend(Backend):
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """float32 positions (N, 4) and speeds (N,) read back: the copy path when interop is off."""
         self._require_state()
-        if not self._warned_copy:
+        # The renderer's first read is the initial fill of its buffers, before it offers them for
+        # interop; only a second read means positions really travel through the host every frame.
+        self._render_reads = getattr(self, "_render_reads", 0) + 1
+        if not self._warned_copy and self._render_reads > 1:
             self._warned_copy = True
             why = f" ({self._gl_reason})" if self._gl_reason else ""
             log.warning("CUDA-GL interop is not active%s: positions go device→host→GL every frame", why)
