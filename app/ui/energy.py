@@ -1,10 +1,9 @@
 """Energy and momentum drift for the panel: conserved quantities sampled every few frames.
 
-For now the state is read back to the host (`backend.state()`, a synchronising copy on the GPU) every
-`every` frames and reduced there in a background thread (a numba kernel that releases the GIL), so a
-frame never waits for the O(N²) potential energy. The CUDA device-side reduction will replace the host
-read-back: a backend with a `diagnostics()` method (returning `app.physics.Diagnostics`, or a dict with
-its fields) is asked directly instead, on the thread that owns it.
+A backend with a `diagnostics()` method (the CUDA backend: kernels/diagnostics.cu reduces energy and
+momenta on the device; only ten doubles come back) is asked directly every `every` frames, on the
+thread that owns it. Other backends (the CPU one) have their state copied and reduced in a background
+thread (a numba kernel that releases the GIL), so a frame never waits for the O(N²) potential energy.
 
 Drifts are relative to a baseline, the first sample after `rebase()` (a new N, reset, a physics change):
     energy    |E - E0| / |E0|
@@ -150,7 +149,12 @@ class EnergyMonitor:
         if hasattr(backend, "diagnostics"):
             self.source = "device diagnostics()"
             self.note = ""
-            d = _as_diagnostics(backend.diagnostics())
+            try:
+                d = _as_diagnostics(backend.diagnostics())
+            except Exception as e:  # noqa: BLE001 - a failed reduction costs one drift sample, not the run
+                self.note = f"device diagnostics failed: {e}"
+                log.warning("energy/momentum drift: %s", self.note)
+                return
             scale = getattr(d, "angular_scale", None) or d.momentum_scale
             self._record(d, float(scale))
             return
