@@ -25,6 +25,7 @@ class FrameRecord:
     unmap_ms: float
     draw_ms: float
     upload_ms: float  # host path only: read back + VBO upload
+    record_ms: float = 0.0  # live recording: CPU time of the frame's capture (0 when not recording)
 
     @property
     def outside_force_ms(self) -> float:
@@ -37,7 +38,7 @@ class FrameRecord:
 
 
 SUMMARY_FIELDS = ("frame_ms", "force_ms", "integrate_ms", "map_ms", "unmap_ms", "draw_ms", "upload_ms",
-                  "outside_force_ms")
+                  "outside_force_ms", "record_ms")
 
 
 class FrameLog:
@@ -64,7 +65,7 @@ class FrameLog:
             integrate_ms=getattr(st, "integrate_ms", 0.0) if st is not None else 0.0,
             map_ms=getattr(st, "map_ms", 0.0) if st is not None else 0.0,
             unmap_ms=getattr(st, "unmap_ms", 0.0) if st is not None else 0.0,
-            draw_ms=s.draw_ms, upload_ms=s.upload_ms))
+            draw_ms=s.draw_ms, upload_ms=s.upload_ms, record_ms=getattr(s, "record_ms", 0.0)))
 
     def medians(self, skip: int = 5) -> dict[str, float]:
         """Median of each field over the frames after the first `skip` (warm-up: compiles, first maps)."""
@@ -84,7 +85,8 @@ class FrameLog:
                 f"force {m['force_ms']:.2f} ms, "
                 f"integrate {m['integrate_ms']:.3f} ms, map+unmap {m['map_ms'] + m['unmap_ms']:.3f} ms, "
                 f"draw {m['draw_ms']:.2f} ms, upload {m['upload_ms']:.2f} ms, outside force "
-                f"{m['outside_force_ms']:.2f} ms, {m['interactions_per_s'] / 1e9:.1f} G interactions/s")
+                f"{m['outside_force_ms']:.2f} ms, {m['interactions_per_s'] / 1e9:.1f} G interactions/s"
+                + (f", record {m['record_ms']:.2f} ms" if m["record_ms"] > 0 else ""))
 
     def write_csv(self, path) -> None:
         import csv

@@ -150,7 +150,8 @@ def test_xdotool_clicks_switch_the_kernel_in_a_real_window(tmp_path, display, la
     assert panel.mean() > 15 and (panel.max(axis=2) > 100).mean() > 0.02, "no panel drawn"
     # the app's own account: it switched, and the kernels' times are real
     assert "kernels used: cpu-simd -> cpu-fp64" in output, output
-    m = re.search(r"^drew \d+ frames; cpu-fp64 N=1024 \(host upload\): median over \d+ frames: frame ([0-9.]+) ms, "
+    m = re.search(r"^drew \d+ frames; cpu-fp64 N=1024 \(host upload\): median over \d+ frames: "
+                  r"frame ([0-9.]+) ms, "
                   r"force ([0-9.]+) ms", output, re.M)
     assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, output
     with open(timings) as f:

@@ -21,6 +21,7 @@ keys and mouse in the viewer (the panel takes the mouse and keys while it uses t
   R                  reset the simulation to the scene's initial bodies (and the camera)
   C                  reset the camera to the scene's view
   F                  fit the camera to the bodies
+  V                  start / stop recording the view to DIR/recording-<time>.mp4 (--record-to, default out/)
   Tab                hide / show the control panel
   Escape             quit (closing the window quits too)
 """
@@ -35,6 +36,13 @@ history plots with a marker at each switch, per-kernel medians, energy/momentum 
 dt, softening, G, integrator, force model, steps per frame and the view; "Benchmark all kernels" runs
 each available kernel on a copy of the current state; "Screenshot" writes out/screenshot-<time>.png.
 
+"Record" (or V) records what the viewer draws (the particles, not the panel) at the window size into
+out/recording-<time>.mp4 (--record-to DIR): H.264 at --record-fps (60) sampled by wall time (real speed),
+the `record` command's quality settings. The view keeps its frame rate: the frame is copied on the GPU
+and read back asynchronously, and frames the encoder cannot take are dropped (counted) rather than
+waited for. A red dot, the elapsed time, frames and drops show in the panel and the window title; V
+again or quitting finalises the file (written under a hidden temporary name, renamed when complete).
+
 With no display ($DISPLAY and $WAYLAND_DISPLAY unset) and no --headless/--frames, it records a short
 demo to out/demo.mp4 and out/demo.png instead of failing, and prints their paths.
 
@@ -45,6 +53,7 @@ examples:
   nbody-live run ../shared/data/bonsai_model3_child_compact.tipsy --softening 0.05
   nbody-live run plummer --frames 300 --headless   # no window: EGL, prints per-frame timings
   nbody-live run --frames 400 --headless --panel-cost   # frame time with the panel shown vs hidden
+  nbody-live run --frames 400 --headless --record-cost  # frame time not recording vs recording
 """
 
 
@@ -64,7 +73,25 @@ def add_parser(sub) -> None:
     p.add_argument("--panel-cost", action="store_true",
                    help="measure the panel's cost: alternate blocks of frames with the panel shown and "
                         "hidden (headless, --frames N, default 400) and print both median frame times")
+    p.add_argument("--record-to", type=Path, default=Path("out"), metavar="DIR",
+                   help="where the Record button / V writes recording-<time>.mp4 (default out/)")
+    p.add_argument("--record-fps", type=_positive_float, default=60.0, metavar="F",
+                   help="live recordings' frame rate, sampled from the drawn frames by wall time (60)")
+    p.add_argument("--record-cost", action="store_true",
+                   help="measure what live recording costs: N frames not recording, then N frames recording "
+                        "at the window size (headless, --frames N, default 400); prints both median frame "
+                        "times, the difference and the capture's own median time (record_ms)")
     p.set_defaults(func=main)
+
+
+def _positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not v > 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return v
 
 
 def main(args) -> int:
@@ -72,7 +99,7 @@ def main(args) -> int:
     scene = scene_from_args(args)
     from app.render.gl_setup import has_display
 
-    if args.panel_cost:
+    if args.panel_cost or args.record_cost:
         args.headless = True
         args.frames = args.frames or 400
     if not has_display() and not args.headless and args.frames is None:
@@ -94,8 +121,10 @@ def main(args) -> int:
         frame_log = FrameLog().attach(viewer)
         from app.ui import Panel
 
-        # the panel's controller owns the keys ([ ] R Tab) and the kernel switching, shown or not
+        # the panel's controller owns the keys ([ ] R V Tab) and the kernel switching, shown or not
         panel = Panel(viewer, frame_log=frame_log, visible=args.panel)
+        panel.controller.record_dir = args.record_to
+        panel.controller.record_fps = args.record_fps
         viewer.screenshot_on_exit = args.screenshot
         viewer.screenshot_overlays = True  # what the user sees, panel included
         import gc
@@ -111,6 +140,14 @@ def main(args) -> int:
             if args.screenshot:
                 viewer.save_png(args.screenshot, overlays=True)
             viewer.close()
+        elif args.record_cost:
+            from app.ui.controller import measure_record_cost, record_cost_line
+
+            cost = measure_record_cost(viewer, panel.controller, frames=args.frames)
+            print(record_cost_line(cost, device=_device_name(viewer.backend, panel)))
+            if args.screenshot:
+                viewer.save_png(args.screenshot, overlays=True)
+            viewer.close()
         else:
             viewer.run(frames=args.frames)
         backend = viewer.backend  # the panel may have switched to another backend's kernel
@@ -119,6 +156,14 @@ def main(args) -> int:
               f"({backend.data_path}): " + frame_log.summary_line())
         if len(kernels) > 1:
             print("kernels used: " + " -> ".join(kernels))
+        ctl = panel.controller  # closing the viewer finalised a recording still running
+        if not args.record_cost:
+            from app.ui.controller import recording_line
+
+            for res in ctl.recordings:
+                print(recording_line(res))
+        if ctl.record_error:
+            log.error("%s", ctl.record_error)
         if args.timings:
             frame_log.write_csv(args.timings)
             print(f"wrote {args.timings}")
@@ -131,3 +176,16 @@ def main(args) -> int:
             viewer.backend.close()
         backend.close()
     return 0
+
+
+def _device_name(backend, panel) -> str:
+    """The GPU (CUDA backend) or the GL renderer, for measurement lines."""
+    info = getattr(backend, "device_info", None)
+    if callable(info):
+        try:
+            name = info().get("name")
+            if name:
+                return str(name)
+        except Exception:  # noqa: BLE001 - a name is a nicety
+            pass
+    return f"GL {panel.gl.get('renderer', '?')}"

@@ -10,7 +10,7 @@ Per frame: `advance()` (backend.step + buffer sync), then `on_draw` (particles, 
 Keys (`viewer.key_actions`, name -> callable; the panel's controller adds and replaces entries):
 Space pause/resume, F fit the bodies, C reset the camera to the scene's, [ and ] previous/next kernel,
 R reset (the controller reloads the scene's bodies; the bare viewer resets the camera), Tab (the panel
-hides itself), Escape quit.
+hides itself), V (the controller starts / stops a recording), Escape quit.
 Mouse: left-drag rotates (with inertia), right/middle-drag or Shift+left-drag pans, wheel zooms.
 Callables in `viewer.capture_mouse` / `viewer.capture_keyboard` returning True (ImGui's
 want_capture_mouse / want_capture_keyboard) block the camera / the key actions. An overlay that wants
@@ -50,6 +50,7 @@ class FrameStats:
     draw_ms: float = 0.0  # GPU time of the particle pass (+ tone map), see draw_timer
     draw_timer: str = "none"  # "GL_TIME_ELAPSED" (timer query, a frame or two late) | "glFinish+perf_counter"
     upload_ms: float = 0.0  # host path: host_render_arrays() + VBO upload; 0 with interop
+    record_ms: float = 0.0  # live recording: CPU time of this frame's capture (blit, readback, queue)
     step: object | None = None  # the last StepTimings from backend.step (None while paused from the start)
     n: int = 0
     kernel: str = ""
@@ -183,6 +184,7 @@ class Viewer(app.Canvas):
         self.interop = False
         self.screenshot_on_exit: str | Path | None = None
         self.quit_requested = False
+        self.drawing_frame = False  # True while on_draw draws a frame for the screen (not a screenshot)
         self.renderer = ParticleRenderer(scene.render, canvas=self)
         self.draw_timer = DrawTimer()
         self.stats.draw_timer = self.draw_timer.method
@@ -313,7 +315,11 @@ class Viewer(app.Canvas):
             self._fps_ema = fps if self._fps_ema == 0 else 0.9 * self._fps_ema + 0.1 * fps
             self.stats.fps = self._fps_ema
         self._last_draw_t = now
-        self.draw_scene(self.physical_size, overlays=True)
+        self.drawing_frame = True
+        try:
+            self.draw_scene(self.physical_size, overlays=True)
+        finally:
+            self.drawing_frame = False
         self.stats.frame += 1
         if now - self._title_t > TITLE_EVERY_S:
             self._title_t = now
@@ -325,7 +331,9 @@ class Viewer(app.Canvas):
         paused = " | paused" if self.paused else ""
         if self.paused and s.extra.get("message"):
             paused += f": {s.extra['message']}"
-        return f"{s.fps:5.1f} FPS | {kernel} | N={s.n:,} | {s.data_path}{paused}"
+        rec = s.extra.get("recording")  # the live recording's indicator, set by the controller
+        head = f"{rec} | " if rec else ""
+        return f"{head}{s.fps:5.1f} FPS | {kernel} | N={s.n:,} | {s.data_path}{paused}"
 
     def update_title(self) -> None:
         if not self.headless:

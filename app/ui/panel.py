@@ -8,6 +8,10 @@ draws widgets and turns their results into controller calls. Typed parameters go
 validation as scene files and `--set` (app.scene.set_value -> app.config.coerce): a rejected value is
 kept in its field, which is drawn red with the reason as tooltip, and the previous value stays in effect.
 
+The top area has the Record / Stop button (V; app.ui.controller's live recording) and, while recording,
+a red dot, the elapsed time, the frames drawn and dropped; after it the path of the last file, or in red
+why a recording could not start or was stopped (an unwritable directory, a full disk).
+
 For tests and tooling the panel records, per frame, where its widgets were (`item_rects`, logical
 pixels, the coordinates vispy's mouse events use) and which fields were drawn red (`red_fields`); tests
 click at those places with synthesised vispy events, never by calling into the panel.
@@ -49,11 +53,13 @@ BREAKDOWN = (("force_ms", "force", (1.00, 0.55, 0.15, 1.0)),
              ("mapunmap_ms", "map", (0.55, 0.80, 0.95, 1.0)),
              ("draw_ms", "draw", (0.35, 0.60, 1.00, 1.0)),
              ("upload_ms", "upload", (0.65, 0.45, 0.95, 1.0)),
+             ("record_ms", "record", (0.95, 0.25, 0.25, 1.0)),
              ("panel_ms", "panel", (0.45, 0.85, 0.60, 1.0)),
              ("energy_ms", "drift", (0.90, 0.45, 0.55, 1.0)),
              ("python_ms", "Python", (0.55, 0.58, 0.62, 1.0)))
 FIELD_FORMAT = {"initial.n": "{:d}", "run.steps_per_frame": "{:d}"}
-PRESET_KEYS_HELP = "Space pause · [ ] kernel · R reset · C camera · F fit · Tab hide · Esc quit"
+PRESET_KEYS_HELP = "Space pause · [ ] kernel · R reset · C camera · F fit · V record · Tab hide · Esc quit"
+REC_RED = (0.92, 0.16, 0.16, 1.0)
 
 
 def _fmt_rate(x: float) -> str:
@@ -308,12 +314,68 @@ class Panel:
         imgui.text_colored(imgui.ImVec4(*(WARN_TEXT if self.viewer.paused else OK_TEXT)), state)
         imgui.same_line()
         imgui.text_disabled(f"·  {b.name}  ·  {b.data_path}  ·  {self.bridge.backend}")
-        if ctl.message:
+        self._record_row()
+        if ctl.message and ctl.message != ctl.record_error:  # (a recording's error is shown above)
             color = RED_TEXT if any(w in ctl.message for w in ("failed", "unavailable", "rejected", "out of",
                                                                 "expected", "cannot", "must")) else DIM_TEXT
             imgui.push_text_wrap_pos(0.0)
             imgui.text_colored(imgui.ImVec4(*color), ctl.message)
             imgui.pop_text_wrap_pos()
+
+    def _record_row(self) -> None:
+        """The Record / Stop button (V), and while recording a red dot, elapsed time, frames, drops."""
+        imgui = self.imgui
+        ctl = self.controller
+        rec = ctl.recording
+        dl = imgui.get_window_draw_list()
+        p = imgui.get_cursor_screen_pos()
+        line = imgui.get_frame_height()
+        red = imgui.get_color_u32(imgui.ImVec4(*REC_RED))
+        if imgui.button("     Stop (V)" if rec else "     Record (V)"):
+            ctl.toggle_recording()
+        self._rect("record")
+        cx, cy, r = p.x + 14.0, p.y + line / 2, line * 0.26
+        if rec:
+            dl.add_rect_filled(imgui.ImVec2(cx - r, cy - r), imgui.ImVec2(cx + r, cy + r), red, 1.0)
+        else:
+            dl.add_circle_filled(imgui.ImVec2(cx, cy), r, red)
+        w, h = (int(v) for v in self.viewer.physical_size)
+        self._tooltip(f"V: record what the viewer draws - the particles only, without this panel - at the "
+                      f"window size ({w - w % 2}x{h - h % 2}) into {ctl.record_dir}/recording-<time>.mp4 "
+                      f"(H.264, {ctl.record_fps:g} fps sampled by wall time, the record "
+                      "command's quality settings). The file is written under a hidden temporary name and "
+                      "renamed when you stop (V again, or quitting). Frames the encoder cannot take are "
+                      "dropped and counted; the view never waits for it.")
+        imgui.same_line()
+        if rec is not None:
+            q = imgui.get_cursor_screen_pos()
+            dot = line * 0.3
+            dl.add_circle_filled(imgui.ImVec2(q.x + dot, q.y + line / 2), dot, red)
+            imgui.dummy(imgui.ImVec2(2 * dot + 2, line))
+            imgui.same_line()
+            t = rec.elapsed
+            imgui.align_text_to_frame_padding()
+            imgui.text_colored(imgui.ImVec4(*REC_RED), f"REC {int(t // 60)}:{t % 60:04.1f}")
+            self._rect("rec_indicator")
+            imgui.same_line()
+            dropped = rec.dropped
+            imgui.text_colored(imgui.ImVec4(*(WARN_TEXT if dropped else DIM_TEXT)),
+                               f"{rec.drawn} frames · {dropped} dropped")
+            self._tooltip(f"{rec.path}\ncapture {self.viewer.stats.record_ms:.2f} ms this frame; dropped: "
+                          "frames the encoder was too busy to take")
+        elif ctl.recordings:
+            imgui.align_text_to_frame_padding()
+            imgui.text_disabled(str(ctl.recordings[-1].path))
+            self._rect("last_recording")
+            self._tooltip("the last recording")
+        else:
+            imgui.align_text_to_frame_padding()
+            imgui.text_disabled(f"to {ctl.record_dir}/")
+        if ctl.record_error and rec is None:
+            imgui.push_text_wrap_pos(0.0)
+            imgui.text_colored(imgui.ImVec4(*RED_TEXT), ctl.record_error)
+            imgui.pop_text_wrap_pos()
+            self._rect("record_error")
 
     def _kernel_section(self) -> None:
         imgui = self.imgui
@@ -370,6 +432,8 @@ class Panel:
                  ("draw", live["draw_ms"], f"the particle pass on the GPU ({self.viewer.stats.draw_timer})"),
                  ("upload", live["upload_ms"],
                   "host path: read back + VBO upload" if host else "none: CUDA-GL interop"),
+                 ("record", live["record_ms"], "live recording: the capture's CPU time per frame (blit "
+                  "into the recorder, PBO readback, hand-over to the encoder thread); 0 when not recording"),
                  ("panel", live["panel_ms"], "this panel: bookkeeping + ImGui (CPU); the drift "
                   f"diagnostics' read-back apart: {live['energy_ms']:.2f} ms/frame"),
                  ("Python", live["python_ms"], "frame - everything measured above")]
