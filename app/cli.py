@@ -12,7 +12,7 @@ import logging
 import sys
 
 from app import __version__
-from app.commands import bench, info, record, run, simulate, validate
+from app.commands import bench, info, record, run, simulate, tune, validate
 from app.errors import RuntimeFault, UserError
 
 PROG = "nbody-live"
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, record, simulate, validate, bench, info):
+    for module in (run, record, simulate, validate, bench, tune, info):
         module.add_parser(sub)
     return p
 

@@ -105,3 +105,191 @@ __device__ __forceinline__ bool not_finite(const float x) {
     NBODY_FORCE_ENTRY(PREFIX, BODY, gravity_plain, Gravity, false)                   \
     NBODY_FORCE_ENTRY(PREFIX, BODY, repulsion_soft, GravityRepulsion, true)          \
     NBODY_FORCE_ENTRY(PREFIX, BODY, repulsion_plain, GravityRepulsion, false)
+
+// ======================================================================================================
+// Additions for the kernel suite (issue 5). Everything below is additive: the interaction above is
+// unchanged and remains what `naive`, `shared` and most variants call. The forms below are the SAME
+// physics written differently, kept here so that every way of writing the interaction lives in one file.
+// ======================================================================================================
+
+// Entry points with a launch-bounds attribute and extra trailing arguments (register-blocked, n3l, ...):
+//     NBODY_FORCE_ENTRIES_X(PREFIX, BODY, ATTR, (PARAMS...), (ARGS...))
+// defines PREFIX_<model>_<self>(NBODY_FORCE_ARGS, PARAMS...) calling BODY<Model, SOFT>(pos, acc, n, eps2,
+// G, H, ARGS...). ATTR is e.g. __launch_bounds__(256) or empty.
+#define NBODY_UNPACK(...) __VA_ARGS__
+#define NBODY_FORCE_ENTRY_X(PREFIX, BODY, SUFFIX, MODEL, SOFT, ATTR, PARAMS, ARGS)                  \
+    extern "C" __global__ void ATTR PREFIX##_##SUFFIX(NBODY_FORCE_ARGS, NBODY_UNPACK PARAMS) {        \
+        BODY<nbody::MODEL, SOFT>(pos, acc, n, eps2, G, H, NBODY_UNPACK ARGS);                         \
+    }
+#define NBODY_FORCE_ENTRIES_X(PREFIX, BODY, ATTR, PARAMS, ARGS)                                      \
+    NBODY_FORCE_ENTRY_X(PREFIX, BODY, gravity_soft, Gravity, true, ATTR, PARAMS, ARGS)               \
+    NBODY_FORCE_ENTRY_X(PREFIX, BODY, gravity_plain, Gravity, false, ATTR, PARAMS, ARGS)             \
+    NBODY_FORCE_ENTRY_X(PREFIX, BODY, repulsion_soft, GravityRepulsion, true, ATTR, PARAMS, ARGS)    \
+    NBODY_FORCE_ENTRY_X(PREFIX, BODY, repulsion_plain, GravityRepulsion, false, ATTR, PARAMS, ARGS)
+
+// Same, without extra arguments but with an attribute (block-template's __launch_bounds__(BS)).
+#define NBODY_FORCE_ENTRY_A(PREFIX, BODY, SUFFIX, MODEL, SOFT, ATTR)                                 \
+    extern "C" __global__ void ATTR PREFIX##_##SUFFIX(NBODY_FORCE_ARGS) {                             \
+        BODY<nbody::MODEL, SOFT>(pos, acc, n, eps2, G, H);                                             \
+    }
+#define NBODY_FORCE_ENTRIES_A(PREFIX, BODY, ATTR)                                                    \
+    NBODY_FORCE_ENTRY_A(PREFIX, BODY, gravity_soft, Gravity, true, ATTR)                             \
+    NBODY_FORCE_ENTRY_A(PREFIX, BODY, gravity_plain, Gravity, false, ATTR)                           \
+    NBODY_FORCE_ENTRY_A(PREFIX, BODY, repulsion_soft, GravityRepulsion, true, ATTR)                  \
+    NBODY_FORCE_ENTRY_A(PREFIX, BODY, repulsion_plain, GravityRepulsion, false, ATTR)
+
+namespace nbody {
+
+// --- the textbook form (`gpu5-branchy`): sqrt and divides, the caller skips the self pair -------------
+// a_i += m_j d / r³ with r = sqrt(s²); repulsion a_i += m_j d (G / r³ - H / r⁵). For PLAIN (ε = 0) the
+// caller's branch also skips coincident pairs (s² = 0).
+template <class Model>
+__device__ __forceinline__ float3 body_body_interaction_divide(float3 ai, const float4 bi, const float4 bj,
+                                                               const float eps2, const float G,
+                                                               const float H) {
+    const float dx = bj.x - bi.x;
+    const float dy = bj.y - bi.y;
+    const float dz = bj.z - bi.z;
+    const float s2 = dx * dx + dy * dy + dz * dz + eps2;
+    const float r = sqrtf(s2);
+    const float r3 = s2 * r;
+    float w;
+    if (Model::repulsion) {
+        w = bj.w * (G / r3 - H / (r3 * s2));
+    } else {
+        w = bj.w / r3;
+    }
+    ai.x += dx * w;
+    ai.y += dy * w;
+    ai.z += dz * w;
+    return ai;
+}
+
+// --- the distance chain as inline PTX fma.rn.f32 (`shared-ptx-fma`) -----------------------------------
+// (Host compilers, e.g. a CPU emulation of these kernels, get the plain C++ operations instead.)
+__device__ __forceinline__ float ptx_fma(const float a, const float b, const float c) {
+#if defined(__CUDA_ARCH__)
+    float d;
+    asm("fma.rn.f32 %0, %1, %2, %3;" : "=f"(d) : "f"(a), "f"(b), "f"(c));
+    return d;
+#else
+    return fmaf(a, b, c);
+#endif
+}
+__device__ __forceinline__ float ptx_sub(const float a, const float b) {
+#if defined(__CUDA_ARCH__)
+    float d;
+    asm("sub.rn.f32 %0, %1, %2;" : "=f"(d) : "f"(a), "f"(b));
+    return d;
+#else
+    return a - b;
+#endif
+}
+
+template <class Model, bool SOFT>
+__device__ __forceinline__ float3 body_body_interaction_ptx(float3 ai, const float4 bi, const float4 bj,
+                                                            const float eps2, const float G, const float H) {
+    const float dx = ptx_sub(bj.x, bi.x);
+    const float dy = ptx_sub(bj.y, bi.y);
+    const float dz = ptx_sub(bj.z, bi.z);
+    const float s2 = ptx_fma(dz, dz, ptx_fma(dy, dy, ptx_fma(dx, dx, eps2)));
+    const float inv = inv_distance<SOFT>(s2);
+    float w;
+    if (Model::repulsion) {
+        const float inv2 = inv * inv;
+        w = bj.w * (inv2 * inv) * ptx_fma(-H, inv2, G);
+    } else {
+        w = bj.w * (inv * inv * inv);
+    }
+    ai.x = ptx_fma(dx, w, ai.x);
+    ai.y = ptx_fma(dy, w, ai.y);
+    ai.z = ptx_fma(dz, w, ai.z);
+    return ai;
+}
+
+// --- mass-scaled coordinates (`register-blocked`, gravity with ε > 0): 11 FP32 + 1 MUFU --------------
+// With c_j = m_j^(-1/2), store the source as (c x_j, c y_j, c z_j, -c_j) and e_j = c_j² ε². Then
+//     d' = fma(-c_j, x_i, c_j x_j) = c_j d            (3 FFMA instead of 3 FADD: same cost)
+//     s'² = d'·d' + e_j = c_j² (r² + ε²)              (3 FFMA)
+//     q  = rsqrt(s'²) = 1 / (c_j s)                    (MUFU.RSQ)
+//     q³ d' = c_j d / (c_j³ s³) = m_j d / s³           (2 FMUL: q², q³; the mass multiply is gone)
+//     a_i += q³ d'                                     (3 FFMA)
+// 11 FP32-pipe instructions instead of 12: the per-pair `m_j *` is folded into the per-source scale,
+// computed once per tile entry and reused by every thread and every register-blocked body.
+// Massless bodies (padding, test particles) get c = 0 and e = 1: d' = 0, so they add exactly zero.
+// e is floored at 1e-25 so that q³ stays finite (the self pair has d' = 0 and must add 0, not NaN).
+struct ScaledSource {
+    float4 p;  // (c x, c y, c z, -c)
+    float e;   // c² ε²
+};
+
+__device__ __forceinline__ ScaledSource scaled_source(const float4 b, const float eps2) {
+    ScaledSource s;
+    const bool massive = b.w > 0.0f;
+    const float c = massive ? rsqrtf(b.w) : 0.0f;
+    s.p = make_float4(c * b.x, c * b.y, c * b.z, -c);
+    s.e = massive ? fmaxf(eps2 * c * c, 1e-25f) : 1.0f;
+    return s;
+}
+
+__device__ __forceinline__ float3 body_body_interaction_scaled(float3 ai, const float3 xi, const float4 sj,
+                                                               const float ej) {
+    const float dx = fmaf(sj.w, xi.x, sj.x);  // 3 FFMA: c (x_j - x_i)
+    const float dy = fmaf(sj.w, xi.y, sj.y);
+    const float dz = fmaf(sj.w, xi.z, sj.z);
+    const float s2 = fmaf(dz, dz, fmaf(dy, dy, fmaf(dx, dx, ej)));  // 3 FFMA
+    const float q = rsqrtf(s2);                                      // MUFU.RSQ
+    const float w = (q * q) * q;                                     // 2 FMUL
+    ai.x = fmaf(dx, w, ai.x);                                        // 3 FFMA
+    ai.y = fmaf(dy, w, ai.y);
+    ai.z = fmaf(dz, w, ai.z);
+    return ai;
+}
+
+// --- the pair weight for Newton's third law (`atomics-n3l`) --------------------------------------------
+// f such that a_i += m_j f d and a_j -= m_i f d: gravity f = 1/s³ (G applied once after the sum),
+// repulsion f = G/s³ - H/s⁵.
+template <class Model, bool SOFT>
+__device__ __forceinline__ float pair_weight(const float s2, const float G, const float H) {
+    const float inv = inv_distance<SOFT>(s2);
+    const float inv2 = inv * inv;
+    if (Model::repulsion) {
+        return (inv2 * inv) * fmaf(-H, inv2, G);
+    }
+    return inv2 * inv;
+}
+
+// --- double precision (`fp64`) ----------------------------------------------------------------------
+// [x, y, z, m] in double, 32-byte aligned (CUDA 13 deprecates double4 for its ambiguous alignment).
+struct __align__(32) dvec4 {
+    double x, y, z, w;
+};
+
+template <class Model, bool SOFT>
+__device__ __forceinline__ double3 body_body_interaction_fp64(double3 ai, const dvec4 bi, const dvec4 bj,
+                                                              const double eps2, const double G,
+                                                              const double H) {
+    const double dx = bj.x - bi.x;
+    const double dy = bj.y - bi.y;
+    const double dz = bj.z - bi.z;
+    const double s2 = fma(dz, dz, fma(dy, dy, fma(dx, dx, eps2)));
+    double inv;
+    if (SOFT) {
+        inv = rsqrt(s2);
+    } else {
+        inv = (s2 > 0.0) ? rsqrt(s2) : 0.0;
+    }
+    const double inv2 = inv * inv;
+    double w;
+    if (Model::repulsion) {
+        w = bj.w * (inv2 * inv) * fma(-H, inv2, G);
+    } else {
+        w = bj.w * (inv2 * inv);
+    }
+    ai.x = fma(dx, w, ai.x);
+    ai.y = fma(dy, w, ai.y);
+    ai.z = fma(dz, w, ai.z);
+    return ai;
+}
+
+}  // namespace nbody

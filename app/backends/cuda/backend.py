@@ -37,10 +37,11 @@ from app.backends.cuda.context import (
 )
 from app.backends.cuda.errors import KernelCompileError, NonFiniteState
 from app.backends.cuda.interop import GLBuffers, gl_renderer_string, renderer_cannot_interop
+from app.backends.cuda.launch import KernelPolicies
 from app.backends.cuda.timers import EventTimer
 from app.bodies import Bodies
 from app.errors import BackendUnavailable, ConfigError, RuntimeFault
-from app.physics import INTEGRATORS, MODELS, Physics
+from app.physics import INTEGRATORS, MODELS, Diagnostics, Physics
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +102,7 @@ def _blocks(n: int, block: int) -> tuple[int, int]:
     return ((n + block - 1) // block, 1)
 
 
-class CudaBackend(Backend):
+class CudaBackend(KernelPolicies, Backend):
     name = "cuda"
     check_every = 8  # steps between the GPU non-finite checks (0: never)
 
@@ -211,6 +212,7 @@ class CudaBackend(Backend):
         self._flag_pinned = None  # pinned host copy of the check flag for the live (non-waiting) path
         self._check_event = None
         self._last_totals: dict[str, float] = {}
+        self._init_policies()  # launch policies, tunables, `best`, fp64 state (launch.py)
         _LIVE.add(self)
         if not _ATEXIT:
             atexit.register(_close_all_at_exit)
@@ -229,6 +231,7 @@ class CudaBackend(Backend):
                 for alloc in self._alloc.values():
                     alloc.free()
                 self._alloc.clear()
+                self._close_policies()
                 self._functions.clear()
                 self._modules.clear()  # unloads the modules while the context is current
                 if self._timer is not None:
@@ -274,8 +277,9 @@ class CudaBackend(Backend):
     def _load_kernel(self, name: str) -> None:
         """Compile and load every entry `name` may need, so a later step cannot fail to compile."""
         rec = self.record(name)
+        arg_types = registry.launch_policy(rec).arg_types
         for sym in registry.force_symbols(rec):
-            self._function(rec.source, sym, "PPifff")
+            self._function(rec.source, sym, arg_types)
 
     def _ensure_support(self) -> None:
         if self._timer is None:
@@ -287,35 +291,30 @@ class CudaBackend(Backend):
         self._function(src, "speeds", "PPi")
         self._function(src, "first_nonfinite", "PPiP")
 
-    def _force_block(self, rec: KernelRecord, fn) -> int:
-        block = self._block_override or rec.block_size or 256
-        try:
-            limit = fn.get_attribute(self._drv.function_attribute.MAX_THREADS_PER_BLOCK)
-            block = min(block, int(limit))
-        except Exception:
-            pass
-        return block
+    def _launch_force(self, pos_ptr: int, acc_ptr: int, plan=None) -> None:
+        """One force launch of the current kernel: acc = A(pos) for the current physics.
 
-    def _launch_force(self, pos_ptr: int, acc_ptr: int) -> None:
-        """One force launch of the current kernel: acc = A(pos) for the current physics."""
-        rec = self.record(self._kernel)
-        repulsion, soft, eps2, g, h = force_arguments(self._physics)
-        fn = self._function(rec.source, registry.force_symbol(rec, repulsion, soft), "PPifff")
-        block = self._force_block(rec, fn)
-        shared = registry.launch_policy(rec).shared_bytes_per_thread * block
-        fn.prepared_call(_blocks(self._n, block), (block, 1, 1), pos_ptr, acc_ptr, self._n, eps2, g, h,
-                         shared_size=shared)
+        The record's launch policy (registry.LaunchPolicy.kind, implemented in launch.py) decides the
+        grid, the specialisation and any extra launches (memset, reduce, second stream); `plan` is the
+        cached launch plan (built outside the timed region by `_force`), else it is looked up here.
+        """
+        (plan or self._force_plan())(pos_ptr, acc_ptr)
 
     def _launch(self, symbol: str, *args) -> None:
         fn = self._functions[(registry.INTEGRATE_SOURCE, symbol)]
         fn.prepared_call(_blocks(self._n, INTEGRATE_BLOCK), (INTEGRATE_BLOCK, 1, 1), *args)
 
     def _force(self, pos_ptr: int) -> None:
+        plan, acc = self._force_plan(), self._ptr("acc")  # Python work before the first event
         with self._timer.time("force"):
-            self._launch_force(pos_ptr, self._ptr("acc"))
+            self._launch_force(pos_ptr, acc, plan)
 
     def _advance(self, pos: int, speed: int) -> None:
         """One integrator step on the device."""
+        if self._active()[0].precision == "fp64":
+            self._advance_fp64(pos, speed)  # double state, double integrators (launch.py)
+            return
+        self._fp64_valid = False  # the float32 state moves on without the double copy
         p = self._physics
         vel, acc, n = self._ptr("vel"), self._ptr("acc"), self._n
         dt = float(p.dt)
@@ -441,6 +440,8 @@ class CudaBackend(Backend):
         self._ids = None if bodies.ids is None else bodies.ids.copy()
         self._t0, self._steps = float(bodies.time), 0
         self._acc_valid = False
+        self._fp64_valid = False
+        self._after_kernel_change(bodies)  # resolve `best` for this N; fp64: the exact double state
 
     @property
     def kernel(self) -> str:
@@ -454,7 +455,14 @@ class CudaBackend(Backend):
                 self._load_kernel(rec.name)  # a compile error leaves the current kernel in place
         else:
             self.compiled(rec.source)
+        old, before = self._kernel, self._active_precision()
         self._kernel = rec.name
+        try:
+            self._after_kernel_change(None, before)
+        except Exception:
+            self._kernel = old
+            self._resolved = None
+            raise
 
     def set_block_size(self, block: int | None) -> None:
         """Force-kernel block size for every variant (None: each record's default)."""
@@ -539,6 +547,8 @@ class CudaBackend(Backend):
             with self._device_arrays() as (pos, _speed):
                 self._launch_force(pos, self._ptr("acc"))
             self._acc_valid = True
+            if self._active()[0].precision == "fp64":
+                return self._read_acc64()
             self._drv.memcpy_dtoh(out, self._ptr("acc"))
         return out[:, :3].astype(np.float64)
 
@@ -552,6 +562,10 @@ class CudaBackend(Backend):
 
     def state(self) -> Bodies:
         self._require_state()
+        exact = self._fp64_state()
+        if exact is not None:  # fp64 runs: its double state is the state
+            return Bodies(pos=exact[0], vel=exact[1], mass=self._mass.copy(), time=self.time,
+                          ids=None if self._ids is None else self._ids.copy())
         vel4 = np.empty((self._n, 4), dtype=np.float32)
         pos4, _speed = self._read_render_arrays()
         with self._scope:
@@ -559,6 +573,13 @@ class CudaBackend(Backend):
         return Bodies(pos=pos4[:, :3].astype(np.float64), vel=vel4[:, :3].astype(np.float64),
                       mass=self._mass.copy(), time=self.time,
                       ids=None if self._ids is None else self._ids.copy())
+
+    def diagnostics(self) -> Diagnostics:
+        """Energies and momenta reduced on the device (kernels/diagnostics.cu): ten doubles come back,
+        never the state. A DeviceDiagnostics, which adds angular_scale = Σ m|r||v|."""
+        from app.backends.cuda.diagnostics import device_diagnostics
+
+        return device_diagnostics(self)
 
     # --- rendering -------------------------------------------------------------------------------
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,120 @@
+"""Energy and momentum of the CUDA backend's state, reduced on the device (kernels/diagnostics.cu).
+
+`device_diagnostics(backend)` launches three kernels on the state where it lives (the mapped GL vertex
+buffer with interop, the plain allocation without; the double buffers when the `fp64` kernel runs):
+
+    diag_moments_<p>     O(N)  kinetic energy, linear and angular momentum, Σ m|v|, Σ m|r||v|
+    diag_potential_<p>   O(N²) Σ_{i<j} m_i m_j (-G/s + H/(3 s³)), s² = r² + ε², each pair once
+    diag_finalize        one block: the per-block partial sums, added in a fixed order
+
+and copies back ten doubles: never the state. Every accumulator is double; the potential sums each
+256-body tile per thread in the state's precision first (float for the fp32 kernels), then in double.
+The result is deterministic (no atomics). Cost: about half a force evaluation (each pair once, 7 FP32
+instructions + 1 rsqrt for gravity), which is why the panel asks only every few frames.
+
+The geometry helpers are pure functions, tested on the CPU; the launches need pycuda and a GPU.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.physics import Diagnostics
+
+SOURCE = "diagnostics.cu"
+BLOCK = 256  # DIAG_BLOCK: the threads of every diagnostics block and the potential's tile length
+MOMENTS = 9  # DIAG_MOMENTS: K, Px, Py, Pz, Lx, Ly, Lz, Σ m|v|, Σ m|r||v|
+RESULTS = MOMENTS + 1  # DIAG_RESULTS: ... and U
+MAX_CHUNKS = 32  # j-chunks per tile row of the potential grid (gridDim.y)
+MOMENT_BLOCKS_PER_SM = 4
+
+
+@dataclass(frozen=True)
+class DeviceDiagnostics(Diagnostics):
+    """`app.physics.Diagnostics` plus the scale angular-momentum drift is judged against."""
+
+    angular_scale: float = math.nan  # Σ m |r| |v|
+
+
+# --- geometry (pure) -------------------------------------------------------------------------------------
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def moment_blocks(n: int, sms: int) -> int:
+    """Blocks of the grid-stride O(N) pass: enough to fill the GPU, few partials to add."""
+    return max(1, min(_ceil_div(max(n, 1), BLOCK), MOMENT_BLOCKS_PER_SM * max(int(sms), 1)))
+
+
+def potential_plan(n: int) -> tuple[int, int, int]:
+    """(tiles, chunk_tiles, chunks): grid = (tiles, chunks), block (ti, c) walks j-tiles
+    [max(c * chunk_tiles, ti), min((c + 1) * chunk_tiles, tiles))."""
+    tiles = _ceil_div(max(n, 1), BLOCK)
+    chunk_tiles = max(1, _ceil_div(tiles, MAX_CHUNKS))
+    return tiles, chunk_tiles, _ceil_div(tiles, chunk_tiles)
+
+
+def tile_pairs(tiles: int, chunk_tiles: int, chunks: int) -> list[tuple[int, int]]:
+    """The (i-tile, j-tile) pairs the potential grid visits, in launch order (for tests)."""
+    out = []
+    for c in range(chunks):
+        for ti in range(tiles):
+            first = c * chunk_tiles
+            out += [(ti, tj) for tj in range(max(first, ti), min(first + chunk_tiles, tiles))]
+    return out
+
+
+def potential_symbol(precision: str, repulsion: bool, soft: bool) -> str:
+    """'diag_potential_f32_gravity_soft' etc.; precision is 'f32' or 'f64'."""
+    model = "repulsion" if repulsion else "gravity"
+    return f"diag_potential_{precision}_{model}_{'soft' if soft else 'plain'}"
+
+
+def from_results(out: np.ndarray, time: float) -> DeviceDiagnostics:
+    """The ten doubles diag_finalize writes, as a Diagnostics."""
+    v = [float(x) for x in out]
+    return DeviceDiagnostics(time=float(time), kinetic=v[0], potential=v[9], momentum=(v[1], v[2], v[3]),
+                             angular_momentum=(v[4], v[5], v[6]), momentum_scale=v[7], angular_scale=v[8])
+
+
+# --- the launches ----------------------------------------------------------------------------------------
+def device_diagnostics(backend) -> DeviceDiagnostics:
+    """Diagnostics of a loaded CudaBackend's current state, computed on its device."""
+    from app.backends.cuda.backend import force_arguments
+
+    backend._require_state()
+    n = backend._n
+    repulsion, soft, eps2, g, h = force_arguments(backend.physics)
+    fp64 = backend._active_precision() == "fp64" and backend._fp64_valid
+    prec = "f64" if fp64 else "f32"
+    tiles, chunk_tiles, chunks = potential_plan(n)
+    n_moments = moment_blocks(n, backend._facts.sms)
+    n_potential = tiles * chunks
+    out = np.empty(RESULTS, dtype=np.float64)
+    with backend._scope:
+        moments = backend._function(SOURCE, f"diag_moments_{prec}", "PPiP")
+        potential = backend._function(SOURCE, potential_symbol(prec, repulsion, soft),
+                                      "PidddiP" if fp64 else "PifddiP")
+        finalize = backend._function(SOURCE, "diag_finalize", "PiPiP")
+        base = backend._scratch("diagnostics", 8 * (MOMENTS * n_moments + n_potential + RESULTS))
+        part_m = base
+        part_u = base + 8 * MOMENTS * n_moments
+        result = part_u + 8 * n_potential
+
+        def launch(pos: int, vel: int) -> None:
+            moments.prepared_call((n_moments, 1), (BLOCK, 1, 1), pos, vel, n, part_m)
+            potential.prepared_call((tiles, chunks), (BLOCK, 1, 1), pos, n, eps2, g, h / 3.0, chunk_tiles,
+                                    part_u)
+
+        if fp64:
+            pos64, vel64, _acc64 = backend._fp64_ptrs()
+            launch(pos64, vel64)
+        else:
+            with backend._device_arrays() as (pos, _speed):
+                launch(pos, backend._ptr("vel"))
+        finalize.prepared_call((1, 1), (BLOCK, 1, 1), part_m, n_moments, part_u, n_potential, result)
+        backend._drv.memcpy_dtoh(out, result)  # waits for the three kernels: 80 bytes come back
+    return from_results(out, backend.time)

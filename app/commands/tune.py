@@ -1,0 +1,72 @@
+"""`nbody-live tune`: measure the CUDA variants' tunables on this GPU; `best` reads the result."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from app.commands.bench import _ns
+from app.commands.common import positive_int
+
+HELP = "time every CUDA variant's tunables per N on this GPU and cache the fastest for `best`"
+DESCRIPTION = """\
+For each N: time every fp32 CUDA variant at its defaults (phase 1), then sweep the tunables (block
+size, bodies per thread K, threads per body q, j-slices, N3L chunk) of the three fastest (phase 2),
+within --budget-s seconds in all. The fastest configuration whose accelerations agree with float64
+(the fp64 kernel's: max relative error <= 1e-4, or <= twice that of `shared` where fp32 summation
+over N terms costs more) becomes the entry `--kernel best` uses for N within a factor of 2.
+The cache is keyed by GPU name, driver and a hash of the kernel sources, in the user cache dir
+($NBODY_CACHE_DIR overrides); a stale or corrupt one is ignored and rewritten here.
+
+examples:
+  nbody-live tune --n 4096,16384,65536,131072,1048576 --budget-s 120
+  nbody-live tune --n 4096 --variants register-blocked,atomics-n3l --json tune-4096.json
+  nbody-live tune --show
+"""
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune", help=HELP, description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--n", type=_ns, default=[4096, 16384, 65536, 131072], metavar="LIST",
+                   help="comma-separated body counts (default 4096,16384,65536,131072)")
+    p.add_argument("--variants", metavar="LIST",
+                   help="comma-separated kernels to consider (default: every fp32 variant)")
+    p.add_argument("--budget-s", type=float, default=120.0, metavar="S",
+                   help="time budget for the whole sweep in seconds (default 120)")
+    p.add_argument("--repeats", type=positive_int, default=3, metavar="K",
+                   help="timed launches per configuration; the median counts (3)")
+    p.add_argument("--json", type=Path, metavar="FILE", help="also write the full result here")
+    p.add_argument("--show", action="store_true", help="print the cache for this GPU and exit")
+    p.set_defaults(func=main)
+
+
+def main(args) -> int:
+    from app import tune
+    from app.backends import select_backend
+    from app.errors import ConfigError
+
+    cls = select_backend("cuda")
+    if args.show:
+        from app.backends.cuda.context import device_facts
+
+        gpu, driver = tune.device_key(device_facts())
+        data, why = tune.read_cache(gpu, driver)
+        if data is None:
+            print(why)
+            return 1
+        for e in data["best"]:
+            print(f"N = {e['n']:>9,}: {e['variant']} {tune._fmt(e['tunables'])}: "
+                  f"{e['interactions_per_s'] / 1e9:,.0f} G interactions/s")
+        print(tune.cache_path(gpu, driver))
+        return 0
+    if args.budget_s <= 0:
+        raise ConfigError(f"--budget-s: {args.budget_s} must be > 0")
+    variants = args.variants.split(",") if args.variants else None
+    result = tune.run_tune(cls, args.n, variants=variants, budget_s=args.budget_s, repeats=args.repeats)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        print(f"wrote {args.json}")
+    return 0 if result["best"] else 1

@@ -1,0 +1,44 @@
+// `block-template`: the tiled kernel with the block size a compile-time constant (as in the CUDA
+// samples' tiling example): a static __shared__ float4 tile[BS], __launch_bounds__(BS), and a tile loop
+// whose trip count the compiler knows (unrolled 32x with no remainder code). One specialisation per
+// BS in {64, 128, 256, 512, 1024}; the host picks the symbol block_template_b<BS>_<model>_<self> for
+// the launch block size (`nbody-live tune` sweeps it). block_template_force_* is the BS = 256 one.
+// No dynamic shared memory.
+#include "common.cuh"
+
+template <int BS, class Model, bool SOFT>
+__device__ __forceinline__ void block_template_body(NBODY_FORCE_ARGS) {
+    __shared__ float4 tile[BS];
+    const int tid = threadIdx.x;
+    const int i = blockIdx.x * BS + tid;
+    const float4 bi = (i < n) ? pos[i] : nbody::massless_body();
+    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
+    for (int base = 0; base < n; base += BS) {
+        const int j = base + tid;
+        tile[tid] = (j < n) ? pos[j] : nbody::massless_body();
+        __syncthreads();
+#pragma unroll 32
+        for (int k = 0; k < BS; ++k) {
+            ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, tile[k], eps2, G, H);
+        }
+        __syncthreads();
+    }
+    if (i < n) {
+        acc[i] = nbody::finish_acceleration<Model>(ai, G);
+    }
+}
+
+#define BT_SPECIALISATION(BS)                                                                  \
+    template <class Model, bool SOFT>                                                          \
+    __device__ __forceinline__ void block_template_##BS(NBODY_FORCE_ARGS) {                    \
+        block_template_body<BS, Model, SOFT>(pos, acc, n, eps2, G, H);                         \
+    }                                                                                          \
+    NBODY_FORCE_ENTRIES_A(block_template_b##BS, block_template_##BS, __launch_bounds__(BS))
+
+BT_SPECIALISATION(64)
+BT_SPECIALISATION(128)
+BT_SPECIALISATION(256)
+BT_SPECIALISATION(512)
+BT_SPECIALISATION(1024)
+
+NBODY_FORCE_ENTRIES_A(block_template_force, block_template_256, __launch_bounds__(256))

@@ -1,0 +1,31 @@
+// `gpu5-branchy`: the starting point of the brute-force optimisation write-ups — the textbook loop as
+// first ported to a GPU. One thread per body, every source body read from global memory, the distance
+// through sqrtf and the weight through divides (nbody::body_body_interaction_divide), and a per-pair
+// branch that skips the self term (and, without softening, coincident pairs). Force and move are
+// separate kernels through a force buffer: this kernel writes acc, kernels/integrate.cu moves the bodies.
+// Kept as the floor the later variants are measured against.
+#include "common.cuh"
+
+template <class Model, bool SOFT>
+__device__ __forceinline__ void gpu5_force(NBODY_FORCE_ARGS) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) {
+        return;
+    }
+    const float4 bi = pos[i];
+    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
+    for (int j = 0; j < n; ++j) {
+        const float4 bj = pos[j];
+        bool skip = (j == i);
+        if (!SOFT) {
+            const float dx = bj.x - bi.x, dy = bj.y - bi.y, dz = bj.z - bi.z;
+            skip = skip || (dx * dx + dy * dy + dz * dz + eps2 == 0.0f);
+        }
+        if (!skip) {
+            ai = nbody::body_body_interaction_divide<Model>(ai, bi, bj, eps2, G, H);
+        }
+    }
+    acc[i] = nbody::finish_acceleration<Model>(ai, G);
+}
+
+NBODY_FORCE_ENTRIES(gpu5_force, gpu5_force)

@@ -1,0 +1,33 @@
+// `warp-shuffle`: no shared memory at all. Each warp walks the bodies 32 at a time: every lane loads
+// one source body (a coalesced float4 load), then the warp broadcasts them one by one with
+// __shfl_sync (4 SHFL per source body: x, y, z, m). Any N: lanes past the end load massless bodies and
+// keep taking part in the shuffles (no early return), they just do not store.
+// The lesson: a shuffle is an issue slot like an LDS, and four of them per interaction cost more than
+// one broadcast LDS.128 (see docs/kernels.md).
+#include "common.cuh"
+
+template <class Model, bool SOFT>
+__device__ __forceinline__ void warp_shuffle_force(NBODY_FORCE_ARGS) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int lane = threadIdx.x & 31;
+    const float4 bi = (i < n) ? pos[i] : nbody::massless_body();
+    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
+    for (int base = 0; base < n; base += 32) {
+        const int j = base + lane;
+        const float4 mine = (j < n) ? pos[j] : nbody::massless_body();
+#pragma unroll 8
+        for (int k = 0; k < 32; ++k) {
+            float4 bj;
+            bj.x = __shfl_sync(0xffffffffu, mine.x, k);
+            bj.y = __shfl_sync(0xffffffffu, mine.y, k);
+            bj.z = __shfl_sync(0xffffffffu, mine.z, k);
+            bj.w = __shfl_sync(0xffffffffu, mine.w, k);
+            ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, bj, eps2, G, H);
+        }
+    }
+    if (i < n) {
+        acc[i] = nbody::finish_acceleration<Model>(ai, G);
+    }
+}
+
+NBODY_FORCE_ENTRIES(warp_shuffle_force, warp_shuffle_force)

@@ -1,0 +1,318 @@
+"""CudaBackend.diagnostics(): energies and momenta reduced on the device (kernels/diagnostics.cu).
+
+GPU tests (marked `gpu`, skipped with the backend's why_not) compare against the float64 reference
+`app.physics.diagnostics` of `backend.state()`, with the masses rounded to float32 as the device holds
+them in pos.w: energies within 1e-6 relative, momenta within 1e-6 of their scales (Σ m|v|, Σ m|r||v|).
+Above 4,097 bodies the reference potential is app.ui.energy.potential_energy, the same float64 pair sum
+in numba (test_panel pins it to app.physics.potential_energy at 1e-12): numpy's takes ~10 s at 16k.
+
+The CPU tests (no mark) check the launch geometry, the result layout and the kernel's constants.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import numpy as np
+import pytest
+
+from app.backends import backend_class
+from app.backends.cuda import diagnostics as dg
+from app.backends.cuda.compile import compile_file, find_nvcc
+from app.bench import bench_bodies
+from app.bodies import Bodies
+from app.paths import KERNELS
+from app.physics import (
+    Diagnostics,
+    Physics,
+    angular_momentum,
+    diagnostics,
+    kinetic_energy,
+    linear_momentum,
+    momentum_scale,
+    potential_energy,
+)
+from app.ui.energy import potential_energy as numba_potential
+
+CUDA = backend_class("cuda")
+REASON = CUDA.why_not()
+
+
+def _gpu(fn):
+    """Marks a test `gpu` and skips it with the backend's why_not."""
+    fn = pytest.mark.skipif(REASON is not None, reason=f"CUDA unavailable: {REASON}")(fn)
+    return pytest.mark.gpu(fn)
+
+
+NS = (1, 2, 31, 4097, 16384)
+# (model, softening, H)
+CONFIGS = {
+    "gravity-soft": ("gravity", 0.01, 0.0),
+    "gravity-eps0": ("gravity", 0.0, 0.0),
+    "repulsion-soft": ("gravity-repulsion", 0.01, 1e-4),
+    "repulsion-eps0": ("gravity-repulsion", 0.0, 1e-4),
+}
+REL = 1e-6
+
+
+def physics_for(config: str, **kw) -> Physics:
+    model, eps, h = CONFIGS[config]
+    return Physics(G=1.0, softening=eps, model=model, repulsion=h, **kw)
+
+
+# --- CPU: geometry and layout ----------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 2, 255, 256, 257, 4097, 16384, 65536, 1_000_000])
+def test_potential_plan_covers_each_tile_pair_once(n):
+    tiles, chunk_tiles, chunks = dg.potential_plan(n)
+    assert tiles == -(-n // dg.BLOCK) and 1 <= chunks <= dg.MAX_CHUNKS
+    assert (chunks - 1) * chunk_tiles < tiles <= chunks * chunk_tiles
+    if tiles <= 512:
+        pairs = dg.tile_pairs(tiles, chunk_tiles, chunks)
+        assert len(pairs) == len(set(pairs)) == tiles * (tiles + 1) // 2
+        assert all(ti <= tj < tiles for ti, tj in pairs)
+
+
+def _emulated_potential(pos, mass, physics: Physics, block: int) -> float:
+    """The kernel's sum order in numpy: the plan's (i-tile, j-tile) blocks, j > i in diagonal tiles."""
+    n = len(mass)
+    tiles = -(-n // block)
+    chunk_tiles = max(1, -(-tiles // dg.MAX_CHUNKS))
+    eps2, g, h = physics.softening ** 2, physics.G, physics.h
+    total = 0.0
+    for ti, tj in dg.tile_pairs(tiles, chunk_tiles, -(-tiles // chunk_tiles)):
+        i = np.arange(ti * block, min((ti + 1) * block, n))
+        j = np.arange(tj * block, min((tj + 1) * block, n))
+        if i.size == 0 or j.size == 0:
+            continue
+        s2 = ((pos[j][None, :, :] - pos[i][:, None, :]) ** 2).sum(-1) + eps2
+        keep = j[None, :] > i[:, None]
+        s = np.sqrt(np.where(keep, s2, 1.0))
+        pair = np.where(keep, mass[j][None, :] * (-g / s + h / (3 * s ** 3)), 0.0)
+        total += float(np.sum(mass[i][:, None] * pair))
+    return total
+
+
+@pytest.mark.parametrize("n", [1, 2, 31, 300])
+@pytest.mark.parametrize("config", ["gravity-soft", "repulsion-eps0"])
+def test_tile_order_is_the_pair_sum(n, config):
+    b = bench_bodies(n)
+    phys = physics_for(config)
+    emulated = _emulated_potential(b.pos, b.mass, phys, block=16)  # small tiles: many diagonal/edge cases
+    assert emulated == pytest.approx(potential_energy(b.pos, b.mass, phys), rel=1e-12, abs=1e-300)
+
+
+def test_results_layout():
+    out = np.arange(dg.RESULTS, dtype=np.float64) + 1.0
+    d = dg.from_results(out, 2.5)
+    assert isinstance(d, Diagnostics)
+    assert d.time == 2.5 and d.kinetic == 1.0 and d.momentum == (2.0, 3.0, 4.0)
+    assert d.angular_momentum == (5.0, 6.0, 7.0) and d.momentum_scale == 8.0 and d.angular_scale == 9.0
+    assert d.potential == 10.0 and d.energy == 11.0
+    assert dg.potential_symbol("f32", True, False) == "diag_potential_f32_repulsion_plain"
+
+
+def test_kernel_constants_match_the_host():
+    text = (KERNELS / dg.SOURCE).read_text()
+    defines = dict(re.findall(r"^#define (DIAG_\w+) (\d+)", text, re.M))
+    assert int(defines["DIAG_BLOCK"]) == dg.BLOCK
+    assert int(defines["DIAG_MOMENTS"]) == dg.MOMENTS
+    assert int(defines["DIAG_RESULTS"]) == dg.RESULTS
+
+
+@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit not installed)")
+def test_every_symbol_the_host_launches_exists(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path))
+    module = compile_file(KERNELS / dg.SOURCE, "sm_90")
+    wanted = {"diag_finalize"} | {f"diag_moments_{p}" for p in ("f32", "f64")}
+    wanted |= {dg.potential_symbol(p, r, s) for p in ("f32", "f64") for r in (False, True)
+               for s in (False, True)}
+    assert wanted <= set(module.functions), sorted(wanted - set(module.functions))
+    assert not module.problems()
+
+
+def test_energy_monitor_uses_device_diagnostics_and_angular_scale():
+    from app.ui.energy import EnergyMonitor
+
+    class Stub:
+        physics = Physics()
+        calls = 0
+
+        def diagnostics(self):
+            self.calls += 1
+            lz = 1.0 + 1e-3 * (self.calls - 1)
+            return dg.DeviceDiagnostics(time=0.0, kinetic=1.0, potential=-2.0, momentum=(0.0, 0.0, 0.0),
+                                        angular_momentum=(0.0, 0.0, lz), momentum_scale=100.0,
+                                        angular_scale=10.0)
+
+        def state(self):
+            raise AssertionError("the device path must not read the state back")
+
+    stub = Stub()
+    mon = EnergyMonitor(every=1)
+    mon.tick(stub)
+    mon.tick(stub)
+    assert mon.source == "device diagnostics()"
+    assert mon.samples[-1].angular == pytest.approx(1e-3 / 10.0)  # judged against Σ m|r||v|
+
+
+# --- GPU --------------------------------------------------------------------------------------------------
+@pytest.fixture
+def backend():
+    b = CUDA()
+    yield b
+    b.close()
+
+
+def reference(state: Bodies, physics: Physics, fp32_mass: bool = True) -> tuple[Diagnostics, float]:
+    """(float64 diagnostics, Σ m|r||v|) of a host state."""
+    mass = state.mass.astype(np.float32).astype(np.float64) if fp32_mass else state.mass
+    b = Bodies(pos=state.pos, vel=state.vel, mass=mass, time=state.time)
+    if b.n <= 4097:
+        ref = diagnostics(b, physics)
+    else:  # app.physics for the O(N) parts, the same float64 pair sum in numba for the O(N²) one
+        ref = Diagnostics(time=b.time, kinetic=kinetic_energy(b.vel, b.mass),
+                          potential=numba_potential(b.pos, b.mass, physics, parallel=True),
+                          momentum=tuple(linear_momentum(b.vel, b.mass)),
+                          angular_momentum=tuple(angular_momentum(b.pos, b.vel, b.mass)),
+                          momentum_scale=momentum_scale(b.vel, b.mass))
+    lscale = float(np.sum(b.mass * np.linalg.norm(b.pos, axis=1) * np.linalg.norm(b.vel, axis=1)))
+    return ref, lscale
+
+
+def assert_close(d, ref: Diagnostics, lscale: float, rel: float = REL) -> None:
+    def near(a, b, what):
+        err = abs(a - b) / abs(b)
+        assert err <= rel, f"{what}: device {a!r} vs float64 {b!r} (relative error {err:.3g})"
+
+    assert d.time == pytest.approx(ref.time)
+    if ref.kinetic:
+        near(d.kinetic, ref.kinetic, "kinetic")
+    else:
+        assert d.kinetic == 0.0
+    if ref.potential:
+        near(d.potential, ref.potential, "potential")
+    else:
+        assert d.potential == 0.0
+    if ref.momentum_scale:
+        near(d.momentum_scale, ref.momentum_scale, "momentum_scale")
+    if lscale:
+        near(d.angular_scale, lscale, "angular_scale")
+    pscale = max(ref.momentum_scale, 1e-300)
+    assert np.max(np.abs(np.subtract(d.momentum, ref.momentum))) <= rel * pscale, (d.momentum, ref.momentum)
+    lref = max(lscale, 1e-300)
+    assert np.max(np.abs(np.subtract(d.angular_momentum, ref.angular_momentum))) <= rel * lref, \
+        (d.angular_momentum, ref.angular_momentum)
+
+
+@_gpu
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("n", NS)
+def test_matches_float64_reference(backend, n, config):
+    phys = physics_for(config)
+    backend.load(bench_bodies(n), phys, kernel="shared")
+    d = backend.diagnostics()
+    assert isinstance(d, Diagnostics) and isinstance(d, dg.DeviceDiagnostics)
+    assert_close(d, *reference(backend.state(), phys))
+
+
+@_gpu
+@pytest.mark.parametrize("integrator", ["leapfrog", "euler-damped"])
+def test_after_steps_and_deterministic(backend, integrator):
+    phys = physics_for("gravity-soft", integrator=integrator, dt=1e-3, damping=0.999)
+    backend.load(bench_bodies(4097), phys, kernel="shared")
+    backend.step(10)
+    first, second = backend.diagnostics(), backend.diagnostics()
+    assert first == second  # fixed reduction order: bitwise reproducible
+    assert first.time == pytest.approx(10e-3)
+    assert_close(first, *reference(backend.state(), phys))
+
+
+@_gpu
+def test_reload_other_n_on_one_backend(backend):
+    plan = ((4097, "repulsion-soft"), (31, "gravity-eps0"), (16384, "gravity-soft"), (2, "gravity-soft"))
+    for n, config in plan:
+        phys = physics_for(config)
+        backend.load(bench_bodies(n), phys)
+        assert_close(backend.diagnostics(), *reference(backend.state(), phys))
+    phys = physics_for("repulsion-eps0")
+    backend.set_physics(phys)  # the potential follows the current physics
+    assert_close(backend.diagnostics(), *reference(backend.state(), phys))
+
+
+@_gpu
+def test_fp64_kernel_reduces_the_double_state(backend):
+    if "fp64" not in [r.name for r in CUDA.kernels()]:
+        pytest.skip("no fp64 kernel record")
+    phys = physics_for("repulsion-soft", integrator="leapfrog", dt=1e-3)
+    backend.load(bench_bodies(4097), phys, kernel="fp64")
+    backend.step(5)
+    d = backend.diagnostics()
+    # state() is the double state here, exact masses: only the double rounding of the sums is left
+    assert_close(d, *reference(backend.state(), phys, fp32_mass=False), rel=1e-11)
+
+
+@_gpu
+def test_energy_monitor_on_the_device(backend):
+    from app.ui.energy import EnergyMonitor
+
+    phys = physics_for("gravity-soft")
+    backend.load(bench_bodies(4097), phys)
+    mon = EnergyMonitor(every=1)
+    mon.tick(backend)
+    backend.step(5)
+    mon.tick(backend)
+    assert mon.source == "device diagnostics()" and len(mon.samples) == 2
+    assert mon.samples[0].energy == 0.0 and 0.0 <= mon.samples[1].energy < 1e-3
+
+
+# --- with CUDA-GL interop (positions in the mapped VBO) -----------------------------------------------------
+@pytest.fixture(scope="module")
+def egl_canvas():
+    if REASON is not None:
+        pytest.skip(f"CUDA unavailable: {REASON}")
+    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+    try:
+        from vispy import app
+
+        app.use_app("egl")
+        canvas = app.Canvas(show=False, size=(64, 64))
+    except Exception as e:
+        pytest.skip(f"no vispy EGL context: {e}")
+    canvas.set_current()
+    from OpenGL import GL
+
+    renderer = GL.glGetString(GL.GL_RENDERER)
+    renderer = renderer.decode() if isinstance(renderer, bytes) else str(renderer)
+    if "nvidia" not in renderer.lower():
+        canvas.close()
+        pytest.skip(f"the EGL context renders with {renderer!r}: CUDA-GL interop needs NVIDIA's EGL")
+    yield canvas
+    canvas.close()
+
+
+def _gl_vbo(canvas, data: np.ndarray):
+    from vispy import gloo
+
+    vbo = gloo.VertexBuffer(np.ascontiguousarray(data, dtype=np.float32))
+    canvas.set_current()
+    canvas.context.glir.associate(vbo.glir)
+    canvas.context.flush_commands()
+    return vbo, int(canvas.context.shared.parser.get_object(vbo.id).handle)
+
+
+@_gpu
+@pytest.mark.gl
+def test_with_interop(egl_canvas, backend):
+    n = 4097
+    phys = physics_for("repulsion-soft")
+    backend.load(bench_bodies(n), phys)
+    pos_vbo, pos_name = _gl_vbo(egl_canvas, np.zeros((n, 4), np.float32))
+    speed_vbo, speed_name = _gl_vbo(egl_canvas, np.zeros((n, 1), np.float32))
+    assert backend.attach_gl_buffers(pos_name, speed_name), backend.data_path
+    backend.step(3)
+    d = backend.diagnostics()
+    assert backend.gl_buffers.is_mapped is False  # mapped for the launches only
+    assert_close(d, *reference(backend.state(), phys))
+    backend.detach_gl_buffers()
+    del pos_vbo, speed_vbo

@@ -1,0 +1,509 @@
+"""The kernel suite of issue 5: every variant and tunable agrees with float64, and the tuning cache.
+
+CPU-side (CI): registry and compiled specialisations, SASS instruction budgets of the hot loops (needs
+nvcc and cuobjdump), launch geometry (j-slices, the N3L task triangle covers every pair exactly once),
+the tuning cache (keyed by GPU name, driver and kernel-source hash; stale or corrupt files are ignored
+and rewritten) and `best`'s choice of entry. GPU-marked: every variant's tunables at awkward N within
+1e-4 of float64, fp64 within 1e-10, pair-matrix entries, `best` resolving from the cache.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from app import tune
+from app.backends import backend_class
+from app.backends.cuda import registry
+from app.backends.cuda.compile import compile_file, find_nvcc
+from app.backends.cuda.launch import (
+    auto_chunk,
+    auto_slices,
+    n3l_geometry,
+    n3l_tasks,
+    slice_plan,
+)
+from app.paths import KERNELS
+
+ARCH = "sm_90"
+SUITE = ("gpu5-branchy", "naive", "shared", "shared-unroll", "shared-ptx-fma", "block-template",
+         "warp-shuffle", "multi-thread-per-body", "register-blocked", "atomics-n3l", "streams-remainder",
+         "fp64", "pair-matrix", "best")
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit not installed)")
+
+
+# --- the registry ---------------------------------------------------------------------------------------
+def test_every_issue5_variant_has_a_record():
+    recs = {r.name: r for r in registry.RECORDS}
+    assert set(SUITE) <= set(recs), set(SUITE) - set(recs)
+    for name in SUITE:
+        rec = recs[name]
+        assert rec.doc and "\n" not in rec.doc and rec.origin, name
+        for key, values in rec.tunables.items():
+            assert values, (name, key)
+        tun = registry.default_tunables(rec)
+        for key, value in tun.items():
+            if key in rec.tunables:
+                assert value in rec.tunables[key], (name, key, value)
+    assert recs["fp64"].precision == "fp64"
+    assert recs["pair-matrix"].max_n == 8192
+    assert registry.launch_policy(recs["best"]).kind == "best"
+
+
+@pytest.fixture(scope="module")
+def nvcc_cache(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("NBODY_CACHE_DIR", str(tmp_path_factory.mktemp("nvcc-cache")))
+    yield
+    mp.undo()
+
+
+_modules: dict = {}
+
+
+def _compiled(source: str):
+    if source not in _modules:
+        _modules[source] = compile_file(KERNELS / source, ARCH)
+    return _modules[source]
+
+
+@needs_nvcc
+@pytest.mark.parametrize("rec", [r for r in registry.RECORDS if r.name in SUITE], ids=lambda r: r.name)
+def test_every_specialisation_is_compiled(nvcc_cache, rec):
+    module = _compiled(rec.source)
+    missing = [s for s in registry.specialised_symbols(rec) if s not in module.functions]
+    assert not missing, f"{rec.source} lacks {missing}"
+    if registry.launch_policy(rec).kind == "register-blocked":
+        assert "regblock_reduce" in module.functions
+    if rec.name == "fp64":
+        assert {"fp64_kick_drift", "fp64_kick", "fp64_euler_damped"} <= set(module.functions)
+    if rec.name == "pair-matrix":
+        assert {f"pair_matrix_fill_{m}_{s}" for m in ("gravity", "repulsion") for s in ("soft", "plain")} \
+            <= set(module.functions)
+
+
+# --- SASS budgets -----------------------------------------------------------------------------------------
+def _cuobjdump() -> str | None:
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    nvcc = find_nvcc()
+    cand = Path(nvcc).resolve().parent / "cuobjdump" if nvcc else None
+    return str(cand) if cand and cand.is_file() else None
+
+
+def innermost_loops(sass: str, function: str) -> list[dict[str, int]]:
+    """Opcode counts of every backward-branch loop of `function` with a MUFU.RSQ and no barrier."""
+    body = sass.split(f"Function : {function}\n", 1)[1].split("Function : ", 1)[0]
+    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
+    loops = []
+    for addr, text in ins:
+        m = re.search(r"BRA (?:0x)?([0-9a-f]+)", text)
+        if not m or int(m.group(1), 16) >= addr:
+            continue
+        loop = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
+        if any("BAR" in t for t in loop) or not any("MUFU.RSQ" in t for t in loop):
+            continue
+        counts: dict[str, int] = {}
+        for t in loop:
+            op = re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0]
+            counts[op] = counts.get(op, 0) + 1
+        loops.append(counts)
+    return loops
+
+
+FP32 = ("FADD", "FMUL", "FFMA", "FSEL", "FSETP", "FMNMX")
+
+
+def _per_interaction(counts: dict[str, int], interactions: int) -> dict[str, float]:
+    fp32 = sum(counts.get(op, 0) for op in FP32)
+    return {"fp32": fp32 / interactions, "mufu": counts.get("MUFU", 0) / interactions,
+            "lds": counts.get("LDS", 0) / interactions, "shfl": counts.get("SHFL", 0) / interactions,
+            "slots": sum(counts.values()) / interactions}
+
+
+@pytest.fixture(scope="module")
+def sass_of(nvcc_cache, tmp_path_factory):
+    tool = _cuobjdump()
+    if tool is None or find_nvcc() is None:
+        pytest.skip("nvcc and cuobjdump are needed to read the SASS")
+    out = tmp_path_factory.mktemp("sass")
+    cache: dict[str, str] = {}
+
+    def get(source: str) -> str:
+        if source not in cache:
+            cubin = out / (Path(source).stem + ".cubin")
+            cubin.write_bytes(_compiled(source).cubin)
+            cache[source] = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True,
+                                           check=True).stdout
+        return cache[source]
+
+    return get
+
+
+@pytest.mark.parametrize("k", [4, 6])
+def test_register_blocked_is_11_fp32_and_1_mufu_per_interaction(sass_of, k):
+    """The mass-scaled hot loop: 11 FP32 + 1 MUFU, LDS and loop overhead amortised over K bodies."""
+    loops = innermost_loops(sass_of("register_blocked.cu"), f"regblock_k{k}_b128_gravity_soft")
+    fast = [c for c in loops if c.get("FADD", 0) == 0]  # the scaled loop has no FADD at all
+    assert fast, loops
+    per = _per_interaction(fast[0], fast[0]["MUFU"])
+    assert per["fp32"] == 11 and per["mufu"] == 1, per
+    assert per["slots"] <= 12.5, per  # 12 + LDS/K + loop overhead
+
+
+def test_shared_ptx_fma_has_the_same_count_as_shared(sass_of):
+    plain = innermost_loops(sass_of("shared.cu"), "shared_force_gravity_soft")[0]
+    ptx = innermost_loops(sass_of("shared_ptx_fma.cu"), "shared_ptx_force_gravity_soft")[0]
+    a, b = _per_interaction(plain, plain["MUFU"]), _per_interaction(ptx, ptx["MUFU"])
+    assert a["fp32"] == b["fp32"] == 12 and a["lds"] == b["lds"] == 1, (a, b)
+
+
+def test_n3l_pair_costs_16_fp32_for_two_interactions(sass_of):
+    loops = innermost_loops(sass_of("atomics_n3l.cu"), "n3l_ki4_gravity_soft")
+    both = [c for c in loops if c.get("SHFL", 0) and _per_interaction(c, 2 * c["MUFU"])["fp32"] == 8]
+    assert both, loops  # per pair: 16 FP32 + 1 MUFU for a_i and the reaction on a_j
+    per = _per_interaction(both[0], 2 * both[0]["MUFU"])
+    assert per["mufu"] == 0.5 and per["slots"] < 10.5, per
+
+
+# --- launch geometry ---------------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [1, 2, 31, 127, 128, 129, 4096, 4097, 16384, 131072])
+@pytest.mark.parametrize("block", [64, 128, 256])
+def test_slices_cover_every_source_once(n, block):
+    for s in (1, 2, 3, 7, 64, auto_slices(n, block, 4, 132)):
+        slice_len, used = slice_plan(n, block, s)
+        assert slice_len % block == 0 and used >= 1
+        assert (used - 1) * slice_len < n <= used * slice_len
+
+
+def test_auto_slices_fill_the_gpu_at_small_n():
+    s = auto_slices(4096, 64, 4, 132)
+    blocks = (4096 // (64 * 4)) * s
+    assert blocks >= 132 * 4  # at least 4 blocks (8 warps) per SM
+    assert auto_slices(1 << 20, 128, 4, 132) <= 4  # large N: a few slices at most, for the last wave
+
+
+def _n3l_pairs(n: int, ki: int, chunk: int) -> np.ndarray:
+    """How often each ordered pair (i, j) is added by the N3L warp tasks (kernels/atomics_n3l.cu)."""
+    ti, r = 32 * ki, ki // 2
+    ntj, nti = -(-n // 64), -(-n // ti)
+    _chunk, cpr, _blocks = n3l_geometry(n, ki, chunk, 128)
+    count = np.zeros((n, n), dtype=np.int64)
+    for row in range(nti):
+        for c in range(cpr):
+            jt0 = row * r + c * _chunk
+            if jt0 >= ntj:
+                continue
+            ii = [i for i in range(row * ti, row * ti + ti) if i < n]
+            for jt in range(jt0, min(jt0 + _chunk, ntj)):
+                jj = [j for j in range(jt * 64, jt * 64 + 64) if j < n]
+                for i in ii:
+                    for j in jj:
+                        count[i, j] += 1  # a_i += f(i, j)
+                        if jt >= (row + 1) * r:
+                            count[j, i] += 1  # the reaction, off the diagonal
+    return count
+
+
+@pytest.mark.parametrize("n,ki,chunk", [(1, 2, 1), (31, 4, 1), (200, 2, 2), (300, 4, 1), (300, 4, 3),
+                                        (257, 2, 64)])
+def test_n3l_tasks_add_every_pair_exactly_once(n, ki, chunk):
+    count = _n3l_pairs(n, ki, chunk)
+    assert (count == 1).all(), np.argwhere(count != 1)[:5]
+    tasks = n3l_tasks(n, ki, chunk)
+    assert tasks >= 1
+
+
+def test_n3l_chunk_choice():
+    assert auto_chunk(4096, 4, 132) == 1
+    assert auto_chunk(131072, 4, 132) == 64
+    chunk, cpr, blocks = n3l_geometry(1 << 21, 2, 1, 128)
+    assert blocks * 128 < 2**31 and chunk > 1
+
+
+# --- the tuning cache -----------------------------------------------------------------------------------
+FACTS = SimpleNamespace(name="NVIDIA H200", driver_version="580.159.04", sms=132)
+
+
+@pytest.fixture
+def tune_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path))
+    return tmp_path / "tune"
+
+
+def _cache(best, **over):
+    data = {"schema": tune.SCHEMA, "gpu": FACTS.name, "driver": FACTS.driver_version,
+            "source_hash": tune.source_hash(), "best": best, "measurements": []}
+    data.update(over)
+    return data
+
+
+ENTRIES = [{"n": 4096, "variant": "register-blocked", "tunables": {"k": 2, "block_size": 64, "slices": 16},
+            "interactions_per_s": 1.5e12, "median_ms": 0.011},
+           {"n": 131072, "variant": "atomics-n3l", "tunables": {"ki": 4, "chunk": 64},
+            "interactions_per_s": 2.9e12, "median_ms": 5.9}]
+
+
+def test_cache_is_in_the_user_cache_dir_keyed_by_gpu_and_driver(tune_dir, monkeypatch):
+    path = tune.write_cache(_cache(ENTRIES))
+    assert path.parent == tune_dir and "nvidia-h200" in path.name and "580.159.04" in path.name
+    data, why = tune.read_cache(FACTS.name, FACTS.driver_version)
+    assert why == "" and data["best"] == ENTRIES
+    assert tune.read_cache("NVIDIA H100 80GB HBM3", FACTS.driver_version)[0] is None
+    assert tune.read_cache(FACTS.name, "575.1")[0] is None
+    monkeypatch.delenv("NBODY_CACHE_DIR")
+    import platformdirs
+
+    assert tune.cache_dir() == Path(platformdirs.user_cache_dir("nbody-live")) / "tune"
+
+
+def test_stale_cache_is_ignored_then_rewritten(tune_dir):
+    tune.write_cache(_cache(ENTRIES, source_hash="0" * 64))
+    data, why = tune.read_cache(FACTS.name, FACTS.driver_version)
+    assert data is None and "stale" in why
+    assert tune.lookup(4096, FACTS) == (None, why)
+    tune.write_cache(_cache(ENTRIES))  # what the next `nbody-live tune` does
+    assert tune.lookup(4096, FACTS)[0]["variant"] == "register-blocked"
+
+
+@pytest.mark.parametrize("text", ["{not json", json.dumps({"schema": "other"}), json.dumps([1, 2]),
+                                  json.dumps({"schema": tune.SCHEMA, "best": [{"n": "x"}]}), ""])
+def test_corrupt_cache_is_ignored_then_rewritten(tune_dir, text):
+    path = tune.cache_path(FACTS.name, FACTS.driver_version)
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    data, why = tune.read_cache(FACTS.name, FACTS.driver_version)
+    assert data is None and "corrupt" in why
+    tune.write_cache(_cache(ENTRIES))
+    assert tune.read_cache(FACTS.name, FACTS.driver_version)[0]["best"] == ENTRIES
+
+
+def test_kernel_edit_makes_the_cache_stale(tmp_path):
+    for name in ("common.cuh", "shared.cu"):
+        shutil.copy(KERNELS / name, tmp_path / name)
+    before = tune.source_hash(tmp_path)
+    (tmp_path / "shared.cu").write_text((tmp_path / "shared.cu").read_text() + "\n// edit\n")
+    assert tune.source_hash(tmp_path) != before
+
+
+def test_best_entry_for_n():
+    assert tune.choose(ENTRIES, 4096)["n"] == 4096
+    assert tune.choose(ENTRIES, 6000)["n"] == 4096  # within an octave
+    assert tune.choose(ENTRIES, 1 << 20)["n"] == 131072  # above the largest: the asymptotic winner
+    assert tune.choose(ENTRIES, 1000) is None  # two octaves below anything tuned
+    assert tune.choose(ENTRIES, 30000) is None
+    assert tune.choose([], 4096) is None
+
+
+def test_candidate_configs_are_allowed_and_start_with_the_defaults():
+    for rec in registry.RECORDS:
+        if rec.name in tune.NEVER:
+            continue
+        for n in (4096, 131072):
+            configs = tune.candidate_configs(rec, n, 132)
+            assert configs[0] == registry.default_tunables(rec)
+            assert len(configs) == len({json.dumps(c, sort_keys=True) for c in configs})
+            for cfg in configs:
+                for key, value in cfg.items():
+                    assert value in rec.tunables[key], (rec.name, cfg)
+
+
+def test_tune_command_is_registered():
+    from app.cli import build_parser
+
+    args = build_parser().parse_args(["tune", "--n", "4096,16384", "--budget-s", "30"])
+    assert args.command == "tune" and args.n == [4096, 16384] and args.budget_s == 30
+
+
+# --- on the GPU ---------------------------------------------------------------------------------------------
+CUDA = backend_class("cuda")
+REASON = CUDA.why_not()
+
+
+def on_gpu(test):
+    """Marked `gpu`, skipped with the backend's why_not where CUDA cannot run."""
+    return pytest.mark.gpu(pytest.mark.skipif(REASON is not None, reason=f"CUDA unavailable: {REASON}")(test))
+
+CONFIGS = {
+    "gravity-soft": ("gravity", 0.01, 0.0),
+    "gravity-eps0": ("gravity", 0.0, 0.0),
+    "repulsion-soft": ("gravity-repulsion", 0.01, 1e-4),
+}
+
+
+def _physics(config: str, **kw):
+    from app.physics import Physics
+
+    model, eps, h = CONFIGS[config]
+    return Physics(G=1.0, softening=eps, model=model, repulsion=h, **kw)
+
+
+_REF: dict = {}
+
+
+def _reference(n: int, config: str, exact: bool = False) -> np.ndarray:
+    """float64 accelerations of the bench state (fp32-rounded unless `exact`)."""
+    from app.bench import bench_bodies
+    from app.physics import accelerations
+
+    key = (n, config, exact)
+    if key not in _REF:
+        b = bench_bodies(n)
+        pos = b.pos if exact else b.pos.astype(np.float32).astype(np.float64)
+        mass = b.mass if exact else b.mass.astype(np.float32).astype(np.float64)
+        try:
+            from app.backends.cpu import cpu_accelerations_fp64
+
+            _REF[key] = cpu_accelerations_fp64(pos, mass, _physics(config))
+        except Exception:
+            _REF[key] = accelerations(pos, mass, _physics(config))
+    return _REF[key]
+
+
+@pytest.fixture
+def backend():
+    b = CUDA()
+    yield b
+    b.close()
+
+
+def _sweep():
+    for rec in registry.RECORDS:
+        if rec.name in tune.NEVER:
+            continue
+        for cfg in tune.candidate_configs(rec, 4097, 132):
+            yield pytest.param(rec.name, cfg, id=f"{rec.name}-{'-'.join(f'{k}{v}' for k, v in cfg.items())}")
+
+
+@on_gpu
+@pytest.mark.parametrize("name,cfg", list(_sweep()))
+@pytest.mark.parametrize("config", ["gravity-soft", "repulsion-soft"])
+def test_every_tunable_agrees_with_float64(backend, name, cfg, config):
+    from app.bench import bench_bodies
+    from app.physics import relative_error
+
+    n = 4097
+    backend.load(bench_bodies(n), _physics(config), kernel=name)
+    backend.set_tunables(**cfg)
+    worst, rms = relative_error(backend.accelerations(), _reference(n, config))
+    assert worst <= 1e-4, f"{name} {cfg} {config}: max rel err {worst:.3g} (rms {rms:.3g})"
+
+
+@on_gpu
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("n", [1, 31, 4097])
+def test_fp64_within_1e10_of_float64(backend, n, config):
+    from app.bench import bench_bodies
+    from app.physics import relative_error
+
+    backend.load(bench_bodies(n), _physics(config), kernel="fp64")
+    acc = backend.accelerations()
+    if n == 1:
+        assert np.array_equal(acc, np.zeros((1, 3)))
+        return
+    worst, _ = relative_error(acc, _reference(n, config, exact=True))
+    assert worst <= 1e-10, f"fp64 N={n} {config}: {worst:.3g}"
+
+
+@on_gpu
+@pytest.mark.parametrize("integrator", ["leapfrog", "euler-damped"])
+def test_fp64_integrates_in_double(backend, integrator):
+    from app.bench import bench_bodies
+    from app.physics import integrate, relative_error
+
+    bodies = bench_bodies(500)
+    phys = _physics("gravity-soft", dt=1e-3, integrator=integrator, damping=0.999)
+    backend.load(bodies, phys, kernel="fp64")
+    backend.step(10)
+    got = backend.state()
+    ref = bodies.copy()
+    integrate(ref, phys, 10)
+    assert relative_error(got.pos, ref.pos)[0] <= 1e-9
+    assert relative_error(got.vel, ref.vel)[0] <= 1e-9
+    pos4, speed = backend.host_render_arrays()  # the float32 copies follow the double state
+    np.testing.assert_allclose(pos4[:, :3], got.pos, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(speed, np.linalg.norm(got.vel, axis=1), rtol=1e-6)
+    backend.set_kernel("shared")  # and back to fp32 from the same state
+    backend.step(1)
+
+
+@on_gpu
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("n", [31, 1000])
+def test_pair_matrix_entries_match_float64(backend, n, config):
+    from app.bench import bench_bodies
+
+    bodies = bench_bodies(n)
+    phys = _physics(config)
+    backend.load(bodies, phys, kernel="pair-matrix")
+    m = backend.interaction_matrix()
+    pos = bodies.pos.astype(np.float32).astype(np.float64)
+    mass = bodies.mass.astype(np.float32).astype(np.float64)
+    d = pos[None, :, :] - pos[:, None, :]
+    r2 = np.einsum("ijk,ijk->ij", d, d)
+    s2 = r2 + phys.softening ** 2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inv3 = np.where(s2 > 0, s2 ** -1.5, 0.0)
+        w = phys.G * inv3 - phys.h * inv3 / s2 if phys.h else phys.G * inv3
+    ref = np.abs(w) * mass[None, :] * np.sqrt(r2)
+    np.fill_diagonal(ref, 0.0)
+    assert m.shape == (n, n) and m.dtype == np.float32
+    np.testing.assert_allclose(m, ref, rtol=2e-5, atol=1e-6 * ref.max())
+    assert (np.diag(m) == 0).all()
+
+
+@on_gpu
+def test_pair_matrix_refuses_large_n(backend):
+    from app.bench import bench_bodies
+    from app.errors import ConfigError
+
+    backend.load(bench_bodies(8193), _physics("gravity-soft"), kernel="pair-matrix")
+    with pytest.raises(ConfigError, match="8,192"):
+        backend.interaction_matrix()
+
+
+@on_gpu
+@pytest.mark.parametrize("n", [255, 256, 257, 4096])
+def test_streams_remainder_at_block_multiples(backend, n):
+    from app.bench import bench_bodies
+    from app.physics import relative_error
+
+    backend.load(bench_bodies(n), _physics("gravity-soft"), kernel="streams-remainder")
+    worst, _ = relative_error(backend.accelerations(), _reference(n, "gravity-soft"))
+    assert worst <= 1e-4
+
+
+@on_gpu
+def test_best_uses_the_cache_and_falls_back_with_a_log_line(backend, tmp_path, monkeypatch, caplog):
+    from app.bench import bench_bodies
+    from app.physics import relative_error
+
+    monkeypatch.setattr(tune, "cache_dir", lambda: tmp_path)
+    facts = backend._facts
+    with caplog.at_level(logging.INFO, logger="app"):
+        backend.load(bench_bodies(4096), _physics("gravity-soft"), kernel="best")
+    assert backend.resolved_kernel.startswith("register-blocked")
+    assert any("best:" in r.getMessage() and "nbody-live tune" in r.getMessage() for r in caplog.records)
+    entry = {"n": 4096, "variant": "multi-thread-per-body", "tunables": {"q": 8, "block_size": 128},
+             "interactions_per_s": 1e12, "median_ms": 0.02}
+    tune.write_cache({"schema": tune.SCHEMA, "gpu": facts.name, "driver": facts.driver_version,
+                      "source_hash": tune.source_hash(), "best": [entry], "measurements": []})
+    backend.load(bench_bodies(4096), _physics("gravity-soft"), kernel="best")
+    assert backend.resolved_kernel == "multi-thread-per-body block_size=128 q=8"
+    worst, _ = relative_error(backend.accelerations(), _reference(4096, "gravity-soft"))
+    assert worst <= 1e-4
+    t = backend.step(2)
+    assert t.kernel == "best" and t.force_ms > 0
+    tune.cache_path(facts.name, facts.driver_version).write_text("{corrupt")
+    backend.load(bench_bodies(4096), _physics("gravity-soft"), kernel="best")
+    assert backend.resolved_kernel.startswith("register-blocked")
+
