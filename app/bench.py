@@ -311,8 +311,12 @@ def _plot_matplotlib(result: dict, png_path: Path) -> None:
     import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(10, 6.4), dpi=100)
-    for name, pts in _series(result).items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", linewidth=2, label=name)
+    # Up to 20 distinct colours, and a marker cycle on top, so 14 kernels never share a look.
+    colors = plt.get_cmap("tab20").colors
+    markers = "os^vDP*Xh<>p"
+    for k, (name, pts) in enumerate(_series(result).items()):
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[k % len(markers)], linewidth=2,
+                color=colors[k % len(colors)], label=name)
     if result.get("backend") == "cuda":
         ref = sorted(CUDA_SAMPLES_H200.items())
         ax.plot([p[0] for p in ref], [p[1] for p in ref], linestyle=":", color="0.45", marker=".",
