@@ -275,6 +275,25 @@ class _Sink:
             out["encode"] = _median(self._worker.work_ms)
         return out
 
+    def _close_worker(self):
+        """The common half of stop(): drain the readback and the queue, close the worker (on a write
+        error: clean up and raise RuntimeFault). Returns (the closed worker, its timings)."""
+        if self._worker is None:
+            raise RuntimeError("stop() before start()")
+        try:
+            self._drain()
+            worker = self._worker
+            worker.close()
+        except OSError as e:
+            self._fail(e)
+        except BaseException:
+            self.abort()
+            raise
+        timings = self.timings()
+        self._release_gl()
+        self._worker = None
+        return worker, timings
+
     def _fail(self, e: BaseException):
         path = self.path
         self.abort()
@@ -315,22 +334,9 @@ class Recorder(_Sink):
 
     def stop(self) -> RecordResult:
         """Drain the readback and the queue, finalise the mp4 and rename it into place."""
-        if self._worker is None:
-            raise RuntimeError("stop() before start()")
-        try:
-            self._drain()
-            worker = self._worker
-            worker.close()
-        except OSError as e:
-            self._fail(e)
-        except BaseException:
-            self.abort()
-            raise
-        timings = self.timings()
-        self._release_gl()
+        worker, timings = self._close_worker()
         frames, dropped = worker.frames, worker.dropped
         self.last_frame = worker.last_frame
-        self._worker = None
         if frames == 0:
             _unlink(self._tmp)
             self._tmp = None
@@ -374,20 +380,7 @@ class PngSequence(_Sink):
         return self
 
     def stop(self) -> RecordResult:
-        if self._worker is None:
-            raise RuntimeError("stop() before start()")
-        try:
-            self._drain()
-            worker = self._worker
-            worker.close()
-        except OSError as e:
-            self._fail(e)
-        except BaseException:
-            self.abort()
-            raise
-        timings = self.timings()
-        self._release_gl()
-        self._worker = None
+        worker, timings = self._close_worker()
         numbers = (p.stem[len(worker.prefix):] for p in self.path.glob(f"{worker.prefix}*.png"))
         stale = sum(1 for s in numbers if s.isdigit() and int(s) >= self._next_index)
         if stale:
