@@ -1,7 +1,10 @@
-"""Shared test helpers: the published data sets in ../shared/data, skipped cleanly when absent."""
+"""Shared test helpers: the published data sets in ../shared/data (skipped cleanly when absent), and an
+NVIDIA EGL context with VBOs for the CUDA-GL interop tests."""
 
+import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from app.paths import SHARED_DATA
@@ -19,3 +22,37 @@ def shared_file(name: str) -> Path:
     if not path.is_file():
         pytest.skip(f"shared data file {path} is absent")
     return path
+
+
+@pytest.fixture(scope="module")
+def egl_canvas():
+    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
+    try:
+        from vispy import app
+
+        app.use_app("egl")
+        canvas = app.Canvas(show=False, size=(64, 64))
+    except Exception as e:
+        pytest.skip(f"no vispy EGL context: {e}")
+    canvas.set_current()
+    from OpenGL import GL
+
+    renderer = GL.glGetString(GL.GL_RENDERER)
+    renderer = renderer.decode() if isinstance(renderer, bytes) else str(renderer)
+    if "nvidia" not in renderer.lower():
+        canvas.close()
+        pytest.skip(f"the EGL context renders with {renderer!r}: CUDA-GL interop needs NVIDIA's EGL")
+    yield canvas
+    canvas.close()
+
+
+def gl_vbo(canvas, data: np.ndarray):
+    """A gloo.VertexBuffer holding `data`, and its GL name (after the GLIR queue was flushed)."""
+    from vispy import gloo
+
+    vbo = gloo.VertexBuffer(np.ascontiguousarray(data, dtype=np.float32))
+    canvas.set_current()
+    canvas.context.glir.associate(vbo.glir)
+    canvas.context.flush_commands()
+    name = canvas.context.shared.parser.get_object(vbo.id).handle
+    return vbo, int(name)

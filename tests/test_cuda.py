@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import gl_vbo
 
 from app.backends import all_kernel_records, backend_class
 from app.backends.base import KernelRecord
@@ -262,40 +263,6 @@ def test_host_render_arrays_warns_once(backend, caplog):
 
 
 # --- CUDA–GL interop on a real EGL context ------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def egl_canvas():
-    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
-    try:
-        from vispy import app
-
-        app.use_app("egl")
-        canvas = app.Canvas(show=False, size=(64, 64))
-    except Exception as e:
-        pytest.skip(f"no vispy EGL context: {e}")
-    canvas.set_current()
-    from OpenGL import GL
-
-    renderer = GL.glGetString(GL.GL_RENDERER)
-    renderer = renderer.decode() if isinstance(renderer, bytes) else str(renderer)
-    if "nvidia" not in renderer.lower():
-        canvas.close()
-        pytest.skip(f"the EGL context renders with {renderer!r}: CUDA-GL interop needs NVIDIA's EGL")
-    yield canvas
-    canvas.close()
-
-
-def gl_vbo(canvas, data: np.ndarray):
-    """A gloo.VertexBuffer holding `data`, and its GL name (after the GLIR queue was flushed)."""
-    from vispy import gloo
-
-    vbo = gloo.VertexBuffer(np.ascontiguousarray(data, dtype=np.float32))
-    canvas.set_current()
-    canvas.context.glir.associate(vbo.glir)
-    canvas.context.flush_commands()
-    name = canvas.context.shared.parser.get_object(vbo.id).handle
-    return vbo, int(name)
-
-
 def read_gl(canvas, name: int, nbytes: int) -> np.ndarray:
     """The buffer's bytes as GL sees them (glGetBufferSubData), as float32."""
     from OpenGL import GL

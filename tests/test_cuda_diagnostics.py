@@ -11,11 +11,11 @@ The CPU tests (no mark) check the launch geometry, the result layout and the ker
 
 from __future__ import annotations
 
-import os
 import re
 
 import numpy as np
 import pytest
+from conftest import gl_vbo
 
 from app.backends import backend_class
 from app.backends.cuda import diagnostics as dg
@@ -267,48 +267,14 @@ def test_energy_monitor_on_the_device(backend):
 
 
 # --- with CUDA-GL interop (positions in the mapped VBO) -----------------------------------------------------
-@pytest.fixture(scope="module")
-def egl_canvas():
-    if REASON is not None:
-        pytest.skip(f"CUDA unavailable: {REASON}")
-    os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
-    try:
-        from vispy import app
-
-        app.use_app("egl")
-        canvas = app.Canvas(show=False, size=(64, 64))
-    except Exception as e:
-        pytest.skip(f"no vispy EGL context: {e}")
-    canvas.set_current()
-    from OpenGL import GL
-
-    renderer = GL.glGetString(GL.GL_RENDERER)
-    renderer = renderer.decode() if isinstance(renderer, bytes) else str(renderer)
-    if "nvidia" not in renderer.lower():
-        canvas.close()
-        pytest.skip(f"the EGL context renders with {renderer!r}: CUDA-GL interop needs NVIDIA's EGL")
-    yield canvas
-    canvas.close()
-
-
-def _gl_vbo(canvas, data: np.ndarray):
-    from vispy import gloo
-
-    vbo = gloo.VertexBuffer(np.ascontiguousarray(data, dtype=np.float32))
-    canvas.set_current()
-    canvas.context.glir.associate(vbo.glir)
-    canvas.context.flush_commands()
-    return vbo, int(canvas.context.shared.parser.get_object(vbo.id).handle)
-
-
 @_gpu
 @pytest.mark.gl
 def test_with_interop(egl_canvas, backend):
     n = 4097
     phys = physics_for("repulsion-soft")
     backend.load(bench_bodies(n), phys)
-    pos_vbo, pos_name = _gl_vbo(egl_canvas, np.zeros((n, 4), np.float32))
-    speed_vbo, speed_name = _gl_vbo(egl_canvas, np.zeros((n, 1), np.float32))
+    pos_vbo, pos_name = gl_vbo(egl_canvas, np.zeros((n, 4), np.float32))
+    speed_vbo, speed_name = gl_vbo(egl_canvas, np.zeros((n, 1), np.float32))
     assert backend.attach_gl_buffers(pos_name, speed_name), backend.data_path
     backend.step(3)
     d = backend.diagnostics()
