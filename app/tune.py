@@ -70,9 +70,11 @@ def cache_path(gpu: str, driver: str | None) -> Path:
 
 def source_hash(kernels: Path = KERNELS) -> str:
     """sha256 of every kernel source and header and the nvcc options: any edit makes the cache stale."""
-    from app.backends.cuda.compile import NVCC_OPTIONS
+    from app.backends.cuda.compile import NVCC_OPTIONS, SOURCE_OPTIONS
 
     h = hashlib.sha256(("options=" + " ".join(NVCC_OPTIONS) + "\n").encode())
+    for name, options in sorted(SOURCE_OPTIONS.items()):
+        h.update(f"{name}: {' '.join(options)}\n".encode())
     for path in sorted([*kernels.glob("*.cu"), *kernels.glob("*.cuh")]):
         h.update(f"\0{path.name}\0".encode() + path.read_bytes())
     return h.hexdigest()

@@ -9,23 +9,8 @@
 template <int BS, class Model, bool SOFT>
 __device__ __forceinline__ void block_template_body(NBODY_FORCE_ARGS) {
     __shared__ float4 tile[BS];
-    const int tid = threadIdx.x;
-    const int i = blockIdx.x * BS + tid;
-    const float4 bi = (i < n) ? pos[i] : nbody::massless_body();
-    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
-    for (int base = 0; base < n; base += BS) {
-        const int j = base + tid;
-        tile[tid] = (j < n) ? pos[j] : nbody::massless_body();
-        __syncthreads();
-#pragma unroll 32
-        for (int k = 0; k < BS; ++k) {
-            ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, tile[k], eps2, G, H);
-        }
-        __syncthreads();
-    }
-    if (i < n) {
-        acc[i] = nbody::finish_acceleration<Model>(ai, G);
-    }
+    nbody::tiled_force<Model, SOFT, nbody::FoldedForm, 32>(pos, acc, n, eps2, G, H, tile, BS,
+                                                           blockIdx.x * BS + threadIdx.x);
 }
 
 #define BT_SPECIALISATION(BS)                                                                  \

@@ -42,6 +42,17 @@ __device__ __forceinline__ float inv_distance(float s2) {
     }
 }
 
+// The weight w of source j (a_i += w d) from 1/s: m / s³ for gravity (3 FMUL), m (G / s³ - H / s⁵) with
+// repulsion.
+template <class Model>
+__device__ __forceinline__ float source_weight(const float inv, const float m, const float G, const float H) {
+    if (Model::repulsion) {
+        const float inv2 = inv * inv;
+        return m * (inv2 * inv) * fmaf(-H, inv2, G);
+    }
+    return m * (inv * inv * inv);
+}
+
 // a_i += contribution of body j. `bi`, `bj` are [x, y, z, m]; G and H are used by the repulsion model
 // only (gravity multiplies the finished sum by G, see finish_acceleration).
 template <class Model, bool SOFT>
@@ -52,14 +63,7 @@ __device__ __forceinline__ float3 body_body_interaction(float3 ai, const float4 
     const float dz = bj.z - bi.z;
     const float s2 = fmaf(dz, dz, fmaf(dy, dy, fmaf(dx, dx, eps2)));  // 3 FFMA
     const float inv = inv_distance<SOFT>(s2);                           // MUFU.RSQ
-    float w;
-    if (Model::repulsion) {
-        const float inv2 = inv * inv;
-        const float inv3 = inv2 * inv;
-        w = bj.w * inv3 * fmaf(-H, inv2, G);  // m (G / s³ - H / s⁵)
-    } else {
-        w = bj.w * (inv * inv * inv);  // 3 FMUL: m / s³
-    }
+    const float w = source_weight<Model>(inv, bj.w, G, H);              // 3 FMUL (gravity)
     ai.x = fmaf(dx, w, ai.x);  // 3 FFMA
     ai.y = fmaf(dy, w, ai.y);
     ai.z = fmaf(dz, w, ai.z);
@@ -207,6 +211,26 @@ __device__ __forceinline__ float3 body_body_interaction_ptx(float3 ai, const flo
     return ai;
 }
 
+// --- the GPU Gems 3 / CUDA samples form (`shared`, the baseline every speed-up is measured against) -----
+// As in NVIDIA's nbody sample: distSqr = d·d, then distSqr += ε². nvcc contracts d·d into FMUL + 2 FFMA
+// but may not fold the separate += ε² into them (that would reassociate), so this costs 13 FP32-pipe
+// instructions + 1 MUFU: one FADD more than body_body_interaction, the first lesson of the suite.
+template <class Model, bool SOFT>
+__device__ __forceinline__ float3 body_body_interaction_gems3(float3 ai, const float4 bi, const float4 bj,
+                                                              const float eps2, const float G,
+                                                              const float H) {
+    const float dx = bj.x - bi.x;
+    const float dy = bj.y - bi.y;
+    const float dz = bj.z - bi.z;
+    float s2 = dx * dx + dy * dy + dz * dz;
+    s2 += eps2;
+    const float w = source_weight<Model>(inv_distance<SOFT>(s2), bj.w, G, H);
+    ai.x += dx * w;
+    ai.y += dy * w;
+    ai.z += dz * w;
+    return ai;
+}
+
 // --- mass-scaled coordinates (`register-blocked`, gravity with ε > 0): 11 FP32 + 1 MUFU --------------
 // With c_j = m_j^(-1/2), store the source as (c x_j, c y_j, c z_j, -c_j) and e_j = c_j² ε². Then
 //     d' = fma(-c_j, x_i, c_j x_j) = c_j d            (3 FFMA instead of 3 FADD: same cost)
@@ -290,6 +314,66 @@ __device__ __forceinline__ double3 body_body_interaction_fp64(double3 ai, const 
     ai.y = fma(dy, w, ai.y);
     ai.z = fma(dz, w, ai.z);
     return ai;
+}
+
+// --- the interaction forms as types, and the one tiled loop of the shared-memory variants ---------------
+struct FoldedForm {  // body_body_interaction: 12 FP32 + 1 MUFU
+    template <class Model, bool SOFT>
+    static __device__ __forceinline__ float3 add(float3 ai, const float4 bi, const float4 bj, const float eps2,
+                                                 const float G, const float H) {
+        return body_body_interaction<Model, SOFT>(ai, bi, bj, eps2, G, H);
+    }
+};
+struct Gems3Form {  // body_body_interaction_gems3: 13 FP32 + 1 MUFU
+    template <class Model, bool SOFT>
+    static __device__ __forceinline__ float3 add(float3 ai, const float4 bi, const float4 bj, const float eps2,
+                                                 const float G, const float H) {
+        return body_body_interaction_gems3<Model, SOFT>(ai, bi, bj, eps2, G, H);
+    }
+};
+struct PtxForm {  // body_body_interaction_ptx
+    template <class Model, bool SOFT>
+    static __device__ __forceinline__ float3 add(float3 ai, const float4 bi, const float4 bj, const float eps2,
+                                                 const float G, const float H) {
+        return body_body_interaction_ptx<Model, SOFT>(ai, bi, bj, eps2, G, H);
+    }
+};
+
+// The GPU Gems 3 ch. 31 tile walk (Nyland, Harris & Prins): a_i summed over sources [0, n). Each thread of
+// the block stores one float4 of the tile in `tile` (tile_size entries), __syncthreads, every thread runs
+// the tile through Form (one broadcast LDS.128 per source), __syncthreads, next tile. CHECKED pads the
+// last tile with massless bodies (any n); without it the caller guarantees n is a multiple of tile_size.
+// A compile-time tile_size (block-template) gives the unrolled loop a known trip count.
+template <class Model, bool SOFT, class Form, int UNROLL, bool CHECKED = true>
+__device__ __forceinline__ float3 tiled_sum(const float4* __restrict__ pos, const int n, const float4 bi,
+                                            const float eps2, const float G, const float H, float4* tile,
+                                            const int tile_size) {
+    const int tid = threadIdx.x;
+    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
+    for (int base = 0; base < n; base += tile_size) {
+        const int j = base + tid;
+        tile[tid] = (!CHECKED || j < n) ? pos[j] : massless_body();
+        __syncthreads();
+#pragma unroll UNROLL
+        for (int k = 0; k < tile_size; ++k) {
+            ai = Form::template add<Model, SOFT>(ai, bi, tile[k], eps2, G, H);
+        }
+        __syncthreads();
+    }
+    return ai;
+}
+
+// One thread per body i (i >= n: a padding thread that only helps load tiles): the tiled sum, written
+// to acc[i] with G applied.
+template <class Model, bool SOFT, class Form, int UNROLL>
+__device__ __forceinline__ void tiled_force(const float4* __restrict__ pos, float4* __restrict__ acc,
+                                            const int n, const float eps2, const float G, const float H,
+                                            float4* tile, const int tile_size, const int i) {
+    const float4 bi = (i < n) ? pos[i] : massless_body();
+    const float3 ai = tiled_sum<Model, SOFT, Form, UNROLL>(pos, n, bi, eps2, G, H, tile, tile_size);
+    if (i < n) {
+        acc[i] = finish_acceleration<Model>(ai, G);
+    }
 }
 
 }  // namespace nbody

@@ -11,24 +11,8 @@
 template <class Model, bool SOFT>
 __device__ __forceinline__ void pair_matrix_force_body(NBODY_FORCE_ARGS) {
     extern __shared__ float4 tile[];
-    const int tid = threadIdx.x;
-    const int tile_size = blockDim.x;
-    const int i = blockIdx.x * tile_size + tid;
-    const float4 bi = (i < n) ? pos[i] : nbody::massless_body();
-    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
-    for (int base = 0; base < n; base += tile_size) {
-        const int j = base + tid;
-        tile[tid] = (j < n) ? pos[j] : nbody::massless_body();
-        __syncthreads();
-#pragma unroll 16
-        for (int k = 0; k < tile_size; ++k) {
-            ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, tile[k], eps2, G, H);
-        }
-        __syncthreads();
-    }
-    if (i < n) {
-        acc[i] = nbody::finish_acceleration<Model>(ai, G);
-    }
+    nbody::tiled_force<Model, SOFT, nbody::FoldedForm, 16>(pos, acc, n, eps2, G, H, tile, blockDim.x,
+                                                           blockIdx.x * blockDim.x + threadIdx.x);
 }
 
 NBODY_FORCE_ENTRIES(pair_matrix_force, pair_matrix_force_body)

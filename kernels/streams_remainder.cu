@@ -11,21 +11,11 @@
 template <class Model, bool SOFT>
 __device__ __forceinline__ void streams_main(NBODY_FORCE_ARGS) {
     extern __shared__ float4 tile[];
-    const int tid = threadIdx.x;
-    const int tile_size = blockDim.x;
-    const int nfull = (n / tile_size) * tile_size;
-    const int i = blockIdx.x * tile_size + tid;  // grid = nfull / B blocks: always < nfull
+    const int nfull = (n / blockDim.x) * blockDim.x;
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;  // grid = nfull / B blocks: always < nfull
     const float4 bi = pos[i];
-    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
-    for (int base = 0; base < nfull; base += tile_size) {
-        tile[tid] = pos[base + tid];
-        __syncthreads();
-#pragma unroll 16
-        for (int k = 0; k < tile_size; ++k) {
-            ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, tile[k], eps2, G, H);
-        }
-        __syncthreads();
-    }
+    float3 ai = nbody::tiled_sum<Model, SOFT, nbody::FoldedForm, 16, false>(pos, nfull, bi, eps2, G, H, tile,
+                                                                            blockDim.x);
     for (int j = nfull; j < n; ++j) {  // the same address for every thread: a broadcast load
         ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, __ldg(&pos[j]), eps2, G, H);
     }
@@ -35,24 +25,8 @@ __device__ __forceinline__ void streams_main(NBODY_FORCE_ARGS) {
 template <class Model, bool SOFT>
 __device__ __forceinline__ void streams_tail(NBODY_FORCE_ARGS) {
     extern __shared__ float4 tile[];
-    const int tid = threadIdx.x;
-    const int tile_size = blockDim.x;
-    const int i = (n / tile_size) * tile_size + tid;
-    const float4 bi = (i < n) ? pos[i] : nbody::massless_body();
-    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
-    for (int base = 0; base < n; base += tile_size) {
-        const int j = base + tid;
-        tile[tid] = (j < n) ? pos[j] : nbody::massless_body();
-        __syncthreads();
-#pragma unroll 16
-        for (int k = 0; k < tile_size; ++k) {
-            ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, tile[k], eps2, G, H);
-        }
-        __syncthreads();
-    }
-    if (i < n) {
-        acc[i] = nbody::finish_acceleration<Model>(ai, G);
-    }
+    nbody::tiled_force<Model, SOFT, nbody::FoldedForm, 16>(pos, acc, n, eps2, G, H, tile, blockDim.x,
+                                                           (n / blockDim.x) * blockDim.x + threadIdx.x);
 }
 
 NBODY_FORCE_ENTRIES(streams_remainder_force, streams_main)

@@ -160,11 +160,14 @@ def test_register_blocked_is_11_fp32_and_1_mufu_per_interaction(sass_of, k):
     assert per["slots"] <= 12.5, per  # 12 + LDS/K + loop overhead
 
 
-def test_shared_ptx_fma_has_the_same_count_as_shared(sass_of):
-    plain = innermost_loops(sass_of("shared.cu"), "shared_force_gravity_soft")[0]
+def test_shared_ptx_fma_has_the_same_count_as_the_fmaf_form(sass_of):
+    """PTX fma.rn compiles to what fmaf() in C++ gives (12 FP32); `shared` (+= eps², no fast math) 16."""
+    folded = innermost_loops(sass_of("pair_matrix.cu"), "pair_matrix_force_gravity_soft")[0]
     ptx = innermost_loops(sass_of("shared_ptx_fma.cu"), "shared_ptx_force_gravity_soft")[0]
-    a, b = _per_interaction(plain, plain["MUFU"]), _per_interaction(ptx, ptx["MUFU"])
+    base = innermost_loops(sass_of("shared.cu"), "shared_force_gravity_soft")[0]
+    a, b, c = (_per_interaction(x, x["MUFU"]) for x in (folded, ptx, base))
     assert a["fp32"] == b["fp32"] == 12 and a["lds"] == b["lds"] == 1, (a, b)
+    assert c["fp32"] == 16 and c["lds"] == 1, c
 
 
 def test_n3l_pair_costs_16_fp32_for_two_interactions(sass_of):
