@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One call on the lent GPU machine: set up the kit, run the gpu tests, time the viewer headless with
-# interop, benchmark the kernels. Results land in $OUT (the device tool brings them back).
+# interop, validate `shared` on NBabel 16k, tune, benchmark the kernels. Results land in $OUT (the
+# device tool brings them back).
 #
-#   source .kit/setup.sh && bash bench/gpu_session.sh [tests|bench|run|all] [BENCH_NS]
+#   source .kit/setup.sh && bash bench/gpu_session.sh [tests|run|tune|bench|all] [BENCH_NS]
 #
 # The shared data folder does not travel: copy it to .devdata/ and carry it (NBODY_SHARED_DATA).
 set -uo pipefail
@@ -24,6 +25,13 @@ fi
 if [[ $what == run || $what == all ]]; then
     python3 -m app -q run plummer --n 65536 --frames 300 --headless --backend cuda --kernel shared \
         --timings "$out/run-65536.csv" 2>&1 | tail -3
+fi
+if [[ $what == run || $what == all ]]; then
+    python3 -m app -q validate --backend cuda --kernel shared "$NBODY_SHARED_DATA/nbabel_input16k" 2>&1 \
+        | tee "$out/validate-shared-16k.txt" | tail -3
+fi
+if [[ $what == tune || $what == all ]]; then  # `best` in the bench reads this cache
+    python3 -m app tune --n "$ns" --budget-s 75 --json "$out/$gpu-$day-tune.json" 2>&1 | tail -12
 fi
 if [[ $what == bench || $what == all ]]; then
     python3 -m app bench --backend cuda --kernels all --n "$ns" --no-progress \

@@ -1,8 +1,10 @@
 #version 120
-// A soft round sprite, exactly zero (with zero slope) at its rim, so no visible squares, added to the
-// HDR target with glBlendFunc(GL_ONE, GL_ONE). (1 - r^2)^3 is within 0.075 of the rim-shifted gaussian
-// exp(-4 r^2) it replaced, for two multiplies instead of an exponential: the sprite pass is fill-bound on
-// GH100's few graphics units.
+// A soft round sprite, exactly zero (with zero slope) at its rim, so no visible squares. Its light
+// x = v_color * g is tone-mapped here, s = 1 - exp(-x), and blended with
+// glBlendFunc(GL_ONE_MINUS_DST_COLOR, GL_ONE) ("screen"): dst = 1 - (1 - dst)(1 - s). Over all sprites
+// that is background + (1 - background)(1 - exp(-sum x)), the same as accumulating x in an HDR buffer
+// and tone-mapping once (see app/render/particles.py). (1 - r^2)^3 is within 0.075 of the rim-shifted
+// gaussian exp(-4 r^2) it replaced, for two multiplies instead of an exponential.
 
 varying vec3 v_color;
 
@@ -14,5 +16,5 @@ void main()
         discard;
     float q = 1.0 - r2;
     float g = q * q * q;
-    gl_FragColor = vec4(v_color * g, g);
+    gl_FragColor = vec4(1.0 - exp(-v_color * g), 1.0);
 }

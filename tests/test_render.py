@@ -338,6 +338,25 @@ def test_brightness_and_background_settings(make_viewer):
 
 
 @pytest.mark.gl
+@pytest.mark.parametrize("background", [(0.0, 0.0, 0.0), (0.2, 0.1, 0.0)])
+def test_stacked_sprites_add_light_through_the_exponential_tone_map(make_viewer, background):
+    """k bodies on one spot show b + (1 - b)(1 - exp(-k x)): light adds, then 1 - exp(-x) maps it."""
+    settings = RenderSettings(point_size=4.0, brightness=0.6, color_by="none", background=background)
+    centre = []
+    for k in (1, 2, 4):
+        v = make_viewer([[0.0, 0.0, 0.0, 1.0]] * k, render=settings)
+        img = v.render_to_array()
+        centre.append(img[brightest(img)].astype(float) / 255.0)
+    bg = np.array(background)
+    s1 = (centre[0] - bg) / (1.0 - bg)  # one sprite's tone-mapped light, 1 - exp(-x)
+    assert 0.15 < s1.max() < 0.85, s1  # well inside the curve, where k-fold light is not saturated
+    for k, seen in zip((2, 4), centre[1:], strict=True):
+        expect = bg + (1.0 - bg) * (1.0 - (1.0 - s1) ** k)
+        assert np.abs(seen - expect).max() <= 3.5 / 255, (k, seen * 255, expect * 255)
+        assert np.all(seen <= np.minimum(bg + (1.0 - bg) * k * s1, 1.0) + 1.5 / 255)  # below plain adding
+
+
+@pytest.mark.gl
 def test_step_and_render_fills_stats_and_calls_overlays_after_particles(make_viewer):
     from vispy import gloo
 

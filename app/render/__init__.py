@@ -6,7 +6,7 @@ PyOpenGL: the headless EGL path needs its environment set first. Submodules:
     camera     OrbitCamera (pure numpy)
     colormaps  colormap(name) -> (256, 3) float32
     shaders    build_program(vert, frag); ShaderError names the file
-    particles  ParticleRenderer (VBOs, sprites, HDR tone map)
+    particles  ParticleRenderer (VBOs, sprites tone-mapped by screen blending)
     canvas     Viewer, FrameStats
     recorder   record(viewer, out_path, frames, ...)
 """
