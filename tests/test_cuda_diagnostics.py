@@ -260,8 +260,11 @@ def test_energy_monitor_on_the_device(backend):
     backend.load(bench_bodies(4097), phys)
     mon = EnergyMonitor(every=1)
     mon.tick(backend)
+    assert not mon.samples  # launched, not waited for: a later tick collects it
     backend.step(5)
-    mon.tick(backend)
+    mon.tick(backend)  # collects the first (step() waited for the GPU), launches the second
+    assert len(mon.samples) == 1
+    mon.wait()
     assert mon.source == "device diagnostics()" and len(mon.samples) == 2
     assert mon.samples[0].energy == 0.0 and 0.0 <= mon.samples[1].energy < 1e-3
 

@@ -1,9 +1,10 @@
 """Energy and momentum drift for the panel: conserved quantities sampled every few frames.
 
 A backend with a `diagnostics()` method (the CUDA backend: kernels/diagnostics.cu reduces energy and
-momenta on the device; only ten doubles come back) is asked directly every `every` frames, on the
-thread that owns it. Other backends (the CPU one) have their state copied and reduced in a background
-thread (a numba kernel that releases the GIL), so a frame never waits for the O(N²) potential energy.
+momenta on the device; only ten doubles come back) is asked every `every` frames, on the thread that
+owns it; with `diagnostics_async()` a later tick collects the result, once the GPU got there. Other
+backends (the CPU one) have their state copied and reduced in a background thread (a numba kernel
+that releases the GIL), so a frame never waits for the O(N²) potential energy.
 
 Drifts are relative to a baseline, the first sample after `rebase()` (a new N, reset, a physics change):
     energy    |E - E0| / |E0|
@@ -108,6 +109,25 @@ def _as_diagnostics(obj) -> Diagnostics:
     return Diagnostics(**dict(obj))
 
 
+def _angular_scale(d) -> float:
+    return float(getattr(d, "angular_scale", None) or d.momentum_scale)
+
+
+class _DeviceSample:
+    """A PendingDiagnostics behind the Future interface tick() and wait() use: (generation, result)."""
+
+    def __init__(self, pending, generation: int):
+        self._pending = pending
+        self._generation = generation
+
+    def done(self) -> bool:
+        return self._pending.done()
+
+    def result(self, timeout: float | None = None):
+        d = _as_diagnostics(self._pending.result())
+        return self._generation, (d, _angular_scale(d))
+
+
 class EnergyMonitor:
     """Samples conserved quantities every `every` frames; `samples` holds the drifts since the baseline."""
 
@@ -144,19 +164,21 @@ class EnergyMonitor:
         if self._frames % self.every != 1 and self.every > 1:
             return
         if self._future is not None:
-            return  # the previous host reduction is still running: skip this one
+            return  # the previous reduction is still running: skip this one
         physics = backend.physics
         if hasattr(backend, "diagnostics"):
             self.source = "device diagnostics()"
             self.note = ""
             try:
+                if hasattr(backend, "diagnostics_async"):  # read a frame or two later: no wait on the GPU
+                    self._future = _DeviceSample(backend.diagnostics_async(), self._generation)
+                    return
                 d = _as_diagnostics(backend.diagnostics())
             except Exception as e:  # noqa: BLE001 - a failed reduction costs one drift sample, not the run
                 self.note = f"device diagnostics failed: {e}"
                 log.warning("energy/momentum drift: %s", self.note)
                 return
-            scale = getattr(d, "angular_scale", None) or d.momentum_scale
-            self._record(d, float(scale))
+            self._record(d, _angular_scale(d))
             return
         self.source = "host read-back"
         bodies = backend.state()

@@ -581,14 +581,21 @@ class CudaBackend(KernelPolicies, Backend):
 
         return device_diagnostics(self)
 
+    def diagnostics_async(self):
+        """The same, started on the device without waiting: a PendingDiagnostics (done() / result())."""
+        from app.backends.cuda.diagnostics import launch_diagnostics
+
+        return launch_diagnostics(self)
+
     # --- rendering -------------------------------------------------------------------------------
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """float32 positions (N, 4) and speeds (N,) read back: the copy path when interop is off."""
         self._require_state()
         # The renderer's first read is the initial fill of its buffers, before it offers them for
-        # interop; only a second read means positions really travel through the host every frame.
+        # interop; only a second read without interop means positions travel through the host every
+        # frame (with interop, reads are occasional: the camera fitting the bodies, a screenshot).
         self._render_reads = getattr(self, "_render_reads", 0) + 1
-        if not self._warned_copy and self._render_reads > 1:
+        if not self._warned_copy and self._render_reads > 1 and self._gl is None:
             self._warned_copy = True
             why = f" ({self._gl_reason})" if self._gl_reason else ""
             log.warning("CUDA-GL interop is not active%s: positions go device→host→GL every frame", why)

@@ -1,13 +1,16 @@
 """Energy and momentum of the CUDA backend's state, reduced on the device (kernels/diagnostics.cu).
 
-`device_diagnostics(backend)` launches three kernels on the state where it lives (the mapped GL vertex
+`launch_diagnostics(backend)` launches three kernels on the state where it lives (the mapped GL vertex
 buffer with interop, the plain allocation without; the double buffers when the `fp64` kernel runs):
 
     diag_moments_<p>     O(N)  kinetic energy, linear and angular momentum, Σ m|v|, Σ m|r||v|
     diag_potential_<p>   O(N²) Σ_{i<j} m_i m_j (-G/s + H/(3 s³)), s² = r² + ε², each pair once
     diag_finalize        one block: the per-block partial sums, added in a fixed order
 
-and copies back ten doubles: never the state. Every accumulator is double; the potential sums each
+and copies back ten doubles, never the state, into pinned memory behind an event: the returned
+PendingDiagnostics polls (`done()`) or waits (`result()`), so the live viewer never drains the frames
+queued on the GPU to read them (a blocking copy there stalled a frame by ~27 ms at N = 65,536 on the
+H200). `device_diagnostics(backend)` is launch + wait. Every accumulator is double; the potential sums each
 256-body tile per thread in the state's precision first (float for the fp32 kernels), then in double.
 The result is deterministic (no atomics). Cost: about half a force evaluation (each pair once, 7 FP32
 instructions + 1 rsqrt for gravity), which is why the panel asks only every few frames.
@@ -81,8 +84,33 @@ def from_results(out: np.ndarray, time: float) -> DeviceDiagnostics:
 
 
 # --- the launches ----------------------------------------------------------------------------------------
+@dataclass
+class PendingDiagnostics:
+    """Device diagnostics in flight: the ten doubles land in `host` (pinned) once `event` completes."""
+
+    scope: object  # the backend's ContextScope: event calls need its context current
+    event: object
+    host: np.ndarray
+    time: float
+
+    def done(self) -> bool:
+        with self.scope:
+            return bool(self.event.query())
+
+    def result(self) -> DeviceDiagnostics:
+        """Waits for the GPU to get there if it has not yet."""
+        with self.scope:
+            self.event.synchronize()
+        return from_results(self.host.copy(), self.time)
+
+
 def device_diagnostics(backend) -> DeviceDiagnostics:
-    """Diagnostics of a loaded CudaBackend's current state, computed on its device."""
+    """Diagnostics of a loaded CudaBackend's current state, computed on its device (waits for them)."""
+    return launch_diagnostics(backend).result()
+
+
+def launch_diagnostics(backend) -> PendingDiagnostics:
+    """Start the diagnostics of a loaded CudaBackend's current state on its device; returns at once."""
     from app.backends.cuda.backend import force_arguments
 
     backend._require_state()
@@ -93,8 +121,8 @@ def device_diagnostics(backend) -> DeviceDiagnostics:
     tiles, chunk_tiles, chunks = potential_plan(n)
     n_moments = moment_blocks(n, backend._facts.sms)
     n_potential = tiles * chunks
-    out = np.empty(RESULTS, dtype=np.float64)
     with backend._scope:
+        out = backend._drv.pagelocked_empty(RESULTS, np.float64)
         moments = backend._function(SOURCE, f"diag_moments_{prec}", "PPiP")
         potential = backend._function(SOURCE, potential_symbol(prec, repulsion, soft),
                                       "PidddiP" if fp64 else "PifddiP")
@@ -116,5 +144,7 @@ def device_diagnostics(backend) -> DeviceDiagnostics:
             with backend._device_arrays() as (pos, _speed):
                 launch(pos, backend._ptr("vel"))
         finalize.prepared_call((1, 1), (BLOCK, 1, 1), part_m, n_moments, part_u, n_potential, result)
-        backend._drv.memcpy_dtoh(out, result)  # waits for the three kernels: 80 bytes come back
-    return from_results(out, backend.time)
+        backend._drv.memcpy_dtoh_async(out, result)  # stream-ordered after the three kernels: 80 bytes
+        event = backend._drv.Event()
+        event.record()
+    return PendingDiagnostics(scope=backend._scope, event=event, host=out, time=backend.time)
