@@ -211,6 +211,8 @@ class CudaBackend(KernelPolicies, Backend):
         self._flag_host = np.full(1, INT_MAX, dtype=np.int32)
         self._flag_pinned = None  # pinned host copy of the check flag for the live (non-waiting) path
         self._check_event = None
+        self._diag_pinned = None  # pinned host buffer of the device diagnostics' ten doubles (diagnostics.py)
+        self._diag_pending = None  # the last PendingDiagnostics, which owns that buffer until settled
         self._last_totals: dict[str, float] = {}
         self._init_policies()  # launch policies, tunables, `best`, fp64 state (launch.py)
         _LIVE.add(self)
@@ -237,6 +239,7 @@ class CudaBackend(KernelPolicies, Backend):
                 if self._timer is not None:
                     self._timer.release()
                     self._timer = None
+                self._flag_pinned = self._diag_pinned = self._diag_pending = None  # freed in the context
         except Exception as e:
             log.warning("releasing CUDA resources failed: %s", e)
         self._n = 0

@@ -86,22 +86,34 @@ def from_results(out: np.ndarray, time: float) -> DeviceDiagnostics:
 # --- the launches ----------------------------------------------------------------------------------------
 @dataclass
 class PendingDiagnostics:
-    """Device diagnostics in flight: the ten doubles land in `host` (pinned) once `event` completes."""
+    """Device diagnostics in flight: the ten doubles land in `host` (pinned) once `event` completes.
+
+    `host` is the backend's one pinned buffer (allocating pinned memory synchronises the whole device,
+    which is the stall this avoids); the next launch first settles this one into its own copy."""
 
     scope: object  # the backend's ContextScope: event calls need its context current
     event: object
     host: np.ndarray
     time: float
+    _values: np.ndarray | None = None
 
     def done(self) -> bool:
+        if self._values is not None:
+            return True
         with self.scope:
             return bool(self.event.query())
 
+    def settle(self) -> None:
+        """Wait for the GPU if needed and keep the values (the pinned buffer may then be reused)."""
+        if self._values is None:
+            with self.scope:
+                self.event.synchronize()
+            self._values = self.host.copy()
+
     def result(self) -> DeviceDiagnostics:
         """Waits for the GPU to get there if it has not yet."""
-        with self.scope:
-            self.event.synchronize()
-        return from_results(self.host.copy(), self.time)
+        self.settle()
+        return from_results(self._values, self.time)
 
 
 def device_diagnostics(backend) -> DeviceDiagnostics:
@@ -121,8 +133,13 @@ def launch_diagnostics(backend) -> PendingDiagnostics:
     tiles, chunk_tiles, chunks = potential_plan(n)
     n_moments = moment_blocks(n, backend._facts.sms)
     n_potential = tiles * chunks
+    previous = backend._diag_pending
+    if previous is not None:
+        previous.settle()  # its values leave the pinned buffer before this launch overwrites it
     with backend._scope:
-        out = backend._drv.pagelocked_empty(RESULTS, np.float64)
+        out = backend._diag_pinned
+        if out is None:
+            out = backend._diag_pinned = backend._drv.pagelocked_empty(RESULTS, np.float64)
         moments = backend._function(SOURCE, f"diag_moments_{prec}", "PPiP")
         potential = backend._function(SOURCE, potential_symbol(prec, repulsion, soft),
                                       "PidddiP" if fp64 else "PifddiP")
@@ -147,4 +164,5 @@ def launch_diagnostics(backend) -> PendingDiagnostics:
         backend._drv.memcpy_dtoh_async(out, result)  # stream-ordered after the three kernels: 80 bytes
         event = backend._drv.Event()
         event.record()
-    return PendingDiagnostics(scope=backend._scope, event=event, host=out, time=backend.time)
+    backend._diag_pending = PendingDiagnostics(scope=backend._scope, event=event, host=out, time=backend.time)
+    return backend._diag_pending
