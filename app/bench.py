@@ -87,10 +87,11 @@ def git_commit() -> dict:
             return None
         return out.stdout.strip() if out.returncode == 0 else None
 
+    # A stated commit wins: a copied checkout may come without .git, or with a stale one.
+    if os.environ.get("NBODY_GIT_COMMIT"):
+        return {"commit": os.environ["NBODY_GIT_COMMIT"], "dirty": None}
     commit = run("rev-parse", "HEAD")
     status = run("status", "--porcelain", "--untracked-files=no")
-    if commit is None and os.environ.get("NBODY_GIT_COMMIT"):  # a checkout copied without .git
-        return {"commit": os.environ["NBODY_GIT_COMMIT"], "dirty": None}
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
