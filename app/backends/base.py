@@ -14,7 +14,20 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from app.bodies import Bodies
-from app.physics import FLOPS_PER_INTERACTION, Physics
+from app.errors import ConfigError
+from app.physics import FLOPS_PER_INTERACTION, INTEGRATORS, MODELS, Physics
+
+
+def check_physics(physics: Physics) -> Physics:
+    """`physics` if every backend can run it, else a ConfigError naming the key and the allowed values."""
+    if physics.integrator not in INTEGRATORS:
+        raise ConfigError(f"physics.integrator: {physics.integrator!r} is not one of "
+                          f"{', '.join(INTEGRATORS)}")
+    if physics.model not in MODELS:
+        raise ConfigError(f"physics.model: {physics.model!r} is not one of {', '.join(MODELS)}")
+    if not physics.softening >= 0:
+        raise ConfigError(f"physics.softening: {physics.softening} must be >= 0")
+    return physics
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ import time
 
 import numpy as np
 
-from app.backends.base import Backend, KernelRecord, StepTimings
+from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
 from app.bodies import Bodies
 from app.errors import ConfigError, NonFiniteState
-from app.physics import INTEGRATORS, MODELS, Physics
+from app.physics import Physics
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +48,6 @@ def _kernels_module():
     from app.backends import cpu_kernels  # imports numba
 
     return cpu_kernels
-
-
-def _check_physics(physics: Physics) -> Physics:
-    if physics.integrator not in INTEGRATORS:
-        raise ConfigError(f"physics.integrator: {physics.integrator!r} is not one of "
-                          f"{', '.join(INTEGRATORS)}")
-    if physics.model not in MODELS:
-        raise ConfigError(f"physics.model: {physics.model!r} is not one of {', '.join(MODELS)}")
-    if not physics.softening >= 0:
-        raise ConfigError(f"physics.softening: {physics.softening} must be >= 0")
-    return physics
 
 
 def _accel_fn(precision: str, physics: Physics):
@@ -121,7 +110,7 @@ class CPUBackend(Backend):
 
     # --- state -----------------------------------------------------------------------------------
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
-        self._physics = _check_physics(physics)
+        self._physics = check_physics(physics)
         self._kernel = self._resolve(kernel)
         dtype = self._dtype
         self._pos = bodies.pos4(dtype)
@@ -141,7 +130,7 @@ class CPUBackend(Backend):
         self._kernel = self._resolve(name)  # the state is converted lazily, at the next step
 
     def set_physics(self, physics: Physics) -> None:
-        physics = _check_physics(physics)
+        physics = check_physics(physics)
         old = self._physics
         if physics.dt != old.dt:
             self._t0, self._steps = self._t0 + self._steps * old.dt, 0

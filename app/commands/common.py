@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 from pathlib import Path
 
 from app.config import BACKEND_CHOICES, parse_assignment
@@ -113,6 +114,16 @@ def parse_size(text: str) -> tuple[int, int]:
     if not (16 <= w <= 16384 and 16 <= h <= 16384):
         raise ConfigError(f"--size {text!r}: width and height must be between 16 and 16384")
     return w, h
+
+
+def positive_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not (v > 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"{text} must be a number > 0")
+    return v
 
 
 def positive_int(text: str) -> int:

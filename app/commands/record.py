@@ -10,7 +10,14 @@ import signal
 import sys
 from pathlib import Path
 
-from app.commands.common import add_scene_options, make_backend, parse_size, scene_from_args
+from app.commands.common import (
+    add_scene_options,
+    make_backend,
+    parse_size,
+    positive_float,
+    positive_int,
+    scene_from_args,
+)
 from app.errors import ConfigError
 
 log = logging.getLogger("nbody-live")
@@ -68,12 +75,12 @@ def add_parser(sub) -> None:
                         "out/still.png; a non-.png name gets .png)")
     g.add_argument("--size", default="1280x720", metavar="WxH",
                    help="frame size in pixels (default 1280x720; videos round down to even numbers)")
-    g.add_argument("--fps", type=_positive_float, default=30.0, metavar="F",
+    g.add_argument("--fps", type=positive_float, default=30.0, metavar="F",
                    help="frames per second of video (default 30); the camera path runs on t = frame / F")
     length = g.add_mutually_exclusive_group()
-    length.add_argument("--seconds", type=_positive_float, metavar="S",
+    length.add_argument("--seconds", type=positive_float, metavar="S",
                         help="length in seconds of video: round(S x fps) frames (default 5)")
-    length.add_argument("--frames", type=_positive_int, metavar="N", help="length in frames")
+    length.add_argument("--frames", type=positive_int, metavar="N", help="length in frames")
     g.add_argument("--camera", metavar="PATH",
                    help="static | orbit | keys | FILE.toml of [[keys]] (default: the scene's camera.path, "
                         "static unless set)")
@@ -98,7 +105,7 @@ def add_parser(sub) -> None:
                    help="write DIR/frame_000000.png, ... instead of a video (created if missing)")
     g.add_argument("--still", type=_nonneg_float, metavar="T",
                    help="write one PNG of the frame at T seconds of video (frame round(T x fps)) and exit")
-    g.add_argument("--pbo-ring", type=_positive_int, default=3, metavar="K",
+    g.add_argument("--pbo-ring", type=positive_int, default=3, metavar="K",
                    help="pixel-buffer objects in the readback ring (default 3: frame i is copied out "
                         "while frames i+1 and i+2 are drawn)")
     g.add_argument("--window", action="store_true",
@@ -107,15 +114,6 @@ def add_parser(sub) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not (v > 0 and math.isfinite(v)):
-        raise argparse.ArgumentTypeError(f"{text} must be a number > 0")
-    return v
 
 
 def _nonneg_float(text: str) -> float:
@@ -127,15 +125,6 @@ def _nonneg_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text} must be a number of seconds >= 0")
     return v
 
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
-    return v
 
 
 def _scene(args):

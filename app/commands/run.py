@@ -6,7 +6,14 @@ import argparse
 import logging
 from pathlib import Path
 
-from app.commands.common import add_scene_options, make_backend, parse_size, positive_int, scene_from_args
+from app.commands.common import (
+    add_scene_options,
+    make_backend,
+    parse_size,
+    positive_float,
+    positive_int,
+    scene_from_args,
+)
 
 log = logging.getLogger("nbody-live")
 
@@ -75,7 +82,7 @@ def add_parser(sub) -> None:
                         "hidden (headless, --frames N, default 400) and print both median frame times")
     p.add_argument("--record-to", type=Path, default=Path("out"), metavar="DIR",
                    help="where the Record button / V writes recording-<time>.mp4 (default out/)")
-    p.add_argument("--record-fps", type=_positive_float, default=60.0, metavar="F",
+    p.add_argument("--record-fps", type=positive_float, default=60.0, metavar="F",
                    help="live recordings' frame rate, sampled from the drawn frames by wall time (60)")
     p.add_argument("--record-cost", action="store_true",
                    help="measure what live recording costs: N frames not recording, then N frames recording "
@@ -83,15 +90,6 @@ def add_parser(sub) -> None:
                         "times, the difference and the capture's own median time (record_ms)")
     p.set_defaults(func=main)
 
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not v > 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
-    return v
 
 
 def main(args) -> int:

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from app.backends.base import Backend, KernelRecord, StepTimings
+from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
 from app.backends.cuda import context, registry
 from app.backends.cuda.compile import CompiledModule, compile_file, find_nvcc, nvcc_version, resolve_source
 from app.backends.cuda.context import (
@@ -41,7 +41,7 @@ from app.backends.cuda.launch import KernelPolicies
 from app.backends.cuda.timers import EventTimer
 from app.bodies import Bodies
 from app.errors import BackendUnavailable, ConfigError, RuntimeFault
-from app.physics import INTEGRATORS, MODELS, Diagnostics, Physics
+from app.physics import Diagnostics, Physics
 
 log = logging.getLogger(__name__)
 
@@ -71,17 +71,6 @@ def _close_all_at_exit() -> None:
     except Exception:  # pragma: no cover
         pass
     context.release_primary_context()
-
-
-def _check_physics(physics: Physics) -> Physics:
-    if physics.integrator not in INTEGRATORS:
-        raise ConfigError(f"physics.integrator: {physics.integrator!r} is not one of "
-                          f"{', '.join(INTEGRATORS)}")
-    if physics.model not in MODELS:
-        raise ConfigError(f"physics.model: {physics.model!r} is not one of {', '.join(MODELS)}")
-    if not physics.softening >= 0:
-        raise ConfigError(f"physics.softening: {physics.softening} must be >= 0")
-    return physics
 
 
 def force_arguments(physics: Physics) -> tuple[bool, bool, float, float, float]:
@@ -415,7 +404,7 @@ class CudaBackend(KernelPolicies, Backend):
     # --- state -----------------------------------------------------------------------------------
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
         self._require_open()
-        physics = _check_physics(physics)
+        physics = check_physics(physics)
         name = self.record(kernel or registry.DEFAULT_KERNEL).name
         n = bodies.n
         pos4 = np.ascontiguousarray(bodies.pos4(np.float32))
@@ -475,7 +464,7 @@ class CudaBackend(KernelPolicies, Backend):
         self._block_override = block
 
     def set_physics(self, physics: Physics) -> None:
-        physics = _check_physics(physics)
+        physics = check_physics(physics)
         old = self._physics
         if physics.dt != old.dt:
             self._t0, self._steps = self._t0 + self._steps * old.dt, 0
