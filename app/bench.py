@@ -27,7 +27,8 @@ import numpy as np
 
 from app.bodies import Bodies
 from app.paths import ROOT
-from app.physics import FLOPS_PER_INTERACTION, Physics
+from app.physics import Physics
+from app.timing import FLOPS_PER_INTERACTION
 
 SCHEMA = "nbody-live-bench/1"
 GFLOPS_FIELD = f"gflops_at_{FLOPS_PER_INTERACTION}_flops_per_interaction"

@@ -21,7 +21,6 @@ from app.bodies import Bodies
 
 INTEGRATORS = ("leapfrog", "euler-damped")
 MODELS = ("gravity", "gravity-repulsion")
-FLOPS_PER_INTERACTION = 20  # the GPU Gems 3 / CUDA samples convention for GFLOP/s figures
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ class UI:
         from app.commands.common import make_backend
         from app.render.canvas import Viewer
         from app.scene import load_scene
-        from app.timings import FrameLog
+        from app.timing import FrameLog
         from app.ui import Panel
 
         scene = load_scene("plummer", {"initial.n": n, "run.backend": "cpu", "run.steps_per_frame": 1})

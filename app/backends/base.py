@@ -8,14 +8,14 @@ perf_counter on the CPU). The panel, the CLI and the tests only ever walk `kerne
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from app.bodies import Bodies
 from app.errors import ConfigError
-from app.physics import FLOPS_PER_INTERACTION, INTEGRATORS, MODELS, Physics
+from app.forces import KernelRecord, Tunable
+from app.physics import INTEGRATORS, MODELS, Physics
+from app.timing import StepTimings  # noqa: F401  (re-exported: backends build it)
 
 
 def check_physics(physics: Physics) -> Physics:
@@ -28,49 +28,6 @@ def check_physics(physics: Physics) -> Physics:
     if not physics.softening >= 0:
         raise ConfigError(f"physics.softening: {physics.softening} must be >= 0")
     return physics
-
-
-@dataclass(frozen=True)
-class KernelRecord:
-    """One selectable kernel variant (REBOUND's integrator-table pattern)."""
-
-    name: str  # unique across all backends: the CLI's --kernel, the panel's combo entry
-    doc: str  # one line: what the variant does differently
-    backend: str  # "cpu" or "cuda"
-    precision: str = "fp32"  # "fp32" or "fp64"
-    source: str | None = None  # file under kernels/ (CUDA) or the Python module (CPU)
-    entry: str | None = None  # kernel symbol / function name
-    block_size: int | None = None  # default launch block size, where it applies
-    tunables: Mapping[str, tuple] = field(default_factory=dict)  # name -> allowed values
-    max_n: int | None = None  # largest N the variant accepts (None: any)
-    origin: str = ""  # which write-up it comes from
-
-
-@dataclass
-class StepTimings:
-    """What `steps` steps cost, in milliseconds of the backend's own clock."""
-
-    kernel: str
-    steps: int
-    n: int
-    force_ms: float = 0.0
-    integrate_ms: float = 0.0
-    map_ms: float = 0.0
-    unmap_ms: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def interactions(self) -> int:
-        return self.steps * self.n * self.n
-
-    @property
-    def interactions_per_s(self) -> float:
-        return self.interactions / (self.force_ms * 1e-3) if self.force_ms > 0 else 0.0
-
-    @property
-    def gflops(self) -> float:
-        """GFLOP/s by the 20-flops-per-interaction convention (GPU Gems 3, CUDA samples)."""
-        return self.interactions_per_s * FLOPS_PER_INTERACTION * 1e-9
 
 
 class Backend(ABC):
@@ -111,6 +68,31 @@ class Backend(ABC):
     @abstractmethod
     def set_kernel(self, name: str) -> None:
         """Use `name` from the next step on; the state is left exactly as it is."""
+
+    # --- tunables of the current kernel (typed: app.forces.IntChoice / FloatRange / Choice) ----------
+    def tunable_specs(self) -> tuple[Tunable, ...]:
+        """The tunables of the current kernel's record, which the panel renders and `tune` sweeps."""
+        return self.record(self.kernel).tunables
+
+    @abstractmethod
+    def tunables(self) -> dict:
+        """The tunable values the next step uses."""
+
+    @abstractmethod
+    def set_tunables(self, **values) -> None:
+        """Validated against the current record (ConfigError naming record.key); from the next step on."""
+
+    @abstractmethod
+    def clear_tunables(self) -> None:
+        """Back to every record's defaults."""
+
+    @classmethod
+    def record(cls, name: str) -> KernelRecord:
+        for rec in cls.kernels():
+            if rec.name == name:
+                return rec
+        names = ", ".join(r.name for r in cls.kernels())
+        raise ConfigError(f"kernel: {name!r} is not a {cls.name} kernel; choose from {names}")
 
     @abstractmethod
     def set_physics(self, physics: Physics) -> None:

@@ -110,7 +110,7 @@ def main(args) -> int:
     headless = args.headless or not has_display()
     configure(headless=headless)
     from app.render.canvas import Viewer
-    from app.timings import FrameLog
+    from app.timing import FrameLog
 
     backend = make_backend(scene)
     viewer = panel = None

@@ -43,10 +43,9 @@ import numpy as np
 
 from app.backends import all_kernel_records, backend_class
 from app.errors import ConfigError, RuntimeFault
-from app.physics import FLOPS_PER_INTERACTION
 from app.render.encoder import FrameInfo
 from app.render.recorder import Recorder, RecordResult, even_size
-from app.timings import FrameLog, FrameRecord
+from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord
 from app.ui.energy import EnergyMonitor
 
 log = logging.getLogger(__name__)

@@ -34,7 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.physics import FLOPS_PER_INTERACTION, INTEGRATORS, MODELS
+from app.physics import INTEGRATORS, MODELS
+from app.timing import FLOPS_PER_INTERACTION
 from app.ui.controller import HISTORY_S, MEDIAN_EVERY_S, Controller
 from app.ui.imgui_bridge import ImGuiBridge
 

@@ -38,10 +38,10 @@ from app.backends.cuda.context import (
 from app.backends.cuda.errors import KernelCompileError, NonFiniteState
 from app.backends.cuda.interop import GLBuffers, gl_renderer_string, renderer_cannot_interop
 from app.backends.cuda.launch import KernelPolicies
-from app.backends.cuda.timers import EventTimer
 from app.bodies import Bodies
 from app.errors import BackendUnavailable, ConfigError, RuntimeFault
 from app.physics import Diagnostics, Physics
+from app.timing import EventTimer
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,256 @@
+"""The force seam: what every force method (all-pairs kernel, tree code, several devices, MPI ranks) is.
+
+    acc[targets] = F(pos[targets]; pos[sources])
+
+A `ForceEvaluator` is one kernel record bound to one backend's device (the CPU, one GPU): it evaluates
+the accelerations of a range of targets against a range of sources, on arrays of that device (numpy
+arrays for the CPU, device pointers for CUDA), and returns the `ForceWork` it did. The integrator
+(app/integrator.py), the multi-device driver and `validate` only ever talk to this contract.
+
+A `KernelRecord` is the descriptor of one variant: its name and one-line doc, where its code lives,
+its typed tunables (an int from a set, a float in a range, a choice of strings), its error budget
+against the float64 reference, whether the tuner sweeps it, and its backend's launch policy object
+(for CUDA the policy builds the launch; for the CPU it names the numba kernel family). Adding a variant
+is one source file plus one record: nothing dispatches on a name or a "kind" string.
+
+Indexing: targets and sources are `Span`s of one position array; `acc` is indexed like the positions
+(row i of acc belongs to body i), so K devices each writing their share of targets into their own copy
+of acc never disagree about which row is whose.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.errors import ConfigError
+
+
+# --- typed tunables ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class IntChoice:
+    """An integer from a fixed set (block size, bodies per thread). The panel shows a combo."""
+
+    name: str
+    values: tuple[int, ...]
+    default: int
+    doc: str = ""
+
+    def validate(self, value, owner: str = "") -> int:
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            number = None
+        if number is None or number != value or number not in self.values:
+            allowed = ", ".join(map(str, self.values))
+            raise ConfigError(f"{_key(owner, self.name)}: {value!r} is not one of {allowed}")
+        return number
+
+    def describe(self) -> str:
+        return f"one of {', '.join(map(str, self.values))}"
+
+
+@dataclass(frozen=True)
+class FloatRange:
+    """A float in [lo, hi] (or (lo, hi] with lo_open): the tree's θ. The panel shows a slider."""
+
+    name: str
+    lo: float
+    hi: float
+    default: float
+    doc: str = ""
+    lo_open: bool = False
+    log: bool = False  # the slider moves logarithmically
+
+    def validate(self, value, owner: str = "") -> float:
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = math.nan
+        low_ok = number > self.lo if self.lo_open else number >= self.lo
+        if isinstance(value, bool) or not (low_ok and number <= self.hi):
+            raise ConfigError(f"{_key(owner, self.name)}: {value!r} is not in {self.describe()}")
+        return number
+
+    def describe(self) -> str:
+        return f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}]"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One of a few named options. The panel shows a combo."""
+
+    name: str
+    options: tuple[str, ...]
+    default: str
+    doc: str = ""
+
+    def validate(self, value, owner: str = "") -> str:
+        if value not in self.options:
+            raise ConfigError(f"{_key(owner, self.name)}: {value!r} is not one of {', '.join(self.options)}")
+        return value
+
+    def describe(self) -> str:
+        return f"one of {', '.join(self.options)}"
+
+
+Tunable = IntChoice | FloatRange | Choice
+
+
+def _key(owner: str, name: str) -> str:
+    return f"{owner}.{name}" if owner else name
+
+
+# --- ranges and work ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Span:
+    """Bodies [start, start + count) of a position array."""
+
+    start: int
+    count: int
+
+    @property
+    def stop(self) -> int:
+        return self.start + self.count
+
+    @classmethod
+    def all(cls, n: int) -> Span:
+        return cls(0, int(n))
+
+    def check_within(self, n: int, what: str = "span") -> Span:
+        if self.start < 0 or self.count < 0 or self.stop > n:
+            raise ValueError(f"{what} [{self.start}, {self.stop}) is not within the {n} bodies")
+        return self
+
+    def contains(self, other: Span) -> bool:
+        return self.start <= other.start and other.stop <= self.stop
+
+    def as_slice(self) -> slice:
+        return slice(self.start, self.stop)
+
+
+@dataclass(frozen=True)
+class ForceWork:
+    """What force evaluations did.
+
+    `interactions` are the ones actually evaluated (body-body plus body-cell for a tree: `body_cell`
+    says how many of them were cells); `pair_equivalent` is targets x sources, the all-pairs work that
+    gives the same answer. Rates computed from the second are labelled "equivalent all-pairs".
+    """
+
+    interactions: int = 0
+    pair_equivalent: int = 0
+    body_cell: int = 0
+    evaluations: int = 0
+
+    def __add__(self, other: ForceWork) -> ForceWork:
+        return ForceWork(self.interactions + other.interactions, self.pair_equivalent + other.pair_equivalent,
+                         self.body_cell + other.body_cell, self.evaluations + other.evaluations)
+
+
+def all_pairs_work(targets: Span, sources: Span) -> ForceWork:
+    """The work of an all-pairs evaluation: every target meets every source. The one place N² is written."""
+    pairs = int(targets.count) * int(sources.count)
+    return ForceWork(interactions=pairs, pair_equivalent=pairs, evaluations=1)
+
+
+# --- error budgets -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ErrorBudget:
+    """How far a record's accelerations may be from the float64 reference (per-body relative error,
+    app.physics.relative_error's floor): `max_rel` on the maximum; `p99_rel`, when set, on the 99th
+    percentile (a tree is judged on its percentiles, an all-pairs kernel on its worst body)."""
+
+    max_rel: float
+    p99_rel: float | None = None
+
+    def judge(self, errors: Mapping[str, float]) -> list[str]:
+        """What exceeds the budget in `errors` ({'max': .., 'p99': ..}); [] when within it."""
+        out = []
+        if errors.get("max", 0.0) > self.max_rel:
+            out.append(f"max relative error {errors['max']:.3e} > {self.max_rel:g}")
+        if self.p99_rel is not None and errors.get("p99", 0.0) > self.p99_rel:
+            out.append(f"99th-percentile relative error {errors['p99']:.3e} > {self.p99_rel:g}")
+        return out
+
+    def describe(self) -> str:
+        text = f"max {self.max_rel:g}"
+        return text + (f", p99 {self.p99_rel:g}" if self.p99_rel is not None else "")
+
+
+FP32_BUDGET = ErrorBudget(max_rel=1e-4)
+FP64_BUDGET = ErrorBudget(max_rel=1e-10)
+_BUDGETS = {"fp32": FP32_BUDGET, "fp64": FP64_BUDGET}
+
+
+# --- the descriptor ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelRecord:
+    """One selectable force variant (REBOUND's integrator-table pattern), its own descriptor."""
+
+    name: str  # unique across all backends: the CLI's --kernel, the panel's combo entry
+    doc: str  # one line: what the variant does differently
+    backend: str  # "cpu" or "cuda"
+    precision: str = "fp32"  # "fp32" or "fp64"
+    source: str | None = None  # file under kernels/ (CUDA) or the Python module (CPU)
+    entry: str | None = None  # kernel symbol prefix / function name
+    tunables: tuple[Tunable, ...] = ()
+    max_n: int | None = None  # largest N the variant accepts (None: any)
+    origin: str = ""  # which write-up it comes from
+    budget: ErrorBudget | None = None  # None: the precision's (FP32_BUDGET / FP64_BUDGET)
+    tuned: bool = True  # whether `tune` sweeps it (not: the chooser itself, fp64, the heatmap kernel)
+    policy: Any = field(default=None, compare=False, repr=False)  # the backend's launch policy object
+
+    @property
+    def error_budget(self) -> ErrorBudget:
+        return self.budget or _BUDGETS[self.precision]
+
+    def tunable(self, name: str) -> Tunable:
+        for spec in self.tunables:
+            if spec.name == name:
+                return spec
+        names = ", ".join(t.name for t in self.tunables) or "none"
+        raise ConfigError(f"{self.name}: no tunable {name!r} (tunables: {names})")
+
+    def default_tunables(self) -> dict[str, Any]:
+        return {spec.name: spec.default for spec in self.tunables}
+
+    def validate_tunables(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """`values` checked against the specs (ConfigError naming record.key and the allowed values)."""
+        return {key: self.tunable(key).validate(value, self.name) for key, value in values.items()}
+
+    def with_tunables(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The defaults overridden by validated `values`."""
+        return {**self.default_tunables(), **self.validate_tunables(values)}
+
+
+# --- the evaluator -----------------------------------------------------------------------------------------
+class ForceEvaluator(ABC):
+    """One record on one device: accelerations of targets against sources, written into acc[targets].
+
+    `pos` holds [x, y, z, m] rows in the record's precision and `acc` rows [ax, ay, az, *] on the
+    evaluator's device. `tunables` are applied from the next `evaluate`. Implementations must give the
+    same rows for a span of targets as the full evaluation does (tests/test_force_seam.py checks every
+    record), and count their own work.
+    """
+
+    record: KernelRecord
+
+    def __init__(self, record: KernelRecord):
+        self.record = record
+        self._tunables = record.default_tunables()
+
+    @property
+    def tunables(self) -> dict[str, Any]:
+        return dict(self._tunables)
+
+    def set_tunables(self, **values) -> None:
+        self._tunables = {**self._tunables, **self.record.validate_tunables(values)}
+
+    @abstractmethod
+    def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
+        """acc[targets] = the accelerations of pos[targets] due to pos[sources] (asynchronous on a GPU)."""
+

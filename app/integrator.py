@@ -1,0 +1,85 @@
+"""The integrator, written once: the step sequence of every backend, device and precision.
+
+    leapfrog (kick-drift-kick):   v += a dt/2;  x += v dt;  a = F(x);  v += a dt/2
+    euler-damped (CUDA samples):  a = F(x);  v = (v + a dt) · damping;  x += v dt
+
+A backend supplies `StateOps` for its arrays in one precision: the three element-wise updates (numba
+on the CPU, kernels/integrate.cu or kernels/fp64.cu on the GPU, numpy for the float64 reference) and
+`force()`, which evaluates a = F(x) through the force seam (app/forces.py) and returns the work done.
+Every implementation of the updates computes v + h·a and x + dt·v with two roundings each (no fused
+multiply-add), so given the same accelerations the CPU, the GPU's fp64 path and the reference take
+bitwise-identical steps (tests/test_integrator.py).
+
+The leapfrog needs a(x) at the start of a step; it is cached between steps and between `step()`
+calls. Whether it is still valid is decided here and nowhere else: `invalidate()` is called by the
+backend when anything it depends on changed (positions replaced, physics or kernel changed).
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Protocol
+
+from app.forces import ForceWork
+from app.physics import INTEGRATORS, Physics
+
+
+class StateOps(Protocol):
+    """One backend's state (positions, velocities, accelerations, speeds) in one precision."""
+
+    def force(self) -> ForceWork:
+        """acc = F(pos) for this state's targets and sources."""
+
+    def kick_drift(self, half_dt: float, dt: float) -> None:
+        """v += a·half_dt; x += v·dt."""
+
+    def kick(self, half_dt: float) -> None:
+        """v += a·half_dt; speed = |v| (for the renderer)."""
+
+    def euler_damped(self, dt: float, damping: float) -> None:
+        """v = (v + a·dt)·damping; x += v·dt; speed = |v|."""
+
+
+class _NoTimer:
+    def time(self, category: str):
+        return nullcontext()
+
+
+class Integrator:
+    """Advances a StateOps by whole steps; owns the cached-acceleration bookkeeping."""
+
+    def __init__(self):
+        self.acc_valid = False
+
+    def invalidate(self) -> None:
+        """The cached a(x) no longer matches the state or the physics: the next step recomputes it."""
+        self.acc_valid = False
+
+    def step(self, ops: StateOps, physics: Physics, steps: int = 1, timer=None) -> ForceWork:
+        """Advance `steps` steps; brackets force and update work with `timer.time(category)`."""
+        if physics.integrator not in INTEGRATORS:
+            choices = ", ".join(INTEGRATORS)
+            raise ValueError(f"unknown integrator {physics.integrator!r}; choose from {choices}")
+        timer = timer or _NoTimer()
+        work = ForceWork()
+        dt = physics.dt
+        for _ in range(int(steps)):
+            if physics.integrator == "leapfrog":
+                if not self.acc_valid:
+                    with timer.time("force"):
+                        work += ops.force()
+                self.acc_valid = False  # until the closing force evaluation below succeeded
+                with timer.time("integrate"):
+                    ops.kick_drift(0.5 * dt, dt)
+                with timer.time("force"):
+                    work += ops.force()
+                self.acc_valid = True
+                with timer.time("integrate"):
+                    ops.kick(0.5 * dt)
+            else:
+                self.acc_valid = False  # the update moves x away from the a(x) it used
+                with timer.time("force"):
+                    work += ops.force()
+                with timer.time("integrate"):
+                    ops.euler_damped(dt, physics.damping)
+        return work

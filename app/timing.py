@@ -1,0 +1,273 @@
+"""Timing, in one module: what a step cost, the clocks that measure it, and the per-frame log.
+
+- `StepTimings`: what `backend.step(n)` cost, in the backend's own clock, and how many interactions
+  the force evaluations did (the force evaluator counts them: N² is never assumed here).
+- `HostTimer` (perf_counter) and `EventTimer` (CUDA event pairs) share one interface: `reset()`,
+  `with timer.time("force"): ...`, `collect()`; the integrator brackets its work with whichever the
+  backend hands it.
+- `FrameRecord` / `FrameLog`: one record per drawn frame, kept in a ring, summarised by medians. The
+  viewer fills it (`FrameLog.attach(viewer)` hooks the overlay list, which runs once per drawn frame);
+  the headless run summary, `run --timings`, the panel's plots and bench read the same records.
+
+This module imports neither pycuda nor GL: `EventTimer` is handed the pycuda driver module.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time as _time
+from collections import defaultdict, deque
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+FLOPS_PER_INTERACTION = 20  # the GPU Gems 3 / CUDA samples convention for GFLOP/s figures
+
+
+def rate(count: float, ms: float) -> float:
+    """count per second from a count and milliseconds (0 when nothing was timed)."""
+    return count / (ms * 1e-3) if ms > 0 else 0.0
+
+
+@dataclass
+class StepTimings:
+    """What `steps` steps cost, in milliseconds of the backend's own clock.
+
+    `interactions` is what the force evaluations of these steps did, as their evaluator counted it
+    (body-body plus body-cell for a tree); `pair_equivalent` is N_targets x N_sources per evaluation,
+    the all-pairs work the same answer would have cost (equal to `interactions` for all-pairs kernels).
+    """
+
+    kernel: str
+    steps: int
+    n: int
+    force_ms: float = 0.0
+    integrate_ms: float = 0.0
+    map_ms: float = 0.0
+    unmap_ms: float = 0.0
+    interactions: int = 0
+    pair_equivalent: int = 0
+    force_evals: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def interactions_per_s(self) -> float:
+        return rate(self.interactions, self.force_ms)
+
+    @property
+    def pair_equivalent_per_s(self) -> float:
+        """The "equivalent all-pairs" rate N²/t: labelled as such wherever it is shown."""
+        return rate(self.pair_equivalent, self.force_ms)
+
+    @property
+    def gflops(self) -> float:
+        """GFLOP/s by the 20-flops-per-interaction convention (GPU Gems 3, CUDA samples)."""
+        return self.interactions_per_s * FLOPS_PER_INTERACTION * 1e-9
+
+
+class HostTimer:
+    """perf_counter brackets summed per category: the CPU backend's clock, EventTimer's interface."""
+
+    def __init__(self):
+        self._totals: dict[str, float] = defaultdict(float)
+
+    def reset(self) -> None:
+        self._totals = defaultdict(float)
+
+    @contextmanager
+    def time(self, category: str):
+        t = _time.perf_counter()
+        try:
+            yield
+        finally:
+            self._totals[category] += (_time.perf_counter() - t) * 1e3
+
+    def collect(self) -> dict[str, float]:
+        out, self._totals = dict(self._totals), defaultdict(float)
+        return out
+
+    def collect_lagged(self) -> dict[str, float]:
+        return self.collect()
+
+    def release(self) -> None:
+        self.reset()
+
+
+# --- CUDA events ---------------------------------------------------------------------------------------
+# Event pairs around launches, summed per category ('force', 'integrate') per step() call. Two ways to
+# read them:
+# - `collect()` blocks until the batch just recorded has finished: exact numbers for this call, what
+#   `bench`, `validate` and the tests use.
+# - `collect_lagged()` never waits: it returns the newest *earlier* batch that the GPU has finished
+#   (usually the previous frame's). The live viewer uses it, because a CPU that waits on the GPU every
+#   frame leaves the GPU idle while Python submits the draw — that idle time was most of the per-frame
+#   overhead measured on the H200 (1.45 ms at N = 65,536).
+# Events come from a free list and return to it once their batch has been read.
+
+
+MAX_PENDING = 4  # batches the GPU may fall behind before collect_lagged() waits for the oldest
+
+
+class EventTimer:
+    def __init__(self, drv):
+        self._drv = drv
+        self._free: list = []
+        self._batch: list[tuple[str, object, object]] = []
+        self._pending: deque[list[tuple[str, object, object]]] = deque()
+
+    def reset(self) -> None:
+        """Start a new batch (the previous one, if not collected, is dropped)."""
+        self._recycle(self._batch)
+        self._batch = []
+
+    def _event(self):
+        return self._free.pop() if self._free else self._drv.Event()
+
+    def _recycle(self, batch) -> None:
+        for _, start, end in batch:
+            self._free += [start, end]
+
+    @contextmanager
+    def time(self, category: str):
+        """Record an event before and after the launches in the body (not recorded if it raises)."""
+        start, end = self._event(), self._event()
+        start.record()
+        try:
+            yield
+        except BaseException:
+            self._free += [start, end]
+            raise
+        end.record()
+        self._batch.append((category, start, end))
+
+    @staticmethod
+    def _totals(batch) -> dict[str, float]:
+        totals: dict[str, float] = defaultdict(float)
+        for category, start, end in batch:
+            totals[category] += end.time_since(start)
+        return dict(totals)
+
+    def collect(self) -> dict[str, float]:
+        """Milliseconds per category of the batch just recorded; blocks until its last event."""
+        batch, self._batch = self._batch, []
+        if not batch:
+            return {}
+        batch[-1][2].synchronize()  # one stream: every earlier event is complete too
+        while self._pending:
+            self._recycle(self._pending.popleft())
+        totals = self._totals(batch)
+        self._recycle(batch)
+        return totals
+
+    def collect_lagged(self) -> dict[str, float] | None:
+        """Totals of the newest finished earlier batch, without waiting (None: none finished yet)."""
+        if self._batch:
+            self._pending.append(self._batch)
+            self._batch = []
+        if len(self._pending) > MAX_PENDING:  # back-pressure: never queue unbounded GPU work
+            self._pending[0][-1][2].synchronize()
+        newest = None
+        while self._pending and self._pending[0][-1][2].query():
+            done = self._pending.popleft()
+            if newest is not None:
+                self._recycle(newest)
+            newest = done
+        if newest is None:
+            return None
+        totals = self._totals(newest)
+        self._recycle(newest)
+        return totals
+
+    def release(self) -> None:
+        self.reset()
+        while self._pending:
+            self._recycle(self._pending.popleft())
+        self._free.clear()
+
+
+# --- frames ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FrameRecord:
+    frame: int
+    t: float  # seconds since the log started (wall clock)
+    kernel: str
+    n: int
+    steps: int
+    frame_ms: float  # wall time between this frame and the previous one
+    force_ms: float  # device (CUDA events) or host (perf_counter) time of the force kernel(s)
+    integrate_ms: float
+    map_ms: float
+    unmap_ms: float
+    draw_ms: float
+    upload_ms: float  # host path only: read back + VBO upload
+    record_ms: float = 0.0  # live recording: CPU time of the frame's capture (0 when not recording)
+    interactions: int = 0  # what the frame's force evaluations did (StepTimings.interactions)
+
+    @property
+    def outside_force_ms(self) -> float:
+        """Everything but the force kernel: map/unmap, integrate, draw, upload and Python."""
+        return max(self.frame_ms - self.force_ms, 0.0)
+
+    @property
+    def interactions_per_s(self) -> float:
+        return rate(self.interactions, self.force_ms)
+
+
+SUMMARY_FIELDS = ("frame_ms", "force_ms", "integrate_ms", "map_ms", "unmap_ms", "draw_ms", "upload_ms",
+                  "outside_force_ms", "record_ms")
+
+
+class FrameLog:
+    def __init__(self, capacity: int = 4096):
+        self.records: deque[FrameRecord] = deque(maxlen=capacity)
+        self._t0: float | None = None
+
+    def attach(self, viewer) -> FrameLog:
+        viewer.overlays.append(self._on_frame)
+        return self
+
+    def _on_frame(self, viewer) -> None:
+        now = _time.perf_counter()
+        if self._t0 is None:
+            self._t0 = now
+        s = viewer.stats
+        st = s.step
+        self.records.append(FrameRecord(
+            frame=s.frame, t=now - self._t0, kernel=s.kernel, n=s.n,
+            steps=getattr(st, "steps", 0) if st is not None and not s.paused else 0,
+            frame_ms=s.frame_ms, force_ms=getattr(st, "force_ms", 0.0) if st is not None else 0.0,
+            integrate_ms=getattr(st, "integrate_ms", 0.0) if st is not None else 0.0,
+            map_ms=getattr(st, "map_ms", 0.0) if st is not None else 0.0,
+            unmap_ms=getattr(st, "unmap_ms", 0.0) if st is not None else 0.0,
+            draw_ms=s.draw_ms, upload_ms=s.upload_ms, record_ms=getattr(s, "record_ms", 0.0),
+            interactions=getattr(st, "interactions", 0) if st is not None and not s.paused else 0))
+
+    def medians(self, skip: int = 5) -> dict[str, float]:
+        """Median of each field over the frames after the first `skip` (warm-up: compiles, first maps)."""
+        rows = list(self.records)[skip:] or list(self.records)
+        if not rows:
+            return {}
+        out = {f: statistics.median(getattr(r, f) for r in rows) for f in SUMMARY_FIELDS}
+        out["interactions_per_s"] = statistics.median(r.interactions_per_s for r in rows)
+        out["frames"] = len(rows)
+        return out
+
+    def summary_line(self, skip: int = 5) -> str:
+        m = self.medians(skip)
+        if not m:
+            return "no frames drawn"
+        return (f"median over {m['frames']} frames: frame {m['frame_ms']:.2f} ms, "
+                f"force {m['force_ms']:.2f} ms, "
+                f"integrate {m['integrate_ms']:.3f} ms, map+unmap {m['map_ms'] + m['unmap_ms']:.3f} ms, "
+                f"draw {m['draw_ms']:.2f} ms, upload {m['upload_ms']:.2f} ms, outside force "
+                f"{m['outside_force_ms']:.2f} ms, {m['interactions_per_s'] / 1e9:.1f} G interactions/s"
+                + (f", record {m['record_ms']:.2f} ms" if m["record_ms"] > 0 else ""))
+
+    def write_csv(self, path) -> None:
+        import csv
+
+        with open(path, "w", newline="") as f:
+            rows = [asdict(r) | {"outside_force_ms": r.outside_force_ms} for r in self.records]
+            if rows:
+                w = csv.DictWriter(f, fieldnames=list(rows[0]))
+                w.writeheader()
+                w.writerows(rows)
