@@ -43,23 +43,24 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from app import tune
     from app.backends import select_backend
     from app.errors import ConfigError
 
     cls = select_backend("cuda")
+    from app.backends.cuda import tune, tuning_cache
+
     if args.show:
         from app.backends.cuda.context import device_facts
 
-        gpu, driver = tune.device_key(device_facts())
-        data, why = tune.read_cache(gpu, driver)
+        gpu, driver = tuning_cache.device_key(device_facts())
+        data, why = tuning_cache.read_cache(gpu, driver, tuning_cache.source_hash(cls.kernels()))
         if data is None:
             print(why)
             return 1
         for e in data["best"]:
-            print(f"N = {e['n']:>9,}: {e['variant']} {tune._fmt(e['tunables'])}: "
+            print(f"N = {e['n']:>9,}: {e['variant']} {tuning_cache.fmt_tunables(e['tunables'])}: "
                   f"{e['interactions_per_s'] / 1e9:,.0f} G interactions/s")
-        print(tune.cache_path(gpu, driver))
+        print(tuning_cache.cache_path(gpu, driver))
         return 0
     if args.budget_s <= 0:
         raise ConfigError(f"--budget-s: {args.budget_s} must be > 0")

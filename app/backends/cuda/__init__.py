@@ -3,13 +3,18 @@
 Importable without pycuda (and without a GPU): pycuda is imported on first use, and
 `BACKEND.why_not()` says what is missing. Modules:
 
-    context.py   pycuda import, device facts, the primary-context scope
-    compile.py   nvcc → cubin, disk cache, ptxas resource report (no pycuda needed)
-    registry.py  the CUDA kernel records
-    interop.py   CUDA-registered GL buffers, mapped only inside `with`
-    timers.py    CUDA event pairs
-    backend.py   CudaBackend
-    errors.py    NonFiniteState, KernelCompileError
+    context.py       pycuda import, device facts per ordinal, the primary-context scope
+    compile.py       nvcc → cubin, disk cache, ptxas resource report (no pycuda needed)
+    device.py        CudaDevice: one GPU's context, facts, kernels, scratch, streams, event timer
+    policies.py      launch policies: entry names, launch geometry, nvcc options, tuning candidates
+    registry.py      the CUDA kernel records (each its own descriptor, with its policy)
+    evaluator.py     CudaEvaluator: one record on one device over spans of targets and sources
+    state_ops.py     the integrator's element-wise updates on device arrays (fp32, fp64)
+    interop.py       CUDA-registered GL buffers, mapped only inside `with`
+    diagnostics.py   energies and momenta reduced on the device
+    tuning_cache.py  the cache `best` reads; tune.py fills it (`nbody-live tune`)
+    backend.py       CudaBackend
+    errors.py        NonFiniteState, KernelCompileError
 """
 
 from app.backends.cuda.backend import CudaBackend

@@ -1,55 +1,57 @@
-"""The `cuda` backend: fp32 kernels from kernels/*.cu on a device-resident state.
+"""The `cuda` backend: fp32 (and fp64) kernels from kernels/*.cu on a device-resident state.
 
 State on the device: positions float4 [x, y, z, m] (in the renderer's GL vertex buffer once
 `attach_gl_buffers` succeeded, else in a plain allocation), velocities float4 [vx, vy, vz, 0],
 accelerations float4 (the leapfrog's cached a(x)), speeds float (|v|, in the renderer's speed VBO when
-attached) and one int for the non-finite check. Nothing crosses to the host per step but the CUDA-event
-timings (and every `check_every` steps a 4-byte check result).
+attached) and one int for the non-finite check; the fp64 record adds a double state. Nothing crosses
+to the host per step but the CUDA-event timings (and every `check_every` steps a 4-byte check result).
 
-Per step: leapfrog = kick_drift, force, kick (one force launch: the acceleration is cached between
-steps); euler-damped = force, euler_damped. Every launch is bracketed by CUDA events (force_ms,
-integrate_ms); with interop, map_ms/unmap_ms are host perf_counter times of mapping the VBOs.
+A step is the shared integrator (app/integrator.py) over this backend's StateOps (state_ops.py), whose
+force is the current record's CudaEvaluator (evaluator.py) bound to the whole state. Every launch is
+bracketed by CUDA events of the device's timer (force_ms, integrate_ms); with interop, map_ms/unmap_ms
+are host perf_counter times of mapping the VBOs.
 
-All pycuda work happens inside `self._scope` (the primary context pushed for the call only), on the
-thread that made the backend. pycuda is imported on first use, never at module import.
+The GPU is a CudaDevice (device.py): all driver work happens inside its scope (its primary context
+pushed for the call only), on the thread that made the backend. pycuda is imported on first use,
+never at module import.
 """
 
 from __future__ import annotations
 
 import atexit
 import logging
-import os
 import weakref
 from contextlib import contextmanager
 
 import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
-from app.backends.cuda import context, registry
-from app.backends.cuda.compile import CompiledModule, compile_file, find_nvcc, nvcc_version, resolve_source
+from app.backends.cuda import registry
+from app.backends.cuda.compile import find_nvcc, nvcc_version
 from app.backends.cuda.context import (
-    ContextScope,
     CudaUnavailable,
+    default_ordinal,
     device_facts,
     driver,
     driver_why_not,
     gl_module_or_reason,
 )
+from app.backends.cuda.device import CudaDevice, compiled
 from app.backends.cuda.errors import KernelCompileError, NonFiniteState
+from app.backends.cuda.evaluator import CudaEvaluator
 from app.backends.cuda.interop import GLBuffers, gl_renderer_string, renderer_cannot_interop
-from app.backends.cuda.launch import KernelPolicies
+from app.backends.cuda.policies import ceil_div, force_arguments, suffix
+from app.backends.cuda.state_ops import BLOCK, INTEGRATE_SOURCE, Fp32Ops, Fp64Ops
 from app.bodies import Bodies
 from app.errors import BackendUnavailable, ConfigError, RuntimeFault
+from app.forces import Span
+from app.integrator import Integrator
 from app.physics import Diagnostics, Physics
-from app.timing import EventTimer
 
 log = logging.getLogger(__name__)
 
 INT_MAX = 0x7FFFFFFF
-SOFT_EPS2_MIN = 1e-12  # NBODY_MIN_SOFT_EPS2 in kernels/common.cuh: below it the PLAIN form is used
-FLT_MIN = 1.1754943508222875e-38
 BYTES_PER_BODY = 16 + 16 + 16 + 4  # pos, vel, acc (float4) + speed (float)
-INTEGRATE_BLOCK = 256
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _ATEXIT = False
@@ -70,34 +72,11 @@ def _close_all_at_exit() -> None:
             drv.Context.pop()
     except Exception:  # pragma: no cover
         pass
-    context.release_primary_context()
 
 
-def force_arguments(physics: Physics) -> tuple[bool, bool, float, float, float]:
-    """(repulsion, soft, eps2, G, H) as the force kernels take them.
-
-    The branch-free SOFT form needs ε² >= 1e-12 (so 1/s⁵ stays finite in fp32); below that the PLAIN
-    form skips s² = 0 instead, with ε² itself (0 when it would be denormal).
-    """
-    eps2 = float(physics.softening) ** 2
-    soft = eps2 >= SOFT_EPS2_MIN
-    if eps2 < FLT_MIN:
-        eps2 = 0.0
-    h = float(physics.h)
-    return h != 0.0, soft, eps2, float(physics.G), h
-
-
-def _blocks(n: int, block: int) -> tuple[int, int]:
-    return ((n + block - 1) // block, 1)
-
-
-class CudaBackend(KernelPolicies, Backend):
+class CudaBackend(Backend):
     name = "cuda"
     check_every = 8  # steps between the GPU non-finite checks (0: never)
-
-    _extra_records: list[KernelRecord] = []  # kernels registered at run time (tests, user variants)
-    _compiled_memo: dict[tuple, CompiledModule] = {}
-    _failed_memo: dict[tuple, KernelCompileError] = {}
 
     # --- discovery -------------------------------------------------------------------------------
     @classmethod
@@ -112,22 +91,7 @@ class CudaBackend(KernelPolicies, Backend):
 
     @classmethod
     def kernels(cls) -> list[KernelRecord]:
-        return [*registry.RECORDS, *cls._extra_records]
-
-    @classmethod
-    def register_kernel(cls, record: KernelRecord) -> None:
-        """Add a variant at run time (its .cu must define the NBODY_FORCE_ENTRIES symbols)."""
-        if any(r.name == record.name for r in cls.kernels()):
-            raise ConfigError(f"a CUDA kernel named {record.name!r} already exists")
-        cls._extra_records = [*cls._extra_records, record]
-
-    @classmethod
-    def record(cls, name: str) -> KernelRecord:
-        for rec in cls.kernels():
-            if rec.name == name:
-                return rec
-        names = ", ".join(r.name for r in cls.kernels())
-        raise ConfigError(f"kernel: {name!r} is not a cuda kernel; choose from {names}")
+        return list(registry.RECORDS)
 
     @classmethod
     def kernel_why_not(cls, name: str) -> str | None:
@@ -138,51 +102,34 @@ class CudaBackend(KernelPolicies, Backend):
             rec = cls.record(name)
         except ConfigError as e:
             return str(e)
-        for source in (rec.source, registry.INTEGRATE_SOURCE):
+        sources = [(rec.source, rec.policy.nvcc_options), (INTEGRATE_SOURCE, None)]
+        for source, options in sources if not rec.policy.resolves else sources[1:]:
             try:
-                cls.compiled(source)
+                compiled(source, device_facts().arch, options)
             except KernelCompileError as e:
                 return f"{e.path.name} does not compile for {e.arch}: {_first_error(e.log)}"
             except CudaUnavailable as e:
                 return str(e)
         return None
 
-    @classmethod
-    def compiled(cls, source: str) -> CompiledModule:
-        """The cubin of a kernels/ file for this device (memoised per process, cached on disk)."""
-        arch = device_facts().arch
-        path = resolve_source(source)
-        key = (str(path), arch, _mtimes(path))
-        if key in cls._failed_memo:
-            raise cls._failed_memo[key]
-        if key not in cls._compiled_memo:
-            try:
-                cls._compiled_memo[key] = compile_file(path, arch)
-            except KernelCompileError as e:
-                cls._failed_memo[key] = e
-                raise
-        return cls._compiled_memo[key]
-
-    @classmethod
-    def function_resources(cls, name: str) -> dict:
-        """ptxas's registers / spills / stack frame for each entry of a kernel (for the panel and bench)."""
-        rec = cls.record(name)
-        module = cls.compiled(rec.source)
-        return {sym: module.functions.get(sym) for sym in registry.force_symbols(rec)}
-
     # --- life cycle ------------------------------------------------------------------------------
-    def __init__(self):
+    def __init__(self, device: int | None = None):
         global _ATEXIT
         reason = self.why_not()
         if reason:
             raise BackendUnavailable(f"backend 'cuda' is not available: {reason}")
-        self._drv = driver()
-        self._facts = device_facts()
-        self._scope = ContextScope()
+        try:
+            self.device = CudaDevice(default_ordinal() if device is None else device)
+        except CudaUnavailable as e:
+            raise BackendUnavailable(f"backend 'cuda' is not available: {e}") from e
+        self._drv = self.device.drv
+        self._scope = self.device.scope
         self._closed = False
         self._kernel = registry.DEFAULT_KERNEL
         self._physics = Physics()
-        self._block_override: int | None = None
+        self._records = {r.name: r for r in self.kernels()}
+        self._evaluators: dict[str, CudaEvaluator] = {}
+        self._integrator = Integrator()
         self._n = 0
         self._mass = np.zeros(0)
         self._ids = None
@@ -193,17 +140,12 @@ class CudaBackend(KernelPolicies, Backend):
         self._gl: GLBuffers | None = None
         self._gl_reason: str | None = None  # why interop is not used (after an attach attempt)
         self._warned_copy = False
-        self._acc_valid = False
-        self._modules: dict[str, object] = {}
-        self._functions: dict[tuple[str, str], object] = {}
-        self._timer: EventTimer | None = None
-        self._flag_host = np.full(1, INT_MAX, dtype=np.int32)
-        self._flag_pinned = None  # pinned host copy of the check flag for the live (non-waiting) path
+        self._render_reads = 0
+        self._precision: str | None = None  # precision of the state the last step advanced
+        self._fp64_valid = False  # the double state is current (fp64 runs)
         self._check_event = None
-        self._diag_pinned = None  # pinned host buffer of the device diagnostics' ten doubles (diagnostics.py)
-        self._diag_pending = None  # the last PendingDiagnostics, which owns that buffer until settled
         self._last_totals: dict[str, float] = {}
-        self._init_policies()  # launch policies, tunables, `best`, fp64 state (launch.py)
+        self.diag_pending = None  # the device diagnostics in flight (diagnostics.py)
         _LIVE.add(self)
         if not _ATEXIT:
             atexit.register(_close_all_at_exit)
@@ -222,13 +164,10 @@ class CudaBackend(KernelPolicies, Backend):
                 for alloc in self._alloc.values():
                     alloc.free()
                 self._alloc.clear()
-                self._close_policies()
-                self._functions.clear()
-                self._modules.clear()  # unloads the modules while the context is current
-                if self._timer is not None:
-                    self._timer.release()
-                    self._timer = None
-                self._flag_pinned = self._diag_pinned = self._diag_pending = None  # freed in the context
+                self._evaluators.clear()
+                self.diag_pending = None
+                self._check_event = None
+                self.device.close()
         except Exception as e:
             log.warning("releasing CUDA resources failed: %s", e)
         self._n = 0
@@ -242,112 +181,88 @@ class CudaBackend(KernelPolicies, Backend):
         if self._n == 0:
             raise RuntimeError("CudaBackend: call load() before stepping or reading the state")
 
-    # --- kernels and launches --------------------------------------------------------------------
-    def _module(self, source: str):
-        mod = self._modules.get(source)
-        if mod is None:
-            compiled = self.compiled(source)
-            mod = self._drv.module_from_buffer(compiled.cubin)
-            self._modules[source] = mod
-        return mod
+    # --- records, evaluators, tunables -------------------------------------------------------------
+    def evaluator(self, name: str | None = None) -> CudaEvaluator:
+        """The evaluator of a record (default: the current kernel) on this backend's device."""
+        rec = self.record(name or self._kernel)
+        ev = self._evaluators.get(rec.name)
+        if ev is None:
+            ev = self._evaluators[rec.name] = CudaEvaluator(rec, self.device, self._records)
+        ev.set_physics(self._physics)
+        return ev
 
-    def _function(self, source: str, symbol: str, arg_types: str):
-        key = (source, symbol)
-        fn = self._functions.get(key)
-        if fn is None:
-            try:
-                fn = self._module(source).get_function(symbol)
-            except KernelCompileError:
-                raise
-            except Exception as e:
-                raise RuntimeFault(f"{source}: kernel symbol {symbol!r} not found ({e}); every variant must "
-                                   "end with NBODY_FORCE_ENTRIES(<entry>, <body>)") from e
-            fn.prepare(arg_types)
-            self._functions[key] = fn
-        return fn
+    def active_record(self) -> KernelRecord:
+        """The record the next force launch runs (`best` resolved for the current N)."""
+        return self.evaluator().active(self._n)[0] if self._n else self.record(self._kernel)
 
-    def _load_kernel(self, name: str) -> None:
-        """Compile and load every entry `name` may need, so a later step cannot fail to compile."""
-        rec = self.record(name)
-        arg_types = registry.launch_policy(rec).arg_types
-        for sym in registry.force_symbols(rec):
-            self._function(rec.source, sym, arg_types)
+    @property
+    def precision(self) -> str:
+        return self.active_record().precision
 
-    def _ensure_support(self) -> None:
-        if self._timer is None:
-            self._timer = EventTimer(self._drv)
-        src = registry.INTEGRATE_SOURCE
-        self._function(src, "kick_drift", "PPPiff")
-        self._function(src, "kick", "PPPif")
-        self._function(src, "euler_damped", "PPPPiff")
-        self._function(src, "speeds", "PPi")
-        self._function(src, "first_nonfinite", "PPiP")
+    def tunables(self) -> dict:
+        """The tunables the next launch uses (for `best`: the resolved variant's)."""
+        ev = self.evaluator()
+        return dict(ev.active(self._n)[1]) if self._n else ev.tunables
 
-    def _launch_force(self, pos_ptr: int, acc_ptr: int, plan=None) -> None:
-        """One force launch of the current kernel: acc = A(pos) for the current physics.
+    def set_tunables(self, **values) -> None:
+        self.evaluator().set_tunables(**values)
 
-        The record's launch policy (registry.LaunchPolicy.kind, implemented in launch.py) decides the
-        grid, the specialisation and any extra launches (memset, reduce, second stream); `plan` is the
-        cached launch plan (built outside the timed region by `_force`), else it is looked up here.
-        """
-        (plan or self._force_plan())(pos_ptr, acc_ptr)
+    def clear_tunables(self) -> None:
+        self._evaluators.clear()
 
-    def _launch(self, symbol: str, *args) -> None:
-        fn = self._functions[(registry.INTEGRATE_SOURCE, symbol)]
-        fn.prepared_call(_blocks(self._n, INTEGRATE_BLOCK), (INTEGRATE_BLOCK, 1, 1), *args)
+    @property
+    def resolved_kernel(self) -> str:
+        """'register-blocked block_size=128 k=4 slices=0': what actually runs (useful for `best`)."""
+        return self.evaluator().describe(self._n)
 
-    def _force(self, pos_ptr: int) -> None:
-        plan, acc = self._force_plan(), self._ptr("acc")  # Python work before the first event
-        with self._timer.time("force"):
-            self._launch_force(pos_ptr, acc, plan)
+    def _launch(self, symbol: str, types: str, *args) -> None:
+        fn = self.device.function(INTEGRATE_SOURCE, symbol, types)
+        fn.prepared_call((ceil_div(self._n, BLOCK), 1), (BLOCK, 1, 1), *args)
 
-    def _advance(self, pos: int, speed: int) -> None:
-        """One integrator step on the device."""
-        if self._active()[0].precision == "fp64":
-            self._advance_fp64(pos, speed)  # double state, double integrators (launch.py)
-            return
+    def _prepare(self) -> None:
+        """Load every entry the current kernel may launch at this N, and bring the state to its precision."""
+        ev = self.evaluator()
+        ev.prepare(self._n)
+        precision = ev.active(self._n)[0].precision
+        if precision != self._precision:
+            self._integrator.invalidate()  # the cached acceleration belongs to the other precision
+            if precision == "fp64" and not self._fp64_valid:
+                self._promote_fp64()
+            self._precision = precision
+
+    def _ops(self, pos: int, speed: int):
+        """The StateOps of the current kernel over the whole state (pos, speed: this frame's pointers)."""
+        ev, n, everyone = self.evaluator(), self._n, Span.all(self._n)
+        vel, acc = self._ptr("vel"), self._ptr("acc")
+        if self.precision == "fp64":
+            pos64, vel64, acc64 = self._fp64_ptrs()
+            force = ev.bind(pos64, acc64, everyone, everyone)
+            return Fp64Ops(self.device, force, n, pos64, vel64, acc64, pos, vel, speed)
         self._fp64_valid = False  # the float32 state moves on without the double copy
-        p = self._physics
-        vel, acc, n = self._ptr("vel"), self._ptr("acc"), self._n
-        dt = float(p.dt)
-        if p.integrator == "leapfrog":
-            if not self._acc_valid:
-                self._force(pos)
-            self._acc_valid = False
-            with self._timer.time("integrate"):
-                self._launch("kick_drift", pos, vel, acc, n, 0.5 * dt, dt)
-            self._force(pos)
-            self._acc_valid = True
-            with self._timer.time("integrate"):
-                self._launch("kick", vel, acc, speed, n, 0.5 * dt)
-        else:
-            self._acc_valid = False
-            self._force(pos)
-            with self._timer.time("integrate"):
-                self._launch("euler_damped", pos, vel, acc, speed, n, dt, float(p.damping))
+        return Fp32Ops(self.device, ev.bind(pos, acc, everyone, everyone), n, pos, vel, acc, speed)
 
+    # --- the non-finite check --------------------------------------------------------------------
     def _launch_check(self, pos: int) -> None:
         self._drv.memset_d32(self._ptr("flag"), INT_MAX, 1)
-        self._launch("first_nonfinite", pos, self._ptr("vel"), self._n, self._ptr("flag"))
+        self._launch("first_nonfinite", "PPiP", pos, self._ptr("vel"), self._n, self._ptr("flag"))
 
     def _read_check(self) -> int:
-        self._drv.memcpy_dtoh(self._flag_host, self._ptr("flag"))  # waits for the check kernel
-        value = int(self._flag_host[0])
+        flag = np.empty(1, dtype=np.int32)
+        self._drv.memcpy_dtoh(flag, self._ptr("flag"))  # waits for the check kernel
+        value = int(flag[0])
         return -1 if value == INT_MAX else value
 
     def _poll_check(self, launched: bool) -> int:
         """The non-finite check without a host wait: copy the flag into pinned memory behind an event
         and read it once the GPU got there (a frame or two later). Returns the bad index or -1."""
         bad = -1
+        flag = self.device.pinned("nonfinite-flag", 1, np.int32)
         if self._check_event is not None and self._check_event.query():
-            value = int(self._flag_pinned[0])
+            value = int(flag[0])
             bad = -1 if value == INT_MAX else value
             self._check_event = None
         if launched and self._check_event is None:
-            if self._flag_pinned is None:
-                self._flag_pinned = self._drv.pagelocked_empty(1, np.int32)
-                self._check_event = None
-            self._drv.memcpy_dtoh_async(self._flag_pinned, self._ptr("flag"))
+            self._drv.memcpy_dtoh_async(flag, self._ptr("flag"))
             self._check_event = self._drv.Event()
             self._check_event.record()
         return bad
@@ -367,6 +282,20 @@ class CudaBackend(KernelPolicies, Backend):
                                    f"{m.speed_bytes // 4} speeds but N = {self._n}: resize them and call "
                                    "attach_gl_buffers again")
             yield m.pos, m.speed
+
+    @contextmanager
+    def state_arrays(self):
+        """Public device view of the current state for device-side consumers (diagnostics):
+        yields (precision, pos, vel) pointers — float4 rows for 'fp32', dvec4 rows for 'fp64' — with the
+        context current and the GL buffers mapped as needed."""
+        self._require_state()
+        with self._scope:
+            if self.precision == "fp64" and self._fp64_valid:
+                pos64, vel64, _acc64 = self._fp64_ptrs()
+                yield "fp64", pos64, vel64
+                return
+            with self._device_arrays() as (pos, _speed):
+                yield "fp32", pos, self._ptr("vel")
 
     # --- memory ----------------------------------------------------------------------------------
     def _allocate(self, n: int, plain_render_buffers: bool) -> None:
@@ -398,7 +327,7 @@ class CudaBackend(KernelPolicies, Backend):
     def _oom(self, n: int, need: int, free: int, held: int) -> RuntimeFault:
         fits = max(0, int((free + held) * 0.95) // BYTES_PER_BODY)
         return RuntimeFault(f"out of GPU memory: N = {n:,} bodies need {need / 2**20:,.1f} MiB on "
-                            f"{self._facts.name} but only {free / 2**20:,.1f} MiB are free; at most "
+                            f"{self.device.facts.name} but only {free / 2**20:,.1f} MiB are free; at most "
                             f"N ≈ {fits:,} fits")
 
     # --- state -----------------------------------------------------------------------------------
@@ -411,8 +340,6 @@ class CudaBackend(KernelPolicies, Backend):
         vel4 = np.ascontiguousarray(bodies.vel4(np.float32))
         speed = np.linalg.norm(vel4[:, :3], axis=1).astype(np.float32)
         with self._scope:
-            self._ensure_support()
-            self._load_kernel(name)
             if self._gl is not None and (self._n != n if self._n else self._gl_capacity() < n):
                 # A new N: the renderer resizes its buffers and attaches them again (the new state
                 # waits in plain buffers until then). Attached before the first load: kept if it fits.
@@ -425,15 +352,19 @@ class CudaBackend(KernelPolicies, Backend):
             with self._device_arrays() as (pos, spd):
                 self._drv.memcpy_htod(pos, pos4)
                 self._drv.memcpy_htod(spd, speed)
+            self._kernel = name
+            self._physics = physics
+            self._mass = bodies.mass.astype(np.float64, copy=True)
+            self._ids = None if bodies.ids is None else bodies.ids.copy()
+            self._t0, self._steps = float(bodies.time), 0
+            self._integrator.invalidate()
+            self._precision = "fp32"
+            self._fp64_valid = False
+            if self.precision == "fp64":  # the exact double state, not the float32 one promoted
+                self._upload_fp64(bodies.pos, bodies.vel, bodies.mass)
+                self._precision = "fp64"
+            self._prepare()
             self._drv.Context.synchronize()
-        self._kernel = name
-        self._physics = physics
-        self._mass = bodies.mass.astype(np.float64, copy=True)
-        self._ids = None if bodies.ids is None else bodies.ids.copy()
-        self._t0, self._steps = float(bodies.time), 0
-        self._acc_valid = False
-        self._fp64_valid = False
-        self._after_kernel_change(bodies)  # resolve `best` for this N; fp64: the exact double state
 
     @property
     def kernel(self) -> str:
@@ -444,32 +375,19 @@ class CudaBackend(KernelPolicies, Backend):
         rec = self.record(name)
         if self._n:
             with self._scope:
-                self._load_kernel(rec.name)  # a compile error leaves the current kernel in place
-        else:
-            self.compiled(rec.source)
-        old, before = self._kernel, self._active_precision()
+                # a compile error raises here and leaves the current kernel in place
+                self.evaluator(rec.name).prepare(self._n)
+        elif not rec.policy.resolves:
+            self.device.compiled(rec.source, rec.policy.nvcc_options)
         self._kernel = rec.name
-        try:
-            self._after_kernel_change(None, before)
-        except Exception:
-            self._kernel = old
-            self._resolved = None
-            raise
-
-    def set_block_size(self, block: int | None) -> None:
-        """Force-kernel block size for every variant (None: each record's default)."""
-        if block is not None and block not in registry.BLOCK_SIZES:
-            allowed = ", ".join(map(str, registry.BLOCK_SIZES))
-            raise ConfigError(f"block_size: {block} is not one of {allowed}")
-        self._block_override = block
 
     def set_physics(self, physics: Physics) -> None:
         physics = check_physics(physics)
         old = self._physics
         if physics.dt != old.dt:
             self._t0, self._steps = self._t0 + self._steps * old.dt, 0
-        if (force_arguments(physics) != force_arguments(old) or physics.integrator != old.integrator):
-            self._acc_valid = False
+        if force_arguments(physics) != force_arguments(old) or physics.integrator != old.integrator:
+            self._integrator.invalidate()
         self._physics = physics
 
     @property
@@ -491,30 +409,37 @@ class CudaBackend(KernelPolicies, Backend):
         if steps <= 0:
             return timings
         checked = False
+        timer = self.device.timer
         with self._scope:
-            self._timer.reset()
+            self._prepare()
+            timer.reset()
             with self._device_arrays() as (pos, speed):
+                ops = self._ops(pos, speed)
                 for _ in range(steps):
-                    self._advance(pos, speed)
+                    work = self._integrator.step(ops, self._physics, 1, timer)
+                    timings.interactions += work.interactions
+                    timings.pair_equivalent += work.pair_equivalent
+                    timings.force_evals += work.evaluations
                     self._steps += 1
                     self._steps_total += 1
                     if self.check_every and self._steps_total % self.check_every == 0:
                         self._launch_check(pos)
                         checked = True
             if self._gl is not None:
-                # Live rendering: never wait on the GPU here (see timers.py); the numbers are those
+                # Live rendering: never wait on the GPU here (see app/timing.py); the numbers are those
                 # of the newest earlier step() the GPU has finished, usually the previous frame.
-                totals = self._timer.collect_lagged()
+                totals = timer.collect_lagged()
                 if totals is None:
                     totals = self._last_totals
                 timings.extra["timings_lagged"] = 1.0
                 bad = self._poll_check(checked)
             else:
-                totals = self._timer.collect()
+                totals = timer.collect()
                 bad = self._read_check() if checked else -1
             self._last_totals = totals
         timings.force_ms = totals.get("force", 0.0)
         timings.integrate_ms = totals.get("integrate", 0.0)
+        timings.extra["force_evals"] = float(timings.force_evals)
         if self._gl is not None:
             timings.map_ms = self._gl.last_map_ms
             timings.unmap_ms = self._gl.last_unmap_ms
@@ -534,14 +459,20 @@ class CudaBackend(KernelPolicies, Backend):
 
     def accelerations(self) -> np.ndarray:
         self._require_state()
-        out = np.empty((self._n, 4), dtype=np.float32)
         with self._scope:
-            with self._device_arrays() as (pos, _speed):
-                self._launch_force(pos, self._ptr("acc"))
-            self._acc_valid = True
-            if self._active()[0].precision == "fp64":
-                return self._read_acc64()
-            self._drv.memcpy_dtoh(out, self._ptr("acc"))
+            self._prepare()
+            ev, everyone = self.evaluator(), Span.all(self._n)
+            if self.precision == "fp64":
+                pos64, _vel64, acc64 = self._fp64_ptrs()
+                ev.evaluate(pos64, acc64, everyone, everyone)
+                out = np.empty((self._n, 4), dtype=np.float64)
+                self._drv.memcpy_dtoh(out, acc64)
+            else:
+                with self._device_arrays() as (pos, _speed):
+                    ev.evaluate(pos, self._ptr("acc"), everyone, everyone)
+                out = np.empty((self._n, 4), dtype=np.float32)
+                self._drv.memcpy_dtoh(out, self._ptr("acc"))
+        self._integrator.acc_valid = True  # a(x) of the current state is now in the buffer the step reads
         return out[:, :3].astype(np.float64)
 
     def _read_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
@@ -554,17 +485,22 @@ class CudaBackend(KernelPolicies, Backend):
 
     def state(self) -> Bodies:
         self._require_state()
-        exact = self._fp64_state()
-        if exact is not None:  # fp64 runs: its double state is the state
-            return Bodies(pos=exact[0], vel=exact[1], mass=self._mass.copy(), time=self.time,
-                          ids=None if self._ids is None else self._ids.copy())
+        ids = None if self._ids is None else self._ids.copy()
+        if self.precision == "fp64" and self._fp64_valid:  # fp64 runs: its double state is the state
+            pos64, vel64, _acc64 = self._fp64_ptrs()
+            p = np.empty((self._n, 4), dtype=np.float64)
+            v = np.empty((self._n, 4), dtype=np.float64)
+            with self._scope:
+                self._drv.memcpy_dtoh(p, pos64)
+                self._drv.memcpy_dtoh(v, vel64)
+            return Bodies(pos=p[:, :3].copy(), vel=v[:, :3].copy(), mass=self._mass.copy(), time=self.time,
+                          ids=ids)
         vel4 = np.empty((self._n, 4), dtype=np.float32)
         pos4, _speed = self._read_render_arrays()
         with self._scope:
             self._drv.memcpy_dtoh(vel4, self._ptr("vel"))
         return Bodies(pos=pos4[:, :3].astype(np.float64), vel=vel4[:, :3].astype(np.float64),
-                      mass=self._mass.copy(), time=self.time,
-                      ids=None if self._ids is None else self._ids.copy())
+                      mass=self._mass.copy(), time=self.time, ids=ids)
 
     def diagnostics(self) -> Diagnostics:
         """Energies and momenta reduced on the device (kernels/diagnostics.cu): ten doubles come back,
@@ -579,6 +515,52 @@ class CudaBackend(KernelPolicies, Backend):
 
         return launch_diagnostics(self)
 
+    # --- the double state ----------------------------------------------------------------------------
+    def _fp64_ptrs(self) -> tuple[int, int, int]:
+        size = 32 * max(self._n, 1)
+        return tuple(self.device.scratch(key, size) for key in ("pos64", "vel64", "acc64"))
+
+    def _upload_fp64(self, pos, vel, mass) -> None:
+        pos64, vel64, _acc64 = self._fp64_ptrs()
+        p = np.zeros((self._n, 4), dtype=np.float64)
+        p[:, :3] = pos
+        p[:, 3] = mass
+        v = np.zeros((self._n, 4), dtype=np.float64)
+        v[:, :3] = vel
+        self._drv.memcpy_htod(pos64, p)
+        self._drv.memcpy_htod(vel64, v)
+        self._fp64_valid = True
+
+    def _promote_fp64(self) -> None:
+        """The double state from the float32 one (positions/velocities promoted, masses exact)."""
+        pos4, _speed = self._read_render_arrays()
+        vel4 = np.empty((self._n, 4), dtype=np.float32)
+        self._drv.memcpy_dtoh(vel4, self._ptr("vel"))
+        self._upload_fp64(pos4[:, :3].astype(np.float64), vel4[:, :3].astype(np.float64), self._mass)
+
+    # --- the interaction matrix ----------------------------------------------------------------------
+    def interaction_matrix(self) -> np.ndarray:
+        """(N, N) float32 |a_ij| (body j's pull on body i) for the heatmap; N <= 8,192."""
+        self._require_state()
+        n = self._n
+        if n > registry.PAIR_MATRIX_MAX_N:
+            raise ConfigError(f"interaction matrix: N = {n:,} is over {registry.PAIR_MATRIX_MAX_N:,} "
+                              f"(it would take {4 * n * n / 2**30:.1f} GiB)")
+        repulsion, soft, eps2, g, h = force_arguments(self._physics)
+        out = np.empty((n, n), dtype=np.float32)
+        with self._scope:
+            fn = self.device.function(registry.PAIR_MATRIX_SOURCE,
+                                      f"pair_matrix_fill_{suffix(repulsion, soft)}", "PPifff")
+            buf = self._drv.mem_alloc(max(4 * n * n, 16))
+            try:
+                with self._device_arrays() as (pos, _speed):
+                    grid = (ceil_div(n, 16), ceil_div(n, 16))
+                    fn.prepared_call(grid, (16, 16, 1), pos, int(buf), n, eps2, g, h)
+                self._drv.memcpy_dtoh(out, buf)
+            finally:
+                buf.free()
+        return out
+
     # --- rendering -------------------------------------------------------------------------------
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """float32 positions (N, 4) and speeds (N,) read back: the copy path when interop is off."""
@@ -586,7 +568,7 @@ class CudaBackend(KernelPolicies, Backend):
         # The renderer's first read is the initial fill of its buffers, before it offers them for
         # interop; only a second read without interop means positions travel through the host every
         # frame (with interop, reads are occasional: the camera fitting the bodies, a screenshot).
-        self._render_reads = getattr(self, "_render_reads", 0) + 1
+        self._render_reads += 1
         if not self._warned_copy and self._render_reads > 1 and self._gl is None:
             self._warned_copy = True
             why = f" ({self._gl_reason})" if self._gl_reason else ""
@@ -694,7 +676,7 @@ class CudaBackend(KernelPolicies, Backend):
 
     # --- facts -----------------------------------------------------------------------------------
     def device_info(self) -> dict:
-        info = self._facts.as_dict()
+        info = self.device.facts.as_dict()
         nvcc = find_nvcc()
         info["nvcc"] = nvcc_version(nvcc) if nvcc else None
         info["backend"] = self.name
@@ -707,14 +689,3 @@ def _first_error(log_text: str) -> str:
             return line.strip()
     lines = [ln for ln in log_text.splitlines() if ln.strip()]
     return lines[0].strip() if lines else "no output"
-
-
-def _mtimes(path) -> tuple:
-    """Change stamp of a kernel file and the headers beside it (a memo key, not a content hash)."""
-    stamps = []
-    for p in [path, *sorted(resolve_source("common.cuh").parent.glob("*.cuh"))]:
-        try:
-            stamps.append(os.stat(p).st_mtime_ns)
-        except OSError:
-            stamps.append(0)
-    return tuple(stamps)

@@ -1,8 +1,9 @@
 """Compile kernels/*.cu to cubins with nvcc, cached on disk; no pycuda needed (CI runs this too).
 
-Every file is compiled whole (`nvcc -cubin -arch=sm_XY -O3 --use_fast_math ... -Xptxas -v`; the
-baseline shared.cu without --use_fast_math, as NVIDIA's samples build it) with kernels/ on the include
-path, so each variant sees the one `common.cuh`. The cubin and ptxas's
+Every file is compiled whole (`nvcc -cubin -arch=sm_XY -O3 --use_fast_math ... -Xptxas -v`, or the
+options its record's launch policy names: the baseline shared.cu is built without --use_fast_math, as
+NVIDIA's samples build it) with kernels/ on the include path, so each variant sees the one
+`common.cuh`. The cubin and ptxas's
 resource report (registers, stack frame, spills per entry) are cached in the user cache dir
 (platformdirs; `NBODY_CACHE_DIR` overrides), keyed by a hash of the .cu, every header beside it, the
 options, the arch and nvcc's version: editing common.cuh recompiles every variant.
@@ -28,12 +29,6 @@ from app.backends.cuda.errors import KernelCompileError
 from app.paths import KERNELS
 
 NVCC_OPTIONS: tuple[str, ...] = ("-O3", "--use_fast_math", "-std=c++17", "-lineinfo")
-# Per-file exceptions. `shared` is the baseline that reproduces NVIDIA's CUDA samples nbody kernel, and
-# the samples build it without --use_fast_math: its rsqrtf keeps IEEE denormal handling (an FSETP and two
-# predicated FMULs around MUFU.RSQ), part of what separates the sample from the 12-instruction budget.
-SOURCE_OPTIONS: dict[str, tuple[str, ...]] = {
-    "shared.cu": ("-O3", "-std=c++17", "-lineinfo"),
-}
 COMPILE_TIMEOUT_S = 600
 _HEADER_GLOBS = ("*.cuh", "*.h", "*.hpp")
 
@@ -186,16 +181,11 @@ def cache_key(path: Path, arch: str, options, include_dirs, nvcc: str) -> str:
     return h.hexdigest()
 
 
-def options_for(source: str | os.PathLike) -> tuple[str, ...]:
-    """The nvcc options a kernels/ file is built with: NVCC_OPTIONS unless SOURCE_OPTIONS names it."""
-    return SOURCE_OPTIONS.get(Path(source).name, NVCC_OPTIONS)
-
-
 def compile_file(source: str | os.PathLike, arch: str, options=None, include_dirs=None,
                  use_cache: bool = True, nvcc: str | None = None) -> CompiledModule:
     """Compile one .cu to a cubin for `arch` (e.g. 'sm_90'); served from the disk cache when unchanged.
 
-    `options` None: the file's own (options_for)."""
+    `options` None: NVCC_OPTIONS."""
     path = resolve_source(source)
     if not path.is_file():
         raise KernelCompileError(path, arch, -1, f"{path}: no such kernel file")
@@ -204,7 +194,7 @@ def compile_file(source: str | os.PathLike, arch: str, options=None, include_dir
         raise KernelCompileError(path, arch, -1, "nvcc not found (install the CUDA toolkit, or set CUDA_HOME "
                                  "or NBODY_NVCC)")
     dirs = _include_dirs(path, include_dirs)
-    options = tuple(options_for(path) if options is None else options)
+    options = tuple(NVCC_OPTIONS if options is None else options)
     key = cache_key(path, arch, options, dirs, nvcc)
     stem = f"{path.stem}-{arch}-{key[:24]}"
     cdir = cache_dir()

@@ -3,11 +3,13 @@
 Importing this module never imports pycuda: `driver()` does, on first use, and `why_not()` turns every
 way that can fail (pycuda missing, no libcuda, no device, no nvcc) into one line saying what to do.
 
-Context policy: the backend retains the device's *primary* context once per process (shared with any
-runtime-API library, e.g. numba or a profiler) and pushes it only for the duration of each backend
-call (`ContextScope`, re-entrant), so pycuda's context stack is empty between calls and at exit;
-PyCUDA aborts the interpreter at exit when a pushed context was never popped. All calls must come
-from the thread that first made the backend (pycuda's contexts are per thread).
+Context policy: each device object (app/backends/cuda/device.py) retains its GPU's *primary* context
+(shared with any runtime-API library, e.g. CuPy, NCCL or a profiler) and pushes it only for the
+duration of each call (`ContextScope`, re-entrant), so pycuda's context stack is empty between calls
+and at exit; PyCUDA aborts the interpreter at exit when a pushed context was never popped. Nothing here
+is per process but the driver module itself and cached facts, both keyed by device ordinal.
+
+`NBODY_CUDA_DEVICE` only names the default ordinal a backend opens when the caller names none.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def _driver_or_reason():
         return None, f"cannot count CUDA devices ({e})"
     if count == 0:
         return None, "no CUDA device found (the NVIDIA driver reports 0 GPUs)"
-    ordinal = device_ordinal()
+    ordinal = default_ordinal()
     if not 0 <= ordinal < count:
         return None, f"{DEVICE_ENV}={ordinal} but only {count} CUDA device(s) exist"
     return drv, None
@@ -76,7 +78,8 @@ def driver_why_not() -> str | None:
     return _driver_or_reason()[1]
 
 
-def device_ordinal() -> int:
+def default_ordinal() -> int:
+    """The device a backend opens when none is named: $NBODY_CUDA_DEVICE, else 0."""
     try:
         return int(os.environ.get(DEVICE_ENV, "0"))
     except ValueError:
@@ -166,11 +169,17 @@ def _nvidia_smi(pci_bus_id: str | None, ordinal: int) -> dict:
             "driver_version": fields[2] if len(fields) > 2 else None}
 
 
-@functools.lru_cache(maxsize=1)
-def device_facts() -> DeviceFacts:
-    """Facts of the selected device (no context needed); raises CudaUnavailable."""
+def device_count() -> int:
+    return driver().Device.count()
+
+
+@functools.cache
+def device_facts(ordinal: int | None = None) -> DeviceFacts:
+    """Facts of one device (default: default_ordinal()); no context needed; raises CudaUnavailable."""
     drv = driver()
-    ordinal = device_ordinal()
+    ordinal = default_ordinal() if ordinal is None else int(ordinal)
+    if not 0 <= ordinal < drv.Device.count():
+        raise CudaUnavailable(f"CUDA device {ordinal} does not exist ({drv.Device.count()} found)")
     dev = drv.Device(ordinal)
     attr = drv.device_attribute
 
@@ -209,28 +218,14 @@ def device_facts() -> DeviceFacts:
 
 
 # --- the primary context ---------------------------------------------------------------------------------
-_PRIMARY = None  # the retained primary context (one per process)
-
-
-def primary_context():
-    global _PRIMARY
-    if _PRIMARY is None:
-        drv = driver()
-        _PRIMARY = drv.Device(device_ordinal()).retain_primary_context()
-    return _PRIMARY
-
-
-def release_primary_context() -> None:
-    """Drop this module's reference (at exit); pycuda releases it once no allocation needs it."""
-    global _PRIMARY
-    _PRIMARY = None
-
-
 class ContextScope:
-    """`with scope:` pushes the primary context for the call and pops it after; re-entrant."""
+    """`with scope:` pushes one device's primary context for the call and pops it after; re-entrant.
 
-    def __init__(self):
-        self.ctx = primary_context()
+    The scope holds the retained primary context; it is released when the scope is dropped."""
+
+    def __init__(self, ordinal: int):
+        self.ordinal = int(ordinal)
+        self.ctx = driver().Device(self.ordinal).retain_primary_context()
         self.depth = 0
 
     def __enter__(self):
@@ -247,8 +242,8 @@ class ContextScope:
 
 
 @contextmanager
-def pushed():
+def pushed(ordinal: int | None = None):
     """A one-off scope (for code outside a backend, e.g. the tests)."""
-    scope = ContextScope()
+    scope = ContextScope(default_ordinal() if ordinal is None else ordinal)
     with scope:
         yield scope

@@ -122,47 +122,38 @@ def device_diagnostics(backend) -> DeviceDiagnostics:
 
 
 def launch_diagnostics(backend) -> PendingDiagnostics:
-    """Start the diagnostics of a loaded CudaBackend's current state on its device; returns at once."""
-    from app.backends.cuda.backend import force_arguments
+    """Start the diagnostics of a loaded CudaBackend's current state on its device; returns at once.
 
-    backend._require_state()
-    n = backend._n
+    Uses the backend's public surface only: `device` (kernels, scratch, pinned memory, scope),
+    `state_arrays()` (the state's precision and pointers), `physics`, `n`, `time`, and `diag_pending`,
+    where the previous launch waits to be settled before the pinned buffer is reused."""
+    from app.backends.cuda.policies import force_arguments
+
+    dev, n = backend.device, backend.n
     repulsion, soft, eps2, g, h = force_arguments(backend.physics)
-    fp64 = backend._active_precision() == "fp64" and backend._fp64_valid
-    prec = "f64" if fp64 else "f32"
     tiles, chunk_tiles, chunks = potential_plan(n)
-    n_moments = moment_blocks(n, backend._facts.sms)
+    n_moments = moment_blocks(n, dev.facts.sms)
     n_potential = tiles * chunks
-    previous = backend._diag_pending
+    previous = backend.diag_pending
     if previous is not None:
         previous.settle()  # its values leave the pinned buffer before this launch overwrites it
-    with backend._scope:
-        out = backend._diag_pinned
-        if out is None:
-            out = backend._diag_pinned = backend._drv.pagelocked_empty(RESULTS, np.float64)
-        moments = backend._function(SOURCE, f"diag_moments_{prec}", "PPiP")
-        potential = backend._function(SOURCE, potential_symbol(prec, repulsion, soft),
-                                      "PidddiP" if fp64 else "PifddiP")
-        finalize = backend._function(SOURCE, "diag_finalize", "PiPiP")
-        base = backend._scratch("diagnostics", 8 * (MOMENTS * n_moments + n_potential + RESULTS))
+    with backend.state_arrays() as (precision, pos, vel):
+        fp64 = precision == "fp64"
+        prec = "f64" if fp64 else "f32"
+        out = dev.pinned("diagnostics", RESULTS, np.float64)
+        moments = dev.function(SOURCE, f"diag_moments_{prec}", "PPiP")
+        potential = dev.function(SOURCE, potential_symbol(prec, repulsion, soft),
+                                 "PidddiP" if fp64 else "PifddiP")
+        finalize = dev.function(SOURCE, "diag_finalize", "PiPiP")
+        base = dev.scratch("diagnostics", 8 * (MOMENTS * n_moments + n_potential + RESULTS))
         part_m = base
         part_u = base + 8 * MOMENTS * n_moments
         result = part_u + 8 * n_potential
-
-        def launch(pos: int, vel: int) -> None:
-            moments.prepared_call((n_moments, 1), (BLOCK, 1, 1), pos, vel, n, part_m)
-            potential.prepared_call((tiles, chunks), (BLOCK, 1, 1), pos, n, eps2, g, h / 3.0, chunk_tiles,
-                                    part_u)
-
-        if fp64:
-            pos64, vel64, _acc64 = backend._fp64_ptrs()
-            launch(pos64, vel64)
-        else:
-            with backend._device_arrays() as (pos, _speed):
-                launch(pos, backend._ptr("vel"))
+        moments.prepared_call((n_moments, 1), (BLOCK, 1, 1), pos, vel, n, part_m)
+        potential.prepared_call((tiles, chunks), (BLOCK, 1, 1), pos, n, eps2, g, h / 3.0, chunk_tiles, part_u)
         finalize.prepared_call((1, 1), (BLOCK, 1, 1), part_m, n_moments, part_u, n_potential, result)
-        backend._drv.memcpy_dtoh_async(out, result)  # stream-ordered after the three kernels: 80 bytes
-        event = backend._drv.Event()
+        dev.drv.memcpy_dtoh_async(out, result)  # stream-ordered after the three kernels: 80 bytes
+        event = dev.drv.Event()
         event.record()
-    backend._diag_pending = PendingDiagnostics(scope=backend._scope, event=event, host=out, time=backend.time)
-    return backend._diag_pending
+    backend.diag_pending = PendingDiagnostics(scope=dev.scope, event=event, host=out, time=backend.time)
+    return backend.diag_pending

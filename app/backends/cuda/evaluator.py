@@ -1,0 +1,98 @@
+"""The CUDA force evaluator: one record on one device, over spans of a device position array.
+
+    ev = CudaEvaluator(record, device, records)
+    ev.set_physics(physics)
+    work = ev.evaluate(pos_ptr, acc_ptr, Span(i0, ni), Span.all(n))     # queued on the device
+    force = ev.bind(pos_ptr, acc_ptr, targets, sources)                  # the same, prepared:
+    work = force()                                                       # only driver calls left
+
+`bind` does every piece of Python up front (resolving `best`, building the launch plan, offsetting the
+pointers) so that a timed call costs only the launches. Plans are cached per (record, tunables,
+physics arguments, span sizes).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from app.errors import ConfigError
+from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span
+from app.physics import Physics
+
+from .policies import FORMS, fmt_tunables, force_arguments
+
+log = logging.getLogger(__name__)
+MAX_PLANS = 64
+
+
+class CudaEvaluator(ForceEvaluator):
+    def __init__(self, record: KernelRecord, device, records: dict[str, KernelRecord]):
+        super().__init__(record)
+        self.device = device
+        self._records = records  # for `best`: the records it may resolve to
+        self._args = force_arguments(Physics())
+        self._plans: dict[tuple, Callable] = {}
+        self._resolved: dict[int, tuple[KernelRecord, dict]] = {}
+
+    def set_physics(self, physics: Physics) -> None:
+        self._args = force_arguments(physics)
+
+    def set_tunables(self, **values) -> None:
+        super().set_tunables(**values)
+        self._resolved.clear()
+
+    # --- which record and tunables run -------------------------------------------------------------
+    def active(self, n: int) -> tuple[KernelRecord, dict]:
+        """(record, tunables) a launch over n sources uses: `best` resolved for that N."""
+        policy = self.record.policy
+        if not policy.resolves:
+            return self.record, self._tunables
+        if n not in self._resolved:
+            rec, tun, why = policy.resolve(self._records, self.device.facts, n)
+            log.info("best: N = %d -> %s %s (%s)", n, rec.name, fmt_tunables(tun), why)
+            self._resolved[n] = (rec, tun)
+        return self._resolved[n]
+
+    def describe(self, n: int) -> str:
+        """'register-blocked block_size=128 k=4 slices=0': what actually runs (useful for `best`)."""
+        rec, tun = self.active(n)
+        return f"{rec.name} {fmt_tunables(tun)}".strip()
+
+    def prepare(self, n: int) -> None:
+        """Compile and load every entry a launch over n bodies may need (all four model / self-term
+        forms), so that a later step cannot fail to compile and the first timed step loads nothing."""
+        rec, tun = self.active(n)
+        policy = rec.policy
+        for repulsion, soft in FORMS:
+            for symbol, arg_types in policy.entries(rec, repulsion, soft, tun):
+                self.device.function(rec.source, symbol, arg_types, policy.nvcc_options)
+
+    # --- evaluating --------------------------------------------------------------------------------
+    def bind(self, pos: int, acc: int, targets: Span, sources: Span, stream=None) -> Callable[[], ForceWork]:
+        rec, tun = self.active(sources.count)
+        policy = rec.policy
+        if policy.targets_within_sources and not sources.contains(targets):
+            raise ConfigError(f"{rec.name}: targets [{targets.start}, {targets.stop}) must lie within "
+                              f"the sources [{sources.start}, {sources.stop}) (Newton's third law needs both "
+                              "ends of every pair)")
+        work = policy.work(targets, sources)
+        if targets.count == 0 or sources.count == 0:
+            return lambda: ForceWork(evaluations=1)
+        key = (rec.name, tuple(sorted(tun.items())), self._args, targets.count, sources.count)
+        run = self._plans.get(key)
+        if run is None:
+            if len(self._plans) >= MAX_PLANS:
+                self._plans.clear()
+            run = self._plans[key] = policy.plan(self.device, rec, tun, self._args, targets.count,
+                                                 sources.count)
+        row = policy.row_bytes
+        t, s, a = pos + row * targets.start, pos + row * sources.start, acc + row * targets.start
+
+        def force() -> ForceWork:
+            run(t, s, a, stream)
+            return work
+        return force
+
+    def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
+        return self.bind(pos, acc, targets, sources, stream)()
