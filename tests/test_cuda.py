@@ -18,12 +18,15 @@ import pytest
 from conftest import gl_vbo
 
 from app.backends import all_kernel_records, backend_class
-from app.backends.base import KernelRecord
+from app.backends.cuda import registry
+from app.backends.cuda.policies import GridPolicy
 from app.bench import bench_bodies
 from app.bodies import Bodies
 from app.errors import RuntimeFault
+from app.forces import KernelRecord
+from app.integrator import integrate
 from app.paths import SHARED_DATA
-from app.physics import Physics, accelerations, integrate, relative_error
+from app.physics import Physics, accelerations, relative_error
 
 CUDA = backend_class("cuda")
 REASON = CUDA.why_not()
@@ -111,7 +114,7 @@ def test_force_matches_float64(backend, kernel, n, config):
 def test_block_sizes(backend, block):
     n = 4097
     backend.load(bench_bodies(n), physics_for("gravity-soft"), kernel="shared")
-    backend.set_block_size(block)
+    backend.set_tunables(block_size=block)
     worst, _ = relative_error(backend.accelerations(), reference_acc(n, "gravity-soft"))
     assert worst <= 1e-4
 
@@ -222,8 +225,8 @@ def test_compile_error_names_file_and_nvcc_message(tmp_path, monkeypatch):
     bad.write_text('#include "common.cuh"\n\nextern "C" __global__ void broken_force_gravity_soft() {\n'
                    "    this_is_not_declared = 1;\n}\n")
     rec = KernelRecord(name="broken-test", doc="deliberately broken", backend="cuda", source=str(bad),
-                       entry="broken_force", block_size=256)
-    monkeypatch.setattr(CUDA, "_extra_records", [rec])
+                       entry="broken_force", policy=GridPolicy())
+    monkeypatch.setattr(registry, "RECORDS", (*registry.RECORDS, rec))
     why = CUDA.kernel_why_not("broken-test")
     assert why and "broken_variant.cu" in why and "this_is_not_declared" in why
     assert CUDA.kernel_why_not("shared") is None

@@ -20,17 +20,20 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from app import tune
 from app.backends import backend_class
-from app.backends.cuda import registry
+from app.backends.cuda import registry, tune
+from app.backends.cuda import tuning_cache as cache
 from app.backends.cuda.compile import compile_file, find_nvcc
-from app.backends.cuda.launch import (
+from app.backends.cuda.policies import (
+    BestPolicy,
+    RegisterBlockedPolicy,
     auto_chunk,
     auto_slices,
     n3l_geometry,
     n3l_tasks,
     slice_plan,
 )
+from app.errors import ConfigError
 from app.paths import KERNELS
 
 ARCH = "sm_90"
@@ -47,15 +50,20 @@ def test_every_issue5_variant_has_a_record():
     for name in SUITE:
         rec = recs[name]
         assert rec.doc and "\n" not in rec.doc and rec.origin, name
-        for key, values in rec.tunables.items():
-            assert values, (name, key)
-        tun = registry.default_tunables(rec)
-        for key, value in tun.items():
-            if key in rec.tunables:
-                assert value in rec.tunables[key], (name, key, value)
+        assert rec.validate_tunables(rec.default_tunables()) == rec.default_tunables(), name
+        assert rec.policy is not None, name
     assert recs["fp64"].precision == "fp64"
     assert recs["pair-matrix"].max_n == 8192
-    assert registry.launch_policy(recs["best"]).kind == "best"
+    assert isinstance(recs["best"].policy, BestPolicy)
+
+
+def test_tunables_are_typed_and_checked():
+    rec = next(r for r in registry.RECORDS if r.name == "register-blocked")
+    assert rec.with_tunables({"k": 6}) == {"block_size": 128, "k": 6, "slices": 0}
+    with pytest.raises(ConfigError, match="register-blocked.k: 5 is not one of 1, 2, 4, 6"):
+        rec.validate_tunables({"k": 5})
+    with pytest.raises(ConfigError, match="no tunable 'theta'"):
+        rec.validate_tunables({"theta": 0.5})
 
 
 @pytest.fixture(scope="module")
@@ -69,19 +77,19 @@ def nvcc_cache(tmp_path_factory):
 _modules: dict = {}
 
 
-def _compiled(source: str):
+def _compiled(source: str, options=None):
     if source not in _modules:
-        _modules[source] = compile_file(KERNELS / source, ARCH)
+        _modules[source] = compile_file(KERNELS / source, ARCH, options)
     return _modules[source]
 
 
 @needs_nvcc
 @pytest.mark.parametrize("rec", [r for r in registry.RECORDS if r.name in SUITE], ids=lambda r: r.name)
 def test_every_specialisation_is_compiled(nvcc_cache, rec):
-    module = _compiled(rec.source)
-    missing = [s for s in registry.specialised_symbols(rec) if s not in module.functions]
+    module = _compiled(rec.source, rec.policy.nvcc_options)
+    missing = [s for s in rec.policy.symbols(rec) if s not in module.functions]
     assert not missing, f"{rec.source} lacks {missing}"
-    if registry.launch_policy(rec).kind == "register-blocked":
+    if isinstance(rec.policy, RegisterBlockedPolicy):
         assert "regblock_reduce" in module.functions
     if rec.name == "fp64":
         assert {"fp64_kick_drift", "fp64_kick", "fp64_euler_damped"} <= set(module.functions)
@@ -141,7 +149,8 @@ def sass_of(nvcc_cache, tmp_path_factory):
     def get(source: str) -> str:
         if source not in cache:
             cubin = out / (Path(source).stem + ".cubin")
-            cubin.write_bytes(_compiled(source).cubin)
+            options = next((r.policy.nvcc_options for r in registry.RECORDS if r.source == source), None)
+            cubin.write_bytes(_compiled(source, options).cubin)
             cache[source] = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True,
                                            check=True).stdout
         return cache[source]
@@ -182,17 +191,18 @@ def test_n3l_pair_costs_16_fp32_for_two_interactions(sass_of):
 @pytest.mark.parametrize("n", [1, 2, 31, 127, 128, 129, 4096, 4097, 16384, 131072])
 @pytest.mark.parametrize("block", [64, 128, 256])
 def test_slices_cover_every_source_once(n, block):
-    for s in (1, 2, 3, 7, 64, auto_slices(n, block, 4, 132)):
+    for s in (1, 2, 3, 7, 64, auto_slices(n, n, block, 4, 132)):
         slice_len, used = slice_plan(n, block, s)
         assert slice_len % block == 0 and used >= 1
         assert (used - 1) * slice_len < n <= used * slice_len
 
 
 def test_auto_slices_fill_the_gpu_at_small_n():
-    s = auto_slices(4096, 64, 4, 132)
+    s = auto_slices(4096, 4096, 64, 4, 132)
     blocks = (4096 // (64 * 4)) * s
     assert blocks >= 132 * 4  # at least 4 blocks (8 warps) per SM
-    assert auto_slices(1 << 20, 128, 4, 132) <= 4  # large N: a few slices at most, for the last wave
+    assert auto_slices(1 << 20, 1 << 20, 128, 4, 132) <= 4  # large N: a few slices at most, for the last wave
+    assert auto_slices(512, 1 << 20, 128, 4, 132) > 1  # few targets, many sources: split the sources
 
 
 def _n3l_pairs(n: int, ki: int, chunk: int) -> np.ndarray:
@@ -243,9 +253,12 @@ def tune_dir(tmp_path, monkeypatch):
     return tmp_path / "tune"
 
 
+HASH = cache.source_hash(registry.RECORDS)
+
+
 def _cache(best, **over):
-    data = {"schema": tune.SCHEMA, "gpu": FACTS.name, "driver": FACTS.driver_version,
-            "source_hash": tune.source_hash(), "best": best, "measurements": []}
+    data = {"schema": cache.SCHEMA, "gpu": FACTS.name, "driver": FACTS.driver_version,
+            "source_hash": HASH, "best": best, "measurements": []}
     data.update(over)
     return data
 
@@ -257,67 +270,69 @@ ENTRIES = [{"n": 4096, "variant": "register-blocked", "tunables": {"k": 2, "bloc
 
 
 def test_cache_is_in_the_user_cache_dir_keyed_by_gpu_and_driver(tune_dir, monkeypatch):
-    path = tune.write_cache(_cache(ENTRIES))
+    path = cache.write_cache(_cache(ENTRIES))
     assert path.parent == tune_dir and "nvidia-h200" in path.name and "580.159.04" in path.name
-    data, why = tune.read_cache(FACTS.name, FACTS.driver_version)
+    data, why = cache.read_cache(FACTS.name, FACTS.driver_version, HASH)
     assert why == "" and data["best"] == ENTRIES
-    assert tune.read_cache("NVIDIA H100 80GB HBM3", FACTS.driver_version)[0] is None
-    assert tune.read_cache(FACTS.name, "575.1")[0] is None
+    assert cache.read_cache("NVIDIA H100 80GB HBM3", FACTS.driver_version, HASH)[0] is None
+    assert cache.read_cache(FACTS.name, "575.1", HASH)[0] is None
     monkeypatch.delenv("NBODY_CACHE_DIR")
     import platformdirs
 
-    assert tune.cache_dir() == Path(platformdirs.user_cache_dir("nbody-live")) / "tune"
+    assert cache.cache_dir() == Path(platformdirs.user_cache_dir("nbody-live")) / "tune"
 
 
 def test_stale_cache_is_ignored_then_rewritten(tune_dir):
-    tune.write_cache(_cache(ENTRIES, source_hash="0" * 64))
-    data, why = tune.read_cache(FACTS.name, FACTS.driver_version)
+    cache.write_cache(_cache(ENTRIES, source_hash="0" * 64))
+    data, why = cache.read_cache(FACTS.name, FACTS.driver_version, HASH)
     assert data is None and "stale" in why
-    assert tune.lookup(4096, FACTS) == (None, why)
-    tune.write_cache(_cache(ENTRIES))  # what the next `nbody-live tune` does
-    assert tune.lookup(4096, FACTS)[0]["variant"] == "register-blocked"
+    assert cache.lookup(4096, FACTS, registry.RECORDS) == (None, why)
+    cache.write_cache(_cache(ENTRIES))  # what the next `nbody-live tune` does
+    assert cache.lookup(4096, FACTS, registry.RECORDS)[0]["variant"] == "register-blocked"
 
 
 @pytest.mark.parametrize("text", ["{not json", json.dumps({"schema": "other"}), json.dumps([1, 2]),
-                                  json.dumps({"schema": tune.SCHEMA, "best": [{"n": "x"}]}), ""])
+                                  json.dumps({"schema": cache.SCHEMA, "best": [{"n": "x"}]}), ""])
 def test_corrupt_cache_is_ignored_then_rewritten(tune_dir, text):
-    path = tune.cache_path(FACTS.name, FACTS.driver_version)
+    path = cache.cache_path(FACTS.name, FACTS.driver_version)
     path.parent.mkdir(parents=True)
     path.write_text(text)
-    data, why = tune.read_cache(FACTS.name, FACTS.driver_version)
+    data, why = cache.read_cache(FACTS.name, FACTS.driver_version, HASH)
     assert data is None and "corrupt" in why
-    tune.write_cache(_cache(ENTRIES))
-    assert tune.read_cache(FACTS.name, FACTS.driver_version)[0]["best"] == ENTRIES
+    cache.write_cache(_cache(ENTRIES))
+    assert cache.read_cache(FACTS.name, FACTS.driver_version, HASH)[0]["best"] == ENTRIES
 
 
 def test_kernel_edit_makes_the_cache_stale(tmp_path):
     for name in ("common.cuh", "shared.cu"):
         shutil.copy(KERNELS / name, tmp_path / name)
-    before = tune.source_hash(tmp_path)
+    before = cache.source_hash(registry.RECORDS, tmp_path)
     (tmp_path / "shared.cu").write_text((tmp_path / "shared.cu").read_text() + "\n// edit\n")
-    assert tune.source_hash(tmp_path) != before
+    assert cache.source_hash(registry.RECORDS, tmp_path) != before
 
 
 def test_best_entry_for_n():
-    assert tune.choose(ENTRIES, 4096)["n"] == 4096
-    assert tune.choose(ENTRIES, 6000)["n"] == 4096  # within an octave
-    assert tune.choose(ENTRIES, 1 << 20)["n"] == 131072  # above the largest: the asymptotic winner
-    assert tune.choose(ENTRIES, 1000) is None  # two octaves below anything tuned
-    assert tune.choose(ENTRIES, 30000) is None
-    assert tune.choose([], 4096) is None
+    assert cache.choose(ENTRIES, 4096)["n"] == 4096
+    assert cache.choose(ENTRIES, 6000)["n"] == 4096  # within an octave
+    assert cache.choose(ENTRIES, 1 << 20)["n"] == 131072  # above the largest: the asymptotic winner
+    assert cache.choose(ENTRIES, 1000) is None  # two octaves below anything tuned
+    assert cache.choose(ENTRIES, 30000) is None
+    assert cache.choose([], 4096) is None
 
 
 def test_candidate_configs_are_allowed_and_start_with_the_defaults():
+    swept = tune.candidates(registry.RECORDS)
+    assert swept[:2] == ["register-blocked", "atomics-n3l"]
+    assert not {"best", "fp64", "pair-matrix"} & set(swept)
     for rec in registry.RECORDS:
-        if rec.name in tune.NEVER:
+        if rec.name not in swept:
             continue
         for n in (4096, 131072):
-            configs = tune.candidate_configs(rec, n, 132)
-            assert configs[0] == registry.default_tunables(rec)
+            configs = rec.policy.candidates(rec, n, 132)
+            assert configs[0] == rec.default_tunables()
             assert len(configs) == len({json.dumps(c, sort_keys=True) for c in configs})
             for cfg in configs:
-                for key, value in cfg.items():
-                    assert value in rec.tunables[key], (rec.name, cfg)
+                assert rec.validate_tunables(cfg) == cfg, (rec.name, cfg)
 
 
 def test_tune_command_is_registered():
@@ -381,9 +396,9 @@ def backend():
 
 def _sweep():
     for rec in registry.RECORDS:
-        if rec.name in tune.NEVER:
+        if not rec.tuned:
             continue
-        for cfg in tune.candidate_configs(rec, 4097, 132):
+        for cfg in rec.policy.candidates(rec, 4097, 132):
             yield pytest.param(rec.name, cfg, id=f"{rec.name}-{'-'.join(f'{k}{v}' for k, v in cfg.items())}")
 
 
@@ -421,7 +436,8 @@ def test_fp64_within_1e10_of_float64(backend, n, config):
 @pytest.mark.parametrize("integrator", ["leapfrog", "euler-damped"])
 def test_fp64_integrates_in_double(backend, integrator):
     from app.bench import bench_bodies
-    from app.physics import integrate, relative_error
+    from app.integrator import integrate
+    from app.physics import relative_error
 
     bodies = bench_bodies(500)
     phys = _physics("gravity-soft", dt=1e-3, integrator=integrator, damping=0.999)
@@ -490,23 +506,23 @@ def test_best_uses_the_cache_and_falls_back_with_a_log_line(backend, tmp_path, m
     from app.bench import bench_bodies
     from app.physics import relative_error
 
-    monkeypatch.setattr(tune, "cache_dir", lambda: tmp_path)
-    facts = backend._facts
+    monkeypatch.setattr(cache, "cache_dir", lambda: tmp_path)
+    facts = backend.device.facts
     with caplog.at_level(logging.INFO, logger="app"):
         backend.load(bench_bodies(4096), _physics("gravity-soft"), kernel="best")
     assert backend.resolved_kernel.startswith("register-blocked")
     assert any("best:" in r.getMessage() and "nbody-live tune" in r.getMessage() for r in caplog.records)
     entry = {"n": 4096, "variant": "multi-thread-per-body", "tunables": {"q": 8, "block_size": 128},
              "interactions_per_s": 1e12, "median_ms": 0.02}
-    tune.write_cache({"schema": tune.SCHEMA, "gpu": facts.name, "driver": facts.driver_version,
-                      "source_hash": tune.source_hash(), "best": [entry], "measurements": []})
+    cache.write_cache({"schema": cache.SCHEMA, "gpu": facts.name, "driver": facts.driver_version,
+                       "source_hash": HASH, "best": [entry], "measurements": []})
     backend.load(bench_bodies(4096), _physics("gravity-soft"), kernel="best")
     assert backend.resolved_kernel == "multi-thread-per-body block_size=128 q=8"
     worst, _ = relative_error(backend.accelerations(), _reference(4096, "gravity-soft"))
     assert worst <= 1e-4
     t = backend.step(2)
     assert t.kernel == "best" and t.force_ms > 0
-    tune.cache_path(facts.name, facts.driver_version).write_text("{corrupt")
+    cache.cache_path(facts.name, facts.driver_version).write_text("{corrupt")
     backend.load(bench_bodies(4096), _physics("gravity-soft"), kernel="best")
     assert backend.resolved_kernel.startswith("register-blocked")
 

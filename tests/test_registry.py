@@ -14,7 +14,6 @@ from app.bodies import Bodies
 from app.physics import Physics, accelerations, relative_error
 
 RECORDS = all_kernel_records()
-TOLERANCE = {"fp32": 1e-4, "fp64": 1e-10}
 
 
 def plummer_like(n: int, seed: int) -> Bodies:
@@ -36,9 +35,15 @@ def test_registry_is_well_formed():
         assert rec.name and rec.name == rec.name.strip() and " " not in rec.name
         assert rec.doc.strip() and "\n" not in rec.doc, f"{rec.name}: doc must be one non-empty line"
         assert rec.backend in BACKEND_NAMES, f"{rec.name}: unknown backend {rec.backend!r}"
-        assert rec.precision in TOLERANCE, f"{rec.name}: unknown precision {rec.precision!r}"
+        assert rec.precision in ("fp32", "fp64"), f"{rec.name}: unknown precision {rec.precision!r}"
         assert rec.origin.strip(), f"{rec.name}: say which write-up the variant comes from"
         assert rec.max_n is None or rec.max_n >= 1
+        assert 0 < rec.error_budget.max_rel < 1e-2, f"{rec.name}: state a usable error budget"
+        assert rec.policy is not None, f"{rec.name}: a record is its own descriptor: give it its policy"
+        names = [t.name for t in rec.tunables]
+        assert len(names) == len(set(names)), f"{rec.name}: duplicate tunables {names}"
+        for spec in rec.tunables:  # typed, documented, and the default is allowed
+            assert spec.doc and spec.validate(spec.default, rec.name) == spec.default, (rec.name, spec)
 
 
 def test_every_backend_has_a_default_kernel_in_the_table():
@@ -75,4 +80,5 @@ def test_record_agrees_with_float64(record, n, model):
     assert got.shape == (n, 3) and got.dtype == np.float64
     ref = accelerations(start.pos, start.mass, physics)
     worst, _ = relative_error(got, ref)
-    assert worst <= TOLERANCE[record.precision], f"{record.name}: max relative error {worst:.3e}"
+    over = record.error_budget.judge({"max": worst})
+    assert not over, f"{record.name}: {'; '.join(over)}"

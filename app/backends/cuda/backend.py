@@ -340,6 +340,7 @@ class CudaBackend(Backend):
         vel4 = np.ascontiguousarray(bodies.vel4(np.float32))
         speed = np.linalg.norm(vel4[:, :3], axis=1).astype(np.float32)
         with self._scope:
+            self.evaluator(name).prepare(n)  # compile first: a failure leaves the current state and kernel
             if self._gl is not None and (self._n != n if self._n else self._gl_capacity() < n):
                 # A new N: the renderer resizes its buffers and attaches them again (the new state
                 # waits in plain buffers until then). Attached before the first load: kept if it fits.
@@ -358,6 +359,8 @@ class CudaBackend(Backend):
             self._ids = None if bodies.ids is None else bodies.ids.copy()
             self._t0, self._steps = float(bodies.time), 0
             self._integrator.invalidate()
+            for ev in self._evaluators.values():
+                ev.forget()
             self._precision = "fp32"
             self._fp64_valid = False
             if self.precision == "fp64":  # the exact double state, not the float32 one promoted

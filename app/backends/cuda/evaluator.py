@@ -42,6 +42,11 @@ class CudaEvaluator(ForceEvaluator):
         super().set_tunables(**values)
         self._resolved.clear()
 
+    def forget(self) -> None:
+        """Drop `best`'s resolutions and the launch plans (a new state: the tuning cache is read again)."""
+        self._resolved.clear()
+        self._plans.clear()
+
     # --- which record and tunables run -------------------------------------------------------------
     def active(self, n: int) -> tuple[KernelRecord, dict]:
         """(record, tunables) a launch over n sources uses: `best` resolved for that N."""
