@@ -114,5 +114,6 @@ def test_work_is_counted_by_the_record(backend):
     assert t.interactions == t.pair_equivalent == t.force_evals * N * N and t.force_evals == 4
     backend.load(bench_bodies(N), Physics(softening=0.01), kernel="atomics-n3l")
     with backend.state_arrays() as (_p, pos, _v):
-        work = backend.evaluator().evaluate(pos, backend.device.scratch("w", 16 * N), Span(0, 10), Span.all(N))
+        acc = backend.device.scratch("test-seam-work", 16 * N)
+        work = backend.evaluator().evaluate(pos, acc, Span(0, 10), Span.all(N))
     assert work.pair_equivalent == 10 * N and work.interactions == N * N
