@@ -10,6 +10,9 @@ Every implementation of the updates computes v + h·a and x + dt·v with two rou
 multiply-add), so given the same accelerations the CPU, the GPU's fp64 path and the reference take
 bitwise-identical steps (tests/test_integrator.py).
 
+The float64 reference is this same integrator over `NumpyOps` (numpy updates on a `Bodies`): `integrate`
+is what every kernel's trajectory is measured against.
+
 The leapfrog needs a(x) at the start of a step; it is cached between steps and between `step()`
 calls. Whether it is still valid is decided here and nowhere else: `invalidate()` is called by the
 backend when anything it depends on changed (positions replaced, physics or kernel changed).
@@ -20,8 +23,11 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Protocol
 
-from app.forces import ForceWork
-from app.physics import INTEGRATORS, Physics
+import numpy as np
+
+from app.bodies import Bodies
+from app.forces import ForceWork, Span, all_pairs_work
+from app.physics import INTEGRATORS, Physics, accelerations
 
 
 class StateOps(Protocol):
@@ -55,6 +61,15 @@ class Integrator:
         """The cached a(x) no longer matches the state or the physics: the next step recomputes it."""
         self.acc_valid = False
 
+    def ensure_acc(self, ops: StateOps, timer=None) -> ForceWork:
+        """Make the state's a(x) current: one force evaluation, unless the cached one still is."""
+        if self.acc_valid:
+            return ForceWork()
+        with (timer or _NoTimer()).time("force"):
+            work = ops.force()
+        self.acc_valid = True
+        return work
+
     def step(self, ops: StateOps, physics: Physics, steps: int = 1, timer=None) -> ForceWork:
         """Advance `steps` steps; brackets force and update work with `timer.time(category)`."""
         if physics.integrator not in INTEGRATORS:
@@ -65,9 +80,7 @@ class Integrator:
         dt = physics.dt
         for _ in range(int(steps)):
             if physics.integrator == "leapfrog":
-                if not self.acc_valid:
-                    with timer.time("force"):
-                        work += ops.force()
+                work += self.ensure_acc(ops, timer)
                 self.acc_valid = False  # until the closing force evaluation below succeeded
                 with timer.time("integrate"):
                     ops.kick_drift(0.5 * dt, dt)
@@ -83,3 +96,52 @@ class Integrator:
                 with timer.time("integrate"):
                     ops.euler_damped(dt, physics.damping)
         return work
+
+
+# --- the float64 reference -------------------------------------------------------------------------------
+class NumpyOps:
+    """The float64 reference's StateOps: numpy updates on a `Bodies`, forces from
+    `accel_fn(pos, mass, physics)` (app.physics.accelerations unless given). Its clock is the state's:
+    each drift advances `bodies.time` by dt. No speed array: nothing renders the reference."""
+
+    def __init__(self, bodies: Bodies, physics: Physics, accel_fn=None, acc: np.ndarray | None = None):
+        self.bodies = bodies
+        self.physics = physics
+        self.accel_fn = accel_fn or accelerations
+        self.acc = acc
+
+    def force(self) -> ForceWork:
+        b = self.bodies
+        self.acc = self.accel_fn(b.pos, b.mass, self.physics)
+        everyone = Span.all(b.n)
+        return all_pairs_work(everyone, everyone)
+
+    def kick_drift(self, half_dt: float, dt: float) -> None:
+        b = self.bodies
+        b.vel += half_dt * self.acc
+        b.pos += dt * b.vel
+        b.time += dt
+
+    def kick(self, half_dt: float) -> None:
+        self.bodies.vel += half_dt * self.acc
+
+    def euler_damped(self, dt: float, damping: float) -> None:
+        b = self.bodies
+        b.vel += dt * self.acc
+        b.vel *= damping
+        b.pos += dt * b.vel
+        b.time += dt
+
+
+def integrate(bodies: Bodies, physics: Physics, steps: int, accel_fn=None, acc: np.ndarray | None = None):
+    """Advance `bodies` in place by `steps` steps in float64; returns the last accelerations evaluated
+    (for the leapfrog a(x) at the final positions; `acc` when no step evaluated any).
+
+    `accel_fn(pos, mass, physics)` defaults to the chunked numpy `accelerations`; passing `acc` (the
+    accelerations at the current positions) saves the leapfrog's first force evaluation.
+    """
+    ops = NumpyOps(bodies, physics, accel_fn, acc)
+    integrator = Integrator()
+    integrator.acc_valid = acc is not None
+    integrator.step(ops, physics, steps)
+    return ops.acc

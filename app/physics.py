@@ -6,7 +6,8 @@ One body-body interaction (mirrored by kernels/common.cuh and the numba kernels)
 where d = x_j - x_i. With ε = 0 the self term (d = 0) is skipped; with ε > 0 it contributes exactly zero,
 which is why the GPU kernels can include it without a branch.
 
-Integrators, one step of size dt:
+Integrators, one step of size dt (stepped by app.integrator, which imports this module, never the
+other way round; its `integrate` is the float64 reference stepping):
     leapfrog (kick-drift-kick):  v += a dt/2;  x += v dt;  a = A(x);  v += a dt/2
     euler-damped (the CUDA samples' integrateBodies):  a = A(x);  v = (v + a dt) · damping;  x += v dt
 """
@@ -136,35 +137,6 @@ def diagnostics(bodies: Bodies, physics: Physics) -> Diagnostics:
         angular_momentum=tuple(angular_momentum(bodies.pos, bodies.vel, bodies.mass)),
         momentum_scale=momentum_scale(bodies.vel, bodies.mass),
     )
-
-
-def integrate(bodies: Bodies, physics: Physics, steps: int, accel_fn=None, acc: np.ndarray | None = None):
-    """Advance `bodies` in place by `steps` steps in float64; returns the last accelerations.
-
-    `accel_fn(pos, mass, physics)` defaults to the chunked numpy `accelerations`; passing `acc` (the
-    accelerations at the current positions) saves the leapfrog's first force evaluation.
-    """
-    accel_fn = accel_fn or accelerations
-    dt = physics.dt
-    if physics.integrator == "leapfrog":
-        a = accel_fn(bodies.pos, bodies.mass, physics) if acc is None else acc
-        for _ in range(steps):
-            bodies.vel += 0.5 * dt * a
-            bodies.pos += dt * bodies.vel
-            a = accel_fn(bodies.pos, bodies.mass, physics)
-            bodies.vel += 0.5 * dt * a
-            bodies.time += dt
-        return a
-    if physics.integrator == "euler-damped":
-        a = acc
-        for _ in range(steps):
-            a = accel_fn(bodies.pos, bodies.mass, physics)
-            bodies.vel += dt * a
-            bodies.vel *= physics.damping
-            bodies.pos += dt * bodies.vel
-            bodies.time += dt
-        return a
-    raise ValueError(f"unknown integrator {physics.integrator!r}; choose from {', '.join(INTEGRATORS)}")
 
 
 def relative_errors(approx: np.ndarray, ref: np.ndarray) -> np.ndarray:

@@ -4,15 +4,18 @@ kernel switching, timings and the renderer's arrays."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
-from app.backends import backend_class
+from app.backends import backend_class, cpu
 from app.backends.cpu import CPUBackend, cpu_accelerations_fp64
 from app.bodies import Bodies
 from app.errors import ConfigError
-from app.physics import Physics, accelerations, integrate, relative_error
+from app.forces import IntChoice
+from app.integrator import integrate
+from app.physics import Physics, accelerations, relative_error
 
 KERNELS = ("cpu-simd", "cpu-fp64")
 
@@ -42,7 +45,7 @@ def test_available_and_registered():
     assert "not a cpu kernel" in CPUBackend.kernel_why_not("nope")
 
 
-# --- agreement with app.physics.integrate (float64) ------------------------------------------------
+# --- agreement with app.integrator.integrate (float64) ------------------------------------------------
 # fp64 kernel: 1e-10 relative to the state's scale (only summation order differs).
 # fp32 kernel: 1e-5 relative to the scale after 20 steps (float32 state: ~6e-8 per rounding).
 STEPS = 20
@@ -175,17 +178,24 @@ def test_timings_are_positive():
             t = backend.step(3)
             assert t.force_ms > 0 and t.integrate_ms > 0
             assert t.steps == 3 and t.n == 300 and t.kernel == kernel
-            assert t.interactions == 3 * 300 * 300 and t.interactions_per_s > 0 and t.gflops > 0
+            assert t.force_evals in (3, 4)  # 4: a leapfrog that first evaluates A(x0)
+            assert t.interactions == t.pair_equivalent == t.force_evals * 300 * 300
+            assert t.interactions_per_s > 0 and t.gflops > 0
 
 
 def test_leapfrog_costs_one_force_evaluation_per_step():
     backend = CPUBackend()
     backend.load(plummer_like(20), Physics())
-    assert backend.step(4).extra["force_evals"] == 5  # the first step also evaluates A(x0)
-    assert backend.step(4).extra["force_evals"] == 4
+    assert backend.step(4).force_evals == 5  # the first step also evaluates A(x0)
+    assert backend.step(4).force_evals == 4
+    backend.accelerations()  # the cached A(x): no evaluation, and the next step still reuses it
+    assert backend.step(4).force_evals == 4
+    backend.set_physics(backend.physics.with_(softening=0.02))
+    assert backend.step(4).force_evals == 5  # A(x) of the old softening is stale
     backend.set_physics(backend.physics.with_(integrator="euler-damped"))
-    assert backend.step(4).extra["force_evals"] == 3  # its first A(x) is the cached one
-    assert backend.step(4).extra["force_evals"] == 4
+    assert backend.step(4).force_evals == 4  # one per step: each uses A of the positions it starts from
+    backend.set_physics(backend.physics.with_(integrator="leapfrog"))
+    assert backend.step(4).force_evals == 5  # the euler step moved x away from its A(x)
 
 
 def test_set_physics_applies_from_next_step():
@@ -281,3 +291,54 @@ def test_non_finite_state_names_the_first_bad_body():
     with pytest.raises(NonFiniteState) as e:
         backend.step(1)
     assert e.value.index == 17 and "body 17" in str(e.value)
+
+
+# --- tunables ----------------------------------------------------------------------------------------------
+
+
+def test_cpu_records_have_no_tunables_and_reject_any():
+    backend = CPUBackend()
+    backend.load(plummer_like(8), Physics())
+    assert backend.tunable_specs() == () and backend.tunables() == {}
+    backend.set_tunables()  # nothing to set is fine
+    with pytest.raises(ConfigError, match=r"cpu-simd: no tunable 'block_size'"):
+        backend.set_tunables(block_size=64)
+    backend.clear_tunables()
+    assert backend.tunables() == {}
+
+
+class SpyPolicy(cpu.NumbaAllPairs):
+    """NumbaAllPairs that remembers the evaluators it built."""
+
+    built: list = []
+
+    def evaluator(self, record, physics):
+        evaluator = super().evaluator(record, physics)
+        SpyPolicy.built.append(evaluator)
+        return evaluator
+
+
+def test_tunables_are_validated_stored_per_record_and_reach_the_evaluator(monkeypatch):
+    """With a tunable on cpu-simd (the CPU records have none of their own): set on one record, kept while
+    another is current, applied from the next step, which recomputes A(x)."""
+    simd = replace(cpu._BY_NAME["cpu-simd"], tunables=(IntChoice("unroll", (1, 2, 4), 1),),
+                   policy=SpyPolicy(np.float32, fastmath=True))
+    monkeypatch.setitem(cpu._BY_NAME, "cpu-simd", simd)
+    monkeypatch.setattr(cpu, "RECORDS", (simd, cpu._BY_NAME["cpu-fp64"]))
+    backend = CPUBackend()
+    backend.load(plummer_like(16), Physics(), kernel="cpu-simd")
+    assert backend.tunable_specs() == simd.tunables and backend.tunables() == {"unroll": 1}
+    backend.step(2)
+    with pytest.raises(ConfigError, match=r"cpu-simd.unroll: 3 is not one of 1, 2, 4"):
+        backend.set_tunables(unroll=3)
+    SpyPolicy.built.clear()
+    backend.set_tunables(unroll=4)
+    assert backend.tunables() == {"unroll": 4}
+    assert backend.step(2).force_evals == 3  # the cached A(x) predates the change
+    assert [e.tunables for e in SpyPolicy.built] == [{"unroll": 4}]
+    backend.set_kernel("cpu-fp64")
+    assert backend.tunables() == {}
+    backend.set_kernel("cpu-simd")
+    assert backend.tunables() == {"unroll": 4}
+    backend.clear_tunables()
+    assert backend.tunables() == {"unroll": 1}

@@ -16,10 +16,10 @@ from conftest import shared_file
 from app.backends.cpu import CPUBackend, cpu_accelerations_fp64
 from app.bodies import Bodies
 from app.formats import read
+from app.integrator import integrate
 from app.physics import (
     Physics,
     accelerations,
-    integrate,
     kinetic_energy,
     linear_momentum,
     momentum_scale,

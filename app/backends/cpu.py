@@ -1,9 +1,16 @@
-"""The `cpu` backend: numba-parallel kernels on a host-resident state.
+"""The `cpu` backend: numba-parallel kernels on a host-resident state, stepped by app.integrator.
 
-State: contiguous (N, 4) pos [x, y, z, m] and (N, 4) vel [vx, vy, vz, 0] in the precision of the kernel
-that last stepped them (float32 for `cpu-simd`, float64 for `cpu-fp64`), the accelerations at the current
-positions (so a leapfrog step costs one force evaluation) and a float32 (N,) speed array that the
-integrate kernels keep current for the renderer.
+State: contiguous (N, 4) pos [x, y, z, m], (N, 4) vel [vx, vy, vz, 0] and (N, 4) acc in the precision of
+the kernel that last stepped them (float32 for `cpu-simd`, float64 for `cpu-fp64`), plus a float32 (N,)
+speed array that the update kernels keep current for the renderer. Whether acc still holds a(x) is the
+integrator's business (`Integrator.acc_valid`): the backend only calls `invalidate()` when the
+positions, the physics, the kernel or its tunables change.
+
+The pieces, each a small object:
+- `NumbaAllPairs`, a record's policy: which numba kernel family (dtype, fastmath) evaluates it, and the
+  builder of its evaluator;
+- `CpuEvaluator`, the record on the host through the force seam (app/forces.py);
+- `CpuOps`, the integrator's StateOps on the backend's arrays (numba updates, forces via the evaluator).
 
 `set_kernel` only records the choice: the state is converted to the new kernel's precision at the next
 `step`, so switching leaves it bitwise untouched until then.
@@ -16,32 +23,19 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
 from app.bodies import Bodies
 from app.errors import ConfigError, NonFiniteState
+from app.forces import ForceEvaluator, ForceWork, Span, all_pairs_work
+from app.integrator import Integrator
 from app.physics import Physics
+from app.timing import HostTimer
 
 log = logging.getLogger(__name__)
-
-_SOURCE = "app/backends/cpu_kernels.py"
-_ORIGIN = "The CUDA Handbook (Wilt), ch. 14 N-body: the multithreaded SIMD CPU variant"
-
-RECORDS = (
-    KernelRecord(
-        name="cpu-simd",
-        doc="fp32 all-pairs, numba parallel over targets + fastmath SIMD over sources (SoA copies)",
-        backend="cpu", precision="fp32", source=_SOURCE, entry="accel_float32_*", origin=_ORIGIN),
-    KernelRecord(
-        name="cpu-fp64",
-        doc="float64 all-pairs, numba parallel without fastmath: the accurate CPU path",
-        backend="cpu", precision="fp64", source=_SOURCE, entry="accel_float64_*", origin=_ORIGIN),
-)
-_BY_NAME = {rec.name: rec for rec in RECORDS}
-DEFAULT_KERNEL = "cpu-simd"
-_DTYPES = {"fp32": np.float32, "fp64": np.float64}
 
 
 def _kernels_module():
@@ -50,32 +44,101 @@ def _kernels_module():
     return cpu_kernels
 
 
-def _accel_fn(precision: str, physics: Physics):
-    """(compiled kernel, scalar args) for this precision and physics; picks the ε = 0 specialisation."""
-    dtype = _DTYPES[precision]
-    eps2 = dtype(physics.softening ** 2)  # the value the kernel sees (a tiny ε can underflow in fp32)
-    h = physics.h
-    kernel = _kernels_module().accel_kernel(precision, repulsion=h != 0.0, skip_self=eps2 == 0)
-    return kernel, (eps2, dtype(physics.G), dtype(h))
+# --- the force seam on the host --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class NumbaAllPairs:
+    """A CPU record's policy: the numba all-pairs kernel compiled for one dtype, with or without fastmath."""
+
+    dtype: type
+    fastmath: bool
+
+    def evaluator(self, record: KernelRecord, physics: Physics) -> CpuEvaluator:
+        return CpuEvaluator(record, physics)
+
+
+class CpuEvaluator(ForceEvaluator):
+    """One CPU record with one physics: acc[targets] from pos[targets] and pos[sources] (numpy arrays)."""
+
+    def __init__(self, record: KernelRecord, physics: Physics):
+        super().__init__(record)
+        policy = record.policy
+        self.dtype = policy.dtype
+        eps2 = self.dtype(physics.softening ** 2)  # the value the kernel sees (a tiny ε underflows in fp32)
+        h = physics.h
+        # The specialisation is picked here, once: ε = 0 skips the self term, H = 0 drops the repulsion.
+        self.kernel = _kernels_module().accel_kernel(self.dtype, policy.fastmath, repulsion=h != 0.0,
+                                                     skip_self=eps2 == 0)
+        self._scalars = (eps2, self.dtype(physics.G), self.dtype(h))
+
+    def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
+        n = pos.shape[0]
+        rows = targets.check_within(n, "targets").as_slice()
+        cols = sources.check_within(n, "sources").as_slice()
+        self.kernel(pos[rows], pos[cols], *self._scalars, acc[rows])  # row slices of C arrays: views
+        return all_pairs_work(targets, sources)
+
+
+class CpuOps:
+    """app.integrator's StateOps on host arrays: the numba updates, and forces of all bodies on all."""
+
+    def __init__(self, evaluator: ForceEvaluator, pos, vel, acc, speed):
+        self.evaluator = evaluator
+        self.pos, self.vel, self.acc, self.speed = pos, vel, acc, speed
+        self._everyone = Span.all(pos.shape[0])
+        self._dtype = pos.dtype.type  # scalars in the state's dtype: a Python float promotes fp32 math
+        self._k = _kernels_module()
+
+    def force(self) -> ForceWork:
+        return self.evaluator.evaluate(self.pos, self.acc, self._everyone, self._everyone)
+
+    def kick_drift(self, half_dt: float, dt: float) -> None:
+        self._k.kick_drift(self.pos, self.vel, self.acc, self._dtype(half_dt), self._dtype(dt))
+
+    def kick(self, half_dt: float) -> None:
+        self._k.kick(self.vel, self.acc, self._dtype(half_dt), self.speed)
+
+    def euler_damped(self, dt: float, damping: float) -> None:
+        self._k.euler_damped(self.pos, self.vel, self.acc, self._dtype(dt), self._dtype(damping), self.speed)
+
+
+# --- the records -----------------------------------------------------------------------------------------
+_SOURCE = "app/backends/cpu_kernels.py"
+_ORIGIN = "The CUDA Handbook (Wilt), ch. 14 N-body: the multithreaded SIMD CPU variant"
+
+RECORDS = (
+    KernelRecord(
+        name="cpu-simd",
+        doc="fp32 all-pairs, numba parallel over targets + fastmath SIMD over sources (SoA copies)",
+        backend="cpu", precision="fp32", source=_SOURCE, entry="accel_float32_*", origin=_ORIGIN,
+        policy=NumbaAllPairs(np.float32, fastmath=True)),
+    KernelRecord(
+        name="cpu-fp64",
+        doc="float64 all-pairs, numba parallel without fastmath: the accurate CPU path",
+        backend="cpu", precision="fp64", source=_SOURCE, entry="accel_float64_*", origin=_ORIGIN,
+        tuned=False, policy=NumbaAllPairs(np.float64, fastmath=False)),
+)
+_BY_NAME = {rec.name: rec for rec in RECORDS}
+DEFAULT_KERNEL = "cpu-simd"
 
 
 def cpu_accelerations_fp64(pos: np.ndarray, mass: np.ndarray, physics: Physics) -> np.ndarray:
     """Float64 accelerations (N, 3) by the numba `cpu-fp64` kernel; a drop-in `accel_fn` for
-    app.physics.integrate (same signature as app.physics.accelerations, ~100x faster at N = 1k)."""
+    app.integrator.integrate (same signature as app.physics.accelerations, ~100x faster at N = 1k)."""
     pos = np.asarray(pos, dtype=np.float64)
     n = pos.shape[0]
     pos4 = np.empty((n, 4))
     pos4[:, :3] = pos
     pos4[:, 3] = mass
     acc = np.empty((n, 3))
-    kernel, args = _accel_fn("fp64", physics)
-    kernel(pos4, *args, acc)
+    record = _BY_NAME["cpu-fp64"]
+    record.policy.evaluator(record, physics).evaluate(pos4, acc, Span.all(n), Span.all(n))
     return acc
 
 
+# --- the backend -----------------------------------------------------------------------------------------
 class CPUBackend(Backend):
     name = "cpu"
-    _warm: set = set()  # (kernel, dtype) combinations already compiled / loaded in this process
+    _warm: set = set()  # (record, force kernel) combinations already compiled / loaded in this process
     _logged_compile = False
 
     def __init__(self):
@@ -88,6 +151,9 @@ class CPUBackend(Backend):
         self._ids = None
         self._t0 = 0.0  # time at the last change of dt ...
         self._steps = 0  # ... plus steps taken since, times dt
+        self._integrator = Integrator()
+        self._timer = HostTimer()
+        self._tunables: dict[str, dict] = {}  # record name -> values set (validated), over its defaults
 
     # --- discovery -------------------------------------------------------------------------------
     @classmethod
@@ -112,22 +178,24 @@ class CPUBackend(Backend):
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
         self._physics = check_physics(physics)
         self._kernel = self._resolve(kernel)
-        dtype = self._dtype
-        self._pos = bodies.pos4(dtype)
-        self._vel = bodies.vel4(dtype)
-        self._acc = None
+        self._pos, self._vel = bodies.pos4(self._dtype), bodies.vel4(self._dtype)
+        self._acc = np.zeros_like(self._pos)
         self._mass = bodies.mass.copy()
         self._ids = None if bodies.ids is None else bodies.ids.copy()
         self._speed = np.linalg.norm(self._vel[:, :3], axis=1).astype(np.float32)
         self._render_pos = None
         self._t0, self._steps = float(bodies.time), 0
+        self._integrator.invalidate()
 
     @property
     def kernel(self) -> str:
         return self._kernel
 
     def set_kernel(self, name: str) -> None:
-        self._kernel = self._resolve(name)  # the state is converted lazily, at the next step
+        name = self._resolve(name)
+        if name != self._kernel:
+            self._integrator.invalidate()  # another kernel's a(x); the state is converted at the next step
+        self._kernel = name
 
     def set_physics(self, physics: Physics) -> None:
         physics = check_physics(physics)
@@ -135,7 +203,7 @@ class CPUBackend(Backend):
         if physics.dt != old.dt:
             self._t0, self._steps = self._t0 + self._steps * old.dt, 0
         if (physics.G, physics.softening, physics.h) != (old.G, old.softening, old.h):
-            self._acc = None
+            self._integrator.invalidate()
         self._physics = physics
 
     @property
@@ -146,9 +214,23 @@ class CPUBackend(Backend):
     def n(self) -> int:
         return int(self._mass.shape[0])
 
+    # --- tunables --------------------------------------------------------------------------------
+    def tunables(self) -> dict:
+        return _BY_NAME[self._kernel].with_tunables(self._tunables.get(self._kernel, {}))
+
+    def set_tunables(self, **values) -> None:
+        checked = _BY_NAME[self._kernel].validate_tunables(values)
+        self._tunables[self._kernel] = {**self._tunables.get(self._kernel, {}), **checked}
+        self._integrator.invalidate()
+
+    def clear_tunables(self) -> None:
+        self._tunables.clear()
+        self._integrator.invalidate()
+
+    # --- stepping --------------------------------------------------------------------------------
     @property
     def _dtype(self):
-        return _DTYPES[_BY_NAME[self._kernel].precision]
+        return _BY_NAME[self._kernel].policy.dtype
 
     def _resolve(self, name: str | None) -> str:
         name = name or DEFAULT_KERNEL
@@ -160,39 +242,49 @@ class CPUBackend(Backend):
         if self._pos is None:
             raise RuntimeError("CPUBackend: call load() before stepping or reading the state")
 
+    def _evaluator(self) -> CpuEvaluator:
+        """The current record with the current physics and the tunables set for it (cheap: the compiled
+        kernel is looked up, not rebuilt)."""
+        record = _BY_NAME[self._kernel]
+        evaluator = record.policy.evaluator(record, self._physics)
+        evaluator.set_tunables(**self._tunables.get(record.name, {}))
+        return evaluator
+
+    def _ops(self, evaluator: CpuEvaluator) -> CpuOps:
+        return CpuOps(evaluator, self._pos, self._vel, self._acc, self._speed)
+
+    def _positions_in(self, dtype) -> np.ndarray:
+        """The positions in `dtype`, masses from the float64 originals rather than a rounded copy."""
+        pos = self._pos.astype(dtype)
+        pos[:, 3] = self._mass
+        return pos
+
     def _to_kernel_precision(self) -> None:
         dtype = self._dtype
         if self._pos.dtype != dtype:
-            self._pos = self._pos.astype(dtype)
-            self._pos[:, 3] = self._mass  # masses from the float64 originals, not a rounded copy
+            self._pos = self._positions_in(dtype)
             self._vel = self._vel.astype(dtype)
-            self._acc = None
+            self._acc = np.zeros_like(self._pos)
             self._render_pos = None
+            self._integrator.invalidate()
 
-    def _warm_up(self, fns) -> None:
+    def _warm_up(self, evaluator: CpuEvaluator) -> None:
         """Compile (or load from numba's cache) the kernels of one step outside the timed region."""
-        dtype = self._dtype
-        key = (self._kernel, np.dtype(dtype).name, fns[0].py_func.__name__)
+        key = (evaluator.record.name, evaluator.kernel.py_func.__name__)
         if key in CPUBackend._warm:
             return
         if not CPUBackend._logged_compile:
             log.info("compiling CPU kernels (first run only)…")
             CPUBackend._logged_compile = True
         t = time.perf_counter()
-        pos, vel, acc = np.zeros((1, 4), dtype), np.zeros((1, 4), dtype), np.zeros((1, 4), dtype)
-        speed = np.zeros(1, np.float32)
-        accel, args = fns
-        accel(pos, *args, acc)
-        k = _kernels_module()
-        zero = dtype(0.0)
-        k.kick_drift(pos, vel, acc, zero, zero)
-        k.kick(vel, acc, zero, speed)
-        k.euler_damped(pos, vel, acc, zero, dtype(1.0), speed)
+        one = np.zeros((1, 4), evaluator.dtype)
+        ops = CpuOps(evaluator, one, one.copy(), one.copy(), np.zeros(1, np.float32))
+        ops.force()
+        ops.kick_drift(0.0, 0.0)
+        ops.kick(0.0)
+        ops.euler_damped(0.0, 1.0)
         CPUBackend._warm.add(key)
         log.debug("CPU kernels %s ready in %.2f s", key, time.perf_counter() - t)
-
-    def _accel_fns(self):
-        return _accel_fn(_BY_NAME[self._kernel].precision, self._physics)
 
     def step(self, steps: int = 1) -> StepTimings:
         if steps < 0:
@@ -200,52 +292,16 @@ class CPUBackend(Backend):
         self._require_state()
         self._check_finite()  # before: one bad body contaminates every force within a single step
         self._to_kernel_precision()
-        fns = self._accel_fns()
-        self._warm_up(fns)
-        accel, args = fns
-        k = _kernels_module()
-        dtype = self._dtype
-        phys = self._physics
-        pos, vel, speed = self._pos, self._vel, self._speed
-        if self._acc is None:
-            self._acc = np.zeros((self.n, 4), dtype)
-            acc_valid = False
-        else:
-            acc_valid = True
-        acc = self._acc
-        dt, half_dt, damping = dtype(phys.dt), dtype(0.5 * phys.dt), dtype(phys.damping)
-        leapfrog = phys.integrator == "leapfrog"
-        force = integ = 0.0
-        evals = 0
-        clock = time.perf_counter
-        for _ in range(steps):
-            if not acc_valid:
-                t = clock()
-                accel(pos, *args, acc)
-                force += clock() - t
-                evals += 1
-            t = clock()
-            if leapfrog:
-                k.kick_drift(pos, vel, acc, half_dt, dt)
-                t1 = clock()
-                accel(pos, *args, acc)
-                t2 = clock()
-                k.kick(vel, acc, half_dt, speed)
-                t3 = clock()
-                force += t2 - t1
-                integ += (t1 - t) + (t3 - t2)
-                evals += 1
-                acc_valid = True
-            else:
-                k.euler_damped(pos, vel, acc, dt, damping, speed)
-                integ += clock() - t
-                acc_valid = False  # A(x) of the old positions
-        if not acc_valid:
-            self._acc = None
+        evaluator = self._evaluator()
+        self._warm_up(evaluator)
+        self._timer.reset()
+        work = self._integrator.step(self._ops(evaluator), self._physics, steps, self._timer)
+        ms = self._timer.collect()
         self._steps += steps
         self._check_finite()
-        return StepTimings(kernel=self._kernel, steps=steps, n=self.n, force_ms=force * 1e3,
-                           integrate_ms=integ * 1e3, extra={"force_evals": float(evals)})
+        return StepTimings(kernel=self._kernel, steps=steps, n=self.n, force_ms=ms.get("force", 0.0),
+                           integrate_ms=ms.get("integrate", 0.0), interactions=work.interactions,
+                           pair_equivalent=work.pair_equivalent, force_evals=work.evaluations)
 
     def _check_finite(self) -> None:
         """The GPU's guard on the host: a blown-up state pauses the viewer instead of drawing NaNs.
@@ -256,20 +312,14 @@ class CPUBackend(Backend):
 
     def accelerations(self) -> np.ndarray:
         self._require_state()
-        dtype = self._dtype
-        if self._acc is not None and self._acc.dtype == dtype:
+        evaluator = self._evaluator()
+        if self._pos.dtype == evaluator.dtype:  # a(x) of the state: the cached one, or cached from now on
+            self._integrator.ensure_acc(self._ops(evaluator))
             return self._acc[:, :3].astype(np.float64)
-        fns = self._accel_fns()
-        accel, args = fns
-        if self._pos.dtype == dtype:
-            pos = self._pos
-        else:  # kernel switched since the last step: evaluate on a converted copy, state untouched
-            pos = self._pos.astype(dtype)
-            pos[:, 3] = self._mass
-        acc = np.zeros((self.n, 4), dtype)
-        accel(pos, *args, acc)
-        if pos is self._pos:
-            self._acc = acc
+        # kernel switched since the last step: evaluate on a converted copy, the state untouched
+        pos = self._positions_in(evaluator.dtype)
+        acc = np.zeros(pos.shape, evaluator.dtype)
+        evaluator.evaluate(pos, acc, Span.all(self.n), Span.all(self.n))
         return acc[:, :3].astype(np.float64)
 
     def state(self) -> Bodies:

@@ -1,19 +1,24 @@
 """The numba kernels behind the `cpu` backend (imports numba; `cpu.py` imports this module lazily).
 
-The force kernel is the CUDA Handbook's "multithreaded SIMD CPU" N-body variant: `prange` over targets
-spreads them over the cores, and the inner loop over sources reads structure-of-arrays copies of x, y, z
-and m so that LLVM vectorises it (with fastmath it also vectorises the three sums). Reading the (N, 4)
-array directly in the inner loop defeats the vectoriser: 0.8 instead of 7 G interactions/s on 2 cores.
+The force kernel is the CUDA Handbook's "multithreaded SIMD CPU" N-body variant, written for the force
+seam (app/forces.py): it takes the rows of the targets and the rows of the sources, so any range of
+bodies can be evaluated against any other. `prange` over targets spreads them over the cores, and the
+inner loop over sources reads structure-of-arrays copies of the sources' x, y, z and m so that LLVM
+vectorises it (with fastmath it also vectorises the three sums). Reading the (N, 4) array directly in the
+inner loop defeats the vectoriser: 0.8 instead of 7 G interactions/s on 2 cores. Each target's sum runs
+over the sources in the same order whatever the range of targets, so a slice of targets gets bitwise the
+rows of the full evaluation (tests/test_force_seam.py).
 
 The interaction is the one of app/physics.py's docstring, s² = r² + ε², d = x_j - x_i:
     gravity:            a_i += G m_j d / s³
     gravity-repulsion:  a_i += m_j d (G / s³ - H / s⁵)
-Each (precision, model, ε = 0) combination is its own compiled function (`accel_kernel`), so that neither
-the softened path nor pure gravity pays for a branch it does not need. With ε = 0 the self term (and any
-exact coincidence) would be 0/0; its s² is replaced by 1 before the rsqrt, which is harmless because d = 0.
+Each (dtype, fastmath, model, ε = 0) combination is its own compiled function (`accel_kernel`), so that
+neither the softened path nor pure gravity pays for a branch it does not need. With ε = 0 the self term
+(and any exact coincidence) would be 0/0; its s² is replaced by 1 before the rsqrt, which is harmless
+because d = 0.
 
-Kernels compile lazily on first call and are cached on disk (`cache=True`): a closure's cache key
-includes its captured values, so the eight specialisations never collide.
+Kernels compile lazily on first call and are cached on disk (`cache=True`). A closure's cache key
+includes its captured values but not the compile flags, so each specialisation has its own name.
 """
 
 from __future__ import annotations
@@ -21,37 +26,33 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-# fp32: fastmath lets LLVM vectorise the reductions and use a fast reciprocal square root.
-_FAST = dict(parallel=True, fastmath=True, cache=True)
-# fp64: IEEE semantics, sequential sums: the accurate path.
-_EXACT = dict(parallel=True, fastmath=False, cache=True)
 
-
-def _make_accel(ftype, repulsion: bool, skip_self: bool):
+def _make_accel(ftype, fastmath: bool, repulsion: bool, skip_self: bool):
     """The force kernel for one dtype / model / softening-zero combination (flags are compile-time)."""
 
-    def accel(pos, eps2, g, h, acc):
-        """acc[i, :3] = the acceleration of body i; pos is (N, 4) [x, y, z, m]; acc is (N, >=3)."""
-        n = pos.shape[0]
+    def accel(targets, sources, eps2, g, h, acc):
+        """acc[i, :3] = the acceleration of targets[i] due to every row of sources; both are (n, 4)
+        [x, y, z, m] and acc is (len(targets), >=3)."""
+        nj = sources.shape[0]
         zero = ftype(0.0)
         one = ftype(1.0)
-        xs = np.empty(n, dtype=ftype)
-        ys = np.empty(n, dtype=ftype)
-        zs = np.empty(n, dtype=ftype)
-        ms = np.empty(n, dtype=ftype)
-        for j in range(n):
-            xs[j] = pos[j, 0]
-            ys[j] = pos[j, 1]
-            zs[j] = pos[j, 2]
-            ms[j] = pos[j, 3]
-        for i in prange(n):
-            xi = xs[i]
-            yi = ys[i]
-            zi = zs[i]
+        xs = np.empty(nj, dtype=ftype)
+        ys = np.empty(nj, dtype=ftype)
+        zs = np.empty(nj, dtype=ftype)
+        ms = np.empty(nj, dtype=ftype)
+        for j in range(nj):
+            xs[j] = sources[j, 0]
+            ys[j] = sources[j, 1]
+            zs[j] = sources[j, 2]
+            ms[j] = sources[j, 3]
+        for i in prange(targets.shape[0]):
+            xi = targets[i, 0]
+            yi = targets[i, 1]
+            zi = targets[i, 2]
             ax = zero
             ay = zero
             az = zero
-            for j in range(n):
+            for j in range(nj):
                 dx = xs[j] - xi
                 dy = ys[j] - yi
                 dz = zs[j] - zi
@@ -76,7 +77,7 @@ def _make_accel(ftype, repulsion: bool, skip_self: bool):
                 acc[i, 2] = g * az
 
     model = "repulsion" if repulsion else "gravity"
-    suffix = "_eps0" if skip_self else ""
+    suffix = ("_eps0" if skip_self else "") + ("_fast" if fastmath else "")
     accel.__name__ = accel.__qualname__ = f"accel_{np.dtype(ftype).name}_{model}{suffix}"
     return accel
 
@@ -84,17 +85,16 @@ def _make_accel(ftype, repulsion: bool, skip_self: bool):
 _ACCEL = {}
 
 
-def accel_kernel(precision: str, repulsion: bool, skip_self: bool):
+def accel_kernel(dtype, fastmath: bool, repulsion: bool, skip_self: bool):
     """The compiled (lazily, on first call) force kernel for this combination.
 
-    Call it as `kernel(pos4, eps2, G, H, acc)` with scalars of the kernel's dtype (np.float32 for fp32:
-    a Python float would promote the arithmetic to float64).
+    Call it as `kernel(targets4, sources4, eps2, G, H, acc)` with scalars of `dtype` (np.float32: a
+    Python float would promote the arithmetic to float64). fastmath lets LLVM vectorise the reductions
+    and use a fast reciprocal square root; without it the sums are sequential IEEE arithmetic.
     """
-    key = (precision, bool(repulsion), bool(skip_self))
+    key = (np.dtype(dtype).type, bool(fastmath), bool(repulsion), bool(skip_self))
     if key not in _ACCEL:
-        ftype = np.float32 if precision == "fp32" else np.float64
-        flags = _FAST if precision == "fp32" else _EXACT
-        _ACCEL[key] = njit(**flags)(_make_accel(ftype, *key[1:]))
+        _ACCEL[key] = njit(parallel=True, fastmath=key[1], cache=True)(_make_accel(*key))
     return _ACCEL[key]
 
 

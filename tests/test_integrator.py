@@ -1,0 +1,228 @@
+"""The integrator written once (app/integrator.py).
+
+1. Given the same accelerations, every fp64 StateOps takes bitwise the steps of the float64 reference
+   (`NumpyOps`): the element-wise updates must round v + h·a and x + dt·v the same way everywhere (two
+   roundings each, no fused multiply-add). The accelerations are injected, so that the force kernels'
+   own (legitimately different) summation orders stay out of it.
+2. The cached-acceleration bookkeeping: one force evaluation per leapfrog step after the first,
+   `invalidate()` forces a recompute, euler-damped evaluates once per step.
+3. `integrate`, the reference stepping, and the import direction (app.physics never imports the integrator).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import app
+from app.backends.cpu import CPUBackend, CpuOps
+from app.bodies import Bodies
+from app.forces import ForceEvaluator, ForceWork, Span, all_pairs_work
+from app.integrator import Integrator, NumpyOps, integrate
+from app.physics import Physics, accelerations
+from app.timing import HostTimer
+
+N = 257  # a multiple of nothing a vector unit or a thread block would care about
+STEPS = 7
+PHYSICS = {
+    "leapfrog": Physics(dt=3.1e-3, integrator="leapfrog"),
+    "euler-damped": Physics(dt=3.1e-3, integrator="euler-damped", damping=0.97),
+}
+
+
+def cloud(n: int = N, seed: int = 5) -> Bodies:
+    rng = np.random.default_rng(seed)
+    return Bodies.from_arrays(rng.normal(size=(n, 3)), rng.normal(scale=0.7, size=(n, 3)),
+                              rng.uniform(0.5, 1.5, n) / n)
+
+
+# --- injected accelerations: float64 numpy, the same bits whoever asks ---------------------------------
+FIXED = np.random.default_rng(9).normal(size=(N, 3))
+
+
+def fixed_acc(pos, mass, physics):
+    return FIXED.copy()
+
+
+def acc_of_positions(pos, mass, physics):
+    """Not a physical force, just a rule of the positions in correctly rounded operations only (no
+    transcendental whose SIMD and scalar paths might differ), so each step feeds on the previous one."""
+    x, y, z = pos[:, 0], pos[:, 1], pos[:, 2]
+    r2 = x * x + y * y + z * z
+    return -pos * (1.0 / (r2 + 0.3))[:, None] + 0.01 * np.roll(pos, 1, axis=0)
+
+
+ACCELERATIONS = [pytest.param(fixed_acc, id="fixed"), pytest.param(acc_of_positions, id="of-positions")]
+
+
+class InjectedEvaluator(ForceEvaluator):
+    """A ForceEvaluator that writes `accel_fn`'s float64 accelerations (all targets on all sources)."""
+
+    def __init__(self, accel_fn, mass, physics):
+        super().__init__(CPUBackend.record("cpu-fp64"))
+        self.accel_fn, self.mass, self.physics = accel_fn, mass, physics
+
+    def evaluate(self, pos, acc, targets, sources, stream=None) -> ForceWork:
+        assert targets == sources == Span.all(pos.shape[0])
+        acc[:, :3] = self.accel_fn(np.ascontiguousarray(pos[:, :3]), self.mass, self.physics)
+        return all_pairs_work(targets, sources)
+
+
+# --- the StateOps under test ------------------------------------------------------------------------------
+@dataclass
+class Harness:
+    ops: object  # an app.integrator.StateOps
+    read: Callable[[], tuple[np.ndarray, np.ndarray]]  # float64 host copies (pos (N, 3), vel (N, 3))
+
+
+def numpy_ops(bodies: Bodies, physics: Physics, accel_fn) -> Harness:
+    """The reference."""
+    ops = NumpyOps(bodies, physics, accel_fn)
+    return Harness(ops, lambda: (bodies.pos.copy(), bodies.vel.copy()))
+
+
+def cpu_fp64_ops(bodies: Bodies, physics: Physics, accel_fn) -> Harness:
+    """The cpu backend's numba updates on its (N, 4) float64 arrays."""
+    pos, vel = bodies.pos4(np.float64), bodies.vel4(np.float64)
+    ops = CpuOps(InjectedEvaluator(accel_fn, bodies.mass, physics), pos, vel, np.zeros_like(pos),
+                 np.zeros(bodies.n, np.float32))
+    return Harness(ops, lambda: (pos[:, :3].copy(), vel[:, :3].copy()))
+
+
+# Every fp64 StateOps that must step bitwise like the reference: factory(bodies, physics, accel_fn) ->
+# Harness. A GPU path joins as pytest.param(cuda_fp64_ops, id="cuda-fp64", marks=pytest.mark.gpu), its
+# force() uploading accel_fn's result and its read() copying the state back as float64.
+OPS_FACTORIES = [pytest.param(cpu_fp64_ops, id="cpu-fp64")]
+
+
+@pytest.mark.parametrize("integrator", list(PHYSICS))
+@pytest.mark.parametrize("accel_fn", ACCELERATIONS)
+@pytest.mark.parametrize("factory", OPS_FACTORIES)
+def test_fp64_ops_step_bitwise_like_the_reference(factory, accel_fn, integrator):
+    physics = PHYSICS[integrator]
+    start = cloud()
+    ref, got = numpy_ops(start.copy(), physics, accel_fn), factory(start.copy(), physics, accel_fn)
+    ref_int, got_int = Integrator(), Integrator()
+    for step in range(STEPS):  # one at a time, so that a mismatch names its step
+        ref_int.step(ref.ops, physics)
+        got_int.step(got.ops, physics)
+        (ref_pos, ref_vel), (pos, vel) = ref.read(), got.read()
+        assert np.array_equal(vel, ref_vel), f"velocities differ after step {step + 1}"
+        assert np.array_equal(pos, ref_pos), f"positions differ after step {step + 1}"
+    assert not np.array_equal(ref.read()[0], start.pos)  # it moved
+
+
+# --- the cached acceleration -------------------------------------------------------------------------------
+class Recorder:
+    """A StateOps that only writes down what it was asked to do."""
+
+    def __init__(self, fail_on_force: int | None = None):
+        self.calls: list[str] = []
+        self._fail_on_force = fail_on_force
+
+    def force(self) -> ForceWork:
+        self.calls.append("force")
+        if self.calls.count("force") == self._fail_on_force:
+            raise RuntimeError("force evaluation failed")
+        return ForceWork(interactions=10, pair_equivalent=12, evaluations=1)
+
+    def kick_drift(self, half_dt, dt):
+        self.calls.append("kick_drift")
+
+    def kick(self, half_dt):
+        self.calls.append("kick")
+
+    def euler_damped(self, dt, damping):
+        self.calls.append("euler_damped")
+
+
+LEAPFROG, EULER = PHYSICS["leapfrog"], PHYSICS["euler-damped"]
+
+
+def test_leapfrog_evaluates_once_per_step_after_the_first():
+    ops, integrator = Recorder(), Integrator()
+    work = integrator.step(ops, LEAPFROG, 3)
+    assert ops.calls == ["force"] + ["kick_drift", "force", "kick"] * 3
+    assert work == ForceWork(interactions=40, pair_equivalent=48, evaluations=4)  # summed as counted
+    assert integrator.acc_valid
+    ops.calls.clear()
+    assert integrator.step(ops, LEAPFROG, 2).evaluations == 2  # across step() calls too
+    assert ops.calls == ["kick_drift", "force", "kick"] * 2
+
+
+def test_invalidate_forces_a_recompute():
+    ops, integrator = Recorder(), Integrator()
+    integrator.step(ops, LEAPFROG)
+    integrator.invalidate()
+    assert not integrator.acc_valid
+    assert integrator.step(ops, LEAPFROG).evaluations == 2
+
+
+def test_ensure_acc_evaluates_only_when_stale():
+    ops, integrator = Recorder(), Integrator()
+    assert integrator.ensure_acc(ops).evaluations == 1 and integrator.acc_valid
+    assert integrator.ensure_acc(ops) == ForceWork()
+    assert integrator.step(ops, LEAPFROG).evaluations == 1  # the leapfrog uses what ensure_acc left
+
+
+def test_euler_damped_evaluates_once_per_step():
+    ops, integrator = Recorder(), Integrator()
+    integrator.ensure_acc(ops)  # a valid a(x) is of no use to it: it evaluates at the start of each step
+    ops.calls.clear()
+    assert integrator.step(ops, EULER, 3).evaluations == 3
+    assert ops.calls == ["force", "euler_damped"] * 3
+    assert not integrator.acc_valid  # a(x) of the positions before the last update
+    assert integrator.step(ops, LEAPFROG).evaluations == 2
+
+
+def test_a_failed_force_evaluation_leaves_the_cache_invalid():
+    ops, integrator = Recorder(fail_on_force=2), Integrator()
+    with pytest.raises(RuntimeError):
+        integrator.step(ops, LEAPFROG)  # the closing evaluation, after positions moved
+    assert not integrator.acc_valid
+
+
+def test_timer_brackets_force_and_update_work():
+    timer = HostTimer()
+    Integrator().step(Recorder(), LEAPFROG, 2, timer)
+    assert set(timer.collect()) == {"force", "integrate"}
+
+
+def test_unknown_integrator_is_rejected():
+    with pytest.raises(ValueError, match="rk4"):
+        Integrator().step(Recorder(), Physics(integrator="rk4"), 0)
+
+
+# --- integrate: the reference stepping -------------------------------------------------------------------
+def test_integrate_counts_and_returns_like_the_reference_did():
+    b = cloud(40)
+    calls = []
+
+    def counting(pos, mass, physics):
+        calls.append(1)
+        return accelerations(pos, mass, physics)
+
+    a = integrate(b, LEAPFROG, 5, accel_fn=counting)
+    assert len(calls) == 6  # a(x0), then one per step
+    assert np.array_equal(a, accelerations(b.pos, b.mass, LEAPFROG))  # a(x) at the final positions
+    assert b.time == pytest.approx(5 * LEAPFROG.dt, rel=1e-14)
+    calls.clear()
+    a = integrate(b, LEAPFROG, 3, accel_fn=counting, acc=a)  # the cached a(x) saves the first evaluation
+    assert len(calls) == 3
+    calls.clear()
+    integrate(b, EULER, 4, accel_fn=counting, acc=a)  # euler-damped has no use for it
+    assert len(calls) == 4
+    assert b.time == pytest.approx(12 * LEAPFROG.dt, rel=1e-14)
+
+
+def test_physics_does_not_import_the_integrator():
+    code = "import sys, app.physics; sys.exit('app.integrator' in sys.modules)"
+    env = {**os.environ, "PYTHONPATH": str(Path(app.__file__).resolve().parents[1])}
+    assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
