@@ -96,10 +96,66 @@ def cpu_fp64_ops(bodies: Bodies, physics: Physics, accel_fn) -> Harness:
     return Harness(ops, lambda: (pos[:, :3].copy(), vel[:, :3].copy()))
 
 
+class _InScope:
+    """Calls a StateOps with a CUDA device's context pushed (a backend holds it around its steps)."""
+
+    def __init__(self, ops, scope):
+        self._ops, self._scope = ops, scope
+
+    def __getattr__(self, name):
+        method = getattr(self._ops, name)
+
+        def call(*args):
+            with self._scope:
+                return method(*args)
+        return call
+
+
+_DEVICE = []
+
+
+def cuda_fp64_ops(bodies: Bodies, physics: Physics, accel_fn) -> Harness:
+    """The cuda backend's fp64 updates (kernels/fp64.cu) on device dvec4 arrays; force() uploads the
+    injected accelerations into acc64, read() copies the double state back."""
+    from app.backends import backend_class
+
+    reason = backend_class("cuda").why_not()
+    if reason:
+        pytest.skip(f"CUDA unavailable: {reason}")
+    from app.backends.cuda.device import CudaDevice
+    from app.backends.cuda.state_ops import Fp64Ops
+
+    if not _DEVICE:
+        _DEVICE.append(CudaDevice(0))
+    dev, n = _DEVICE[0], bodies.n
+    pos64, vel64, acc64 = (dev.scratch(f"test-{k}", 32 * n) for k in ("pos64", "vel64", "acc64"))
+    pos, vel = (dev.scratch(f"test-{k}", 16 * n) for k in ("pos", "vel"))
+    speed = dev.scratch("test-speed", 4 * n)
+
+    def read():
+        p, v = np.empty((n, 4)), np.empty((n, 4))
+        with dev.scope:
+            dev.drv.memcpy_dtoh(p, pos64)
+            dev.drv.memcpy_dtoh(v, vel64)
+        return p[:, :3].copy(), v[:, :3].copy()
+
+    def force() -> ForceWork:
+        a = np.zeros((n, 4))
+        a[:, :3] = accel_fn(read()[0], bodies.mass, physics)
+        dev.drv.memcpy_htod(acc64, a)
+        return all_pairs_work(Span.all(n), Span.all(n))
+
+    with dev.scope:
+        dev.drv.memcpy_htod(pos64, bodies.pos4(np.float64))
+        dev.drv.memcpy_htod(vel64, bodies.vel4(np.float64))
+        ops = Fp64Ops(dev, force, n, pos64, vel64, acc64, pos, vel, speed)
+    return Harness(_InScope(ops, dev.scope), read)
+
+
 # Every fp64 StateOps that must step bitwise like the reference: factory(bodies, physics, accel_fn) ->
-# Harness. A GPU path joins as pytest.param(cuda_fp64_ops, id="cuda-fp64", marks=pytest.mark.gpu), its
-# force() uploading accel_fn's result and its read() copying the state back as float64.
-OPS_FACTORIES = [pytest.param(cpu_fp64_ops, id="cpu-fp64")]
+# Harness, its force() writing accel_fn's result and its read() copying the state back as float64.
+OPS_FACTORIES = [pytest.param(cpu_fp64_ops, id="cpu-fp64"),
+                 pytest.param(cuda_fp64_ops, id="cuda-fp64", marks=pytest.mark.gpu)]
 
 
 @pytest.mark.parametrize("integrator", list(PHYSICS))
