@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import pytest
+from fakes import FakeTunables
 
 from app import bench
 from app.backends import backend_class
@@ -14,7 +15,7 @@ from app.errors import RuntimeFault
 from app.physics import Physics
 
 
-class ToyBackend(Backend):
+class ToyBackend(FakeTunables, Backend):
     """Reports a fixed force time per N so medians are predictable; some kernels misbehave on purpose."""
 
     name = "toy"

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from fakes import FakeTunables
 
 from app.backends.base import Backend, KernelRecord, StepTimings
 from app.bodies import Bodies
@@ -36,7 +37,7 @@ def plummer_pos4(n: int, seed: int = 7) -> np.ndarray:
     return out
 
 
-class FakeBackend(Backend):
+class FakeBackend(FakeTunables, Backend):
     """Bodies exactly where the test puts them; step() only counts."""
 
     name = "fake"
