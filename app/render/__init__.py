@@ -7,6 +7,6 @@ PyOpenGL: the headless EGL path needs its environment set first. Submodules:
     colormaps  colormap(name) -> (256, 3) float32
     shaders    build_program(vert, frag); ShaderError names the file
     particles  ParticleRenderer (VBOs, sprites tone-mapped by screen blending)
-    canvas     Viewer, FrameStats
+    canvas     Viewer (its per-frame timings: app.timing.FrameStats, DrawTimer)
     recorder   record(viewer, out_path, frames, ...)
 """

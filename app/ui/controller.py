@@ -39,13 +39,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from app.backends import all_kernel_records, backend_class
 from app.errors import ConfigError, RuntimeFault
 from app.render.encoder import FrameInfo
 from app.render.recorder import Recorder, RecordResult, even_size
-from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord
+from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord, History
 from app.ui.energy import EnergyMonitor
 
 log = logging.getLogger(__name__)
@@ -61,49 +59,6 @@ HISTORY_FIELDS = ("frame_ms", "force_ms", "integrate_ms", "mapunmap_ms", "draw_m
 RECORD_FPS = 60.0  # the live recording's video rate, sampled from the drawn frames by wall time
 RECORD_CRF = 20  # x264 quality and preset: `nbody-live record`'s defaults
 RECORD_PRESET = "fast"
-
-
-class History:
-    """Fixed-size numpy rings of per-frame numbers, on the FrameLog's clock (seconds since it started)."""
-
-    def __init__(self, capacity: int = HISTORY_CAP):
-        self.capacity = capacity
-        self.t = np.zeros(capacity)
-        self.data = {f: np.zeros(capacity) for f in HISTORY_FIELDS}
-        self.count = 0  # total pushed
-
-    def push(self, t: float, **values: float) -> None:
-        i = self.count % self.capacity
-        self.t[i] = t
-        for f, arr in self.data.items():
-            arr[i] = values.get(f, 0.0)
-        self.count += 1
-
-    def _order(self, last: int | None = None) -> np.ndarray:
-        n = min(self.count, self.capacity)
-        if last is not None:
-            n = min(n, last)
-        end = self.count % self.capacity
-        return (np.arange(end - n, end)) % self.capacity
-
-    def window(self, seconds: float = HISTORY_S, fields=None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """(t, {field: values}) for the frames of the last `seconds`, oldest first."""
-        fields = tuple(fields or self.data)
-        idx = self._order()
-        if idx.size == 0:
-            return np.zeros(0), {f: np.zeros(0) for f in fields}
-        t = self.t[idx]
-        first = int(np.searchsorted(t, t[-1] - seconds))  # t is increasing
-        idx = idx[first:]
-        return t[first:], {f: self.data[f][idx] for f in fields}
-
-    def recent_median(self, name: str, frames: int = LIVE_WINDOW) -> float:
-        idx = self._order(frames)
-        return float(np.median(self.data[name][idx])) if idx.size else 0.0
-
-    @property
-    def last_t(self) -> float:
-        return float(self.t[(self.count - 1) % self.capacity]) if self.count else 0.0
 
 
 @dataclass
@@ -261,7 +216,7 @@ class Controller:
         self.records = all_kernel_records()
         self._why_not: dict[str, str | None] = {}
         self.refresh_availability()
-        self.history = History()
+        self.history = History(HISTORY_FIELDS, HISTORY_CAP)
         self.markers: list[Marker] = []
         self.per_kernel: dict[tuple[str, int], FrameLog] = {}
         self.medians: dict[tuple[str, int], dict] = {}
@@ -729,16 +684,10 @@ class Controller:
         fresh = now - self._live_t < max_age_s or self._live_count == self.history.count
         if self._live is not None and fresh:
             return self._live
-        h = self.history
-        idx = h._order(LIVE_WINDOW)
-        if idx.size:
-            block = np.median(np.stack([h.data[f][idx] for f in HISTORY_FIELDS]), axis=1)
-            out = {f: float(v) for f, v in zip(HISTORY_FIELDS, block, strict=True)}
-        else:
-            out = dict.fromkeys(HISTORY_FIELDS, 0.0)
+        out = self.history.recent_medians(LIVE_WINDOW)
         out["gflops"] = out["interactions_per_s"] * FLOPS_PER_INTERACTION * 1e-9
         out["fps"] = self.viewer.stats.fps
-        self._live, self._live_t, self._live_count = out, now, h.count
+        self._live, self._live_t, self._live_count = out, now, self.history.count
         return out
 
     def close(self) -> None:
