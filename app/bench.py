@@ -2,8 +2,11 @@
 
 For each kernel x N: a seeded Plummer sphere, `warmup` untimed steps, then `repeats` single steps whose
 force time the backend measured itself (CUDA events around the force launch on the GPU, perf_counter on
-the CPU); the median is reported as interactions/s (N² per launch) and GFLOP/s by the 20-flops-per-
-interaction convention of GPU Gems 3 and the CUDA samples. With the leapfrog's cached acceleration every
+the CPU); the median is reported as interactions/s, the interactions being what the force evaluator
+counted (StepTimings.interactions: N² for an all-pairs kernel, body-body plus body-cell for a tree), and
+GFLOP/s by the 20-flops-per-interaction convention of GPU Gems 3 and the CUDA samples. A kernel that
+evaluates fewer pairs than N² also gets the "equivalent all-pairs" rate (StepTimings.pair_equivalent
+over the same time) in a field and a column of its own. With the leapfrog's cached acceleration every
 step is exactly one force launch. Kernels that cannot run at an N (over max_n, out of memory, failed
 compile) are recorded with the reason, never dropped.
 
@@ -28,10 +31,13 @@ import numpy as np
 from app.bodies import Bodies
 from app.paths import ROOT
 from app.physics import Physics
-from app.timing import FLOPS_PER_INTERACTION
+from app.timing import FLOPS_PER_INTERACTION, rate
 
 SCHEMA = "nbody-live-bench/1"
 GFLOPS_FIELD = f"gflops_at_{FLOPS_PER_INTERACTION}_flops_per_interaction"
+# rows of kernels that evaluate fewer pairs than N_targets x N_sources (a tree) also carry the all-pairs
+# work of the same answer over the same time, under this name: never mistaken for interactions/s
+EQUIVALENT_FIELD = "equivalent_all_pairs_interactions_per_s"
 # DESIGN.md: 12 FP32 instructions per interaction, 128 lanes x 132 SMs x 1.98 GHz (H100/H200).
 DEFAULT_GPU_FP32_LIMIT = 128 / 12 * 132 * 1.98e9
 # DESIGN.md: the NVIDIA CUDA-samples nbody kernel on a lent H200 (fp32, block 256), interactions/s.
@@ -202,25 +208,33 @@ def _time_one(backend, name: str, n: int, physics: Physics, warmup: int, repeats
     try:
         for _ in range(warmup):
             backend.step(1)
-        samples = []
-        for _ in range(repeats):
-            t = backend.step(1)
-            samples.append(float(t.force_ms))
+        steps = [backend.step(1) for _ in range(repeats)]
     except Exception as e:  # recorded, not hidden: the other kernels still run
         return {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
+    samples = [float(t.force_ms) for t in steps]
     median = statistics.median(samples)
     if median <= 0:
         return {"status": "failed", "reason": "the backend reported no force time", "samples_ms": samples}
-    ips = n * n / (median * 1e-3)
-    return {
+    # what one step's force evaluation did, as its evaluator counted it (a tree's work varies by step)
+    interactions = statistics.median_low(t.interactions for t in steps)
+    if interactions <= 0:
+        return {"status": "failed", "reason": "the backend counted no interactions", "samples_ms": samples}
+    ips = rate(interactions, median)
+    row = {
         "status": "ok",
         "median_ms": median,
         "min_ms": min(samples),
         "max_ms": max(samples),
         "samples_ms": samples,
+        "interactions": interactions,
         "interactions_per_s": ips,
         GFLOPS_FIELD: ips * FLOPS_PER_INTERACTION * 1e-9,
     }
+    pairs = statistics.median_low(t.pair_equivalent for t in steps)
+    if pairs != interactions:
+        row["pair_equivalent"] = pairs
+        row[EQUIVALENT_FIELD] = rate(pairs, median)
+    return row
 
 
 # --- output -------------------------------------------------------------------------------------------------
@@ -245,14 +259,27 @@ def format_table(result: dict) -> str:
         head += f", SM clock max {dev['sm_clock_max_mhz']:.0f} MHz"
     if dev.get("driver_version"):
         head += f", driver {dev['driver_version']}"
-    lines = [head, f"{'kernel':<16} {'N':>10} {'median ms':>11} {'G inter/s':>11} {'GFLOP/s(20)':>12}  note"]
-    for r in result.get("results", []):
+    rows = result.get("results", [])
+    # the "equivalent all-pairs" column only when a kernel evaluated fewer pairs than N² (a tree)
+    equivalent = any(EQUIVALENT_FIELD in r for r in rows)
+    heads = ["median ms", "G inter/s", "GFLOP/s(20)"] + (["eq. all-pairs G/s"] if equivalent else [])
+
+    def line(kernel: str, n: str, cells: list[str], note: str = "") -> str:
+        widths = (11, 11, 12, 17)
+        text = f"{kernel:<16} {n:>10} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=False))
+        return text + (f"  {note}" if note else "")
+
+    lines = [head, line("kernel", "N", heads, "note")]
+    for r in rows:
         if r.get("status") == "ok":
-            lines.append(f"{r['kernel']:<16} {r['n']:>10,} {r['median_ms']:>11.4f} "
-                         f"{r['interactions_per_s'] / 1e9:>11.2f} {r[GFLOPS_FIELD]:>12.1f}")
+            ips = r["interactions_per_s"]
+            cells = [f"{r['median_ms']:.4f}", f"{ips / 1e9:.2f}", f"{r[GFLOPS_FIELD]:.1f}"]
+            if equivalent:
+                cells.append(f"{r[EQUIVALENT_FIELD] / 1e9:.2f}" if EQUIVALENT_FIELD in r else "-")
+            lines.append(line(r["kernel"], f"{r['n']:,}", cells))
         else:
-            lines.append(f"{r['kernel']:<16} {r['n']:>10,} {'-':>11} {'-':>11} {'-':>12}  "
-                         f"{r.get('status')}: {r.get('reason')}")
+            lines.append(line(r["kernel"], f"{r['n']:,}", ["-"] * len(heads),
+                              f"{r.get('status')}: {r.get('reason')}"))
     return "\n".join(lines)
 
 

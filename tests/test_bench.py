@@ -12,6 +12,7 @@ from app import bench
 from app.backends import backend_class
 from app.backends.base import Backend, KernelRecord, StepTimings
 from app.errors import RuntimeFault
+from app.forces import Span, all_pairs_work
 from app.physics import Physics
 
 
@@ -24,6 +25,8 @@ class ToyBackend(FakeTunables, Backend):
         KernelRecord(name="toy-small", doc="max_n 100", backend="toy", max_n=100),
         KernelRecord(name="toy-broken", doc="never compiles", backend="toy"),
         KernelRecord(name="toy-crash", doc="raises while stepping", backend="toy"),
+        KernelRecord(name="toy-tree", doc="evaluates a quarter of the pairs, like a tree", backend="toy"),
+        KernelRecord(name="toy-mute", doc="counts no interactions", backend="toy"),
     ]
     closed = 0
 
@@ -72,7 +75,10 @@ class ToyBackend(FakeTunables, Backend):
         self._calls += 1
         # 1 ms per 1e6 interactions, with a slow first call that warm-up must absorb
         ms = self._n * self._n * 1e-6 * (50 if self._calls == 1 else 1)
-        return StepTimings(kernel=self._kernel, steps=steps, n=self._n, force_ms=ms, integrate_ms=0.01)
+        work = all_pairs_work(Span.all(self._n), Span.all(self._n))
+        done = {"toy-tree": work.interactions // 4, "toy-mute": 0}.get(self._kernel, work.interactions)
+        return StepTimings(kernel=self._kernel, steps=steps, n=self._n, force_ms=ms, integrate_ms=0.01,
+                           interactions=done * steps, pair_equivalent=work.pair_equivalent * steps)
 
     def accelerations(self):
         return np.zeros((self._n, 3))
@@ -119,6 +125,24 @@ def test_run_bench_layout_and_skips():
 
     table = bench.format_table(result)
     assert "toy-fast" in table and "skipped" in table and "Toy GPU" in table
+
+
+def test_rates_come_from_the_counted_interactions_and_a_tree_gets_its_all_pairs_equivalent():
+    result = bench.run_bench(ToyBackend, ["toy-fast", "toy-tree", "toy-mute"], [512], warmup=1, repeats=3,
+                             progress=False)
+    fast, tree, mute = (by(result, k, 512) for k in ("toy-fast", "toy-tree", "toy-mute"))
+    assert fast["interactions"] == 512 * 512 and bench.EQUIVALENT_FIELD not in fast  # all-pairs: one rate
+    assert tree["interactions"] == 512 * 512 // 4 and tree["pair_equivalent"] == 512 * 512
+    assert tree["interactions_per_s"] == pytest.approx(0.25e9)  # what it evaluated, over the same time
+    assert tree[bench.EQUIVALENT_FIELD] == pytest.approx(1e9)  # labelled: equivalent_all_pairs_...
+    assert tree[bench.GFLOPS_FIELD] == pytest.approx(5.0)
+    assert mute["status"] == "failed" and "counted no interactions" in mute["reason"]
+    head, *rows = bench.format_table(result).splitlines()[1:]
+    assert "eq. all-pairs G/s" in head
+    tree_row = next(r for r in rows if r.startswith("toy-tree"))
+    assert tree_row.split()[-2:] == ["5.0", "1.00"]  # GFLOP/s, then the equivalent all-pairs G/s
+    assert "eq. all-pairs" not in bench.format_table(bench.run_bench(
+        ToyBackend, ["toy-fast"], [64], warmup=0, repeats=1, progress=False))
 
 
 def test_backend_closed_after_run():

@@ -43,7 +43,7 @@ from app.backends import all_kernel_records, backend_class
 from app.errors import ConfigError, RuntimeFault
 from app.render.encoder import FrameInfo
 from app.render.recorder import Recorder, RecordResult, even_size
-from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord, History
+from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord, History, StepTimings
 from app.ui.energy import EnergyMonitor
 
 log = logging.getLogger(__name__)
@@ -69,20 +69,24 @@ class Marker:
 
 @dataclass
 class BenchResult:
+    """One kernel of a panel benchmark: the timed steps' StepTimings (their interactions as the force
+    evaluator counted them), or why it failed."""
+
     kernel: str
     n: int
     steps: int
-    force_ms: float = 0.0
+    timings: StepTimings | None = None
     wall_ms: float = 0.0
     error: str = ""
 
     @property
     def interactions_per_s(self) -> float:
-        return self.steps * self.n * self.n / (self.force_ms * 1e-3) if self.force_ms > 0 else 0.0
+        return self.timings.interactions_per_s if self.timings is not None else 0.0
 
     @property
-    def gflops(self) -> float:
-        return self.interactions_per_s * FLOPS_PER_INTERACTION * 1e-9
+    def pair_equivalent_per_s(self) -> float:
+        """The "equivalent all-pairs" rate (N_targets x N_sources per evaluation over the same time)."""
+        return self.timings.pair_equivalent_per_s if self.timings is not None else 0.0
 
 
 @dataclass
@@ -487,8 +491,7 @@ class Controller:
             b = backend_class(rec.backend)()
             b.load(bench.state.copy(), bench.physics, name)
             b.step(1)  # warm-up: compiles, first launches
-            st = b.step(bench.steps)
-            res.force_ms = st.force_ms
+            res.timings = b.step(bench.steps)
         except Exception as e:  # noqa: BLE001 - one kernel failing does not stop the others
             res.error = f"{type(e).__name__}: {e}"
         finally:

@@ -718,6 +718,10 @@ class Panel:
                 implot.plot_text(f"{v:.2f}", float(v), float(p), imgui.ImVec2(24, 0))
             implot.end_plot()
         self._rect("bench_plot")
+        for r in done:  # a kernel that evaluates fewer pairs than N² (a tree): its all-pairs equivalent too
+            if not np.isclose(r.pair_equivalent_per_s, r.interactions_per_s):
+                eq = r.pair_equivalent_per_s / 1e9
+                imgui.text_disabled(f"{r.kernel}: equivalent all-pairs {eq:.2f} G/s")
 
     def _system_section(self) -> None:
         imgui = self.imgui
