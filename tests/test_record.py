@@ -241,6 +241,32 @@ def test_recorder_api_start_add_frame_stop(tmp_path):
         Recorder((64, 48)).start(tmp_path / "x.mp4").add_frame(np.zeros((48, 64), np.float32))
 
 
+def test_non_blocking_recorder_says_when_its_queue_is_full_and_counts_drops(tmp_path, monkeypatch):
+    """The public accessors the live viewer decides with (no reading the recorder's worker)."""
+    import threading
+
+    from app.render import encoder
+    from app.render.recorder import Recorder
+
+    gate = threading.Event()
+    real = encoder.VideoEncoder._process
+
+    def stalled(self, img, info):  # the encoder is busy until the gate opens
+        gate.wait(10)
+        real(self, img, info)
+
+    monkeypatch.setattr(encoder.VideoEncoder, "_process", stalled)
+    rec = Recorder((64, 48), fps=30, queue_size=2, block=False)
+    assert not rec.queue_full and rec.dropped == 0  # not recording
+    rec.start(tmp_path / "busy.mp4")
+    accepted = [rec.add_frame(np.zeros((48, 64, 3), np.uint8)) for _ in range(6)]
+    # one frame in the (stalled) worker, two in the queue: the rest were dropped, not waited for
+    assert rec.queue_full and accepted.count(False) == rec.dropped >= 3
+    gate.set()
+    res = rec.stop()
+    assert res.dropped == 6 - res.frames and not rec.queue_full and rec.dropped == 0
+
+
 def test_full_disk_while_encoding_is_one_line_and_removes_the_partial_file(tmp_path, monkeypatch):
     import errno
 

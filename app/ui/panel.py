@@ -8,7 +8,7 @@ draws widgets and turns their results into controller calls. Typed parameters go
 validation as scene files and `--set` (app.scene.set_value -> app.config.coerce): a rejected value is
 kept in its field, which is drawn red with the reason as tooltip, and the previous value stays in effect.
 
-The top area has the Record / Stop button (V; app.ui.controller's live recording) and, while recording,
+The top area has the Record / Stop button (V; app.render.live_recording) and, while recording,
 a red dot, the elapsed time, the frames drawn and dropped; after it the path of the last file, or in red
 why a recording could not start or was stopped (an unwritable directory, a full disk).
 
@@ -316,7 +316,7 @@ class Panel:
         imgui.same_line()
         imgui.text_disabled(f"·  {b.name}  ·  {b.data_path}  ·  {self.bridge.backend}")
         self._record_row()
-        if ctl.message and ctl.message != ctl.record_error:  # (a recording's error is shown above)
+        if ctl.message and ctl.message != ctl.view_recorder.error:  # (a recording's error is shown above)
             color = RED_TEXT if any(w in ctl.message for w in ("failed", "unavailable", "rejected", "out of",
                                                                 "expected", "cannot", "must")) else DIM_TEXT
             imgui.push_text_wrap_pos(0.0)
@@ -327,7 +327,8 @@ class Panel:
         """The Record / Stop button (V), and while recording a red dot, elapsed time, frames, drops."""
         imgui = self.imgui
         ctl = self.controller
-        rec = ctl.recording
+        vr = ctl.view_recorder
+        rec = vr.recording
         dl = imgui.get_window_draw_list()
         p = imgui.get_cursor_screen_pos()
         line = imgui.get_frame_height()
@@ -342,8 +343,8 @@ class Panel:
             dl.add_circle_filled(imgui.ImVec2(cx, cy), r, red)
         w, h = (int(v) for v in self.viewer.physical_size)
         self._tooltip(f"V: record what the viewer draws - the particles only, without this panel - at the "
-                      f"window size ({w - w % 2}x{h - h % 2}) into {ctl.record_dir}/recording-<time>.mp4 "
-                      f"(H.264, {ctl.record_fps:g} fps sampled by wall time, the record "
+                      f"window size ({w - w % 2}x{h - h % 2}) into {vr.directory}/recording-<time>.mp4 "
+                      f"(H.264, {vr.fps:g} fps sampled by wall time, the record "
                       "command's quality settings). The file is written under a hidden temporary name and "
                       "renamed when you stop (V again, or quitting). Frames the encoder cannot take are "
                       "dropped and counted; the view never waits for it.")
@@ -364,17 +365,17 @@ class Panel:
                                f"{rec.drawn} frames · {dropped} dropped")
             self._tooltip(f"{rec.path}\ncapture {self.viewer.stats.record_ms:.2f} ms this frame; dropped: "
                           "frames the encoder was too busy to take")
-        elif ctl.recordings:
+        elif vr.recordings:
             imgui.align_text_to_frame_padding()
-            imgui.text_disabled(str(ctl.recordings[-1].path))
+            imgui.text_disabled(str(vr.recordings[-1].path))
             self._rect("last_recording")
             self._tooltip("the last recording")
         else:
             imgui.align_text_to_frame_padding()
-            imgui.text_disabled(f"to {ctl.record_dir}/")
-        if ctl.record_error and rec is None:
+            imgui.text_disabled(f"to {vr.directory}/")
+        if vr.error and rec is None:
             imgui.push_text_wrap_pos(0.0)
-            imgui.text_colored(imgui.ImVec4(*RED_TEXT), ctl.record_error)
+            imgui.text_colored(imgui.ImVec4(*RED_TEXT), vr.error)
             imgui.pop_text_wrap_pos()
             self._rect("record_error")
 
