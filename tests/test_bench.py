@@ -170,26 +170,54 @@ def test_json_round_trip(tmp_path):
     assert back["results"] == result["results"] and back == bench.load_json(path)
 
 
-@pytest.mark.parametrize("engine", ["pillow", "matplotlib"])
-def test_plot_png(tmp_path, engine):
-    if engine == "matplotlib":
-        pytest.importorskip("matplotlib")
+def test_plot_is_a_log_log_png_of_every_kernel_with_the_references(tmp_path):
     from PIL import Image
 
-    result = bench.run_bench(ToyBackend, ["toy-fast", "toy-small", "toy-broken"], [16, 64, 256, 1000],
-                             warmup=1, repeats=3, progress=False)
-    result["backend"] = "cuda"  # draws the CUDA-samples reference and the FP32 limit too
-    out = bench.plot(result, tmp_path / "plot.png", engine=engine)
-    img = Image.open(out).convert("RGB")
-    assert img.size[0] >= 800 and img.size[1] >= 500
-    colors = {c for _count, c in img.getcolors(maxcolors=1 << 20)}
+    from app.bench_plot import SIZE_PX, bench_figure, plot
+
+    result = bench.run_bench(ToyBackend, ["toy-fast", "toy-small", "toy-tree", "toy-broken"],
+                             [16, 64, 256, 1000], warmup=1, repeats=3, progress=False)
+    limit = result["references"][0]
+    assert limit["interactions_per_s"] == 2.79e12 and "FP32 issue limit" in limit["label"]  # the device's
+    result["references"] += bench.reference_lines("cuda", None)  # the estimate and the CUDA samples series
+    fig = bench_figure(result)
+    ax = fig.axes[0]
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+    assert ax.get_xlabel() == "N (bodies)" and ax.get_ylabel() == "G interactions / s"
+    assert "Toy GPU" in ax.get_title()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["toy-fast", "toy-small", "toy-tree", "toy-tree (equivalent all-pairs)", limit["label"],
+                      "FP32 issue limit H100/H200 ≈ 2,788 G/s (12 FP32 instr./interaction)",
+                      "CUDA samples nbody, H200 (DESIGN.md)"]
+    lines = dict(zip(labels, ax.get_legend().legend_handles, strict=True))
+    kernels = [lines[k] for k in ("toy-fast", "toy-small", "toy-tree")]
+    assert len({(h.get_color(), h.get_marker()) for h in kernels}) == 3  # each kernel its own look
+    assert all(lines[k].get_linestyle() == "-" for k in ("toy-fast", "toy-small", "toy-tree"))
+    assert lines["toy-tree (equivalent all-pairs)"].get_linestyle() == ":"
+    assert all(lines[r["label"]].get_linestyle() == "--" for r in result["references"])  # dashed references
+    fast = next(line for line in ax.get_lines() if line.get_label() == "toy-fast")
+    assert fast.get_xdata().tolist() == [16, 64, 256, 1000]
+    assert fast.get_ydata()[0] == pytest.approx(1.0)  # the toy's 1e9 interactions/s, plotted in G/s
+    assert any("6 run(s) not measured" in t.get_text() for t in ax.texts)  # toy-broken; toy-small over max_n
+
+    out = plot(result, tmp_path / "deep" / "plot.png")
+    img = Image.open(out)
+    assert img.format == "PNG" and img.size == SIZE_PX
+    colors = {c for _count, c in img.convert("RGB").getcolors(maxcolors=1 << 20)}
     assert len(colors) > 20  # axes, text, lines: not a blank canvas
-    assert any(r > 150 and g < 80 and b < 90 for r, g, b in colors)  # the red dashed FP32 limit
+    assert any(r > 150 and g < 80 and b < 90 for r, g, b in colors)  # the crimson dashed FP32 limit
 
 
 def test_plot_with_nothing_measured(tmp_path):
+    from PIL import Image
+
+    from app.bench_plot import SIZE_PX, bench_figure, plot
+
     result = bench.run_bench(ToyBackend, ["toy-broken"], [16], progress=False)
-    assert bench.plot(result, tmp_path / "empty.png", engine="pillow").is_file()
+    result["references"] = []
+    ax = bench_figure(result).axes[0]
+    assert ax.get_legend() is None and ax.get_xscale() == "log" and "1 run(s)" in ax.texts[0].get_text()
+    assert Image.open(plot(result, tmp_path / "empty.png")).size == SIZE_PX
 
 
 def test_plummer_state_is_seeded():

@@ -68,6 +68,8 @@ def main(args) -> int:
         bench.write_json(result, args.json)
         print(f"wrote {args.json}")
     if args.plot:
-        bench.plot(result, args.plot)
+        from app.bench_plot import plot
+
+        plot(result, args.plot)
         print(f"wrote {args.plot}")
     return 0
