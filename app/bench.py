@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 import platform
 import statistics
@@ -29,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from app.bodies import Bodies
+from app.ics import generate
 from app.paths import ROOT
 from app.physics import Physics
 from app.timing import FLOPS_PER_INTERACTION, rate
@@ -46,43 +46,8 @@ CUDA_SAMPLES_H200 = {4096: 120e9, 16384: 495e9, 65536: 1409e9, 131072: 1461e9, 1
 
 # --- initial conditions ---------------------------------------------------------------------------------
 def bench_bodies(n: int, seed: int = 42) -> Bodies:
-    """The benchmark state: app.ics's Plummer sphere, or a local Hénon-method one if that is missing."""
-    try:
-        from app.ics import generate
-
-        return generate("plummer", n, seed)
-    except ImportError:
-        return plummer(n, seed)
-
-
-def plummer(n: int, seed: int = 42) -> Bodies:
-    """Plummer sphere in N-body units (Aarseth, Hénon & Wielen 1974), equal masses, centre-of-mass frame."""
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(1e-6, 0.999, n)
-    r = 1.0 / np.sqrt(x ** (-2.0 / 3.0) - 1.0)
-    pos = r[:, None] * _unit_vectors(rng, n)
-    q = np.empty(n)
-    todo = np.arange(n)
-    while todo.size:  # von Neumann rejection for q = v / v_escape, g(q) = q² (1 - q²)^3.5
-        qq = rng.uniform(0, 1, todo.size)
-        yy = rng.uniform(0, 0.1, todo.size)
-        ok = yy < qq**2 * (1 - qq**2) ** 3.5
-        q[todo[ok]] = qq[ok]
-        todo = todo[~ok]
-    speed = q * np.sqrt(2.0) * (1.0 + r**2) ** -0.25
-    vel = speed[:, None] * _unit_vectors(rng, n)
-    pos *= 3 * math.pi / 16
-    vel /= math.sqrt(3 * math.pi / 16)
-    pos -= pos.mean(axis=0)
-    vel -= vel.mean(axis=0)
-    return Bodies.from_arrays(pos, vel, np.full(n, 1.0 / n), source=f"plummer(n={n}, seed={seed})")
-
-
-def _unit_vectors(rng, n):
-    z = rng.uniform(-1, 1, n)
-    phi = rng.uniform(0, 2 * math.pi, n)
-    s = np.sqrt(1 - z * z)
-    return np.stack([s * np.cos(phi), s * np.sin(phi), z], axis=1)
+    """The benchmark (and tune) state: app.ics's Plummer sphere, the same bodies for the same n and seed."""
+    return generate("plummer", n, seed)
 
 
 # --- machine facts ----------------------------------------------------------------------------------------

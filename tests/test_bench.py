@@ -220,12 +220,15 @@ def test_plot_with_nothing_measured(tmp_path):
     assert Image.open(plot(result, tmp_path / "empty.png")).size == SIZE_PX
 
 
-def test_plummer_state_is_seeded():
-    a, b = bench.plummer(500, seed=3), bench.plummer(500, seed=3)
-    assert np.array_equal(a.pos, b.pos) and np.array_equal(a.vel, b.vel)
-    assert a.n == 500 and np.allclose(a.pos.mean(axis=0), 0, atol=1e-12)
-    assert a.mass.sum() == pytest.approx(1.0)
-    assert bench.bench_bodies(64, seed=1).n == 64
+def test_bench_bodies_are_app_ics_plummer_and_seeded():
+    from app.ics import generate
+
+    a, b = bench.bench_bodies(500, seed=3), bench.bench_bodies(500, seed=3)
+    assert np.array_equal(a.pos, b.pos) and np.array_equal(a.vel, b.vel)  # deterministic
+    ref = generate("plummer", 500, 3)
+    assert np.array_equal(a.pos, ref.pos) and np.array_equal(a.mass, ref.mass)  # one Plummer generator
+    assert a.n == 500 and a.mass.sum() == pytest.approx(1.0)
+    assert not np.array_equal(bench.bench_bodies(500, seed=4).pos, a.pos)
 
 
 def test_cpu_backend_at_tiny_n():
