@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 import pytest
-from fakes import FakeTunables
+from fakes import BackendDouble
 
 from app import bench
 from app.backends import backend_class
@@ -16,7 +16,7 @@ from app.forces import Span, all_pairs_work
 from app.physics import Physics
 
 
-class ToyBackend(FakeTunables, Backend):
+class ToyBackend(BackendDouble, Backend):
     """Reports a fixed force time per N so medians are predictable; some kernels misbehave on purpose."""
 
     name = "toy"
@@ -57,13 +57,6 @@ class ToyBackend(FakeTunables, Backend):
 
     def set_kernel(self, name):
         self._kernel = name
-
-    def set_physics(self, physics):
-        self._physics = physics
-
-    @property
-    def physics(self):
-        return self._physics
 
     @property
     def n(self):

@@ -38,7 +38,8 @@ backend and draws the bodies as additive point sprites (size by mass, colour by 
 title shows FPS, kernel, N and how positions reach the screen (CUDA-GL interop or host upload).
 
 The ImGui control panel (shown unless --no-panel; Tab hides it) switches kernels mid-run (every
-registry kernel, unavailable ones greyed with the reason), shows live frame and kernel timings,
+registry kernel, unavailable ones greyed with the reason) and sets the current kernel's tunables (a
+combo for a set of values, a slider for a range), shows live frame and kernel timings,
 history plots with a marker at each switch, per-kernel medians, energy/momentum drift, and edits N,
 dt, softening, G, integrator, force model, steps per frame and the view; "Benchmark all kernels" runs
 each available kernel on a copy of the current state; "Screenshot" writes out/screenshot-<time>.png.

@@ -4,6 +4,7 @@
     ctl.switch_kernel("cpu-fp64")            # the next step uses it; the state is left bitwise as it is
     ctl.set_value("physics.dt", "0.002")     # validated by app.scene.set_value, the CLI's own rules
     ctl.set_value("initial.n", "8192")       # new bodies from the scene, backend.load, new VBOs
+    ctl.set_tunable("theta", 0.7)            # a tunable of the current kernel's record, next step on
     ctl.reset(); ctl.single_step(); ctl.load_preset("disk"); ctl.start_benchmark()
     ctl.toggle_recording()                   # V: out/recording-<time>.mp4 of what the viewer draws
 
@@ -176,6 +177,20 @@ class Controller:
         cur = self.backend.kernel
         i = names.index(cur) if cur in names else (-1 if step > 0 else 0)
         return self.switch_kernel(names[(i + step) % len(names)])
+
+    # --- tunables of the current kernel (app.forces: IntChoice, FloatRange, Choice) ------------------
+    def set_tunable(self, name: str, value) -> str | None:
+        """`name = value` for the current kernel from the next step on, validated by its record; a bad
+        value (not in the set, out of the range) is the ConfigError's text and the old value stays."""
+        backend = self.backend
+        try:
+            backend.set_tunables(**{name: value})
+        except ConfigError as e:
+            return self._fail(str(e))
+        now = backend.tunables()[name]
+        shown = f"{now:g}" if isinstance(now, float) else now
+        self._ok(f"{backend.kernel}.{name} = {shown} from the next step")
+        return None
 
     # --- parameters ------------------------------------------------------------------------------
     def current_value(self, key: str):
