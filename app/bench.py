@@ -1,21 +1,23 @@
-"""The `bench` command's engine: force-kernel throughput per kernel and N, as JSON and a PNG plot.
+"""The `bench` command's engine: force-kernel throughput per kernel and N, as JSON (app.bench_plot draws it).
 
 For each kernel x N: a seeded Plummer sphere, `warmup` untimed steps, then `repeats` single steps whose
 force time the backend measured itself (CUDA events around the force launch on the GPU, perf_counter on
-the CPU); the median is reported as interactions/s (N² per launch) and GFLOP/s by the 20-flops-per-
-interaction convention of GPU Gems 3 and the CUDA samples. With the leapfrog's cached acceleration every
+the CPU); the median is reported as interactions/s, the interactions being what the force evaluator
+counted (StepTimings.interactions: N² for an all-pairs kernel, body-body plus body-cell for a tree), and
+GFLOP/s by the 20-flops-per-interaction convention of GPU Gems 3 and the CUDA samples. A kernel that
+evaluates fewer pairs than N² also gets the "equivalent all-pairs" rate (StepTimings.pair_equivalent
+over the same time) in a field and a column of its own. With the leapfrog's cached acceleration every
 step is exactly one force launch. Kernels that cannot run at an N (over max_n, out of memory, failed
 compile) are recorded with the reason, never dropped.
 
     result = run_bench(CudaBackend, ["naive", "shared"], [4096, 65536])
-    write_json(result, "bench/results/h100.json"); plot(result, "bench/results/h100.png")
+    write_json(result, "bench/results/h100.json")   # app.bench_plot.plot(result, ...) draws it
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
 import os
 import platform
 import statistics
@@ -26,12 +28,16 @@ from pathlib import Path
 import numpy as np
 
 from app.bodies import Bodies
+from app.ics import generate
 from app.paths import ROOT
 from app.physics import Physics
-from app.timing import FLOPS_PER_INTERACTION
+from app.timing import FLOPS_PER_INTERACTION, rate
 
 SCHEMA = "nbody-live-bench/1"
 GFLOPS_FIELD = f"gflops_at_{FLOPS_PER_INTERACTION}_flops_per_interaction"
+# rows of kernels that evaluate fewer pairs than N_targets x N_sources (a tree) also carry the all-pairs
+# work of the same answer over the same time, under this name: never mistaken for interactions/s
+EQUIVALENT_FIELD = "equivalent_all_pairs_interactions_per_s"
 # DESIGN.md: 12 FP32 instructions per interaction, 128 lanes x 132 SMs x 1.98 GHz (H100/H200).
 DEFAULT_GPU_FP32_LIMIT = 128 / 12 * 132 * 1.98e9
 # DESIGN.md: the NVIDIA CUDA-samples nbody kernel on a lent H200 (fp32, block 256), interactions/s.
@@ -40,43 +46,8 @@ CUDA_SAMPLES_H200 = {4096: 120e9, 16384: 495e9, 65536: 1409e9, 131072: 1461e9, 1
 
 # --- initial conditions ---------------------------------------------------------------------------------
 def bench_bodies(n: int, seed: int = 42) -> Bodies:
-    """The benchmark state: app.ics's Plummer sphere, or a local Hénon-method one if that is missing."""
-    try:
-        from app.ics import generate
-
-        return generate("plummer", n, seed)
-    except ImportError:
-        return plummer(n, seed)
-
-
-def plummer(n: int, seed: int = 42) -> Bodies:
-    """Plummer sphere in N-body units (Aarseth, Hénon & Wielen 1974), equal masses, centre-of-mass frame."""
-    rng = np.random.default_rng(seed)
-    x = rng.uniform(1e-6, 0.999, n)
-    r = 1.0 / np.sqrt(x ** (-2.0 / 3.0) - 1.0)
-    pos = r[:, None] * _unit_vectors(rng, n)
-    q = np.empty(n)
-    todo = np.arange(n)
-    while todo.size:  # von Neumann rejection for q = v / v_escape, g(q) = q² (1 - q²)^3.5
-        qq = rng.uniform(0, 1, todo.size)
-        yy = rng.uniform(0, 0.1, todo.size)
-        ok = yy < qq**2 * (1 - qq**2) ** 3.5
-        q[todo[ok]] = qq[ok]
-        todo = todo[~ok]
-    speed = q * np.sqrt(2.0) * (1.0 + r**2) ** -0.25
-    vel = speed[:, None] * _unit_vectors(rng, n)
-    pos *= 3 * math.pi / 16
-    vel /= math.sqrt(3 * math.pi / 16)
-    pos -= pos.mean(axis=0)
-    vel -= vel.mean(axis=0)
-    return Bodies.from_arrays(pos, vel, np.full(n, 1.0 / n), source=f"plummer(n={n}, seed={seed})")
-
-
-def _unit_vectors(rng, n):
-    z = rng.uniform(-1, 1, n)
-    phi = rng.uniform(0, 2 * math.pi, n)
-    s = np.sqrt(1 - z * z)
-    return np.stack([s * np.cos(phi), s * np.sin(phi), z], axis=1)
+    """The benchmark (and tune) state: app.ics's Plummer sphere, the same bodies for the same n and seed."""
+    return generate("plummer", n, seed)
 
 
 # --- machine facts ----------------------------------------------------------------------------------------
@@ -116,6 +87,22 @@ def device_info(backend) -> dict:
     return {"name": _cpu_name(), "cores": os.cpu_count(), "backend": getattr(backend, "name", "?")}
 
 
+def reference_lines(backend: str, fp32_limit: float | None) -> list[dict]:
+    """What a result is compared with, stored in its JSON (`references`) and drawn dashed by the plot:
+    `{"label", "interactions_per_s"}` is a constant, `{"label", "points": [[N, rate], ...]}` a series."""
+    refs = []
+    if fp32_limit:
+        refs.append({"label": f"FP32 issue limit {fp32_limit / 1e9:,.0f} G/s (12 FP32 instr./interaction)",
+                     "interactions_per_s": fp32_limit})
+    elif backend == "cuda":  # the device did not say: DESIGN.md's estimate for the GPUs we are lent
+        refs.append({"label": f"FP32 issue limit H100/H200 ≈ {DEFAULT_GPU_FP32_LIMIT / 1e9:,.0f} G/s "
+                              "(12 FP32 instr./interaction)", "interactions_per_s": DEFAULT_GPU_FP32_LIMIT})
+    if backend == "cuda":
+        refs.append({"label": "CUDA samples nbody, H200 (DESIGN.md)",
+                     "points": [[n, v] for n, v in sorted(CUDA_SAMPLES_H200.items())]})
+    return refs
+
+
 # --- the benchmark ----------------------------------------------------------------------------------------
 def _progress(total: int, enabled: bool):
     if not enabled:
@@ -152,6 +139,7 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
                    else "time.perf_counter around each force evaluation"),
         "flops_per_interaction": FLOPS_PER_INTERACTION,
         "fp32_issue_limit_interactions_per_s": None,
+        "references": [],
         "results": [],
     }
     reason = backend_cls.why_not()
@@ -163,6 +151,8 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
             result["device"] = device_info(backend)
             result["fp32_issue_limit_interactions_per_s"] = result["device"].get(
                 "fp32_issue_limit_interactions_per_s")
+        limit = result["fp32_issue_limit_interactions_per_s"]
+        result["references"] = reference_lines(backend_cls.name, limit)
         for name in kernels:
             rec = records.get(name)
             why = reason
@@ -202,25 +192,33 @@ def _time_one(backend, name: str, n: int, physics: Physics, warmup: int, repeats
     try:
         for _ in range(warmup):
             backend.step(1)
-        samples = []
-        for _ in range(repeats):
-            t = backend.step(1)
-            samples.append(float(t.force_ms))
+        steps = [backend.step(1) for _ in range(repeats)]
     except Exception as e:  # recorded, not hidden: the other kernels still run
         return {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
+    samples = [float(t.force_ms) for t in steps]
     median = statistics.median(samples)
     if median <= 0:
         return {"status": "failed", "reason": "the backend reported no force time", "samples_ms": samples}
-    ips = n * n / (median * 1e-3)
-    return {
+    # what one step's force evaluation did, as its evaluator counted it (a tree's work varies by step)
+    interactions = statistics.median_low(t.interactions for t in steps)
+    if interactions <= 0:
+        return {"status": "failed", "reason": "the backend counted no interactions", "samples_ms": samples}
+    ips = rate(interactions, median)
+    row = {
         "status": "ok",
         "median_ms": median,
         "min_ms": min(samples),
         "max_ms": max(samples),
         "samples_ms": samples,
+        "interactions": interactions,
         "interactions_per_s": ips,
         GFLOPS_FIELD: ips * FLOPS_PER_INTERACTION * 1e-9,
     }
+    pairs = statistics.median_low(t.pair_equivalent for t in steps)
+    if pairs != interactions:
+        row["pair_equivalent"] = pairs
+        row[EQUIVALENT_FIELD] = rate(pairs, median)
+    return row
 
 
 # --- output -------------------------------------------------------------------------------------------------
@@ -245,242 +243,32 @@ def format_table(result: dict) -> str:
         head += f", SM clock max {dev['sm_clock_max_mhz']:.0f} MHz"
     if dev.get("driver_version"):
         head += f", driver {dev['driver_version']}"
-    lines = [head, f"{'kernel':<16} {'N':>10} {'median ms':>11} {'G inter/s':>11} {'GFLOP/s(20)':>12}  note"]
-    for r in result.get("results", []):
+    rows = result.get("results", [])
+    # the "equivalent all-pairs" column only when a kernel evaluated fewer pairs than N² (a tree)
+    equivalent = any(EQUIVALENT_FIELD in r for r in rows)
+    heads = ["median ms", "G inter/s", "GFLOP/s(20)"] + (["eq. all-pairs G/s"] if equivalent else [])
+
+    def line(kernel: str, n: str, cells: list[str], note: str = "") -> str:
+        widths = (11, 11, 12, 17)
+        text = f"{kernel:<16} {n:>10} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=False))
+        return text + (f"  {note}" if note else "")
+
+    lines = [head, line("kernel", "N", heads, "note")]
+    for r in rows:
         if r.get("status") == "ok":
-            lines.append(f"{r['kernel']:<16} {r['n']:>10,} {r['median_ms']:>11.4f} "
-                         f"{r['interactions_per_s'] / 1e9:>11.2f} {r[GFLOPS_FIELD]:>12.1f}")
+            ips = r["interactions_per_s"]
+            cells = [f"{r['median_ms']:.4f}", f"{ips / 1e9:.2f}", f"{r[GFLOPS_FIELD]:.1f}"]
+            if equivalent:
+                cells.append(f"{r[EQUIVALENT_FIELD] / 1e9:.2f}" if EQUIVALENT_FIELD in r else "-")
+            lines.append(line(r["kernel"], f"{r['n']:,}", cells))
         else:
-            lines.append(f"{r['kernel']:<16} {r['n']:>10,} {'-':>11} {'-':>11} {'-':>12}  "
-                         f"{r.get('status')}: {r.get('reason')}")
+            lines.append(line(r["kernel"], f"{r['n']:,}", ["-"] * len(heads),
+                              f"{r.get('status')}: {r.get('reason')}"))
     return "\n".join(lines)
 
 
 def print_table(result: dict) -> None:
     print(format_table(result))
-
-
-def _series(result: dict) -> dict[str, list[tuple[int, float]]]:
-    series: dict[str, list[tuple[int, float]]] = {}
-    for r in result.get("results", []):
-        if r.get("status") == "ok":
-            series.setdefault(r["kernel"], []).append((r["n"], r["interactions_per_s"]))
-    return {k: sorted(v) for k, v in series.items()}
-
-
-def _limit(result: dict) -> tuple[float | None, str]:
-    limit = result.get("fp32_issue_limit_interactions_per_s")
-    if limit:
-        return float(limit), f"FP32 issue limit {limit / 1e9:,.0f} G/s (12 FP32 instr./interaction)"
-    if result.get("backend") == "cuda":
-        g = DEFAULT_GPU_FP32_LIMIT / 1e9
-        return DEFAULT_GPU_FP32_LIMIT, f"FP32 issue limit H100/H200 ≈ {g:,.0f} G/s (12 FP32 instr./inter.)"
-    return None, ""
-
-
-def _title(result: dict) -> str:
-    dev = (result.get("device") or {}).get("name") or result.get("backend", "")
-    date = str(result.get("date", ""))[:10]
-    commit = ((result.get("git") or {}).get("commit") or "")[:8]
-    return f"NBody Live force kernels: {dev}  {date}  {commit}".rstrip()
-
-
-def plot(result: dict, png_path, engine: str = "auto") -> Path:
-    """Log-log interactions/s vs N, one line per kernel, the FP32 issue limit dashed; returns the path.
-
-    engine: 'matplotlib', 'pillow', or 'auto' (matplotlib when importable).
-    """
-    png_path = Path(png_path)
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    if engine in ("auto", "matplotlib"):
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot  # noqa: F401
-        except ImportError:
-            if engine == "matplotlib":
-                raise
-        else:
-            _plot_matplotlib(result, png_path)
-            return png_path
-    _plot_pillow(result, png_path)
-    return png_path
-
-
-def _plot_matplotlib(result: dict, png_path: Path) -> None:
-    import matplotlib.pyplot as plt
-    import matplotlib.ticker
-
-    fig, ax = plt.subplots(figsize=(10, 6.4), dpi=100)
-    # Up to 20 distinct colours, and a marker cycle on top, so 14 kernels never share a look.
-    colors = plt.get_cmap("tab20").colors
-    markers = "os^vDP*Xh<>p"
-    for k, (name, pts) in enumerate(_series(result).items()):
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=markers[k % len(markers)], linewidth=2,
-                color=colors[k % len(colors)], label=name)
-    if result.get("backend") == "cuda":
-        ref = sorted(CUDA_SAMPLES_H200.items())
-        ax.plot([p[0] for p in ref], [p[1] for p in ref], linestyle=":", color="0.45", marker=".",
-                label="CUDA samples nbody, H200 (DESIGN.md)")
-    limit, label = _limit(result)
-    if limit:
-        ax.axhline(limit, linestyle="--", color="crimson", linewidth=1.5, label=label)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ys = [v for pts in _series(result).values() for _, v in pts] + ([limit] if limit else [])
-    if ys:
-        ax.set_ylim(min(ys) / 2, max(ys) * 4)  # room above the limit line for the legend
-    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _pos: _n_label(int(round(v)))))
-    ax.set_xlabel("N (bodies)")
-    ax.set_ylabel("interactions / s")
-    ax.set_title(_title(result), fontsize=11)
-    ax.grid(True, which="major", alpha=0.35)
-    ax.legend(loc="lower right", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(png_path)
-    plt.close(fig)
-
-
-# --- the Pillow plot (no matplotlib needed) ---------------------------------------------------------------
-_COLORS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (148, 103, 189), (140, 86, 75), (227, 119, 194),
-           (23, 190, 207), (188, 189, 34)]
-
-
-def _si(value: float) -> str:
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if value >= scale:
-            v = value / scale
-            return f"{v:.0f}{suffix}" if v >= 1 and abs(v - round(v)) < 1e-9 else f"{v:g}{suffix}"
-    return f"{value:g}"
-
-
-def _n_label(n: int) -> str:
-    if n >= 2**20 and n % 2**20 == 0:
-        return f"{n >> 20}Mi"
-    if n >= 1024 and n % 1024 == 0:
-        return f"{n >> 10}Ki"
-    return str(n)
-
-
-def _font(size: int):
-    from PIL import ImageFont
-
-    for name in ("DejaVuSans.ttf", "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"):
-        try:
-            return ImageFont.truetype(name, size)
-        except OSError:
-            pass
-    try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow < 10.1
-        return ImageFont.load_default()
-
-
-def _plot_pillow(result: dict, png_path: Path) -> None:
-    from PIL import Image, ImageDraw
-
-    width, height = 1000, 640
-    left, right, top, bottom = 90, 30, 50, 70
-    img = Image.new("RGB", (width, height), "white")
-    d = ImageDraw.Draw(img)
-    font, small, title_font = _font(14), _font(12), _font(15)
-    series = _series(result)
-    limit, limit_label = _limit(result)
-    ref = sorted(CUDA_SAMPLES_H200.items()) if result.get("backend") == "cuda" else []
-    xs = [n for pts in series.values() for n, _ in pts] + [n for n, _ in ref]
-    ys = [v for pts in series.values() for _, v in pts] + [v for _, v in ref] + ([limit] if limit else [])
-    if not xs:
-        xs = [n for n in (r.get("n") for r in result.get("results", [])) if n] or [1, 1024]
-    if not ys:
-        ys = [1e6, 1e9]
-    x0, x1 = math.log2(min(xs)) - 0.5, math.log2(max(xs)) + 0.5
-    y0, y1 = math.floor(math.log10(min(ys)) - 0.05), math.ceil(math.log10(max(ys)) + 0.05)
-    if y1 - y0 < 1:
-        y1 = y0 + 1
-    pw, ph = width - left - right, height - top - bottom
-
-    def px(n):
-        return left + (math.log2(n) - x0) / (x1 - x0) * pw
-
-    def py(v):
-        return top + (1 - (math.log10(v) - y0) / (y1 - y0)) * ph
-
-    # grid and ticks
-    for e in range(int(y0), int(y1) + 1):
-        y = py(10.0**e)
-        d.line([(left, y), (left + pw, y)], fill=(225, 225, 225))
-        label = _si(10.0**e)
-        tw = d.textlength(label, font=small)
-        d.text((left - 8 - tw, y - 7), label, fill="black", font=small)
-    for k in range(math.ceil(x0), math.floor(x1) + 1):
-        n = 2**k
-        x = px(n)
-        d.line([(x, top), (x, top + ph)], fill=(240, 240, 240) if k % 2 else (225, 225, 225))
-        if k % 2 == 0 or x1 - x0 < 8:
-            label = _n_label(n)
-            tw = d.textlength(label, font=small)
-            d.text((x - tw / 2, top + ph + 6), label, fill="black", font=small)
-    d.rectangle([left, top, left + pw, top + ph], outline="black")
-    d.text((left + pw / 2 - d.textlength("N (bodies)", font=font) / 2, height - 32), "N (bodies)",
-           fill="black", font=font)
-    ylabel = Image.new("RGBA", (200, 20), (255, 255, 255, 0))
-    ImageDraw.Draw(ylabel).text((0, 0), "interactions / s", fill="black", font=font)
-    ylabel = ylabel.rotate(90, expand=True)
-    img.paste(ylabel, (8, top + ph // 2 - 100), ylabel)
-    d.text((left, 16), _title(result), fill="black", font=title_font)
-
-    legend: list[tuple[str, tuple, str]] = []
-    if limit:
-        y = py(limit)
-        x = left
-        while x < left + pw:  # dashed
-            d.line([(x, y), (min(x + 10, left + pw), y)], fill=(200, 30, 45), width=2)
-            x += 16
-        legend.append((limit_label, (200, 30, 45), "dash"))
-    if ref:
-        pts = [(px(n), py(v)) for n, v in ref]
-        for a, b in zip(pts, pts[1:], strict=False):
-            _dotted(d, a, b, (120, 120, 120))
-        for p in pts:
-            d.ellipse([p[0] - 2, p[1] - 2, p[0] + 2, p[1] + 2], fill=(120, 120, 120))
-        legend.append(("CUDA samples nbody, H200 (DESIGN.md)", (120, 120, 120), "dot"))
-    for i, (name, pts) in enumerate(series.items()):
-        color = _COLORS[i % len(_COLORS)]
-        xy = [(px(n), py(v)) for n, v in pts]
-        if len(xy) > 1:
-            d.line(xy, fill=color, width=3, joint="curve")
-        for p in xy:
-            d.ellipse([p[0] - 4, p[1] - 4, p[0] + 4, p[1] + 4], fill=color, outline="white")
-        legend.append((name, color, "line"))
-    if legend:
-        lw = max(d.textlength(t, font=small) for t, _, _ in legend) + 50
-        lx, ly = left + 12, top + 12
-        d.rectangle([lx, ly, lx + lw, ly + 8 + 18 * len(legend)], fill="white", outline=(160, 160, 160))
-        for j, (text, color, style) in enumerate(legend):
-            yy = ly + 13 + 18 * j
-            if style == "dash":
-                d.line([(lx + 8, yy), (lx + 18, yy)], fill=color, width=2)
-                d.line([(lx + 24, yy), (lx + 34, yy)], fill=color, width=2)
-            elif style == "dot":
-                _dotted(d, (lx + 8, yy), (lx + 34, yy), color)
-            else:
-                d.line([(lx + 8, yy), (lx + 34, yy)], fill=color, width=3)
-            d.text((lx + 42, yy - 7), text, fill="black", font=small)
-    skipped = [r for r in result.get("results", []) if r.get("status") != "ok"]
-    if skipped:
-        d.text((left + pw - 200, top + ph - 20), f"{len(skipped)} run(s) skipped: see JSON",
-               fill=(120, 120, 120), font=small)
-    img.save(png_path)
-
-
-def _dotted(d, a, b, color) -> None:
-    length = math.hypot(b[0] - a[0], b[1] - a[1])
-    steps = max(int(length / 6), 1)
-    for s in range(0, steps, 2):
-        t0, t1 = s / steps, min((s + 1) / steps, 1.0)
-        d.line([(a[0] + (b[0] - a[0]) * t0, a[1] + (b[1] - a[1]) * t0),
-                (a[0] + (b[0] - a[0]) * t1, a[1] + (b[1] - a[1]) * t1)], fill=color, width=2)
 
 
 def load_json(path) -> dict:

@@ -2,12 +2,16 @@
 
 Every key is `section.name` (e.g. `physics.dt`). A value is checked for type and range here; whether a
 kernel name exists or a file reads is checked where that knowledge lives (the registry, app.formats).
+The camera keyframes ([[camera.keys]] tables, or a TOML file of [[keys]] for `--camera FILE`) are read
+and checked here too (`parse_keys`, `load_keys_file`); app.render.camera_path flies through them.
 """
 
 from __future__ import annotations
 
 import math
+import tomllib
 from dataclasses import dataclass
+from pathlib import Path
 
 from app.errors import ConfigError
 from app.physics import INTEGRATORS, MODELS
@@ -163,8 +167,6 @@ def coerce(key: str, value, f: Field):
             raise ConfigError(f"{key} must be set: {f.describe()}")
         return None
     if f.kind == "keys":
-        from app.render.camera_path import parse_keys
-
         return parse_keys(value, key)
     if f.kind in ("float", "int"):
         v = _number(key, value, f.kind == "int")
@@ -193,6 +195,85 @@ def coerce(key: str, value, f: Field):
     if f.choices and value not in f.choices:
         raise ConfigError(f"{key} = {value!r} is not allowed; {f.describe()}")
     return value
+
+
+# --- camera keyframes: the [[camera.keys]] tables (messages name the key: camera.keys[2].fov, or
+# FILE: keys[2].fov); app.render.camera_path flies the camera through them
+MAX_KEY_T = 1e6  # seconds
+KEY_FIELDS: dict[str, Field] = {
+    "t": Field("float", "time of the key, seconds of video", lo=0, hi=MAX_KEY_T),
+    "position": Field("vec3", "eye position", lo=-1e12, hi=1e12),
+    "target": Field("vec3", "point looked at", lo=-1e12, hi=1e12, optional=True),
+    "fov": Field("float", "vertical field of view, degrees", lo=1, hi=170, optional=True),
+}
+
+
+@dataclass(frozen=True)
+class Keyframe:
+    t: float  # seconds of video
+    position: tuple[float, float, float]  # eye, world coordinates
+    target: tuple[float, float, float] | None = None  # None: the scene camera's target
+    fov: float | None = None  # None: the scene camera's fov
+
+
+def parse_keys(value, key: str = "camera.keys") -> tuple[Keyframe, ...]:
+    """A list of tables (from TOML) -> validated Keyframes; ConfigError naming `key[i].field`."""
+    if isinstance(value, str):
+        raise ConfigError(f"{key} cannot be given as text: write [[camera.keys]] tables in the scene file, "
+                          "or put [[keys]] tables in a file and pass --camera FILE")
+    if not isinstance(value, list | tuple) or not value:
+        raise ConfigError(f"{key}: expected one or more tables, e.g. [[camera.keys]] t = 0.0 "
+                          "position = [0, -8, 3]")
+    keys: list[Keyframe] = []
+    for i, table in enumerate(value):
+        where = f"{key}[{i}]"
+        if isinstance(table, Keyframe):
+            keys.append(table)
+            continue
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table with {', '.join(KEY_FIELDS)}")
+        unknown = sorted(set(table) - set(KEY_FIELDS))
+        if unknown:
+            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; keys of a camera key: "
+                              + ", ".join(KEY_FIELDS))
+        for need in ("t", "position"):
+            if need not in table:
+                raise ConfigError(f"{where}.{need} must be set: {KEY_FIELDS[need].describe()}")
+        typed = {name: coerce(f"{where}.{name}", table.get(name), f) for name, f in KEY_FIELDS.items()}
+        if typed["target"] is not None and math.dist(typed["position"], typed["target"]) <= 1e-9:
+            raise ConfigError(f"{where}: position and target are the same point; the camera needs a "
+                              "direction to look in")
+        keys.append(Keyframe(**typed))
+    for i in range(1, len(keys)):
+        if keys[i].t <= keys[i - 1].t:
+            raise ConfigError(f"{key}[{i}].t = {keys[i].t:g} must be greater than {key}[{i - 1}].t = "
+                              f"{keys[i - 1].t:g}: key times must increase")
+    return tuple(keys)
+
+
+def load_keys_file(path) -> tuple[Keyframe, ...]:
+    """Keyframes from a TOML file with [[keys]] tables (or [[camera.keys]]); ConfigError naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"camera path file {str(path)!r} does not exist (--camera takes static, orbit, "
+                          "keys, or a TOML file with [[keys]] tables)")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{path}: not valid TOML: {e}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: cannot read it: {e}") from None
+    if "keys" in data:
+        value, key = data["keys"], "keys"
+    elif isinstance(data.get("camera"), dict) and "keys" in data["camera"]:
+        value, key = data["camera"]["keys"], "camera.keys"
+    else:
+        raise ConfigError(f"{path}: no [[keys]] tables; each needs t and position, optionally target "
+                          "and fov")
+    try:
+        return parse_keys(value, key)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
 
 
 def parse_assignment(text: str) -> tuple[str, str]:

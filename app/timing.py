@@ -5,20 +5,31 @@
 - `HostTimer` (perf_counter) and `EventTimer` (CUDA event pairs) share one interface: `reset()`,
   `with timer.time("force"): ...`, `collect()`; the integrator brackets its work with whichever the
   backend hands it.
+- `DrawTimer`: GPU time of a block of GL calls (timer queries, or glFinish + perf_counter): the
+  viewer's particle pass and the panel's draw.
+- `FrameStats`: what the viewer's last frame cost (`viewer.stats`), the source of each FrameRecord.
 - `FrameRecord` / `FrameLog`: one record per drawn frame, kept in a ring, summarised by medians. The
   viewer fills it (`FrameLog.attach(viewer)` hooks the overlay list, which runs once per drawn frame);
   the headless run summary, `run --timings`, the panel's plots and bench read the same records.
+- `History`: numpy rings of per-frame numbers against the FrameLog's clock, for the panel's plots and
+  its live medians.
 
-This module imports neither pycuda nor GL: `EventTimer` is handed the pycuda driver module.
+Importing this module imports neither pycuda nor GL: `EventTimer` is handed the pycuda driver module,
+and `DrawTimer` imports PyOpenGL when it is made (in a current GL context, after gl_setup.configure).
 """
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time as _time
 from collections import defaultdict, deque
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+log = logging.getLogger(__name__)
 
 FLOPS_PER_INTERACTION = 20  # the GPU Gems 3 / CUDA samples convention for GFLOP/s figures
 
@@ -184,7 +195,109 @@ class EventTimer:
         self._free.clear()
 
 
+# --- GL draws -------------------------------------------------------------------------------------------
+class DrawTimer:
+    """GPU time of a bracketed block: GL_TIME_ELAPSED queries when available, else glFinish + perf_counter.
+
+    Queries are read back non-blocking from a small ring, so `ms` is one to three frames late.
+    """
+
+    RING = 4
+
+    def __init__(self):
+        self.method = "glFinish+perf_counter"
+        self.ms = 0.0
+        self._gl = None
+        self._queries: list[int] = []
+        self._pending: list[int] = []
+        self._slot = 0
+        self._t0 = 0.0
+        try:
+            from OpenGL import GL
+
+            self._gl = GL
+            ver = GL.glGetString(GL.GL_VERSION)
+            major, minor = (int(x) for x in ver.split()[0].split(b".")[:2])
+            ext_ok = (major, minor) >= (3, 3)
+            if not ext_ok:
+                n_ext = GL.glGetIntegerv(GL.GL_NUM_EXTENSIONS)
+                names = (GL.glGetStringi(GL.GL_EXTENSIONS, i) for i in range(n_ext))
+                ext_ok = b"GL_ARB_timer_query" in names
+            if ext_ok:
+                q = GL.glGenQueries(self.RING)
+                self._queries = [int(x) for x in np.atleast_1d(q)]
+                self.method = "GL_TIME_ELAPSED"
+        except Exception as e:  # no PyOpenGL entry points for this context: fall back
+            log.info("GL timer queries unavailable (%s); timing draws with glFinish", e)
+            self._queries = []
+
+    def _read(self, q: int, wait: bool) -> bool:
+        import ctypes
+
+        GL = self._gl
+        if not wait and not GL.glGetQueryObjectuiv(q, GL.GL_QUERY_RESULT_AVAILABLE):
+            return False
+        ns = ctypes.c_uint64(0)
+        GL.glGetQueryObjectui64v(q, GL.GL_QUERY_RESULT, ctypes.byref(ns))
+        ms = ns.value * 1e-6
+        if ms < 60_000.0:  # some drivers report garbage for a context's very first query
+            self.ms = ms
+        return True
+
+    def begin(self) -> None:
+        if self._queries:
+            q = self._queries[self._slot]
+            if q in self._pending:
+                self._read(q, wait=True)
+                self._pending.remove(q)
+            self._gl.glBeginQuery(self._gl.GL_TIME_ELAPSED, q)
+        else:
+            self._finish()
+            self._t0 = _time.perf_counter()
+
+    def end(self) -> None:
+        if self._queries:
+            q = self._queries[self._slot]
+            self._gl.glEndQuery(self._gl.GL_TIME_ELAPSED)
+            self._pending.append(q)
+            self._slot = (self._slot + 1) % len(self._queries)
+            for p in list(self._pending):  # oldest first
+                if not self._read(p, wait=False):
+                    break
+                self._pending.remove(p)
+        else:
+            self._finish()
+            self.ms = (_time.perf_counter() - self._t0) * 1e3
+
+    def _finish(self) -> None:
+        if self._gl is not None:
+            self._gl.glFinish()
+        else:  # PyOpenGL could not be imported: vispy's own GL binding
+            from vispy.gloo import gl
+
+            gl.glFinish()
+
+
 # --- frames ---------------------------------------------------------------------------------------------
+@dataclass
+class FrameStats:
+    """What the last frame cost. `draw_timer` says how `draw_ms` was measured."""
+
+    frame: int = 0  # frames drawn so far
+    fps: float = 0.0  # smoothed over about a second
+    frame_ms: float = 0.0  # wall time between the last two drawn frames
+    draw_ms: float = 0.0  # GPU time of the particle pass (+ tone map), see draw_timer
+    draw_timer: str = "none"  # "GL_TIME_ELAPSED" (timer query, a frame or two late) | "glFinish+perf_counter"
+    upload_ms: float = 0.0  # host path: host_render_arrays() + VBO upload; 0 with interop
+    record_ms: float = 0.0  # live recording: CPU time of this frame's capture (blit, readback, queue)
+    step: StepTimings | None = None  # the last backend.step's (None while paused from the start)
+    n: int = 0
+    kernel: str = ""
+    data_path: str = ""
+    paused: bool = False
+    extra: dict = field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class FrameRecord:
     frame: int
@@ -271,3 +384,51 @@ class FrameLog:
                 w = csv.DictWriter(f, fieldnames=list(rows[0]))
                 w.writeheader()
                 w.writerows(rows)
+
+
+# --- the panel's rings ------------------------------------------------------------------------------------
+class History:
+    """Fixed-size numpy rings of per-frame numbers, one per name in `fields`, against a clock (the
+    FrameLog's: seconds since it started). Cheap to push at any frame rate; read as the last seconds
+    (plots) or the medians of the last frames (live numbers)."""
+
+    def __init__(self, fields: tuple[str, ...], capacity: int = 16384):
+        self.capacity = capacity
+        self.fields = tuple(fields)
+        self.t = np.zeros(capacity)
+        self.data = {f: np.zeros(capacity) for f in self.fields}
+        self.count = 0  # total pushed
+
+    def push(self, t: float, **values: float) -> None:
+        i = self.count % self.capacity
+        self.t[i] = t
+        for f, arr in self.data.items():
+            arr[i] = values.get(f, 0.0)
+        self.count += 1
+
+    def _order(self, last: int | None = None) -> np.ndarray:
+        """Ring indices of the newest `last` entries (all kept ones when None), oldest first."""
+        n = min(self.count, self.capacity)
+        if last is not None:
+            n = min(n, last)
+        end = self.count % self.capacity
+        return (np.arange(end - n, end)) % self.capacity
+
+    def window(self, seconds: float, fields=None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """(t, {field: values}) for the entries of the last `seconds`, oldest first."""
+        fields = tuple(fields or self.fields)
+        idx = self._order()
+        if idx.size == 0:
+            return np.zeros(0), {f: np.zeros(0) for f in fields}
+        t = self.t[idx]
+        first = int(np.searchsorted(t, t[-1] - seconds))  # t is increasing
+        idx = idx[first:]
+        return t[first:], {f: self.data[f][idx] for f in fields}
+
+    def recent_medians(self, frames: int) -> dict[str, float]:
+        """The median of each field over the newest `frames` entries (0 before the first push)."""
+        idx = self._order(frames)
+        if not idx.size:
+            return dict.fromkeys(self.fields, 0.0)
+        block = np.median(np.stack([self.data[f][idx] for f in self.fields]), axis=1)
+        return {f: float(v) for f, v in zip(self.fields, block, strict=True)}

@@ -6,15 +6,17 @@ import json
 
 import numpy as np
 import pytest
+from fakes import BackendDouble
 
 from app import bench
 from app.backends import backend_class
 from app.backends.base import Backend, KernelRecord, StepTimings
 from app.errors import RuntimeFault
+from app.forces import Span, all_pairs_work
 from app.physics import Physics
 
 
-class ToyBackend(Backend):
+class ToyBackend(BackendDouble, Backend):
     """Reports a fixed force time per N so medians are predictable; some kernels misbehave on purpose."""
 
     name = "toy"
@@ -23,6 +25,8 @@ class ToyBackend(Backend):
         KernelRecord(name="toy-small", doc="max_n 100", backend="toy", max_n=100),
         KernelRecord(name="toy-broken", doc="never compiles", backend="toy"),
         KernelRecord(name="toy-crash", doc="raises while stepping", backend="toy"),
+        KernelRecord(name="toy-tree", doc="evaluates a quarter of the pairs, like a tree", backend="toy"),
+        KernelRecord(name="toy-mute", doc="counts no interactions", backend="toy"),
     ]
     closed = 0
 
@@ -54,13 +58,6 @@ class ToyBackend(Backend):
     def set_kernel(self, name):
         self._kernel = name
 
-    def set_physics(self, physics):
-        self._physics = physics
-
-    @property
-    def physics(self):
-        return self._physics
-
     @property
     def n(self):
         return self._n
@@ -71,7 +68,10 @@ class ToyBackend(Backend):
         self._calls += 1
         # 1 ms per 1e6 interactions, with a slow first call that warm-up must absorb
         ms = self._n * self._n * 1e-6 * (50 if self._calls == 1 else 1)
-        return StepTimings(kernel=self._kernel, steps=steps, n=self._n, force_ms=ms, integrate_ms=0.01)
+        work = all_pairs_work(Span.all(self._n), Span.all(self._n))
+        done = {"toy-tree": work.interactions // 4, "toy-mute": 0}.get(self._kernel, work.interactions)
+        return StepTimings(kernel=self._kernel, steps=steps, n=self._n, force_ms=ms, integrate_ms=0.01,
+                           interactions=done * steps, pair_equivalent=work.pair_equivalent * steps)
 
     def accelerations(self):
         return np.zeros((self._n, 3))
@@ -120,6 +120,24 @@ def test_run_bench_layout_and_skips():
     assert "toy-fast" in table and "skipped" in table and "Toy GPU" in table
 
 
+def test_rates_come_from_the_counted_interactions_and_a_tree_gets_its_all_pairs_equivalent():
+    result = bench.run_bench(ToyBackend, ["toy-fast", "toy-tree", "toy-mute"], [512], warmup=1, repeats=3,
+                             progress=False)
+    fast, tree, mute = (by(result, k, 512) for k in ("toy-fast", "toy-tree", "toy-mute"))
+    assert fast["interactions"] == 512 * 512 and bench.EQUIVALENT_FIELD not in fast  # all-pairs: one rate
+    assert tree["interactions"] == 512 * 512 // 4 and tree["pair_equivalent"] == 512 * 512
+    assert tree["interactions_per_s"] == pytest.approx(0.25e9)  # what it evaluated, over the same time
+    assert tree[bench.EQUIVALENT_FIELD] == pytest.approx(1e9)  # labelled: equivalent_all_pairs_...
+    assert tree[bench.GFLOPS_FIELD] == pytest.approx(5.0)
+    assert mute["status"] == "failed" and "counted no interactions" in mute["reason"]
+    head, *rows = bench.format_table(result).splitlines()[1:]
+    assert "eq. all-pairs G/s" in head
+    tree_row = next(r for r in rows if r.startswith("toy-tree"))
+    assert tree_row.split()[-2:] == ["5.0", "1.00"]  # GFLOP/s, then the equivalent all-pairs G/s
+    assert "eq. all-pairs" not in bench.format_table(bench.run_bench(
+        ToyBackend, ["toy-fast"], [64], warmup=0, repeats=1, progress=False))
+
+
 def test_backend_closed_after_run():
     before = ToyBackend.closed
     bench.run_bench(ToyBackend, ["toy-fast"], [8], warmup=0, repeats=1, progress=False)
@@ -145,34 +163,65 @@ def test_json_round_trip(tmp_path):
     assert back["results"] == result["results"] and back == bench.load_json(path)
 
 
-@pytest.mark.parametrize("engine", ["pillow", "matplotlib"])
-def test_plot_png(tmp_path, engine):
-    if engine == "matplotlib":
-        pytest.importorskip("matplotlib")
+def test_plot_is_a_log_log_png_of_every_kernel_with_the_references(tmp_path):
     from PIL import Image
 
-    result = bench.run_bench(ToyBackend, ["toy-fast", "toy-small", "toy-broken"], [16, 64, 256, 1000],
-                             warmup=1, repeats=3, progress=False)
-    result["backend"] = "cuda"  # draws the CUDA-samples reference and the FP32 limit too
-    out = bench.plot(result, tmp_path / "plot.png", engine=engine)
-    img = Image.open(out).convert("RGB")
-    assert img.size[0] >= 800 and img.size[1] >= 500
-    colors = {c for _count, c in img.getcolors(maxcolors=1 << 20)}
+    from app.bench_plot import SIZE_PX, bench_figure, plot
+
+    result = bench.run_bench(ToyBackend, ["toy-fast", "toy-small", "toy-tree", "toy-broken"],
+                             [16, 64, 256, 1000], warmup=1, repeats=3, progress=False)
+    limit = result["references"][0]
+    assert limit["interactions_per_s"] == 2.79e12 and "FP32 issue limit" in limit["label"]  # the device's
+    result["references"] += bench.reference_lines("cuda", None)  # the estimate and the CUDA samples series
+    fig = bench_figure(result)
+    ax = fig.axes[0]
+    assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")
+    assert ax.get_xlabel() == "N (bodies)" and ax.get_ylabel() == "G interactions / s"
+    assert "Toy GPU" in ax.get_title()
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["toy-fast", "toy-small", "toy-tree", "toy-tree (equivalent all-pairs)", limit["label"],
+                      "FP32 issue limit H100/H200 ≈ 2,788 G/s (12 FP32 instr./interaction)",
+                      "CUDA samples nbody, H200 (DESIGN.md)"]
+    lines = dict(zip(labels, ax.get_legend().legend_handles, strict=True))
+    kernels = [lines[k] for k in ("toy-fast", "toy-small", "toy-tree")]
+    assert len({(h.get_color(), h.get_marker()) for h in kernels}) == 3  # each kernel its own look
+    assert all(lines[k].get_linestyle() == "-" for k in ("toy-fast", "toy-small", "toy-tree"))
+    assert lines["toy-tree (equivalent all-pairs)"].get_linestyle() == ":"
+    assert all(lines[r["label"]].get_linestyle() == "--" for r in result["references"])  # dashed references
+    fast = next(line for line in ax.get_lines() if line.get_label() == "toy-fast")
+    assert fast.get_xdata().tolist() == [16, 64, 256, 1000]
+    assert fast.get_ydata()[0] == pytest.approx(1.0)  # the toy's 1e9 interactions/s, plotted in G/s
+    assert any("6 run(s) not measured" in t.get_text() for t in ax.texts)  # toy-broken; toy-small over max_n
+
+    out = plot(result, tmp_path / "deep" / "plot.png")
+    img = Image.open(out)
+    assert img.format == "PNG" and img.size == SIZE_PX
+    colors = {c for _count, c in img.convert("RGB").getcolors(maxcolors=1 << 20)}
     assert len(colors) > 20  # axes, text, lines: not a blank canvas
-    assert any(r > 150 and g < 80 and b < 90 for r, g, b in colors)  # the red dashed FP32 limit
+    assert any(r > 150 and g < 80 and b < 90 for r, g, b in colors)  # the crimson dashed FP32 limit
 
 
 def test_plot_with_nothing_measured(tmp_path):
+    from PIL import Image
+
+    from app.bench_plot import SIZE_PX, bench_figure, plot
+
     result = bench.run_bench(ToyBackend, ["toy-broken"], [16], progress=False)
-    assert bench.plot(result, tmp_path / "empty.png", engine="pillow").is_file()
+    result["references"] = []
+    ax = bench_figure(result).axes[0]
+    assert ax.get_legend() is None and ax.get_xscale() == "log" and "1 run(s)" in ax.texts[0].get_text()
+    assert Image.open(plot(result, tmp_path / "empty.png")).size == SIZE_PX
 
 
-def test_plummer_state_is_seeded():
-    a, b = bench.plummer(500, seed=3), bench.plummer(500, seed=3)
-    assert np.array_equal(a.pos, b.pos) and np.array_equal(a.vel, b.vel)
-    assert a.n == 500 and np.allclose(a.pos.mean(axis=0), 0, atol=1e-12)
-    assert a.mass.sum() == pytest.approx(1.0)
-    assert bench.bench_bodies(64, seed=1).n == 64
+def test_bench_bodies_are_app_ics_plummer_and_seeded():
+    from app.ics import generate
+
+    a, b = bench.bench_bodies(500, seed=3), bench.bench_bodies(500, seed=3)
+    assert np.array_equal(a.pos, b.pos) and np.array_equal(a.vel, b.vel)  # deterministic
+    ref = generate("plummer", 500, 3)
+    assert np.array_equal(a.pos, ref.pos) and np.array_equal(a.mass, ref.mass)  # one Plummer generator
+    assert a.n == 500 and a.mass.sum() == pytest.approx(1.0)
+    assert not np.array_equal(bench.bench_bodies(500, seed=4).pos, a.pos)
 
 
 def test_cpu_backend_at_tiny_n():

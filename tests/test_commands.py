@@ -62,6 +62,43 @@ def test_info_lists_backends_and_kernels(capsys):
     assert "physics.dt" in capsys.readouterr().out
 
 
+def test_info_names_the_device_a_backend_reports(capsys, monkeypatch):
+    from app import backends
+    from app.backends.base import Backend
+
+    class Device(Backend):  # only what `info` asks of a backend; the rest is never called
+        name = "dev"
+        closed = 0
+        kernels = classmethod(lambda cls: [])
+        why_not = classmethod(lambda cls: None)
+        load = kernel = set_kernel = tunables = set_tunables = clear_tunables = None
+        set_physics = physics = n = step = accelerations = state = None
+
+        def device_info(self):
+            return {"name": "Toy GPU", "arch": "sm_90", "sms": 132, "driver_version": "580.1", "extra": 1}
+
+        def close(self):
+            Device.closed += 1
+
+    class Broken(Device):
+        name = "broken"
+
+        def device_info(self):
+            raise RuntimeError("no context")
+
+    class Hostless(Device):  # no device_info: nothing to say about a device
+        name = "host"
+        device_info = None
+
+    classes = {"dev": Device, "broken": Broken, "host": Hostless}
+    monkeypatch.setattr(backends, "backend_classes", lambda: classes)
+    assert main(["info", "--no-gl"]) == 0
+    out = capsys.readouterr().out
+    assert "backend dev: available\n  device: Toy GPU (sm_90, 132 SMs, driver 580.1)\n" in out
+    assert "  device: unknown (RuntimeError: no context)" in out and Device.closed == 2
+    assert "backend host: available\nkernels:" in out
+
+
 @pytest.mark.gl
 @pytest.mark.slow
 def test_run_without_a_display_records_a_demo_instead(tmp_path):

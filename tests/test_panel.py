@@ -4,14 +4,17 @@ window delivers them through, on headless EGL (Mesa llvmpipe here). The tests ne
 panel's state to act: they read where the widgets were drawn (`panel.item_rects`, the layout of the last
 frame) to know where to click, and read state afterwards to check the effect.
 
-Backend: the CPU backend (cpu-simd, cpu-fp64); the CUDA records are listed greyed without pycuda.
+Backend: the CPU backend (cpu-simd, cpu-fp64); the CUDA records are listed greyed without pycuda. The
+tunables test uses a test double whose one kernel has a float and an int tunable.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+from fakes import FakeBackend
 
+from app.forces import FloatRange, IntChoice, KernelRecord
 from app.render import gl_setup
 
 pytestmark = pytest.mark.gl
@@ -39,14 +42,14 @@ def gl_env():
 class UI:
     """A viewer with the panel, and a 'user' who moves the mouse, clicks and types through vispy events."""
 
-    def __init__(self, n: int = 512):
+    def __init__(self, n: int = 512, backend=None):
         from app.commands.common import make_backend
         from app.render.canvas import Viewer
         from app.scene import load_scene
         from app.ui import Panel
 
         self.scene = load_scene("plummer", {"initial.n": n, "run.backend": "cpu", "run.steps_per_frame": 1})
-        self.viewer = Viewer(self.scene, make_backend(self.scene), size=(W, H), headless=True)
+        self.viewer = Viewer(self.scene, backend or make_backend(self.scene), size=(W, H), headless=True)
         self.panel = Panel(self.viewer)
         self.ctl = self.panel.controller
         self.frame(2)
@@ -115,6 +118,68 @@ def ui(gl_env):
     u = UI()
     yield u
     u.close()
+
+
+class TunableBackend(FakeBackend):
+    """One kernel with a tree's kind of tunables; each step() notes the values it ran with."""
+
+    RECORD = KernelRecord(name="fake-tree", doc="a test double with tunables", backend="fake",
+                          tunables=(FloatRange("theta", 0.0, 1.5, 0.5, lo_open=True, doc="opening angle"),
+                                    IntChoice("leaf", (8, 16, 32), 16, doc="bodies per leaf")))
+    kernel = RECORD.name
+
+    def __init__(self, n: int):
+        from app.ics import generate
+
+        super().__init__(generate("plummer", n, 1).pos4())
+        self.seen: list[dict] = []
+
+    @classmethod
+    def kernels(cls):
+        return [cls.RECORD]
+
+    def step(self, steps=1):
+        self.seen.append(self.tunables())
+        return super().step(steps)
+
+
+@pytest.fixture
+def tunable_ui(gl_env, monkeypatch):
+    from app.ui import controller
+
+    # the registry the controller lists is this double's alone
+    monkeypatch.setattr(controller, "all_kernel_records", TunableBackend.kernels)
+    monkeypatch.setattr(controller, "backend_class", lambda name: TunableBackend)
+    u = UI(backend=TunableBackend(512))
+    yield u
+    u.close()
+
+
+def test_tunables_are_a_slider_and_a_combo_and_reach_the_next_step(tunable_ui):
+    from vispy.util import keys
+
+    ui = tunable_ui
+    b = ui.backend
+    assert b.tunables() == {"theta": 0.5, "leaf": 16} and len(b.seen) == 2  # the two start-up frames
+    ui.key(keys.SPACE, " ")  # paused: nothing steps while the user sets the values
+    seen = len(b.seen)
+    x0, y0, _, y1 = ui.panel.item_rects["tunable:theta"]
+    ui.click((x0 + 0.8 * 150.0, (y0 + y1) / 2))  # the slider (150 px wide, its label right of it) at 80 %
+    theta = b.tunables()["theta"]
+    assert 1.05 < theta < 1.35, (theta, ui.ctl.message)
+    assert ui.ctl.message == f"fake-tree.theta = {theta:g} from the next step"
+    ui.click("tunable:leaf")
+    assert "tunable:leaf=32" in ui.panel.item_rects, "the combo did not open"
+    ui.click("tunable:leaf=32")
+    assert b.tunables() == {"theta": theta, "leaf": 32} and len(b.seen) == seen
+    ui.key(keys.SPACE, " ")
+    ui.frame()
+    assert b.seen[seen] == {"theta": theta, "leaf": 32}  # the next step ran with both
+    assert not ui.panel.red_fields
+    # a value the record refuses is its ConfigError's text, and the value in effect stays
+    err = ui.ctl.set_tunable("leaf", 12)
+    assert err == "fake-tree.leaf: 12 is not one of 8, 16, 32" and b.tunables()["leaf"] == 32
+    assert "no tunable 'block'" in ui.ctl.set_tunable("block", 128)
 
 
 def _state(backend):

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app import config
 from app.cli import main
 from app.errors import ConfigError, RuntimeFault
 from app.render import camera_path as cp
@@ -241,6 +242,32 @@ def test_recorder_api_start_add_frame_stop(tmp_path):
         Recorder((64, 48)).start(tmp_path / "x.mp4").add_frame(np.zeros((48, 64), np.float32))
 
 
+def test_non_blocking_recorder_says_when_its_queue_is_full_and_counts_drops(tmp_path, monkeypatch):
+    """The public accessors the live viewer decides with (no reading the recorder's worker)."""
+    import threading
+
+    from app.render import encoder
+    from app.render.recorder import Recorder
+
+    gate = threading.Event()
+    real = encoder.VideoEncoder._process
+
+    def stalled(self, img, info):  # the encoder is busy until the gate opens
+        gate.wait(10)
+        real(self, img, info)
+
+    monkeypatch.setattr(encoder.VideoEncoder, "_process", stalled)
+    rec = Recorder((64, 48), fps=30, queue_size=2, block=False)
+    assert not rec.queue_full and rec.dropped == 0  # not recording
+    rec.start(tmp_path / "busy.mp4")
+    accepted = [rec.add_frame(np.zeros((48, 64, 3), np.uint8)) for _ in range(6)]
+    # one frame in the (stalled) worker, two in the queue: the rest were dropped, not waited for
+    assert rec.queue_full and accepted.count(False) == rec.dropped >= 3
+    gate.set()
+    res = rec.stop()
+    assert res.dropped == 6 - res.frames and not rec.queue_full and rec.dropped == 0
+
+
 def test_full_disk_while_encoding_is_one_line_and_removes_the_partial_file(tmp_path, monkeypatch):
     import errno
 
@@ -421,7 +448,7 @@ def base_camera():
 
 
 def test_keyframed_path_passes_through_its_keys_smoothly():
-    path = cp.KeyframePath(base_camera(), cp.parse_keys(KEYS))
+    path = cp.KeyframePath(base_camera(), config.parse_keys(KEYS))
     defaults_target = [np.zeros(3), [0.5, 0.0, 0.0], [1.0, 1.0, 0.0], [0.5, 0.0, 0.0]]
     defaults_fov = [40.0, 60.0, 45.0, 20.0]
     cam = OrbitCamera()
@@ -479,7 +506,7 @@ def test_orbit_and_static_paths_depend_on_video_time_only():
 ])
 def test_keyframes_are_validated_with_the_key_named(keys, words):
     with pytest.raises(ConfigError) as err:
-        cp.parse_keys(keys)
+        config.parse_keys(keys)
     for w in words:
         assert w in str(err.value), (w, str(err.value))
 
@@ -506,14 +533,14 @@ def test_camera_keys_in_the_scene_toml_and_in_a_file(tmp_path):
 
     flight = tmp_path / "flight.toml"
     flight.write_text(FLIGHT)
-    keys = cp.load_keys_file(flight)
+    keys = config.load_keys_file(flight)
     assert [k.t for k in keys] == [0.0, 0.1, 0.2] and keys[1].target == (0.3, 0.0, 0.0)
     flight.write_text("[[keys]]\nt = 0.0\nposition = [0, 0, 1]\nfov = 0.5\n")
     with pytest.raises(ConfigError, match=r"flight\.toml: keys\[0\]\.fov"):
-        cp.load_keys_file(flight)
+        config.load_keys_file(flight)
     flight.write_text("[camera]\nfov = 3\n")
     with pytest.raises(ConfigError, match="no \\[\\[keys\\]\\] tables"):
-        cp.load_keys_file(flight)
+        config.load_keys_file(flight)
 
 
 def test_record_help_teaches_every_flag(capsys):

@@ -8,8 +8,8 @@ import math
 
 import numpy as np
 import pytest
+from fakes import FakeBackend
 
-from app.backends.base import Backend, KernelRecord, StepTimings
 from app.bodies import Bodies
 from app.errors import ConfigError, RuntimeFault
 from app.physics import Physics
@@ -34,76 +34,6 @@ def plummer_pos4(n: int, seed: int = 7) -> np.ndarray:
     out[:, :3] = u * r[:, None]
     out[:, 3] = 1.0 / n
     return out
-
-
-class FakeBackend(Backend):
-    """Bodies exactly where the test puts them; step() only counts."""
-
-    name = "fake"
-
-    def __init__(self, pos4, speeds=None, interop: bool = False):
-        self.set_bodies(pos4, speeds)
-        self.interop = interop
-        self.steps = 0
-        self.attached: list[tuple[int, int]] = []
-        self.host_reads = 0
-        self._physics = Physics()
-
-    def set_bodies(self, pos4, speeds=None):
-        self.pos4 = np.asarray(pos4, np.float32).reshape(-1, 4).copy()
-        self.speeds = (np.ones(len(self.pos4), np.float32) if speeds is None
-                       else np.asarray(speeds, np.float32).copy())
-
-    @classmethod
-    def why_not(cls):
-        return None
-
-    @classmethod
-    def kernels(cls):
-        return [KernelRecord(name="fake", doc="test double", backend="fake")]
-
-    def load(self, bodies, physics, kernel=None):
-        self.set_bodies(bodies.pos4())
-
-    @property
-    def kernel(self):
-        return "fake"
-
-    def set_kernel(self, name):
-        pass
-
-    def set_physics(self, physics):
-        self._physics = physics
-
-    @property
-    def physics(self):
-        return self._physics
-
-    @property
-    def n(self):
-        return len(self.pos4)
-
-    def step(self, steps=1):
-        self.steps += steps
-        return StepTimings(kernel="fake", steps=steps, n=self.n, force_ms=0.25)
-
-    def accelerations(self):
-        return np.zeros((self.n, 3))
-
-    def state(self):
-        return Bodies(self.pos4[:, :3].astype(float), np.zeros((self.n, 3)), self.pos4[:, 3].astype(float))
-
-    def host_render_arrays(self):
-        self.host_reads += 1
-        return self.pos4.copy(), self.speeds.copy()
-
-    def attach_gl_buffers(self, position_vbo, speed_vbo):
-        self.attached.append((position_vbo, speed_vbo))
-        return self.interop
-
-    @property
-    def data_path(self):
-        return "CUDA-GL interop" if self.interop else "host upload"
 
 
 FIXED_CAMERA = CameraSettings(azimuth=30.0, elevation=20.0, distance=6.0, target=(0.0, 0.0, 0.0), fov=45.0)

@@ -10,9 +10,11 @@ from app.commands.common import positive_int
 HELP = "time force kernels (median of CUDA events / perf_counter) over N; write JSON and a PNG plot"
 DESCRIPTION = """\
 For each kernel and each N: a seeded Plummer sphere, --warmup untimed launches, then the median of
---repeats timed force launches. Reports interactions/s and GFLOP/s by the 20-flops-per-interaction
-convention (GPU Gems 3, CUDA samples), with the device name, SM clock and driver. Kernels that cannot
-run at an N (too large, out of memory) are listed in the JSON with the reason, never dropped.
+--repeats timed force launches. Reports interactions/s (the interactions the kernel counted) and
+GFLOP/s by the 20-flops-per-interaction convention (GPU Gems 3, CUDA samples), with the device name,
+SM clock and driver; a kernel that evaluates fewer pairs than N² (a tree) also gets an "equivalent
+all-pairs" rate, labelled as such. Kernels that cannot run at an N (too large, out of memory) are
+listed in the JSON with the reason, never dropped.
 
 examples:
   nbody-live bench --backend cuda --kernels all --n 4096,16384,65536,131072,1048576 \\
@@ -66,6 +68,8 @@ def main(args) -> int:
         bench.write_json(result, args.json)
         print(f"wrote {args.json}")
     if args.plot:
-        bench.plot(result, args.plot)
+        from app.bench_plot import plot
+
+        plot(result, args.plot)
         print(f"wrote {args.plot}")
     return 0

@@ -43,6 +43,24 @@ def _versions() -> str:
     return ", ".join(out)
 
 
+DEVICE_FACTS = (("arch", "{}"), ("sms", "{} SMs"), ("sm_clock_max_mhz", "{:.0f} MHz"),
+                ("driver_version", "driver {}"))
+
+
+def _device_line(cls) -> str:
+    """The device from the backend's own `device_info()` (the CUDA backend's: an instance, so a context)."""
+    try:
+        backend = cls()
+        try:
+            d = backend.device_info()
+        finally:
+            backend.close()
+    except Exception as e:  # noqa: BLE001 - info reports whatever breaks, it never crashes on it
+        return f"unknown ({type(e).__name__}: {e})"
+    facts = ", ".join(text.format(d[key]) for key, text in DEVICE_FACTS if d.get(key))
+    return str(d.get("name", "?")) + (f" ({facts})" if facts else "")
+
+
 def print_kernels() -> None:
     from app.backends import backend_classes
 
@@ -102,8 +120,8 @@ def main(args) -> int:
     for name, cls in backend_classes().items():
         reason = cls.why_not()
         print(f"backend {name}: {'available' if reason is None else 'unavailable: ' + reason}")
-        if reason is None and hasattr(cls, "device_summary"):
-            print(f"  device: {cls.device_summary()}")
+        if reason is None and callable(getattr(cls, "device_info", None)):
+            print(f"  device: {_device_line(cls)}")
     if not args.no_gl:
         try:
             from app.render.gl_setup import gl_info

@@ -38,7 +38,8 @@ backend and draws the bodies as additive point sprites (size by mass, colour by 
 title shows FPS, kernel, N and how positions reach the screen (CUDA-GL interop or host upload).
 
 The ImGui control panel (shown unless --no-panel; Tab hides it) switches kernels mid-run (every
-registry kernel, unavailable ones greyed with the reason), shows live frame and kernel timings,
+registry kernel, unavailable ones greyed with the reason) and sets the current kernel's tunables (a
+combo for a set of values, a slider for a range), shows live frame and kernel timings,
 history plots with a marker at each switch, per-kernel medians, energy/momentum drift, and edits N,
 dt, softening, G, integrator, force model, steps per frame and the view; "Benchmark all kernels" runs
 each available kernel on a copy of the current state; "Screenshot" writes out/screenshot-<time>.png.
@@ -121,8 +122,8 @@ def main(args) -> int:
 
         # the panel's controller owns the keys ([ ] R V Tab) and the kernel switching, shown or not
         panel = Panel(viewer, frame_log=frame_log, visible=args.panel)
-        panel.controller.record_dir = args.record_to
-        panel.controller.record_fps = args.record_fps
+        recorder = panel.controller.view_recorder
+        recorder.directory, recorder.fps = args.record_to, args.record_fps
         viewer.screenshot_on_exit = args.screenshot
         viewer.screenshot_overlays = True  # what the user sees, panel included
         import gc
@@ -139,9 +140,9 @@ def main(args) -> int:
                 viewer.save_png(args.screenshot, overlays=True)
             viewer.close()
         elif args.record_cost:
-            from app.ui.controller import measure_record_cost, record_cost_line
+            from app.render.live_recording import measure_record_cost, record_cost_line
 
-            cost = measure_record_cost(viewer, panel.controller, frames=args.frames)
+            cost = measure_record_cost(viewer, recorder, frames=args.frames)
             print(record_cost_line(cost, device=_device_name(viewer.backend, panel)))
             if args.screenshot:
                 viewer.save_png(args.screenshot, overlays=True)
@@ -154,14 +155,14 @@ def main(args) -> int:
               f"({backend.data_path}): " + frame_log.summary_line())
         if len(kernels) > 1:
             print("kernels used: " + " -> ".join(kernels))
-        ctl = panel.controller  # closing the viewer finalised a recording still running
+        # closing the viewer finalised a recording still running
         if not args.record_cost:
-            from app.ui.controller import recording_line
+            from app.render.live_recording import recording_line
 
-            for res in ctl.recordings:
+            for res in recorder.recordings:
                 print(recording_line(res))
-        if ctl.record_error:
-            log.error("%s", ctl.record_error)
+        if recorder.error:
+            log.error("%s", recorder.error)
         if args.timings:
             frame_log.write_csv(args.timings)
             print(f"wrote {args.timings}")

@@ -9,6 +9,9 @@ Never wall time: the same scene, path and frame number always give the same view
              fov (degrees); target and fov may be left out (the scene camera's are used)
     FILE     a TOML file holding the same [[keys]] tables (`--camera path/to/flight.toml`)
 
+The keyframes themselves (`Keyframe`, `parse_keys`, `load_keys_file`) are settings: app.config reads
+and checks them like every other scene key.
+
 Keyframed positions and targets follow a cubic Hermite spline through every key: the tangent at an
 inner key is the Catmull-Rom one for uneven spacing, (p[k+1] - p[k-1]) / (t[k+1] - t[k-1]), and zero at
 the first and last key, so the camera eases out of the first key and into the last. The field of view
@@ -23,25 +26,14 @@ from __future__ import annotations
 
 import copy
 import math
-import tomllib
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
+from app.config import load_keys_file, parse_keys
 from app.errors import ConfigError
 
 BUILTIN_PATHS = ("static", "orbit", "keys")
-KEY_FIELDS = ("t", "position", "target", "fov")
-MAX_T = 1e6  # seconds
-
-
-@dataclass(frozen=True)
-class Keyframe:
-    t: float  # seconds of video
-    position: tuple[float, float, float]  # eye, world coordinates
-    target: tuple[float, float, float] | None = None  # None: the scene camera's target
-    fov: float | None = None  # None: the scene camera's fov
 
 
 @dataclass(frozen=True)
@@ -52,82 +44,7 @@ class Pose:
 
 
 # --------------------------------------------------------------------------------------------------
-# parsing and validation (messages name the key: camera.keys[2].fov, or FILE: keys[2].fov)
-
-
-def _fields():
-    from app.config import Field
-
-    return {
-        "t": Field("float", "time of the key, seconds of video", lo=0, hi=MAX_T),
-        "position": Field("vec3", "eye position", lo=-1e12, hi=1e12),
-        "target": Field("vec3", "point looked at", lo=-1e12, hi=1e12, optional=True),
-        "fov": Field("float", "vertical field of view, degrees", lo=1, hi=170, optional=True),
-    }
-
-
-def parse_keys(value, key: str = "camera.keys") -> tuple[Keyframe, ...]:
-    """A list of tables (from TOML) -> validated Keyframes; ConfigError naming `key[i].field`."""
-    from app.config import coerce
-
-    if isinstance(value, str):
-        raise ConfigError(f"{key} cannot be given as text: write [[camera.keys]] tables in the scene file, "
-                          "or put [[keys]] tables in a file and pass --camera FILE")
-    if not isinstance(value, list | tuple) or not value:
-        raise ConfigError(f"{key}: expected one or more tables, e.g. [[camera.keys]] t = 0.0 "
-                          "position = [0, -8, 3]")
-    fields = _fields()
-    keys: list[Keyframe] = []
-    for i, table in enumerate(value):
-        where = f"{key}[{i}]"
-        if isinstance(table, Keyframe):
-            keys.append(table)
-            continue
-        if not isinstance(table, dict):
-            raise ConfigError(f"{where}: expected a table with {', '.join(KEY_FIELDS)}")
-        unknown = sorted(set(table) - set(KEY_FIELDS))
-        if unknown:
-            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; keys of a camera key: "
-                              + ", ".join(KEY_FIELDS))
-        for need in ("t", "position"):
-            if need not in table:
-                raise ConfigError(f"{where}.{need} must be set: {fields[need].describe()}")
-        typed = {name: coerce(f"{where}.{name}", table.get(name), f) for name, f in fields.items()}
-        if typed["target"] is not None and np.allclose(typed["position"], typed["target"], rtol=0,
-                                                       atol=1e-9):
-            raise ConfigError(f"{where}: position and target are the same point; the camera needs a "
-                              "direction to look in")
-        keys.append(Keyframe(**typed))
-    for i in range(1, len(keys)):
-        if keys[i].t <= keys[i - 1].t:
-            raise ConfigError(f"{key}[{i}].t = {keys[i].t:g} must be greater than {key}[{i - 1}].t = "
-                              f"{keys[i - 1].t:g}: key times must increase")
-    return tuple(keys)
-
-
-def load_keys_file(path) -> tuple[Keyframe, ...]:
-    """Keyframes from a TOML file with [[keys]] tables (or [[camera.keys]]); ConfigError naming the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"camera path file {str(path)!r} does not exist (--camera takes static, orbit, "
-                          "keys, or a TOML file with [[keys]] tables)")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: not valid TOML: {e}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{path}: cannot read it: {e}") from None
-    if "keys" in data:
-        value, key = data["keys"], "keys"
-    elif isinstance(data.get("camera"), dict) and "keys" in data["camera"]:
-        value, key = data["camera"]["keys"], "camera.keys"
-    else:
-        raise ConfigError(f"{path}: no [[keys]] tables; each needs t and position, optionally target "
-                          "and fov")
-    try:
-        return parse_keys(value, key)
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
+# validation
 
 
 def validate_settings(settings) -> None:

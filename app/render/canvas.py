@@ -5,7 +5,7 @@
     img = viewer.render_to_array()           # (H, W, 3) uint8 from the viewer's own framebuffer
 
 Per frame: `advance()` (backend.step + buffer sync), then `on_draw` (particles, then every callable in
-`viewer.overlays`, e.g. the ImGui panel). Timings land in `viewer.stats` (a FrameStats).
+`viewer.overlays`, e.g. the ImGui panel). Timings land in `viewer.stats` (an app.timing.FrameStats).
 
 Keys (`viewer.key_actions`, name -> callable; the panel's controller adds and replaces entries):
 Space pause/resume, F fit the bodies, C reset the camera to the scene's, [ and ] previous/next kernel,
@@ -22,7 +22,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -33,114 +32,12 @@ from app.errors import NonFiniteState
 from app.render import gl_setup
 from app.render.camera import OrbitCamera, gl_matrix
 from app.render.particles import ParticleRenderer
+from app.timing import DrawTimer, FrameStats
 
 log = logging.getLogger(__name__)
 
 SPEED_SCALE_EVERY = 30  # frames between host-side percentile updates of the colour scale
 TITLE_EVERY_S = 0.5
-
-
-@dataclass
-class FrameStats:
-    """What the last frame cost. `draw_timer` says how `draw_ms` was measured."""
-
-    frame: int = 0  # frames drawn so far
-    fps: float = 0.0  # smoothed over about a second
-    frame_ms: float = 0.0  # wall time between the last two drawn frames
-    draw_ms: float = 0.0  # GPU time of the particle pass (+ tone map), see draw_timer
-    draw_timer: str = "none"  # "GL_TIME_ELAPSED" (timer query, a frame or two late) | "glFinish+perf_counter"
-    upload_ms: float = 0.0  # host path: host_render_arrays() + VBO upload; 0 with interop
-    record_ms: float = 0.0  # live recording: CPU time of this frame's capture (blit, readback, queue)
-    step: object | None = None  # the last StepTimings from backend.step (None while paused from the start)
-    n: int = 0
-    kernel: str = ""
-    data_path: str = ""
-    paused: bool = False
-    extra: dict = field(default_factory=dict)
-
-
-class DrawTimer:
-    """GPU time of a bracketed block: GL_TIME_ELAPSED queries when available, else glFinish + perf_counter.
-
-    Queries are read back non-blocking from a small ring, so `ms` is one to three frames late.
-    """
-
-    RING = 4
-
-    def __init__(self):
-        self.method = "glFinish+perf_counter"
-        self.ms = 0.0
-        self._gl = None
-        self._queries: list[int] = []
-        self._pending: list[int] = []
-        self._slot = 0
-        self._t0 = 0.0
-        try:
-            from OpenGL import GL
-
-            self._gl = GL
-            ver = GL.glGetString(GL.GL_VERSION)
-            major, minor = (int(x) for x in ver.split()[0].split(b".")[:2])
-            ext_ok = (major, minor) >= (3, 3)
-            if not ext_ok:
-                n_ext = GL.glGetIntegerv(GL.GL_NUM_EXTENSIONS)
-                names = (GL.glGetStringi(GL.GL_EXTENSIONS, i) for i in range(n_ext))
-                ext_ok = b"GL_ARB_timer_query" in names
-            if ext_ok:
-                q = GL.glGenQueries(self.RING)
-                self._queries = [int(x) for x in np.atleast_1d(q)]
-                self.method = "GL_TIME_ELAPSED"
-        except Exception as e:  # no PyOpenGL entry points for this context: fall back
-            log.info("GL timer queries unavailable (%s); timing draws with glFinish", e)
-            self._queries = []
-
-    def _read(self, q: int, wait: bool) -> bool:
-        import ctypes
-
-        GL = self._gl
-        if not wait and not GL.glGetQueryObjectuiv(q, GL.GL_QUERY_RESULT_AVAILABLE):
-            return False
-        ns = ctypes.c_uint64(0)
-        GL.glGetQueryObjectui64v(q, GL.GL_QUERY_RESULT, ctypes.byref(ns))
-        ms = ns.value * 1e-6
-        if ms < 60_000.0:  # some drivers report garbage for a context's very first query
-            self.ms = ms
-        return True
-
-    def begin(self) -> None:
-        if self._queries:
-            q = self._queries[self._slot]
-            if q in self._pending:
-                self._read(q, wait=True)
-                self._pending.remove(q)
-            self._gl.glBeginQuery(self._gl.GL_TIME_ELAPSED, q)
-        else:
-            if self._gl is not None:
-                self._gl.glFinish()
-            else:
-                from vispy.gloo import gl
-
-                gl.glFinish()
-            self._t0 = time.perf_counter()
-
-    def end(self) -> None:
-        if self._queries:
-            q = self._queries[self._slot]
-            self._gl.glEndQuery(self._gl.GL_TIME_ELAPSED)
-            self._pending.append(q)
-            self._slot = (self._slot + 1) % len(self._queries)
-            for p in list(self._pending):  # oldest first
-                if not self._read(p, wait=False):
-                    break
-                self._pending.remove(p)
-        else:
-            if self._gl is not None:
-                self._gl.glFinish()
-            else:
-                from vispy.gloo import gl
-
-                gl.glFinish()
-            self.ms = (time.perf_counter() - self._t0) * 1e3
 
 
 def bodies_extent(pos4: np.ndarray) -> tuple[float, np.ndarray]:

@@ -126,6 +126,10 @@ class _Worker:
         if self.error is not None:
             raise self.error
 
+    def full(self) -> bool:
+        """Whether the queue is full: a frame put now waits (`block`) or is dropped."""
+        return self._q.full()
+
     def put(self, img: np.ndarray, info: FrameInfo, block: bool = True) -> bool:
         """Queue a frame; False when dropped (`block=False` and the queue is full)."""
         self.raise_error()

@@ -219,6 +219,17 @@ class _Sink:
         """Frames handed to the worker so far."""
         return self._next_index - (self._worker.dropped if self._worker else 0)
 
+    @property
+    def queue_full(self) -> bool:
+        """Whether the worker's queue is full now: the next frame handed over waits (block=True) or is
+        dropped (block=False). False when not recording."""
+        return self._worker is not None and self._worker.full()
+
+    @property
+    def dropped(self) -> int:
+        """Frames dropped at the hand-over so far (block=False, the queue full); 0 when not recording."""
+        return self._worker.dropped if self._worker is not None else 0
+
     def _info(self, info: FrameInfo | None) -> FrameInfo:
         if info is None:
             info = FrameInfo(index=self._next_index, t=self._next_index / self.fps)

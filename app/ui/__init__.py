@@ -4,7 +4,9 @@
     panel = Panel(viewer, frame_log=log)     # draws over the viewer each frame; Tab hides it
 
 Modules: `imgui_bridge` (ImGui context, renderer, vispy events -> ImGui), `controller` (the actions:
-kernels, parameters, N, reset, benchmark; no ImGui), `panel` (the widgets), `energy` (drift monitor).
+kernels, tunables, parameters, N, reset, benchmark, recording; no ImGui), `panel` (the widgets),
+`benchmark` (the "Benchmark all kernels" runs), `energy` (drift monitor). Live recording itself is
+app.render.live_recording; the timing rings the plots read are app.timing's.
 """
 
 from app.ui.controller import Controller

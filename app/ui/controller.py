@@ -4,6 +4,7 @@
     ctl.switch_kernel("cpu-fp64")            # the next step uses it; the state is left bitwise as it is
     ctl.set_value("physics.dt", "0.002")     # validated by app.scene.set_value, the CLI's own rules
     ctl.set_value("initial.n", "8192")       # new bodies from the scene, backend.load, new VBOs
+    ctl.set_tunable("theta", 0.7)            # a tunable of the current kernel's record, next step on
     ctl.reset(); ctl.single_step(); ctl.load_preset("disk"); ctl.start_benchmark()
     ctl.toggle_recording()                   # V: out/recording-<time>.mp4 of what the viewer draws
 
@@ -12,40 +13,25 @@ Every action returns None on success or a one-line message saying why nothing ch
 it ingests the newest FrameLog record into the history rings and the per-kernel logs, marks kernel and
 N switches, ticks the energy monitor and runs one kernel of a pending benchmark.
 
-Live recording (`start_recording` / `stop_recording`, key V): a `Recorder` with `block=False` fed from
-the viewer's own frame. While recording, an overlay placed before every other one copies the frame the
-viewer has just drawn on its window (the particles only: the panel is drawn after it) into the recorder's
-framebuffer with one `glBlitFramebuffer`, no second particle pass, and starts its asynchronous PBO
-readback; frames whose readback is done go to the encoder thread, and when its queue is full the frame
-is dropped and counted instead of waiting, so the view keeps its frame rate. The CPU time of that per
-frame is `viewer.stats.record_ms` (and the FrameLog's `record_ms`). The mp4 has the `record` command's
-encoder settings: a fixed rate (60 fps) sampled by wall time, so the clip plays at the speed the user
-saw: frame k is the first frame drawn at or after t = k / fps (frames drawn faster than that are not
-sampled; a dropped frame leaves its slot to the previous one), x264 CRF 20, preset fast. Stop
-(V again, or closing the viewer: the close event comes while the GL context still lives) drains the
-readback and the encoder and renames the hidden temporary file into place. A failure (unwritable
-directory, full disk, an encoder error) stops the recording, removes the partial file and leaves its
-one-line reason in `ctl.record_error` and `ctl.message`; the viewer goes on.
+Live recording (`start_recording` / `stop_recording` / `toggle_recording`, key V) is
+app.render.live_recording's ViewRecorder (`ctl.view_recorder`: the recording in progress, the finished
+ones, the last error); its messages land in `ctl.message` like every other action's. The benchmark's
+records are app.ui.benchmark's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
-import os
-import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from app.backends import all_kernel_records, backend_class
-from app.errors import ConfigError, RuntimeFault
-from app.render.encoder import FrameInfo
-from app.render.recorder import Recorder, RecordResult, even_size
-from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord
+from app.errors import ConfigError
+from app.render.live_recording import ViewRecorder
+from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord, History
+from app.ui.benchmark import Benchmark, BenchResult
 from app.ui.energy import EnergyMonitor
 
 log = logging.getLogger(__name__)
@@ -58,200 +44,12 @@ LIVE_WINDOW = 15  # frames the live numbers are the median of
 ENERGY_RESET_KEYS = {"physics.G", "physics.softening", "physics.model", "physics.repulsion"}
 HISTORY_FIELDS = ("frame_ms", "force_ms", "integrate_ms", "mapunmap_ms", "draw_ms", "upload_ms", "record_ms",
                   "panel_ms", "energy_ms", "python_ms", "interactions_per_s")
-RECORD_FPS = 60.0  # the live recording's video rate, sampled from the drawn frames by wall time
-RECORD_CRF = 20  # x264 quality and preset: `nbody-live record`'s defaults
-RECORD_PRESET = "fast"
-
-
-class History:
-    """Fixed-size numpy rings of per-frame numbers, on the FrameLog's clock (seconds since it started)."""
-
-    def __init__(self, capacity: int = HISTORY_CAP):
-        self.capacity = capacity
-        self.t = np.zeros(capacity)
-        self.data = {f: np.zeros(capacity) for f in HISTORY_FIELDS}
-        self.count = 0  # total pushed
-
-    def push(self, t: float, **values: float) -> None:
-        i = self.count % self.capacity
-        self.t[i] = t
-        for f, arr in self.data.items():
-            arr[i] = values.get(f, 0.0)
-        self.count += 1
-
-    def _order(self, last: int | None = None) -> np.ndarray:
-        n = min(self.count, self.capacity)
-        if last is not None:
-            n = min(n, last)
-        end = self.count % self.capacity
-        return (np.arange(end - n, end)) % self.capacity
-
-    def window(self, seconds: float = HISTORY_S, fields=None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """(t, {field: values}) for the frames of the last `seconds`, oldest first."""
-        fields = tuple(fields or self.data)
-        idx = self._order()
-        if idx.size == 0:
-            return np.zeros(0), {f: np.zeros(0) for f in fields}
-        t = self.t[idx]
-        first = int(np.searchsorted(t, t[-1] - seconds))  # t is increasing
-        idx = idx[first:]
-        return t[first:], {f: self.data[f][idx] for f in fields}
-
-    def recent_median(self, name: str, frames: int = LIVE_WINDOW) -> float:
-        idx = self._order(frames)
-        return float(np.median(self.data[name][idx])) if idx.size else 0.0
-
-    @property
-    def last_t(self) -> float:
-        return float(self.t[(self.count - 1) % self.capacity]) if self.count else 0.0
 
 
 @dataclass
 class Marker:
     t: float  # FrameLog clock
     label: str
-
-
-@dataclass
-class BenchResult:
-    kernel: str
-    n: int
-    steps: int
-    force_ms: float = 0.0
-    wall_ms: float = 0.0
-    error: str = ""
-
-    @property
-    def interactions_per_s(self) -> float:
-        return self.steps * self.n * self.n / (self.force_ms * 1e-3) if self.force_ms > 0 else 0.0
-
-    @property
-    def gflops(self) -> float:
-        return self.interactions_per_s * FLOPS_PER_INTERACTION * 1e-9
-
-
-@dataclass
-class Benchmark:
-    """Each available kernel, fresh backend instance, on a copy of one state; one kernel per frame."""
-
-    steps: int
-    n: int
-    pending: list[str] = field(default_factory=list)
-    results: list[BenchResult] = field(default_factory=list)
-    total: int = 0
-    state: object = None  # the Bodies every kernel starts from
-    physics: object = None
-
-    @property
-    def running(self) -> bool:
-        return bool(self.pending)
-
-    @property
-    def progress(self) -> float:
-        return len(self.results) / self.total if self.total else 1.0
-
-
-def _encoder_threads() -> int:
-    """x264 threads for a live recording: all cores but two, which stay with the render loop (its Python
-    thread and the GL/CUDA driver's)."""
-    try:
-        cores = len(os.sched_getaffinity(0))  # the cores this process may use (containers, taskset)
-    except (AttributeError, OSError):
-        cores = os.cpu_count() or 2
-    return max(1, min(16, cores - 2))
-
-
-class LiveRecorder(Recorder):
-    """The Recorder of the live viewer: never blocks (`block=False`), skips the capture of a frame the
-    encoder could not take anyway (its queue is full), and counts both kinds of drop."""
-
-    def __init__(self, size, fps: float = RECORD_FPS, crf: int = RECORD_CRF, preset: str = RECORD_PRESET,
-                 queue_size: int = 8, ring: int = 3, threads: int | None = None):
-        super().__init__(size, fps, crf=crf, preset=preset, hud=False, queue_size=queue_size, block=False,
-                         ring=ring, threads=_encoder_threads() if threads is None else threads)
-        self.skipped = 0  # frames not captured because the encoder's queue was full
-
-    def encoder_full(self) -> bool:
-        """True when the encoder's queue is full: a frame captured now would most likely be dropped, so the
-        blit, readback and copy are not worth their time on the render thread."""
-        q = getattr(self._worker, "_q", None)
-        return q is not None and q.full()
-
-    @property
-    def dropped(self) -> int:
-        """Frames dropped so far because the encoder was behind (skipped or dropped at the hand-over)."""
-        return (self._worker.dropped if self._worker is not None else 0) + self.skipped
-
-    def stop(self) -> RecordResult:
-        res = super().stop()
-        res.dropped += self.skipped
-        return res
-
-
-@dataclass
-class LiveRecording:
-    """The recording in progress: its recorder, file, start time and what was drawn into it."""
-
-    recorder: LiveRecorder
-    path: Path
-    t0: float  # perf_counter at start
-    drawn: int = 0  # frames the viewer drew while recording
-    offered: int = 0  # video frames handed to the recorder (captured, or dropped when it was full)
-    record_ms: list[float] = field(default_factory=list)  # capture CPU time of each frame captured
-
-    def due(self, fps: float) -> bool:
-        """Whether wall time has reached the next video frame: the clip plays at the speed the user saw,
-        and the encoder sees at most `fps` frames a second however fast the view draws."""
-        return self.elapsed * fps >= self.offered
-
-    @property
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
-
-    @property
-    def dropped(self) -> int:
-        return self.recorder.dropped
-
-    def indicator(self) -> str:
-        """What the window title shows while recording."""
-        t = self.elapsed
-        dropped = f" · {self.dropped} dropped" if self.dropped else ""
-        return f"● REC {int(t // 60)}:{t % 60:04.1f} · {self.drawn} frames{dropped}"
-
-
-def _blit_from(viewer, screen: int, src_size: tuple[int, int]):
-    """A `Recorder.capture` draw callback: copy the frame already drawn on framebuffer `screen` (the window)
-    into the recorder's framebuffer (bound when it is called). Same size: a 1:1 copy (an odd window loses
-    its top row / right column to the even video size). Another size (the window was resized while
-    recording): scaled to fit, aspect kept, black bars."""
-    from OpenGL import GL
-
-    sw, sh = int(src_size[0]), int(src_size[1])
-
-    def draw(size) -> None:
-        w, h = int(size[0]), int(size[1])
-        viewer.context.flush_commands()  # vispy's queued bind of the recorder's framebuffer
-        dst = int(GL.glGetIntegerv(GL.GL_DRAW_FRAMEBUFFER_BINDING))
-        scissor = GL.glIsEnabled(GL.GL_SCISSOR_TEST)
-        if scissor:
-            GL.glDisable(GL.GL_SCISSOR_TEST)
-        GL.glBindFramebuffer(GL.GL_READ_FRAMEBUFFER, screen)
-        try:
-            if (w, h) == (sw, sh) or (w, h) == even_size((sw, sh)):
-                GL.glBlitFramebuffer(0, 0, w, h, 0, 0, w, h, GL.GL_COLOR_BUFFER_BIT, GL.GL_NEAREST)
-            else:
-                scale = min(w / sw, h / sh)
-                bw, bh = max(int(round(sw * scale)), 1), max(int(round(sh * scale)), 1)
-                x0, y0 = (w - bw) // 2, (h - bh) // 2
-                GL.glClearBufferfv(GL.GL_COLOR, 0, (0.0, 0.0, 0.0, 1.0))
-                GL.glBlitFramebuffer(0, 0, sw, sh, x0, y0, x0 + bw, y0 + bh, GL.GL_COLOR_BUFFER_BIT,
-                                     GL.GL_LINEAR)
-        finally:
-            GL.glBindFramebuffer(GL.GL_READ_FRAMEBUFFER, dst)
-            if scissor:
-                GL.glEnable(GL.GL_SCISSOR_TEST)
-
-    return draw
 
 
 class Controller:
@@ -261,7 +59,7 @@ class Controller:
         self.records = all_kernel_records()
         self._why_not: dict[str, str | None] = {}
         self.refresh_availability()
-        self.history = History()
+        self.history = History(HISTORY_FIELDS, HISTORY_CAP)
         self.markers: list[Marker] = []
         self.per_kernel: dict[tuple[str, int], FrameLog] = {}
         self.medians: dict[tuple[str, int], dict] = {}
@@ -282,16 +80,9 @@ class Controller:
         self._last_n: int | None = None
         self._skip_frames: set[int] = set()  # frames whose time includes a benchmark run
         self._single_step: tuple[int, int] | None = None  # (frame at request, saved steps_per_frame)
-        self.record_dir = Path("out")  # where V / the Record button writes recording-<time>.mp4
-        self.record_fps = RECORD_FPS
-        self.recording: LiveRecording | None = None
-        self.recordings: list[RecordResult] = []  # finished ones, oldest first
-        self.record_error = ""  # why the last recording could not start or was stopped
+        self.view_recorder = ViewRecorder(viewer, self._report)
         viewer.key_actions.update({"R": self.reset, "[": lambda: self.cycle_kernel(-1),
                                    "]": lambda: self.cycle_kernel(+1), "V": self.toggle_recording})
-        # closing the window (or Escape) finalises a recording: the close event comes before the GL
-        # context goes, and the readback still needs it
-        viewer.events.close.connect(self._on_viewer_close)
 
     # --- what there is ---------------------------------------------------------------------------
     @property
@@ -386,6 +177,20 @@ class Controller:
         cur = self.backend.kernel
         i = names.index(cur) if cur in names else (-1 if step > 0 else 0)
         return self.switch_kernel(names[(i + step) % len(names)])
+
+    # --- tunables of the current kernel (app.forces: IntChoice, FloatRange, Choice) ------------------
+    def set_tunable(self, name: str, value) -> str | None:
+        """`name = value` for the current kernel from the next step on, validated by its record; a bad
+        value (not in the set, out of the range) is the ConfigError's text and the old value stays."""
+        backend = self.backend
+        try:
+            backend.set_tunables(**{name: value})
+        except ConfigError as e:
+            return self._fail(str(e))
+        now = backend.tunables()[name]
+        shown = f"{now:g}" if isinstance(now, float) else now
+        self._ok(f"{backend.kernel}.{name} = {shown} from the next step")
+        return None
 
     # --- parameters ------------------------------------------------------------------------------
     def current_value(self, key: str):
@@ -513,158 +318,34 @@ class Controller:
         if steps < 1:
             return self._fail("benchmark steps must be at least 1")
         self.bench_steps = steps
-        self.bench = Benchmark(steps=steps, n=self.backend.n, pending=list(names), total=len(names),
+        self.bench = Benchmark(steps=steps, n=self.backend.n, pending=[self.record(n) for n in names],
                                state=self.backend.state(), physics=self.backend.physics)
         self._ok(f"benchmark: {len(names)} kernels x {steps} steps at N = {self.backend.n:,}")
         return None
 
     def bench_tick(self) -> BenchResult | None:
         """Run the next pending kernel of the benchmark (one per frame keeps the window alive)."""
-        bench = self.bench
-        if bench is None or not bench.pending:
+        res = self.bench.run_next() if self.bench is not None else None
+        if res is None:
             return None
-        name = bench.pending.pop(0)
-        rec = self.record(name)
-        res = BenchResult(kernel=name, n=bench.n, steps=bench.steps)
-        t0 = time.perf_counter()
-        b = None
-        try:
-            b = backend_class(rec.backend)()
-            b.load(bench.state.copy(), bench.physics, name)
-            b.step(1)  # warm-up: compiles, first launches
-            st = b.step(bench.steps)
-            res.force_ms = st.force_ms
-        except Exception as e:  # noqa: BLE001 - one kernel failing does not stop the others
-            res.error = f"{type(e).__name__}: {e}"
-        finally:
-            if b is not None:
-                b.close()
-        res.wall_ms = (time.perf_counter() - t0) * 1e3
-        bench.results.append(res)
         self._skip_frames.add(self.viewer.stats.frame + 1)  # that frame's time includes the benchmark
-        if not bench.pending:
-            self._ok("benchmark done: " + ", ".join(
-                f"{r.kernel} {r.interactions_per_s / 1e9:.2f} G/s" for r in bench.results if not r.error))
+        if not self.bench.running:
+            self._ok(self.bench.summary())
         return res
 
-    # --- live recording --------------------------------------------------------------------------
-    def next_recording_path(self) -> Path:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = self.record_dir / f"recording-{stamp}.mp4"
-        i = 1
-        while path.exists():
-            path = self.record_dir / f"recording-{stamp}-{i}.mp4"
-            i += 1
-        return path
-
+    # --- live recording (app.render.live_recording) ------------------------------------------------
     def toggle_recording(self) -> str | None:
-        return self.stop_recording() if self.recording is not None else self.start_recording()
+        return self.view_recorder.toggle()
 
     def start_recording(self, path: str | Path | None = None) -> str | None:
-        """Record what the viewer draws (particles, no panel) at its window size into `path` (default:
-        record_dir/recording-<time>.mp4). A target that cannot be written is a message, nothing else."""
-        if self.recording is not None:
-            return None
-        v = self.viewer
-        w, h = v.physical_size
-        if w < 2 or h < 2:
-            return self._record_fail(f"cannot record a {w}x{h} window")
-        if path is None:
-            with contextlib.suppress(OSError):  # an unwritable place is reported by the recorder
-                self.record_dir.mkdir(parents=True, exist_ok=True)
-            path = self.next_recording_path()
-        v.set_current()
-        rec = LiveRecorder(even_size((w, h)), self.record_fps)
-        try:
-            rec.start(path)
-        except (RuntimeFault, OSError) as e:
-            return self._record_fail(str(e))
-        self.recording = LiveRecording(rec, rec.path, time.perf_counter())
-        self.record_error = ""
-        v.overlays.insert(0, self._record_overlay)  # before the FrameLog and the panel: particles only
-        v.stats.extra["recording"] = self.recording.indicator()
-        v.update_title()
-        self._ok(f"recording {rec.path} ({rec.size[0]}x{rec.size[1]}, {self.record_fps:g} fps)")
-        return None
-
-    def _record_fail(self, msg: str) -> str:
-        self.record_error = msg
-        return self._fail(msg)
-
-    def _end_recording(self) -> LiveRecording | None:
-        r, self.recording = self.recording, None
-        v = self.viewer
-        if self._record_overlay in v.overlays:
-            v.overlays.remove(self._record_overlay)
-        v.stats.record_ms = 0.0
-        v.stats.extra.pop("recording", None)
-        return r
+        return self.view_recorder.start(path)
 
     def stop_recording(self) -> str | None:
-        """Finalise the file (drain the readback and the encoder, rename it into place)."""
-        r = self._end_recording()
-        if r is None:
-            return None
-        v = self.viewer
-        with contextlib.suppress(Exception):
-            v.set_current()
-        try:
-            res = r.recorder.stop()
-        except Exception as e:  # noqa: BLE001 - a full disk at the end, an encoder error: say it, go on
-            with contextlib.suppress(Exception):
-                r.recorder.abort()
-            v.update_title()
-            return self._record_fail(str(e) if isinstance(e, RuntimeFault) else
-                                     f"recording {r.path} failed: {type(e).__name__}: {e}")
-        self.recordings.append(res)
-        v.update_title()
-        self._ok(recording_line(res, r.drawn))
-        return None
+        return self.view_recorder.stop()
 
-    def _record_overlay(self, viewer) -> None:
-        """Per drawn frame while recording: copy the window's frame into the recorder (see the module doc)."""
-        r = self.recording
-        if r is None or not viewer.drawing_frame:  # not a screenshot's or a test's extra render
-            return
-        t0 = time.perf_counter()
-        rec = r.recorder
-        r.drawn += 1
-        if not r.due(rec.fps):  # drawn faster than the video's frame rate: this one is not sampled
-            viewer.stats.record_ms = 0.0
-            viewer.stats.extra["recording"] = r.indicator()
-            return
-        index = r.offered  # the clip's frame k is the first frame drawn at or after t = k / fps
-        r.offered += 1
-        try:
-            captured = not rec.encoder_full()
-            if not captured:
-                rec.skipped += 1
-            else:
-                from OpenGL import GL
-
-                viewer.context.flush_commands()  # the particle pass is issued; the window's framebuffer bound
-                screen = int(GL.glGetIntegerv(GL.GL_DRAW_FRAMEBUFFER_BINDING))
-                info = FrameInfo(index=index, t=index / rec.fps, scene=viewer.scene.name,
-                                 kernel=viewer.stats.kernel, n=viewer.stats.n)
-                rec.capture(viewer, info, _blit_from(viewer, screen, viewer.physical_size))
-        except Exception as e:  # noqa: BLE001 - a full disk, an encoder or GL error: stop, keep the viewer
-            self._end_recording()
-            with contextlib.suppress(Exception):
-                r.recorder.abort()  # (a RuntimeFault from the recorder has aborted already)
-            viewer.update_title()
-            self._record_fail(str(e) if isinstance(e, RuntimeFault) else
-                              f"recording {r.path} failed: {type(e).__name__}: {e}; the partial file was "
-                              "removed")
-            return
-        ms = (time.perf_counter() - t0) * 1e3
-        viewer.stats.record_ms = ms
-        if captured:
-            r.record_ms.append(ms)
-        viewer.stats.extra["recording"] = r.indicator()
-
-    def _on_viewer_close(self, event=None) -> None:
-        if self.recording is not None:
-            self.stop_recording()
+    def _report(self, message: str, failed: bool) -> None:
+        """Where the recorder's lines go: `message`, like every other action's."""
+        (self._fail if failed else self._ok)(message)
 
     # --- per frame -------------------------------------------------------------------------------
     def on_frame(self) -> None:
@@ -729,95 +410,14 @@ class Controller:
         fresh = now - self._live_t < max_age_s or self._live_count == self.history.count
         if self._live is not None and fresh:
             return self._live
-        h = self.history
-        idx = h._order(LIVE_WINDOW)
-        if idx.size:
-            block = np.median(np.stack([h.data[f][idx] for f in HISTORY_FIELDS]), axis=1)
-            out = {f: float(v) for f, v in zip(HISTORY_FIELDS, block, strict=True)}
-        else:
-            out = dict.fromkeys(HISTORY_FIELDS, 0.0)
+        out = self.history.recent_medians(LIVE_WINDOW)
         out["gflops"] = out["interactions_per_s"] * FLOPS_PER_INTERACTION * 1e-9
         out["fps"] = self.viewer.stats.fps
-        self._live, self._live_t, self._live_count = out, now, h.count
+        self._live, self._live_t, self._live_count = out, now, self.history.count
         return out
 
     def close(self) -> None:
         """Finalise a recording still running (the viewer's GL context must still exist), stop the energy
         monitor."""
-        if self.recording is not None:
-            if self.viewer._closed:  # too late to read back the last frames: keep what was encoded
-                self._end_recording().recorder.abort()
-                self._record_fail("the viewer closed before the recording could be finalised")
-            elif self.stop_recording() is None:  # an exit that skipped the close event (Ctrl-C)
-                log.warning("%s (finalised at exit)", self.message)
-        with contextlib.suppress(Exception):
-            self.viewer.events.close.disconnect(self._on_viewer_close)
+        self.view_recorder.close()
         self.energy.close()
-
-
-def recording_line(res: RecordResult, drawn: int | None = None) -> str:
-    """`wrote out/recording-<time>.mp4: 612 frames (3 dropped of 615 drawn), 1920x1080`."""
-    drawn = drawn if drawn is not None else res.frames + res.dropped
-    dropped = f" ({res.dropped} dropped of {drawn} drawn)" if res.dropped else ""
-    return f"wrote {res.path}: {res.frames} frames{dropped}, {res.size[0]}x{res.size[1]}"
-
-
-def measure_record_cost(viewer, controller: Controller, frames: int = 400, warmup: int = 20) -> dict:
-    """Frame time without and with a live recording: `warmup` frames, `frames` frames not recording, then
-    `frames` frames recording (the first two after the start are dropped: their time spans the start),
-    driving `viewer.step_and_render()` like the interactive loop. Medians and means of the viewer's own
-    frame_ms, and the capture's own CPU time per frame (record_ms)."""
-    for _ in range(warmup):
-        viewer.step_and_render()
-    off, on, rec_ms = [], [], []
-    for _ in range(frames):
-        viewer.step_and_render()
-        off.append(viewer.stats.frame_ms)
-    err = controller.start_recording()
-    if err:
-        raise RuntimeFault(err)
-    r = controller.recording
-    for i in range(frames):
-        viewer.step_and_render()
-        if i >= 2:
-            on.append(viewer.stats.frame_ms)
-            rec_ms.append(viewer.stats.record_ms)
-        if controller.recording is None:
-            raise RuntimeFault(controller.record_error or "the recording stopped")
-    drawn, skipped, captured_ms = r.drawn, r.recorder.skipped, list(r.record_ms[2:])
-    t0 = time.perf_counter()
-    err = controller.stop_recording()
-    stop_ms = (time.perf_counter() - t0) * 1e3
-    if err:
-        raise RuntimeFault(err)
-    res = controller.recordings[-1]
-
-    def med(x):
-        return statistics.median(x) if x else 0.0
-
-    def mean(x):
-        return statistics.fmean(x) if x else 0.0
-
-    out = {"frames": frames, "off_ms": med(off), "on_ms": med(on), "off_mean_ms": mean(off),
-           "on_mean_ms": mean(on), "record_ms": med(rec_ms), "record_mean_ms": mean(rec_ms),
-           "record_p95_ms": sorted(rec_ms)[int(0.95 * (len(rec_ms) - 1))] if rec_ms else 0.0,
-           "captured_ms": med(captured_ms), "captured_mean_ms": mean(captured_ms),
-           "captured": len(captured_ms), "drawn": drawn, "encoded": res.frames, "dropped": res.dropped,
-           "skipped": skipped, "size": res.size,
-           "fps": controller.record_fps, "path": res.path, "stop_ms": stop_ms, "timings": dict(res.timings)}
-    out["delta_ms"] = out["on_ms"] - out["off_ms"]
-    out["delta_mean_ms"] = out["on_mean_ms"] - out["off_mean_ms"]
-    return out
-
-
-def record_cost_line(m: dict, device: str = "") -> str:
-    w, h = m["size"]
-    return (f"record cost over {m['frames']}+{m['frames']} frames{' on ' + device if device else ''}: frame "
-            f"median {m['off_ms']:.2f} ms not recording vs {m['on_ms']:.2f} ms recording "
-            f"({m['delta_ms']:+.2f} ms/frame; mean {m['off_mean_ms']:.2f} vs {m['on_mean_ms']:.2f}, "
-            f"{m['delta_mean_ms']:+.2f}); record_ms median {m['record_ms']:.2f} ms over all frames "
-            f"(mean {m['record_mean_ms']:.2f}, p95 {m['record_p95_ms']:.2f}), {m['captured_ms']:.2f} ms "
-            f"median over the frames captured (mean {m['captured_mean_ms']:.2f}); {w}x{h} at {m['fps']:g} "
-            f"fps: {m['drawn']} frames drawn while recording, {m['encoded']} encoded, {m['dropped']} dropped "
-            f"({m['skipped']} not captured: encoder queue full); stop (finalise) {m['stop_ms']:.0f} ms; "
-            f"{m['path']}")

@@ -32,6 +32,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from app.timing import DrawTimer
+
 log = logging.getLogger(__name__)
 
 SETTLE_FRAMES = 3  # after input, rebuild this many frames (a new popup is laid out, then placed)
@@ -202,7 +204,6 @@ class ImGuiBridge:
     def __init__(self, viewer, font_px: float = 15.0, refresh_hz: float = 30.0):
         from imgui_bundle import imgui, implot
 
-        from app.render.canvas import DrawTimer
         from app.render.gl_setup import backend_name
 
         self.imgui, self.implot = imgui, implot

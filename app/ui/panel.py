@@ -1,4 +1,4 @@
-"""The ImGui control panel: kernel switching, live timings, history plots, parameters, benchmark.
+"""The ImGui control panel: kernel switching and tunables, live timings, history plots, parameters, benchmark.
 
     panel = Panel(viewer, frame_log=log)    # appends its overlay; Tab hides / shows it
     panel.close()
@@ -8,7 +8,11 @@ draws widgets and turns their results into controller calls. Typed parameters go
 validation as scene files and `--set` (app.scene.set_value -> app.config.coerce): a rejected value is
 kept in its field, which is drawn red with the reason as tooltip, and the previous value stays in effect.
 
-The top area has the Record / Stop button (V; app.ui.controller's live recording) and, while recording,
+Under the kernel combo, every tunable of the current kernel's record (app.forces): an IntChoice or a
+Choice is a combo, a FloatRange a slider (logarithmic when its spec says so); a change goes through
+`Controller.set_tunable`, which the record validates, and the next step uses it.
+
+The top area has the Record / Stop button (V; app.render.live_recording) and, while recording,
 a red dot, the elapsed time, the frames drawn and dropped; after it the path of the last file, or in red
 why a recording could not start or was stopped (an unwritable directory, a full disk).
 
@@ -34,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.forces import FloatRange, IntChoice
 from app.physics import INTEGRATORS, MODELS
 from app.timing import FLOPS_PER_INTERACTION
 from app.ui.controller import HISTORY_S, MEDIAN_EVERY_S, Controller
@@ -61,6 +66,13 @@ BREAKDOWN = (("force_ms", "force", (1.00, 0.55, 0.15, 1.0)),
 FIELD_FORMAT = {"initial.n": "{:d}", "run.steps_per_frame": "{:d}"}
 PRESET_KEYS_HELP = "Space pause · [ ] kernel · R reset · C camera · F fit · V record · Tab hide · Esc quit"
 REC_RED = (0.92, 0.16, 0.16, 1.0)
+
+
+def _slider_ends(spec: FloatRange) -> tuple[float, float]:
+    """A FloatRange's slider ends. ImGui sliders are float32: an open lower end starts at the next float32
+    above it, so the slider never offers a value the record refuses."""
+    lo = float(np.nextafter(np.float32(spec.lo), np.float32(spec.hi))) if spec.lo_open else float(spec.lo)
+    return lo, float(spec.hi)
 
 
 def _fmt_rate(x: float) -> str:
@@ -92,7 +104,7 @@ class Panel:
         self.last_screenshot: Path | None = None
         self._shot_pending = False
         self._presets: list[str] | None = None
-        self._combo_rect = (0.0, 0.0, 0.0, 0.0)
+        self._combo_rects: dict[str, tuple[float, float, float, float]] = {}  # each combo's, while closed
         self._tabs = (("Plots", self._plots_tab), ("Medians", self._median_section),
                       ("Simulation", self._sim_section), ("Benchmark", self._bench_section),
                       ("View", self._view_section), ("System", self._system_section))
@@ -250,26 +262,84 @@ class Panel:
         elif not active and key not in self.field_errors:
             self.field_text.pop(key, None)
         if key in self.field_errors and not active:
-            imgui.same_line()
-            imgui.text_colored(imgui.ImVec4(*RED_TEXT), "rejected")
-            self._tooltip(self.field_errors[key] + f" (in effect: {self._field_text(key)})")
+            self._rejected(key, self._field_text(key))
+
+    def _rejected(self, key: str, in_effect: str) -> None:
+        """After a widget whose last value was refused: a red "rejected", the reason as its tooltip."""
+        imgui = self.imgui
+        self.red_fields.add(key)
+        imgui.same_line()
+        imgui.text_colored(imgui.ImVec4(*RED_TEXT), "rejected")
+        self._tooltip(self.field_errors[key] + f" (in effect: {in_effect})")
+
+    def _combo_rect(self, key: str, opened: bool) -> None:
+        """Where combo `key` is drawn. While its popup is open the last item is inside the popup, so the
+        combo keeps the rect it had when it was last closed."""
+        if opened:
+            self.item_rects[key] = self._combo_rects.get(key, (0.0, 0.0, 0.0, 0.0))
+        else:
+            self._rect(key)
+            self._combo_rects[key] = self.item_rects[key]
+
+    def _combo(self, label: str, key: str, choices, current, pick) -> None:
+        """A combo of `choices` showing `current`; picking another calls `pick(choice)`. Items are drawn
+        at `key=choice` in item_rects."""
+        imgui = self.imgui
+        opened = imgui.begin_combo(label, str(current))
+        self._combo_rect(key, opened)
+        if opened:
+            for c in choices:
+                clicked, _ = imgui.selectable(str(c), c == current)
+                self._rect(f"{key}={c}")
+                if clicked and c != current:
+                    pick(c)
+            imgui.end_combo()
 
     def _choice(self, label: str, key: str, choices, disabled_reason: str | None = None) -> None:
         imgui = self.imgui
-        cur = str(self.controller.current_value(key))
         if disabled_reason:
             imgui.begin_disabled()
         imgui.set_next_item_width(150.0)
-        if imgui.begin_combo(f"{label}##{key}", cur):
-            for c in choices:
-                clicked, _ = imgui.selectable(str(c), str(c) == cur)
-                if clicked and str(c) != cur:
-                    self.controller.set_value(key, c)
-            imgui.end_combo()
-        self._rect(key)
+        self._combo(f"{label}##{key}", key, choices, self.controller.current_value(key),
+                    lambda c: self.controller.set_value(key, c))
         if disabled_reason:
             imgui.end_disabled()
             self._tooltip(disabled_reason, disabled=True)
+
+    def _tunables(self) -> None:
+        """Every tunable of the current kernel's record, with the value the next step uses: IntChoice and
+        Choice a combo, FloatRange a slider (logarithmic when spec.log). A change goes through the
+        controller, validated by the record, and applies from the next step."""
+        imgui = self.imgui
+        backend = self.controller.backend
+        values = backend.tunables()
+        for spec in backend.tunable_specs():
+            key = f"tunable:{spec.name}"
+            current = values.get(spec.name, spec.default)
+            imgui.set_next_item_width(150.0)
+            if isinstance(spec, FloatRange):
+                lo, hi = _slider_ends(spec)
+                flags = imgui.SliderFlags_.no_round_to_format | (
+                    imgui.SliderFlags_.logarithmic if spec.log else 0)
+                changed, v = imgui.slider_float(f"{spec.name}##{key}", float(current), lo, hi, "%.4g", flags)
+                self._rect(key)
+                if changed:  # (a float32 end may round past the float64 one)
+                    self._set_tunable(key, spec.name, min(max(v, lo), hi))
+            else:
+                options = spec.values if isinstance(spec, IntChoice) else spec.options
+                self._combo(f"{spec.name}##{key}", key, options, current,
+                            lambda c, key=key, name=spec.name: self._set_tunable(key, name, c))
+            self._tooltip(f"{spec.name}: {spec.doc + ' ' if spec.doc else ''}({spec.describe()}, default "
+                          f"{spec.default})")
+            if key in self.field_errors:
+                self._rejected(key, str(values.get(spec.name, spec.default)))
+
+    def _set_tunable(self, key: str, name: str, value) -> None:
+        msg = self.controller.set_tunable(name, value)
+        if msg:
+            self.field_errors[key] = msg
+        else:
+            self.field_errors.pop(key, None)
 
     # --- the panel -------------------------------------------------------------------------------
     def build(self) -> None:
@@ -316,9 +386,9 @@ class Panel:
         imgui.same_line()
         imgui.text_disabled(f"·  {b.name}  ·  {b.data_path}  ·  {self.bridge.backend}")
         self._record_row()
-        if ctl.message and ctl.message != ctl.record_error:  # (a recording's error is shown above)
-            color = RED_TEXT if any(w in ctl.message for w in ("failed", "unavailable", "rejected", "out of",
-                                                                "expected", "cannot", "must")) else DIM_TEXT
+        if ctl.message and ctl.message != ctl.view_recorder.error:  # (a recording's error is shown above)
+            failed = ("failed", "unavailable", "rejected", "out of", "expected", "cannot", "must", "is not")
+            color = RED_TEXT if any(w in ctl.message for w in failed) else DIM_TEXT
             imgui.push_text_wrap_pos(0.0)
             imgui.text_colored(imgui.ImVec4(*color), ctl.message)
             imgui.pop_text_wrap_pos()
@@ -327,7 +397,8 @@ class Panel:
         """The Record / Stop button (V), and while recording a red dot, elapsed time, frames, drops."""
         imgui = self.imgui
         ctl = self.controller
-        rec = ctl.recording
+        vr = ctl.view_recorder
+        rec = vr.recording
         dl = imgui.get_window_draw_list()
         p = imgui.get_cursor_screen_pos()
         line = imgui.get_frame_height()
@@ -342,8 +413,8 @@ class Panel:
             dl.add_circle_filled(imgui.ImVec2(cx, cy), r, red)
         w, h = (int(v) for v in self.viewer.physical_size)
         self._tooltip(f"V: record what the viewer draws - the particles only, without this panel - at the "
-                      f"window size ({w - w % 2}x{h - h % 2}) into {ctl.record_dir}/recording-<time>.mp4 "
-                      f"(H.264, {ctl.record_fps:g} fps sampled by wall time, the record "
+                      f"window size ({w - w % 2}x{h - h % 2}) into {vr.directory}/recording-<time>.mp4 "
+                      f"(H.264, {vr.fps:g} fps sampled by wall time, the record "
                       "command's quality settings). The file is written under a hidden temporary name and "
                       "renamed when you stop (V again, or quitting). Frames the encoder cannot take are "
                       "dropped and counted; the view never waits for it.")
@@ -364,17 +435,17 @@ class Panel:
                                f"{rec.drawn} frames · {dropped} dropped")
             self._tooltip(f"{rec.path}\ncapture {self.viewer.stats.record_ms:.2f} ms this frame; dropped: "
                           "frames the encoder was too busy to take")
-        elif ctl.recordings:
+        elif vr.recordings:
             imgui.align_text_to_frame_padding()
-            imgui.text_disabled(str(ctl.recordings[-1].path))
+            imgui.text_disabled(str(vr.recordings[-1].path))
             self._rect("last_recording")
             self._tooltip("the last recording")
         else:
             imgui.align_text_to_frame_padding()
-            imgui.text_disabled(f"to {ctl.record_dir}/")
-        if ctl.record_error and rec is None:
+            imgui.text_disabled(f"to {vr.directory}/")
+        if vr.error and rec is None:
             imgui.push_text_wrap_pos(0.0)
-            imgui.text_colored(imgui.ImVec4(*RED_TEXT), ctl.record_error)
+            imgui.text_colored(imgui.ImVec4(*RED_TEXT), vr.error)
             imgui.pop_text_wrap_pos()
             self._rect("record_error")
 
@@ -384,11 +455,7 @@ class Panel:
         cur = ctl.backend.kernel
         imgui.set_next_item_width(-1)
         opened = imgui.begin_combo("##kernel", cur, imgui.ComboFlags_.height_large)
-        if opened:  # the last item is now inside the popup: keep where the combo itself was
-            self.item_rects["kernel_combo"] = self._combo_rect
-        else:
-            self._rect("kernel_combo")
-            self._combo_rect = self.item_rects["kernel_combo"]
+        self._combo_rect("kernel_combo", opened)
         if opened:
             group = None
             for rec in ctl.records:
@@ -414,11 +481,11 @@ class Panel:
         rec = ctl.record(cur)
         self._tooltip(rec.doc)
         imgui.push_text_wrap_pos(0.0)
-        extra = f"{rec.backend} · {rec.precision}" + (f" · block {rec.block_size}" if rec.block_size else "")
-        imgui.text_colored(imgui.ImVec4(*DIM_TEXT), f"{rec.doc}  [{extra}]")
+        imgui.text_colored(imgui.ImVec4(*DIM_TEXT), f"{rec.doc}  [{rec.backend} · {rec.precision}]")
         imgui.pop_text_wrap_pos()
         if rec.origin:
             self._tooltip(f"{rec.doc}\nfrom: {rec.origin}\nsource: {rec.source} ({rec.entry})")
+        self._tunables()
 
     def _live_section(self) -> None:
         imgui = self.imgui
@@ -718,6 +785,10 @@ class Panel:
                 implot.plot_text(f"{v:.2f}", float(v), float(p), imgui.ImVec2(24, 0))
             implot.end_plot()
         self._rect("bench_plot")
+        for r in done:  # a kernel that evaluates fewer pairs than N² (a tree): its all-pairs equivalent too
+            if not np.isclose(r.pair_equivalent_per_s, r.interactions_per_s):
+                eq = r.pair_equivalent_per_s / 1e9
+                imgui.text_disabled(f"{r.kernel}: equivalent all-pairs {eq:.2f} G/s")
 
     def _system_section(self) -> None:
         imgui = self.imgui
