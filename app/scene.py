@@ -32,7 +32,7 @@ class CameraSettings:
     path: str = "static"
     orbit_speed: float = 12.0  # degrees of azimuth per second of video
     orbit_elevation: float | None = None  # None: `elevation`
-    keys: tuple = ()  # camera_path.Keyframe records from [[camera.keys]]
+    keys: tuple = ()  # config.Keyframe records from [[camera.keys]]
 
 
 @dataclass
