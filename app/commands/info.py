@@ -14,7 +14,7 @@ display), and the CUDA device. With a flag, list one table instead.
 
 examples:
   nbody-live info
-  nbody-live info --kernels      # every kernel record: backend, precision, one-line doc
+  nbody-live info --kernels      # every kernel record: precision, doc, error budget, tunables
   nbody-live info --keys         # every scene key with its allowed values
 """
 
@@ -71,6 +71,9 @@ def print_kernels() -> None:
             why = cls.kernel_why_not(rec.name) if reason is None else None
             flag = "" if why is None else f"  (unavailable: {why})"
             print(f"  {rec.name:<24} {rec.precision:<5} {rec.doc}{flag}")
+            tunables = "; ".join(f"{t.name} {t.describe()} (default {t.default})" for t in rec.tunables)
+            print(f"  {'':<24} {'':<5} error budget {rec.error_budget.describe()}"
+                  + (f"; tunables: {tunables}" if tunables else ""))
 
 
 def print_keys() -> None:
