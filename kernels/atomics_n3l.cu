@@ -15,6 +15,11 @@
 // scaled by G at the atomic (scale = G), repulsion already carries G (scale = 1). The order of the
 // atomic additions varies from run to run: the result is not bitwise reproducible.
 //
+// The one variant without the target/source ranges of common.cuh: Newton's third law pairs bodies
+// within ONE set (a_i and a_j from the same pair), so the kernel is symmetric by construction and keeps
+// the signature (pos, acc, n, ...) over bodies [0, n). The host evaluates ranges with it only where they
+// are the same set (the full evaluation; a share of one set would pass pos + i0, acc + i0 and its n).
+//
 // Symbols n3l_ki<KI>_<model>_<self>(pos, acc, n, eps2, G, H, chunk, chunks_per_row), KI in {2, 4};
 // atomics_n3l_force_* is KI = 4. Block size <= 128. Grid: ceil(n / (32 KI)) rows x chunks_per_row
 // chunks, one warp each (empty warps exit).
@@ -59,8 +64,13 @@ __device__ __forceinline__ void add_force(float4* acc, const int idx, const int 
 
 }  // namespace
 
+#define N3L_ARGS                                                                                         \
+    const float4* __restrict__ pos, float4* __restrict__ acc, const int n, const float eps2, const float G, \
+        const float H, const int chunk, const int chunks_per_row
+#define N3L_PASS pos, acc, n, eps2, G, H, chunk, chunks_per_row
+
 template <int KI, class Model, bool SOFT>
-__device__ __forceinline__ void n3l_body(NBODY_FORCE_ARGS, const int chunk, const int chunks_per_row) {
+__device__ __forceinline__ void n3l_body(N3L_ARGS) {
     constexpr int TI = 32 * KI;  // bodies per i-tile
     constexpr int R = KI / 2;    // j-tiles (64 bodies) per i-tile
     const int lane = threadIdx.x & 31;
@@ -131,16 +141,14 @@ __device__ __forceinline__ void n3l_body(NBODY_FORCE_ARGS, const int chunk, cons
     }
 }
 
-#define N3L_PARAMS (const int chunk, const int chunks_per_row)
-#define N3L_ARGS (chunk, chunks_per_row)
 #define N3L_SPECIALISATION(KI)                                                                     \
     template <class Model, bool SOFT>                                                              \
-    __device__ __forceinline__ void n3l_##KI(NBODY_FORCE_ARGS, const int chunk, const int chunks_per_row) { \
-        n3l_body<KI, Model, SOFT>(pos, acc, n, eps2, G, H, chunk, chunks_per_row);                \
+    __device__ __forceinline__ void n3l_##KI(N3L_ARGS) {                                           \
+        n3l_body<KI, Model, SOFT>(N3L_PASS);                                                       \
     }                                                                                              \
-    NBODY_FORCE_ENTRIES_X(n3l_ki##KI, n3l_##KI, __launch_bounds__(128, 8), N3L_PARAMS, N3L_ARGS)
+    NBODY_ENTRIES(n3l_ki##KI, n3l_##KI, __launch_bounds__(128, 8), (N3L_ARGS), (N3L_PASS))
 
 N3L_SPECIALISATION(2)
 N3L_SPECIALISATION(4)
 
-NBODY_FORCE_ENTRIES_X(atomics_n3l_force, n3l_4, __launch_bounds__(128, 8), N3L_PARAMS, N3L_ARGS)
+NBODY_ENTRIES(atomics_n3l_force, n3l_4, __launch_bounds__(128, 8), (N3L_ARGS), (N3L_PASS))

@@ -3,20 +3,20 @@
 // whose trip count the compiler knows (unrolled 32x with no remainder code). One specialisation per
 // BS in {64, 128, 256, 512, 1024}; the host picks the symbol block_template_b<BS>_<model>_<self> for
 // the launch block size (`nbody-live tune` sweeps it). block_template_force_* is the BS = 256 one.
-// No dynamic shared memory.
+// Launch ceil(ni / BS) blocks of BS threads, no dynamic shared memory.
 #include "common.cuh"
 
 template <int BS, class Model, bool SOFT>
 __device__ __forceinline__ void block_template_body(NBODY_FORCE_ARGS) {
     __shared__ float4 tile[BS];
-    nbody::tiled_force<Model, SOFT, nbody::FoldedForm, 32>(pos, acc, n, eps2, G, H, tile, BS,
+    nbody::tiled_force<Model, SOFT, nbody::FoldedForm, 32>(NBODY_FORCE_PASS, tile, BS,
                                                            blockIdx.x * BS + threadIdx.x);
 }
 
 #define BT_SPECIALISATION(BS)                                                                  \
     template <class Model, bool SOFT>                                                          \
     __device__ __forceinline__ void block_template_##BS(NBODY_FORCE_ARGS) {                    \
-        block_template_body<BS, Model, SOFT>(pos, acc, n, eps2, G, H);                         \
+        block_template_body<BS, Model, SOFT>(NBODY_FORCE_PASS);                                \
     }                                                                                          \
     NBODY_FORCE_ENTRIES_A(block_template_b##BS, block_template_##BS, __launch_bounds__(BS))
 

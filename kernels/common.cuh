@@ -19,6 +19,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 // Below this ε² the branch-free form could overflow (1/s⁵ of the repulsion model): the host then uses
 // the PLAIN form, passing ε² itself (or 0 when it is below FLT_MIN).
 #define NBODY_MIN_SOFT_EPS2 1e-12f
@@ -83,6 +85,17 @@ __device__ __forceinline__ float4 finish_acceleration(const float3 a, const floa
 // SOFT; s² = 0 maps to 1/s = 0 for PLAIN).
 __device__ __forceinline__ float4 massless_body() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
+// targets - sources in bodies, so that target t is source t + offset when it is one (the host passes
+// pos + i0 and pos + j0: offset = i0 - j0). For the two variants that must know which source is the
+// target itself rather than rely on d = 0 (gpu5's textbook branch, register-blocked's scaled form). From
+// integer addresses, as comparing pointers into different buffers is undefined in C++; for two buffers
+// no index pair in range matches (that would take equal addresses), so a copy of a source elsewhere is
+// not its self term.
+__device__ __forceinline__ long long target_offset(const float4* targets, const float4* sources) {
+    const uintptr_t d = reinterpret_cast<uintptr_t>(targets) - reinterpret_cast<uintptr_t>(sources);
+    return static_cast<long long>(d) / static_cast<long long>(sizeof(float4));
+}
+
 // Non-finite test on the bit pattern (exponent all ones): immune to fast-math assumptions.
 __device__ __forceinline__ bool not_finite(const float x) {
     return (__float_as_uint(x) & 0x7f800000u) == 0x7f800000u;
@@ -90,25 +103,46 @@ __device__ __forceinline__ bool not_finite(const float x) {
 
 }  // namespace nbody
 
-// Every force kernel has this signature:
-//     (const float4* pos [x,y,z,m], float4* acc [ax,ay,az,0], int n, float eps2, float G, float H)
-// and each variant file instantiates its templated body for the 2 models x 2 self-term forms as
+// Every force kernel (all variants but atomics-n3l, see atomics_n3l.cu) has this signature:
+//     (const float4* targets [x,y,z,m], const float4* sources [x,y,z,m], float4* acc [ax,ay,az,0],
+//      int ni, int nj, float eps2, float G, float H, ...variant parameters)
+// (fp64.cu: the same in double, plus its double result) and writes acc[t] = the acceleration of
+// targets[t] from sources[0..nj), for every t in [0, ni) and nothing else: a range of targets against a
+// range of sources, so that one launch can be a multi-GPU share, a tree-code leaf or a validation sample.
+// The host passes pos + i0, pos + j0 and acc + i0 (the kernels never see i0, j0); the full evaluation
+// passes pos twice with ni == nj. targets and sources may therefore alias: nothing is written through
+// them, which keeps __restrict__ valid. Each variant's head comment gives its launch geometry.
+// A target that is also a source needs no index test: SOFT adds exactly zero at d = 0 and PLAIN maps
+// s² = 0 to 1/s = 0, so the self term is skipped by position. Only gpu5's textbook branch and
+// register-blocked's scaled form (whose self pair is not exactly zero) must know which source is the
+// target itself; nbody::target_offset tells them from the addresses.
+// Each variant file instantiates its templated body for the 2 models x 2 self-term forms as
 //     <prefix>_gravity_soft, <prefix>_gravity_plain, <prefix>_repulsion_soft, <prefix>_repulsion_plain.
 // The Python registry (app/backends/cuda/registry.py) builds the symbol names the same way.
-#define NBODY_FORCE_ARGS \
-    const float4* __restrict__ pos, float4* __restrict__ acc, const int n, const float eps2, const float G, \
-        const float H
+#define NBODY_FORCE_ARGS                                                                                    \
+    const float4* __restrict__ targets, const float4* __restrict__ sources, float4* __restrict__ acc,      \
+        const int ni, const int nj, const float eps2, const float G, const float H
+// NBODY_FORCE_ARGS passed on, for a body template called from an entry or a specialisation wrapper.
+#define NBODY_FORCE_PASS targets, sources, acc, ni, nj, eps2, G, H
 
-#define NBODY_FORCE_ENTRY(PREFIX, BODY, SUFFIX, MODEL, SOFT)                         \
-    extern "C" __global__ void PREFIX##_##SUFFIX(NBODY_FORCE_ARGS) {                 \
-        BODY<nbody::MODEL, SOFT>(pos, acc, n, eps2, G, H);                             \
+// The four entries of any parameter list:
+//     NBODY_ENTRIES(PREFIX, BODY, ATTR, (PARAMS...), (ARGS...))
+// defines extern "C" PREFIX_<model>_<self>(PARAMS...) calling BODY<Model, SOFT>(ARGS...). ATTR is e.g.
+// __launch_bounds__(256) or empty.
+#define NBODY_UNPACK(...) __VA_ARGS__
+#define NBODY_ENTRY(PREFIX, BODY, SUFFIX, MODEL, SOFT, ATTR, PARAMS, ARGS)                               \
+    extern "C" __global__ void ATTR PREFIX##_##SUFFIX(NBODY_UNPACK PARAMS) {                              \
+        BODY<nbody::MODEL, SOFT>(NBODY_UNPACK ARGS);                                                      \
     }
+#define NBODY_ENTRIES(PREFIX, BODY, ATTR, PARAMS, ARGS)                                                   \
+    NBODY_ENTRY(PREFIX, BODY, gravity_soft, Gravity, true, ATTR, PARAMS, ARGS)                            \
+    NBODY_ENTRY(PREFIX, BODY, gravity_plain, Gravity, false, ATTR, PARAMS, ARGS)                          \
+    NBODY_ENTRY(PREFIX, BODY, repulsion_soft, GravityRepulsion, true, ATTR, PARAMS, ARGS)                 \
+    NBODY_ENTRY(PREFIX, BODY, repulsion_plain, GravityRepulsion, false, ATTR, PARAMS, ARGS)
 
-#define NBODY_FORCE_ENTRIES(PREFIX, BODY)                                            \
-    NBODY_FORCE_ENTRY(PREFIX, BODY, gravity_soft, Gravity, true)                     \
-    NBODY_FORCE_ENTRY(PREFIX, BODY, gravity_plain, Gravity, false)                   \
-    NBODY_FORCE_ENTRY(PREFIX, BODY, repulsion_soft, GravityRepulsion, true)          \
-    NBODY_FORCE_ENTRY(PREFIX, BODY, repulsion_plain, GravityRepulsion, false)
+// The force entries: BODY<Model, SOFT>(NBODY_FORCE_ARGS).
+#define NBODY_FORCE_ENTRIES(PREFIX, BODY) \
+    NBODY_ENTRIES(PREFIX, BODY, , (NBODY_FORCE_ARGS), (NBODY_FORCE_PASS))
 
 // ======================================================================================================
 // Additions for the kernel suite (issue 5). Everything below is additive: the interaction above is
@@ -116,31 +150,23 @@ __device__ __forceinline__ bool not_finite(const float x) {
 // physics written differently, kept here so that every way of writing the interaction lives in one file.
 // ======================================================================================================
 
-// Entry points with a launch-bounds attribute and extra trailing arguments (register-blocked, n3l, ...):
+// Force entries with a launch-bounds attribute and extra trailing arguments (register-blocked, ...):
 //     NBODY_FORCE_ENTRIES_X(PREFIX, BODY, ATTR, (PARAMS...), (ARGS...))
-// defines PREFIX_<model>_<self>(NBODY_FORCE_ARGS, PARAMS...) calling BODY<Model, SOFT>(pos, acc, n, eps2,
-// G, H, ARGS...). ATTR is e.g. __launch_bounds__(256) or empty.
-#define NBODY_UNPACK(...) __VA_ARGS__
-#define NBODY_FORCE_ENTRY_X(PREFIX, BODY, SUFFIX, MODEL, SOFT, ATTR, PARAMS, ARGS)                  \
-    extern "C" __global__ void ATTR PREFIX##_##SUFFIX(NBODY_FORCE_ARGS, NBODY_UNPACK PARAMS) {        \
-        BODY<nbody::MODEL, SOFT>(pos, acc, n, eps2, G, H, NBODY_UNPACK ARGS);                         \
-    }
-#define NBODY_FORCE_ENTRIES_X(PREFIX, BODY, ATTR, PARAMS, ARGS)                                      \
-    NBODY_FORCE_ENTRY_X(PREFIX, BODY, gravity_soft, Gravity, true, ATTR, PARAMS, ARGS)               \
-    NBODY_FORCE_ENTRY_X(PREFIX, BODY, gravity_plain, Gravity, false, ATTR, PARAMS, ARGS)             \
-    NBODY_FORCE_ENTRY_X(PREFIX, BODY, repulsion_soft, GravityRepulsion, true, ATTR, PARAMS, ARGS)    \
-    NBODY_FORCE_ENTRY_X(PREFIX, BODY, repulsion_plain, GravityRepulsion, false, ATTR, PARAMS, ARGS)
+// defines PREFIX_<model>_<self>(NBODY_FORCE_ARGS, PARAMS...) calling BODY<Model, SOFT>(targets, sources,
+// acc, ni, nj, eps2, G, H, ARGS...).
+#define NBODY_FORCE_ENTRIES_X(PREFIX, BODY, ATTR, PARAMS, ARGS)                                          \
+    NBODY_ENTRIES(PREFIX, BODY, ATTR, (NBODY_FORCE_ARGS, NBODY_UNPACK PARAMS),                            \
+                  (NBODY_FORCE_PASS, NBODY_UNPACK ARGS))
 
-// Same, without extra arguments but with an attribute (block-template's __launch_bounds__(BS)).
-#define NBODY_FORCE_ENTRY_A(PREFIX, BODY, SUFFIX, MODEL, SOFT, ATTR)                                 \
-    extern "C" __global__ void ATTR PREFIX##_##SUFFIX(NBODY_FORCE_ARGS) {                             \
-        BODY<nbody::MODEL, SOFT>(pos, acc, n, eps2, G, H);                                             \
-    }
-#define NBODY_FORCE_ENTRIES_A(PREFIX, BODY, ATTR)                                                    \
-    NBODY_FORCE_ENTRY_A(PREFIX, BODY, gravity_soft, Gravity, true, ATTR)                             \
-    NBODY_FORCE_ENTRY_A(PREFIX, BODY, gravity_plain, Gravity, false, ATTR)                           \
-    NBODY_FORCE_ENTRY_A(PREFIX, BODY, repulsion_soft, GravityRepulsion, true, ATTR)                  \
-    NBODY_FORCE_ENTRY_A(PREFIX, BODY, repulsion_plain, GravityRepulsion, false, ATTR)
+// Same, without extra arguments but with an attribute (block-template's __launch_bounds__(BS), ...).
+#define NBODY_FORCE_ENTRIES_A(PREFIX, BODY, ATTR) \
+    NBODY_ENTRIES(PREFIX, BODY, ATTR, (NBODY_FORCE_ARGS), (NBODY_FORCE_PASS))
+
+// The register cap of tiled_force's FoldedForm loop with a run-time tile size (pair-matrix, the streams
+// tail). NBODY_FORCE_ARGS puts G and H at parameter offsets 0x234 and 0x238, no longer one 8-byte pair
+// (one LDC.64), and without the cap ptxas gives the repulsion-plain entries 34 registers instead of 32
+// (at B = 256: 6 blocks per SM instead of 8). Capped: 32, no spills, the same hot loop.
+#define NBODY_TILED_MAXNREG __maxnreg__(32)
 
 namespace nbody {
 
@@ -339,20 +365,20 @@ struct PtxForm {  // body_body_interaction_ptx
     }
 };
 
-// The GPU Gems 3 ch. 31 tile walk (Nyland, Harris & Prins): a_i summed over sources [0, n). Each thread of
+// The GPU Gems 3 ch. 31 tile walk (Nyland, Harris & Prins): a_i summed over sources [0, nj). Each thread of
 // the block stores one float4 of the tile in `tile` (tile_size entries), __syncthreads, every thread runs
 // the tile through Form (one broadcast LDS.128 per source), __syncthreads, next tile. CHECKED pads the
-// last tile with massless bodies (any n); without it the caller guarantees n is a multiple of tile_size.
-// A compile-time tile_size (block-template) gives the unrolled loop a known trip count.
+// last tile with massless bodies (any nj); without it the caller guarantees nj is a multiple of
+// tile_size. A compile-time tile_size (block-template) gives the unrolled loop a known trip count.
 template <class Model, bool SOFT, class Form, int UNROLL, bool CHECKED = true>
-__device__ __forceinline__ float3 tiled_sum(const float4* __restrict__ pos, const int n, const float4 bi,
+__device__ __forceinline__ float3 tiled_sum(const float4* __restrict__ sources, const int nj, const float4 bi,
                                             const float eps2, const float G, const float H, float4* tile,
                                             const int tile_size) {
     const int tid = threadIdx.x;
     float3 ai = make_float3(0.0f, 0.0f, 0.0f);
-    for (int base = 0; base < n; base += tile_size) {
+    for (int base = 0; base < nj; base += tile_size) {
         const int j = base + tid;
-        tile[tid] = (!CHECKED || j < n) ? pos[j] : massless_body();
+        tile[tid] = (!CHECKED || j < nj) ? sources[j] : massless_body();
         __syncthreads();
 #pragma unroll UNROLL
         for (int k = 0; k < tile_size; ++k) {
@@ -363,16 +389,15 @@ __device__ __forceinline__ float3 tiled_sum(const float4* __restrict__ pos, cons
     return ai;
 }
 
-// One thread per body i (i >= n: a padding thread that only helps load tiles): the tiled sum, written
-// to acc[i] with G applied.
+// One thread per target t (t >= ni: a padding thread that only helps load tiles): the tiled sum over
+// all nj sources, written to acc[t] with G applied.
 template <class Model, bool SOFT, class Form, int UNROLL>
-__device__ __forceinline__ void tiled_force(const float4* __restrict__ pos, float4* __restrict__ acc,
-                                            const int n, const float eps2, const float G, const float H,
-                                            float4* tile, const int tile_size, const int i) {
-    const float4 bi = (i < n) ? pos[i] : massless_body();
-    const float3 ai = tiled_sum<Model, SOFT, Form, UNROLL>(pos, n, bi, eps2, G, H, tile, tile_size);
-    if (i < n) {
-        acc[i] = finish_acceleration<Model>(ai, G);
+__device__ __forceinline__ void tiled_force(NBODY_FORCE_ARGS, float4* tile, const int tile_size,
+                                            const int t) {
+    const float4 bi = (t < ni) ? targets[t] : massless_body();
+    const float3 ai = tiled_sum<Model, SOFT, Form, UNROLL>(sources, nj, bi, eps2, G, H, tile, tile_size);
+    if (t < ni) {
+        acc[t] = finish_acceleration<Model>(ai, G);
     }
 }
 

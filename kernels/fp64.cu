@@ -2,27 +2,32 @@
 // reference). The state lives in double buffers (pos64 [x, y, z, m], vel64, acc64); the integrators
 // here advance them in double and write the float32 copies (pos x, y, z for the renderer — the mass in
 // pos.w is left alone — vel and |v|) so that the renderer, the non-finite check and a switch back to
-// an fp32 kernel see the same bodies. Tiled like `shared`, with a dvec4 tile (32 bytes per thread
-// of dynamic shared memory). rsqrt() in double is the CUDA math library's (1 ulp); --use_fast_math
-// does not touch double precision.
+// an fp32 kernel see the same bodies. Tiled like `shared`, with a dvec4 tile: ceil(ni / B) blocks of B
+// threads with B * 32 bytes of dynamic shared memory. rsqrt() in double is the CUDA math library's
+// (1 ulp); --use_fast_math does not touch double precision.
 //
-//     fp64_force_<model>_<self>(pos64, acc, n, eps2, G, H, acc64)   (eps2, G, H as double)
+// The force entry is the range ABI of common.cuh in double, with the double result as well:
+//     fp64_force_<model>_<self>(targets64, sources64, acc, ni, nj, eps2, G, H, acc64)   (eps2, G, H double)
+// writes acc64[t] and its float copy acc[t] for t in [0, ni) (the host passes acc + i0 and acc64 + i0).
 #include "common.cuh"
 
+#define FP64_FORCE_ARGS                                                                                  \
+    const nbody::dvec4* __restrict__ targets, const nbody::dvec4* __restrict__ sources,                 \
+        float4* __restrict__ acc, const int ni, const int nj, const double eps2, const double G,          \
+        const double H, nbody::dvec4* __restrict__ acc64
+
 template <class Model, bool SOFT>
-__device__ __forceinline__ void fp64_body(const nbody::dvec4* __restrict__ pos64, float4* __restrict__ acc,
-                                          const int n, const double eps2, const double G, const double H,
-                                          nbody::dvec4* __restrict__ acc64) {
+__device__ __forceinline__ void fp64_body(FP64_FORCE_ARGS) {
     extern __shared__ nbody::dvec4 tile64[];
     const int tid = threadIdx.x;
     const int tile_size = blockDim.x;
-    const int i = blockIdx.x * tile_size + tid;
+    const int t = blockIdx.x * tile_size + tid;
     const nbody::dvec4 zero = nbody::dvec4{0.0, 0.0, 0.0, 0.0};
-    const nbody::dvec4 bi = (i < n) ? pos64[i] : zero;
+    const nbody::dvec4 bi = (t < ni) ? targets[t] : zero;
     double3 ai = make_double3(0.0, 0.0, 0.0);
-    for (int base = 0; base < n; base += tile_size) {
+    for (int base = 0; base < nj; base += tile_size) {
         const int j = base + tid;
-        tile64[tid] = (j < n) ? pos64[j] : zero;
+        tile64[tid] = (j < nj) ? sources[j] : zero;
         __syncthreads();
 #pragma unroll 4
         for (int k = 0; k < tile_size; ++k) {
@@ -30,25 +35,34 @@ __device__ __forceinline__ void fp64_body(const nbody::dvec4* __restrict__ pos64
         }
         __syncthreads();
     }
-    if (i < n) {
+    if (t < ni) {
         const double s = Model::repulsion ? 1.0 : G;
         const nbody::dvec4 a{s * ai.x, s * ai.y, s * ai.z, 0.0};
-        acc64[i] = a;
-        acc[i] = make_float4((float)a.x, (float)a.y, (float)a.z, 0.0f);
+        acc64[t] = a;
+        acc[t] = make_float4((float)a.x, (float)a.y, (float)a.z, 0.0f);
     }
 }
 
-#define FP64_ENTRY(SUFFIX, MODEL, SOFT)                                                              \
-    extern "C" __global__ void fp64_force_##SUFFIX(const nbody::dvec4* __restrict__ pos64,               \
-                                                   float4* __restrict__ acc, const int n,           \
-                                                   const double eps2, const double G, const double H, \
-                                                   nbody::dvec4* __restrict__ acc64) {                   \
-        fp64_body<nbody::MODEL, SOFT>(pos64, acc, n, eps2, G, H, acc64);                              \
-    }
-FP64_ENTRY(gravity_soft, Gravity, true)
-FP64_ENTRY(gravity_plain, Gravity, false)
-FP64_ENTRY(repulsion_soft, GravityRepulsion, true)
-FP64_ENTRY(repulsion_plain, GravityRepulsion, false)
+NBODY_ENTRIES(fp64_force, fp64_body, , (FP64_FORCE_ARGS), (targets, sources, acc, ni, nj, eps2, G, H, acc64))
+
+// The integrators' updates round exactly like numpy's `v + h * a` and `(v + dt * a) * damping` on
+// float64: each product and each sum correctly rounded on its own, never one fused multiply-add (nvcc
+// would contract `v + h * a` into a DFMA, which rounds once). With identical accelerations the GPU fp64
+// path, the CPU backend (numba without fastmath) and the numpy reference then take bitwise-identical
+// steps, which the tests require. Only x, y, z change: w (the mass in pos64) is kept.
+__device__ __forceinline__ nbody::dvec4 step(nbody::dvec4 v, const double h, const nbody::dvec4 a) {
+    v.x = __dadd_rn(v.x, __dmul_rn(h, a.x));
+    v.y = __dadd_rn(v.y, __dmul_rn(h, a.y));
+    v.z = __dadd_rn(v.z, __dmul_rn(h, a.z));
+    return v;
+}
+
+__device__ __forceinline__ nbody::dvec4 scaled(nbody::dvec4 v, const double s) {
+    v.x = __dmul_rn(v.x, s);
+    v.y = __dmul_rn(v.y, s);
+    v.z = __dmul_rn(v.z, s);
+    return v;
+}
 
 __device__ __forceinline__ float speed64(const nbody::dvec4 v) {
     return (float)sqrt(fma(v.z, v.z, fma(v.y, v.y, v.x * v.x)));
@@ -75,12 +89,8 @@ extern "C" __global__ void fp64_kick_drift(nbody::dvec4* __restrict__ pos64, nbo
     const nbody::dvec4 a = acc64[i];
     nbody::dvec4 v = vel64[i];
     nbody::dvec4 p = pos64[i];
-    v.x = fma(a.x, half_dt, v.x);
-    v.y = fma(a.y, half_dt, v.y);
-    v.z = fma(a.z, half_dt, v.z);
-    p.x = fma(v.x, dt, p.x);
-    p.y = fma(v.y, dt, p.y);
-    p.z = fma(v.z, dt, p.z);
+    v = step(v, half_dt, a);
+    p = step(p, dt, v);
     vel64[i] = v;
     pos64[i] = p;
     store_render(pos, vel, i, p, v);
@@ -95,9 +105,7 @@ extern "C" __global__ void fp64_kick(nbody::dvec4* __restrict__ vel64, const nbo
     }
     const nbody::dvec4 a = acc64[i];
     nbody::dvec4 v = vel64[i];
-    v.x = fma(a.x, half_dt, v.x);
-    v.y = fma(a.y, half_dt, v.y);
-    v.z = fma(a.z, half_dt, v.z);
+    v = step(v, half_dt, a);
     vel64[i] = v;
     vel[i] = make_float4((float)v.x, (float)v.y, (float)v.z, 0.0f);
     speed[i] = speed64(v);
@@ -114,12 +122,8 @@ extern "C" __global__ void fp64_euler_damped(nbody::dvec4* __restrict__ pos64, n
     const nbody::dvec4 a = acc64[i];
     nbody::dvec4 v = vel64[i];
     nbody::dvec4 p = pos64[i];
-    v.x = fma(a.x, dt, v.x) * damping;
-    v.y = fma(a.y, dt, v.y) * damping;
-    v.z = fma(a.z, dt, v.z) * damping;
-    p.x = fma(v.x, dt, p.x);
-    p.y = fma(v.y, dt, p.y);
-    p.z = fma(v.z, dt, p.z);
+    v = scaled(step(v, dt, a), damping);
+    p = step(p, dt, v);
     vel64[i] = v;
     pos64[i] = p;
     store_render(pos, vel, i, p, v);

@@ -4,18 +4,19 @@
 // repulsion; 0 on the diagonal), in 16 x 16 tiles: the block stages its 16 i-bodies and 16 j-bodies
 // in shared memory and each thread writes one entry (coalesced along j). The backend fetches it with
 // CudaBackend.interaction_matrix(); it is not part of the per-step cost.
-// The force entries (pair_matrix_force_*) are the row sums of that matrix done the tiled way, so the
-// variant also steps like any other (blockDim.x * 16 bytes of dynamic shared memory).
+// The force entries (pair_matrix_force_*, the range ABI of common.cuh) are the row sums of that matrix
+// done the tiled way, so the variant also steps like any other: ceil(ni / B) blocks of B threads with
+// B * 16 bytes of dynamic shared memory.
 #include "common.cuh"
 
 template <class Model, bool SOFT>
 __device__ __forceinline__ void pair_matrix_force_body(NBODY_FORCE_ARGS) {
     extern __shared__ float4 tile[];
-    nbody::tiled_force<Model, SOFT, nbody::FoldedForm, 16>(pos, acc, n, eps2, G, H, tile, blockDim.x,
+    nbody::tiled_force<Model, SOFT, nbody::FoldedForm, 16>(NBODY_FORCE_PASS, tile, blockDim.x,
                                                            blockIdx.x * blockDim.x + threadIdx.x);
 }
 
-NBODY_FORCE_ENTRIES(pair_matrix_force, pair_matrix_force_body)
+NBODY_FORCE_ENTRIES_A(pair_matrix_force, pair_matrix_force_body, NBODY_TILED_MAXNREG)
 
 template <class Model, bool SOFT>
 __device__ __forceinline__ void pair_matrix_fill_body(const float4* __restrict__ pos, float* __restrict__ out,

@@ -4,13 +4,13 @@
 // The lesson: the SASS is the same 12 FP32 + 1 MUFU per interaction that fmaf() in C++ gives
 // (nbody::body_body_interaction, e.g. pair-matrix's force rows); what it gains over `shared` comes from
 // folding ε² and from fast math, not from PTX (see docs/kernels.md).
-// Launch with blockDim.x * 16 bytes of dynamic shared memory.
+// Launch ceil(ni / B) blocks of B threads with B * 16 bytes of dynamic shared memory.
 #include "common.cuh"
 
 template <class Model, bool SOFT>
 __device__ __forceinline__ void shared_ptx_force(NBODY_FORCE_ARGS) {
     extern __shared__ float4 tile[];
-    nbody::tiled_force<Model, SOFT, nbody::PtxForm, 16>(pos, acc, n, eps2, G, H, tile, blockDim.x,
+    nbody::tiled_force<Model, SOFT, nbody::PtxForm, 16>(NBODY_FORCE_PASS, tile, blockDim.x,
                                                         blockIdx.x * blockDim.x + threadIdx.x);
 }
 

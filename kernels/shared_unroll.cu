@@ -2,7 +2,8 @@
 // accumulators, so two interaction chains are in flight per thread) and `#pragma unroll` on top.
 // The lesson: the compiler already unrolls `shared` 16x and the hot loop is issue-bound, not
 // latency-bound, so the second accumulator buys little (see docs/kernels.md).
-// Launch with blockDim.x * 16 bytes of dynamic shared memory; blockDim.x must be even (64...1024).
+// Launch ceil(ni / B) blocks of B threads with B * 16 bytes of dynamic shared memory; B must be even
+// (64...1024).
 #include "common.cuh"
 
 template <class Model, bool SOFT>
@@ -10,13 +11,13 @@ __device__ __forceinline__ void shared_unroll_force(NBODY_FORCE_ARGS) {
     extern __shared__ float4 tile[];
     const int tid = threadIdx.x;
     const int tile_size = blockDim.x;
-    const int i = blockIdx.x * tile_size + tid;
-    const float4 bi = (i < n) ? pos[i] : nbody::massless_body();
+    const int t = blockIdx.x * tile_size + tid;
+    const float4 bi = (t < ni) ? targets[t] : nbody::massless_body();
     float3 a0 = make_float3(0.0f, 0.0f, 0.0f);
     float3 a1 = make_float3(0.0f, 0.0f, 0.0f);
-    for (int base = 0; base < n; base += tile_size) {
+    for (int base = 0; base < nj; base += tile_size) {
         const int j = base + tid;
-        tile[tid] = (j < n) ? pos[j] : nbody::massless_body();
+        tile[tid] = (j < nj) ? sources[j] : nbody::massless_body();
         __syncthreads();
 #pragma unroll 8
         for (int k = 0; k < tile_size; k += 2) {
@@ -25,9 +26,9 @@ __device__ __forceinline__ void shared_unroll_force(NBODY_FORCE_ARGS) {
         }
         __syncthreads();
     }
-    if (i < n) {
+    if (t < ni) {
         const float3 a = make_float3(a0.x + a1.x, a0.y + a1.y, a0.z + a1.z);
-        acc[i] = nbody::finish_acceleration<Model>(a, G);
+        acc[t] = nbody::finish_acceleration<Model>(a, G);
     }
 }
 

@@ -1,20 +1,22 @@
-// `warp-shuffle`: no shared memory at all. Each warp walks the bodies 32 at a time: every lane loads
+// `warp-shuffle`: no shared memory at all. Each warp walks the sources 32 at a time: every lane loads
 // one source body (a coalesced float4 load), then the warp broadcasts them one by one with
-// __shfl_sync (4 SHFL per source body: x, y, z, m). Any N: lanes past the end load massless bodies and
-// keep taking part in the shuffles (no early return), they just do not store.
+// __shfl_sync (4 SHFL per source body: x, y, z, m). Any ni, nj: lanes past the end of the sources load
+// massless bodies, lanes past the end of the targets keep taking part in the shuffles (no early return),
+// they just do not store. Launch ceil(ni / B) blocks of B threads (B a multiple of 32), no dynamic
+// shared memory.
 // The lesson: a shuffle is an issue slot like an LDS, and four of them per interaction cost more than
 // one broadcast LDS.128 (see docs/kernels.md).
 #include "common.cuh"
 
 template <class Model, bool SOFT>
 __device__ __forceinline__ void warp_shuffle_force(NBODY_FORCE_ARGS) {
-    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const int t = blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
-    const float4 bi = (i < n) ? pos[i] : nbody::massless_body();
+    const float4 bi = (t < ni) ? targets[t] : nbody::massless_body();
     float3 ai = make_float3(0.0f, 0.0f, 0.0f);
-    for (int base = 0; base < n; base += 32) {
+    for (int base = 0; base < nj; base += 32) {
         const int j = base + lane;
-        const float4 mine = (j < n) ? pos[j] : nbody::massless_body();
+        const float4 mine = (j < nj) ? sources[j] : nbody::massless_body();
 #pragma unroll 8
         for (int k = 0; k < 32; ++k) {
             float4 bj;
@@ -25,8 +27,8 @@ __device__ __forceinline__ void warp_shuffle_force(NBODY_FORCE_ARGS) {
             ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, bj, eps2, G, H);
         }
     }
-    if (i < n) {
-        acc[i] = nbody::finish_acceleration<Model>(ai, G);
+    if (t < ni) {
+        acc[t] = nbody::finish_acceleration<Model>(ai, G);
     }
 }
 

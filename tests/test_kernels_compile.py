@@ -1,4 +1,5 @@
-"""Every kernels/*.cu compiles with nvcc for sm_90 without register spills or stack frames.
+"""Every kernels/*.cu compiles with nvcc for sm_90 without register spills or stack frames, and every
+force entry takes the parameters the host passes (the range ABI of kernels/common.cuh, read from the PTX).
 
 Runs on the CPU-only CI machine: it needs nvcc, not a GPU (skipped, saying so, without nvcc). The
 registry checks and the ptxas-report parser need neither. If cuobjdump is found, the SASS of the
@@ -11,6 +12,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from app.backends.cuda.compile import (
     compile_file,
     find_nvcc,
     kernel_files,
+    options_for,
     parse_ptxas,
 )
 from app.backends.cuda.errors import KernelCompileError
@@ -28,6 +31,8 @@ from app.paths import KERNELS
 
 ARCH = "sm_90"
 CU_FILES = kernel_files()
+# diagnostics' potentials sum over one set of bodies; integrate.cu moves them
+FORCE_FILES = [p for p in CU_FILES if p.name not in ("integrate.cu", "diagnostics.cu")]
 SUPPORT_SYMBOLS = ("kick_drift", "kick", "euler_damped", "speeds", "first_nonfinite")
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit not installed)")
@@ -76,6 +81,47 @@ def test_compiles_without_spills_or_stack(cache, path):
     assert not module.problems(), "\n".join(module.problems()) + "\n" + module.log
     for f in module.functions.values():
         assert 0 < f.registers <= 64, f"{f.name}: {f.registers} registers"
+
+
+# --- the force ABI, as the host's pycuda `prepare` strings (P pointer, i int, f float, d double) ------------
+RANGE_ABI = "PPPiifff"  # targets, sources, acc, ni, nj, eps2, G, H (kernels/common.cuh)
+_FORCE_ENTRY = re.compile(r"_(gravity|repulsion)_(soft|plain)$")
+_PTX_ENTRY = re.compile(r"\.entry\s+(\w+)\s*\(([^)]*)\)")
+_PTX_TYPE = {"u64": "P", "b64": "P", "u32": "i", "s32": "i", "b32": "i", "f32": "f", "f64": "d"}
+
+
+def expected_parameters(entry: str) -> str:
+    """What a `<prefix>_<model>_<self>` entry takes: the range ABI plus the variant's own parameters."""
+    if entry.startswith("pair_matrix_fill_"):
+        return "PPifff"  # (pos, out, n, eps2, G, H): the whole matrix
+    if entry.startswith(("n3l_ki", "atomics_n3l_force_")):
+        return "PPifffii"  # (pos, acc, n, eps2, G, H, chunk, chunks_per_row): symmetric, one set of bodies
+    if entry.startswith("fp64_force_"):
+        return "PPPiidddP"  # the range ABI in double, plus acc64
+    if entry.startswith(("regblock_k", "register_blocked_force_")):
+        return RANGE_ABI + "Pi"  # partial, slice_len
+    return RANGE_ABI
+
+
+def ptx_parameters(path: Path) -> dict[str, str]:
+    """Entry name -> its parameter types as a prepare string, from nvcc -ptx with the file's own options."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "k.ptx"
+        cmd = [find_nvcc(), "-ptx", f"-arch={ARCH}", *options_for(path), "-I", str(KERNELS), "-o", str(out),
+               str(path)]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+        ptx = out.read_text()
+    return {name: "".join(_PTX_TYPE[t] for t in re.findall(r"\.param\s+\.(\w+)", params))
+            for name, params in _PTX_ENTRY.findall(ptx)}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("path", FORCE_FILES, ids=lambda p: p.name)
+def test_force_entries_take_the_range_abi(path):
+    entries = {name: params for name, params in ptx_parameters(path).items() if _FORCE_ENTRY.search(name)}
+    assert entries, f"{path.name} defines no force entry"
+    wrong = {name: params for name, params in entries.items() if params != expected_parameters(name)}
+    assert not wrong, f"{path.name}: {wrong}"
 
 
 def test_registry_records():
