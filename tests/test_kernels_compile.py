@@ -19,20 +19,20 @@ import pytest
 
 from app.backends.cuda import registry
 from app.backends.cuda.compile import (
+    NVCC_OPTIONS,
     CompiledModule,
     compile_file,
     find_nvcc,
     kernel_files,
-    options_for,
     parse_ptxas,
 )
 from app.backends.cuda.errors import KernelCompileError
+from app.backends.cuda.policies import FORMS
 from app.paths import KERNELS
 
 ARCH = "sm_90"
 CU_FILES = kernel_files()
 # diagnostics' potentials sum over one set of bodies; integrate.cu moves them
-FORCE_FILES = [p for p in CU_FILES if p.name not in ("integrate.cu", "diagnostics.cu")]
 SUPPORT_SYMBOLS = ("kick_drift", "kick", "euler_damped", "speeds", "first_nonfinite")
 
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit not installed)")
@@ -83,45 +83,37 @@ def test_compiles_without_spills_or_stack(cache, path):
         assert 0 < f.registers <= 64, f"{f.name}: {f.registers} registers"
 
 
-# --- the force ABI, as the host's pycuda `prepare` strings (P pointer, i int, f float, d double) ------------
-RANGE_ABI = "PPPiifff"  # targets, sources, acc, ni, nj, eps2, G, H (kernels/common.cuh)
-_FORCE_ENTRY = re.compile(r"_(gravity|repulsion)_(soft|plain)$")
+# --- the force ABI: the records' prepare strings against the kernels' own parameter lists ----------------
 _PTX_ENTRY = re.compile(r"\.entry\s+(\w+)\s*\(([^)]*)\)")
 _PTX_TYPE = {"u64": "P", "b64": "P", "u32": "i", "s32": "i", "b32": "i", "f32": "f", "f64": "d"}
+_PTX: dict[str, dict[str, str]] = {}
 
 
-def expected_parameters(entry: str) -> str:
-    """What a `<prefix>_<model>_<self>` entry takes: the range ABI plus the variant's own parameters."""
-    if entry.startswith("pair_matrix_fill_"):
-        return "PPifff"  # (pos, out, n, eps2, G, H): the whole matrix
-    if entry.startswith(("n3l_ki", "atomics_n3l_force_")):
-        return "PPifffii"  # (pos, acc, n, eps2, G, H, chunk, chunks_per_row): symmetric, one set of bodies
-    if entry.startswith("fp64_force_"):
-        return "PPPiidddP"  # the range ABI in double, plus acc64
-    if entry.startswith(("regblock_k", "register_blocked_force_")):
-        return RANGE_ABI + "Pi"  # partial, slice_len
-    return RANGE_ABI
-
-
-def ptx_parameters(path: Path) -> dict[str, str]:
-    """Entry name -> its parameter types as a prepare string, from nvcc -ptx with the file's own options."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "k.ptx"
-        cmd = [find_nvcc(), "-ptx", f"-arch={ARCH}", *options_for(path), "-I", str(KERNELS), "-o", str(out),
-               str(path)]
-        subprocess.run(cmd, check=True, capture_output=True, timeout=600)
-        ptx = out.read_text()
-    return {name: "".join(_PTX_TYPE[t] for t in re.findall(r"\.param\s+\.(\w+)", params))
-            for name, params in _PTX_ENTRY.findall(ptx)}
+def ptx_parameters(source: str, options) -> dict[str, str]:
+    """Entry name -> its parameter types as a prepare string (P pointer, i int, f float, d double),
+    from nvcc -ptx with the options the launches build the file with."""
+    if source not in _PTX:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "k.ptx"
+            cmd = [find_nvcc(), "-ptx", f"-arch={ARCH}", *(options or NVCC_OPTIONS), "-I", str(KERNELS),
+                   "-o", str(out), str(KERNELS / source)]
+            subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+            ptx = out.read_text()
+        _PTX[source] = {name: "".join(_PTX_TYPE[t] for t in re.findall(r"\.param\s+\.(\w+)", params))
+                        for name, params in _PTX_ENTRY.findall(ptx)}
+    return _PTX[source]
 
 
 @needs_nvcc
-@pytest.mark.parametrize("path", FORCE_FILES, ids=lambda p: p.name)
-def test_force_entries_take_the_range_abi(path):
-    entries = {name: params for name, params in ptx_parameters(path).items() if _FORCE_ENTRY.search(name)}
-    assert entries, f"{path.name} defines no force entry"
-    wrong = {name: params for name, params in entries.items() if params != expected_parameters(name)}
-    assert not wrong, f"{path.name}: {wrong}"
+@pytest.mark.parametrize("rec", [r for r in registry.RECORDS if not r.policy.resolves], ids=lambda r: r.name)
+def test_prepare_strings_match_the_kernels(rec):
+    """Every entry a record's policy launches takes exactly the arguments the policy prepares it with
+    (the range ABI of common.cuh, or the policy's own): a mismatch would pass garbage silently."""
+    params = ptx_parameters(rec.source, rec.policy.nvcc_options)
+    for tun in rec.policy.symbol_tunables(rec):
+        for repulsion, soft in FORMS:
+            for symbol, arg_types in rec.policy.entries(rec, repulsion, soft, tun):
+                assert params.get(symbol) == arg_types, f"{rec.source}:{symbol} takes {params.get(symbol)}"
 
 
 def test_registry_records():
