@@ -14,6 +14,9 @@ mkdir -p "$out"
 export NBODY_SHARED_DATA=${NBODY_SHARED_DATA:-$PWD/.devdata}
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 export NBODY_HEADLESS=1
+if [ -d .whl ]; then  # wheels the kit lacks (matplotlib for the bench plot), carried as the device README says
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
 day=$(date +%F)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee "$out/gpu.txt"

@@ -82,7 +82,7 @@ class CudaEvaluator(ForceEvaluator):
                               f"the sources [{sources.start}, {sources.stop}) (Newton's third law needs both "
                               "ends of every pair)")
         work = policy.work(targets, sources)
-        if targets.count == 0 or sources.count == 0:
+        if targets.count == 0:  # a grid of no blocks cannot be launched; no sources still means a = 0
             return lambda: ForceWork(evaluations=1)
         key = (rec.name, tuple(sorted(tun.items())), self._args, targets.count, sources.count)
         run = self._plans.get(key)
