@@ -353,14 +353,14 @@ def test_mapping_released_when_a_kernel_raises(egl_canvas, backend, monkeypatch)
     (_pv, pos_name), _speed = attached(egl_canvas, backend, n)
     backend.step(2)
 
-    def boom(*args, **kwargs):
+    def boom():
         raise RuntimeError("injected launch failure")
 
-    monkeypatch.setattr(backend, "_launch_force", boom)
+    monkeypatch.setattr(backend.evaluator(), "bind", lambda *args, **kwargs: boom)  # the force launch raises
     with pytest.raises(RuntimeError, match="injected"):
         backend.step(3)
     assert backend.gl_buffers.is_mapped is False
-    with backend._scope, backend.gl_buffers.mapped():  # CUDA can map it again (not ALREADY_MAPPED) ...
+    with backend.device.scope, backend.gl_buffers.mapped():  # CUDA can map it again (not ALREADY_MAPPED) ...
         pass
     read_gl(egl_canvas, pos_name, 16 * n)  # ... and GL can read it
     monkeypatch.undo()

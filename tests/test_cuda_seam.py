@@ -3,7 +3,8 @@
 For every record of the CUDA registry (walked, so a new variant is covered without touching this file):
 - targets [i0, i0 + ni) against all sources give the matching rows of the full evaluation, for spans
   that are not multiples of any block size or tile (bitwise where the kernel's summation order does
-  not depend on the span, else within 1e-6: the order of fp32 partial sums);
+  not depend on the span, else within 1e-5, ten times below the fp32 budget: the order of fp32
+  partial sums);
 - targets against a span of sources agree with the float64 reference on those sources within the
   record's own error budget;
 - rows outside the targets are left untouched.
@@ -16,7 +17,7 @@ import pytest
 
 from app.backends import backend_class
 from app.backends.cuda import registry
-from app.backends.cuda.policies import RegisterBlockedPolicy, StreamsPolicy
+from app.backends.cuda.policies import N3LPolicy, RegisterBlockedPolicy, StreamsPolicy
 from app.bench import bench_bodies
 from app.errors import ConfigError
 from app.forces import Span
@@ -33,10 +34,10 @@ SENTINEL = 12345.0
 
 def _bitwise(rec) -> bool:
     """Records whose per-target summation order does not depend on the span: one thread (or q) per
-    target walking every source in order, or the whole set evaluated for a part of it. Register
-    blocking picks its number of source slices from the span, and the streams variant moves targets
-    between its check-free and its remainder kernel."""
-    return not isinstance(rec.policy, RegisterBlockedPolicy | StreamsPolicy)
+    target walking every source in order. Register blocking picks its number of source slices from the
+    span, the streams variant moves targets between its check-free and its remainder kernel, and
+    Newton's third law adds reactions with float atomics, whose order differs from run to run."""
+    return not isinstance(rec.policy, RegisterBlockedPolicy | StreamsPolicy | N3LPolicy)
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +82,7 @@ def test_target_spans_equal_the_rows_of_the_full_evaluation(backend, name):
             assert np.array_equal(part[rows], full[rows]), f"{name} [{i0}, {i0 + ni}): not bitwise equal"
         else:
             worst, _ = relative_error(part[rows], full[rows])
-            assert worst <= 1e-6, f"{name} [{i0}, {i0 + ni}): {worst:.3g}"
+            assert worst <= 1e-5, f"{name} [{i0}, {i0 + ni}): {worst:.3g}"
 
 
 @pytest.mark.parametrize("name", _records())
