@@ -75,6 +75,9 @@ def bench_figure(result: dict) -> Figure:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _n_label(int(round(v)))))
+    plain = FuncFormatter(lambda v, _pos: f"{v:,g}")  # 2,000 rather than 2×10³: rates are read, not sized
+    ax.yaxis.set_major_formatter(plain)
+    ax.yaxis.set_minor_formatter(plain)
     if not ax.lines:  # nothing measured: still a labelled, readable frame over the Ns asked for
         ns = [r["n"] for r in result.get("results", [])] or [1024, 65536]
         ax.set_xlim(min(ns) / 2, max(ns) * 2)
