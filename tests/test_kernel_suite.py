@@ -526,3 +526,73 @@ def test_best_uses_the_cache_and_falls_back_with_a_log_line(backend, tmp_path, m
     backend.load(bench_bodies(4096), _physics("gravity-soft"), kernel="best")
     assert backend.resolved_kernel.startswith("register-blocked")
 
+
+
+# --- the tuner's logic, on a stand-in backend (CI) ----------------------------------------------------------
+class _TunedStandIn:
+    """Times a configuration by a rule of its tunables, so that the tuner's choice is known: atomics-n3l
+    with ki = 2 (not its default 4) is the fastest; every step records the tunables it really ran with."""
+
+    FASTEST = {"block_size": 128, "ki": 2, "chunk": 0}
+
+    def __init__(self):
+        from app.physics import Physics
+
+        self.device = SimpleNamespace(facts=SimpleNamespace(name="stand-in GPU", driver_version="1", sms=132))
+        self.kernel, self.n, self._tun, self.ran, self._physics = None, 0, {}, [], Physics()
+
+    @classmethod
+    def kernels(cls):
+        return list(registry.RECORDS)
+
+    def load(self, bodies, physics, kernel):
+        self.kernel, self.n, self._bodies, self._physics = kernel, bodies.n, bodies, physics
+        self._tun = {}
+
+    def clear_tunables(self):
+        self._tun = {}
+
+    def set_tunables(self, **values):
+        rec = next(r for r in registry.RECORDS if r.name == self.kernel)
+        self._tun = rec.validate_tunables(values)
+
+    def step(self, steps):
+        from app.timing import StepTimings
+
+        rec = next(r for r in registry.RECORDS if r.name == self.kernel)
+        tun = rec.with_tunables(self._tun)
+        self.ran.append((self.kernel, tun))
+        fast = self.kernel == "atomics-n3l" and tun == self.FASTEST
+        return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=1.0 if fast else 2.0,
+                           interactions=self.n * self.n, pair_equivalent=self.n * self.n, force_evals=1)
+
+    def accelerations(self):
+        from app.physics import accelerations
+
+        return accelerations(self._bodies.pos, self._bodies.mass, self._physics)
+
+    def close(self):
+        pass
+
+
+def test_tune_applies_every_swept_configuration_and_picks_the_fastest(tmp_path, monkeypatch):
+    """Each measured row ran with the tunables it is recorded under (a sweep that silently ran the
+    defaults made every configuration look alike and `best` slower), and the winner is the fastest."""
+    monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path))
+    made = []
+
+    def factory():
+        made.append(_TunedStandIn())
+        return made[-1]
+
+    factory.kernels = _TunedStandIn.kernels
+    data = tune.run_tune(factory, [256], variants=["atomics-n3l", "naive"], budget_s=30, repeats=1,
+                         say=lambda _line: None)
+    ran = made[0].ran
+    for row in data["measurements"]:
+        if row["status"] == "ok":
+            rec = next(r for r in registry.RECORDS if r.name == row["variant"])
+            assert (row["variant"], rec.with_tunables(row["tunables"])) in ran, row
+    assert len({json.dumps(t, sort_keys=True) for name, t in ran if name == "atomics-n3l"}) > 3
+    assert data["best"][0]["variant"] == "atomics-n3l"
+    assert data["best"][0]["tunables"] == _TunedStandIn.FASTEST
