@@ -102,6 +102,21 @@ class Backend(ABC):
     @abstractmethod
     def physics(self) -> Physics: ...
 
+    # Simulation time is t0 + steps·dt: `_t0`, `_steps` and `_physics` are the backend's own fields.
+    @property
+    def time(self) -> float:
+        return self._t0 + self._steps * self._physics.dt
+
+    def _swap_physics(self, physics: Physics) -> Physics:
+        """Check and install `physics`, re-basing the time at a dt change so that it never jumps;
+        returns the previous physics (the backend decides what else the change invalidates)."""
+        physics = check_physics(physics)
+        old = self._physics
+        if physics.dt != old.dt:
+            self._t0, self._steps = self._t0 + self._steps * old.dt, 0
+        self._physics = physics
+        return old
+
     @property
     @abstractmethod
     def n(self) -> int: ...

@@ -198,13 +198,9 @@ class CPUBackend(Backend):
         self._kernel = name
 
     def set_physics(self, physics: Physics) -> None:
-        physics = check_physics(physics)
-        old = self._physics
-        if physics.dt != old.dt:
-            self._t0, self._steps = self._t0 + self._steps * old.dt, 0
+        old = self._swap_physics(physics)
         if (physics.G, physics.softening, physics.h) != (old.G, old.softening, old.h):
             self._integrator.invalidate()
-        self._physics = physics
 
     @property
     def physics(self) -> Physics:
@@ -328,9 +324,6 @@ class CPUBackend(Backend):
                       mass=self._mass.copy(), time=self.time,
                       ids=None if self._ids is None else self._ids.copy())
 
-    @property
-    def time(self) -> float:
-        return self._t0 + self._steps * self._physics.dt
 
     # --- rendering -------------------------------------------------------------------------------
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:

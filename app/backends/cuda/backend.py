@@ -385,13 +385,9 @@ class CudaBackend(Backend):
         self._kernel = rec.name
 
     def set_physics(self, physics: Physics) -> None:
-        physics = check_physics(physics)
-        old = self._physics
-        if physics.dt != old.dt:
-            self._t0, self._steps = self._t0 + self._steps * old.dt, 0
+        old = self._swap_physics(physics)
         if force_arguments(physics) != force_arguments(old) or physics.integrator != old.integrator:
             self._integrator.invalidate()
-        self._physics = physics
 
     @property
     def physics(self) -> Physics:
@@ -401,9 +397,6 @@ class CudaBackend(Backend):
     def n(self) -> int:
         return self._n
 
-    @property
-    def time(self) -> float:
-        return self._t0 + self._steps * self._physics.dt
 
     def step(self, steps: int = 1) -> StepTimings:
         self._require_state()

@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from app import paths
 from app.backends.cuda.errors import KernelCompileError
 from app.paths import KERNELS
 
@@ -69,15 +70,7 @@ def arch_for(compute_capability: tuple[int, int]) -> str:
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("NBODY_CACHE_DIR")
-    if env:
-        return Path(env) / "cuda"
-    try:
-        from platformdirs import user_cache_dir
-
-        return Path(user_cache_dir("nbody-live")) / "cuda"
-    except ImportError:
-        return Path.home() / ".cache" / "nbody-live" / "cuda"
+    return paths.cache_dir("cuda")
 
 
 # --- ptxas's report -------------------------------------------------------------------------------------

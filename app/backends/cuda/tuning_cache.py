@@ -18,6 +18,7 @@ import re
 import tempfile
 from pathlib import Path
 
+from app import paths
 from app.paths import KERNELS
 
 SCHEMA = "nbody-live-tune/1"
@@ -26,15 +27,7 @@ BAND_OCTAVES = 1.0  # a tuned N serves N within a factor of 2 (and everything ab
 
 # --- where and what -------------------------------------------------------------------------------------
 def cache_dir() -> Path:
-    env = os.environ.get("NBODY_CACHE_DIR")
-    if env:
-        return Path(env) / "tune"
-    try:
-        from platformdirs import user_cache_dir
-
-        return Path(user_cache_dir("nbody-live")) / "tune"
-    except ImportError:
-        return Path.home() / ".cache" / "nbody-live" / "tune"
+    return paths.cache_dir("tune")
 
 
 def _slug(text: str) -> str:
