@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import re
-import tempfile
 import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from app.bodies import Bodies
-from app.errors import ConfigError, InputFileError, RuntimeFault
+from app.errors import ConfigError, InputFileError
+from app.outputs import atomic_write
 
 FORMATS = ("tipsy", "nemo", "nbabel", "npz", "csv")
 
@@ -219,7 +218,7 @@ def write_tipsy(path, bodies: Bodies, byteorder: str = "<") -> None:
         rec["phi"] = ids.astype(byteorder + "i4").view(byteorder + "f4")
     header = np.zeros(1, dtype=_header_dtype(byteorder))
     header[0] = (bodies.time, n, 3, 0, n, 0, 0)
-    with _atomic_write(path) as f:
+    with atomic_write(path, "wb", what="snapshot") as f:
         f.write(header.tobytes())
         f.write(rec.tobytes())
 
@@ -402,7 +401,7 @@ def write_csv(path, bodies: Bodies) -> None:
     else:
         for values in cols:
             out.write(row % tuple(values) + "\n")
-    with _atomic_write(path) as f:
+    with atomic_write(path, "wb", what="snapshot") as f:
         f.write(out.getvalue().encode("utf-8"))
 
 
@@ -452,7 +451,7 @@ def write_npz(path, bodies: Bodies) -> None:
               "mass": np.asarray(bodies.mass, np.float64), "time": np.float64(bodies.time)}
     if bodies.ids is not None:
         arrays["ids"] = np.asarray(bodies.ids, np.int64)
-    with _atomic_write(path) as f:
+    with atomic_write(path, "wb", what="snapshot") as f:
         np.savez(f, **arrays)  # uncompressed: positions barely compress and loading stays a memcpy
 
 
@@ -564,33 +563,3 @@ def _open_for_reading(path: Path) -> Iterator[io.BufferedReader]:
         raise InputFileError(f"{path}: cannot read: {e.strerror}") from None
     with f:
         yield f
-
-
-@contextlib.contextmanager
-def _atomic_write(path) -> Iterator[io.BufferedWriter]:
-    """A file object whose contents appear under `path` only if the block completes."""
-    path = Path(path)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        raise RuntimeFault(f"{path}: cannot write: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp makes the file 0600; give it what an ordinary open() would have (or the old file's mode).
-        os.chmod(tmp, path.stat().st_mode & 0o7777 if path.exists() else 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise RuntimeFault(f"{path}: cannot write: {e}") from e
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
