@@ -1,0 +1,135 @@
+"""The multi-device driver over K CPU "devices" (CI's twin of several GPUs).
+
+Splitting and re-balancing are pure functions; both drivers, the host exchange and re-sharing run on
+real numba kernels, and accelerations and a 100-step fp64 trajectory from K shares must be bitwise those
+of one device (the CPU backend itself).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.backends.cpu import CPUBackend
+from app.backends.cpu_multi import CpuMultiDevice
+from app.bodies import Bodies
+from app.forces import Span
+from app.multidevice import DRIVERS, DeviceFault, balanced_weights, split
+from app.physics import Physics
+
+N = 301  # uneven shares for every K below
+
+
+def cloud(n: int = N, seed: int = 3) -> Bodies:
+    rng = np.random.default_rng(seed)
+    return Bodies.from_arrays(rng.normal(size=(n, 3)), rng.normal(scale=0.5, size=(n, 3)),
+                              rng.uniform(0.5, 1.5, n) / n)
+
+
+# --- splitting and balancing --------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 301, 65536])
+@pytest.mark.parametrize("weights", [[1.0], [1, 1], [1, 1, 1], [3, 1], [1, 0, 2], [0.2, 0.3, 0.5, 1e-9]])
+def test_split_covers_every_body_once_in_proportion(n, weights):
+    spans = split(n, weights)
+    assert len(spans) == len(weights) and spans[0].start == 0 and spans[-1].stop == n
+    assert all(a.stop == b.start for a, b in zip(spans, spans[1:], strict=False))
+    total = sum(weights)
+    for span, w in zip(spans, weights, strict=True):
+        assert abs(span.count - n * w / total) < 1.0
+
+
+def test_split_rejects_nonsense_weights():
+    for bad in ([], [0, 0], [1, -1]):
+        with pytest.raises(ValueError):
+            split(10, bad)
+
+
+def test_balanced_weights_follow_the_measured_speed():
+    shares = [Span(0, 500), Span(500, 500)]
+    w = balanced_weights([1, 1], shares, [1.0, 3.0], smoothing=1.0)  # device 0 three times as fast
+    assert w == pytest.approx([0.75, 0.25])
+    half = balanced_weights([1, 1], shares, [1.0, 3.0], smoothing=0.5)
+    assert half == pytest.approx([0.625, 0.375])  # blended with the previous split
+    assert balanced_weights([1, 2], shares, [0.0, 3.0]) == [1, 2]  # no measurement: unchanged
+    assert balanced_weights([1, 2], [Span(0, 0), Span(0, 9)], [1.0, 1.0]) == [1, 2]
+
+
+# --- K devices against one --------------------------------------------------------------------------
+def one_device(bodies: Bodies, physics: Physics, kernel: str, steps: int = 0):
+    backend = CPUBackend()
+    try:
+        backend.load(bodies, physics, kernel)
+        if steps:
+            backend.step(steps)
+            state = backend.state()
+            return state.pos, state.vel
+        return backend.accelerations()
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("kernel", ["cpu-fp64", "cpu-simd"])
+def test_accelerations_from_k_shares_equal_one_device(kernel, k, driver):
+    bodies, physics = cloud(), Physics(softening=0.02)
+    multi = CpuMultiDevice(k, driver)
+    try:
+        multi.load(bodies, physics, kernel)
+        got = multi.accelerations()
+    finally:
+        multi.close()
+    assert np.array_equal(got, one_device(bodies, physics, kernel))
+
+
+@pytest.mark.parametrize("integrator", ["leapfrog", "euler-damped"])
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_fp64_trajectory_from_three_shares_is_bitwise_one_devices(driver, integrator):
+    bodies = cloud()
+    physics = Physics(softening=0.02, dt=2e-3, integrator=integrator, damping=0.999)
+    multi = CpuMultiDevice(3, driver, weights=[1, 2, 1.5])
+    try:
+        multi.load(bodies, physics, "cpu-fp64")
+        multi.step(100)
+        pos, vel = multi.gathered("pos")[:, :3], multi.gathered("vel")[:, :3]
+        for device in multi.devices:  # the exchange left every copy of the positions whole
+            assert np.array_equal(device.pos, multi.gathered("pos"))
+        assert multi.ops.exchange_count == 100
+    finally:
+        multi.close()
+    ref_pos, ref_vel = one_device(bodies, physics, "cpu-fp64", steps=100)
+    assert np.array_equal(pos, ref_pos) and np.array_equal(vel, ref_vel)
+
+
+def test_rebalancing_moves_rows_and_keeps_the_trajectory(monkeypatch):
+    bodies, physics = cloud(), Physics(softening=0.02, dt=2e-3)
+    multi = CpuMultiDevice(2, "threads")
+    try:
+        multi.load(bodies, physics, "cpu-fp64")
+        multi.step(10)
+        multi.devices[0].last_force_ms, multi.devices[1].last_force_ms = 1.0, 4.0  # device 1 is 4x slower
+        spans = multi.rebalance()
+        assert spans[0].count > spans[1].count and spans[0].count + spans[1].count == N
+        multi.step(10)  # rows that changed hands kept their velocities and cached accelerations
+        pos, vel = multi.gathered("pos")[:, :3], multi.gathered("vel")[:, :3]
+    finally:
+        multi.close()
+    ref_pos, ref_vel = one_device(bodies, physics, "cpu-fp64", steps=20)
+    assert np.array_equal(pos, ref_pos) and np.array_equal(vel, ref_vel)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_failing_device_stops_the_step_and_is_named(driver, monkeypatch):
+    multi = CpuMultiDevice(3, driver)
+    try:
+        multi.load(cloud(), Physics(softening=0.02), "cpu-fp64")
+
+        def broken():
+            raise RuntimeError("injected kernel failure")
+
+        monkeypatch.setattr(multi.devices[1], "force", broken)
+        with pytest.raises(DeviceFault, match=r"device 1 \(cpu1\): RuntimeError: injected kernel failure"):
+            multi.step(1)
+        assert multi.integrator.acc_valid is False  # nothing half-done is taken for a valid a(x)
+    finally:
+        multi.close()
