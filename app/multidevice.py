@@ -6,10 +6,10 @@ velocities and positions, and then the new positions are exchanged so that every
 The driver never asks which force method runs: all-pairs records and a tree (every device building the
 whole tree from all positions and walking its own groups) go through it alike.
 
-    devices = [CpuDevice(...), CpuDevice(...)]            # or GPUs: anything with the DeviceState methods
-    ops = MultiDeviceOps(devices, ThreadsDriver(devices), HostExchange())
-    Integrator().step(ops, physics, steps)                # the one integrator, unchanged
-    ops.rebalance()                                       # shares follow each device's measured speed
+    run = MultiDeviceRun(cpu_devices, k=3, driver="threads")   # or GPUs: any factory of DeviceStates
+    run.load(bodies, physics, "cpu-fp64")
+    run.step(100)                                               # the one Integrator over MultiDeviceOps
+    run.rebalance()                                             # shares follow each device's speed
 
 Two drivers, as in the CUDA Handbook's multi-GPU chapter: `ThreadsDriver` runs each device's work on a
 host thread of its own (the thread-per-GPU design; a device is always served by the same thread, as
@@ -27,8 +27,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
+import numpy as np
+
+from app.bodies import Bodies
 from app.errors import RuntimeFault
 from app.forces import ForceWork, Span
+from app.integrator import Integrator
+from app.physics import Physics
 
 DRIVERS = ("threads", "single")
 SMOOTHING = 0.5  # weight of the newest speed measurement when shares are re-balanced
@@ -205,3 +210,64 @@ class MultiDeviceOps:
             self.exchange.gather(self.devices, field)
         for device, span in zip(self.devices, spans, strict=True):
             device.share = span
+
+
+# --- a run -------------------------------------------------------------------------------------------------
+DeviceFactory = Callable[[Bodies, Physics, str, list[Span]], list[DeviceState]]
+
+
+class MultiDeviceRun:
+    """A simulation over K devices made by `make_devices(bodies, physics, kernel, shares)`: load, step
+    (the shared Integrator), re-balance, read back. `make_exchange(devices)` picks the exchange."""
+
+    def __init__(self, make_devices: DeviceFactory, k: int, driver: str = "threads", weights=None,
+                 make_exchange: Callable[[list], object] = lambda devices: HostExchange()):
+        if k < 1:
+            raise ValueError(f"devices: {k} must be >= 1")
+        if driver not in DRIVERS:
+            raise ValueError(f"unknown multi-device driver {driver!r}; choose from {', '.join(DRIVERS)}")
+        self.make_devices, self.make_exchange = make_devices, make_exchange
+        self.k, self.driver_name = int(k), driver
+        self.weights = list(weights) if weights is not None else [1.0] * self.k
+        self.devices: list = []
+        self.ops: MultiDeviceOps | None = None
+        self.integrator = Integrator()
+        self.physics = Physics()
+
+    def load(self, bodies: Bodies, physics: Physics, kernel: str) -> None:
+        self.close()
+        self.physics = physics
+        self.devices = self.make_devices(bodies, physics, kernel, split(bodies.n, self.weights))
+        self.ops = MultiDeviceOps(self.devices, make_driver(self.driver_name, self.devices),
+                                  self.make_exchange(self.devices))
+        self.integrator.invalidate()
+
+    def step(self, steps: int = 1) -> ForceWork:
+        return self.integrator.step(self.ops, self.physics, steps)
+
+    def accelerations(self) -> np.ndarray:
+        self.ops.force()
+        self.integrator.acc_valid = True
+        return self.gathered("acc")[:, :3].astype(np.float64)
+
+    def rebalance(self) -> list[Span]:
+        """Shares from each device's last measured force time (balanced_weights), rows moved to match."""
+        shares = [d.share for d in self.devices]
+        self.weights = balanced_weights(self.weights, shares, self.ops.force_times_ms())
+        spans = split(sum(s.count for s in shares), self.weights)
+        self.ops.reshare(spans)
+        return spans
+
+    def gathered(self, field: str) -> np.ndarray:
+        """The whole of `field` on the host, each row from the device that owns it."""
+        return np.concatenate([d.rows(field, d.share) for d in self.devices])
+
+    def close(self) -> None:
+        if self.ops is not None:
+            self.ops.driver.close()
+            self.ops = None
+        for device in self.devices:
+            close = getattr(device, "close", None)
+            if close is not None:
+                close()
+        self.devices = []

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from app.backends.cpu import CPUBackend
-from app.backends.cpu_multi import CpuMultiDevice
+from app.backends.cpu_multi import cpu_devices
 from app.bodies import Bodies
 from app.forces import Span
-from app.multidevice import DRIVERS, DeviceFault, balanced_weights, split
+from app.multidevice import DRIVERS, DeviceFault, MultiDeviceRun, balanced_weights, split
 from app.physics import Physics
 
 N = 301  # uneven shares for every K below
@@ -73,7 +73,7 @@ def one_device(bodies: Bodies, physics: Physics, kernel: str, steps: int = 0):
 @pytest.mark.parametrize("kernel", ["cpu-fp64", "cpu-simd"])
 def test_accelerations_from_k_shares_equal_one_device(kernel, k, driver):
     bodies, physics = cloud(), Physics(softening=0.02)
-    multi = CpuMultiDevice(k, driver)
+    multi = MultiDeviceRun(cpu_devices, k, driver)
     try:
         multi.load(bodies, physics, kernel)
         got = multi.accelerations()
@@ -87,7 +87,7 @@ def test_accelerations_from_k_shares_equal_one_device(kernel, k, driver):
 def test_fp64_trajectory_from_three_shares_is_bitwise_one_devices(driver, integrator):
     bodies = cloud()
     physics = Physics(softening=0.02, dt=2e-3, integrator=integrator, damping=0.999)
-    multi = CpuMultiDevice(3, driver, weights=[1, 2, 1.5])
+    multi = MultiDeviceRun(cpu_devices, 3, driver, weights=[1, 2, 1.5])
     try:
         multi.load(bodies, physics, "cpu-fp64")
         multi.step(100)
@@ -103,7 +103,7 @@ def test_fp64_trajectory_from_three_shares_is_bitwise_one_devices(driver, integr
 
 def test_rebalancing_moves_rows_and_keeps_the_trajectory(monkeypatch):
     bodies, physics = cloud(), Physics(softening=0.02, dt=2e-3)
-    multi = CpuMultiDevice(2, "threads")
+    multi = MultiDeviceRun(cpu_devices, 2, "threads")
     try:
         multi.load(bodies, physics, "cpu-fp64")
         multi.step(10)
@@ -120,7 +120,7 @@ def test_rebalancing_moves_rows_and_keeps_the_trajectory(monkeypatch):
 
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_a_failing_device_stops_the_step_and_is_named(driver, monkeypatch):
-    multi = CpuMultiDevice(3, driver)
+    multi = MultiDeviceRun(cpu_devices, 3, driver)
     try:
         multi.load(cloud(), Physics(softening=0.02), "cpu-fp64")
 

@@ -17,15 +17,14 @@ import numpy as np
 from app.backends.cpu import CPUBackend, CpuOps
 from app.bodies import Bodies
 from app.forces import ForceWork, Span
-from app.integrator import Integrator
-from app.multidevice import HostExchange, MultiDeviceOps, balanced_weights, make_driver, split
 from app.physics import Physics
 
 _DTYPES = {"fp32": np.float32, "fp64": np.float64}
 
 
 class CpuDevice:
-    """One CPU "device": full-size pos / vel / acc / speed arrays, current on its share (pos everywhere)."""
+    """One CPU "device": full-size pos / vel / acc / speed arrays, current on its share (pos everywhere).
+    `MultiDeviceRun(cpu_devices, k)` runs K of them."""
 
     def __init__(self, index: int, record_name: str, physics: Physics, bodies: Bodies, share: Span):
         record = CPUBackend.record(record_name)
@@ -68,51 +67,6 @@ class CpuDevice:
         getattr(self, field)[span.as_slice()] = values
 
 
-class CpuMultiDevice:
-    """A simulation over K CPU devices: load, step (the shared Integrator), re-balance, read back."""
-
-    def __init__(self, k: int, driver: str = "threads", weights=None):
-        if k < 1:
-            raise ValueError(f"devices: {k} must be >= 1")
-        self.k, self.driver_name = int(k), driver
-        self.weights = list(weights) if weights is not None else [1.0] * self.k
-        self.devices: list[CpuDevice] = []
-        self.ops: MultiDeviceOps | None = None
-        self.integrator = Integrator()
-        self.physics = Physics()
-
-    def load(self, bodies: Bodies, physics: Physics, kernel: str = "cpu-fp64") -> None:
-        self.close()
-        self.physics = physics
-        spans = split(bodies.n, self.weights)
-        self.devices = [CpuDevice(i, kernel, physics, bodies, spans[i]) for i in range(self.k)]
-        self.ops = MultiDeviceOps(self.devices, make_driver(self.driver_name, self.devices), HostExchange())
-        self.integrator.invalidate()
-
-    def step(self, steps: int = 1) -> ForceWork:
-        return self.integrator.step(self.ops, self.physics, steps)
-
-    def accelerations(self) -> np.ndarray:
-        self.ops.force()
-        self.integrator.acc_valid = True
-        return self.gathered("acc")[:, :3].astype(np.float64)
-
-    def rebalance(self) -> list[Span]:
-        """Shares from each device's last measured force time (see multidevice.balanced_weights)."""
-        shares = [d.share for d in self.devices]
-        self.weights = balanced_weights(self.weights, shares, self.ops.force_times_ms())
-        spans = split(sum(s.count for s in shares), self.weights)
-        self.ops.reshare(spans)
-        return spans
-
-    def gathered(self, field: str) -> np.ndarray:
-        """The whole of `field`, each row from the device that owns it."""
-        out = np.empty_like(getattr(self.devices[0], field))
-        for device in self.devices:
-            out[device.share.as_slice()] = device.rows(field, device.share)
-        return out
-
-    def close(self) -> None:
-        if self.ops is not None:
-            self.ops.driver.close()
-            self.ops = None
+def cpu_devices(bodies: Bodies, physics: Physics, kernel: str, shares: list[Span]) -> list[CpuDevice]:
+    """A MultiDeviceRun factory: one CpuDevice per share."""
+    return [CpuDevice(i, kernel, physics, bodies, share) for i, share in enumerate(shares)]

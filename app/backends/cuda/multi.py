@@ -1,0 +1,173 @@
+"""GPUs as devices of the multi-device driver (app/multidevice.py): one CudaShareDevice per GPU.
+
+Each GPU holds a full float4 copy of the positions and its share of the velocities, accelerations and
+speeds; `force` evaluates the current record over (share, all) with the GPU's CudaEvaluator, the
+updates are kernels/integrate.cu on the share's rows (the host offsets the pointers). Work is queued
+asynchronously on the legacy stream of the GPU's primary context; `synchronize` waits and reads the
+force time from the GPU's events.
+
+Exchanges of the share rows between GPUs:
+- `PeerExchange`: device-to-device copies with peer access enabled. Under unified addressing a plain
+  cuMemcpyDtoD between two GPUs' pointers is a peer copy (pycuda 2026.1's `memcpy_peer` ignores the
+  contexts it is given: its None checks are inverted), so this uses memcpy_dtod_async.
+- `HostExchange` (app/multidevice.py) where peer access is impossible, with one log line saying so.
+
+fp32 records only: the fp64 record keeps a double state of its own (a ConfigError says so).
+Not yet run on several GPUs: the two-GPU issue measures it.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from app.backends.cuda import registry
+from app.backends.cuda.device import CudaDevice
+from app.backends.cuda.evaluator import CudaEvaluator
+from app.backends.cuda.state_ops import Fp32Ops
+from app.bodies import Bodies
+from app.errors import ConfigError
+from app.forces import ForceWork, Span
+from app.multidevice import HostExchange
+from app.physics import Physics
+
+log = logging.getLogger(__name__)
+FIELDS = {"pos": 16, "vel": 16, "acc": 16, "speed": 4}  # bytes per row of each device buffer
+HOST_WIDTH = {"pos": 4, "vel": 4, "acc": 4, "speed": 1}  # float32 values per row
+
+
+class CudaShareDevice:
+    """One GPU of a multi-GPU run (see the module docstring)."""
+
+    def __init__(self, ordinal: int, record_name: str, physics: Physics, bodies: Bodies, share: Span):
+        records = {r.name: r for r in registry.RECORDS}
+        record = records[record_name]
+        if record.precision != "fp32":
+            raise ConfigError(f"{record.name}: several GPUs run the fp32 records only")
+        self.device = CudaDevice(ordinal)
+        self.name = self.device.name
+        self.share = share
+        self.n = bodies.n
+        self.everyone = Span.all(self.n)
+        self.evaluator = CudaEvaluator(record, self.device, records)
+        self.evaluator.set_physics(physics)
+        self.last_force_ms = 0.0
+        with self.device.scope:
+            self.evaluator.prepare(self.n)
+            n = max(self.n, 1)
+            self.ptr = {f: self.device.scratch(f"multi-{f}", size * n) for f, size in FIELDS.items()}
+            vel4 = bodies.vel4(np.float32)
+            speed = np.linalg.norm(vel4[:, :3], axis=1).astype(np.float32)
+            for field, values in (("pos", bodies.pos4(np.float32)), ("vel", vel4), ("speed", speed)):
+                self.device.drv.memcpy_htod(self.ptr[field], values)
+            self._events = (self.device.drv.Event(), self.device.drv.Event())
+
+    def _rows(self, field: str, span: Span) -> int:
+        return self.ptr[field] + FIELDS[field] * span.start
+
+    def _ops(self) -> Fp32Ops:
+        """The element-wise updates on the share's rows (the force is `force`, over the whole copy)."""
+        s = self.share
+        return Fp32Ops(self.device, self.force, s.count, self._rows("pos", s), self._rows("vel", s),
+                       self._rows("acc", s), self._rows("speed", s))
+
+    def force(self) -> ForceWork:
+        with self.device.scope:
+            start, end = self._events
+            start.record()
+            work = self.evaluator.evaluate(self.ptr["pos"], self.ptr["acc"], self.share, self.everyone)
+            end.record()
+        return work
+
+    def kick_drift(self, half_dt: float, dt: float) -> None:
+        with self.device.scope:
+            if self.share.count:
+                self._ops().kick_drift(half_dt, dt)
+
+    def kick(self, half_dt: float) -> None:
+        with self.device.scope:
+            if self.share.count:
+                self._ops().kick(half_dt)
+
+    def euler_damped(self, dt: float, damping: float) -> None:
+        with self.device.scope:
+            if self.share.count:
+                self._ops().euler_damped(dt, damping)
+
+    def synchronize(self) -> None:
+        with self.device.scope:
+            start, end = self._events
+            end.synchronize()
+            try:
+                self.last_force_ms = end.time_since(start)
+            except Exception:  # no force evaluated since the events were made
+                self.last_force_ms = 0.0
+
+    def rows(self, field: str, span: Span) -> np.ndarray:
+        width = HOST_WIDTH[field]
+        out = np.empty((span.count, width) if width > 1 else span.count, dtype=np.float32)
+        if span.count:
+            with self.device.scope:
+                self.device.drv.memcpy_dtoh(out, self._rows(field, span))
+        return out
+
+    def set_rows(self, field: str, span: Span, values) -> None:
+        if span.count:
+            with self.device.scope:
+                self.device.drv.memcpy_htod(self._rows(field, span), np.ascontiguousarray(values))
+
+    def close(self) -> None:
+        self.device.close()
+
+
+class PeerExchange:
+    """Share rows copied GPU to GPU (peer access enabled both ways between every pair)."""
+
+    name = "peer"
+
+    def __init__(self, devices: list[CudaShareDevice]):
+        for a in devices:
+            for b in devices:
+                if a is not b and a.device.ordinal != b.device.ordinal:
+                    with a.device.scope:
+                        try:
+                            a.device.drv.Context.enable_peer_access(b.device.scope.ctx)
+                        except a.device.drv.LogicError as e:  # already enabled: fine
+                            if "ALREADY" not in str(e).upper():
+                                raise
+
+    def gather(self, devices: list[CudaShareDevice], field: str) -> None:
+        size = FIELDS[field]
+        for owner in devices:
+            for other in devices:
+                if other is not owner and owner.share.count:
+                    with other.device.scope:
+                        other.device.drv.memcpy_dtod_async(other._rows(field, owner.share),
+                                                           owner._rows(field, owner.share),
+                                                           size * owner.share.count)
+        for device in devices:
+            device.synchronize()
+
+
+def make_exchange(devices: list[CudaShareDevice]):
+    """Peer copies where every pair of GPUs can reach each other, else host-staged copies (one log line)."""
+    ordinals = [d.device.ordinal for d in devices]
+    drv = devices[0].device.drv
+    blocked = [(a, b) for a in ordinals for b in ordinals
+               if a != b and not drv.Device(a).can_access_peer(drv.Device(b))]
+    if blocked:
+        log.warning("GPUs %s cannot reach each other directly: positions are exchanged through host memory",
+                    ", ".join(f"{a}->{b}" for a, b in blocked))
+        return HostExchange()
+    return PeerExchange(devices)
+
+
+def gpu_devices(ordinals: list[int]):
+    """A MultiDeviceRun factory: the share i on GPU ordinals[i] (the same ordinal twice gives two devices
+    on one GPU, which exercises the driver and the exchange on a one-GPU machine)."""
+
+    def make(bodies: Bodies, physics: Physics, kernel: str, shares: list[Span]) -> list[CudaShareDevice]:
+        return [CudaShareDevice(ordinal, kernel, physics, bodies, share)
+                for ordinal, share in zip(ordinals, shares, strict=True)]
+    return make
