@@ -24,7 +24,7 @@ help:
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "NBody Live needs Python >= 3.11; set PYTHON=python3.11 or newer")'
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,mpi]'
 	$(BIN)/python -m app.setup_cuda
 	@touch $(STAMP)
 
@@ -38,7 +38,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check app tests
 
 wheelhouse:
-	$(PYTHON) -m pip download --disable-pip-version-check -d wheelhouse setuptools wheel '.[test]'
+	$(PYTHON) -m pip download --disable-pip-version-check -d wheelhouse setuptools wheel '.[test,mpi]'
 	@rm -f wheelhouse/nbody_live-*
 
 clean:
