@@ -237,7 +237,7 @@ def _read_text(path: Path) -> str:
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise InputFileError(f"{path}: line {line}: byte {raw[e.start]:#04x} is not text; expected a UTF-8 "
-                             "text table (is this a binary file? pass format='tipsy' or 'npz')") from None
+                             "text table (is this a binary file? pass --format tipsy or npz)") from None
 
 
 def _rows(text: str, sep: str | None = None) -> list[Row]:
@@ -484,7 +484,7 @@ def detect_format(path) -> str:
         if _plausible_tipsy_header(head, path.stat().st_size):
             return "tipsy"
         raise InputFileError(f"{path}: binary file without a plausible Tipsy header; readable formats are "
-                             f"{', '.join(FORMATS)} (pass format= to force one)")
+                             f"{', '.join(FORMATS)} (pass --format to force one)")
     return _sniff_text(path, head)
 
 
@@ -513,7 +513,7 @@ def _sniff_text(path: Path, head: bytes) -> str:
     if len(tokens) == 7 or (len(tokens) in (1, 2) and len(rows) > 1 and len(rows[1][1]) == 7):
         return "nemo"
     raise InputFileError(f"{path}: line {lineno}: {_values(len(tokens))}; cannot tell the format (expected 7 "
-                         "for NEMO 'm x y z vx vy vz' or 8 for NBabel 'id m x y z vx vy vz'); pass format=")
+                         "for NEMO 'm x y z vx vy vz' or 8 for NBabel 'id m x y z vx vy vz'); pass --format")
 
 
 def read(path, format: str | None = None) -> Bodies:
@@ -523,19 +523,22 @@ def read(path, format: str | None = None) -> Bodies:
     return _READERS[fmt](path)
 
 
-def write(path, bodies: Bodies, format: str | None = None) -> None:
-    """Write npz, csv or tipsy (by `format` or the extension), atomically."""
+def output_format(path, format: str | None = None) -> str:
+    """The writer `write` would use for `path`: ConfigError before any work if there is none."""
     path = Path(path)
     writable = tuple(_WRITERS)
     if format:
-        fmt = _check_format_name(format, writable)
-    else:
-        fmt = _EXTENSIONS.get(path.suffix.lower())
-        if fmt not in _WRITERS:
-            raise ConfigError(f"{path}: cannot tell the output format from the extension "
-                              f"{path.suffix or '(none)'!r}; use .npz, .csv or .tipsy, or pass format= one "
-                              f"of {', '.join(writable)}")
-    _WRITERS[fmt](path, bodies)
+        return _check_format_name(format, writable)
+    fmt = _EXTENSIONS.get(path.suffix.lower())
+    if fmt not in _WRITERS:
+        raise ConfigError(f"{path}: cannot tell the output format from the extension "
+                          f"{path.suffix or '(none)'!r}; use .npz, .csv or .tipsy")
+    return fmt
+
+
+def write(path, bodies: Bodies, format: str | None = None) -> None:
+    """Write npz, csv or tipsy (by `format` or the extension), atomically."""
+    _WRITERS[output_format(path, format)](Path(path), bodies)
 
 
 # ------------------------------------------------------------------------------------------- plumbing

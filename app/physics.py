@@ -14,6 +14,7 @@ other way round; its `integrate` is the float64 reference stepping):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -76,8 +77,10 @@ def kinetic_energy(vel: np.ndarray, mass: np.ndarray) -> float:
     return float(0.5 * np.sum(mass * np.einsum("ij,ij->i", vel, vel)))
 
 
-def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk: int = 512) -> float:
-    """Σ over pairs i<j of -G m_i m_j / s + H m_i m_j / (3 s³), s² = r² + ε² (float64, chunked)."""
+def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk: int = 512,
+                     progress: Callable[[int], None] | None = None) -> float:
+    """Σ over pairs i<j of -G m_i m_j / s + H m_i m_j / (3 s³), s² = r² + ε² (float64, chunked);
+    `progress(rows)` is told how many more rows are done after each chunk (for a progress bar)."""
     pos = np.asarray(pos, dtype=np.float64)
     mass = np.asarray(mass, dtype=np.float64)
     n = pos.shape[0]
@@ -92,6 +95,8 @@ def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk:
         s = np.sqrt(np.where(upper, s2, 1.0))
         pair = -physics.G / s + (h / (3.0 * s ** 3) if h else 0.0)
         total += float(np.sum(np.where(upper, pair * mass[rows, None] * mass[None, :], 0.0)))
+        if progress:
+            progress(rows.size)
     return total
 
 
@@ -128,11 +133,12 @@ class Diagnostics:
         return self.kinetic + self.potential
 
 
-def diagnostics(bodies: Bodies, physics: Physics) -> Diagnostics:
+def diagnostics(bodies: Bodies, physics: Physics,
+                progress: Callable[[int], None] | None = None) -> Diagnostics:
     return Diagnostics(
         time=bodies.time,
         kinetic=kinetic_energy(bodies.vel, bodies.mass),
-        potential=potential_energy(bodies.pos, bodies.mass, physics),
+        potential=potential_energy(bodies.pos, bodies.mass, physics, progress=progress),
         momentum=tuple(linear_momentum(bodies.vel, bodies.mass)),
         angular_momentum=tuple(angular_momentum(bodies.pos, bodies.vel, bodies.mass)),
         momentum_scale=momentum_scale(bodies.vel, bodies.mass),

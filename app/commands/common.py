@@ -134,3 +134,52 @@ def positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     return v
+
+
+class Interruption:
+    """SIGINT / SIGTERM caught as a flag while a long loop runs, so that the loop stops between steps
+    (never inside one, which would leave a half-kicked state) and can still write what it has done.
+    `signum` is None until a signal arrives; `exit_code` is the shell's 128 + signal number."""
+
+    SIGNALS = ("SIGINT", "SIGTERM")
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> Interruption:
+        import signal
+
+        for name in self.SIGNALS:
+            sig = getattr(signal, name)
+            self._previous[sig] = signal.signal(sig, self._catch)
+        return self
+
+    def _catch(self, signum, _frame) -> None:
+        self.signum = signum
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    @property
+    def name(self) -> str:
+        import signal
+
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum if self.signum else 0
+
+
+def progress_bar(args: argparse.Namespace, **options):
+    """A tqdm bar on stderr only when stderr is a terminal and neither -q nor --no-progress was given."""
+    import sys
+
+    from tqdm import tqdm
+
+    hidden = getattr(args, "quiet", False) or getattr(args, "no_progress", False) or not sys.stderr.isatty()
+    return tqdm(disable=hidden, file=sys.stderr, **options)
