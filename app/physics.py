@@ -47,11 +47,14 @@ class Physics:
         return self.repulsion if self.model == "gravity-repulsion" else 0.0
 
 
-def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics, targets: slice | None = None,
-                  chunk: int = 512) -> np.ndarray:
-    """Softened accelerations in float64, (N, 3); `targets` restricts which bodies receive them.
+def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics,
+                  targets: slice | np.ndarray | None = None, chunk: int = 512,
+                  progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """Softened accelerations in float64, (N, 3); `targets` (a slice or an index array) restricts
+    which bodies receive them, in that order, against all N sources.
 
-    Chunked over targets so memory stays O(chunk · N) even at N = 16k.
+    Chunked over targets so memory stays O(chunk · N) even at N = 16k; `progress(rows)` is told after
+    each chunk.
     """
     pos = np.asarray(pos, dtype=np.float64)
     mass = np.asarray(mass, dtype=np.float64)
@@ -70,6 +73,8 @@ def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics, targets: 
         w[s2 == 0.0] = 0.0  # the self term when ε = 0 (and exact coincidences)
         w *= mass[None, :]
         out[start:start + rows.size] = np.einsum("cn,cnk->ck", w, d)
+        if progress:
+            progress(rows.size)
     return out
 
 
