@@ -66,6 +66,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
                         optional=True),
         "n": Field("int", "number of bodies for a generator", lo=1, hi=16_777_216),
         "seed": Field("int", "random seed: the same seed gives the same bodies", lo=0, hi=2**63 - 1),
+        "subsample": Field("int", "a snapshot only: a seeded random subset of this many bodies, the total "
+                                  "mass kept (0 = every body)", lo=0, hi=16_777_216),
     },
     "physics": {
         "G": Field("float", "gravitational constant", lo=0, lo_open=True, hi=1e12),

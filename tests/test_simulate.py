@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import one_line_error
 
 from app import formats
 from app.backends import backend_class
@@ -16,14 +17,6 @@ from app.cli import main
 from app.commands import simulate
 
 CPU = ["--backend", "cpu", "--no-progress"]
-
-
-def _error_line(capsys, rc, code, *words):
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert rc == code and len(lines) == 1 and "Traceback" not in err, err
-    for w in words:
-        assert w in lines[0], (w, lines[0])
 
 
 @pytest.fixture
@@ -36,19 +29,19 @@ def no_work(monkeypatch):
 
 def test_unwritable_out_is_refused_before_any_work(capsys, no_work):
     rc = main(["simulate", "plummer", "--n", "2048", "--steps", "300", "--out", "/nonexistent/o.npz", *CPU])
-    _error_line(capsys, rc, 1, "/nonexistent/o.npz", "does not exist")
+    one_line_error(capsys, rc, 1, "/nonexistent/o.npz", "does not exist")
 
 
 def test_unknown_out_extension_is_refused_before_any_work(capsys, no_work, tmp_path):
     rc = main(["simulate", "--steps", "3", "--out", str(tmp_path / "o.xyz"), *CPU])
-    _error_line(capsys, rc, 2, "o.xyz", ".npz")
+    one_line_error(capsys, rc, 2, "o.xyz", ".npz")
     assert not list(tmp_path.iterdir())
 
 
 def test_unwritable_log_is_refused_before_any_work(capsys, no_work, tmp_path):
     rc = main(["simulate", "--steps", "3", "--out", str(tmp_path / "o.npz"), "--log",
                str(tmp_path / "no" / "l.csv"), *CPU])
-    _error_line(capsys, rc, 1, "l.csv", "does not exist")
+    one_line_error(capsys, rc, 1, "l.csv", "does not exist")
     assert not list(tmp_path.iterdir())
 
 

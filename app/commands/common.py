@@ -16,6 +16,7 @@ log = logging.getLogger("nbody-live")
 SHORTCUTS = {
     "n": "initial.n",
     "seed": "initial.seed",
+    "subsample": "initial.subsample",
     "dt": "physics.dt",
     "softening": "physics.softening",
     "G": "physics.G",
@@ -38,7 +39,9 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False) 
                    help=SCENE_HELP + ("" if scene_required else " (default: plummer)"))
     g = p.add_argument_group("scene overrides (applied after the scene file)")
     g.add_argument("--n", type=str, metavar="N", help="number of bodies (generators only)")
-    g.add_argument("--seed", type=str, metavar="S", help="random seed of the generator")
+    g.add_argument("--seed", type=str, metavar="S", help="random seed of the generator (and of --subsample)")
+    g.add_argument("--subsample", type=str, metavar="K",
+                   help="a snapshot SCENE only: a seeded random subset of K bodies, the total mass kept")
     g.add_argument("--format", choices=("tipsy", "nemo", "nbabel", "npz", "csv"),
                    help="format of a snapshot SCENE (default: from the extension or content)")
     g.add_argument("--dt", type=str, metavar="DT", help="time step (> 0)")
@@ -86,6 +89,9 @@ def scene_from_args(args: argparse.Namespace):
         key, value = parse_assignment(text)
         overrides[key] = value
     scene = load_scene(scene_arg, overrides)
+    if getattr(args, "n", None) is not None and scene.initial.file:
+        raise ConfigError(f"--n applies to generators; {scene.initial.file} is a snapshot: use --subsample K "
+                          "for a random subset of K of its bodies")
     if scene_arg is None and scene.initial.file:
         scene.name = Path(scene.initial.file).name
     return scene
