@@ -210,7 +210,7 @@ def make_bodies(scene: Scene):
     if init.file:
         bodies = formats.read(init.file, format=init.format)
         return subsample(bodies, init.subsample, init.seed) if init.subsample else bodies
-    return ics.generate(init.generator, init.n, init.seed, init.params)
+    return ics.generate(init.generator, init.n, init.seed, init.params, G=scene.physics.G)
 
 
 def subsample(bodies, k: int, seed: int):
