@@ -34,6 +34,10 @@ class Field:
     choices: tuple | None = None
     optional: bool = False  # may be left unset (None): e.g. camera.distance = fit
 
+    def _limit(self, value: float) -> str:
+        """An int key's limit as the integer it is (16777216, not 1.67772e+07)."""
+        return str(int(value)) if self.kind == "int" else f"{value:g}"
+
     def describe(self) -> str:
         if self.choices:
             return "one of: " + ", ".join(map(str, self.choices))
@@ -46,9 +50,9 @@ class Field:
             return "[[camera.keys]] tables"
         parts = []
         if self.lo is not None:
-            parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
+            parts.append(f"{'>' if self.lo_open else '>='} {self._limit(self.lo)}")
         if self.hi is not None:
-            parts.append(f"<= {self.hi:g}")
+            parts.append(f"<= {self._limit(self.hi)}")
         unit = {"float": "a number", "int": "a whole number", "str": "text"}[self.kind]
         return unit + (" " + " and ".join(parts) if parts else "")
 

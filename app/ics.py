@@ -77,7 +77,8 @@ class Generator:
 
 def _check_param(generator: str, key: str, value, spec: Param):
     where = f"{key} = {value!r}"
-    what = f"{spec.type.__name__} in [{spec.min:g}, {spec.max:g}] for generator {generator!r} ({spec.doc})"
+    low, high = (str(int(v)) if spec.type is int else f"{v:g}" for v in (spec.min, spec.max))
+    what = f"{spec.type.__name__} in [{low}, {high}] for generator {generator!r} ({spec.doc})"
     if isinstance(value, str):
         try:
             value = float(value)

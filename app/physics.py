@@ -85,7 +85,8 @@ def kinetic_energy(vel: np.ndarray, mass: np.ndarray) -> float:
 def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk: int = 512,
                      progress: Callable[[int], None] | None = None) -> float:
     """Σ over pairs i<j of -G m_i m_j / s + H m_i m_j / (3 s³), s² = r² + ε² (float64, chunked);
-    `progress(rows)` is told how many more rows are done after each chunk (for a progress bar)."""
+    `progress(rows)` is told how many more rows are done after each chunk (for a progress bar).
+    Not finite (without a numpy warning) when two bodies coincide at ε = 0."""
     pos = np.asarray(pos, dtype=np.float64)
     mass = np.asarray(mass, dtype=np.float64)
     n = pos.shape[0]
@@ -98,7 +99,8 @@ def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk:
         s2 = np.einsum("cnk,cnk->cn", d, d) + eps2
         upper = np.arange(n)[None, :] > rows[:, None]  # each pair once
         s = np.sqrt(np.where(upper, s2, 1.0))
-        pair = -physics.G / s + (h / (3.0 * s ** 3) if h else 0.0)
+        with np.errstate(divide="ignore"):  # two bodies coinciding at ε = 0: -inf, which callers report
+            pair = -physics.G / s + (h / (3.0 * s ** 3) if h else 0.0)
         total += float(np.sum(np.where(upper, pair * mass[rows, None] * mass[None, :], 0.0)))
         if progress:
             progress(rows.size)

@@ -108,8 +108,31 @@ def make_backend(scene, bodies=None):
         log.info("backend: %s", cls.name)
     bodies = bodies if bodies is not None else make_bodies(scene)
     backend = cls()
-    backend.load(bodies, scene.physics, kernel)
+    try:
+        check_fits(bodies, backend.record(kernel or backend.kernel))
+        backend.load(bodies, scene.physics, kernel)
+    except BaseException:
+        backend.close()
+        raise
     return backend
+
+
+def check_fits(bodies, record) -> None:
+    """ConfigError naming the first body an fp32 kernel cannot hold: a value beyond float32's range
+    would be inf from the start (and numpy's overflow warnings the only sign of it)."""
+    import numpy as np
+
+    if record.precision != "fp32":
+        return
+    limit = float(np.finfo(np.float32).max)
+    for what, values in (("position", bodies.pos), ("velocity", bodies.vel), ("mass", bodies.mass)):
+        rows = np.abs(values.reshape(bodies.n, -1)).max(axis=1) > limit
+        if rows.any():
+            i = int(np.argmax(rows))
+            shown = ", ".join(f"{v:g}" for v in np.atleast_1d(values[i]))
+            raise ConfigError(f"body {i}: {what} ({shown}) is beyond the range of float32 (|x| <= 3.4e38) "
+                              f"in which kernel {record.name!r} computes; use a float64 kernel (cpu-fp64, "
+                              "fp64) or other units")
 
 
 def parse_size(text: str) -> tuple[int, int]:

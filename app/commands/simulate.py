@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
 from pathlib import Path
 
@@ -72,7 +73,8 @@ def add_parser(sub) -> None:
 def _row(step, diag, d0, force_ms_per_step):
     import numpy as np
 
-    drift = abs(diag.energy - d0.energy) / abs(d0.energy) if d0.energy else float("nan")
+    finite = math.isfinite(d0.energy) and d0.energy != 0.0
+    drift = abs(diag.energy - d0.energy) / abs(d0.energy) if finite else float("nan")
     dp = float(np.linalg.norm(np.subtract(diag.momentum, d0.momentum)))
     return [step, diag.time, diag.kinetic, diag.potential, diag.energy, drift, *diag.momentum,
             *diag.angular_momentum, dp / d0.momentum_scale if d0.momentum_scale else 0.0, force_ms_per_step]
@@ -117,6 +119,9 @@ def main(args) -> int:
             measure = _measure(backend, args)
             if log_file:
                 d0 = measure()
+                if not math.isfinite(d0.energy):
+                    log.warning("the energy is not finite: two bodies coincide at softening 0 (the forces "
+                                "skip such a pair); so are the log's energy columns; use --softening > 0")
                 last = _row(0, d0, d0, 0.0)
                 log_file.write(_csv_line(LOG_COLUMNS) + _csv_line(last))
             done, force_ms, since = 0, 0.0, 0

@@ -7,7 +7,7 @@ import time
 
 import numpy as np
 
-from app.commands.common import add_scene_options, progress_bar, scene_from_args
+from app.commands.common import add_scene_options, check_fits, progress_bar, scene_from_args
 
 HELP = "compare a backend/kernel's accelerations with the float64 reference; exit 1 above --tol"
 DESCRIPTION = """\
@@ -105,6 +105,8 @@ def main(args) -> int:
     scene = scene_from_args(args)
     records = _records(scene, want_all)
     bodies = make_bodies(scene)
+    for rec in records:
+        check_fits(bodies, rec)
     n = bodies.n
     rows = _sample(n, args.sample, scene.initial.seed)
     if rows is not None:
