@@ -146,3 +146,9 @@ def test_cuda_log_uses_device_energy(monkeypatch, tmp_path):
                  "--out", str(tmp_path / "o.npz"), "--log", str(log), "--no-progress"]) == 0
     rows = _rows(log)
     assert len(rows) == 3 and abs(float(rows[-1]["rel_energy_drift"])) < 1e-3
+
+
+def test_n_with_resume_is_refused(tmp_path, capsys, no_work):
+    rc = main(["simulate", "--n", "10", "--resume", str(tmp_path / "c.npz"), "--steps", "1", "--out",
+               str(tmp_path / "o.npz"), *CPU])
+    one_line_error(capsys, rc, 2, "--n", "--resume")

@@ -102,3 +102,13 @@ def test_cuda_reference_on_sampled_rows(physics):
     rows = np.sort(np.random.default_rng(0).choice(5000, 1500, replace=False))
     got = reference.reference_accelerations(pos, mass, physics, rows, "cuda")
     np.testing.assert_allclose(got, accelerations(pos, mass, physics)[rows], rtol=1e-11, atol=1e-12)
+
+
+def test_float32_exact_inputs_need_one_reference(tmp_path, capsys):
+    b = ics.generate("plummer", 300, 4)
+    b.pos = b.pos.astype(np.float32).astype(np.float64)
+    b.mass = b.mass.astype(np.float32).astype(np.float64)
+    path = tmp_path / "f32.npz"
+    formats.write(path, b)
+    assert main(["validate", str(path), "--backend", "cpu", "--kernel", "cpu-simd"]) == 0
+    assert capsys.readouterr().out.count("float64 reference on") == 1

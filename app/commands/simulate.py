@@ -101,12 +101,15 @@ def _measure(backend, args):
 
 def main(args) -> int:
     from app import formats
+    from app.errors import ConfigError
     from app.outputs import StreamedFile, check_output
 
     formats.output_format(args.out)
     out = check_output(args.out, "snapshot")
     if args.log:
         check_output(args.log, "log")
+    if args.resume and args.n is not None:
+        raise ConfigError(f"--n does not apply with --resume: the bodies are those of {args.resume}")
     scene = scene_from_args(args)
     start = formats.read(args.resume) if args.resume else None
     backend = make_backend(scene, start)

@@ -44,8 +44,8 @@ def _driver_or_reason():
         import pycuda.driver as drv
     except ModuleNotFoundError as e:
         if not _nvidia_driver_present():  # installing pycuda would not help: no advice unless asked (-v)
-            advice = f" (nor pycuda: {PIP_HINT})" if log.isEnabledFor(logging.DEBUG) else ""
-            return None, f"no NVIDIA driver on this machine{advice}"
+            advice = f"; with a driver: {PIP_HINT}" if log.isEnabledFor(logging.DEBUG) else ""
+            return None, f"no NVIDIA driver (and no pycuda) on this machine{advice}"
         if (e.name or "").split(".")[0] == "pycuda":
             return None, f"pycuda is not installed: {PIP_HINT}"
         return None, f"pycuda cannot be imported ({e}): {PIP_HINT}"
