@@ -67,7 +67,8 @@ def _rows(path):
 
 
 def _fp64(n_steps, out, *extra):
-    return main(["simulate", "plummer", "--n", "128", "--kernel", "cpu-fp64", "--steps", str(n_steps),
+    size = [] if "--resume" in extra else ["--n", "128"]  # a resumed run's bodies are the file's
+    return main(["simulate", "plummer", *size, "--kernel", "cpu-fp64", "--steps", str(n_steps),
                  "--out", str(out), *CPU, *extra])
 
 
