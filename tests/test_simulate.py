@@ -153,3 +153,17 @@ def test_n_with_resume_is_refused(tmp_path, capsys, no_work):
     rc = main(["simulate", "--n", "10", "--resume", str(tmp_path / "c.npz"), "--steps", "1", "--out",
                str(tmp_path / "o.npz"), *CPU])
     one_line_error(capsys, rc, 2, "--n", "--resume")
+
+
+def test_only_the_first_signal_is_caught():
+    import os
+
+    from app.commands.common import Interruption
+
+    with pytest.raises(KeyboardInterrupt), Interruption() as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.01)
+        assert stop.signum == signal.SIGINT and stop.exit_code == 130
+        os.kill(os.getpid(), signal.SIGINT)  # the default handler again: KeyboardInterrupt
+        time.sleep(1)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -168,7 +168,8 @@ def positive_int(text: str) -> int:
 class Interruption:
     """SIGINT / SIGTERM caught as a flag while a long loop runs, so that the loop stops between steps
     (never inside one, which would leave a half-kicked state) and can still write what it has done.
-    `signum` is None until a signal arrives; `exit_code` is the shell's 128 + signal number."""
+    Only the first is caught. `signum` is None until a signal arrives; `exit_code` is the shell's
+    128 + signal number."""
 
     SIGNALS = ("SIGINT", "SIGTERM")
 
@@ -186,12 +187,16 @@ class Interruption:
 
     def _catch(self, signum, _frame) -> None:
         self.signum = signum
+        self._restore()  # a second Ctrl-C is not caught: it stops the process the ordinary way
 
-    def __exit__(self, *exc) -> None:
+    def _restore(self) -> None:
         import signal
 
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
 
     @property
     def name(self) -> str:

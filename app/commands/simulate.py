@@ -22,7 +22,7 @@ log = logging.getLogger("nbody-live")
 HELP = "step a scene or snapshot without a window; write the final snapshot and a conservation log"
 DESCRIPTION = """\
 Advance SCENE by --steps steps on the chosen backend, then write the final state to --out (format
-from its extension: .npz, .csv, .tipsy/.bin/.std). Both outputs are checked before any work.
+from its extension: .npz, .csv, .tipsy/.tip/.std). Both outputs are checked before any work.
 
 With --log, every --log-every steps a row of float64 diagnostics is appended to the CSV (and flushed,
 so an interrupted run keeps every row): time, kinetic/potential/total energy, relative energy drift,
@@ -148,7 +148,7 @@ def main(args) -> int:
         backend.close()
         if log_file:
             log_file.close()
-    if stop.signum:
+    if done < args.steps:  # stopped by a signal (one arriving after the last step changes nothing)
         kept = f", log -> {args.log}" if args.log else ""
         print(f"nbody-live simulate: interrupted by {stop.name} at step {done} of {args.steps}: state so far "
               f"-> {out}{kept}", file=sys.stderr)

@@ -24,7 +24,8 @@ given. The total error, against the exact inputs, adds the input rounding the ke
 is reported, not judged. Exit status 0 when every kernel is within, 1 when one is not.
 
 Above 16,384 bodies the reference is computed for a random sample of --sample target bodies (against
-all N), seeded by --seed (printed); --sample 0 takes every body. The reference runs in float64 on the
+all N), seeded by --seed (printed; for a generator SCENE it seeds the bodies too); --sample 0 takes
+every body. The reference runs in float64 on the
 GPU when CUDA works, else numba, else numpy.
 
 examples:
