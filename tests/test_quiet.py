@@ -100,3 +100,21 @@ def test_integer_limits_are_integers(capsys):
 def test_negative_numbers_are_option_values(capsys, value):
     rc = main(["simulate", "--dt", value, "--steps", "1", "--out", "x.npz"])
     one_line_error(capsys, rc, 2, "physics.dt", "> 0")
+
+
+@pytest.mark.parametrize("quiet, no_progress, tty, shown", [
+    (False, False, True, True), (True, False, True, False), (False, True, True, False),
+    (False, False, False, False)])
+def test_progress_bar_only_on_a_terminal_and_not_with_q(monkeypatch, quiet, no_progress, tty, shown):
+    import argparse
+    import io
+
+    from app.commands.common import progress_bar
+
+    stderr = io.StringIO()
+    stderr.isatty = lambda: tty
+    monkeypatch.setattr(sys, "stderr", stderr)
+    with progress_bar(argparse.Namespace(quiet=quiet, no_progress=no_progress), total=3) as bar:
+        assert (not bar.disable) == shown  # (closing a bar disables it)
+        bar.update(3)
+    assert ("3/3" in stderr.getvalue()) == shown
