@@ -47,14 +47,22 @@ class Physics:
         return self.repulsion if self.model == "gravity-repulsion" else 0.0
 
 
+_PAIRS_PER_CHUNK = 1 << 22  # (rows × N) pairs per chunk: ~100 MB per (rows, N, 3) float64 temporary
+
+
+def _rows_per_chunk(n: int) -> int:
+    """Rows per chunk: 512 up to N = 8k, fewer beyond, so that N = 82k does not need 1 GB temporaries."""
+    return max(1, min(512, _PAIRS_PER_CHUNK // max(n, 1)))
+
+
 def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics,
-                  targets: slice | np.ndarray | None = None, chunk: int = 512,
+                  targets: slice | np.ndarray | None = None, chunk: int | None = None,
                   progress: Callable[[int], None] | None = None) -> np.ndarray:
     """Softened accelerations in float64, (N, 3); `targets` (a slice or an index array) restricts
     which bodies receive them, in that order, against all N sources.
 
-    Chunked over targets so memory stays O(chunk · N) even at N = 16k; `progress(rows)` is told after
-    each chunk.
+    Chunked over targets so memory stays O(chunk · N) at any N (`_rows_per_chunk`); `progress(rows)` is
+    told after each chunk.
     """
     pos = np.asarray(pos, dtype=np.float64)
     mass = np.asarray(mass, dtype=np.float64)
@@ -62,6 +70,7 @@ def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics,
     out = np.empty((idx.size, 3))
     eps2 = physics.softening ** 2
     h = physics.h
+    chunk = chunk or _rows_per_chunk(pos.shape[0])
     for start in range(0, idx.size, chunk):
         rows = idx[start:start + chunk]
         d = pos[None, :, :] - pos[rows, None, :]  # (c, N, 3): x_j - x_i
@@ -82,7 +91,7 @@ def kinetic_energy(vel: np.ndarray, mass: np.ndarray) -> float:
     return float(0.5 * np.sum(mass * np.einsum("ij,ij->i", vel, vel)))
 
 
-def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk: int = 512,
+def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk: int | None = None,
                      progress: Callable[[int], None] | None = None) -> float:
     """Σ over pairs i<j of -G m_i m_j / s + H m_i m_j / (3 s³), s² = r² + ε² (float64, chunked);
     `progress(rows)` is told how many more rows are done after each chunk (for a progress bar).
@@ -93,6 +102,7 @@ def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk:
     eps2 = physics.softening ** 2
     h = physics.h
     total = 0.0
+    chunk = chunk or _rows_per_chunk(n)
     for start in range(0, n, chunk):
         rows = np.arange(start, min(start + chunk, n))
         d = pos[None, :, :] - pos[rows, None, :]
