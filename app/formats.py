@@ -27,8 +27,10 @@ when complete, so a failed write never leaves a partial file under the final nam
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import io
+import os
 import re
 import zipfile
 import zlib
@@ -594,6 +596,17 @@ def _size(path: Path) -> int:
         return f.seek(0, io.SEEK_END)
 
 
+@functools.lru_cache(maxsize=1)
+def _gunzip(path: Path, _mtime_ns: int, _size: int) -> bytes:
+    """A gzip file's content, kept for the next call: a reader opens its file two or three times (the
+    sniff, the header, the records) and should not decompress it each time."""
+    with _open_raw(path) as f:
+        try:
+            return gzip.decompress(f.read())
+        except (OSError, EOFError, zlib.error) as e:
+            raise InputFileError(f"{path}: damaged gzip file ({e}); it cannot be decompressed") from None
+
+
 @contextlib.contextmanager
 def _open_raw(path: Path) -> Iterator[io.BufferedReader]:
     try:
@@ -617,10 +630,6 @@ def _open_for_reading(path: Path) -> Iterator[io.BufferedIOBase]:
             f.seek(0)
             yield f
             return
-        f.seek(0)
-        try:
-            data = gzip.decompress(f.read())
-        except (OSError, EOFError, zlib.error) as e:
-            raise InputFileError(f"{path}: damaged gzip file ({e}); it cannot be decompressed") from None
-    with io.BytesIO(data) as content:
+        stat = os.fstat(f.fileno())
+    with io.BytesIO(_gunzip(path, stat.st_mtime_ns, stat.st_size)) as content:
         yield content
