@@ -167,3 +167,12 @@ def test_only_the_first_signal_is_caught():
         os.kill(os.getpid(), signal.SIGINT)  # the default handler again: KeyboardInterrupt
         time.sleep(1)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_resume_never_overwrites_a_log(tmp_path, capsys, no_work):
+    old = tmp_path / "l.csv"
+    old.write_text("step\n0\n")
+    rc = main(["simulate", "--resume", str(tmp_path / "c.npz"), "--steps", "1", "--out",
+               str(tmp_path / "o.npz"), "--log", str(old), *CPU])
+    one_line_error(capsys, rc, 2, "l.csv", "exists")
+    assert old.read_text() == "step\n0\n"

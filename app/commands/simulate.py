@@ -33,8 +33,8 @@ energy is computed only for the log, on the GPU when the backend has one.
 complete snapshot). Ctrl-C or SIGTERM stops between two steps, writes the state so far to --out and
 exits 130 / 143. --resume FILE starts from such a snapshot instead of SCENE's bodies (SCENE still
 gives the physics and the kernel) and takes --steps more steps; in float64 (.npz) the result is
-bitwise the one an uninterrupted run gives. The log of a resumed run starts again at step 0, with
-drifts relative to the resumed state.
+bitwise the one an uninterrupted run gives. The log of a resumed run goes to a new file (an existing
+one is not overwritten) and starts again at step 0, with drifts relative to the resumed state.
 
 examples:
   nbody-live simulate plummer --n 4096 --steps 1000 --out out/p4k.npz --log out/p4k.csv
@@ -110,6 +110,9 @@ def main(args) -> int:
         check_output(args.log, "log")
     if args.resume and args.n is not None:
         raise ConfigError(f"--n does not apply with --resume: the bodies are those of {args.resume}")
+    if args.resume and args.log and args.log.exists():  # most likely the interrupted part's own log
+        raise ConfigError(f"--log {args.log} exists: a resumed run would overwrite it; name a new log "
+                          "for the resumed part")
     scene = scene_from_args(args)
     start = formats.read(args.resume) if args.resume else None
     backend = make_backend(scene, start)
