@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 
 from app import __version__
@@ -29,7 +30,15 @@ start here:
 
 
 class _Parser(argparse.ArgumentParser):
-    """One line on a usage error: the problem and where to look, then exit status 2."""
+    """One line on a usage error: the problem and where to look, then exit status 2.
+
+    Any number, '-1e-3' included, is a value rather than an option, so that `--dt -1e-3` reaches the
+    option's own check ("must be > 0") instead of "expected one argument" (argparse alone takes only
+    '-1' and '-.5' for numbers)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$|^-inf$")
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")

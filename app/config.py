@@ -34,6 +34,10 @@ class Field:
     choices: tuple | None = None
     optional: bool = False  # may be left unset (None): e.g. camera.distance = fit
 
+    def _limit(self, value: float) -> str:
+        """An int key's limit as the integer it is (16777216, not 1.67772e+07)."""
+        return str(int(value)) if self.kind == "int" else f"{value:g}"
+
     def describe(self) -> str:
         if self.choices:
             return "one of: " + ", ".join(map(str, self.choices))
@@ -46,9 +50,9 @@ class Field:
             return "[[camera.keys]] tables"
         parts = []
         if self.lo is not None:
-            parts.append(f"{'>' if self.lo_open else '>='} {self.lo:g}")
+            parts.append(f"{'>' if self.lo_open else '>='} {self._limit(self.lo)}")
         if self.hi is not None:
-            parts.append(f"<= {self.hi:g}")
+            parts.append(f"<= {self._limit(self.hi)}")
         unit = {"float": "a number", "int": "a whole number", "str": "text"}[self.kind]
         return unit + (" " + " and ".join(parts) if parts else "")
 
@@ -66,6 +70,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
                         optional=True),
         "n": Field("int", "number of bodies for a generator", lo=1, hi=16_777_216),
         "seed": Field("int", "random seed: the same seed gives the same bodies", lo=0, hi=2**63 - 1),
+        "subsample": Field("int", "a snapshot only: a seeded random subset of this many bodies, the total "
+                                  "mass kept (0 = every body)", lo=0, hi=16_777_216),
     },
     "physics": {
         "G": Field("float", "gravitational constant", lo=0, lo_open=True, hi=1e12),

@@ -16,18 +16,24 @@ Formats and the choices made for them:
   comment line, so a snapshot at t = 0 stays a plain table for spreadsheets.
 
 The format comes from an explicit ``format=``, else the extension, else (no or unknown extension, as with
-NBabel's ``input1k``) the content. Text formats skip blank lines and ``#`` comments but never a data row:
-every malformed row is an InputFileError naming the file and its 1-based line number; binary errors name
-the record and section. Writes go to a temporary file in the target's folder, renamed into place only
+NBabel's ``input1k``) the content. A gzip file (``m.tipsy.gz``, or any name: it is told by its magic
+bytes) is decompressed in memory and read as the format inside it. Text formats skip blank lines and
+``#`` comments but never a data row: every malformed row is an InputFileError naming the file and its
+1-based line number (and column), as is a value beyond float32's range; binary errors name the record
+and section. Writes go to a temporary file in the target's folder, renamed into place only
 when complete, so a failed write never leaves a partial file under the final name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import gzip
 import io
+import os
 import re
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +124,7 @@ def read_tipsy_header(path) -> TipsyHeader:
     if len(raw) < _TIPSY_HEADER_SIZE:
         raise InputFileError(f"{path}: {len(raw)} bytes, shorter than the {_TIPSY_HEADER_SIZE}-byte Tipsy "
                              "header (double time; int nbodies, ndim, nsph, ndark, nstar; 4 pad bytes)")
-    header = _plausible_tipsy_header(raw, path.stat().st_size)
+    header = _plausible_tipsy_header(raw, _size(path))
     if header is None:
         seen = "; ".join(_describe_header(_decode_header(raw, bo)) for bo in (">", "<"))
         raise InputFileError(f"{path}: not a valid Tipsy header in either byte order ({seen}); expected "
@@ -170,7 +176,7 @@ def read_tipsy(path) -> Bodies:
     if header.nbodies == 0:
         raise InputFileError(f"{path}: Tipsy header says N = 0 (nsph = ndark = nstar = 0); an N-body "
                              "snapshot needs at least one body")
-    _check_tipsy_size(path, header, path.stat().st_size)
+    _check_tipsy_size(path, header, _size(path))
     mass, pos, vel, phi, labels = [], [], [], [], []
     with _open_for_reading(path) as f:
         f.seek(_TIPSY_HEADER_SIZE)
@@ -237,7 +243,7 @@ def _read_text(path: Path) -> str:
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
         raise InputFileError(f"{path}: line {line}: byte {raw[e.start]:#04x} is not text; expected a UTF-8 "
-                             "text table (is this a binary file? pass format='tipsy' or 'npz')") from None
+                             "text table (is this a binary file? pass --format tipsy or npz)") from None
 
 
 def _rows(text: str, sep: str | None = None) -> list[Row]:
@@ -259,9 +265,12 @@ def _table(path: Path, rows: list[Row], ncols: int, layout: str) -> np.ndarray:
                                  f"({layout})")
     flat = [t for _, tokens in rows for t in tokens]
     try:
-        return np.array(flat, dtype=np.float64).reshape(len(rows), ncols)
+        table = np.array(flat, dtype=np.float64).reshape(len(rows), ncols)
     except ValueError:
         pass
+    else:
+        _check_float32_range(path, rows, table, layout)
+        return table
     # Slow path, only on failure: find which token numpy rejected so the message can name its line.
     for lineno, tokens in rows:
         for col, token in enumerate(tokens):
@@ -272,6 +281,17 @@ def _table(path: Path, rows: list[Row], ncols: int, layout: str) -> np.ndarray:
                 raise InputFileError(f"{path}: line {lineno}: column {col + 1} is {token!r}, not a number "
                                      f"(expected {ncols} numbers: {layout}){hint}") from None
     raise InputFileError(f"{path}: a value could not be read as a number (expected {layout})")
+
+
+def _check_float32_range(path: Path, rows: list[Row], table: np.ndarray, layout: str) -> None:
+    """Finite values beyond float32 would become inf in every fp32 kernel: name the first one."""
+    with np.errstate(invalid="ignore"):
+        big = np.isfinite(table) & (np.abs(table) > np.finfo(np.float32).max)
+    if big.any():
+        i, col = (int(v) for v in np.argwhere(big)[0])
+        lineno, tokens = rows[i]
+        raise InputFileError(f"{path}: line {lineno}: column {col + 1} is {tokens[col]}, beyond float32's "
+                             f"range (|x| <= 3.4e38) in which the kernels compute ({layout})")
 
 
 def _values(count: int) -> str:
@@ -471,7 +491,7 @@ def _check_format_name(fmt: str, allowed: tuple[str, ...]) -> str:
 def detect_format(path) -> str:
     """The format by extension; for no or an unknown extension, by content (InputFileError if unclear)."""
     path = Path(path)
-    by_ext = _EXTENSIONS.get(path.suffix.lower())
+    by_ext = _EXTENSIONS.get(_inner_suffix(path))
     if by_ext:
         return by_ext
     with _open_for_reading(path) as f:
@@ -481,10 +501,10 @@ def detect_format(path) -> str:
     if head.startswith(b"PK\x03\x04"):
         return "npz"
     if b"\0" in head or not _is_text(head):
-        if _plausible_tipsy_header(head, path.stat().st_size):
+        if _plausible_tipsy_header(head, _size(path)):
             return "tipsy"
         raise InputFileError(f"{path}: binary file without a plausible Tipsy header; readable formats are "
-                             f"{', '.join(FORMATS)} (pass format= to force one)")
+                             f"{', '.join(FORMATS)} (pass --format to force one)")
     return _sniff_text(path, head)
 
 
@@ -513,7 +533,7 @@ def _sniff_text(path: Path, head: bytes) -> str:
     if len(tokens) == 7 or (len(tokens) in (1, 2) and len(rows) > 1 and len(rows[1][1]) == 7):
         return "nemo"
     raise InputFileError(f"{path}: line {lineno}: {_values(len(tokens))}; cannot tell the format (expected 7 "
-                         "for NEMO 'm x y z vx vy vz' or 8 for NBabel 'id m x y z vx vy vz'); pass format=")
+                         "for NEMO 'm x y z vx vy vz' or 8 for NBabel 'id m x y z vx vy vz'); pass --format")
 
 
 def read(path, format: str | None = None) -> Bodies:
@@ -523,19 +543,22 @@ def read(path, format: str | None = None) -> Bodies:
     return _READERS[fmt](path)
 
 
-def write(path, bodies: Bodies, format: str | None = None) -> None:
-    """Write npz, csv or tipsy (by `format` or the extension), atomically."""
+def output_format(path, format: str | None = None) -> str:
+    """The writer `write` would use for `path`: ConfigError before any work if there is none."""
     path = Path(path)
     writable = tuple(_WRITERS)
     if format:
-        fmt = _check_format_name(format, writable)
-    else:
-        fmt = _EXTENSIONS.get(path.suffix.lower())
-        if fmt not in _WRITERS:
-            raise ConfigError(f"{path}: cannot tell the output format from the extension "
-                              f"{path.suffix or '(none)'!r}; use .npz, .csv or .tipsy, or pass format= one "
-                              f"of {', '.join(writable)}")
-    _WRITERS[fmt](path, bodies)
+        return _check_format_name(format, writable)
+    fmt = _EXTENSIONS.get(path.suffix.lower())
+    if fmt not in _WRITERS:
+        raise ConfigError(f"{path}: cannot tell the output format from the extension "
+                          f"{path.suffix or '(none)'!r}; use .npz, .csv or .tipsy")
+    return fmt
+
+
+def write(path, bodies: Bodies, format: str | None = None) -> None:
+    """Write npz, csv or tipsy (by `format` or the extension), atomically."""
+    _WRITERS[output_format(path, format)](Path(path), bodies)
 
 
 # ------------------------------------------------------------------------------------------- plumbing
@@ -551,8 +574,41 @@ def _bodies(path: Path, pos, vel, mass, time, ids, label: Callable[[int], str]) 
     return bodies
 
 
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _inner_suffix(path: Path) -> str:
+    """The extension that names the format: `.tipsy` for both `m.tipsy` and `m.tipsy.gz`."""
+    suffix = path.suffix.lower()
+    return Path(path.stem).suffix.lower() if suffix == ".gz" else suffix
+
+
+def _is_gzip(path: Path) -> bool:
+    with _open_raw(path) as f:
+        return f.read(2) == _GZIP_MAGIC
+
+
+def _size(path: Path) -> int:
+    """The size of the content: decompressed for a gzip file."""
+    if not _is_gzip(path):
+        return path.stat().st_size
+    with _open_for_reading(path) as f:
+        return f.seek(0, io.SEEK_END)
+
+
+@functools.lru_cache(maxsize=1)
+def _gunzip(path: Path, _mtime_ns: int, _size: int) -> bytes:
+    """A gzip file's content, kept for the next call: a reader opens its file two or three times (the
+    sniff, the header, the records) and should not decompress it each time."""
+    with _open_raw(path) as f:
+        try:
+            return gzip.decompress(f.read())
+        except (OSError, EOFError, zlib.error) as e:
+            raise InputFileError(f"{path}: damaged gzip file ({e}); it cannot be decompressed") from None
+
+
 @contextlib.contextmanager
-def _open_for_reading(path: Path) -> Iterator[io.BufferedReader]:
+def _open_raw(path: Path) -> Iterator[io.BufferedReader]:
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed below; the try only converts the open's errors
     except FileNotFoundError:
@@ -563,3 +619,17 @@ def _open_for_reading(path: Path) -> Iterator[io.BufferedReader]:
         raise InputFileError(f"{path}: cannot read: {e.strerror}") from None
     with f:
         yield f
+
+
+@contextlib.contextmanager
+def _open_for_reading(path: Path) -> Iterator[io.BufferedIOBase]:
+    """The file's content, decompressed in memory when it is gzip (whatever its name): every reader
+    seeks, and npz needs a seekable stream."""
+    with _open_raw(path) as f:
+        if f.read(2) != _GZIP_MAGIC:
+            f.seek(0)
+            yield f
+            return
+        stat = os.fstat(f.fileno())
+    with io.BytesIO(_gunzip(path, stat.st_mtime_ns, stat.st_size)) as content:
+        yield content

@@ -1,4 +1,10 @@
-"""Deterministic initial-condition generators, in N-body units (G = 1).
+"""Deterministic initial-condition generators, in N-body units.
+
+Builders work with G = 1; `generate(..., G=g)` then multiplies the velocities of every generator that
+promises equilibrium (`equilibrium=True`: plummer, disk, collision) by √g. That is the exact similarity
+of the equations of motion (same orbits, time scaled by 1/√g), so a Plummer sphere stays in virial
+balance and a disk on circular orbits for any G; velocities a user gives outright (cube, shell,
+expand) are left as given.
 
 Every generator is one record in `GENERATORS` (name, one-line doc, parameter table, builder), so the
 scene loader, the CLI and the tests all walk the same table. `generate(name, n, seed, params)` checks
@@ -21,7 +27,6 @@ import numpy as np
 from app.bodies import Bodies
 from app.errors import ConfigError
 
-G = 1.0
 _BIG = 1e6
 
 
@@ -41,8 +46,9 @@ class Generator:
     name: str
     doc: str
     params: dict[str, Param]
-    build: Callable[..., tuple[np.ndarray, np.ndarray]]  # (rng, n, **params) -> (pos, vel)
+    build: Callable[..., tuple[np.ndarray, np.ndarray]]  # (rng, n, **params) -> (pos, vel), for G = 1
     min_n: int = 1
+    equilibrium: bool = False  # velocities balance gravity: scaled by √G
 
     def resolve(self, params: dict, key_prefix: str = "") -> dict:
         """Defaults overlaid with `params`, each checked for name, type and range.
@@ -58,18 +64,21 @@ class Generator:
         return {key: _check_param(self.name, key_prefix + key, params.get(key, spec.default), spec)
                 for key, spec in self.params.items()}
 
-    def make(self, n: int, seed: int, **params) -> Bodies:
+    def make(self, n: int, seed: int, G: float = 1.0, **params) -> Bodies:
         values = self.resolve(params)
         n = _check_int(f"generator {self.name!r}: n", n, self.min_n)
         seed = _check_int(f"generator {self.name!r}: seed", seed, 0)
         pos, vel = self.build(np.random.default_rng(seed), n, **values)
         pos, vel = _centre(pos, vel)
+        if self.equilibrium:
+            vel = vel * math.sqrt(G)
         return Bodies.from_arrays(pos, vel, np.full(n, values["mass"] / n), source=f"generator {self.name!r}")
 
 
 def _check_param(generator: str, key: str, value, spec: Param):
     where = f"{key} = {value!r}"
-    what = f"{spec.type.__name__} in [{spec.min:g}, {spec.max:g}] for generator {generator!r} ({spec.doc})"
+    low, high = (str(int(v)) if spec.type is int else f"{v:g}" for v in (spec.min, spec.max))
+    what = f"{spec.type.__name__} in [{low}, {high}] for generator {generator!r} ({spec.doc})"
     if isinstance(value, str):
         try:
             value = float(value)
@@ -147,7 +156,7 @@ def plummer_henon(rng: np.random.Generator, n: int, mass_fraction: float = _PLUM
 
 def _build_plummer(rng, n, scale, mass):
     pos, vel = plummer_henon(rng, n)
-    return pos * scale, vel * np.sqrt(G * mass / scale)
+    return pos * scale, vel * np.sqrt(mass / scale)
 
 
 # ------------------------------------------------------------------------------------------------- disk
@@ -175,7 +184,7 @@ def _build_disk(rng, n, radius, thickness, central_mass, dispersion, mass):
     x = _BULGE_EXTENT / (_BULGE_SCALE * _PLUMMER_A)  # the truncation radius in Plummer radii
     bulge_pos, bulge_vel = plummer_henon(rng, n_bulge, mass_fraction=x ** 3 / (1.0 + x * x) ** 1.5)
     bulge_pos *= b
-    bulge_vel *= np.sqrt(G * n_bulge * m / b)
+    bulge_vel *= np.sqrt(n_bulge * m / b)
 
     r_cyl = _disk_radii(rng, n_disk, _DISK_SCALE * radius, radius)
     phi = rng.uniform(0.0, 2.0 * np.pi, n_disk)
@@ -188,7 +197,7 @@ def _build_disk(rng, n, radius, thickness, central_mass, dispersion, mass):
     r_sph = np.linalg.norm(disk_pos, axis=1)
     enclosed = m * np.searchsorted(all_r, r_sph, side="right")
     eps = _DISK_SOFTENING * radius
-    v_c = np.sqrt(G * enclosed * r_cyl ** 2 / (r_sph ** 2 + eps ** 2) ** 1.5)
+    v_c = np.sqrt(enclosed * r_cyl ** 2 / (r_sph ** 2 + eps ** 2) ** 1.5)
     tangent = np.column_stack([-np.sin(phi), np.cos(phi), np.zeros(n_disk)])
     disk_vel = v_c[:, None] * tangent + rng.normal(0.0, 1.0, (n_disk, 3)) * (dispersion * v_c)[:, None]
     return np.concatenate([bulge_pos, disk_pos]), np.concatenate([bulge_vel, disk_vel])
@@ -263,18 +272,18 @@ GENERATORS: dict[str, Generator] = {g.name: g for g in (
     Generator("plummer", "Plummer sphere in Hénon units (M = 1, E = -1/4, virial equilibrium)", {
         "scale": Param(1.0, float, 1e-6, _BIG, "length unit: the virial radius (Plummer a = 3π/16 · scale)"),
         "mass": _MASS,
-    }, _build_plummer),
+    }, _build_plummer, equilibrium=True),
     Generator("disk", "rotating disk galaxy: central bulge plus an exponential disk on near-circular orbits",
-              _DISK_PARAMS, _build_disk),
+              _DISK_PARAMS, _build_disk, equilibrium=True),
     Generator("collision", "two disk galaxies on an approaching orbit, the second tilted about x", {
         "separation": Param(6.0, float, 1e-6, _BIG, "initial distance between the galaxies along x"),
-        "speed": Param(0.5, float, 0.0, _BIG, "relative approach speed along x"),
+        "speed": Param(0.5, float, 0.0, _BIG, "relative approach speed along x (at G = 1; times √G)"),
         "impact": Param(1.0, float, -_BIG, _BIG, "impact parameter: offset across the approach (y)"),
         "mass_ratio": Param(1.0, float, 0.01, 100.0, "secondary mass / primary mass"),
         "tilt": Param(45.0, float, -180.0, 180.0, "tilt of the secondary's disk about x, degrees"),
         "radius": Param(1.0, float, 1e-6, _BIG, "primary disk radius; the secondary scales as mass^(1/3)"),
         "mass": _MASS,
-    }, _build_collision, min_n=2),
+    }, _build_collision, min_n=2, equilibrium=True),
     Generator("cube", "uniform random positions in a cube, optional small random velocities", {
         "size": Param(2.0, float, 1e-6, _BIG, "edge length of the cube"),
         "velocity": Param(0.0, float, 0.0, _BIG, "maximum random speed per velocity component"),
@@ -306,6 +315,7 @@ def validate_params(name: str, params: dict, key_prefix: str = "") -> dict:
     return _lookup(name).resolve(params, key_prefix)
 
 
-def generate(name: str, n: int, seed: int, params: dict | None = None) -> Bodies:
-    """Bodies from generator `name`; ConfigError for an unknown name, bad n/seed or a bad parameter."""
-    return _lookup(name).make(n, seed, **(params or {}))
+def generate(name: str, n: int, seed: int, params: dict | None = None, G: float = 1.0) -> Bodies:
+    """Bodies from generator `name` for gravitational constant G; ConfigError for an unknown name, bad
+    n/seed or a bad parameter."""
+    return _lookup(name).make(n, seed, G, **(params or {}))

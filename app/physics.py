@@ -14,6 +14,7 @@ other way round; its `integrate` is the float64 reference stepping):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
@@ -46,11 +47,22 @@ class Physics:
         return self.repulsion if self.model == "gravity-repulsion" else 0.0
 
 
-def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics, targets: slice | None = None,
-                  chunk: int = 512) -> np.ndarray:
-    """Softened accelerations in float64, (N, 3); `targets` restricts which bodies receive them.
+_PAIRS_PER_CHUNK = 1 << 22  # (rows × N) pairs per chunk: ~100 MB per (rows, N, 3) float64 temporary
 
-    Chunked over targets so memory stays O(chunk · N) even at N = 16k.
+
+def _rows_per_chunk(n: int) -> int:
+    """Rows per chunk: 512 up to N = 8k, fewer beyond, so that N = 82k does not need 1 GB temporaries."""
+    return max(1, min(512, _PAIRS_PER_CHUNK // max(n, 1)))
+
+
+def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics,
+                  targets: slice | np.ndarray | None = None, chunk: int | None = None,
+                  progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """Softened accelerations in float64, (N, 3); `targets` (a slice or an index array) restricts
+    which bodies receive them, in that order, against all N sources.
+
+    Chunked over targets so memory stays O(chunk · N) at any N (`_rows_per_chunk`); `progress(rows)` is
+    told after each chunk.
     """
     pos = np.asarray(pos, dtype=np.float64)
     mass = np.asarray(mass, dtype=np.float64)
@@ -58,6 +70,7 @@ def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics, targets: 
     out = np.empty((idx.size, 3))
     eps2 = physics.softening ** 2
     h = physics.h
+    chunk = chunk or _rows_per_chunk(pos.shape[0])
     for start in range(0, idx.size, chunk):
         rows = idx[start:start + chunk]
         d = pos[None, :, :] - pos[rows, None, :]  # (c, N, 3): x_j - x_i
@@ -69,6 +82,8 @@ def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics, targets: 
         w[s2 == 0.0] = 0.0  # the self term when ε = 0 (and exact coincidences)
         w *= mass[None, :]
         out[start:start + rows.size] = np.einsum("cn,cnk->ck", w, d)
+        if progress:
+            progress(rows.size)
     return out
 
 
@@ -76,22 +91,29 @@ def kinetic_energy(vel: np.ndarray, mass: np.ndarray) -> float:
     return float(0.5 * np.sum(mass * np.einsum("ij,ij->i", vel, vel)))
 
 
-def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk: int = 512) -> float:
-    """Σ over pairs i<j of -G m_i m_j / s + H m_i m_j / (3 s³), s² = r² + ε² (float64, chunked)."""
+def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk: int | None = None,
+                     progress: Callable[[int], None] | None = None) -> float:
+    """Σ over pairs i<j of -G m_i m_j / s + H m_i m_j / (3 s³), s² = r² + ε² (float64, chunked);
+    `progress(rows)` is told how many more rows are done after each chunk (for a progress bar).
+    Not finite (without a numpy warning) when two bodies coincide at ε = 0."""
     pos = np.asarray(pos, dtype=np.float64)
     mass = np.asarray(mass, dtype=np.float64)
     n = pos.shape[0]
     eps2 = physics.softening ** 2
     h = physics.h
     total = 0.0
+    chunk = chunk or _rows_per_chunk(n)
     for start in range(0, n, chunk):
         rows = np.arange(start, min(start + chunk, n))
         d = pos[None, :, :] - pos[rows, None, :]
         s2 = np.einsum("cnk,cnk->cn", d, d) + eps2
         upper = np.arange(n)[None, :] > rows[:, None]  # each pair once
         s = np.sqrt(np.where(upper, s2, 1.0))
-        pair = -physics.G / s + (h / (3.0 * s ** 3) if h else 0.0)
+        with np.errstate(divide="ignore"):  # two bodies coinciding at ε = 0: -inf, which callers report
+            pair = -physics.G / s + (h / (3.0 * s ** 3) if h else 0.0)
         total += float(np.sum(np.where(upper, pair * mass[rows, None] * mass[None, :], 0.0)))
+        if progress:
+            progress(rows.size)
     return total
 
 
@@ -128,11 +150,12 @@ class Diagnostics:
         return self.kinetic + self.potential
 
 
-def diagnostics(bodies: Bodies, physics: Physics) -> Diagnostics:
+def diagnostics(bodies: Bodies, physics: Physics,
+                progress: Callable[[int], None] | None = None) -> Diagnostics:
     return Diagnostics(
         time=bodies.time,
         kinetic=kinetic_energy(bodies.vel, bodies.mass),
-        potential=potential_energy(bodies.pos, bodies.mass, physics),
+        potential=potential_energy(bodies.pos, bodies.mass, physics, progress=progress),
         momentum=tuple(linear_momentum(bodies.vel, bodies.mass)),
         angular_momentum=tuple(angular_momentum(bodies.pos, bodies.vel, bodies.mass)),
         momentum_scale=momentum_scale(bodies.vel, bodies.mass),

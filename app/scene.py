@@ -18,6 +18,7 @@ class InitialConditions:
     format: str | None = None  # force a reader; default: by extension / content
     n: int = 16384
     seed: int = 42
+    subsample: int = 0  # a snapshot only: keep a seeded random K of its bodies (0 = all)
     params: dict = field(default_factory=dict)  # generator-specific keys (validated by the generator)
 
 
@@ -79,23 +80,41 @@ def resolve_scene_path(name_or_path: str):
     """A preset name (`plummer`) or a path to a .toml file -> Path; ConfigError listing presets."""
     from pathlib import Path
 
-    from app.errors import ConfigError
+    from app.errors import ConfigError, InputFileError
     from app.paths import SCENES
 
     p = Path(name_or_path)
     if p.suffix == ".toml" or p.exists():
         if not p.is_file():
-            raise ConfigError(f"scene file {name_or_path!r} does not exist")
+            raise InputFileError(missing_file(p, "scene file"))
         return p
     preset = SCENES / f"{name_or_path}.toml"
     if preset.is_file():
         return preset
+    if p.suffix or len(p.parts) > 1:  # a path, not a preset name: say what is wrong with the path
+        raise InputFileError(missing_file(p, "scene or snapshot file"))
     raise ConfigError(f"unknown scene preset {name_or_path!r}; presets: {', '.join(preset_names())} "
-                      "(or give a path to a .toml file)")
+                      "(or give a path to a scene .toml or a snapshot file)")
+
+
+def missing_file(path, what: str) -> str:
+    """'<full path>: no such <what>' with the closest names in its folder, when there are any."""
+    import difflib
+    import os
+    from pathlib import Path
+
+    path = Path(os.path.abspath(path))  # absolute and without '..', not resolving links
+    folder = path.parent
+    if not folder.is_dir():
+        return f"{path}: no such {what} (folder {folder} does not exist)"
+    close = difflib.get_close_matches(path.name, [c.name for c in folder.iterdir()], n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(close)}?" if close else ""
+    return f"{path}: no such {what}{hint}"
 
 
 def load_scene(name_or_path: str | None = None, overrides: dict[str, object] | None = None) -> Scene:
     """Defaults, then the scene file (preset name or path), then `overrides` ({'physics.dt': '0.002'})."""
+    import os
     import tomllib
 
     from app.errors import ConfigError
@@ -115,6 +134,8 @@ def load_scene(name_or_path: str | None = None, overrides: dict[str, object] | N
                                   f"sections: {', '.join(_schema_sections())}")
             for key, value in table.items():
                 set_value(scene, f"{section}.{key}", value, origin)
+        if scene.initial.file:  # a file named in the TOML is where the TOML says, wherever it is run from
+            scene.initial.file = os.path.abspath(path.parent / scene.initial.file)
     for key, value in (overrides or {}).items():
         set_value(scene, key, value, "command line")
     validate(scene)
@@ -164,6 +185,9 @@ def validate(scene: Scene) -> None:
 
     validate_settings(scene.camera)
     init = scene.initial
+    if init.subsample and not init.file:
+        raise ConfigError("initial.subsample applies only to a snapshot (initial.file); a generator takes "
+                          "initial.n")
     if init.file:
         if init.params:
             raise ConfigError(f"initial.file is set, so generator parameters "
@@ -184,5 +208,22 @@ def make_bodies(scene: Scene):
 
     init = scene.initial
     if init.file:
-        return formats.read(init.file, format=init.format)
-    return ics.generate(init.generator, init.n, init.seed, init.params)
+        bodies = formats.read(init.file, format=init.format)
+        return subsample(bodies, init.subsample, init.seed) if init.subsample else bodies
+    return ics.generate(init.generator, init.n, init.seed, init.params, G=scene.physics.G)
+
+
+def subsample(bodies, k: int, seed: int):
+    """A seeded random subset of `k` bodies (in their file order), masses scaled so that the total mass,
+    and with it the dynamical time and the virial balance, stays that of the whole snapshot."""
+    import numpy as np
+
+    from app.bodies import Bodies
+    from app.errors import ConfigError
+
+    if k >= bodies.n:
+        raise ConfigError(f"initial.subsample = {k}: the snapshot has only {bodies.n} bodies")
+    rows = np.sort(np.random.default_rng(seed).choice(bodies.n, size=k, replace=False))
+    mass = bodies.mass[rows] * (bodies.mass.sum() / bodies.mass[rows].sum())
+    ids = None if bodies.ids is None else bodies.ids[rows]
+    return Bodies.from_arrays(bodies.pos[rows], bodies.vel[rows], mass, bodies.time, ids, "subsample")

@@ -56,3 +56,13 @@ def gl_vbo(canvas, data: np.ndarray):
     canvas.context.flush_commands()
     name = canvas.context.shared.parser.get_object(vbo.id).handle
     return vbo, int(name)
+
+
+def one_line_error(capsys, rc, code, *words) -> str:
+    """Asserts a CLI failure: exit status `code`, one line on stderr with every word, no traceback."""
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == code and len(lines) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    return lines[0]

@@ -3,7 +3,6 @@ kernel switching, timings and the renderer's arrays."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import replace
 
 import numpy as np
@@ -261,17 +260,6 @@ def test_state_is_a_copy_with_ids_and_time():
     assert np.any(backend.state().pos != 0.0)
     backend.step(3)
     assert backend.state().time == pytest.approx(2.53, rel=1e-12)
-
-
-def test_compile_notice_logged_once(caplog):
-    CPUBackend._logged_compile = False
-    CPUBackend._warm.clear()
-    with caplog.at_level(logging.INFO, logger="app.backends.cpu"):
-        for _ in range(2):
-            backend = CPUBackend()
-            backend.load(plummer_like(8), Physics())
-            backend.step(1)
-    assert [r.getMessage() for r in caplog.records].count("compiling CPU kernels (first run only)…") == 1
 
 
 def test_non_finite_state_names_the_first_bad_body():

@@ -41,13 +41,39 @@ def test_smallest_n(name):
     assert ics.generate(name, n, 0, {}).n == n
 
 
-def test_plummer_virial_equilibrium_in_henon_units():
-    b = ics.generate("plummer", 2048, 3, {})
+@pytest.mark.parametrize("G", [1.0, 2.0])
+def test_plummer_virial_equilibrium_for_any_G(G):
+    b = ics.generate("plummer", 2048, 3, {}, G=G)
     kinetic = kinetic_energy(b.vel, b.mass)
-    potential = potential_energy(b.pos, b.mass, Physics(softening=0.0))
+    potential = potential_energy(b.pos, b.mass, Physics(G=G, softening=0.0))
     assert b.mass.sum() == pytest.approx(1.0, rel=1e-12)
     assert 2 * kinetic / -potential == pytest.approx(1.0, rel=0.1)
-    assert kinetic + potential == pytest.approx(-0.25, rel=0.1)
+    assert kinetic + potential == pytest.approx(-0.25 * G, rel=0.1)
+
+
+@pytest.mark.parametrize("name", ["disk", "collision"])
+def test_equilibrium_generators_scale_velocities_by_sqrt_G(name):
+    one, two = ics.generate(name, 400, 2, {}), ics.generate(name, 400, 2, {}, G=2.0)
+    np.testing.assert_array_equal(one.pos, two.pos)
+    np.testing.assert_allclose(two.vel, np.sqrt(2.0) * one.vel, rtol=1e-14)
+
+
+@pytest.mark.parametrize("name", ["cube", "shell", "expand"])
+def test_given_velocities_do_not_depend_on_G(name):
+    np.testing.assert_array_equal(ics.generate(name, 100, 2, {}).vel, ics.generate(name, 100, 2, {}, G=2).vel)
+
+
+@pytest.mark.parametrize("G", ["1", "2"])
+def test_cli_plummer_is_virialised_for_any_G(G, tmp_path):
+    from app.cli import main
+    from app.formats import read
+
+    out = tmp_path / "p.npz"
+    assert main(["simulate", "plummer", "--n", "2048", "--G", G, "--steps", "1", "--dt", "1e-9", "--out",
+                 str(out), "--backend", "cpu", "--no-progress"]) == 0
+    b = read(out)
+    ratio = 2 * kinetic_energy(b.vel, b.mass) / -potential_energy(b.pos, b.mass, Physics(G=float(G)))
+    assert ratio == pytest.approx(1.0, rel=0.1)
 
 
 def test_plummer_scale_and_mass():

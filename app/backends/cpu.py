@@ -21,7 +21,9 @@ failing at import, and kernels compile on first use (cached on disk afterwards).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import threading
 import time
 from dataclasses import dataclass
 
@@ -135,11 +137,36 @@ def cpu_accelerations_fp64(pos: np.ndarray, mass: np.ndarray, physics: Physics) 
     return acc
 
 
+@contextlib.contextmanager
+def _announce_compiling(dispatchers, poll_s: float = 0.2):
+    """Says "compiling CPU kernels" (once a process) while the block runs, if and only if numba really
+    compiles one of `dispatchers`: a miss of its on-disk cache is counted before the compile starts,
+    while a cache load, which takes a fraction of a second, says nothing."""
+    done = threading.Event()
+
+    def watch():
+        while not done.wait(poll_s):
+            if any(sum(d.stats.cache_misses.values()) for d in dispatchers):
+                if not _ANNOUNCED.is_set():
+                    _ANNOUNCED.set()
+                    log.info("compiling CPU kernels (first run only: numba caches them)…")
+                return
+    watcher = threading.Thread(target=watch, name="numba-compile-notice", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
+_ANNOUNCED = threading.Event()  # said once a process
+
+
 # --- the backend -----------------------------------------------------------------------------------------
 class CPUBackend(Backend):
     name = "cpu"
     _warm: set = set()  # (record, force kernel) combinations already compiled / loaded in this process
-    _logged_compile = False
 
     def __init__(self):
         self._kernel = DEFAULT_KERNEL
@@ -269,16 +296,15 @@ class CPUBackend(Backend):
         key = (evaluator.record.name, evaluator.kernel.py_func.__name__)
         if key in CPUBackend._warm:
             return
-        if not CPUBackend._logged_compile:
-            log.info("compiling CPU kernels (first run only)…")
-            CPUBackend._logged_compile = True
         t = time.perf_counter()
         one = np.zeros((1, 4), evaluator.dtype)
         ops = CpuOps(evaluator, one, one.copy(), one.copy(), np.zeros(1, np.float32))
-        ops.force()
-        ops.kick_drift(0.0, 0.0)
-        ops.kick(0.0)
-        ops.euler_damped(0.0, 1.0)
+        k = ops._k
+        with _announce_compiling((evaluator.kernel, k.kick_drift, k.kick, k.euler_damped)):
+            ops.force()
+            ops.kick_drift(0.0, 0.0)
+            ops.kick(0.0)
+            ops.euler_damped(0.0, 1.0)
         CPUBackend._warm.add(key)
         log.debug("CPU kernels %s ready in %.2f s", key, time.perf_counter() - t)
 

@@ -16,6 +16,7 @@ log = logging.getLogger("nbody-live")
 SHORTCUTS = {
     "n": "initial.n",
     "seed": "initial.seed",
+    "subsample": "initial.subsample",
     "dt": "physics.dt",
     "softening": "physics.softening",
     "G": "physics.G",
@@ -38,7 +39,9 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False) 
                    help=SCENE_HELP + ("" if scene_required else " (default: plummer)"))
     g = p.add_argument_group("scene overrides (applied after the scene file)")
     g.add_argument("--n", type=str, metavar="N", help="number of bodies (generators only)")
-    g.add_argument("--seed", type=str, metavar="S", help="random seed of the generator")
+    g.add_argument("--seed", type=str, metavar="S", help="random seed of the generator (and of --subsample)")
+    g.add_argument("--subsample", type=str, metavar="K",
+                   help="a snapshot SCENE only: a seeded random subset of K bodies, the total mass kept")
     g.add_argument("--format", choices=("tipsy", "nemo", "nbabel", "npz", "csv"),
                    help="format of a snapshot SCENE (default: from the extension or content)")
     g.add_argument("--dt", type=str, metavar="DT", help="time step (> 0)")
@@ -86,6 +89,9 @@ def scene_from_args(args: argparse.Namespace):
         key, value = parse_assignment(text)
         overrides[key] = value
     scene = load_scene(scene_arg, overrides)
+    if getattr(args, "n", None) is not None and scene.initial.file:
+        raise ConfigError(f"--n applies to generators; {scene.initial.file} is a snapshot: use --subsample K "
+                          "for a random subset of K of its bodies")
     if scene_arg is None and scene.initial.file:
         scene.name = Path(scene.initial.file).name
     return scene
@@ -102,8 +108,31 @@ def make_backend(scene, bodies=None):
         log.info("backend: %s", cls.name)
     bodies = bodies if bodies is not None else make_bodies(scene)
     backend = cls()
-    backend.load(bodies, scene.physics, kernel)
+    try:
+        check_fits(bodies, backend.record(kernel or backend.kernel))
+        backend.load(bodies, scene.physics, kernel)
+    except BaseException:
+        backend.close()
+        raise
     return backend
+
+
+def check_fits(bodies, record) -> None:
+    """ConfigError naming the first body an fp32 kernel cannot hold: a value beyond float32's range
+    would be inf from the start (and numpy's overflow warnings the only sign of it)."""
+    import numpy as np
+
+    if record.precision != "fp32":
+        return
+    limit = float(np.finfo(np.float32).max)
+    for what, values in (("position", bodies.pos), ("velocity", bodies.vel), ("mass", bodies.mass)):
+        rows = np.abs(values.reshape(bodies.n, -1)).max(axis=1) > limit
+        if rows.any():
+            i = int(np.argmax(rows))
+            shown = ", ".join(f"{v:g}" for v in np.atleast_1d(values[i]))
+            raise ConfigError(f"body {i}: {what} ({shown}) is beyond the range of float32 (|x| <= 3.4e38) "
+                              f"in which kernel {record.name!r} computes; use a float64 kernel (cpu-fp64, "
+                              "fp64) or other units")
 
 
 def parse_size(text: str) -> tuple[int, int]:
@@ -134,3 +163,57 @@ def positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"{text} must be at least 1")
     return v
+
+
+class Interruption:
+    """SIGINT / SIGTERM caught as a flag while a long loop runs, so that the loop stops between steps
+    (never inside one, which would leave a half-kicked state) and can still write what it has done.
+    Only the first is caught. `signum` is None until a signal arrives; `exit_code` is the shell's
+    128 + signal number."""
+
+    SIGNALS = ("SIGINT", "SIGTERM")
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._previous: dict = {}
+
+    def __enter__(self) -> Interruption:
+        import signal
+
+        for name in self.SIGNALS:
+            sig = getattr(signal, name)
+            self._previous[sig] = signal.signal(sig, self._catch)
+        return self
+
+    def _catch(self, signum, _frame) -> None:
+        self.signum = signum
+        self._restore()  # a second Ctrl-C is not caught: it stops the process the ordinary way
+
+    def _restore(self) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+
+    def __exit__(self, *exc) -> None:
+        self._restore()
+
+    @property
+    def name(self) -> str:
+        import signal
+
+        return signal.Signals(self.signum).name if self.signum else ""
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum if self.signum else 0
+
+
+def progress_bar(args: argparse.Namespace, **options):
+    """A tqdm bar on stderr only when stderr is a terminal and neither -q nor --no-progress was given."""
+    import sys
+
+    from tqdm import tqdm
+
+    hidden = getattr(args, "quiet", False) or getattr(args, "no_progress", False) or not sys.stderr.isatty()
+    return tqdm(disable=hidden, file=sys.stderr, **options)

@@ -3,31 +3,54 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import logging
-import os
+import math
+import sys
 from pathlib import Path
 
-from app.commands.common import add_scene_options, make_backend, positive_int, scene_from_args
-from app.errors import RuntimeFault
+from app.commands.common import (
+    Interruption,
+    add_scene_options,
+    make_backend,
+    positive_int,
+    progress_bar,
+    scene_from_args,
+)
 
 log = logging.getLogger("nbody-live")
 
 HELP = "step a scene or snapshot without a window; write the final snapshot and a conservation log"
 DESCRIPTION = """\
 Advance SCENE by --steps steps on the chosen backend, then write the final state to --out (format
-from its extension: .npz, .csv, .tipsy/.bin/.std). Every --log-every steps, a row of float64
-diagnostics goes to the CSV --log: time, kinetic/potential/total energy, relative energy drift,
-linear and angular momentum and the momentum drift relative to sum(m|v|) at the start.
+from its extension: .npz, .csv, .tipsy/.tip/.std). Both outputs are checked before any work.
+
+With --log, every --log-every steps a row of float64 diagnostics is appended to the CSV (and flushed,
+so an interrupted run keeps every row): time, kinetic/potential/total energy, relative energy drift,
+linear and angular momentum and the momentum drift relative to sum(m|v|) at the start. The O(N²)
+energy is computed only for the log, on the GPU when the backend has one.
+
+--checkpoint-every K writes the state so far to --out every K steps (atomically: --out is always a
+complete snapshot). Ctrl-C or SIGTERM stops between two steps, writes the state so far to --out and
+exits 130 / 143. --resume FILE starts from such a snapshot instead of SCENE's bodies (SCENE still
+gives the physics and the kernel) and takes --steps more steps; in float64 (.npz) the result is
+bitwise the one an uninterrupted run gives. The log of a resumed run goes to a new file (an existing
+one is not overwritten) and starts again at step 0, with drifts relative to the resumed state.
 
 examples:
   nbody-live simulate plummer --n 4096 --steps 1000 --out out/p4k.npz --log out/p4k.csv
   nbody-live simulate ../shared/data/nbabel_input1k --softening 0.01 --dt 1e-3 --steps 1000 \\
       --out out/nbabel.npz --log out/energy.csv --backend cpu --kernel cpu-fp64
+  nbody-live simulate plummer --n 65536 --steps 100000 --out out/big.npz --checkpoint-every 1000
+  nbody-live simulate plummer --n 65536 --steps 40000 --out out/big.npz --resume out/big.npz
 """
 
 LOG_COLUMNS = ["step", "time", "kinetic", "potential", "energy", "rel_energy_drift", "px", "py", "pz",
                "Lx", "Ly", "Lz", "rel_momentum_drift", "force_ms_per_step"]
+
+# Steps per backend.step() call at most, so that a signal is answered within this many steps.
+MAX_CHUNK = 32
+# Above this N the host's float64 energy takes long enough to deserve a progress bar.
+LONG_ENERGY_N = 16384
 
 
 def add_parser(sub) -> None:
@@ -39,6 +62,10 @@ def add_parser(sub) -> None:
     p.add_argument("--log", type=Path, metavar="FILE.csv", help="energy/momentum log (CSV)")
     p.add_argument("--log-every", type=positive_int, metavar="M",
                    help="steps between log rows (default: steps/20; each row costs an O(N²) float64 pass)")
+    p.add_argument("--checkpoint-every", type=positive_int, metavar="K",
+                   help="write the state so far to --out every K steps")
+    p.add_argument("--resume", type=Path, metavar="FILE",
+                   help="start from this snapshot (e.g. a checkpoint) instead of SCENE's bodies")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
@@ -46,57 +73,90 @@ def add_parser(sub) -> None:
 def _row(step, diag, d0, force_ms_per_step):
     import numpy as np
 
-    drift = abs(diag.energy - d0.energy) / abs(d0.energy) if d0.energy else float("nan")
+    finite = math.isfinite(d0.energy) and d0.energy != 0.0
+    drift = abs(diag.energy - d0.energy) / abs(d0.energy) if finite else float("nan")
     dp = float(np.linalg.norm(np.subtract(diag.momentum, d0.momentum)))
     return [step, diag.time, diag.kinetic, diag.potential, diag.energy, drift, *diag.momentum,
             *diag.angular_momentum, dp / d0.momentum_scale if d0.momentum_scale else 0.0, force_ms_per_step]
 
 
-def main(args) -> int:
-    from tqdm import tqdm
+def _csv_line(values) -> str:
+    return ",".join(f"{v:.17g}" if isinstance(v, float) else str(v) for v in values) + "\n"
 
-    from app import formats
+
+def _measure(backend, args):
+    """A function returning the float64 Diagnostics of the backend's current state: reduced on the
+    device when the backend can (CUDA), else on the host with a progress bar when N is large."""
+    if hasattr(backend, "diagnostics"):
+        return backend.diagnostics
     from app.physics import diagnostics
 
+    def on_host():
+        if backend.n <= LONG_ENERGY_N:
+            return diagnostics(backend.state(), backend.physics)
+        with progress_bar(args, total=backend.n, unit="body", desc="float64 energy", leave=False) as bar:
+            return diagnostics(backend.state(), backend.physics, progress=bar.update)
+    return on_host
+
+
+def main(args) -> int:
+    from app import formats
+    from app.errors import ConfigError
+    from app.outputs import StreamedFile, check_output
+
+    formats.output_format(args.out)
+    out = check_output(args.out, "snapshot")
+    if args.log:
+        check_output(args.log, "log")
+    if args.resume and args.n is not None:
+        raise ConfigError(f"--n does not apply with --resume: the bodies are those of {args.resume}")
+    if args.resume and args.log and args.log.exists():  # most likely the interrupted part's own log
+        raise ConfigError(f"--log {args.log} exists: a resumed run would overwrite it; name a new log "
+                          "for the resumed part")
     scene = scene_from_args(args)
-    backend = make_backend(scene)
+    start = formats.read(args.resume) if args.resume else None
+    backend = make_backend(scene, start)
+    log_file = None
     try:
-        physics = backend.physics
-        every = args.log_every or max(1, args.steps // 20)
-        d0 = diagnostics(backend.state(), physics)
-        rows = [_row(0, d0, d0, 0.0)]
-        done = 0
-        with tqdm(total=args.steps, unit="step", disable=args.no_progress, desc=backend.kernel) as bar:
-            while done < args.steps:
-                k = min(every, args.steps - done)
-                t = backend.step(k)
-                done += k
-                bar.update(k)
-                if args.log:
-                    rows.append(_row(done, diagnostics(backend.state(), physics), d0, t.force_ms / k))
-        final = backend.state()
-        kernel = backend.kernel
+        with Interruption() as stop:
+            log_file = StreamedFile(args.log) if args.log else None
+            every = (args.log_every or max(1, args.steps // 20)) if log_file else args.steps
+            checkpoint = args.checkpoint_every or args.steps
+            measure = _measure(backend, args)
+            if log_file:
+                d0 = measure()
+                if not math.isfinite(d0.energy):
+                    log.warning("the energy is not finite: two bodies coincide at softening 0 (the forces "
+                                "skip such a pair); so are the log's energy columns; use --softening > 0")
+                last = _row(0, d0, d0, 0.0)
+                log_file.write(_csv_line(LOG_COLUMNS) + _csv_line(last))
+            done, force_ms, since = 0, 0.0, 0
+            with progress_bar(args, total=args.steps, unit="step", desc=backend.kernel) as bar:
+                while done < args.steps and not stop.signum:
+                    k = min(MAX_CHUNK, args.steps - done, every - done % every,
+                            checkpoint - done % checkpoint)
+                    force_ms += backend.step(k).force_ms
+                    done, since = done + k, since + k
+                    bar.update(k)
+                    if log_file and (done % every == 0 or done == args.steps):
+                        last = _row(done, measure(), d0, force_ms / since)
+                        log_file.write(_csv_line(last))
+                        force_ms, since = 0.0, 0
+                    if done % checkpoint == 0 and done < args.steps:
+                        formats.write(out, backend.state())
+            final = backend.state()
+            formats.write(out, final)
+            kernel = backend.kernel
     finally:
         backend.close()
-    formats.write(args.out, final)
-    if args.log:
-        _write_csv(args.log, rows)
-        last = rows[-1]
+        if log_file:
+            log_file.close()
+    if done < args.steps:  # stopped by a signal (one arriving after the last step changes nothing)
+        kept = f", log -> {args.log}" if args.log else ""
+        print(f"nbody-live simulate: interrupted by {stop.name} at step {done} of {args.steps}: state so far "
+              f"-> {out}{kept}", file=sys.stderr)
+        return stop.exit_code
+    if log_file:
         print(f"energy drift {last[5]:.3e}, momentum drift {last[12]:.3e} (relative) -> {args.log}")
-    print(f"{args.steps} steps of N={final.n} with {kernel} -> {args.out}")
+    print(f"{args.steps} steps of N={final.n} with {kernel} -> {out}")
     return 0
-
-
-def _write_csv(path: Path, rows) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.partial")
-    try:
-        with open(tmp, "w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(LOG_COLUMNS)
-            for r in rows:
-                w.writerow([f"{v:.17g}" if isinstance(v, float) else v for v in r])
-        os.replace(tmp, path)
-    except OSError as e:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeFault(f"cannot write {path}: {e.strerror}") from None

@@ -43,6 +43,9 @@ def _driver_or_reason():
     try:
         import pycuda.driver as drv
     except ModuleNotFoundError as e:
+        if not _nvidia_driver_present():  # installing pycuda would not help: no advice unless asked (-v)
+            advice = f"; with a driver: {PIP_HINT}" if log.isEnabledFor(logging.DEBUG) else ""
+            return None, f"no NVIDIA driver (and no pycuda) on this machine{advice}"
         if (e.name or "").split(".")[0] == "pycuda":
             return None, f"pycuda is not installed: {PIP_HINT}"
         return None, f"pycuda cannot be imported ({e}): {PIP_HINT}"
@@ -65,6 +68,20 @@ def _driver_or_reason():
     if not 0 <= ordinal < count:
         return None, f"{DEVICE_ENV}={ordinal} but only {count} CUDA device(s) exist"
     return drv, None
+
+
+def _nvidia_driver_present() -> bool:
+    """Whether the CUDA driver library (libcuda, part of the NVIDIA driver) can be loaded."""
+    import ctypes
+    import ctypes.util
+
+    for name in ("libcuda.so.1", "nvcuda.dll"):
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            pass
+    return ctypes.util.find_library("cuda") is not None
 
 
 def _driver():
