@@ -27,11 +27,13 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from app.bodies import Bodies
 from app.errors import UserError
-from app.forces import ForceWork, Span
+from app.forces import Span
 from app.integrator import Integrator
 from app.multidevice import MultiDeviceOps, SingleDriver, split
-from app.physics import Physics
+from app.physics import Physics, diagnostics
+from app.timing import HostTimer, StepTimings
 
 # Rank-count variables set by the common launchers: MPICH/Hydra and Intel MPI, Open MPI, PMIx (srun).
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
@@ -57,6 +59,30 @@ def world():
         raise UserError(f"started by mpiexec with {launched_ranks()} ranks but mpi4py cannot be imported "
                         f"({e}): pip install 'nbody-live[mpi]' (make test installs it)") from e
     return MPI.COMM_WORLD
+
+
+def job_facts() -> dict:
+    """What every rank of one job must share: the program's version and its arguments."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours = version("nbody-live")
+    except PackageNotFoundError:
+        ours = "unknown"
+    return {"version": ours, "argv": sys.argv[1:]}
+
+
+def any_rank(comm, signum):
+    """The first signal any rank caught (all ranks must stop at the same step), or None."""
+    if comm is None:
+        return signum
+    return comm.allreduce(signum or 0, op=_mpi_max()) or None
+
+
+def _mpi_max():
+    from mpi4py import MPI
+
+    return MPI.MAX
 
 
 def library_version() -> str:
@@ -115,7 +141,8 @@ def _mpi_type(dtype):
 
 
 class RankRun:
-    """This rank's part of a distributed run: its device (one share), the MPI exchange, the integrator."""
+    """This rank's part of a distributed run: its device (one share), the MPI exchange, the integrator.
+    `step` and `state` are collective: every rank calls them at the same points."""
 
     def __init__(self, comm, make_device):
         """`make_device(rank, bodies, physics, kernel, share)` builds this rank's DeviceState."""
@@ -123,24 +150,94 @@ class RankRun:
         self.integrator = Integrator()
         self.physics = Physics()
         self.device = self.ops = None
+        self.kernel, self.n = "", 0
 
-    def load(self, bodies, physics: Physics, kernel: str) -> None:
-        self.physics = physics
+    def load(self, bodies: Bodies, physics: Physics, kernel: str) -> None:
+        self.physics, self.kernel, self.n = physics, kernel, bodies.n
+        self._mass, self._ids, self._t0, self._steps = bodies.mass.copy(), bodies.ids, float(bodies.time), 0
         shares = split(bodies.n, [1.0] * self.comm.size)
         self.device = self.make_device(self.comm.rank, bodies, physics, kernel, shares[self.comm.rank])
         self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), MpiExchange(self.comm, shares))
         self.integrator.invalidate()
 
-    def step(self, steps: int = 1) -> ForceWork:
-        """Advance; returns this rank's work (sum it over ranks for the job's)."""
-        return self.integrator.step(self.ops, self.physics, steps)
+    def step(self, steps: int = 1) -> StepTimings:
+        """Advance; the timings and work are this rank's (its share of the forces)."""
+        timer = HostTimer()
+        work = self.integrator.step(self.ops, self.physics, steps, timer)
+        self._steps += steps
+        totals = timer.collect()
+        return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=totals.get("force", 0.0),
+                           integrate_ms=totals.get("integrate", 0.0), interactions=work.interactions,
+                           pair_equivalent=work.pair_equivalent, force_evals=work.evaluations)
+
+    @property
+    def time(self) -> float:
+        return self._t0 + self._steps * self.physics.dt
 
     def gathered(self, field: str) -> np.ndarray:
         """The whole of `field` on every rank."""
         self.ops.exchange.gather([self.device], field)
-        return self.device.rows(field, Span.all(self.ops.exchange.n)).copy()
+        return self.device.rows(field, Span.all(self.n)).copy()
+
+    def state(self) -> Bodies:
+        pos, vel = self.gathered("pos"), self.gathered("vel")
+        ids = None if self._ids is None else self._ids.copy()
+        return Bodies(pos=pos[:, :3].astype(np.float64), vel=vel[:, :3].astype(np.float64),
+                      mass=self._mass.copy(), time=self.time, ids=ids)
+
+    def diagnostics(self):
+        """Float64 diagnostics of the whole state, computed by rank 0 (None on the others)."""
+        state = self.state()
+        return diagnostics(state, self.physics) if self.comm.rank == 0 else None
 
     def accelerations(self) -> np.ndarray:
         self.ops.force()
         self.integrator.acc_valid = True
         return self.gathered("acc")[:, :3].astype(np.float64)
+
+    def close(self) -> None:
+        close = getattr(self.device, "close", None)
+        if close is not None:
+            close()
+
+
+def local_rank() -> int:
+    """This rank's index among the ranks of its node (to pick a GPU), from the launcher's variables."""
+    for name in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+        value = os.environ.get(name)
+        if value and value.isdigit():
+            return int(value)
+    return 0
+
+
+def rank_backend(comm, scene, bodies=None) -> RankRun:
+    """This rank's RankRun for a scene: CPU shares, or one GPU per rank picked by local rank."""
+    from app.backends import select_backend
+    from app.commands.common import check_fits
+    from app.scene import make_bodies
+
+    kernel = scene.run.kernel if scene.run.kernel not in ("auto", None) else None
+    cls = select_backend(scene.run.backend, kernel)
+    bodies = bodies if bodies is not None else make_bodies(scene)
+    if cls.name == "cuda":
+        from app.backends.cuda import registry
+        from app.backends.cuda.context import device_count
+        from app.backends.cuda.multi import CudaShareDevice
+
+        ordinal = local_rank() % device_count()
+        kernel = kernel or registry.DEFAULT_KERNEL
+
+        def make(rank, bodies, physics, kernel, share):
+            return CudaShareDevice(ordinal, kernel, physics, bodies, share)
+    else:
+        from app.backends.cpu import DEFAULT_KERNEL
+        from app.backends.cpu_multi import CpuDevice
+
+        kernel = kernel or DEFAULT_KERNEL
+
+        def make(rank, bodies, physics, kernel, share):
+            return CpuDevice(rank, kernel, physics, bodies, share)
+    check_fits(bodies, cls.record(kernel))
+    run = RankRun(comm, make)
+    run.load(bodies, scene.physics, kernel)
+    return run

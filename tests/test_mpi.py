@@ -74,3 +74,45 @@ def test_a_killed_rank_ends_the_job(tmp_path):
     said = done.stdout + done.stderr  # the launcher's word: a killed process cannot speak for itself
     assert "BAD TERMINATION" in said and "signal 9" in said
     assert not (tmp_path / "job.npz").exists()
+
+
+# --- the real command under mpiexec -------------------------------------------------------------------------
+def nbody(*args, launcher=(), timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    return subprocess.run([*launcher, sys.executable, "-m", "app", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=ROOT)
+
+
+SIMULATE = ("simulate", "plummer", "--n", 301, "--steps", 100, "--backend", "cpu", "--kernel", "cpu-fp64",
+            "--softening", 0.02, "--log-every", 10)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_simulate_on_ranks_writes_what_one_process_writes(ranks, tmp_path):
+    one = nbody(*SIMULATE, "--out", tmp_path / "one.npz", "--log", tmp_path / "one.csv")
+    many = nbody(*SIMULATE, "--out", tmp_path / "many.npz", "--log", tmp_path / "many.csv",
+                 launcher=(MPIEXEC, "-n", str(ranks)))
+    assert one.returncode == 0 and many.returncode == 0, many.stderr
+    assert f"on {ranks} ranks" in many.stdout and many.stdout.count("steps of N=301") == 1  # rank 0 speaks
+    a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "many.npz")
+    assert sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a)  # original order, bitwise
+    rows = [line.split(",")[:-1] for line in (tmp_path / "one.csv").read_text().splitlines()]
+    assert rows == [line.split(",")[:-1] for line in (tmp_path / "many.csv").read_text().splitlines()]
+    assert len(rows) == 12  # header, step 0, then every 10 steps (the last column is each run's timing)
+
+
+def test_an_unwritable_output_ends_every_rank_with_one_line(tmp_path):
+    done = nbody(*SIMULATE, "--out", "/nonexistent/x.npz", launcher=(MPIEXEC, "-n", "2"), timeout=60)
+    assert done.returncode != 0
+    assert "rank 0 of 2: RuntimeFault: cannot write snapshot /nonexistent/x.npz" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_ranks_with_different_arguments_are_refused_at_start(tmp_path):
+    first = [sys.executable, "-m", "app", *map(str, SIMULATE), "--out", str(tmp_path / "a.npz")]
+    second = [sys.executable, "-m", "app", *map(str, SIMULATE), "--out", str(tmp_path / "b.npz")]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([MPIEXEC, "-n", "1", *first, ":", "-n", "1", *second], capture_output=True,
+                          text=True, timeout=60, env=env, cwd=ROOT)
+    assert done.returncode != 0 and "rank 1 differs from rank 0 in argv" in done.stderr
+    assert not (tmp_path / "a.npz").exists() and not (tmp_path / "b.npz").exists()

@@ -209,11 +209,13 @@ class Interruption:
         return 128 + self.signum if self.signum else 0
 
 
-def progress_bar(args: argparse.Namespace, **options):
-    """A tqdm bar on stderr only when stderr is a terminal and neither -q nor --no-progress was given."""
+def progress_bar(args: argparse.Namespace, show: bool = True, **options):
+    """A tqdm bar on stderr only when stderr is a terminal and neither -q nor --no-progress was given
+    (`show` False: not from this process at all, e.g. an MPI rank other than 0)."""
     import sys
 
     from tqdm import tqdm
 
-    hidden = getattr(args, "quiet", False) or getattr(args, "no_progress", False) or not sys.stderr.isatty()
+    hidden = (not show or getattr(args, "quiet", False) or getattr(args, "no_progress", False)
+              or not sys.stderr.isatty())
     return tqdm(disable=hidden, file=sys.stderr, **options)

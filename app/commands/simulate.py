@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+import signal
 import sys
 from pathlib import Path
 
@@ -100,63 +101,88 @@ def _measure(backend, args):
 
 
 def main(args) -> int:
-    from app import formats
+    from app import distributed
+
+    comm = distributed.world()
+    if comm is None:
+        return _simulate(args, None)
+    with distributed.fail_together(comm):  # an error on any rank ends every rank, naming the rank
+        distributed.agree(comm, distributed.job_facts())
+        return _simulate(args, comm)
+
+
+def _simulate(args, comm) -> int:
+    """The run; under MPI (`comm`) every rank steps its share and rank 0 alone checks and writes the
+    outputs. Collective calls (a step, reading the state) happen on every rank at the same points."""
+    from app import distributed, formats
     from app.errors import ConfigError
     from app.outputs import StreamedFile, check_output
 
+    writer = comm is None or comm.rank == 0
     formats.output_format(args.out)
-    out = check_output(args.out, "snapshot")
-    if args.log:
+    out = check_output(args.out, "snapshot") if writer else args.out
+    if args.log and writer:
         check_output(args.log, "log")
     if args.resume and args.n is not None:
         raise ConfigError(f"--n does not apply with --resume: the bodies are those of {args.resume}")
-    if args.resume and args.log and args.log.exists():  # most likely the interrupted part's own log
+    if args.resume and args.log and args.log.exists() and writer:  # most likely the interrupted part's own
         raise ConfigError(f"--log {args.log} exists: a resumed run would overwrite it; name a new log "
                           "for the resumed part")
     scene = scene_from_args(args)
     start = formats.read(args.resume) if args.resume else None
-    backend = make_backend(scene, start)
+    backend = make_backend(scene, start) if comm is None else distributed.rank_backend(comm, scene, start)
     log_file = None
     try:
         with Interruption() as stop:
-            log_file = StreamedFile(args.log) if args.log else None
-            every = (args.log_every or max(1, args.steps // 20)) if log_file else args.steps
+            log_file = StreamedFile(args.log) if args.log and writer else None
+            every = (args.log_every or max(1, args.steps // 20)) if args.log else args.steps
             checkpoint = args.checkpoint_every or args.steps
             measure = _measure(backend, args)
-            if log_file:
+            if args.log:
                 d0 = measure()
-                if not math.isfinite(d0.energy):
+                if log_file and not math.isfinite(d0.energy):
                     log.warning("the energy is not finite: two bodies coincide at softening 0 (the forces "
                                 "skip such a pair); so are the log's energy columns; use --softening > 0")
-                last = _row(0, d0, d0, 0.0)
-                log_file.write(_csv_line(LOG_COLUMNS) + _csv_line(last))
+                if log_file:
+                    last = _row(0, d0, d0, 0.0)
+                    log_file.write(_csv_line(LOG_COLUMNS) + _csv_line(last))
             done, force_ms, since = 0, 0.0, 0
-            with progress_bar(args, total=args.steps, unit="step", desc=backend.kernel) as bar:
-                while done < args.steps and not stop.signum:
+            with progress_bar(args, total=args.steps, unit="step", desc=backend.kernel, show=writer) as bar:
+                while done < args.steps and not distributed.any_rank(comm, stop.signum):
                     k = min(MAX_CHUNK, args.steps - done, every - done % every,
                             checkpoint - done % checkpoint)
                     force_ms += backend.step(k).force_ms
                     done, since = done + k, since + k
                     bar.update(k)
-                    if log_file and (done % every == 0 or done == args.steps):
-                        last = _row(done, measure(), d0, force_ms / since)
-                        log_file.write(_csv_line(last))
+                    if args.log and (done % every == 0 or done == args.steps):
+                        diag = measure()
+                        if log_file:
+                            last = _row(done, diag, d0, force_ms / since)
+                            log_file.write(_csv_line(last))
                         force_ms, since = 0.0, 0
                     if done % checkpoint == 0 and done < args.steps:
-                        formats.write(out, backend.state())
+                        state = backend.state()
+                        if writer:
+                            formats.write(out, state)
             final = backend.state()
-            formats.write(out, final)
+            if writer:
+                formats.write(out, final)
             kernel = backend.kernel
+            signum = distributed.any_rank(comm, stop.signum)
     finally:
         backend.close()
         if log_file:
             log_file.close()
+    if not writer:
+        return 0
     if done < args.steps:  # stopped by a signal (one arriving after the last step changes nothing)
         kept = f", log -> {args.log}" if args.log else ""
-        print(f"nbody-live simulate: interrupted by {stop.name} at step {done} of {args.steps}: state so far "
+        name = signal.Signals(signum).name
+        print(f"nbody-live simulate: interrupted by {name} at step {done} of {args.steps}: state so far "
               f"-> {out}{kept}", file=sys.stderr)
-        return stop.exit_code
+        return 128 + signum
     if log_file:
         print(f"energy drift {last[5]:.3e}, momentum drift {last[12]:.3e} (relative) -> {args.log}")
-    print(f"{args.steps} steps of N={final.n} with {kernel} -> {out}")
+    ranks = f" on {comm.size} ranks" if comm is not None else ""
+    print(f"{args.steps} steps of N={final.n} with {kernel}{ranks} -> {out}")
     return 0
