@@ -376,9 +376,12 @@ class FrameLog:
                 + (f", record {m['record_ms']:.2f} ms" if m["record_ms"] > 0 else ""))
 
     def write_csv(self, path) -> None:
+        """All records as CSV, written atomically (app.outputs); RuntimeFault naming `path` on failure."""
         import csv
 
-        with open(path, "w", newline="") as f:
+        from app.outputs import atomic_write
+
+        with atomic_write(path, "w", "timings", newline="") as f:
             rows = [asdict(r) | {"outside_force_ms": r.outside_force_ms} for r in self.records]
             if rows:
                 w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -14,6 +14,8 @@ from app.commands.common import (
     positive_int,
     scene_from_args,
 )
+from app.errors import RuntimeFault
+from app.outputs import check_output
 
 log = logging.getLogger("nbody-live")
 
@@ -96,6 +98,10 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     size = parse_size(args.size)
     scene = scene_from_args(args)
+    # every output is checked before any work: a bad path is one line now, not a traceback at the end
+    for path, what in ((args.timings, "timings"), (args.screenshot, "screenshot")):
+        if path is not None:
+            check_output(path, what)
     from app.render.gl_setup import has_display
 
     if args.panel_cost or args.record_cost:
@@ -114,7 +120,7 @@ def main(args) -> int:
     from app.timing import FrameLog
 
     backend = make_backend(scene)
-    viewer = panel = None
+    viewer = panel = interrupted = None
     try:
         viewer = Viewer(scene, backend, size=size, headless=headless)
         frame_log = FrameLog().attach(viewer)
@@ -148,7 +154,14 @@ def main(args) -> int:
                 viewer.save_png(args.screenshot, overlays=True)
             viewer.close()
         else:
-            viewer.run(frames=args.frames)
+            from app.render.recorder import InterruptGuard
+
+            # SIGTERM (a window manager's or a service's stop) or Ctrl-C: quit at the next tick, as
+            # Escape does, so that a recording still running is finalised; the status says which signal
+            with InterruptGuard(lambda _: viewer.request_quit(), "quitting and finalising any recording"
+                                ) as guard:
+                viewer.run(frames=args.frames)
+            interrupted = guard.signum
         backend = viewer.backend  # the panel may have switched to another backend's kernel
         kernels = list(dict.fromkeys(r.kernel for r in frame_log.records if r.kernel))
         print(f"drew {viewer.stats.frame} frames; {viewer.stats.kernel or backend.kernel} N={backend.n} "
@@ -166,6 +179,8 @@ def main(args) -> int:
         if args.timings:
             frame_log.write_csv(args.timings)
             print(f"wrote {args.timings}")
+        if viewer.screenshot_error:
+            raise RuntimeFault(viewer.screenshot_error)
         if args.screenshot:
             print(f"wrote {args.screenshot}")
     finally:
@@ -174,7 +189,9 @@ def main(args) -> int:
         if viewer is not None and viewer.backend is not backend:
             viewer.backend.close()
         backend.close()
-    return 0
+    from app.render.recorder import exit_status
+
+    return exit_status(interrupted)
 
 
 def _device_name(backend, panel) -> str:

@@ -80,6 +80,7 @@ class Viewer(app.Canvas):
         self.paused = False
         self.interop = False
         self.screenshot_on_exit: str | Path | None = None
+        self.screenshot_error = ""  # why the exit screenshot could not be written
         self.quit_requested = False
         self.drawing_frame = False  # True while on_draw draws a frame for the screen (not a screenshot)
         self.renderer = ParticleRenderer(scene.render, canvas=self)
@@ -264,11 +265,9 @@ class Viewer(app.Canvas):
         return np.ascontiguousarray(img[:, :, :3])
 
     def save_png(self, path: str | Path, size: tuple[int, int] | None = None, overlays: bool = False) -> Path:
-        from PIL import Image
+        from app.render.encoder import write_png
 
-        path = Path(path)
-        Image.fromarray(self.render_to_array(size, overlays=overlays)).save(path)
-        return path
+        return write_png(self.render_to_array(size, overlays=overlays), Path(path), what="screenshot")
 
     # --- interactive loop -------------------------------------------------------------
     def run(self, frames: int | None = None) -> int:
@@ -314,8 +313,8 @@ class Viewer(app.Canvas):
         if self.screenshot_on_exit:
             try:
                 self.save_png(self.screenshot_on_exit, overlays=self.screenshot_overlays)
-            except Exception as e:  # never turn a clean exit into a crash
-                log.warning("could not save the exit screenshot %s: %s", self.screenshot_on_exit, e)
+            except Exception as e:  # noqa: BLE001 - the close goes on; the caller reports it (run: exit 1)
+                self.screenshot_error = str(e)
         if self._timer is not None:
             self._timer.stop()
 
