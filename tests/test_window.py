@@ -14,6 +14,7 @@ import ctypes.util
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -202,3 +203,48 @@ def test_window_manager_close_exits_cleanly(tmp_path, display):
         demo.stop()
     assert rc == 0, demo.output()
     assert demo.frames_drawn() > 0, demo.output()
+
+
+def wait_for(condition, what: str, timeout: float = 60, demo: Demo | None = None):
+    """Poll `condition()` until it returns something true (returned) or `timeout` s pass: the bound is
+    generous because a loaded machine draws slowly; a fast one returns at once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        if demo is not None and demo.proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    pytest.fail(f"timed out waiting for {what}" + (f":\n{demo.output()}" if demo else ""))
+
+
+def test_sigterm_while_recording_finalises_the_file_and_exits_143(tmp_path, display):
+    """The Record key V, then SIGTERM (a service manager's or `kill`'s stop): the viewer quits as on
+    Escape, the recording is finalised into a playable mp4, and the status is 143 (128 + SIGTERM), as
+    for `nbody-live record`."""
+    import av
+
+    rec_dir = tmp_path / "rec"
+    rec_dir.mkdir()
+    demo = Demo(tmp_path, display, "--record-to", str(rec_dir))
+    try:
+        xdotool("mousemove", "--window", demo.window, str(demo.w // 2), str(demo.h // 2))
+        xdotool("key", "--window", demo.window, "v")
+
+        def frames_recorded() -> int:
+            m = re.search(r"REC [\d:.]+ · (\d+) frames", xdotool("getwindowname", demo.window))
+            return int(m.group(1)) >= 5 if m else 0
+
+        wait_for(frames_recorded, "5 frames drawn while recording (the title's REC indicator)", demo=demo)
+        demo.proc.send_signal(signal.SIGTERM)
+        rc = demo.wait(60)
+    finally:
+        demo.stop()
+    out = demo.output()
+    assert rc == 128 + signal.SIGTERM, out
+    [mp4] = rec_dir.iterdir()  # the finished file only: the temporary was renamed
+    assert mp4.match("recording-*.mp4") and f"wrote {mp4}" in out, out
+    with av.open(str(mp4)) as c:
+        frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
+    assert len(frames) >= 1 and frames[0].shape == (320, 480, 3)

@@ -52,6 +52,8 @@ the `record` command's quality settings. The view keeps its frame rate: the fram
 and read back asynchronously, and frames the encoder cannot take are dropped (counted) rather than
 waited for. A red dot, the elapsed time, frames and drops show in the panel and the window title; V
 again or quitting finalises the file (written under a hidden temporary name, renamed when complete).
+Ctrl-C or SIGTERM quits as Escape does, finalising a recording, with exit status 130 / 143 (twice:
+at once, abandoning it).
 
 With no display ($DISPLAY and $WAYLAND_DISPLAY unset) and no --headless/--frames, it records a short
 demo to out/demo.mp4 and out/demo.png instead of failing, and prints their paths.
