@@ -147,11 +147,11 @@ def _scene(args):
 @contextlib.contextmanager
 def _viewer(scene, size, window: bool):
     """A Viewer (headless EGL, or a visible window) on the scene's backend; both closed on exit."""
-    from app.render.gl_setup import configure, has_display
+    from app.render.gl_setup import configure, display_problem
 
-    if window and not has_display():
-        raise ConfigError("--window needs a display ($DISPLAY or $WAYLAND_DISPLAY); leave it out to "
-                          "record headless")
+    no_display = display_problem() if window else None
+    if no_display:
+        raise ConfigError(f"--window needs a display ({no_display}); leave it out to record headless")
     configure(headless=not window)
     from app.render.canvas import Viewer
 

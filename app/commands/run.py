@@ -55,8 +55,10 @@ again or quitting finalises the file (written under a hidden temporary name, ren
 Ctrl-C or SIGTERM quits as Escape does, finalising a recording, with exit status 130 / 143 (twice:
 at once, abandoning it).
 
-With no display ($DISPLAY and $WAYLAND_DISPLAY unset) and no --headless/--frames, it records a short
-demo to out/demo.mp4 and out/demo.png instead of failing, and prints their paths.
+With no display ($DISPLAY and $WAYLAND_DISPLAY unset, or naming a display that does not answer, as a
+stale $DISPLAY over SSH or in a container) and no --headless/--frames, it records a short demo to
+out/demo.mp4 and out/demo.png instead of failing, and prints their paths; with --frames it renders
+headless (EGL). A log line says which display was missing.
 
 {KEYS}
 examples:
@@ -104,19 +106,21 @@ def main(args) -> int:
     for path, what in ((args.timings, "timings"), (args.screenshot, "screenshot")):
         if path is not None:
             check_output(path, what)
-    from app.render.gl_setup import has_display
+    from app.render.gl_setup import configure, display_problem
 
     if args.panel_cost or args.record_cost:
         args.headless = True
         args.frames = args.frames or 400
-    if not has_display() and not args.headless and args.frames is None:
+    # a display that is named but does not answer (a stale $DISPLAY) is no display: never a glfw traceback
+    no_display = None if args.headless else display_problem()
+    if no_display and args.frames is None:
         from app.commands.record import record_demo
 
-        log.info("no display found ($DISPLAY unset): recording a short demo instead of opening a window")
+        log.info("%s: recording a short demo instead of opening a window", no_display)
         return record_demo(scene, Path("out/demo.mp4"), Path("out/demo.png"), size=size)
-    from app.render.gl_setup import configure
-
-    headless = args.headless or not has_display()
+    if no_display:
+        log.info("%s: rendering headless (EGL)", no_display)
+    headless = args.headless or bool(no_display)
     configure(headless=headless)
     from app.render.canvas import Viewer
     from app.timing import FrameLog
