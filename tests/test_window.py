@@ -22,9 +22,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from waiting import BOUND_S, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TITLE = "NBody Live"
+# every xdotool call and screen grab is a new X connection, and Xvfb refuses some when they come fast
+# (about one in eight, back to back): poll the window at a pace that leaves the demo's own connection be
+X_POLL_S = 0.25
 
 pytestmark = [
     pytest.mark.gl,
@@ -71,22 +75,46 @@ class Demo:
         self.x, self.y, self.w, self.h = (int(vals[k]) for k in ("X", "Y", "WIDTH", "HEIGHT"))
 
     def _find_window(self) -> str:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        def window() -> str | None:
             if self.proc.poll() is not None:
                 pytest.fail(f"demo exited early with {self.proc.returncode}:\n{self.output()}")
             r = subprocess.run(["xdotool", "search", "--onlyvisible", "--pid", str(self.proc.pid),
                                 "--name", TITLE], capture_output=True, text=True, timeout=10)
             ids = r.stdout.split()
-            if ids:
-                return ids[-1]
-            time.sleep(0.1)
-        pytest.fail(f"no window titled {TITLE!r} appeared:\n{self.output()}")
+            return ids[-1] if ids else None
+
+        return wait_for(window, f"a window titled {TITLE!r}", poll=X_POLL_S, context=self.output)
 
     def output(self) -> str:
         if not self._log_file.closed:
             self._log_file.flush()
         return self.log.read_text()
+
+    def title(self) -> str:
+        """The window's title (FPS, kernel, the REC indicator); fails if the demo has exited."""
+        if self.proc.poll() is not None:
+            pytest.fail(f"demo exited early with {self.proc.returncode}:\n{self.output()}")
+        return xdotool("getwindowname", self.window)
+
+    def wait_until_drawing(self) -> None:
+        """Until the title shows a frame rate: the window has drawn frames (however slowly)."""
+        def fps() -> bool:
+            m = re.search(r"([\d.]+) FPS", self.title())
+            return m is not None and float(m.group(1)) > 0
+
+        wait_for(fps, "the window to draw frames (a frame rate in its title)", poll=X_POLL_S,
+                 context=self.output)
+
+    def still_image(self) -> np.ndarray:
+        """The window's picture once it stops changing (the cloud stands still: only input moves it)."""
+        shots = [self.screenshot()]
+
+        def settled() -> bool:
+            shots.append(self.screenshot())
+            return shots[-1].any() and np.abs(shots[-1] - shots[-2]).mean() < 0.05
+
+        wait_for(settled, "a still, non-empty picture in the window", poll=X_POLL_S, context=self.output)
+        return shots[-1]
 
     def frames_drawn(self) -> int:
         m = re.search(r"drew (\d+) frames", self.output())
@@ -107,7 +135,7 @@ class Demo:
         time.sleep(0.2)  # stop before releasing: no inertia, the image settles
         xdotool("mouseup", "1")
 
-    def wait(self, timeout: float = 20) -> int:
+    def wait(self, timeout: float = BOUND_S) -> int:
         try:
             return self.proc.wait(timeout)
         finally:
@@ -162,24 +190,19 @@ def test_drag_rotates_the_view_and_escape_exits_cleanly(tmp_path, display):
     shot = tmp_path / "exit.png"
     demo = Demo(tmp_path, display, "--frames", "100000", "--screenshot", str(shot))
     try:
-        time.sleep(1.5)  # let it run (well over 120 frames at llvmpipe speed for this size)
-        before = demo.screenshot()
-        time.sleep(0.3)
-        again = demo.screenshot()
-        assert before.any(), "the window shows nothing"
-        assert np.abs(before - again).mean() < 0.05, "the still cloud changed without input"
+        demo.wait_until_drawing()
+        before = demo.still_image()  # also: the still cloud does not change without input
         demo.drag(150, 40)
-        time.sleep(0.5)
-        after = demo.screenshot()
-        assert np.abs(after - before).mean() > 0.5, "dragging did not change the view"
+        wait_for(lambda: np.abs(demo.screenshot() - before).mean() > 0.5, "dragging to change the view",
+                 poll=X_POLL_S, context=demo.output)
         xdotool("mousemove", "--window", demo.window, str(demo.w // 2), str(demo.h // 2))
         xdotool("key", "Escape")
-        rc = demo.wait(20)
+        rc = demo.wait()
     finally:
         demo.stop()
     out = demo.output()
     assert rc == 0, out
-    assert demo.frames_drawn() > 10, out  # (the exact count is the --frames 120 test's job)
+    assert demo.frames_drawn() >= 3, out  # before, still, dragged (the exact count: the --frames 120 test)
     from PIL import Image
 
     assert Image.open(shot).size == (480, 320)
@@ -188,7 +211,7 @@ def test_drag_rotates_the_view_and_escape_exits_cleanly(tmp_path, display):
 
 def test_run_frames_120_in_a_real_window_exits_by_itself(tmp_path, display):
     demo = Demo(tmp_path, display, "--frames", "120")
-    rc = demo.wait(60)
+    rc = demo.wait()
     assert rc == 0, demo.output()
     assert demo.frames_drawn() == 120, demo.output()
 
@@ -196,27 +219,13 @@ def test_run_frames_120_in_a_real_window_exits_by_itself(tmp_path, display):
 def test_window_manager_close_exits_cleanly(tmp_path, display):
     demo = Demo(tmp_path, display)
     try:
-        time.sleep(0.5)
+        demo.wait_until_drawing()
         send_wm_delete(int(demo.window), display)
-        rc = demo.wait(20)
+        rc = demo.wait()
     finally:
         demo.stop()
     assert rc == 0, demo.output()
     assert demo.frames_drawn() > 0, demo.output()
-
-
-def wait_for(condition, what: str, timeout: float = 60, demo: Demo | None = None):
-    """Poll `condition()` until it returns something true (returned) or `timeout` s pass: the bound is
-    generous because a loaded machine draws slowly; a fast one returns at once."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        if demo is not None and demo.proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    pytest.fail(f"timed out waiting for {what}" + (f":\n{demo.output()}" if demo else ""))
 
 
 def test_sigterm_while_recording_finalises_the_file_and_exits_143(tmp_path, display):
@@ -232,13 +241,14 @@ def test_sigterm_while_recording_finalises_the_file_and_exits_143(tmp_path, disp
         xdotool("mousemove", "--window", demo.window, str(demo.w // 2), str(demo.h // 2))
         xdotool("key", "--window", demo.window, "v")
 
-        def frames_recorded() -> int:
-            m = re.search(r"REC [\d:.]+ · (\d+) frames", xdotool("getwindowname", demo.window))
-            return int(m.group(1)) >= 5 if m else 0
+        def frames_recorded() -> bool:
+            m = re.search(r"REC [\d:.]+ · (\d+) frames", demo.title())
+            return m is not None and int(m.group(1)) >= 5
 
-        wait_for(frames_recorded, "5 frames drawn while recording (the title's REC indicator)", demo=demo)
+        wait_for(frames_recorded, "5 frames drawn while recording (the title's REC indicator)",
+                 poll=X_POLL_S, context=demo.output)
         demo.proc.send_signal(signal.SIGTERM)
-        rc = demo.wait(60)
+        rc = demo.wait()
     finally:
         demo.stop()
     out = demo.output()

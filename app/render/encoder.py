@@ -126,6 +126,10 @@ class _Worker:
         if self.error is not None:
             raise self.error
 
+    def queued(self) -> int:
+        """Frames in the queue, not yet taken by a worker thread."""
+        return self._q.qsize()
+
     def full(self) -> bool:
         """Whether the queue is full: a frame put now waits (`block`) or is dropped."""
         return self._q.full()

@@ -23,6 +23,7 @@ import glob
 import logging
 import os
 import sys
+import time
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,11 @@ _EGL_VENDOR_DIRS = ("/usr/share/glvnd/egl_vendor.d", "/etc/glvnd/egl_vendor.d",
                     "/usr/local/share/glvnd/egl_vendor.d")
 
 _chosen: str | None = None
+
+# An X server refuses a connection now and then when many arrive at once (Xvfb under a test suite's
+# xdotool and screen grabs): a display is declared gone, and a window given up, only after a few tries.
+CONNECT_ATTEMPTS = 3
+CONNECT_PAUSE_S = 0.2
 
 
 def has_display() -> bool:
@@ -73,11 +79,14 @@ def _x11_problem(name: str) -> str | None:
     x11.XOpenDisplay.restype = ctypes.c_void_p
     x11.XOpenDisplay.argtypes = [ctypes.c_char_p]
     x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
-    dpy = x11.XOpenDisplay(name.encode())
-    if not dpy:
-        return f"cannot open display $DISPLAY={name!r} (no X server answers there)"
-    x11.XCloseDisplay(dpy)
-    return None
+    for attempt in range(CONNECT_ATTEMPTS):
+        if attempt:
+            time.sleep(CONNECT_PAUSE_S)
+        dpy = x11.XOpenDisplay(name.encode())
+        if dpy:
+            x11.XCloseDisplay(dpy)
+            return None
+    return f"cannot open display $DISPLAY={name!r} (no X server answers there)"
 
 
 def nvidia_egl_present() -> bool:

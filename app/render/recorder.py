@@ -202,6 +202,11 @@ class _Sink:
         return self._next_index - (self._worker.dropped if self._worker else 0)
 
     @property
+    def queued(self) -> int:
+        """Frames handed to the worker and not yet taken by it (0 when not recording)."""
+        return self._worker.queued() if self._worker is not None else 0
+
+    @property
     def queue_full(self) -> bool:
         """Whether the worker's queue is full now: the next frame handed over waits (block=True) or is
         dropped (block=False). False when not recording."""
