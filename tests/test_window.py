@@ -50,8 +50,20 @@ def display() -> str:
 
 
 def xdotool(*args: str, timeout: float = 15) -> str:
-    return subprocess.run(["xdotool", *args], check=True, capture_output=True, text=True,
-                          timeout=timeout).stdout
+    return x_retry(lambda: subprocess.run(["xdotool", *args], check=True, capture_output=True, text=True,
+                                          timeout=timeout).stdout)
+
+
+def x_retry(call, attempts: int = 5):
+    """`call()`, again after a pause if it fails: Xvfb under load closes some new connections at once
+    (every xdotool call and screen grab is one)."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except (subprocess.CalledProcessError, OSError):
+            if attempt == attempts:
+                raise
+            time.sleep(0.3 * attempt)
 
 
 class Demo:
@@ -123,7 +135,7 @@ class Demo:
     def screenshot(self) -> np.ndarray:
         from PIL import ImageGrab
 
-        img = np.asarray(ImageGrab.grab(xdisplay=os.environ["DISPLAY"]).convert("RGB"))
+        img = np.asarray(x_retry(lambda: ImageGrab.grab(xdisplay=os.environ["DISPLAY"])).convert("RGB"))
         return img[self.y:self.y + self.h, self.x:self.x + self.w].astype(np.int16)
 
     def drag(self, dx: int, dy: int, steps: int = 12) -> None:
@@ -171,8 +183,14 @@ def send_wm_delete(window: int, display: str) -> None:
                              ctypes.POINTER(XEvent)]
     x.XFlush.argtypes = [ctypes.c_void_p]
     x.XCloseDisplay.argtypes = [ctypes.c_void_p]
-    dpy = x.XOpenDisplay(display.encode())
-    assert dpy, f"cannot open display {display}"
+
+    def open_display():
+        dpy = x.XOpenDisplay(display.encode())
+        if not dpy:
+            raise OSError(f"cannot open display {display}")
+        return dpy
+
+    dpy = x_retry(open_display)
     try:
         ev = XEvent()
         ev.xclient.type = 33  # ClientMessage

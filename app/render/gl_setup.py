@@ -32,10 +32,11 @@ _EGL_VENDOR_DIRS = ("/usr/share/glvnd/egl_vendor.d", "/etc/glvnd/egl_vendor.d",
 
 _chosen: str | None = None
 
-# An X server refuses a connection now and then when many arrive at once (Xvfb under a test suite's
-# xdotool and screen grabs): a display is declared gone, and a window given up, only after a few tries.
-CONNECT_ATTEMPTS = 3
-CONNECT_PAUSE_S = 0.2
+# An X server under load closes some new connections at once (Xvfb under a test suite's xdotool calls
+# and screen grabs, for up to a second): a display is declared gone, and a window given up, only after a
+# few tries. A display that is not there at all fails each try at once (no socket).
+CONNECT_ATTEMPTS = 4
+CONNECT_PAUSE_S = 0.3
 
 
 def has_display() -> bool:
