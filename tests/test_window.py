@@ -15,20 +15,10 @@ import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import numpy as np
 import pytest
-from waiting import BOUND_S, wait_for
-
-ROOT = Path(__file__).resolve().parent.parent
-TITLE = "NBody Live"
-# every xdotool call and screen grab is a new X connection, and Xvfb refuses some when they come fast
-# (about one in eight, back to back): poll the window at a pace that leaves the demo's own connection be
-X_POLL_S = 0.25
+from xwindow import Demo, x_retry, xdotool
 
 pytestmark = [
     pytest.mark.gl,
@@ -47,117 +37,6 @@ def display() -> str:
     if not features.check("xcb"):
         pytest.skip("Pillow was built without XCB support: ImageGrab cannot read the X screen")
     return d
-
-
-def xdotool(*args: str, timeout: float = 15) -> str:
-    return x_retry(lambda: subprocess.run(["xdotool", *args], check=True, capture_output=True, text=True,
-                                          timeout=timeout).stdout)
-
-
-def x_retry(call, attempts: int = 5):
-    """`call()`, again after a pause if it fails: Xvfb under load closes some new connections at once
-    (every xdotool call and screen grab is one)."""
-    for attempt in range(1, attempts + 1):
-        try:
-            return call()
-        except (subprocess.CalledProcessError, OSError):
-            if attempt == attempts:
-                raise
-            time.sleep(0.3 * attempt)
-
-
-class Demo:
-    """The demo window as a subprocess, found by its pid and title."""
-
-    def __init__(self, tmp_path: Path, display: str, *extra: str):
-        env = os.environ.copy()
-        env["DISPLAY"] = display
-        # a desktop session: no headless forcing, no EGL settings inherited from this test process
-        for key in ("NBODY_HEADLESS", "PYOPENGL_PLATFORM", "EGL_PLATFORM", "WAYLAND_DISPLAY"):
-            env.pop(key, None)
-        self.log = tmp_path / "demo.log"
-        self._log_file = open(self.log, "w")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "run", "plummer", "--n", "3000", "--dt", "1e-9", "--backend", "cpu",
-             "--size", "480x320", "--no-panel", *extra],
-            cwd=ROOT, env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
-        self.window = self._find_window()
-        geo = xdotool("getwindowgeometry", "--shell", self.window)
-        vals = dict(line.split("=", 1) for line in geo.split() if "=" in line)
-        self.x, self.y, self.w, self.h = (int(vals[k]) for k in ("X", "Y", "WIDTH", "HEIGHT"))
-
-    def _find_window(self) -> str:
-        def window() -> str | None:
-            if self.proc.poll() is not None:
-                pytest.fail(f"demo exited early with {self.proc.returncode}:\n{self.output()}")
-            r = subprocess.run(["xdotool", "search", "--onlyvisible", "--pid", str(self.proc.pid),
-                                "--name", TITLE], capture_output=True, text=True, timeout=10)
-            ids = r.stdout.split()
-            return ids[-1] if ids else None
-
-        return wait_for(window, f"a window titled {TITLE!r}", poll=X_POLL_S, context=self.output)
-
-    def output(self) -> str:
-        if not self._log_file.closed:
-            self._log_file.flush()
-        return self.log.read_text()
-
-    def title(self) -> str:
-        """The window's title (FPS, kernel, the REC indicator); fails if the demo has exited."""
-        if self.proc.poll() is not None:
-            pytest.fail(f"demo exited early with {self.proc.returncode}:\n{self.output()}")
-        return xdotool("getwindowname", self.window)
-
-    def wait_until_drawing(self) -> None:
-        """Until the title shows a frame rate: the window has drawn frames (however slowly)."""
-        def fps() -> bool:
-            m = re.search(r"([\d.]+) FPS", self.title())
-            return m is not None and float(m.group(1)) > 0
-
-        wait_for(fps, "the window to draw frames (a frame rate in its title)", poll=X_POLL_S,
-                 context=self.output)
-
-    def still_image(self) -> np.ndarray:
-        """The window's picture once it stops changing (the cloud stands still: only input moves it)."""
-        shots = [self.screenshot()]
-
-        def settled() -> bool:
-            shots.append(self.screenshot())
-            return shots[-1].any() and np.abs(shots[-1] - shots[-2]).mean() < 0.05
-
-        wait_for(settled, "a still, non-empty picture in the window", poll=X_POLL_S, context=self.output)
-        return shots[-1]
-
-    def frames_drawn(self) -> int:
-        m = re.search(r"drew (\d+) frames", self.output())
-        return int(m.group(1)) if m else -1
-
-    def screenshot(self) -> np.ndarray:
-        from PIL import ImageGrab
-
-        img = np.asarray(x_retry(lambda: ImageGrab.grab(xdisplay=os.environ["DISPLAY"])).convert("RGB"))
-        return img[self.y:self.y + self.h, self.x:self.x + self.w].astype(np.int16)
-
-    def drag(self, dx: int, dy: int, steps: int = 12) -> None:
-        xdotool("mousemove", "--window", self.window, str(self.w // 2), str(self.h // 2))
-        xdotool("mousedown", "1")
-        for _ in range(steps):
-            xdotool("mousemove_relative", "--", str(dx // steps), str(dy // steps))
-            time.sleep(0.02)
-        time.sleep(0.2)  # stop before releasing: no inertia, the image settles
-        xdotool("mouseup", "1")
-
-    def wait(self, timeout: float = BOUND_S) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self.stop()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self._log_file.close()
 
 
 def send_wm_delete(window: int, display: str) -> None:
@@ -211,8 +90,8 @@ def test_drag_rotates_the_view_and_escape_exits_cleanly(tmp_path, display):
         demo.wait_until_drawing()
         before = demo.still_image()  # also: the still cloud does not change without input
         demo.drag(150, 40)
-        wait_for(lambda: np.abs(demo.screenshot() - before).mean() > 0.5, "dragging to change the view",
-                 poll=X_POLL_S, context=demo.output)
+        demo.wait_until(lambda: np.abs(demo.screenshot() - before).mean() > 0.5,
+                        "dragging to change the view")
         xdotool("mousemove", "--window", demo.window, str(demo.w // 2), str(demo.h // 2))
         xdotool("key", "Escape")
         rc = demo.wait()
@@ -263,8 +142,7 @@ def test_sigterm_while_recording_finalises_the_file_and_exits_143(tmp_path, disp
             m = re.search(r"REC [\d:.]+ · (\d+) frames", demo.title())
             return m is not None and int(m.group(1)) >= 5
 
-        wait_for(frames_recorded, "5 frames drawn while recording (the title's REC indicator)",
-                 poll=X_POLL_S, context=demo.output)
+        demo.wait_until(frames_recorded, "5 frames drawn while recording (the title's REC indicator)")
         demo.proc.send_signal(signal.SIGTERM)
         rc = demo.wait()
     finally:
