@@ -153,12 +153,12 @@ def _viewer(scene, size, window: bool):
     if no_display:
         raise ConfigError(f"--window needs a display ({no_display}); leave it out to record headless")
     configure(headless=not window)
-    from app.render.canvas import Viewer
+    from app.render.canvas import open_viewer
 
     backend = make_backend(scene)
     viewer = None
     try:
-        viewer = Viewer(scene, backend, size=size, headless=not window, show=window)
+        viewer = open_viewer(scene, backend, size, headless=not window, show=window)
         yield viewer
     finally:
         if viewer is not None:

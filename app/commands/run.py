@@ -122,12 +122,13 @@ def main(args) -> int:
         log.info("%s: rendering headless (EGL)", no_display)
     headless = args.headless or bool(no_display)
     configure(headless=headless)
+    from app.render.canvas import open_viewer
     from app.timing import FrameLog
 
     backend = make_backend(scene)
     viewer = panel = interrupted = None
     try:
-        viewer = _open_viewer(scene, backend, size, headless)
+        viewer = open_viewer(scene, backend, size, headless)
         frame_log = FrameLog().attach(viewer)
         from app.ui import Panel
 
@@ -197,27 +198,6 @@ def main(args) -> int:
     from app.render.recorder import exit_status
 
     return exit_status(interrupted)
-
-
-def _open_viewer(scene, backend, size, headless: bool):
-    """The Viewer; a window is tried a few times (the X server may refuse one connection among many),
-    then given up in one line (glfw's multi-line "Could not init glfw")."""
-    import time
-
-    from app.render.canvas import Viewer
-    from app.render.gl_setup import CONNECT_ATTEMPTS, CONNECT_PAUSE_S
-
-    attempts = 1 if headless else CONNECT_ATTEMPTS
-    for attempt in range(1, attempts + 1):
-        try:
-            return Viewer(scene, backend, size=size, headless=headless)
-        except OSError as e:
-            if headless:
-                raise
-            if attempt == attempts:
-                raise RuntimeFault(f"cannot open a window: {' '.join(str(e).split())}") from e
-            log.debug("opening the window failed (%s); trying again", e)
-            time.sleep(CONNECT_PAUSE_S)
 
 
 def _device_name(backend, panel) -> str:

@@ -28,7 +28,7 @@ import numpy as np
 from vispy import app, gloo
 from vispy.util import keys
 
-from app.errors import NonFiniteState
+from app.errors import NonFiniteState, RuntimeFault
 from app.render import gl_setup
 from app.render.camera import OrbitCamera, gl_matrix
 from app.render.particles import ParticleRenderer
@@ -369,3 +369,17 @@ class Viewer(app.Canvas):
         gloo.set_viewport(0, 0, *event.physical_size)
 
 
+def open_viewer(scene, backend, size, headless: bool, **kwargs) -> Viewer:
+    """The Viewer; a window is tried a few times (a loaded X server closes some new connections, see
+    gl_setup.CONNECT_ATTEMPTS), then given up in one line (glfw's "Could not init glfw" spans several)."""
+    attempts = 1 if headless else gl_setup.CONNECT_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        try:
+            return Viewer(scene, backend, size=size, headless=headless, **kwargs)
+        except OSError as e:
+            if headless:
+                raise
+            if attempt == attempts:
+                raise RuntimeFault(f"cannot open a window: {' '.join(str(e).split())}") from e
+            log.debug("opening the window failed (%s); trying again", e)
+            time.sleep(gl_setup.CONNECT_PAUSE_S)
