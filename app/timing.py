@@ -25,7 +25,7 @@ import statistics
 import time as _time
 from collections import defaultdict, deque
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import astuple, dataclass, field, fields
 
 import numpy as np
 
@@ -329,10 +329,35 @@ SUMMARY_FIELDS = ("frame_ms", "force_ms", "integrate_ms", "map_ms", "unmap_ms", 
                   "outside_force_ms", "record_ms")
 
 
+CSV_FIELDS = (*(f.name for f in fields(FrameRecord)), "outside_force_ms")
+
+
 class FrameLog:
+    """The last `capacity` frames' records (the summary, the panel), and optionally every frame's row in
+    a CSV file as it is drawn (`stream_csv`: `run --timings`)."""
+
     def __init__(self, capacity: int = 4096):
         self.records: deque[FrameRecord] = deque(maxlen=capacity)
         self._t0: float | None = None
+        self._csv = None  # (the StreamedFile, its csv.writer) while streaming
+
+    def stream_csv(self, path) -> FrameLog:
+        """Write each frame's record to `path` as it is drawn, one flushed row at a time
+        (app.outputs.StreamedFile): a long run keeps every frame, not only the last `capacity`, and an
+        interrupted one every frame so far. RuntimeFault naming `path` if it cannot be written."""
+        import csv
+
+        from app.outputs import StreamedFile
+
+        out = StreamedFile(path, "timings")
+        self._csv = (out, csv.writer(out))
+        self._csv[1].writerow(CSV_FIELDS)
+        return self
+
+    def close(self) -> None:
+        """Close the streamed CSV, if any (safe to call twice)."""
+        if self._csv is not None:
+            self._csv[0].close()
 
     def attach(self, viewer) -> FrameLog:
         viewer.overlays.append(self._on_frame)
@@ -353,6 +378,9 @@ class FrameLog:
             unmap_ms=getattr(st, "unmap_ms", 0.0) if st is not None else 0.0,
             draw_ms=s.draw_ms, upload_ms=s.upload_ms, record_ms=getattr(s, "record_ms", 0.0),
             interactions=getattr(st, "interactions", 0) if st is not None and not s.paused else 0))
+        if self._csv is not None:
+            r = self.records[-1]
+            self._csv[1].writerow([*astuple(r), r.outside_force_ms])
 
     def medians(self, skip: int = 5) -> dict[str, float]:
         """Median of each field over the frames after the first `skip` (warm-up: compiles, first maps)."""
@@ -374,19 +402,6 @@ class FrameLog:
                 f"draw {m['draw_ms']:.2f} ms, upload {m['upload_ms']:.2f} ms, outside force "
                 f"{m['outside_force_ms']:.2f} ms, {m['interactions_per_s'] / 1e9:.1f} G interactions/s"
                 + (f", record {m['record_ms']:.2f} ms" if m["record_ms"] > 0 else ""))
-
-    def write_csv(self, path) -> None:
-        """All records as CSV, written atomically (app.outputs); RuntimeFault naming `path` on failure."""
-        import csv
-
-        from app.outputs import atomic_write
-
-        with atomic_write(path, "w", "timings", newline="") as f:
-            rows = [asdict(r) | {"outside_force_ms": r.outside_force_ms} for r in self.records]
-            if rows:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(rows)
 
 
 # --- the panel's rings ------------------------------------------------------------------------------------

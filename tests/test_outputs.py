@@ -107,3 +107,27 @@ def test_run_screenshot_that_fails_at_exit_is_an_error_not_wrote(tmp_path, capsy
     out, err = capsys.readouterr()
     assert rc == 1 and f"wrote {shot}" not in out and "No space left" in err and str(shot) in err
     assert not shot.exists()
+
+
+def test_run_timings_stream_every_frame_as_it_is_drawn(tmp_path):
+    """`run --timings` keeps every frame (the in-memory log keeps the last `capacity`), each row flushed
+    as it is drawn, so that an interrupted run keeps its rows."""
+    import csv
+    from types import SimpleNamespace
+
+    from app.timing import CSV_FIELDS, FrameLog
+
+    log = FrameLog(capacity=3)
+    path = tmp_path / "t.csv"
+    log.stream_csv(path)
+    viewer = SimpleNamespace(stats=SimpleNamespace(frame=0, kernel="k", n=8, step=None, paused=False,
+                                                   frame_ms=2.0, draw_ms=1.0, upload_ms=0.0, record_ms=0.0))
+    for i in range(5):
+        viewer.stats.frame = i
+        log._on_frame(viewer)
+        rows = list(csv.DictReader(path.open()))  # on disk already, before close()
+        assert [int(r["frame"]) for r in rows] == list(range(i + 1))
+    log.close()
+    log.close()
+    assert len(log.records) == 3 and list(rows[0]) == list(CSV_FIELDS)
+    assert float(rows[-1]["outside_force_ms"]) == 2.0

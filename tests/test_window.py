@@ -133,7 +133,8 @@ def test_sigterm_while_recording_finalises_the_file_and_exits_143(tmp_path, disp
 
     rec_dir = tmp_path / "rec"
     rec_dir.mkdir()
-    demo = Demo(tmp_path, display, "--record-to", str(rec_dir))
+    timings = tmp_path / "timings.csv"
+    demo = Demo(tmp_path, display, "--record-to", str(rec_dir), "--timings", str(timings))
     try:
         xdotool("mousemove", "--window", demo.window, str(demo.w // 2), str(demo.h // 2))
         xdotool("key", "--window", demo.window, "v")
@@ -154,3 +155,4 @@ def test_sigterm_while_recording_finalises_the_file_and_exits_143(tmp_path, disp
     with av.open(str(mp4)) as c:
         frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
     assert len(frames) >= 1 and frames[0].shape == (320, 480, 3)
+    assert len(timings.read_text().splitlines()) >= 1 + 5  # the header, a row per frame drawn

@@ -81,7 +81,8 @@ def add_parser(sub) -> None:
     p.add_argument("--screenshot", type=Path, metavar="FILE.png",
                    help="save the last frame as PNG on exit (with the panel when it is shown)")
     p.add_argument("--timings", type=Path, metavar="FILE.csv",
-                   help="write one row of timings per frame (frame, force, integrate, map, draw ms)")
+                   help="write one row of timings per frame as it is drawn (frame, force, integrate, map, "
+                        "draw ms); an interrupted run keeps its rows")
     p.add_argument("--no-panel", dest="panel", action="store_false",
                    help="start without the ImGui control panel (Tab still shows it)")
     p.add_argument("--panel-cost", action="store_true",
@@ -126,10 +127,12 @@ def main(args) -> int:
     from app.timing import FrameLog
 
     backend = make_backend(scene)
-    viewer = panel = interrupted = None
+    viewer = panel = frame_log = interrupted = None
     try:
         viewer = open_viewer(scene, backend, size, headless)
         frame_log = FrameLog().attach(viewer)
+        if args.timings:  # a row per frame as it is drawn: an interrupted run keeps its rows
+            frame_log.stream_csv(args.timings)
         from app.ui import Panel
 
         # the panel's controller owns the keys ([ ] R V Tab) and the kernel switching, shown or not
@@ -183,13 +186,15 @@ def main(args) -> int:
         if recorder.error:
             log.error("%s", recorder.error)
         if args.timings:
-            frame_log.write_csv(args.timings)
+            frame_log.close()
             print(f"wrote {args.timings}")
         if viewer.screenshot_error:
             raise RuntimeFault(viewer.screenshot_error)
         if args.screenshot:
             print(f"wrote {args.screenshot}")
     finally:
+        if frame_log is not None:
+            frame_log.close()
         if panel is not None:
             panel.close()
         if viewer is not None and viewer.backend is not backend:
