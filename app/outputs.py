@@ -39,6 +39,14 @@ def check_output(path, what: str = "output") -> Path:
     return target
 
 
+def check_outputs(*outputs: tuple[object, str]) -> None:
+    """`check_output(path, what)` for each (path, what) whose path was given (not None): a command's
+    optional outputs, all checked before its work."""
+    for path, what in outputs:
+        if path is not None:
+            check_output(path, what)
+
+
 def partial_file(target: Path, what: str = "output") -> Path:
     """Create an empty hidden file beside `target` (mode 0o666 through the umask, as open() would), the
     temporary a writer fills and renames over `target`; RuntimeFault naming `target` if it cannot."""

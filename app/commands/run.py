@@ -15,7 +15,7 @@ from app.commands.common import (
     scene_from_args,
 )
 from app.errors import RuntimeFault
-from app.outputs import check_output
+from app.outputs import check_outputs
 
 log = logging.getLogger("nbody-live")
 
@@ -104,9 +104,7 @@ def main(args) -> int:
     size = parse_size(args.size)
     scene = scene_from_args(args)
     # every output is checked before any work: a bad path is one line now, not a traceback at the end
-    for path, what in ((args.timings, "timings"), (args.screenshot, "screenshot")):
-        if path is not None:
-            check_output(path, what)
+    check_outputs((args.timings, "timings"), (args.screenshot, "screenshot"))
     from app.render.gl_setup import configure, display_problem
 
     if args.panel_cost or args.record_cost:

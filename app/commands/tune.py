@@ -45,10 +45,10 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     from app.backends import select_backend
     from app.errors import ConfigError
-    from app.outputs import atomic_write, check_output
+    from app.outputs import atomic_write, check_outputs
 
-    if args.json is not None and not args.show:
-        check_output(args.json, "tune results")  # before the minutes of tuning
+    if not args.show:
+        check_outputs((args.json, "tune results"))  # before the minutes of tuning
     cls = select_backend("cuda")
     from app.backends.cuda import tune, tuning_cache
 
