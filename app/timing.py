@@ -29,6 +29,8 @@ from dataclasses import astuple, dataclass, field, fields
 
 import numpy as np
 
+from app.errors import RuntimeFault
+
 log = logging.getLogger(__name__)
 
 FLOPS_PER_INTERACTION = 20  # the GPU Gems 3 / CUDA samples convention for GFLOP/s figures
@@ -340,6 +342,7 @@ class FrameLog:
         self.records: deque[FrameRecord] = deque(maxlen=capacity)
         self._t0: float | None = None
         self._csv = None  # (the StreamedFile, its csv.writer) while streaming
+        self.stream_error = ""  # why the streamed CSV stopped (a full disk): the caller reports it
 
     def stream_csv(self, path) -> FrameLog:
         """Write each frame's record to `path` as it is drawn, one flushed row at a time
@@ -358,6 +361,7 @@ class FrameLog:
         """Close the streamed CSV, if any (safe to call twice)."""
         if self._csv is not None:
             self._csv[0].close()
+            self._csv = None
 
     def attach(self, viewer) -> FrameLog:
         viewer.overlays.append(self._on_frame)
@@ -380,7 +384,12 @@ class FrameLog:
             interactions=getattr(st, "interactions", 0) if st is not None and not s.paused else 0))
         if self._csv is not None:
             r = self.records[-1]
-            self._csv[1].writerow([*astuple(r), r.outside_force_ms])
+            try:
+                self._csv[1].writerow([*astuple(r), r.outside_force_ms])
+            except RuntimeFault as e:  # inside the draw: stop streaming, keep drawing, say it at the end
+                self.stream_error = str(e)
+                self.close()
+                log.warning("%s: no more timings are written", e)
 
     def medians(self, skip: int = 5) -> dict[str, float]:
         """Median of each field over the frames after the first `skip` (warm-up: compiles, first maps)."""

@@ -131,3 +131,26 @@ def test_run_timings_stream_every_frame_as_it_is_drawn(tmp_path):
     log.close()
     assert len(log.records) == 3 and list(rows[0]) == list(CSV_FIELDS)
     assert float(rows[-1]["outside_force_ms"]) == 2.0
+
+
+def test_a_timings_write_that_fails_mid_run_stops_the_stream_not_the_viewer(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from app.timing import FrameLog
+
+    real, written = outputs.StreamedFile.write, []
+
+    def full(self, text):
+        if len(written) == 3:
+            raise RuntimeFault(f"cannot write timings {self.path}: No space left on device")
+        written.append(text)
+        real(self, text)
+
+    monkeypatch.setattr(outputs.StreamedFile, "write", full)
+    log = FrameLog().stream_csv(tmp_path / "t.csv")
+    viewer = SimpleNamespace(stats=SimpleNamespace(frame=0, kernel="k", n=8, step=None, paused=False,
+                                                   frame_ms=2.0, draw_ms=1.0, upload_ms=0.0, record_ms=0.0))
+    for _ in range(5):
+        log._on_frame(viewer)  # (inside the viewer's draw: it must not raise)
+    assert "No space left on device" in log.stream_error and len(written) == 3  # header + 2 rows
+    assert len(log.records) == 5

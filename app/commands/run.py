@@ -183,11 +183,13 @@ def main(args) -> int:
                 print(recording_line(res))
         if recorder.error:
             log.error("%s", recorder.error)
+        # a file that could not be written is an error, never "wrote"
+        for error in (frame_log.stream_error, viewer.screenshot_error):
+            if error:
+                raise RuntimeFault(error)
         if args.timings:
             frame_log.close()
             print(f"wrote {args.timings}")
-        if viewer.screenshot_error:
-            raise RuntimeFault(viewer.screenshot_error)
         if args.screenshot:
             print(f"wrote {args.screenshot}")
     finally:
