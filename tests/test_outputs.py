@@ -109,19 +109,24 @@ def test_run_screenshot_that_fails_at_exit_is_an_error_not_wrote(tmp_path, capsy
     assert not shot.exists()
 
 
+def drawing_viewer():
+    """What FrameLog reads of a viewer after a frame: its stats (a 2 ms frame, no step)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(stats=SimpleNamespace(frame=0, kernel="k", n=8, step=None, paused=False,
+                                                 frame_ms=2.0, draw_ms=1.0, upload_ms=0.0, record_ms=0.0))
+
+
 def test_run_timings_stream_every_frame_as_it_is_drawn(tmp_path):
     """`run --timings` keeps every frame (the in-memory log keeps the last `capacity`), each row flushed
     as it is drawn, so that an interrupted run keeps its rows."""
     import csv
-    from types import SimpleNamespace
-
     from app.timing import CSV_FIELDS, FrameLog
 
     log = FrameLog(capacity=3)
     path = tmp_path / "t.csv"
     log.stream_csv(path)
-    viewer = SimpleNamespace(stats=SimpleNamespace(frame=0, kernel="k", n=8, step=None, paused=False,
-                                                   frame_ms=2.0, draw_ms=1.0, upload_ms=0.0, record_ms=0.0))
+    viewer = drawing_viewer()
     for i in range(5):
         viewer.stats.frame = i
         log._on_frame(viewer)
@@ -134,8 +139,6 @@ def test_run_timings_stream_every_frame_as_it_is_drawn(tmp_path):
 
 
 def test_a_timings_write_that_fails_mid_run_stops_the_stream_not_the_viewer(tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
     from app.timing import FrameLog
 
     real, written = outputs.StreamedFile.write, []
@@ -148,8 +151,7 @@ def test_a_timings_write_that_fails_mid_run_stops_the_stream_not_the_viewer(tmp_
 
     monkeypatch.setattr(outputs.StreamedFile, "write", full)
     log = FrameLog().stream_csv(tmp_path / "t.csv")
-    viewer = SimpleNamespace(stats=SimpleNamespace(frame=0, kernel="k", n=8, step=None, paused=False,
-                                                   frame_ms=2.0, draw_ms=1.0, upload_ms=0.0, record_ms=0.0))
+    viewer = drawing_viewer()
     for _ in range(5):
         log._on_frame(viewer)  # (inside the viewer's draw: it must not raise)
     assert "No space left on device" in log.stream_error and len(written) == 3  # header + 2 rows
