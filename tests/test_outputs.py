@@ -121,6 +121,7 @@ def test_run_timings_stream_every_frame_as_it_is_drawn(tmp_path):
     """`run --timings` keeps every frame (the in-memory log keeps the last `capacity`), each row flushed
     as it is drawn, so that an interrupted run keeps its rows."""
     import csv
+
     from app.timing import CSV_FIELDS, FrameLog
 
     log = FrameLog(capacity=3)
