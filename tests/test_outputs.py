@@ -157,3 +157,24 @@ def test_a_timings_write_that_fails_mid_run_stops_the_stream_not_the_viewer(tmp_
         log._on_frame(viewer)  # (inside the viewer's draw: it must not raise)
     assert "No space left on device" in log.stream_error and len(written) == 3  # header + 2 rows
     assert len(log.records) == 5
+
+
+def test_the_kernel_and_tuning_caches_write_through_app_outputs(tmp_path, monkeypatch):
+    """The compile cache round-trips and leaves no temporaries; an unwritable one only costs a recompile.
+    The tuning cache is written atomically to its GPU's file (no nvcc or GPU needed for either)."""
+    from app.backends.cuda import compile as cc
+    from app.backends.cuda import tuning_cache
+
+    module = cc.CompiledModule(path=tmp_path / "k.cu", arch="sm_90", cubin=b"\x7fELF...", log="ptxas info",
+                               functions={"f": cc.FunctionResources("f", registers=32)}, key="abc")
+    cc._write_cache(tmp_path, "k", module)
+    back = cc._read_cache(tmp_path, "k", module.path, "sm_90", "abc")
+    assert back.cubin == module.cubin and back.functions == module.functions and back.cached
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.cubin", "k.json"]
+    cc._write_cache(Path("/proc/nbody-cache"), "k", module)  # unwritable: silently not cached
+
+    monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path / "cache"))
+    data = {"schema": tuning_cache.SCHEMA, "gpu": "Toy GPU", "driver": "1.0", "source_hash": "0" * 64,
+            "best": []}
+    path = tuning_cache.write_cache(data)
+    assert path.is_file() and [p.name for p in path.parent.iterdir()] == [path.name]
