@@ -73,3 +73,11 @@ def test_info_with_a_stale_display_reports_the_egl_context():
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     [gl] = [line for line in r.stdout.splitlines() if line.startswith("GL:")]
     assert "no context" not in gl and "via egl" in gl and f"cannot open display $DISPLAY='{dead}'" in gl, gl
+
+
+def test_the_no_display_demo_refuses_outputs_it_would_not_write(tmp_path):
+    r = nbody("run", "--backend", "cpu", "--timings", str(tmp_path / "t.csv"), display=dead_display())
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "cannot open display" in lines[-1] and "--frames N" in lines[-1], r.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -14,7 +14,7 @@ from app.commands.common import (
     positive_int,
     scene_from_args,
 )
-from app.errors import RuntimeFault
+from app.errors import ConfigError, RuntimeFault
 from app.outputs import check_outputs
 
 log = logging.getLogger("nbody-live")
@@ -113,6 +113,10 @@ def main(args) -> int:
     # a display that is named but does not answer (a stale $DISPLAY) is no display: never a glfw traceback
     no_display = None if args.headless else display_problem()
     if no_display and args.frames is None:
+        if args.timings or args.screenshot:  # the demo would silently not write them
+            raise ConfigError(f"{no_display}: without --frames N, run records a demo instead of opening a "
+                              "window, which writes no --timings or --screenshot; add --frames N to run "
+                              "headless")
         from app.commands.record import record_demo
 
         log.info("%s: recording a short demo instead of opening a window", no_display)
