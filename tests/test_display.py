@@ -81,3 +81,11 @@ def test_the_no_display_demo_refuses_outputs_it_would_not_write(tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "cannot open display" in lines[-1] and "--frames N" in lines[-1], r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_record_window_with_a_stale_display_says_why(tmp_path):
+    r = nbody("record", "--backend", "cpu", "--window", "--frames", "2", "--out", str(tmp_path / "r.mp4"),
+              display=dead_display())
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "--window needs a display (cannot open display" in r.stderr.strip().splitlines()[-1], r.stderr
+    assert list(tmp_path.iterdir()) == []  # the video's temporary was removed
