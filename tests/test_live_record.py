@@ -3,10 +3,11 @@
 llvmpipe here) with the CPU backend. The mp4s are decoded with PyAV.
 
 What is checked: a click starts a recording and the indicator shows (panel and window title), V finalises
-a playable mp4 with one frame per video-frame interval (sampled by wall time)
-less the dropped ones, at the window size, showing the
-particles without the panel; quitting the viewer while recording finalises the file; an unwritable
-directory and a full disk are a message in the panel, and the viewer keeps running.
+a playable mp4 with one frame per video-frame interval less the dropped ones, at the window size, showing
+the particles without the panel; quitting the viewer while recording finalises the file; an unwritable
+directory and a full disk are a message in the panel, and the viewer keeps running. The recorder samples
+the drawn frames by its clock, which the tests move themselves (`Clock`): what is sampled depends on the
+test, not on this machine's speed; how many frames the encoder drops does, and is only counted.
 """
 
 from __future__ import annotations
