@@ -223,9 +223,11 @@ def _time_one(backend, name: str, n: int, physics: Physics, warmup: int, repeats
 
 # --- output -------------------------------------------------------------------------------------------------
 def write_json(result: dict, path) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2, default=_json_default) + "\n")
+    """The results as JSON, written atomically (app.outputs); RuntimeFault naming `path` on failure."""
+    from app.outputs import atomic_write
+
+    with atomic_write(path, "w", "bench results") as f:
+        f.write(json.dumps(result, indent=2, default=_json_default) + "\n")
 
 
 def _json_default(obj):

@@ -96,8 +96,10 @@ def bench_figure(result: dict) -> Figure:
 
 
 def plot(result: dict, png_path) -> Path:
-    """Write `bench_figure(result)` as a PNG (SIZE_PX); returns the path."""
+    """Write `bench_figure(result)` as a PNG (SIZE_PX), atomically (app.outputs); returns the path."""
+    from app.outputs import atomic_write
+
     png_path = Path(png_path)
-    png_path.parent.mkdir(parents=True, exist_ok=True)
-    bench_figure(result).savefig(png_path, dpi=DPI)
+    with atomic_write(png_path, "wb", "bench plot") as f:
+        bench_figure(result).savefig(f, dpi=DPI, format="png")
     return png_path

@@ -10,6 +10,8 @@ catches read-only mounts and /proc-like folders that `os.access` reports as writ
 fsyncs, gives the file the mode an ordinary open() would (mkstemp's is 0600), and on any failure
 removes the temporary and raises RuntimeFault naming the path: a failed write is never reported as
 written. `StreamedFile` is for logs that must survive an interruption: each row is flushed as it comes.
+`partial_file` is for writers that fill a temporary themselves (the video encoder, PIL) and rename it
+into place when they finish; `discard` removes it when they do not.
 """
 
 from __future__ import annotations
@@ -33,14 +35,21 @@ def check_output(path, what: str = "output") -> Path:
         raise RuntimeFault(f"cannot write {what} {target}: folder {directory} does not exist")
     if not directory.is_dir():
         raise RuntimeFault(f"cannot write {what} {target}: {directory} is not a folder")
-    probe = _temporary(target, what)
-    with contextlib.suppress(OSError):
-        probe.unlink()
+    discard(partial_file(target, what))
     return target
 
 
-def _temporary(target: Path, what: str) -> Path:
-    """Create an empty hidden file beside `target` (mode 0o666 through the umask, as open() would)."""
+def check_outputs(*outputs: tuple[object, str]) -> None:
+    """`check_output(path, what)` for each (path, what) whose path was given (not None): a command's
+    optional outputs, all checked before its work."""
+    for path, what in outputs:
+        if path is not None:
+            check_output(path, what)
+
+
+def partial_file(target: Path, what: str = "output") -> Path:
+    """Create an empty hidden file beside `target` (mode 0o666 through the umask, as open() would), the
+    temporary a writer fills and renames over `target`; RuntimeFault naming `target` if it cannot."""
     for _ in range(100):
         name = target.parent / f".{target.name}.{secrets.token_hex(4)}.part"
         try:
@@ -59,7 +68,7 @@ def _temporary(target: Path, what: str) -> Path:
 def atomic_write(path, mode: str = "wb", what: str = "output", **open_args) -> Iterator:
     """A file object whose contents appear under `path` only if the block completes."""
     target = Path(path)
-    tmp = _temporary(target, what)
+    tmp = partial_file(target, what)
     try:
         with open(tmp, mode, **open_args) as f:
             yield f
@@ -69,11 +78,17 @@ def atomic_write(path, mode: str = "wb", what: str = "output", **open_args) -> I
             os.chmod(tmp, target.stat().st_mode & 0o7777)
         os.replace(tmp, target)
     except BaseException as e:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
+        discard(tmp)
         if isinstance(e, OSError):
             raise RuntimeFault(f"cannot write {what} {target}: {e.strerror or e}") from e
         raise
+
+
+def discard(path: Path | None) -> None:
+    """Remove a temporary that will not be renamed into place (None, or already gone: nothing to do)."""
+    if path is not None:
+        with contextlib.suppress(OSError):
+            Path(path).unlink()
 
 
 class StreamedFile:

@@ -25,9 +25,11 @@ import statistics
 import time as _time
 from collections import defaultdict, deque
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import astuple, dataclass, field, fields
 
 import numpy as np
+
+from app.errors import RuntimeFault
 
 log = logging.getLogger(__name__)
 
@@ -329,10 +331,37 @@ SUMMARY_FIELDS = ("frame_ms", "force_ms", "integrate_ms", "map_ms", "unmap_ms", 
                   "outside_force_ms", "record_ms")
 
 
+CSV_FIELDS = (*(f.name for f in fields(FrameRecord)), "outside_force_ms")
+
+
 class FrameLog:
+    """The last `capacity` frames' records (the summary, the panel), and optionally every frame's row in
+    a CSV file as it is drawn (`stream_csv`: `run --timings`)."""
+
     def __init__(self, capacity: int = 4096):
         self.records: deque[FrameRecord] = deque(maxlen=capacity)
         self._t0: float | None = None
+        self._csv = None  # (the StreamedFile, its csv.writer) while streaming
+        self.stream_error = ""  # why the streamed CSV stopped (a full disk): the caller reports it
+
+    def stream_csv(self, path) -> FrameLog:
+        """Write each frame's record to `path` as it is drawn, one flushed row at a time
+        (app.outputs.StreamedFile): a long run keeps every frame, not only the last `capacity`, and an
+        interrupted one every frame so far. RuntimeFault naming `path` if it cannot be written."""
+        import csv
+
+        from app.outputs import StreamedFile
+
+        out = StreamedFile(path, "timings")
+        self._csv = (out, csv.writer(out))
+        self._csv[1].writerow(CSV_FIELDS)
+        return self
+
+    def close(self) -> None:
+        """Close the streamed CSV, if any (safe to call twice)."""
+        if self._csv is not None:
+            self._csv[0].close()
+            self._csv = None
 
     def attach(self, viewer) -> FrameLog:
         viewer.overlays.append(self._on_frame)
@@ -353,6 +382,14 @@ class FrameLog:
             unmap_ms=getattr(st, "unmap_ms", 0.0) if st is not None else 0.0,
             draw_ms=s.draw_ms, upload_ms=s.upload_ms, record_ms=getattr(s, "record_ms", 0.0),
             interactions=getattr(st, "interactions", 0) if st is not None and not s.paused else 0))
+        if self._csv is not None:
+            r = self.records[-1]
+            try:
+                self._csv[1].writerow([*astuple(r), r.outside_force_ms])
+            except RuntimeFault as e:  # inside the draw: stop streaming, keep drawing, say it at the end
+                self.stream_error = str(e)
+                self.close()
+                log.warning("%s: no more timings are written", e)
 
     def medians(self, skip: int = 5) -> dict[str, float]:
         """Median of each field over the frames after the first `skip` (warm-up: compiles, first maps)."""
@@ -374,16 +411,6 @@ class FrameLog:
                 f"draw {m['draw_ms']:.2f} ms, upload {m['upload_ms']:.2f} ms, outside force "
                 f"{m['outside_force_ms']:.2f} ms, {m['interactions_per_s'] / 1e9:.1f} G interactions/s"
                 + (f", record {m['record_ms']:.2f} ms" if m["record_ms"] > 0 else ""))
-
-    def write_csv(self, path) -> None:
-        import csv
-
-        with open(path, "w", newline="") as f:
-            rows = [asdict(r) | {"outside_force_ms": r.outside_force_ms} for r in self.records]
-            if rows:
-                w = csv.DictWriter(f, fieldnames=list(rows[0]))
-                w.writeheader()
-                w.writerows(rows)
 
 
 # --- the panel's rings ------------------------------------------------------------------------------------

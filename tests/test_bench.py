@@ -157,7 +157,7 @@ def test_unavailable_backend_records_why():
 
 def test_json_round_trip(tmp_path):
     result = bench.run_bench(ToyBackend, ["toy-fast"], [32, 64], warmup=1, repeats=3, progress=False)
-    path = tmp_path / "deep" / "bench.json"
+    path = tmp_path / "bench.json"
     bench.write_json(result, path)
     back = json.loads(path.read_text())
     assert back["results"] == result["results"] and back == bench.load_json(path)
@@ -193,7 +193,7 @@ def test_plot_is_a_log_log_png_of_every_kernel_with_the_references(tmp_path):
     assert fast.get_ydata()[0] == pytest.approx(1.0)  # the toy's 1e9 interactions/s, plotted in G/s
     assert any("6 run(s) not measured" in t.get_text() for t in ax.texts)  # toy-broken; toy-small over max_n
 
-    out = plot(result, tmp_path / "deep" / "plot.png")
+    out = plot(result, tmp_path / "plot.png")
     img = Image.open(out)
     assert img.format == "PNG" and img.size == SIZE_PX
     colors = {c for _count, c in img.convert("RGB").getcolors(maxcolors=1 << 20)}

@@ -52,6 +52,9 @@ class UI:
         self.viewer = Viewer(self.scene, backend or make_backend(self.scene), size=(W, H), headless=True)
         self.panel = Panel(self.viewer)
         self.ctl = self.panel.controller
+        # rebuild the widgets every frame: what a test changes without input (a kernel, a failure) shows at
+        # the next frame, not when 1/30 s of wall time has passed (test_frames_between_rebuilds_... sets it)
+        self.panel.bridge.refresh_hz = 0.0
         self.frame(2)
 
     @property

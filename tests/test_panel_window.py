@@ -13,13 +13,12 @@ import csv
 import os
 import re
 import shutil
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
+from xwindow import Demo, xdotool
 
 from app.render import gl_setup
 
@@ -31,11 +30,6 @@ pytestmark = [
     pytest.mark.skipif(not (shutil.which("xdotool") and shutil.which("Xvfb")),
                        reason="needs xdotool and Xvfb (Debian: apt-get install xdotool xvfb)"),
 ]
-
-
-def xdotool(*args: str, timeout: float = 15) -> str:
-    return subprocess.run(["xdotool", *args], check=True, capture_output=True, text=True,
-                          timeout=timeout).stdout
 
 
 @pytest.fixture(scope="module")
@@ -95,54 +89,29 @@ def _center(rect) -> tuple[int, int]:
 
 
 def test_xdotool_clicks_switch_the_kernel_in_a_real_window(tmp_path, display, layout):
-    env = os.environ.copy()
-    env["DISPLAY"] = display
-    for key in ("NBODY_HEADLESS", "PYOPENGL_PLATFORM", "EGL_PLATFORM", "WAYLAND_DISPLAY"):
-        env.pop(key, None)
     timings = tmp_path / "timings.csv"
-    log = tmp_path / "run.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "run", "plummer", "--n", "1024", "--backend", "cpu",
-             "--size", f"{W}x{H}", "--timings", str(timings), "--screenshot", str(tmp_path / "exit.png")],
-            cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
-        try:
-            window = None
-            deadline = time.monotonic() + 40
-            while window is None and time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    pytest.fail(f"run exited early ({proc.returncode}):\n{log.read_text()}")
-                r = subprocess.run(["xdotool", "search", "--onlyvisible", "--pid", str(proc.pid),
-                                    "--name", "NBody Live"], capture_output=True, text=True, timeout=10)
-                window = (r.stdout.split() or [None])[-1]
-                time.sleep(0.2)
-            assert window, f"no window appeared:\n{log.read_text()}"
-            geo = xdotool("getwindowgeometry", "--shell", window)
-            vals = dict(line.split("=", 1) for line in geo.split() if "=" in line)
-            wx, wy, ww, wh = (int(vals[k]) for k in ("X", "Y", "WIDTH", "HEIGHT"))
-            assert (ww, wh) == (W, H)
-            time.sleep(2.0)  # frames with cpu-simd
-            for target in ("kernel_combo", "kernel:cpu-fp64"):
-                x, y = _center(layout[target])
-                xdotool("mousemove", "--window", window, str(x), str(y))
-                time.sleep(0.3)
-                xdotool("click", "1")
-                time.sleep(0.8)
-            time.sleep(1.5)  # frames with cpu-fp64
-            from PIL import ImageGrab
+    demo = Demo(tmp_path, display, "--timings", str(timings), "--screenshot", str(tmp_path / "exit.png"),
+                args=("plummer", "--n", "1024", "--backend", "cpu", "--size", f"{W}x{H}"))
+    try:
+        assert (demo.w, demo.h) == (W, H)
+        demo.wait_until(lambda: "cpu-simd" in demo.title(), "frames drawn with cpu-simd (in the title)")
+        for target in ("kernel_combo", "kernel:cpu-fp64"):
+            x, y = _center(layout[target])
+            xdotool("mousemove", "--window", demo.window, str(x), str(y))
+            time.sleep(0.3)  # (input pacing: ImGui sees the hover on a frame before the click)
+            xdotool("click", "1")
+            time.sleep(0.8)
+        demo.wait_until(lambda: "cpu-fp64" in demo.title(), "frames drawn with cpu-fp64 (in the title)")
+        shot = demo.screenshot().astype(np.uint8)
+        from PIL import Image
 
-            shot = np.asarray(ImageGrab.grab(xdisplay=display).convert("RGB"))[wy:wy + wh, wx:wx + ww]
-            from PIL import Image
-
-            Image.fromarray(shot).save(tmp_path / "screen.png")
-            xdotool("mousemove", "--window", window, str(W - 50), str(H // 2))
-            xdotool("key", "Escape")
-            rc = proc.wait(30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(10)
-    output = log.read_text()
+        Image.fromarray(shot).save(tmp_path / "screen.png")
+        xdotool("mousemove", "--window", demo.window, str(W - 50), str(H // 2))
+        xdotool("key", "Escape")
+        rc = demo.wait()
+    finally:
+        demo.stop()
+    output = demo.output()
     assert rc == 0, output
     # the panel is on screen: its window region is lit, more than the sky beside it
     px0, py0, px1, py1 = (int(v) for v in layout["window"])

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from waiting import wait_for
 
 from app import config
 from app.cli import main
@@ -350,10 +351,8 @@ def test_sigterm_finalises_a_playable_file_with_the_frames_so_far(gl_env, tmp_pa
         first = p.stdout.readline()
         assert first.startswith("recording "), first + p.stderr.read()
         # x264 emits its first packet after its lookahead (tens of frames): wait for bytes in the partial file
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not any(
-                f.stat().st_size for f in tmp_path.glob(".long.mp4.*.part")):
-            time.sleep(0.1)
+        wait_for(lambda: any(f.stat().st_size for f in tmp_path.glob(".long.mp4.*.part")),
+                 "the first encoded bytes in the partial file")
         p.send_signal(signal.SIGTERM)
         rest, err = p.communicate(timeout=60)
     finally:

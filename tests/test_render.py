@@ -5,6 +5,7 @@ context can be created."""
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -202,12 +203,18 @@ def test_unknown_colormap_is_a_config_error():
 
 
 def test_headless_resolution(monkeypatch):
+    from test_display import dead_display
+
+    live = os.environ.get("DISPLAY")  # pytest-xvfb's server, when it runs
     monkeypatch.delenv("NBODY_HEADLESS", raising=False)
     monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
     monkeypatch.delenv("DISPLAY", raising=False)
     assert gl_setup.wants_headless(None)
-    monkeypatch.setenv("DISPLAY", ":99")
-    assert not gl_setup.wants_headless(None) and gl_setup.wants_headless(True)
+    monkeypatch.setenv("DISPLAY", dead_display())  # named, but no server: headless all the same
+    assert gl_setup.wants_headless(None)
+    if live:
+        monkeypatch.setenv("DISPLAY", live)
+        assert not gl_setup.wants_headless(None) and gl_setup.wants_headless(True)
     monkeypatch.setenv("NBODY_HEADLESS", "1")
     assert gl_setup.wants_headless(None)
     monkeypatch.setenv("__EGL_VENDOR_LIBRARY_FILENAMES", "/usr/share/glvnd/egl_vendor.d/10_nvidia.json")

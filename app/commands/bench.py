@@ -54,6 +54,9 @@ def main(args) -> int:
     from app import bench
     from app.backends import find_kernel, select_backend
     from app.errors import ConfigError
+    from app.outputs import check_outputs
+
+    check_outputs((args.json, "bench results"), (args.plot, "bench plot"))  # before the benchmarking
 
     cls = select_backend(args.backend)
     names = [r.name for r in cls.kernels()] if args.kernels == "all" else args.kernels.split(",")

@@ -127,10 +127,12 @@ def main(args) -> int:
             print(f"  device: {_device_line(cls)}")
     if not args.no_gl:
         try:
-            from app.render.gl_setup import gl_info
+            from app.render.gl_setup import display_problem, gl_info
 
-            gi = gl_info()
-            print(f"GL: {gi.get('renderer')} | {gi.get('version')} | via {gi.get('backend')}")
+            why = display_problem()  # (asked first: falling back to EGL hides a stale display)
+            gi = gl_info()  # a window's context when a display answers, else headless EGL
+            print(f"GL: {gi.get('renderer')} | {gi.get('version')} | via {gi.get('backend')}"
+                  + (f" ({why})" if why and gi.get("backend") == "egl" else ""))
         except Exception as e:  # noqa: BLE001 - info reports whatever breaks, it never crashes on it
             print(f"GL: no context ({type(e).__name__}: {e})")
     print("kernels: " + ", ".join(r.name for cls in backend_classes().values() for r in cls.kernels()))

@@ -19,6 +19,7 @@ from app.commands.common import (
     scene_from_args,
 )
 from app.errors import ConfigError
+from app.outputs import check_output
 
 log = logging.getLogger("nbody-live")
 
@@ -146,18 +147,18 @@ def _scene(args):
 @contextlib.contextmanager
 def _viewer(scene, size, window: bool):
     """A Viewer (headless EGL, or a visible window) on the scene's backend; both closed on exit."""
-    from app.render.gl_setup import configure, has_display
+    from app.render.gl_setup import configure, display_problem
 
-    if window and not has_display():
-        raise ConfigError("--window needs a display ($DISPLAY or $WAYLAND_DISPLAY); leave it out to "
-                          "record headless")
+    no_display = display_problem() if window else None
+    if no_display:
+        raise ConfigError(f"--window needs a display ({no_display}); leave it out to record headless")
     configure(headless=not window)
-    from app.render.canvas import Viewer
+    from app.render.canvas import open_viewer
 
     backend = make_backend(scene)
     viewer = None
     try:
-        viewer = Viewer(scene, backend, size=size, headless=not window, show=window)
+        viewer = open_viewer(scene, backend, size, headless=not window, show=window)
         yield viewer
     finally:
         if viewer is not None:
@@ -174,12 +175,6 @@ def _default_out(name: str) -> Path:
     return path
 
 
-def _exit_status(interrupted) -> int:
-    if interrupted in (signal.SIGINT, signal.SIGTERM):
-        return 128 + int(interrupted)
-    return 0
-
-
 def _interrupt_name(interrupted) -> str:
     return "the window was closed" if interrupted == "window" else signal.Signals(interrupted).name
 
@@ -191,6 +186,7 @@ def main(args) -> int:
         PngSequence,
         Recorder,
         even_size,
+        exit_status,
         record_scene,
         render_still,
     )
@@ -211,10 +207,7 @@ def main(args) -> int:
         out = args.out or _default_out("out/still.png")
         if out.suffix.lower() != ".png":
             out = out.with_suffix(".png")
-        out = out.expanduser().resolve()
-        from app.render.recorder import _partial_file, _unlink
-
-        _unlink(_partial_file(out, "still"))  # fail fast, before any setup
+        out = check_output(out.expanduser().resolve(), "still")  # fail fast, before any setup
         with InterruptGuard() as guard, _viewer(scene, size, args.window) as viewer:
             path = camera_path.make_path(scene.camera, viewer.camera)
             res = render_still(viewer, out, args.still, fps, path, hud=args.hud, progress=progress,
@@ -222,7 +215,7 @@ def main(args) -> int:
         if res.interrupted is not None:
             print(f"interrupted ({_interrupt_name(res.interrupted)}) before the still was drawn; "
                   f"{out} was not written")
-            return _exit_status(res.interrupted)
+            return exit_status(res.interrupted)
         print(f"wrote {out} ({res.size[0]}x{res.size[1]}, t = {args.still:g} s = frame "
               f"{round(args.still * fps)}, step {round(args.still * fps) * scene.run.steps_per_frame})")
         return 0
@@ -262,22 +255,22 @@ def main(args) -> int:
         print(f"wrote {res.path} ({res.frames} frames at {fps:g} fps, {res.frames / fps:.2f} s)")
     if res.frames:
         print("recorded " + res.summary_line(), flush=True)
-    return _exit_status(res.interrupted)
+    return exit_status(res.interrupted)
 
 
 def record_demo(scene, out: Path, still: Path, size=(1280, 720), frames: int = 150, fps: int = 30,
                 progress: bool = True) -> int:
     """The `run` command's no-display fallback: a short video of the scene plus a PNG of its last frame."""
     from app.render import camera_path
-    from app.render.recorder import Recorder, _partial_file, _unlink, even_size, record_scene
+    from app.render.recorder import Recorder, even_size, exit_status, record_scene
 
     size = even_size(size)
     for p in (Path(out), Path(still)):  # our default out/ folder: create it
         with contextlib.suppress(OSError):
             p.parent.mkdir(parents=True, exist_ok=True)
     rec = Recorder(size, fps)
+    check_output(Path(still).expanduser().resolve(), "still")
     rec.start(out)
-    _unlink(_partial_file(Path(still).expanduser().resolve(), "still"))
     try:
         with _viewer(scene, size, window=False) as viewer:
             path = camera_path.make_path(scene.camera, viewer.camera)
@@ -288,9 +281,9 @@ def record_demo(scene, out: Path, still: Path, size=(1280, 720), frames: int = 1
         raise
     if res.frames == 0:
         print(f"interrupted before the first frame; {out} was not written")
-        return _exit_status(res.interrupted)
+        return exit_status(res.interrupted)
     from app.render.encoder import write_png
 
-    write_png(rec.last_frame, Path(still))
+    write_png(rec.last_frame, Path(still), what="still")
     print(f"wrote {out} ({res.frames} frames at {fps} fps) and {still}")
-    return _exit_status(res.interrupted)
+    return exit_status(res.interrupted)

@@ -14,6 +14,8 @@ from app.commands.common import (
     positive_int,
     scene_from_args,
 )
+from app.errors import ConfigError, RuntimeFault
+from app.outputs import check_outputs
 
 log = logging.getLogger("nbody-live")
 
@@ -50,9 +52,13 @@ the `record` command's quality settings. The view keeps its frame rate: the fram
 and read back asynchronously, and frames the encoder cannot take are dropped (counted) rather than
 waited for. A red dot, the elapsed time, frames and drops show in the panel and the window title; V
 again or quitting finalises the file (written under a hidden temporary name, renamed when complete).
+Ctrl-C or SIGTERM quits as Escape does, finalising a recording, with exit status 130 / 143 (twice:
+at once, abandoning it).
 
-With no display ($DISPLAY and $WAYLAND_DISPLAY unset) and no --headless/--frames, it records a short
-demo to out/demo.mp4 and out/demo.png instead of failing, and prints their paths.
+With no display ($DISPLAY and $WAYLAND_DISPLAY unset, or naming a display that does not answer, as a
+stale $DISPLAY over SSH or in a container) and no --headless/--frames, it records a short demo to
+out/demo.mp4 and out/demo.png instead of failing, and prints their paths; with --frames it renders
+headless (EGL). A log line says which display was missing.
 
 {KEYS}
 examples:
@@ -75,7 +81,8 @@ def add_parser(sub) -> None:
     p.add_argument("--screenshot", type=Path, metavar="FILE.png",
                    help="save the last frame as PNG on exit (with the panel when it is shown)")
     p.add_argument("--timings", type=Path, metavar="FILE.csv",
-                   help="write one row of timings per frame (frame, force, integrate, map, draw ms)")
+                   help="write one row of timings per frame as it is drawn (frame, force, integrate, map, "
+                        "draw ms); an interrupted run keeps its rows")
     p.add_argument("--no-panel", dest="panel", action="store_false",
                    help="start without the ImGui control panel (Tab still shows it)")
     p.add_argument("--panel-cost", action="store_true",
@@ -96,28 +103,38 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     size = parse_size(args.size)
     scene = scene_from_args(args)
-    from app.render.gl_setup import has_display
+    # every output is checked before any work: a bad path is one line now, not a traceback at the end
+    check_outputs((args.timings, "timings"), (args.screenshot, "screenshot"))
+    from app.render.gl_setup import configure, display_problem
 
     if args.panel_cost or args.record_cost:
         args.headless = True
         args.frames = args.frames or 400
-    if not has_display() and not args.headless and args.frames is None:
+    # a display that is named but does not answer (a stale $DISPLAY) is no display: never a glfw traceback
+    no_display = None if args.headless else display_problem()
+    if no_display and args.frames is None:
+        if args.timings or args.screenshot:  # the demo would silently not write them
+            raise ConfigError(f"{no_display}: without --frames N, run records a demo instead of opening a "
+                              "window, which writes no --timings or --screenshot; add --frames N to run "
+                              "headless")
         from app.commands.record import record_demo
 
-        log.info("no display found ($DISPLAY unset): recording a short demo instead of opening a window")
+        log.info("%s: recording a short demo instead of opening a window", no_display)
         return record_demo(scene, Path("out/demo.mp4"), Path("out/demo.png"), size=size)
-    from app.render.gl_setup import configure
-
-    headless = args.headless or not has_display()
+    if no_display:
+        log.info("%s: rendering headless (EGL)", no_display)
+    headless = args.headless or bool(no_display)
     configure(headless=headless)
-    from app.render.canvas import Viewer
+    from app.render.canvas import open_viewer
     from app.timing import FrameLog
 
     backend = make_backend(scene)
-    viewer = panel = None
+    viewer = panel = frame_log = interrupted = None
     try:
-        viewer = Viewer(scene, backend, size=size, headless=headless)
+        viewer = open_viewer(scene, backend, size, headless)
         frame_log = FrameLog().attach(viewer)
+        if args.timings:  # a row per frame as it is drawn: an interrupted run keeps its rows
+            frame_log.stream_csv(args.timings)
         from app.ui import Panel
 
         # the panel's controller owns the keys ([ ] R V Tab) and the kernel switching, shown or not
@@ -148,7 +165,14 @@ def main(args) -> int:
                 viewer.save_png(args.screenshot, overlays=True)
             viewer.close()
         else:
-            viewer.run(frames=args.frames)
+            from app.render.recorder import InterruptGuard
+
+            # SIGTERM (a window manager's or a service's stop) or Ctrl-C: quit at the next tick, as
+            # Escape does, so that a recording still running is finalised; the status says which signal
+            with InterruptGuard(lambda _: viewer.request_quit(), "quitting and finalising any recording"
+                                ) as guard:
+                viewer.run(frames=args.frames)
+            interrupted = guard.signum
         backend = viewer.backend  # the panel may have switched to another backend's kernel
         kernels = list(dict.fromkeys(r.kernel for r in frame_log.records if r.kernel))
         print(f"drew {viewer.stats.frame} frames; {viewer.stats.kernel or backend.kernel} N={backend.n} "
@@ -163,18 +187,26 @@ def main(args) -> int:
                 print(recording_line(res))
         if recorder.error:
             log.error("%s", recorder.error)
+        # a file that could not be written is an error, never "wrote"
+        for error in (frame_log.stream_error, viewer.screenshot_error):
+            if error:
+                raise RuntimeFault(error)
         if args.timings:
-            frame_log.write_csv(args.timings)
+            frame_log.close()
             print(f"wrote {args.timings}")
         if args.screenshot:
             print(f"wrote {args.screenshot}")
     finally:
+        if frame_log is not None:
+            frame_log.close()
         if panel is not None:
             panel.close()
         if viewer is not None and viewer.backend is not backend:
             viewer.backend.close()
         backend.close()
-    return 0
+    from app.render.recorder import exit_status
+
+    return exit_status(interrupted)
 
 
 def _device_name(backend, panel) -> str:

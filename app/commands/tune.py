@@ -45,7 +45,10 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     from app.backends import select_backend
     from app.errors import ConfigError
+    from app.outputs import atomic_write, check_outputs
 
+    if not args.show:
+        check_outputs((args.json, "tune results"))  # before the minutes of tuning
     cls = select_backend("cuda")
     from app.backends.cuda import tune, tuning_cache
 
@@ -67,7 +70,7 @@ def main(args) -> int:
     variants = args.variants.split(",") if args.variants else None
     result = tune.run_tune(cls, args.n, variants=variants, budget_s=args.budget_s, repeats=args.repeats)
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(result, indent=1, default=str) + "\n")
+        with atomic_write(args.json, "w", "tune results") as f:
+            f.write(json.dumps(result, indent=1, default=str) + "\n")
         print(f"wrote {args.json}")
     return 0 if result["best"] else 1

@@ -28,7 +28,7 @@ import numpy as np
 from vispy import app, gloo
 from vispy.util import keys
 
-from app.errors import NonFiniteState
+from app.errors import NonFiniteState, RuntimeFault
 from app.render import gl_setup
 from app.render.camera import OrbitCamera, gl_matrix
 from app.render.particles import ParticleRenderer
@@ -80,6 +80,7 @@ class Viewer(app.Canvas):
         self.paused = False
         self.interop = False
         self.screenshot_on_exit: str | Path | None = None
+        self.screenshot_error = ""  # why the exit screenshot could not be written
         self.quit_requested = False
         self.drawing_frame = False  # True while on_draw draws a frame for the screen (not a screenshot)
         self.renderer = ParticleRenderer(scene.render, canvas=self)
@@ -264,11 +265,9 @@ class Viewer(app.Canvas):
         return np.ascontiguousarray(img[:, :, :3])
 
     def save_png(self, path: str | Path, size: tuple[int, int] | None = None, overlays: bool = False) -> Path:
-        from PIL import Image
+        from app.render.encoder import write_png
 
-        path = Path(path)
-        Image.fromarray(self.render_to_array(size, overlays=overlays)).save(path)
-        return path
+        return write_png(self.render_to_array(size, overlays=overlays), Path(path), what="screenshot")
 
     # --- interactive loop -------------------------------------------------------------
     def run(self, frames: int | None = None) -> int:
@@ -314,8 +313,8 @@ class Viewer(app.Canvas):
         if self.screenshot_on_exit:
             try:
                 self.save_png(self.screenshot_on_exit, overlays=self.screenshot_overlays)
-            except Exception as e:  # never turn a clean exit into a crash
-                log.warning("could not save the exit screenshot %s: %s", self.screenshot_on_exit, e)
+            except Exception as e:  # noqa: BLE001 - the close goes on; the caller reports it (run: exit 1)
+                self.screenshot_error = str(e)
         if self._timer is not None:
             self._timer.stop()
 
@@ -370,3 +369,17 @@ class Viewer(app.Canvas):
         gloo.set_viewport(0, 0, *event.physical_size)
 
 
+def open_viewer(scene, backend, size, headless: bool, **kwargs) -> Viewer:
+    """The Viewer; a window is tried a few times (a loaded X server closes some new connections, see
+    gl_setup.CONNECT_ATTEMPTS), then given up in one line (glfw's "Could not init glfw" spans several)."""
+    attempts = 1 if headless else gl_setup.CONNECT_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        try:
+            return Viewer(scene, backend, size=size, headless=headless, **kwargs)
+        except OSError as e:
+            if headless:
+                raise
+            if attempt == attempts:
+                raise RuntimeFault(f"cannot open a window: {' '.join(str(e).split())}") from e
+            log.debug("opening the window failed (%s); trying again", e)
+            time.sleep(gl_setup.CONNECT_PAUSE_S)

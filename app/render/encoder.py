@@ -126,6 +126,10 @@ class _Worker:
         if self.error is not None:
             raise self.error
 
+    def queued(self) -> int:
+        """Frames in the queue, not yet taken by a worker thread."""
+        return self._q.qsize()
+
     def full(self) -> bool:
         """Whether the queue is full: a frame put now waits (`block`) or is dropped."""
         return self._q.full()
@@ -274,17 +278,13 @@ class PngSequenceWriter(_Worker):
             self.written.append(self.name_for(info.index))
 
 
-def write_png(img: np.ndarray, path: Path, compress_level: int = 3) -> Path:
-    """An RGB PNG written under a hidden temporary name beside `path`, then renamed over it."""
+def write_png(img: np.ndarray, path: Path, compress_level: int = 3, what: str = "frame") -> Path:
+    """An RGB PNG written atomically (app.outputs): complete under `path`, or not there at all."""
     from PIL import Image
 
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.part")
-    try:
-        Image.fromarray(np.ascontiguousarray(img[..., :3])).save(tmp, format="PNG",
+    from app.outputs import atomic_write
+
+    with atomic_write(path, "wb", what) as f:
+        Image.fromarray(np.ascontiguousarray(img[..., :3])).save(f, format="PNG",
                                                                  compress_level=compress_level)
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-    return path
+    return Path(path)

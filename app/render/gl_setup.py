@@ -3,7 +3,9 @@
 Call `configure()` before anything imports `OpenGL` or `vispy.gloo`: the environment it sets
 (`PYOPENGL_PLATFORM`, `EGL_PLATFORM`) is read once, at import time, by PyOpenGL and by Mesa's EGL.
 
-* A display ($DISPLAY or $WAYLAND_DISPLAY) and not forced headless: vispy's glfw backend (a real window).
+* A display ($DISPLAY or $WAYLAND_DISPLAY) that answers, and not forced headless: vispy's glfw backend
+  (a real window). A display named but not there (a stale $DISPLAY over SSH or in a container) counts as
+  none: `display_problem()` says why, and the callers fall back to EGL with one log line.
 * Otherwise: vispy's egl backend. PyOpenGL is told `PYOPENGL_PLATFORM=egl`. On Mesa (no NVIDIA EGL vendor
   file) `EGL_PLATFORM=surfaceless` is set, because Mesa's default EGL display needs an X/Wayland server;
   on NVIDIA the default EGL display already works headless and nothing is overridden.
@@ -14,10 +16,14 @@ Call `configure()` before anything imports `OpenGL` or `vispy.gloo`: the environ
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import glob
 import logging
 import os
 import sys
+import time
 
 log = logging.getLogger(__name__)
 
@@ -26,10 +32,62 @@ _EGL_VENDOR_DIRS = ("/usr/share/glvnd/egl_vendor.d", "/etc/glvnd/egl_vendor.d",
 
 _chosen: str | None = None
 
+# An X server under load closes some new connections at once (Xvfb under a test suite's xdotool calls
+# and screen grabs, for up to a second): a display is declared gone, and a window given up, only after a
+# few tries. A display that is not there at all fails each try at once (no socket).
+CONNECT_ATTEMPTS = 4
+CONNECT_PAUSE_S = 0.3
+
 
 def has_display() -> bool:
-    """True when a window system is reachable through the environment ($DISPLAY or $WAYLAND_DISPLAY)."""
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    """True when a window system is named ($DISPLAY or $WAYLAND_DISPLAY) and answers."""
+    return display_problem() is None
+
+
+def display_problem() -> str | None:
+    """None when a window can be opened; otherwise why not, in a few words for a log line."""
+    return _display_problem(os.environ.get("DISPLAY", ""), os.environ.get("WAYLAND_DISPLAY", ""),
+                            os.environ.get("XDG_RUNTIME_DIR", ""))
+
+
+@functools.cache
+def _display_problem(x11: str, wayland: str, runtime_dir: str) -> str | None:
+    if not x11 and not wayland:
+        return "no display: $DISPLAY and $WAYLAND_DISPLAY are unset"
+    problems = []
+    if wayland:  # a compositor listens on a socket: its name, relative to $XDG_RUNTIME_DIR
+        if os.path.exists(os.path.join(runtime_dir, wayland)):
+            return None
+        problems.append(f"no Wayland socket {wayland!r} in {runtime_dir or '$XDG_RUNTIME_DIR (unset)'}")
+    if x11:
+        why = _x11_problem(x11)
+        if why is None:
+            return None
+        problems.append(why)
+    return "; ".join(problems)
+
+
+def _x11_problem(name: str) -> str | None:
+    """Open and close the X display as glfw would; None if it answers (or libX11 is not there to ask:
+    then glfw, which needs it too, has the last word)."""
+    lib = ctypes.util.find_library("X11")
+    if not lib:
+        return None
+    try:
+        x11 = ctypes.CDLL(lib)
+    except OSError:
+        return None
+    x11.XOpenDisplay.restype = ctypes.c_void_p
+    x11.XOpenDisplay.argtypes = [ctypes.c_char_p]
+    x11.XCloseDisplay.argtypes = [ctypes.c_void_p]
+    for attempt in range(CONNECT_ATTEMPTS):
+        if attempt:
+            time.sleep(CONNECT_PAUSE_S)
+        dpy = x11.XOpenDisplay(name.encode())
+        if dpy:
+            x11.XCloseDisplay(dpy)
+            return None
+    return f"cannot open display $DISPLAY={name!r} (no X server answers there)"
 
 
 def nvidia_egl_present() -> bool:
@@ -55,6 +113,11 @@ def _egl_environment() -> None:
     if "OpenGL" in sys.modules and os.environ.get("PYOPENGL_PLATFORM") != "egl":
         log.warning("PyOpenGL was imported before the EGL setup; its GL entry points may not resolve "
                     "(import app.render.gl_setup and call configure() first)")
+    if display_problem() and (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        # named but not there: hide it from what follows (vispy's DPI probe runs xdpyinfo on $DISPLAY,
+        # Mesa may try it), so that a stale display behaves exactly as none
+        for name in ("DISPLAY", "WAYLAND_DISPLAY"):
+            os.environ.pop(name, None)
     os.environ.setdefault("PYOPENGL_PLATFORM", "egl")
     if "EGL_PLATFORM" not in os.environ and not nvidia_egl_present():
         os.environ["EGL_PLATFORM"] = "surfaceless"

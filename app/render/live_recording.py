@@ -81,7 +81,8 @@ class LiveRecording:
 
     recorder: LiveRecorder
     path: Path
-    t0: float  # perf_counter at start
+    t0: float  # clock() at start
+    clock: Callable[[], float] = time.perf_counter  # seconds; the ViewRecorder's (a test's own)
     drawn: int = 0  # frames the viewer drew while recording
     offered: int = 0  # video frames handed to the recorder (captured, or dropped when it was full)
     record_ms: list[float] = field(default_factory=list)  # capture CPU time of each frame captured
@@ -93,7 +94,7 @@ class LiveRecording:
 
     @property
     def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
+        return self.clock() - self.t0
 
     @property
     def dropped(self) -> int:
@@ -152,11 +153,13 @@ class ViewRecorder:
     """
 
     def __init__(self, viewer, report: Callable[[str, bool], None] = _log_report,
-                 directory: str | Path = "out", fps: float = RECORD_FPS):
+                 directory: str | Path = "out", fps: float = RECORD_FPS,
+                 clock: Callable[[], float] = time.perf_counter):
         self.viewer = viewer
         self.report = report
         self.directory = Path(directory)  # where recording-<time>.mp4 goes
         self.fps = fps
+        self.clock = clock  # the wall clock that samples the drawn frames (tests set their own)
         self.recording: LiveRecording | None = None
         self.recordings: list[RecordResult] = []  # finished ones, oldest first
         self.error = ""  # why the last recording could not start or was stopped
@@ -195,7 +198,7 @@ class ViewRecorder:
             rec.start(path)
         except (RuntimeFault, OSError) as e:
             return self._fail(str(e))
-        self.recording = LiveRecording(rec, rec.path, time.perf_counter())
+        self.recording = LiveRecording(rec, rec.path, self.clock(), self.clock)
         self.error = ""
         v.overlays.insert(0, self._overlay)  # before the FrameLog and the panel: particles only
         v.stats.extra["recording"] = self.recording.indicator()

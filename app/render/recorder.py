@@ -37,7 +37,6 @@ import contextlib
 import errno
 import logging
 import os
-import secrets
 import signal
 import statistics
 import threading
@@ -48,7 +47,8 @@ from pathlib import Path
 import numpy as np
 
 from app.errors import ConfigError, RuntimeFault
-from app.render.encoder import FrameInfo, PngSequenceWriter, VideoEncoder
+from app.outputs import check_output, discard, partial_file
+from app.render.encoder import FrameInfo, PngSequenceWriter, VideoEncoder, write_png
 
 log = logging.getLogger(__name__)
 
@@ -94,35 +94,6 @@ def _median(values) -> float | None:
 # files
 
 
-def _partial_file(target: Path, what: str) -> Path:
-    """Create an empty hidden partial file beside `target`; RuntimeFault with one clear line if we can't."""
-    directory = target.parent
-    if not directory.exists():
-        raise RuntimeFault(f"cannot write {what} {target}: directory {directory} does not exist")
-    if not directory.is_dir():
-        raise RuntimeFault(f"cannot write {what} {target}: {directory} is not a directory")
-    if target.is_dir():
-        raise RuntimeFault(f"cannot write {what} {target}: it is a directory")
-    for _ in range(100):
-        name = directory / f".{target.name}.{secrets.token_hex(4)}.part"
-        try:  # mode 0o666 through the umask, like the finished file should have (mkstemp would give 0o600)
-            fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
-        except FileExistsError:
-            continue
-        except OSError as e:
-            raise RuntimeFault(f"cannot write {what} {target}: directory {directory} is not writable "
-                               f"({e.strerror or e})") from e
-        os.close(fd)
-        return name
-    raise RuntimeFault(f"cannot write {what} {target}: no free temporary name in {directory}")
-
-
-def _unlink(path: Path | None) -> None:
-    if path is not None:
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
 def _os_message(e: BaseException) -> str:
     if isinstance(e, OSError) and e.errno == errno.ENOSPC:
         return "the disk is full (No space left on device)"
@@ -140,8 +111,7 @@ def prepare_frames_dir(directory: Path) -> Path:
         raise RuntimeFault(f"cannot write frames to {directory}: {e.strerror or e}") from e
     if not directory.is_dir():
         raise RuntimeFault(f"cannot write frames to {directory}: it is not a directory")
-    probe = _partial_file(directory / "frame_probe", "frames to")
-    _unlink(probe)
+    check_output(directory / "frame_probe", "frames to")
     return directory
 
 
@@ -150,21 +120,25 @@ def prepare_frames_dir(directory: Path) -> Path:
 
 
 class InterruptGuard:
-    """SIGINT/SIGTERM while recording: the first sets `signum` (stop after this frame and finalise), a
+    """SIGINT/SIGTERM while recording: the first sets `signum` (stop after this frame and finalise) and
+    calls `on_signal(signum)` (the live viewer: quit at the next tick, which finalises its recording), a
     second raises KeyboardInterrupt (abandon). Installed only on the main thread; restored on exit."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self):
+    def __init__(self, on_signal=None, doing: str = "stopping after this frame and finalising the file"):
         self.signum: int | None = None
+        self.on_signal = on_signal
+        self.doing = doing
         self._previous: dict = {}
 
     def _handler(self, signum, frame) -> None:
         if self.signum is not None:
             raise KeyboardInterrupt(f"{signal.Signals(signum).name} again: recording abandoned")
         self.signum = signum
-        log.warning("%s: stopping after this frame and finalising the file (again to abandon it)",
-                    signal.Signals(signum).name)
+        log.warning("%s: %s (again to abandon it)", signal.Signals(signum).name, self.doing)
+        if self.on_signal is not None:
+            self.on_signal(signum)
 
     def __enter__(self) -> InterruptGuard:
         if threading.current_thread() is threading.main_thread():
@@ -180,6 +154,14 @@ class InterruptGuard:
     @property
     def stop(self) -> bool:
         return self.signum is not None
+
+
+def exit_status(interrupted) -> int:
+    """The shell's convention for a run a signal stopped (130 for SIGINT, 143 for SIGTERM), else 0; the
+    recorder and the live viewer both finalise their file first."""
+    if interrupted in (signal.SIGINT, signal.SIGTERM):
+        return 128 + int(interrupted)
+    return 0
 
 
 # --------------------------------------------------------------------------------------------------
@@ -218,6 +200,11 @@ class _Sink:
     def frames(self) -> int:
         """Frames handed to the worker so far."""
         return self._next_index - (self._worker.dropped if self._worker else 0)
+
+    @property
+    def queued(self) -> int:
+        """Frames handed to the worker and not yet taken by it (0 when not recording)."""
+        return self._worker.queued() if self._worker is not None else 0
 
     @property
     def queue_full(self) -> bool:
@@ -329,13 +316,13 @@ class Recorder(_Sink):
         """Open a hidden temporary mp4 beside `path` and start the encoder thread."""
         if self._worker is not None:
             raise RuntimeError("the recorder is already recording")
-        self.path = Path(path).expanduser().resolve()
-        self._tmp = _partial_file(self.path, "video")
+        self.path = check_output(Path(path).expanduser().resolve(), "video")
+        self._tmp = partial_file(self.path, "video")
         try:
             self._worker = VideoEncoder(self._tmp, self.size, self.fps, self.crf, self.preset, self.threads,
                                         self.hud, self.queue_size)
         except OSError as e:
-            _unlink(self._tmp)
+            discard(self._tmp)
             self._tmp = None
             raise RuntimeFault(f"cannot write video {self.path}: {_os_message(e)}") from e
         self._next_index = 0
@@ -349,13 +336,13 @@ class Recorder(_Sink):
         frames, dropped = worker.frames, worker.dropped
         self.last_frame = worker.last_frame
         if frames == 0:
-            _unlink(self._tmp)
+            discard(self._tmp)
             self._tmp = None
             raise RuntimeFault(f"no frames were recorded; {self.path} was not written")
         try:
             os.replace(self._tmp, self.path)
         except OSError as e:
-            _unlink(self._tmp)
+            discard(self._tmp)
             raise RuntimeFault(f"cannot finish {self.path}: {e.strerror or e}") from e
         finally:
             self._tmp = None
@@ -369,7 +356,7 @@ class Recorder(_Sink):
             self._worker = None
         with contextlib.suppress(Exception):
             self._release_gl()
-        _unlink(self._tmp)
+        discard(self._tmp)
         self._tmp = None
 
 
@@ -495,9 +482,8 @@ def render_still(viewer, path, t: float, fps: float, camera=None, hud: bool = Fa
 
     if not (t >= 0 and np.isfinite(t)):
         raise ConfigError(f"--still {t}: the time must be a number of seconds >= 0")
-    path = Path(path).expanduser().resolve()
+    path = check_output(Path(path).expanduser().resolve(), "still")  # before the minutes of stepping
     index = int(round(float(t) * fps))
-    tmp = _partial_file(path, "still")
     capture = None
     own_guard = guard is None
     guard = guard or InterruptGuard()
@@ -507,7 +493,6 @@ def render_still(viewer, path, t: float, fps: float, camera=None, hud: bool = Fa
             for _ in tqdm(range(index), desc=f"advancing to frame {index}", unit="frame", leave=False,
                           disable=not progress or index == 0):
                 if guard.stop:
-                    _unlink(tmp)
                     r = RecordResult(None, None, 0, viewer.physical_size, time.perf_counter() - t0)
                     r.interrupted = guard.signum
                     return r
@@ -519,16 +504,9 @@ def render_still(viewer, path, t: float, fps: float, camera=None, hud: bool = Fa
             [(img, _)] = capture.capture(lambda size: viewer.draw_scene(size, overlays=False), info)
             if hud:
                 Hud(img.shape[0]).draw(img, info.hud_lines())
-            from PIL import Image
-
-            Image.fromarray(np.ascontiguousarray(img[..., :3])).save(tmp, format="PNG")
-            os.replace(tmp, path)
-            tmp = None
+            write_png(img, path, what="still")
             size = capture.size
-    except OSError as e:
-        raise RuntimeFault(f"writing still {path} failed: {_os_message(e)}") from e
     finally:
-        _unlink(tmp)
         if capture is not None:
             capture.close()
     return RecordResult(path, path, 1, size, time.perf_counter() - t0)
@@ -558,10 +536,9 @@ def record(viewer, out_path, frames: int, fps: float = 30, still_path=None, prog
     t0 = time.perf_counter()
     rec = Recorder((w, h), fps, crf=crf, preset=preset)
     rec.start(out_path)
-    tmp_still = None
     try:
         if still_path is not None:
-            tmp_still = _partial_file(still_path, "still")
+            check_output(still_path, "still")
         img = None
         for _ in tqdm(range(frames), desc=f"recording {out_path.name}", unit="frame", disable=not progress,
                       leave=False):
@@ -570,20 +547,14 @@ def record(viewer, out_path, frames: int, fps: float = 30, still_path=None, prog
             img = viewer.render_to_array((w, h))
             rec.add_frame(img)
         result = rec.stop()
-        if tmp_still is not None:
-            from PIL import Image
-
-            Image.fromarray(img).save(tmp_still, format="PNG")
-            os.replace(tmp_still, still_path)
-            tmp_still = None
+        if still_path is not None:
+            write_png(img, still_path, what="still")
     except OSError as e:
         rec.abort()
         raise RuntimeFault(f"recording {out_path} failed: {_os_message(e)}") from e
     except BaseException:
         rec.abort()
         raise
-    finally:
-        _unlink(tmp_still)
     result.still = still_path
     result.seconds = time.perf_counter() - t0
     return result

@@ -233,17 +233,18 @@ def _read_cache(cdir: Path, stem: str, path: Path, arch: str, key: str) -> Compi
 
 
 def _write_cache(cdir: Path, stem: str, module: CompiledModule) -> None:
-    """Atomic (write a temp file, then rename): concurrent processes never read half a cubin."""
+    """Atomic (app.outputs): concurrent processes never read half a cubin."""
+    from app.errors import RuntimeFault
+    from app.outputs import atomic_write
+
     try:
         cdir.mkdir(parents=True, exist_ok=True)
         meta = {"key": module.key, "source": str(module.path), "arch": module.arch, "log": module.log,
                 "functions": {name: asdict(f) for name, f in module.functions.items()}}
         for suffix, data in ((".cubin", module.cubin), (".json", json.dumps(meta, indent=1).encode())):
-            fd, tmp = tempfile.mkstemp(dir=cdir, prefix=f".{stem}", suffix=suffix)
-            with os.fdopen(fd, "wb") as f:
+            with atomic_write(cdir / f"{stem}{suffix}", "wb", "compiled kernel") as f:
                 f.write(data)
-            os.replace(tmp, cdir / f"{stem}{suffix}")
-    except OSError:
+    except (OSError, RuntimeFault):
         pass  # a read-only cache only costs a recompile next time
 
 

@@ -13,9 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
-import tempfile
 from pathlib import Path
 
 from app import paths
@@ -83,14 +81,14 @@ def read_cache(gpu: str, driver: str | None, src_hash: str) -> tuple[dict | None
 
 
 def write_cache(data: dict) -> Path:
-    """Atomically (temp file + rename) write `data` to its GPU's cache file; returns the path."""
+    """Atomically (app.outputs) write `data` to its GPU's cache file; returns the path."""
+    from app.outputs import atomic_write
+
     path = cache_path(data["gpu"], data.get("driver"))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tune-", suffix=".json")
-    with os.fdopen(fd, "w") as f:
+    path.parent.mkdir(parents=True, exist_ok=True)  # our own cache folder
+    with atomic_write(path, "w", "tuning cache") as f:
         json.dump(data, f, indent=1, default=str)
         f.write("\n")
-    os.replace(tmp, path)
     return path
 
 
