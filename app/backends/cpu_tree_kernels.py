@@ -25,15 +25,27 @@ STACK = 8 * (MAX_LEVEL + 2)  # a depth-first walk pushes at most 8 cells per lev
 
 
 # --- keys ------------------------------------------------------------------------------------------------
-def _spread(v: np.ndarray) -> np.ndarray:
-    """21-bit integers (uint64) -> their bits moved to every third position (bit b -> bit 3b)."""
-    v = v & np.uint64(0x1FFFFF)
-    v = (v | (v << np.uint64(32))) & np.uint64(0x1F00000000FFFF)
-    v = (v | (v << np.uint64(16))) & np.uint64(0x1F0000FF0000FF)
-    v = (v | (v << np.uint64(8))) & np.uint64(0x100F00F00F00F00F)
-    v = (v | (v << np.uint64(4))) & np.uint64(0x10C30C30C30C30C3)
-    v = (v | (v << np.uint64(2))) & np.uint64(0x1249249249249249)
+@njit(cache=True, inline="always")
+def _spread(v):
+    """A 21-bit integer (int64) with its bit b moved to bit 3b."""
+    v &= 0x1FFFFF
+    v = (v | (v << 32)) & 0x1F00000000FFFF
+    v = (v | (v << 16)) & 0x1F0000FF0000FF
+    v = (v | (v << 8)) & 0x100F00F00F00F00F
+    v = (v | (v << 4)) & 0x10C30C30C30C30C3
+    v = (v | (v << 2)) & 0x1249249249249249
     return v
+
+
+@njit(cache=True, inline="always")
+def _coord(v, lo, scale):
+    """floor((v - lo) * scale) clamped to [0, 2^21 - 1]; NaN -> 0 (never an undefined cast)."""
+    f = (v - lo) * scale
+    if not f > 0.0:  # NaN, negatives
+        return 0
+    if f >= KEY_CELLS - 1:
+        return KEY_CELLS - 1
+    return int(f)
 
 
 def bounding_cube(xyz: np.ndarray) -> tuple[np.ndarray, float]:
@@ -43,7 +55,8 @@ def bounding_cube(xyz: np.ndarray) -> tuple[np.ndarray, float]:
     if xyz.shape[0] == 0:
         return np.zeros(3), 1.0
     lo = xyz.min(axis=0).astype(np.float64)
-    extent = float((xyz.max(axis=0).astype(np.float64) - lo).max())
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: a non-finite extent, handled below
+        extent = float((xyz.max(axis=0).astype(np.float64) - lo).max())
     size = extent * (1.0 + 1e-6)
     if not (np.isfinite(size) and size > 0.0):
         size = 1.0
@@ -51,18 +64,33 @@ def bounding_cube(xyz: np.ndarray) -> tuple[np.ndarray, float]:
     return lo, size
 
 
+@njit(parallel=True, cache=True)
+def _keys(x, y, z, lo, scale):
+    n = x.shape[0]
+    ijk = np.empty((n, 3), np.int64)
+    key = np.empty(n, np.int64)
+    for i in prange(n):
+        ix = _coord(x[i], lo[0], scale)
+        iy = _coord(y[i], lo[1], scale)
+        iz = _coord(z[i], lo[2], scale)
+        ijk[i, 0] = ix
+        ijk[i, 1] = iy
+        ijk[i, 2] = iz
+        key[i] = (_spread(ix) << 2) | (_spread(iy) << 1) | _spread(iz)
+    return ijk, key
+
+
 def integer_coords(xyz: np.ndarray, lo: np.ndarray, size: float) -> np.ndarray:
-    """(n, 3) uint64 coordinates floor((x - lo) / size * 2^21), clamped to [0, 2^21 - 1]; NaN -> 0."""
-    f = (np.asarray(xyz, np.float64) - lo) * (KEY_CELLS / size)
-    f = np.where(f > 0.0, f, 0.0)  # NaN and negatives -> 0
-    return np.minimum(np.floor(f), KEY_CELLS - 1).astype(np.uint64)
+    """(n, 3) int64 coordinates floor((x - lo) / size * 2^21), clamped to [0, 2^21 - 1]; NaN -> 0."""
+    xyz = np.asarray(xyz, np.float64)
+    return _keys(xyz[:, 0].copy(), xyz[:, 1].copy(), xyz[:, 2].copy(), lo, KEY_CELLS / size)[0]
 
 
 def morton_keys(xyz: np.ndarray, lo: np.ndarray, size: float) -> np.ndarray:
-    """63-bit Morton keys (int64, >= 0) of the rows of xyz in the cube (lo, size)."""
-    ijk = integer_coords(xyz, lo, size)
-    key = (_spread(ijk[:, 0]) << np.uint64(2)) | (_spread(ijk[:, 1]) << np.uint64(1)) | _spread(ijk[:, 2])
-    return key.astype(np.int64)
+    """63-bit Morton keys (int64, >= 0) of the rows of xyz in the cube (lo, size): coordinate bit b of
+    x, y, z goes to key bit 3b + 2, 3b + 1, 3b."""
+    xyz = np.asarray(xyz, np.float64)
+    return _keys(xyz[:, 0].copy(), xyz[:, 1].copy(), xyz[:, 2].copy(), lo, KEY_CELLS / size)[1]
 
 
 # --- the tree --------------------------------------------------------------------------------------------
