@@ -284,3 +284,11 @@ def test_one_accepted_cell_is_a_quadrupole(physics):
         errs.append(np.linalg.norm(got[200] - ref) / np.linalg.norm(ref))
     # measured (gravity): 1.5e-5 then 1.8e-6, a ratio of 8 (third order); a monopole alone: 1.8e-3, 4.5e-4
     assert errs[0] < 1e-4 and errs[0] / errs[1] > 6.0, errs
+
+
+def test_the_key_order_is_stable():
+    rng = np.random.default_rng(12)
+    keys = rng.integers(0, 50, 5000).astype(np.int64)  # many ties
+    assert np.array_equal(k.stable_key_order(keys), np.argsort(keys, kind="stable"))
+    same = np.zeros(300, np.int64)
+    assert np.array_equal(k.stable_key_order(same), np.arange(300))

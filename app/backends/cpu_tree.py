@@ -5,8 +5,8 @@ evaluation of acc[targets] = F(pos[targets]; pos[sources]):
 
 1. keys: 63-bit Morton keys (21 bits per axis) of the sources over their bounding cube (per-axis
    minimum, largest extent padded by 1e-6; coordinates clamped to [0, 2^21 - 1], NaN -> 0);
-2. sort: numpy's stable argsort of the keys, and the source rows reordered into float64 (moments) and
-   the record's dtype (the walk) structure-of-arrays copies;
+2. sort: a stable argsort of the keys (ties keep the source order), and the source rows reordered
+   into float64 (moments) and the record's dtype (the walk) structure-of-arrays copies;
 3. tree: cells are key prefixes of 3 bits per level, a cell is a leaf when it holds <= `leaf` bodies or
    is at level 21;
 4. moments (float64, bottom up): mass, centre of mass, the traceless quadrupole about it and the trace
@@ -81,7 +81,7 @@ def key_order(xyz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, floa
     k = _kernels_module()
     lo, size = k.bounding_cube(xyz)
     keys = k.morton_keys(xyz, lo, size)
-    order = np.argsort(keys, kind="stable")
+    order = k.stable_key_order(keys)
     return order, keys[order], lo, size
 
 
