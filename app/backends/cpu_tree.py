@@ -119,6 +119,7 @@ class CpuTreeEvaluator(ForceEvaluator):
         h = physics.h
         self.kernel = _kernels_module().walk_kernel(self.dtype, repulsion=h != 0.0, skip_self=eps2 == 0)
         self._scalars = (eps2, self.dtype(physics.G), self.dtype(h))
+        self._trace_factor = 1.0 if h != 0.0 else float(eps2)  # gravity walks take eps^2 tr, repulsion tr
         self.last_tree: Tree | None = None  # the tree of the last evaluation (diagnostics, tests)
 
     def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
@@ -151,13 +152,15 @@ class CpuTreeEvaluator(ForceEvaluator):
         ngroup = gstart.shape[0] - 1
         dt = self.dtype
         xs, ys, zs, ms = (np.ascontiguousarray(a, dtype=dt) for a in (tree.x, tree.y, tree.z, tree.m))
+        k = _kernels_module()
+        cells = k.pack_cells(tree.com, tree.mass, tree.quad, tree.trace, dt, self._trace_factor)
         nbody = np.zeros(ngroup, np.int64)
         ncells = np.zeros(ngroup, np.int64)
         nactive = np.zeros(ngroup, np.int64)
         self.kernel(np.ascontiguousarray(tpos[:, 0]), np.ascontiguousarray(tpos[:, 1]),
                     np.ascontiguousarray(tpos[:, 2]), gstart, trow.astype(np.int64), tree.child, tree.nchild,
-                    tree.start, tree.count, tree.com, tree.mass, tree.quad, tree.trace,
-                    tree.mac_radius2(theta), xs, ys, zs, ms, *self._scalars, acc, nbody, ncells, nactive)
+                    tree.start, tree.count, tree.com, tree.mac_radius2(theta), cells, xs, ys, zs, ms,
+                    *self._scalars, acc, nbody, ncells, nactive)
         body_cell = int(np.dot(nactive, ncells))
         return ForceWork(interactions=int(np.dot(nactive, nbody)) + body_cell, pair_equivalent=pairs,
                          body_cell=body_cell, evaluations=1)

@@ -304,14 +304,16 @@ def moments(x, y, z, m, start, count, child, nchild):
 def _make_walk(ftype, repulsion: bool, skip_self: bool):
     """The walk for one dtype / model / softening-zero combination (flags are compile-time)."""
 
-    def walk(tx, ty, tz, gstart, trow, child, nchild, cstart, ccount, ccom, cmass, cquad, ctrace, crmac2,
+    def walk(tx, ty, tz, gstart, trow, child, nchild, cstart, ccount, ccom, crmac2, cpack,
              xs, ys, zs, ms, eps2, g, h, acc, nbody, ncells, nactive):
         """For each group g of targets [gstart[g], gstart[g+1]) (positions tx, ty, tz in float64; a target
         with trow[t] >= 0 writes acc[trow[t], :3], one with -1 only shapes its group's box): walk the tree
         from the root; a cell is accepted when the squared distance from the group's box to its centre of
         mass exceeds crmac2 (= (side / theta + |com - centre|)^2), an unaccepted leaf is opened (its bodies
         xs, ys, zs, ms in sorted order are interacted body by body), other cells are descended. Records the
-        list lengths per group in nbody / ncells and the targets written in nactive."""
+        list lengths per group in nbody / ncells and the targets written in nactive. `cpack` holds per cell
+        the interaction's inputs in the walk's dtype (`pack_cells`), `ccom` the float64 centres of mass of
+        the opening test."""
         ngroup = gstart.shape[0] - 1
         ncell_all = cstart.shape[0]
         zero = ftype(0.0)
@@ -404,17 +406,17 @@ def _make_walk(ftype, repulsion: bool, skip_self: bool):
             qtr = np.empty(nc, ftype)
             for ci in range(nc):
                 c = cells[ci]
-                qx[ci] = ccom[c, 0]
-                qy[ci] = ccom[c, 1]
-                qz[ci] = ccom[c, 2]
-                qm[ci] = cmass[c]
-                qxx[ci] = cquad[c, 0]
-                qyy[ci] = cquad[c, 1]
-                qzz[ci] = cquad[c, 2]
-                qxy[ci] = cquad[c, 3]
-                qxz[ci] = cquad[c, 4]
-                qyz[ci] = cquad[c, 5]
-                qtr[ci] = ctrace[c] if repulsion else ctrace[c] * eps2  # gravity uses eps^2 tr
+                qx[ci] = cpack[c, 0]
+                qy[ci] = cpack[c, 1]
+                qz[ci] = cpack[c, 2]
+                qm[ci] = cpack[c, 3]
+                qxx[ci] = cpack[c, 4]
+                qyy[ci] = cpack[c, 5]
+                qzz[ci] = cpack[c, 6]
+                qxy[ci] = cpack[c, 7]
+                qxz[ci] = cpack[c, 8]
+                qyz[ci] = cpack[c, 9]
+                qtr[ci] = cpack[c, 10]
             for t in range(a, b):
                 row = trow[t]
                 if row < 0:
@@ -484,6 +486,18 @@ def _make_walk(ftype, repulsion: bool, skip_self: bool):
     suffix = "_eps0" if skip_self else ""
     walk.__name__ = walk.__qualname__ = f"tree_walk_{np.dtype(ftype).name}_{model}{suffix}"
     return walk
+
+
+def pack_cells(com, mass, quad, trace, dtype, trace_factor: float) -> np.ndarray:
+    """(ncell, 12) rows [com x y z, mass, Q xx yy zz xy xz yz, trace_factor * trace, 0] in the walk's
+    dtype: one 48-byte row per accepted cell to gather (gravity walks take eps^2 * trace, repulsion the
+    trace)."""
+    out = np.zeros((mass.shape[0], 12), dtype)
+    out[:, 0:3] = com
+    out[:, 3] = mass
+    out[:, 4:10] = quad
+    out[:, 10] = trace * trace_factor
+    return out
 
 
 _WALK = {}
