@@ -222,7 +222,7 @@ def test_kernel_combo_click_switches_next_step_and_state_is_bitwise_untouched(ui
     assert any(m.label == "cpu-fp64" for m in ui.ctl.markers)  # the history plot's switch marker
     # the keys step through the available kernels too
     ui.key(keys.Key("]"), "]")
-    assert ui.backend.kernel == "cpu-simd"
+    assert ui.backend.kernel == "cpu-tree"  # the next record after cpu-fp64
     ui.key(keys.Key("["), "[")
     assert ui.backend.kernel == "cpu-fp64"
 
@@ -348,7 +348,7 @@ def test_benchmark_button_runs_each_kernel_on_a_copy(ui):
     ui.frame(3)
     bench = ui.ctl.bench
     assert bench is not None and not bench.running
-    assert [r.kernel for r in bench.results] == ui.ctl.available() == ["cpu-simd", "cpu-fp64"]
+    assert [r.kernel for r in bench.results] == ui.ctl.available() == ["cpu-simd", "cpu-fp64", "cpu-tree"]
     for r in bench.results:
         assert not r.error and r.interactions_per_s > 0 and r.n == 512
     pos1, vel1 = _state(ui.backend)

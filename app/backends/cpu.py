@@ -30,9 +30,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
+from app.backends.cpu_tree import NumbaTree
 from app.bodies import Bodies
 from app.errors import ConfigError, NonFiniteState
-from app.forces import ForceEvaluator, ForceWork, Span, all_pairs_work
+from app.forces import ErrorBudget, FloatRange, ForceEvaluator, ForceWork, IntChoice, Span, all_pairs_work
 from app.integrator import Integrator
 from app.physics import Physics
 from app.timing import HostTimer
@@ -118,6 +119,21 @@ RECORDS = (
         doc="float64 all-pairs, numba parallel without fastmath: the accurate CPU path",
         backend="cpu", precision="fp64", source=_SOURCE, entry="accel_float64_*", origin=_ORIGIN,
         tuned=False, policy=NumbaAllPairs(np.float64, fastmath=False)),
+    KernelRecord(
+        name="cpu-tree",
+        doc="Barnes-Hut octree (Morton keys, quadrupoles, group walk), numba parallel over target groups",
+        backend="cpu", precision="fp32", source="app/backends/cpu_tree_kernels.py",
+        entry="tree_walk_float32_*",
+        origin="Bonsai (Bedorf et al., arXiv:1106.1900) and Ryoanji (arXiv:2307.06345); docs/tree.md",
+        tunables=(
+            FloatRange("theta", 0.0, 1.5, 0.5, lo_open=True,
+                       doc="opening angle: a cell is accepted beyond side/theta + |com - centre| of a group"),
+            IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
+            IntChoice("group", (16, 32, 64, 128), 64,
+                      doc="targets walked together (consecutive in key order)"),
+        ),
+        budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3),
+        policy=NumbaTree(np.float32)),
 )
 _BY_NAME = {rec.name: rec for rec in RECORDS}
 DEFAULT_KERNEL = "cpu-simd"

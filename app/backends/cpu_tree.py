@@ -1,0 +1,166 @@
+"""`cpu-tree`: a Barnes–Hut octree code on the host, the CPU twin and CI oracle of the GPU tree code.
+
+The algorithm (docs/tree.md is its specification; the kernels are in `cpu_tree_kernels.py`), per
+evaluation of acc[targets] = F(pos[targets]; pos[sources]):
+
+1. keys: 63-bit Morton keys (21 bits per axis) of the sources over their bounding cube (per-axis
+   minimum, largest extent padded by 1e-6; coordinates clamped to [0, 2^21 - 1], NaN -> 0);
+2. sort: a stable argsort of the keys (ties keep the source order), and the source rows reordered
+   into float64 (moments) and the record's dtype (the walk) structure-of-arrays copies;
+3. tree: cells are key prefixes of 3 bits per level, a cell is a leaf when it holds <= `leaf` bodies or
+   is at level 21;
+4. moments (float64, bottom up): mass, centre of mass, the traceless quadrupole about it and the trace
+   of the second moment (the trace keeps the softened expansion exact to second order);
+5. opening test (Bonsai's): a cell is accepted for a group of targets when the distance from the
+   group's bounding box to the cell's centre of mass exceeds side / theta + |com - geometric centre|;
+6. groups: `group` consecutive targets in key order. When the targets lie within the sources (the
+   integrator's case) the groups are chunks of the sources' sorted order and a target outside the span
+   still shapes its group's box, so a span of targets gets bitwise the rows of the full evaluation; other
+   targets are keyed in their own bounding cube, sorted and chunked the same way;
+7. walk (numba prange over groups): accepted cells add monopole + quadrupole terms of the softened pair
+   potential (gravity or gravity-repulsion), opened leaves add body-body interactions (app/physics.py).
+
+Arithmetic: the tree, the moments and the opening test in float64; the interactions in float32 with
+fastmath (the record's precision: positions are float32 and the GPU twin computes in float32; the
+rounding, ~1e-6, is far below the 1e-3 budget of the approximation).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span
+from app.physics import Physics
+
+
+def _kernels_module():
+    from app.backends import cpu_tree_kernels  # imports numba
+
+    return cpu_tree_kernels
+
+
+@dataclass(frozen=True)
+class Tree:
+    """An octree over sorted sources (float64 positions x, y, z and masses m, in key order)."""
+
+    lo: np.ndarray  # the key cube's corner (3,)
+    size: float  # and its side
+    order: np.ndarray  # order[k] = the source-local index of the k-th body in key order
+    keys: np.ndarray  # the sorted keys (int64)
+    x: np.ndarray
+    y: np.ndarray
+    z: np.ndarray
+    m: np.ndarray
+    start: np.ndarray  # per cell: first body (in key order), number of bodies, level, key prefix,
+    count: np.ndarray  # first child and number of children (0: a leaf)
+    level: np.ndarray
+    prefix: np.ndarray
+    child: np.ndarray
+    nchild: np.ndarray
+    centre: np.ndarray  # geometric centre (ncell, 3) and side (ncell,)
+    side: np.ndarray
+    mass: np.ndarray  # moments: mass, centre of mass (ncell, 3), traceless quadrupole (ncell, 6:
+    com: np.ndarray  # xx yy zz xy xz yz) about the com, trace sum m |y|^2 of the second moment
+    quad: np.ndarray
+    trace: np.ndarray
+
+    @property
+    def ncell(self) -> int:
+        return int(self.start.shape[0])
+
+    def mac_radius2(self, theta: float) -> np.ndarray:
+        """(side / theta + |com - centre|)^2 per cell: accepted beyond this squared distance."""
+        delta = np.linalg.norm(self.com - self.centre, axis=1)
+        return (self.side / theta + delta) ** 2
+
+
+def key_order(xyz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """(order, sorted keys, lo, size) of the rows of xyz: Morton keys over their bounding cube."""
+    k = _kernels_module()
+    lo, size = k.bounding_cube(xyz)
+    keys = k.morton_keys(xyz, lo, size)
+    order = k.stable_key_order(keys)
+    return order, keys[order], lo, size
+
+
+def build(pos: np.ndarray, leaf: int) -> Tree:
+    """The tree over the (n, 4) [x, y, z, m] rows of `pos`."""
+    k = _kernels_module()
+    src = np.asarray(pos[:, :4], dtype=np.float64)
+    order, keys, lo, size = key_order(src[:, :3])
+    s = src[order]
+    x, y, z, m = (np.ascontiguousarray(s[:, i]) for i in range(4))
+    start, count, level, prefix, child, nchild = k.build_tree(keys, int(leaf))
+    centre, side = k.cell_centres(level, prefix, lo, float(size))
+    mass, com, quad, trace = k.moments(x, y, z, m, start, count, child, nchild)
+    return Tree(lo, float(size), order, keys, x, y, z, m, start, count, level, prefix, child, nchild,
+                centre, side, mass, com, quad, trace)
+
+
+@dataclass(frozen=True)
+class NumbaTree:
+    """`cpu-tree`'s policy: the walk's dtype, and the builder of its evaluator."""
+
+    dtype: type = np.float32
+
+    def evaluator(self, record: KernelRecord, physics: Physics) -> CpuTreeEvaluator:
+        return CpuTreeEvaluator(record, physics)
+
+
+class CpuTreeEvaluator(ForceEvaluator):
+    """The tree code with one physics: acc[targets] from the sources' tree (numpy arrays)."""
+
+    def __init__(self, record: KernelRecord, physics: Physics):
+        super().__init__(record)
+        self.dtype = record.policy.dtype
+        eps2 = self.dtype(physics.softening ** 2)
+        h = physics.h
+        self.kernel = _kernels_module().walk_kernel(self.dtype, repulsion=h != 0.0, skip_self=eps2 == 0)
+        self._scalars = (eps2, self.dtype(physics.G), self.dtype(h))
+        self._trace_factor = 1.0 if h != 0.0 else float(eps2)  # gravity walks take eps^2 tr, repulsion tr
+        self.last_tree: Tree | None = None  # the tree of the last evaluation (diagnostics, tests)
+
+    def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
+        n = pos.shape[0]
+        rows = targets.check_within(n, "targets").as_slice()
+        cols = sources.check_within(n, "sources").as_slice()
+        theta = float(self._tunables["theta"])
+        leaf = int(self._tunables["leaf"])
+        group = int(self._tunables["group"])
+        pairs = int(targets.count) * int(sources.count)
+        if targets.count == 0:
+            return ForceWork(pair_equivalent=0, evaluations=1)
+        if sources.count == 0:
+            acc[rows, :3] = 0
+            return ForceWork(pair_equivalent=0, evaluations=1)
+        tree = build(pos[cols], leaf)
+        self.last_tree = tree
+        if sources.contains(targets):  # the groups are chunks of the sources' key order
+            tpos = np.stack([tree.x, tree.y, tree.z], axis=1)
+            trow = sources.start + tree.order
+            trow = np.where((trow >= targets.start) & (trow < targets.stop), trow, -1)
+        else:  # targets keyed in their own cube
+            t64 = np.asarray(pos[rows, :3], dtype=np.float64)
+            order = key_order(t64)[0]
+            tpos = t64[order]
+            trow = targets.start + order
+        nt = tpos.shape[0]
+        gstart = np.minimum(np.arange(0, nt + group, group, dtype=np.int64), nt)
+        gstart = gstart[np.concatenate([[True], np.diff(gstart) > 0])]
+        ngroup = gstart.shape[0] - 1
+        dt = self.dtype
+        xs, ys, zs, ms = (np.ascontiguousarray(a, dtype=dt) for a in (tree.x, tree.y, tree.z, tree.m))
+        k = _kernels_module()
+        cells = k.pack_cells(tree.com, tree.mass, tree.quad, tree.trace, dt, self._trace_factor)
+        nbody = np.zeros(ngroup, np.int64)
+        ncells = np.zeros(ngroup, np.int64)
+        nactive = np.zeros(ngroup, np.int64)
+        self.kernel(np.ascontiguousarray(tpos[:, 0]), np.ascontiguousarray(tpos[:, 1]),
+                    np.ascontiguousarray(tpos[:, 2]), gstart, trow.astype(np.int64), tree.child, tree.nchild,
+                    tree.start, tree.count, tree.com, tree.mac_radius2(theta), cells, xs, ys, zs, ms,
+                    *self._scalars, acc, nbody, ncells, nactive)
+        body_cell = int(np.dot(nactive, ncells))
+        return ForceWork(interactions=int(np.dot(nactive, nbody)) + body_cell, pair_equivalent=pairs,
+                         body_cell=body_cell, evaluations=1)

@@ -1,0 +1,294 @@
+"""`cpu-tree` (app/backends/cpu_tree.py, docs/tree.md): keys, tree, moments, walk and work counts.
+
+The registry walk (tests/test_registry.py) and the force seam (tests/test_force_seam.py) also check the
+record: float64 agreement within its error budget for both models and N = 1, 2, 31, 1000, and a span of
+targets getting bitwise the rows of the full evaluation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_cpu_backend import plummer_like
+
+from app.backends import cpu_tree
+from app.backends import cpu_tree_kernels as k
+from app.backends.cpu import _BY_NAME, CPUBackend
+from app.errors import ConfigError
+from app.forces import Span
+from app.physics import Physics, accelerations, relative_errors
+
+RECORD = _BY_NAME["cpu-tree"]
+SOFT = Physics(softening=0.01)
+
+
+def cloud(n: int, seed: int = 0) -> np.ndarray:
+    return plummer_like(n, seed).pos4(np.float32)
+
+
+def evaluate(pos, physics=SOFT, targets=None, sources=None, **tunables):
+    """(acc rows as float64 (N, 3), ForceWork, evaluator); rows outside the targets stay NaN."""
+    evaluator = RECORD.policy.evaluator(RECORD, physics)
+    evaluator.set_tunables(**tunables)
+    n = pos.shape[0]
+    acc = np.full(pos.shape, np.nan, pos.dtype)
+    work = evaluator.evaluate(pos, acc, targets or Span.all(n), sources or Span.all(n))
+    return acc[:, :3].astype(np.float64), work, evaluator
+
+
+def reference(pos, physics=SOFT):
+    p = pos.astype(np.float64)
+    return accelerations(p[:, :3], p[:, 3], physics)
+
+
+def errors(got, ref) -> dict[str, float]:
+    """{'max': .., 'p99': ..} of the per-body relative errors (what ErrorBudget.judge reads)."""
+    rel = relative_errors(got, ref)
+    return {"max": float(rel.max()), "p99": float(np.percentile(rel, 99))}
+
+
+# --- keys ------------------------------------------------------------------------------------------------
+def slow_key(ix: int, iy: int, iz: int) -> int:
+    key = 0
+    for b in range(20, -1, -1):  # from the top: one octant (x y z bits) per level
+        key = (key << 3) | (((ix >> b) & 1) << 2) | (((iy >> b) & 1) << 1) | ((iz >> b) & 1)
+    return key
+
+
+def test_keys_are_morton_order():
+    xyz = np.random.default_rng(1).normal(size=(300, 3))
+    lo, size = k.bounding_cube(xyz)
+    ijk = k.integer_coords(xyz, lo, size)
+    keys = k.morton_keys(xyz, lo, size)
+    assert keys.dtype == np.int64 and (keys >= 0).all()
+    assert (ijk >= 0).all() and (ijk < 2 ** 21).all()
+    assert np.array_equal(ijk, np.floor((xyz - lo) / size * 2 ** 21).astype(np.int64))
+    assert [slow_key(*map(int, c)) for c in ijk] == keys.tolist()
+    # sorted keys = Z order: the sequence of octants from the root down, compared lexicographically
+    octants = [tuple(int(key >> (3 * (20 - lv))) & 7 for lv in range(21)) for key in keys.tolist()]
+    order = np.argsort(keys, kind="stable")
+    assert [octants[i] for i in order] == sorted(octants)
+
+
+def test_keys_clamp_and_never_nan():
+    lo, size = np.zeros(3), 1.0
+    xyz = np.array([[-5.0, 0.5, 2.0], [np.nan, np.inf, -np.inf], [1e300, 0.0, 0.999999999]])
+    ijk = k.integer_coords(xyz, lo, size)
+    assert ijk.tolist() == [[0, 2 ** 20, 2 ** 21 - 1], [0, 2 ** 21 - 1, 0], [2 ** 21 - 1, 0, 2 ** 21 - 1]]
+    keys = k.morton_keys(xyz, lo, size)
+    assert (keys >= 0).all() and keys.max() <= 2 ** 63 - 1
+    # the cube of one point, of an escaped body, of an infinity
+    for pts in (np.ones((5, 3)), np.vstack([np.zeros((5, 3)), [[1e6, 0, 0]]]), np.array([[0, 0, np.inf]])):
+        lo, size = k.bounding_cube(pts)
+        assert np.isfinite(lo).all() and np.isfinite(size) and size > 0
+        assert (k.integer_coords(pts, lo, size) < 2 ** 21).all()
+
+
+# --- tree and moments ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def tree():
+    return cpu_tree.build(cloud(3000, seed=7).astype(np.float64), leaf=16)
+
+
+def test_tree_structure(tree):
+    assert tree.count[0] == 3000 and tree.level[0] == 0
+    assert (np.diff(tree.keys) >= 0).all()
+    for c in range(tree.ncell):
+        s, e = tree.start[c], tree.start[c] + tree.count[c]
+        lv = tree.level[c]
+        assert (tree.keys[s:e] >> (3 * (21 - lv)) == tree.prefix[c]).all(), "a cell is a key prefix"
+        if tree.nchild[c] == 0:
+            assert tree.count[c] <= 16 or lv == 21
+        else:
+            kids = range(tree.child[c], tree.child[c] + tree.nchild[c])
+            assert tree.count[c] > 16 and sum(tree.count[j] for j in kids) == tree.count[c]
+            assert all(tree.level[j] == lv + 1 and tree.prefix[j] >> 3 == tree.prefix[c] for j in kids)
+            assert tree.start[tree.child[c]] == s
+        # every body lies in its cell's cube
+        half = tree.side[c] / 2 * (1 + 1e-9)
+        assert (np.abs(tree.x[s:e] - tree.centre[c, 0]) <= half).all()
+        assert (np.abs(tree.z[s:e] - tree.centre[c, 2]) <= half).all()
+
+
+def test_masses_and_centres_of_mass_sum_to_the_totals_at_every_level(tree):
+    total = tree.m.sum()
+    first = np.array([tree.x, tree.y, tree.z]) @ tree.m
+    for lv in range(int(tree.level.max()) + 1):
+        # the cells of a level and the leaves above it partition the bodies
+        cut = (tree.level == lv) | ((tree.level < lv) & (tree.nchild == 0))
+        assert tree.count[cut].sum() == 3000
+        assert tree.mass[cut].sum() == pytest.approx(total, rel=1e-12)
+        assert np.allclose(tree.mass[cut] @ tree.com[cut], first, rtol=1e-12, atol=1e-12)
+    for c in range(tree.ncell):  # and each cell's are its bodies'
+        s = slice(tree.start[c], tree.start[c] + tree.count[c])
+        m = tree.m[s]
+        assert tree.mass[c] == pytest.approx(m.sum(), rel=1e-12)
+        com = np.array([m @ tree.x[s], m @ tree.y[s], m @ tree.z[s]]) / m.sum()
+        assert np.allclose(tree.com[c], com, rtol=0, atol=1e-12 * max(1.0, np.abs(com).max()))
+
+
+def test_quadrupoles_match_a_direct_sum(tree):
+    for c in range(tree.ncell):
+        s = slice(tree.start[c], tree.start[c] + tree.count[c])
+        d = np.array([tree.x[s], tree.y[s], tree.z[s]]).T - tree.com[c]
+        m = tree.m[s]
+        r2 = np.einsum("ij,ij->i", d, d)
+        q = 3 * np.einsum("i,ij,ik->jk", m, d, d) - np.eye(3) * (m @ r2)
+        want = np.array([q[0, 0], q[1, 1], q[2, 2], q[0, 1], q[0, 2], q[1, 2]])
+        scale = tree.mass[c] * tree.side[c] ** 2
+        assert np.allclose(tree.quad[c], want, rtol=0, atol=1e-10 * scale)
+        assert tree.trace[c] == pytest.approx(m @ r2, rel=1e-10, abs=1e-14 * scale)
+        assert abs(tree.quad[c, :3].sum()) <= 1e-10 * scale  # traceless
+
+
+# --- the walk --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("physics", [SOFT, Physics(softening=0.0),
+                                     Physics(softening=0.01, model="gravity-repulsion", repulsion=1e-3)],
+                         ids=["soft", "eps0", "repulsion"])
+def test_small_theta_is_all_pairs(physics):
+    pos = cloud(1500, seed=2)
+    got, work, _ = evaluate(pos, physics, theta=1e-9)
+    assert work.interactions == work.pair_equivalent == 1500 ** 2 and work.body_cell == 0
+    worst = errors(got, reference(pos, physics))["max"]
+    assert worst < 2e-5, worst  # float32 rounding only (cpu-simd's budget is 1e-4)
+
+
+def test_error_falls_with_theta():
+    pos = cloud(4000, seed=3)
+    ref = reference(pos)
+    rows = []
+    for theta in (0.9, 0.7, 0.5, 0.3):
+        got, work, _ = evaluate(pos, theta=theta)
+        rows.append({**errors(got, ref), "interactions": work.interactions})
+    for coarse, fine in zip(rows, rows[1:], strict=False):
+        assert fine["max"] < coarse["max"] and fine["p99"] < coarse["p99"], rows
+        assert fine["interactions"] > coarse["interactions"], rows
+    assert not RECORD.error_budget.judge(rows[2]), rows  # the default theta = 0.5
+
+
+@pytest.mark.parametrize("leaf", [8, 64])
+@pytest.mark.parametrize("group", [16, 128])
+def test_tunables_keep_the_budget(leaf, group):
+    pos = cloud(2000, seed=4)
+    got, _, _ = evaluate(pos, leaf=leaf, group=group)
+    assert not RECORD.error_budget.judge(errors(got, reference(pos)))
+
+
+def test_work_counts():
+    n = 3000
+    pos = cloud(n, seed=5)
+    _, work, _ = evaluate(pos)
+    assert work.pair_equivalent == n * n and work.evaluations == 1
+    assert 0 < work.body_cell < work.interactions < n * n
+    _, part, _ = evaluate(pos, targets=Span(100, 200), sources=Span(0, 2500))
+    assert part.pair_equivalent == 200 * 2500 and 0 < part.interactions <= 200 * 2500
+
+
+def test_spans_agree_with_the_full_evaluation():
+    n = 2000
+    pos = cloud(n, seed=6)
+    full, _, _ = evaluate(pos, group=32)
+    for targets in (Span(0, 1), Span(13, 700), Span(1999, 1), Span(64, 64)):
+        got, _, _ = evaluate(pos, targets=targets, group=32)
+        rows = targets.as_slice()
+        assert np.array_equal(got[rows], full[rows])
+        outside = np.ones(n, bool)
+        outside[rows] = False
+        assert np.isnan(got[outside]).all()
+    # targets outside the sources: keyed on their own, still within the budget
+    targets, sources = Span(1500, 500), Span(0, 1500)
+    got, _, _ = evaluate(pos, targets=targets, sources=sources)
+    p = pos.astype(np.float64)
+    mass = np.concatenate([p[:1500, 3], np.zeros(500)])
+    ref = accelerations(np.vstack([p[:1500, :3], p[1500:, :3]]), mass, SOFT, targets=slice(1500, None))
+    assert not RECORD.error_budget.judge(errors(got[1500:], ref))
+
+
+# --- degenerate inputs -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("softening", [0.0, 0.01])
+def test_one_and_two_bodies(softening):
+    physics = Physics(softening=softening)
+    one = np.array([[0.3, -0.2, 0.1, 1.0]], np.float32)
+    got, work, _ = evaluate(one, physics)
+    assert np.array_equal(got, np.zeros((1, 3))) and work.pair_equivalent == 1
+    two = np.array([[0.0, 0.0, 0.0, 1.0], [1.0, 0.5, 0.0, 2.0]], np.float32)
+    got, work, _ = evaluate(two, physics)
+    assert np.allclose(got, reference(two, physics), rtol=1e-6) and work.interactions == 4
+
+
+@pytest.mark.parametrize("softening", [0.0, 0.01])
+def test_all_bodies_at_one_point(softening):
+    pos = np.tile(np.array([[1.5, -2.0, 0.25, 0.01]], np.float32), (100, 1))
+    got, work, ev = evaluate(pos, Physics(softening=softening), leaf=8)
+    assert np.isfinite(got).all() and np.abs(got).max() == 0.0  # every pair at distance 0
+    tree = ev.last_tree
+    assert tree.level.max() == 21 and tree.ncell == 22  # one chain of single children down to level 21
+    assert work.interactions == 100 * 100
+
+
+def test_a_body_escaping_to_1e6():
+    pos = cloud(500, seed=8)
+    pos[17, :3] = (1e6, -3.0, 2.0)
+    got, _, ev = evaluate(pos)
+    assert np.isfinite(got).all()
+    assert (ev.last_tree.keys >= 0).all()
+    rel = relative_errors(got, reference(pos))
+    assert np.percentile(rel, 99) <= RECORD.error_budget.p99_rel
+
+
+# --- the record and the backend --------------------------------------------------------------------------
+def test_record_tunables():
+    assert RECORD.default_tunables() == {"theta": 0.5, "leaf": 16, "group": 64}
+    with pytest.raises(ConfigError, match=r"cpu-tree.theta"):
+        RECORD.validate_tunables({"theta": 0.0})
+    with pytest.raises(ConfigError, match=r"cpu-tree.leaf: 12 is not one of 8, 16, 32, 64"):
+        RECORD.validate_tunables({"leaf": 12})
+    assert RECORD.error_budget.p99_rel == 1e-3
+
+
+def test_backend_steps_with_the_tree():
+    backend = CPUBackend()
+    bodies = plummer_like(1000, seed=9)
+    backend.load(bodies, Physics(softening=0.01, dt=1e-3), kernel="cpu-tree")
+    backend.set_tunables(theta=0.9)
+    timings = backend.step(5)
+    assert timings.kernel == "cpu-tree" and timings.interactions < timings.pair_equivalent
+    assert timings.pair_equivalent % 1000 ** 2 == 0 and timings.pair_equivalent >= 5 * 1000 ** 2
+    state = backend.state()
+    assert np.isfinite(state.pos).all()
+    assert np.abs(state.pos - bodies.pos).max() < 0.05
+    backend.close()
+
+
+@pytest.mark.parametrize("physics", [Physics(softening=0.05),
+                                     Physics(softening=0.05, model="gravity-repulsion", repulsion=0.1)],
+                         ids=["gravity", "repulsion"])
+def test_one_accepted_cell_is_a_quadrupole(physics):
+    """A compact cluster seen from a massless target at distance D: the cell is accepted as a whole
+    (one body-cell interaction), and its error against the direct sum falls like (size / D)^3 (the
+    octupole: monopole + quadrupole are exact to second order) where a monopole alone falls like ^2."""
+    rng = np.random.default_rng(11)
+    cluster = rng.uniform(-0.1, 0.1, size=(200, 3)) * [1.0, 0.6, 0.3]  # flattened: a real quadrupole
+    direction = np.array([0.48, -0.6, 0.64])
+    mass = rng.uniform(0.5, 1.5, 200) / 200
+    errs = []
+    for dist in (1.5, 3.0):
+        pos = np.zeros((201, 4), np.float32)
+        pos[:200, :3] = cluster
+        pos[:200, 3] = mass
+        pos[200, :3] = dist * direction  # mass 0
+        got, work, _ = evaluate(pos, physics, targets=Span(200, 1), sources=Span(0, 200), theta=0.5)
+        assert work.interactions == work.body_cell == 1 and work.pair_equivalent == 200
+        p = pos.astype(np.float64)
+        ref = accelerations(p[:, :3], p[:, 3], physics, targets=slice(200, 201))[0]
+        errs.append(np.linalg.norm(got[200] - ref) / np.linalg.norm(ref))
+    # measured (gravity): 1.5e-5 then 1.8e-6, a ratio of 8 (third order); a monopole alone: 1.8e-3, 4.5e-4
+    assert errs[0] < 1e-4 and errs[0] / errs[1] > 6.0, errs
+
+
+def test_the_key_order_is_stable():
+    rng = np.random.default_rng(12)
+    keys = rng.integers(0, 50, 5000).astype(np.int64)  # many ties
+    assert np.array_equal(k.stable_key_order(keys), np.argsort(keys, kind="stable"))
+    same = np.zeros(300, np.int64)
+    assert np.array_equal(k.stable_key_order(same), np.arange(300))
