@@ -99,8 +99,8 @@ class Backend(ABC):
         """Change parameters from the next step on (the state is kept)."""
 
     @property
-    @abstractmethod
-    def physics(self) -> Physics: ...
+    def physics(self) -> Physics:
+        return self._physics
 
     # Simulation time is t0 + steps·dt: `_t0`, `_steps` and `_physics` are the backend's own fields.
     @property

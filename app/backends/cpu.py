@@ -246,10 +246,6 @@ class CPUBackend(Backend):
             self._integrator.invalidate()
 
     @property
-    def physics(self) -> Physics:
-        return self._physics
-
-    @property
     def n(self) -> int:
         return int(self._mass.shape[0])
 

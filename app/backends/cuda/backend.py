@@ -390,10 +390,6 @@ class CudaBackend(Backend):
             self._integrator.invalidate()
 
     @property
-    def physics(self) -> Physics:
-        return self._physics
-
-    @property
     def n(self) -> int:
         return self._n
 
