@@ -434,3 +434,35 @@ def test_energy_monitor_matches_the_float64_reference():
     mon.wait()
     first, last = mon.samples[0], mon.samples[-1]
     assert first.energy == 0.0 and last.energy > 1e-4 and last.momentum >= 0.0
+
+
+def test_escape_closes_an_open_combo_first_and_only_a_second_escape_quits(ui):
+    from vispy.util import keys
+
+    ui.click("kernel_combo")
+    assert "kernel:cpu-fp64" in ui.panel.item_rects and ui.panel.modal_input, "the combo did not open"
+    ui.key(keys.ESCAPE)
+    assert not ui.viewer.quit_requested, "Escape with the combo open quit the viewer"
+    ui.frame(2)
+    assert not ui.panel.modal_input and "kernel:cpu-fp64" not in ui.panel.item_rects, "the combo stayed open"
+    ui.key(keys.SPACE, " ")  # the viewer's keys are its own again
+    assert ui.viewer.paused
+    ui.key(keys.ESCAPE)
+    assert ui.viewer.quit_requested
+
+
+def test_escape_in_a_text_field_leaves_the_field_not_the_viewer(ui):
+    from vispy.util import keys
+
+    dt0 = ui.backend.physics.dt
+    ui.tab("Simulation")
+    ui.click("physics.dt")
+    ui.type("5")
+    assert ui.panel.modal_input, "the field did not take the keys"
+    ui.key(keys.ESCAPE)
+    assert not ui.viewer.quit_requested, "Escape in a text field quit the viewer"
+    ui.frame(2)
+    assert not ui.panel.modal_input
+    assert ui.backend.physics.dt == dt0  # Escape dropped the edit
+    ui.key(keys.ESCAPE)
+    assert ui.viewer.quit_requested

@@ -113,6 +113,11 @@ class Panel:
         self.gl = self._gl_info()
         viewer.overlays.append(self.draw)
         viewer.key_actions["Tab"] = self.toggle
+        # While a popup is open or a text field is being edited, the keys are the UI's: Escape closes the
+        # popup (or leaves the field) instead of quitting, and Space types instead of pausing.
+        self.modal_input = False
+        self._keys_are_ui = lambda: self.visible and self.modal_input
+        viewer.capture_keyboard.append(self._keys_are_ui)
 
     @staticmethod
     def _gl_info() -> dict:
@@ -183,6 +188,8 @@ class Panel:
             self.viewer.overlays.remove(self.draw)
         if self.viewer.key_actions.get("Tab") == self.toggle:
             del self.viewer.key_actions["Tab"]
+        if self._keys_are_ui in self.viewer.capture_keyboard:
+            self.viewer.capture_keyboard.remove(self._keys_are_ui)
         self.bridge.close()
         self.controller.close()
 
@@ -347,6 +354,10 @@ class Panel:
         self.item_rects = {}  # the layout of this frame only
         self.red_fields = set()
         io = imgui.get_io()
+        if self.modal_input and imgui.is_key_pressed(imgui.Key.escape, False):
+            # Dear ImGui closes popups on Escape only with keyboard navigation on (which would also take
+            # the arrow keys): close them here. A text field handles its own Escape.
+            imgui.internal.close_popups_except_modals()
         imgui.set_next_window_pos(imgui.ImVec2(8, 8), imgui.Cond_.first_use_ever)
         imgui.set_next_window_size(imgui.ImVec2(PANEL_W, max(io.display_size.y - 16, 200)),
                                    imgui.Cond_.first_use_ever)
@@ -366,6 +377,8 @@ class Panel:
         pos, size = imgui.get_window_pos(), imgui.get_window_size()
         self.item_rects["window"] = (pos.x, pos.y, pos.x + size.x, pos.y + size.y)
         imgui.end()
+        any_popup = imgui.PopupFlags_.any_popup_id | imgui.PopupFlags_.any_popup_level
+        self.modal_input = imgui.is_popup_open("", any_popup) or io.want_text_input
 
     def _summary(self) -> None:
         imgui = self.imgui
