@@ -32,7 +32,8 @@ keys and mouse in the viewer (the panel takes the mouse and keys while it uses t
   F                  fit the camera to the bodies
   V                  start / stop recording the view to DIR/recording-<time>.mp4 (--record-to, default out/)
   Tab                hide / show the control panel
-  Escape             quit (closing the window quits too)
+  Escape             quit (closing the window quits too); with a panel popup open or a field
+                     being edited, the first Escape closes the popup or leaves the field
 """
 DESCRIPTION = f"""\
 Run SCENE live: every frame advances the simulation by run.steps_per_frame steps on the chosen
