@@ -85,10 +85,21 @@ def _mpi_max():
     return MPI.MAX
 
 
-def library_version() -> str:
-    from mpi4py import MPI
+def summary() -> str:
+    """One line for `info`: the MPI this process would use, and how ranks exchange positions."""
+    import shutil
 
-    return MPI.Get_library_version().splitlines()[0].strip()
+    try:
+        import mpi4py
+        from mpi4py import MPI
+    except ImportError:
+        return "not installed (pip install 'nbody-live[mpi]'; make test installs it)"
+    library = " ".join(MPI.Get_library_version().split()[:3])
+    launcher = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    query = getattr(MPI, "Query_cuda_support", None)
+    aware = ("CUDA-aware: yes, positions could be exchanged from device memory" if query and query()
+             else "CUDA-aware: not reported by this MPI, positions are exchanged through host memory")
+    return f"mpi4py {mpi4py.__version__}, {library}, mpiexec {launcher or 'not found'}; {aware}"
 
 
 @contextmanager

@@ -116,3 +116,10 @@ def test_ranks_with_different_arguments_are_refused_at_start(tmp_path):
                           text=True, timeout=60, env=env, cwd=ROOT)
     assert done.returncode != 0 and "rank 1 differs from rank 0 in argv" in done.stderr
     assert not (tmp_path / "a.npz").exists() and not (tmp_path / "b.npz").exists()
+
+
+def test_info_reports_the_mpi_and_how_positions_travel():
+    done = nbody("info")
+    assert done.returncode == 0, done.stderr
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("MPI: "))
+    assert "mpi4py 4." in line and "MPICH" in line and "mpiexec /" in line and "CUDA-aware:" in line

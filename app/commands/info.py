@@ -136,4 +136,7 @@ def main(args) -> int:
         except Exception as e:  # noqa: BLE001 - info reports whatever breaks, it never crashes on it
             print(f"GL: no context ({type(e).__name__}: {e})")
     print("kernels: " + ", ".join(r.name for cls in backend_classes().values() for r in cls.kernels()))
+    from app.distributed import summary
+
+    print(f"MPI: {summary()}")
     return 0
