@@ -3,7 +3,10 @@
 # interop, validate `shared` on NBabel 16k, tune, benchmark the kernels. Results land in $OUT (the
 # device tool brings them back).
 #
-#   source .kit/setup.sh && bash bench/gpu_session.sh [tests|run|tune|bench|all] [BENCH_NS]
+#   source .kit/setup.sh && bash bench/gpu_session.sh [tests|run|tune|bench|realn|all] [BENCH_NS]
+#
+# `all` is one device call of about 9 minutes on an H200: the gpu tests (the slow soak included), the
+# 65,536-body headless runs, validate on NBabel 16k, tune, the bench of every kernel and bench/realn.sh.
 #
 # The shared data folder does not travel: copy it to .devdata/ and carry it (NBODY_SHARED_DATA).
 set -uo pipefail
@@ -22,12 +25,15 @@ day=$(date +%F)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee "$out/gpu.txt"
 
 if [[ $what == tests || $what == all ]]; then
-    python3 -m pytest -q -m gpu -p no:xvfb -p no:cacheprovider --durations=15 tests 2>&1 | tee "$out/gpu-tests.log" | tail -40
+    timeout 300 python3 -m pytest -q -m gpu -p no:xvfb -p no:cacheprovider --durations=15 tests 2>&1 \
+        | tee "$out/gpu-tests.log" | grep -E "passed|failed|^FAILED|^ERROR" | tail -40
     python3 -m pytest -q -p no:xvfb -p no:cacheprovider tests/test_kernels_compile.py tests/test_render.py 2>&1 | tail -3
 fi
 if [[ $what == run || $what == all ]]; then
-    python3 -m app -q run plummer --n 65536 --frames 300 --headless --backend cuda --kernel shared \
-        --timings "$out/run-65536.csv" 2>&1 | tail -3
+    for k in shared best; do
+        python3 -m app -q run plummer --n 65536 --frames 400 --headless --backend cuda --kernel $k \
+            --no-panel --timings "$out/$gpu-$day-run-65536-$k-frames.csv" 2>&1 | tail -2
+    done
 fi
 if [[ $what == run || $what == all ]]; then
     python3 -m app -q validate --backend cuda --kernel shared "$NBODY_SHARED_DATA/nbabel_input16k" 2>&1 \
@@ -39,4 +45,7 @@ fi
 if [[ $what == bench || $what == all ]]; then
     python3 -m app bench --backend cuda --kernels all --n "$ns" --no-progress \
         --json "$out/$gpu-$day.json" --plot "$out/$gpu-$day.png" 2>&1 | tail -40
+fi
+if [[ $what == realn || $what == all ]]; then
+    bash bench/realn.sh 2>&1 | tail -20
 fi
