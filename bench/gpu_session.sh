@@ -5,8 +5,10 @@
 #
 #   source .kit/setup.sh && bash bench/gpu_session.sh [tests|run|tune|bench|realn|all] [BENCH_NS]
 #
-# `all` is one device call of about 9 minutes on an H200: the gpu tests (the slow soak included), the
-# 65,536-body headless runs, validate on NBabel 16k, tune, the bench of every kernel and bench/realn.sh.
+# `all` (the gpu tests with the slow soak, the 65,536-body headless runs, validate on NBabel 16k, tune,
+# the bench of every kernel and bench/realn.sh) takes about 10 minutes on an H200, the limit of one
+# device call: run it as two, `tests`, `run` and `realn`, then `tune` and `bench` (the same machine
+# while it is warm, so that `bench` reads the cache `tune` wrote).
 #
 # The shared data folder does not travel: copy it to .devdata/ and carry it (NBODY_SHARED_DATA).
 set -uo pipefail
