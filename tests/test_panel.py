@@ -466,3 +466,24 @@ def test_escape_in_a_text_field_leaves_the_field_not_the_viewer(ui):
     assert ui.backend.physics.dt == dt0  # Escape dropped the edit
     ui.key(keys.ESCAPE)
     assert ui.viewer.quit_requested
+
+
+def test_save_snapshot_button_and_key_write_files_that_load_back_bitwise(ui, tmp_path):
+    from vispy.util import keys
+
+    from app import formats
+
+    ui.ctl.view_recorder.directory = tmp_path
+    ui.key(keys.SPACE, " ")  # paused: the state does not move between the save and the comparison
+    ui.tab("Simulation")
+    ui.click("save_snapshot")
+    first = ui.ctl.last_snapshot
+    assert first is not None and first.parent == tmp_path and first.suffix == ".npz"
+    state = ui.backend.state()
+    back = formats.read(first)
+    for field in ("pos", "vel", "mass"):
+        assert getattr(back, field).tobytes() == getattr(state, field).tobytes(), field
+    assert back.time == state.time
+    ui.key(keys.Key("S"), "s")
+    assert ui.ctl.last_snapshot != first and ui.ctl.last_snapshot.is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind

@@ -31,6 +31,7 @@ keys and mouse in the viewer (the panel takes the mouse and keys while it uses t
   C                  reset the camera to the scene's view
   F                  fit the camera to the bodies
   V                  start / stop recording the view to DIR/recording-<time>.mp4 (--record-to, default out/)
+  S                  save the current state to DIR/snapshot-<time>.npz (float64, original order)
   Tab                hide / show the control panel
   Escape             quit (closing the window quits too); with a panel popup open or a field
                      being edited, the first Escape closes the popup or leaves the field

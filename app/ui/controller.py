@@ -81,8 +81,10 @@ class Controller:
         self._skip_frames: set[int] = set()  # frames whose time includes a benchmark run
         self._single_step: tuple[int, int] | None = None  # (frame at request, saved steps_per_frame)
         self.view_recorder = ViewRecorder(viewer, self._report)
+        self.last_snapshot: Path | None = None
         viewer.key_actions.update({"R": self.reset, "[": lambda: self.cycle_kernel(-1),
-                                   "]": lambda: self.cycle_kernel(+1), "V": self.toggle_recording})
+                                   "]": lambda: self.cycle_kernel(+1), "V": self.toggle_recording,
+                                   "S": self.save_snapshot})
 
     # --- what there is ---------------------------------------------------------------------------
     @property
@@ -263,6 +265,26 @@ class Controller:
             return self._fail(f"reset failed: {e}")
         self.viewer.reset_camera()
         self._ok("reset to the scene's initial bodies")
+        return None
+
+    def save_snapshot(self) -> str | None:
+        """Write the current state (float64, original body order, the time) to
+        <recording folder>/snapshot-<time>.npz atomically; loads back bitwise with `formats.read`."""
+        from app import formats
+        from app.outputs import check_output
+
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        folder = self.view_recorder.directory
+        path, i = folder / f"snapshot-{stamp}.npz", 1
+        while path.exists():
+            path, i = folder / f"snapshot-{stamp}-{i}.npz", i + 1
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            formats.write(check_output(path, "snapshot"), self.backend.state())
+        except Exception as e:  # noqa: BLE001 - a failed save is reported; the viewer goes on
+            return self._fail(f"snapshot not saved: {e}")
+        self.last_snapshot = path
+        self._ok(f"wrote {path}")
         return None
 
     def load_preset(self, name: str) -> str | None:

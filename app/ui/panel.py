@@ -700,6 +700,12 @@ class Panel:
             ctl.reset()
         self._rect("reset")
         self._tooltip("R: the scene's initial bodies again (same seed, current N and kernel)")
+        imgui.same_line()
+        if imgui.button("Save snapshot", imgui.ImVec2(110, 0)):
+            ctl.save_snapshot()
+        self._rect("save_snapshot")
+        self._tooltip(f"S: the current state to {ctl.view_recorder.directory}/snapshot-<time>.npz (float64, "
+                      "original body order; opens with `nbody-live run FILE`)")
         if self._presets is None:
             from app.scene import preset_names
 
