@@ -100,6 +100,11 @@ class Choice:
 Tunable = IntChoice | FloatRange | Choice
 
 
+def format_tunables(values: Mapping[str, Any]) -> str:
+    """'block_size=128 k=4 slices=0': tunable values as the logs, tune and the panel print them."""
+    return " ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
 def _key(owner: str, name: str) -> str:
     return f"{owner}.{name}" if owner else name
 

@@ -37,10 +37,16 @@ class CpuDevice:
         self.speed = np.linalg.norm(self.vel[:, :3], axis=1).astype(np.float32)
         self.everyone = Span.all(bodies.n)
         self.last_force_ms = 0.0
+        self._ops, self._ops_share = None, None
 
     def _share_ops(self) -> CpuOps:
-        rows = self.share.as_slice()
-        return CpuOps(self.evaluator, self.pos[rows], self.vel[rows], self.acc[rows], self.speed[rows])
+        """The updates on the share's rows, made again only when the share changes (re-balancing)."""
+        if self._ops_share != self.share:
+            rows = self.share.as_slice()
+            self._ops = CpuOps(self.evaluator, self.pos[rows], self.vel[rows], self.acc[rows],
+                               self.speed[rows])
+            self._ops_share = self.share
+        return self._ops
 
     def force(self) -> ForceWork:
         t = time.perf_counter()

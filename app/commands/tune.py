@@ -51,6 +51,7 @@ def main(args) -> int:
         check_outputs((args.json, "tune results"))  # before the minutes of tuning
     cls = select_backend("cuda")
     from app.backends.cuda import tune, tuning_cache
+    from app.forces import format_tunables
 
     if args.show:
         from app.backends.cuda.context import device_facts
@@ -61,7 +62,7 @@ def main(args) -> int:
             print(why)
             return 1
         for e in data["best"]:
-            print(f"N = {e['n']:>9,}: {e['variant']} {tuning_cache.fmt_tunables(e['tunables'])}: "
+            print(f"N = {e['n']:>9,}: {e['variant']} {format_tunables(e['tunables'])}: "
                   f"{e['interactions_per_s'] / 1e9:,.0f} G interactions/s")
         print(tuning_cache.cache_path(gpu, driver))
         return 0

@@ -431,7 +431,6 @@ class CudaBackend(Backend):
             self._last_totals = totals
         timings.force_ms = totals.get("force", 0.0)
         timings.integrate_ms = totals.get("integrate", 0.0)
-        timings.extra["force_evals"] = float(timings.force_evals)
         if self._gl is not None:
             timings.map_ms = self._gl.last_map_ms
             timings.unmap_ms = self._gl.last_unmap_ms

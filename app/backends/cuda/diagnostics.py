@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.backends.cuda.policies import ceil_div, force_arguments
 from app.physics import Diagnostics
 
 SOURCE = "diagnostics.cu"
@@ -43,21 +44,17 @@ class DeviceDiagnostics(Diagnostics):
 
 
 # --- geometry (pure) -------------------------------------------------------------------------------------
-def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
-
-
 def moment_blocks(n: int, sms: int) -> int:
     """Blocks of the grid-stride O(N) pass: enough to fill the GPU, few partials to add."""
-    return max(1, min(_ceil_div(max(n, 1), BLOCK), MOMENT_BLOCKS_PER_SM * max(int(sms), 1)))
+    return max(1, min(ceil_div(max(n, 1), BLOCK), MOMENT_BLOCKS_PER_SM * max(int(sms), 1)))
 
 
 def potential_plan(n: int) -> tuple[int, int, int]:
     """(tiles, chunk_tiles, chunks): grid = (tiles, chunks), block (ti, c) walks j-tiles
     [max(c * chunk_tiles, ti), min((c + 1) * chunk_tiles, tiles))."""
-    tiles = _ceil_div(max(n, 1), BLOCK)
-    chunk_tiles = max(1, _ceil_div(tiles, MAX_CHUNKS))
-    return tiles, chunk_tiles, _ceil_div(tiles, chunk_tiles)
+    tiles = ceil_div(max(n, 1), BLOCK)
+    chunk_tiles = max(1, ceil_div(tiles, MAX_CHUNKS))
+    return tiles, chunk_tiles, ceil_div(tiles, chunk_tiles)
 
 
 def tile_pairs(tiles: int, chunk_tiles: int, chunks: int) -> list[tuple[int, int]]:
@@ -127,8 +124,6 @@ def launch_diagnostics(backend) -> PendingDiagnostics:
     Uses the backend's public surface only: `device` (kernels, scratch, pinned memory, scope),
     `state_arrays()` (the state's precision and pointers), `physics`, `n`, `time`, and `diag_pending`,
     where the previous launch waits to be settled before the pinned buffer is reused."""
-    from app.backends.cuda.policies import force_arguments
-
     dev, n = backend.device, backend.n
     repulsion, soft, eps2, g, h = force_arguments(backend.physics)
     tiles, chunk_tiles, chunks = potential_plan(n)

@@ -17,10 +17,10 @@ import logging
 from collections.abc import Callable
 
 from app.errors import ConfigError
-from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span
+from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span, format_tunables
 from app.physics import Physics
 
-from .policies import FORMS, fmt_tunables, force_arguments
+from .policies import FORMS, force_arguments
 
 log = logging.getLogger(__name__)
 MAX_PLANS = 64
@@ -55,14 +55,14 @@ class CudaEvaluator(ForceEvaluator):
             return self.record, self._tunables
         if n not in self._resolved:
             rec, tun, why = policy.resolve(self._records, self.device.facts, n)
-            log.info("best: N = %d -> %s %s (%s)", n, rec.name, fmt_tunables(tun), why)
+            log.info("best: N = %d -> %s %s (%s)", n, rec.name, format_tunables(tun), why)
             self._resolved[n] = (rec, tun)
         return self._resolved[n]
 
     def describe(self, n: int) -> str:
         """'register-blocked block_size=128 k=4 slices=0': what actually runs (useful for `best`)."""
         rec, tun = self.active(n)
-        return f"{rec.name} {fmt_tunables(tun)}".strip()
+        return f"{rec.name} {format_tunables(tun)}".strip()
 
     def prepare(self, n: int) -> None:
         """Compile and load every entry a launch over n bodies may need (all four model / self-term

@@ -53,6 +53,7 @@ class CudaShareDevice:
         self.evaluator = CudaEvaluator(record, self.device, records)
         self.evaluator.set_physics(physics)
         self.last_force_ms = 0.0
+        self._share_ops, self._ops_share = None, None
         with self.device.scope:
             self.evaluator.prepare(self.n)
             n = max(self.n, 1)
@@ -67,10 +68,14 @@ class CudaShareDevice:
         return self.ptr[field] + FIELDS[field] * span.start
 
     def _ops(self) -> Fp32Ops:
-        """The element-wise updates on the share's rows (the force is `force`, over the whole copy)."""
+        """The element-wise updates on the share's rows (the force is `force`, over the whole copy),
+        made again only when the share changes (re-balancing)."""
         s = self.share
-        return Fp32Ops(self.device, self.force, s.count, self._rows("pos", s), self._rows("vel", s),
-                       self._rows("acc", s), self._rows("speed", s))
+        if self._ops_share != s:
+            self._share_ops = Fp32Ops(self.device, self.force, s.count, self._rows("pos", s),
+                                      self._rows("vel", s), self._rows("acc", s), self._rows("speed", s))
+            self._ops_share = s
+        return self._share_ops
 
     def force(self) -> ForceWork:
         with self.device.scope:

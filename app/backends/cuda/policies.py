@@ -427,6 +427,3 @@ class BestPolicy(GridPolicy):
         rec = records[self.fallback]
         return rec, rec.default_tunables(), f"{why}; run `nbody-live tune` to measure this GPU"
 
-
-def fmt_tunables(tun: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(tun.items()))

@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable
 
 from app.backends.cuda import tuning_cache
-from app.backends.cuda.policies import fmt_tunables
 from app.backends.cuda.registry import DEFAULT_KERNEL
+from app.forces import format_tunables
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
             if winner is not None:
                 data["best"].append({k: winner[k] for k in ("n", "variant", "tunables", "interactions_per_s",
                                                             "median_ms", "max_rel_err")})
-                say(f"N = {n:>9,}: {winner['variant']} {fmt_tunables(winner['tunables'])}: "
+                say(f"N = {n:>9,}: {winner['variant']} {format_tunables(winner['tunables'])}: "
                     f"{winner['interactions_per_s'] / 1e9:,.0f} G interactions/s "
                     f"({sum(r['status'] == 'ok' for r in rows)} configurations timed)")
             else:
@@ -178,6 +178,6 @@ def _validated_winner(backend, rows, bodies, physics, reference, tolerance, rela
         if worst <= tolerance:
             return row
         log.warning("tune: %s %s: max rel err %.2e against float64 (allowed %.2e): not chosen",
-                    row["variant"], fmt_tunables(row["tunables"]), worst, tolerance)
+                    row["variant"], format_tunables(row["tunables"]), worst, tolerance)
     return None
 

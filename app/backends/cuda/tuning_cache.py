@@ -116,7 +116,3 @@ def lookup(n: int, facts, records) -> tuple[dict | None, str]:
         tuned = ", ".join(f"{e['n']:,}" for e in data["best"]) or "none"
         return None, f"no tuned N near N = {n:,} on {gpu} (tuned: {tuned})"
     return entry, ""
-
-
-def fmt_tunables(tun: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in sorted(tun.items()))
