@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import contextmanager
+from functools import partial
 
 import numpy as np
 
@@ -198,8 +199,12 @@ class RankRun:
 
     def diagnostics(self):
         """Float64 diagnostics of the whole state, computed by rank 0 (None on the others)."""
+        from app.energy import potential_energy
+
         state = self.state()
-        return diagnostics(state, self.physics) if self.comm.rank == 0 else None
+        if self.comm.rank != 0:
+            return None
+        return diagnostics(state, self.physics, potential=partial(potential_energy, parallel=True))
 
     def accelerations(self) -> np.ndarray:
         self.ops.force()

@@ -150,12 +150,15 @@ class Diagnostics:
         return self.kinetic + self.potential
 
 
-def diagnostics(bodies: Bodies, physics: Physics,
-                progress: Callable[[int], None] | None = None) -> Diagnostics:
+def diagnostics(bodies: Bodies, physics: Physics, progress: Callable[[int], None] | None = None,
+                potential: Callable | None = None) -> Diagnostics:
+    """Conserved quantities in float64; `potential(pos, mass, physics, progress=)` computes the O(N²)
+    term (default: the numpy reference here; app.energy's numba sum is the fast one)."""
+    potential = potential or potential_energy
     return Diagnostics(
         time=bodies.time,
         kinetic=kinetic_energy(bodies.vel, bodies.mass),
-        potential=potential_energy(bodies.pos, bodies.mass, physics, progress=progress),
+        potential=potential(bodies.pos, bodies.mass, physics, progress=progress),
         momentum=tuple(linear_momentum(bodies.vel, bodies.mass)),
         angular_momentum=tuple(angular_momentum(bodies.pos, bodies.vel, bodies.mass)),
         momentum_scale=momentum_scale(bodies.vel, bodies.mass),

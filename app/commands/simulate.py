@@ -85,18 +85,29 @@ def _csv_line(values) -> str:
     return ",".join(f"{v:.17g}" if isinstance(v, float) else str(v) for v in values) + "\n"
 
 
-def _measure(backend, args):
+def _measure(backend, args, stop=None):
     """A function returning the float64 Diagnostics of the backend's current state: reduced on the
     device when the backend can (CUDA), else on the host with a progress bar when N is large."""
     if hasattr(backend, "diagnostics"):
         return backend.diagnostics
-    from app.physics import diagnostics
+    from functools import partial
+
+    from app import physics
+    from app.energy import EnergyInterrupted, potential_energy
 
     def on_host():
-        if backend.n <= LONG_ENERGY_N:
-            return diagnostics(backend.state(), backend.physics)
-        with progress_bar(args, total=backend.n, unit="body", desc="float64 energy", leave=False) as bar:
-            return diagnostics(backend.state(), backend.physics, progress=bar.update)
+        """None when a signal stopped it: the run then ends at this step, writing what it has."""
+        # parallel: the backend's own kernels are idle while the energy is summed
+        asked = (lambda: stop.signum is not None) if stop is not None else None
+        potential = partial(potential_energy, parallel=True, stop=asked)
+        try:
+            if backend.n <= LONG_ENERGY_N:
+                return physics.diagnostics(backend.state(), backend.physics, potential=potential)
+            with progress_bar(args, total=backend.n, unit="body", desc="float64 energy", leave=False) as bar:
+                return physics.diagnostics(backend.state(), backend.physics, progress=bar.update,
+                                           potential=potential)
+        except EnergyInterrupted:
+            return None
     return on_host
 
 
@@ -135,17 +146,19 @@ def _simulate(args, comm) -> int:
     try:
         with Interruption() as stop:
             log_file = StreamedFile(args.log) if args.log and writer else None
+            if log_file:  # the header first: a run stopped during its first energy still leaves a CSV
+                log_file.write(_csv_line(LOG_COLUMNS))
             every = (args.log_every or max(1, args.steps // 20)) if args.log else args.steps
             checkpoint = args.checkpoint_every or args.steps
-            measure = _measure(backend, args)
+            measure = _measure(backend, args, stop)
             if args.log:
-                d0 = measure()
-                if log_file and not math.isfinite(d0.energy):
+                d0 = measure()  # None: a signal stopped it, and the loop below will not start
+                if log_file and d0 is not None and not math.isfinite(d0.energy):
                     log.warning("the energy is not finite: two bodies coincide at softening 0 (the forces "
                                 "skip such a pair); so are the log's energy columns; use --softening > 0")
-                if log_file:
+                if log_file and d0 is not None:
                     last = _row(0, d0, d0, 0.0)
-                    log_file.write(_csv_line(LOG_COLUMNS) + _csv_line(last))
+                    log_file.write(_csv_line(last))
             done, force_ms, since = 0, 0.0, 0
             with progress_bar(args, total=args.steps, unit="step", desc=backend.kernel, show=writer) as bar:
                 while done < args.steps and not distributed.any_rank(comm, stop.signum):
@@ -156,7 +169,7 @@ def _simulate(args, comm) -> int:
                     bar.update(k)
                     if args.log and (done % every == 0 or done == args.steps):
                         diag = measure()
-                        if log_file:
+                        if log_file and diag is not None:
                             last = _row(done, diag, d0, force_ms / since)
                             log_file.write(_csv_line(last))
                         force_ms, since = 0.0, 0

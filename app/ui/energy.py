@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.energy import potential_energy as fast_potential
 from app.physics import (
     Diagnostics,
     Physics,
@@ -35,48 +36,9 @@ log = logging.getLogger(__name__)
 
 HOST_MAX_N = 65_536  # above this the host O(N²) potential takes seconds: energy needs the device reduction
 
-_kernels: dict[bool, object] = {}
-
-
-def _kernel(parallel: bool):
-    """The pairwise potential in float64 (same interaction as app.physics.potential_energy), compiled
-    once per flavour: serial (next to the CPU backend, whose kernels use every core) or parallel over
-    the rows (next to a GPU backend, where the host's cores are idle)."""
-    if parallel not in _kernels:
-        from numba import njit, prange
-
-        @njit(nogil=True, fastmath=False, cache=True, parallel=parallel)
-        def potential(pos, mass, eps2, g, h):
-            n = pos.shape[0]
-            total = 0.0
-            for i in prange(n):
-                xi, yi, zi, mi = pos[i, 0], pos[i, 1], pos[i, 2], mass[i]
-                acc = 0.0
-                for j in range(i + 1, n):
-                    dx = pos[j, 0] - xi
-                    dy = pos[j, 1] - yi
-                    dz = pos[j, 2] - zi
-                    s2 = dx * dx + dy * dy + dz * dz + eps2
-                    if s2 == 0.0:
-                        continue
-                    s = math.sqrt(s2)
-                    pair = -g / s
-                    if h != 0.0:
-                        pair += h / (3.0 * s2 * s)
-                    acc += pair * mass[j]
-                total += acc * mi
-            return total
-
-        _kernels[parallel] = potential
-    return _kernels[parallel]
-
-
 def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, parallel: bool = False) -> float:
-    """Σ_{i<j} -G m_i m_j / s + H m_i m_j / (3 s³), s² = r² + ε²; numba, float64, releases the GIL."""
-    pos = np.ascontiguousarray(pos, dtype=np.float64)
-    mass = np.ascontiguousarray(mass, dtype=np.float64)
-    fn = _kernel(parallel)
-    return float(fn(pos, mass, float(physics.softening) ** 2, float(physics.G), float(physics.h)))
+    """The host potential of app/energy.py, with coincident pairs skipped as the forces skip them."""
+    return fast_potential(pos, mass, physics, parallel, coincident_inf=False)
 
 
 @dataclass(frozen=True)
