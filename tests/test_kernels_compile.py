@@ -116,6 +116,16 @@ def test_prepare_strings_match_the_kernels(rec):
                 assert params.get(symbol) == arg_types, f"{rec.source}:{symbol} takes {params.get(symbol)}"
 
 
+@needs_nvcc
+def test_tree_build_prepare_strings_match_the_kernels():
+    """The GPU tree's build kernels (compiled with their own options) take what tree.py prepares."""
+    from app.backends.cuda import tree
+
+    params = ptx_parameters(tree.BUILD_SOURCE, tree.BUILD_OPTIONS)
+    for symbol, arg_types in tree.BUILD_KERNELS.items():
+        assert params.get(symbol) == arg_types, f"{tree.BUILD_SOURCE}:{symbol} takes {params.get(symbol)}"
+
+
 def test_registry_records():
     names = [r.name for r in registry.RECORDS]
     assert len(names) == len(set(names))

@@ -85,6 +85,27 @@ def key_order(xyz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, floa
     return order, keys[order], lo, size
 
 
+GROUP_CELL_FACTOR = 8  # a group cell holds at most 8 groups' worth of bodies (docs/tree.md, step 5)
+
+
+def group_starts(start: np.ndarray, count: np.ndarray, nchild: np.ndarray, group: int) -> np.ndarray:
+    """The groups of the sorted bodies, as starts plus the end (int64): every *group cell* (a cell with at
+    most `GROUP_CELL_FACTOR * group` bodies, or a leaf, whose parent has more) cut into runs of `group`
+    bodies. Group cells partition the bodies, so a group never spans two of them: its box stays inside its
+    cell, which is what keeps a group of outlying bodies from opening half the tree."""
+    cap = GROUP_CELL_FACTOR * int(group)
+    ncell = count.shape[0]
+    internal = np.flatnonzero(nchild > 0)
+    parent_count = np.full(ncell, np.iinfo(np.int64).max)
+    parent_count[1:] = np.repeat(count[internal], nchild[internal])  # children follow their parents' order
+    cells = np.flatnonzero(((count <= cap) | (nchild == 0)) & (parent_count > cap))
+    cells = cells[np.argsort(start[cells], kind="stable")]
+    runs = -(-count[cells] // group)
+    first = np.repeat(np.cumsum(runs) - runs, runs)
+    starts = np.repeat(start[cells], runs) + group * (np.arange(int(runs.sum())) - first)
+    return np.append(starts, count[0]).astype(np.int64)
+
+
 def build(pos: np.ndarray, leaf: int) -> Tree:
     """The tree over the (n, 4) [x, y, z, m] rows of `pos`."""
     k = _kernels_module()
@@ -147,8 +168,11 @@ class CpuTreeEvaluator(ForceEvaluator):
             tpos = t64[order]
             trow = targets.start + order
         nt = tpos.shape[0]
-        gstart = np.minimum(np.arange(0, nt + group, group, dtype=np.int64), nt)
-        gstart = gstart[np.concatenate([[True], np.diff(gstart) > 0])]
+        if sources.contains(targets):
+            gstart = group_starts(tree.start, tree.count, tree.nchild, group)
+        else:
+            gstart = np.minimum(np.arange(0, nt + group, group, dtype=np.int64), nt)
+            gstart = gstart[np.concatenate([[True], np.diff(gstart) > 0])]
         ngroup = gstart.shape[0] - 1
         dt = self.dtype
         xs, ys, zs, ms = (np.ascontiguousarray(a, dtype=dt) for a in (tree.x, tree.y, tree.z, tree.m))

@@ -38,13 +38,13 @@ from app.backends.cuda.context import (
 )
 from app.backends.cuda.device import CudaDevice, compiled
 from app.backends.cuda.errors import KernelCompileError, NonFiniteState
-from app.backends.cuda.evaluator import CudaEvaluator
+from app.backends.cuda.evaluator import make_evaluator
 from app.backends.cuda.interop import GLBuffers, gl_renderer_string, renderer_cannot_interop
 from app.backends.cuda.policies import ceil_div, force_arguments, suffix
 from app.backends.cuda.state_ops import BLOCK, INTEGRATE_SOURCE, Fp32Ops, Fp64Ops
 from app.bodies import Bodies
 from app.errors import BackendUnavailable, ConfigError, RuntimeFault
-from app.forces import Span
+from app.forces import ForceEvaluator, Span
 from app.integrator import Integrator
 from app.physics import Diagnostics, Physics
 
@@ -128,7 +128,7 @@ class CudaBackend(Backend):
         self._kernel = registry.DEFAULT_KERNEL
         self._physics = Physics()
         self._records = {r.name: r for r in self.kernels()}
-        self._evaluators: dict[str, CudaEvaluator] = {}
+        self._evaluators: dict[str, ForceEvaluator] = {}
         self._integrator = Integrator()
         self._n = 0
         self._mass = np.zeros(0)
@@ -182,12 +182,12 @@ class CudaBackend(Backend):
             raise RuntimeError("CudaBackend: call load() before stepping or reading the state")
 
     # --- records, evaluators, tunables -------------------------------------------------------------
-    def evaluator(self, name: str | None = None) -> CudaEvaluator:
+    def evaluator(self, name: str | None = None) -> ForceEvaluator:
         """The evaluator of a record (default: the current kernel) on this backend's device."""
         rec = self.record(name or self._kernel)
         ev = self._evaluators.get(rec.name)
         if ev is None:
-            ev = self._evaluators[rec.name] = CudaEvaluator(rec, self.device, self._records)
+            ev = self._evaluators[rec.name] = make_evaluator(rec, self.device, self._records)
         ev.set_physics(self._physics)
         return ev
 

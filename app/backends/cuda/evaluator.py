@@ -101,3 +101,9 @@ class CudaEvaluator(ForceEvaluator):
 
     def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
         return self.bind(pos, acc, targets, sources, stream)()
+
+
+def make_evaluator(record: KernelRecord, device, records: dict[str, KernelRecord]) -> ForceEvaluator:
+    """The evaluator of a CUDA record on `device`: its policy's own (the tree) or the launch-plan one."""
+    build = getattr(record.policy, "evaluator", None)
+    return build(record, device, records) if build is not None else CudaEvaluator(record, device, records)

@@ -24,7 +24,7 @@ import numpy as np
 
 from app.backends.cuda import registry
 from app.backends.cuda.device import CudaDevice
-from app.backends.cuda.evaluator import CudaEvaluator
+from app.backends.cuda.evaluator import make_evaluator
 from app.backends.cuda.state_ops import Fp32Ops
 from app.bodies import Bodies
 from app.errors import ConfigError
@@ -50,7 +50,7 @@ class CudaShareDevice:
         self.share = share
         self.n = bodies.n
         self.everyone = Span.all(self.n)
-        self.evaluator = CudaEvaluator(record, self.device, records)
+        self.evaluator = make_evaluator(record, self.device, records)
         self.evaluator.set_physics(physics)
         self.last_force_ms = 0.0
         self._share_ops, self._ops_share = None, None

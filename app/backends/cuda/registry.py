@@ -25,7 +25,8 @@ from app.backends.cuda.policies import (
     StreamsPolicy,
     block_size,
 )
-from app.forces import IntChoice, KernelRecord
+from app.backends.cuda.tree import WALK_SOURCE, TreePolicy
+from app.forces import ErrorBudget, FloatRange, IntChoice, KernelRecord
 
 INTEGRATE_SOURCE = "integrate.cu"
 DEFAULT_KERNEL = "shared"
@@ -106,4 +107,17 @@ RECORDS: tuple[KernelRecord, ...] = (
     _record(BEST, "the fastest variant and tunables for this N and GPU from `nbody-live tune`'s cache",
             "register_blocked.cu", "register_blocked_force", BestPolicy(FALLBACK_KERNEL),
             "NBody Live autotuner (per GPU name, driver and kernel-source hash)", tunables=(), tuned=False),
+    _record("tree", "Barnes-Hut octree rebuilt every step on the GPU (Morton keys, device sort, quadrupoles, "
+            "a warp per group of targets); approximate: judged on its 99th-percentile error",
+            WALK_SOURCE, "tree_walk", TreePolicy(),
+            "Bonsai (Bedorf et al., arXiv:1106.1900) and Ryoanji (Keller et al., arXiv:2307.06345); "
+            "docs/tree.md",
+            tunables=(
+                FloatRange("theta", 0.0, 1.5, 0.5, lo_open=True,
+                           doc="opening angle: a cell is accepted beyond side/theta + |com - centre| of a "
+                           "group"),
+                IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
+                IntChoice("group", (32, 64), 64,
+                          doc="targets walked together by one warp (consecutive in key order)")),
+            budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False),
 )

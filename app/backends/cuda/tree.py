@@ -1,0 +1,373 @@
+"""The GPU tree code: the `tree` record's policy and evaluator (docs/tree.md; kernels/tree/).
+
+Every evaluation rebuilds the tree of the sources on the device, in the order docs/tree.md specifies and
+the CPU twin (`cpu-tree`, app/backends/cpu_tree.py) implements:
+
+    bounds -> keys (kernels/tree/build.cu) -> sort (CuPy's device radix sort, sharing the primary context)
+    -> gather into key order -> octree, level by level (count, prefix sum, write) -> moments bottom up
+    -> packed cell rows -> walk (kernels/tree/walk.cu: a warp per group of targets)
+
+The state never moves: the tree works on sorted copies and the walk writes each target's original row,
+so colours, ids, picks, recordings and snapshots follow their bodies without any bookkeeping.
+
+Why CuPy's sort: the GPU image carries CuPy (cupy-cuda13x), whose `argsort` runs a stable device radix
+sort (CUB via Thrust) in the retained primary context that pycuda also uses, so pointers pass both ways
+with no copy; cuda-cccl would be a second wheel to carry for the same CUB call. Its time is the `sort`
+stage of the split (`stage_ms`), measured by `bench`.
+
+Host round trips: one per tree level (the next level's cell count sizes the launches) and one after the
+walk (the interaction counts and the stack-overflow flag), so an evaluation synchronises the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import numpy as np
+
+from app.errors import ConfigError, RuntimeFault
+from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span
+from app.physics import Physics
+
+from ..cpu_tree import GROUP_CELL_FACTOR
+from .policies import FORMS, force_arguments, suffix
+
+log = logging.getLogger(__name__)
+
+BUILD_SOURCE = "tree/build.cu"
+WALK_SOURCE = "tree/walk.cu"
+# The build is compiled without FMA contraction: its float64 expressions are evaluated as the CPU twin
+# writes them, so that the cube, keys, moments and opening radii are bitwise the CPU's.
+BUILD_OPTIONS = ("-O3", "-std=c++17", "-lineinfo", "-fmad=false")
+WALK_WARPS = 4  # kernels/tree/walk.cu TREE_WARPS
+WALK_BLOCKS_PER_SM = 8
+STACK_CAP = 2048  # cells per warp's stack; doubled and the walk re-run if a group overflows it
+STAGES = ("keys", "sort", "build", "moments", "walk")
+BLOCK = 256
+BOUNDS_BLOCKS = 264
+
+BUILD_KERNELS = {  # symbol -> pycuda argument types
+    "tree_bounds_partial": "PiP",
+    "tree_bounds_finish": "PiP",
+    "tree_keys": "PiPP",
+    "tree_gather": "PPPiPPP",
+    "tree_split_count": "iiiiPPPP",
+    "tree_split_write": "iiiPPPPPP",
+    "tree_moments": "iiPPPPPPPP",
+    "tree_pack": "iPiPPPPPPddPP",
+    "tree_group_marks": "iiiPPPPP",
+}
+WALK_ARGS = "PPPiiPPPPPPPfffiPiPPPPP"
+
+
+def _cupy():
+    try:
+        import cupy
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise RuntimeFault("the GPU tree needs CuPy for its device sort: pip install cupy-cuda13x "
+                           "(make run installs it on a machine with an NVIDIA GPU)") from e
+    return cupy
+
+
+class TreePolicy:
+    """The `tree` record's policy: its kernels, and the builder of its evaluator."""
+
+    arg_types = WALK_ARGS
+    row_bytes = 16
+    targets_within_sources = True
+    resolves = False
+    nvcc_options = None  # the walk's: compile.NVCC_OPTIONS; the build has BUILD_OPTIONS
+
+    def evaluator(self, record: KernelRecord, device, records: dict) -> TreeEvaluator:
+        return TreeEvaluator(record, device)
+
+    def walk_symbol(self, group: int, repulsion: bool, soft: bool) -> str:
+        return f"tree_walk_g{int(group)}_{suffix(repulsion, soft)}"
+
+    def entries(self, rec, repulsion: bool, soft: bool, tun: dict) -> list[tuple[str, str]]:
+        """(symbol, arg types) of the walk entry these tunables launch (the build kernels: BUILD_KERNELS)."""
+        return [(self.walk_symbol(tun["group"], repulsion, soft), WALK_ARGS)]
+
+    def symbol_tunables(self, rec) -> list[dict]:
+        """The tunable settings that change which walk entry runs: the group size."""
+        return [{**rec.default_tunables(), "group": g} for g in rec.tunable("group").values]
+
+    def symbols(self, rec) -> list[str]:
+        return sorted(self.walk_symbol(g, r, s) for g in rec.tunable("group").values for r, s in FORMS)
+
+    def candidates(self, rec, n: int, sms: int) -> list[dict]:
+        return [rec.default_tunables()]
+
+
+class TreeEvaluator(ForceEvaluator):
+    """The GPU tree on one device: acc[targets] from the tree of the sources (targets within them)."""
+
+    def __init__(self, record: KernelRecord, device):
+        super().__init__(record)
+        self.device = device
+        self._args = force_arguments(Physics())
+        self._h = 0.0
+        self._buffers: dict[str, object] = {}
+        self._stage_totals = dict.fromkeys(STAGES, 0.0)
+        self._stack_cap = STACK_CAP
+        self.levels: list[int] = []  # level_start of the last build (cells of level L: [ls[L], ls[L+1]))
+        self.ngroups = 0
+
+    # --- the evaluator contract --------------------------------------------------------------------
+    def set_physics(self, physics: Physics) -> None:
+        self._args = force_arguments(physics)
+        self._h = float(physics.h)
+
+    def forget(self) -> None:
+        pass
+
+    def active(self, n: int) -> tuple[KernelRecord, dict]:
+        return self.record, self._tunables
+
+    def describe(self, n: int) -> str:
+        t = self._tunables
+        return f"{self.record.name} theta={t['theta']:g} leaf={t['leaf']} group={t['group']}"
+
+    def prepare(self, n: int) -> None:
+        """Compile and load every kernel an evaluation may launch (build, sort, all walk forms)."""
+        for symbol, types in BUILD_KERNELS.items():
+            self.device.function(BUILD_SOURCE, symbol, types, BUILD_OPTIONS)
+        for repulsion, soft in FORMS:
+            self._walk(repulsion, soft)
+        _cupy()
+
+    def stage_ms(self) -> dict[str, float]:
+        """Milliseconds per stage (keys, sort, build, moments, walk) since the last call."""
+        out, self._stage_totals = self._stage_totals, dict.fromkeys(STAGES, 0.0)
+        return out
+
+    def bytes_per_body(self, n: int) -> int:
+        """Device bytes per source body this evaluator allocates at N = n (buffers as sized for n)."""
+        leaf = int(self._tunables["leaf"])
+        cells = _cell_capacity(n, leaf) / max(n, 1)
+        per_body = 8 + 8 + 8 + 16 + 4  # keys, sorted keys, sort order (int64), sorted body, order (int32)
+        per_cell = 4 * 5 + 8 + 8 * 3 + 8 * 6 + 32 + 48  # ints, incl, mass/com/m2, mac, pack
+        per_group = 4 * 4 / int(self._tunables["group"])  # at least one group per `group` bodies
+        return int(round(per_body + 4 + per_cell * cells + per_group))  # + 4: the group marks
+
+    def bind(self, pos: int, acc: int, targets: Span, sources: Span, stream=None) -> Callable[[], ForceWork]:
+        if not sources.contains(targets):
+            raise ConfigError(f"{self.record.name}: targets [{targets.start}, {targets.stop}) must lie "
+                              f"within the sources [{sources.start}, {sources.stop}) (the GPU tree walks the "
+                              "groups of the sources' key order)")
+
+        def force() -> ForceWork:
+            return self.evaluate(pos, acc, targets, sources, stream)
+        return force
+
+    def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
+        if not sources.contains(targets):
+            return self.bind(pos, acc, targets, sources, stream)()  # raises
+        pairs = int(targets.count) * int(sources.count)
+        if targets.count == 0:
+            return ForceWork(pair_equivalent=pairs, evaluations=1)
+        with self.device.scope:
+            return self._evaluate(int(pos), int(acc), targets, sources, stream, pairs)
+
+    # --- the work ------------------------------------------------------------------------------------
+    def _walk(self, repulsion: bool, soft: bool, group: int | None = None):
+        group = int(self._tunables["group"]) if group is None else group
+        symbol = self.record.policy.walk_symbol(group, repulsion, soft)
+        return self.device.function(WALK_SOURCE, symbol, WALK_ARGS, None)
+
+    def _fn(self, symbol: str):
+        return self.device.function(BUILD_SOURCE, symbol, BUILD_KERNELS[symbol], BUILD_OPTIONS)
+
+    def _buf(self, key: str, count: int, dtype, keep: int = 0):
+        """A CuPy device array of at least `count` elements kept under `key` (grown by half again, the
+        first `keep` elements carried over)."""
+        cp = _cupy()
+        buf = self._buffers.get(key)
+        if buf is None or buf.size < count or buf.dtype != np.dtype(dtype):
+            new = cp.empty(max(int(count), 1) + (int(count) >> 1), dtype=dtype)
+            if buf is not None and keep:
+                new[:keep] = buf[:keep]
+            buf = self._buffers[key] = new
+        return buf
+
+    def _evaluate(self, pos: int, acc: int, targets: Span, sources: Span, stream, pairs: int) -> ForceWork:
+        cp = _cupy()
+        drv = self.device.drv
+        nj = int(sources.count)
+        repulsion, soft, eps2, g, h = self._args
+        theta = float(self._tunables["theta"])
+        leaf = int(self._tunables["leaf"])
+        group = int(self._tunables["group"])
+        src = pos + 16 * sources.start
+        out = acc + 16 * targets.start
+        events = [drv.Event() for _ in range(len(STAGES) + 1)]
+        grid = lambda n: ((n + BLOCK - 1) // BLOCK, 1)  # noqa: E731
+        blk = (BLOCK, 1, 1)
+
+        def launch(symbol, n, *args):
+            fn = self._fn(symbol)
+            if stream is None:
+                fn.prepared_call(grid(n), blk, *args)
+            else:
+                fn.prepared_async_call(grid(n), blk, stream, *args)
+
+        with cp.cuda.Device(self.device.ordinal), _cupy_stream(cp, stream):
+            events[0].record(stream)
+            # keys over the sources' bounding cube
+            part = self._buf("part", 6 * BOUNDS_BLOCKS, np.float32)
+            box = self._buf("box", 4, np.float64)
+            fn = self._fn("tree_bounds_partial")
+            if stream is None:
+                fn.prepared_call((BOUNDS_BLOCKS, 1), (256, 1, 1), src, nj, part.data.ptr)
+            else:
+                fn.prepared_async_call((BOUNDS_BLOCKS, 1), (256, 1, 1), stream, src, nj, part.data.ptr)
+            fn = self._fn("tree_bounds_finish")
+            if stream is None:
+                fn.prepared_call((1, 1), (1, 1, 1), part.data.ptr, BOUNDS_BLOCKS, box.data.ptr)
+            else:
+                fn.prepared_async_call((1, 1), (1, 1, 1), stream, part.data.ptr, BOUNDS_BLOCKS, box.data.ptr)
+            keys = self._buf("keys", nj, np.uint64)
+            launch("tree_keys", nj, src, nj, box.data.ptr, keys.data.ptr)
+            events[1].record(stream)
+            # the stable device sort (ties keep the source order, as the CPU's stable_key_order)
+            order = cp.argsort(keys[:nj])
+            events[2].record(stream)
+            # bodies and keys in key order, then the octree level by level
+            spos = self._buf("spos", 4 * nj, np.float32)
+            skeys = self._buf("skeys", nj, np.uint64)
+            sorder = self._buf("sorder", nj, np.int32)
+            launch("tree_gather", nj, src, keys.data.ptr, order.data.ptr, nj, spos.data.ptr, skeys.data.ptr,
+                   sorder.data.ptr)
+            del order
+            levels, cells = self._build(launch, nj, leaf, skeys)
+            ncell = levels[-1]
+            gstart = self._groups(launch, nj, ncell, group, cells)
+            events[3].record(stream)
+            # moments bottom up, then the rows the walk reads
+            mass = self._buf("mass", ncell, np.float64)
+            com = self._buf("com", 3 * ncell, np.float64)
+            m2 = self._buf("m2", 6 * ncell, np.float64)
+            for lv in range(len(levels) - 2, -1, -1):
+                a, b = levels[lv], levels[lv + 1]
+                launch("tree_moments", b - a, a, b, spos.data.ptr, cells["start"].data.ptr,
+                       cells["count"].data.ptr, cells["child"].data.ptr, cells["nchild"].data.ptr,
+                       mass.data.ptr, com.data.ptr, m2.data.ptr)
+            ls = self._buf("levels", len(levels), np.int32)
+            ls[:len(levels)].set(np.asarray(levels, np.int32), stream=cp.cuda.get_current_stream())
+            mac = self._buf("mac", 4 * ncell, np.float64)
+            pack = self._buf("pack", 12 * ncell, np.float32)
+            trace_factor = 1.0 if repulsion else float(np.float32(eps2))
+            launch("tree_pack", ncell, ncell, ls.data.ptr, len(levels) - 1, skeys.data.ptr,
+                   cells["start"].data.ptr, box.data.ptr, mass.data.ptr, com.data.ptr, m2.data.ptr, theta,
+                   trace_factor, mac.data.ptr, pack.data.ptr)
+            events[4].record(stream)
+            work = self._walk_all(repulsion, soft, group, gstart, targets, sources, spos, sorder, cells, mac,
+                                  pack, out, eps2, g, h, stream)
+            events[5].record(stream)
+            events[5].synchronize()
+        for k, name in enumerate(STAGES):
+            self._stage_totals[name] += events[k + 1].time_since(events[k])
+        self.levels = levels
+        return ForceWork(interactions=work[0], pair_equivalent=pairs, body_cell=work[1], evaluations=1)
+
+    def _build(self, launch, nj: int, leaf: int, skeys) -> tuple[list[int], dict]:
+        """The octree over the nj sorted keys, breadth first: level_start and the cell arrays."""
+        cp = _cupy()
+        cap = _cell_capacity(nj, leaf)
+        cells = {k: self._buf(f"cell-{k}", cap, np.int32) for k in ("start", "count", "child", "nchild")}
+        cells["start"][0:1].fill(0)
+        cells["count"][0:1].fill(nj)
+        levels = [0, 1]
+        level = 0
+        while True:
+            a, b = levels[level], levels[level + 1]
+            launch("tree_split_count", b - a, a, b, level, leaf, skeys.data.ptr, cells["start"].data.ptr,
+                   cells["count"].data.ptr, cells["nchild"].data.ptr)
+            incl = cp.cumsum(cells["nchild"][a:b], dtype=cp.int64)
+            total = int(incl[-1])  # the one host round trip per level
+            if b + total > cells["start"].size:
+                for k in cells:
+                    cells[k] = self._buf(f"cell-{k}", b + total, np.int32, keep=b)
+            launch("tree_split_write", b - a, a, b, level, skeys.data.ptr, cells["nchild"].data.ptr,
+                   incl.data.ptr, cells["start"].data.ptr, cells["count"].data.ptr, cells["child"].data.ptr)
+            if total == 0:
+                return levels, cells
+            levels.append(b + total)
+            level += 1
+
+    def _groups(self, launch, nj: int, ncell: int, group: int, cells: dict):
+        """The groups' starts (int32, ngroups + 1 with nj last): group cells cut into runs of `group`."""
+        cp = _cupy()
+        mark = self._buf("group-mark", nj, np.int32)
+        mark[:nj].fill(0)
+        launch("tree_group_marks", ncell, ncell, GROUP_CELL_FACTOR * group, group, cells["start"].data.ptr,
+               cells["count"].data.ptr, cells["child"].data.ptr, cells["nchild"].data.ptr, mark.data.ptr)
+        starts = cp.flatnonzero(mark[:nj])
+        self.ngroups = ngroups = int(starts.size)
+        gstart = self._buf("group-start", ngroups + 1, np.int32)
+        gstart[:ngroups] = starts
+        gstart[ngroups:ngroups + 1].fill(nj)
+        return gstart
+
+    def _walk_all(self, repulsion, soft, group, gstart, targets, sources, spos, sorder, cells, mac, pack, out,
+                  eps2, g, h, stream) -> tuple[int, int]:
+        """Launch the walk over every group; re-run it with deeper stacks if one overflowed. Returns
+        (interactions, body-cell interactions)."""
+        fn = self._walk(repulsion, soft, group)
+        ngroups = self.ngroups
+        blocks = min((ngroups + WALK_WARPS - 1) // WALK_WARPS,
+                     WALK_BLOCKS_PER_SM * int(self.device.facts.sms))
+        t_lo = int(targets.start - sources.start)
+        per_group = {k: self._buf(f"group-{k}", ngroups, np.int32) for k in ("nbody", "ncell", "nactive")}
+        flags = self._buf("flags", 2, np.int32)
+        totals = self._buf("totals", 2, np.uint64)
+        while True:
+            stacks = self._buf("stacks", blocks * WALK_WARPS * self._stack_cap, np.int32)
+            flags.fill(0)
+            totals.fill(0)
+            args = (spos.data.ptr, sorder.data.ptr, gstart.data.ptr, t_lo, t_lo + int(targets.count),
+                    cells["start"].data.ptr, cells["count"].data.ptr, cells["child"].data.ptr,
+                    cells["nchild"].data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, ngroups,
+                    stacks.data.ptr, self._stack_cap, flags.data.ptr, per_group["nbody"].data.ptr,
+                    per_group["ncell"].data.ptr, per_group["nactive"].data.ptr, totals.data.ptr)
+            block = (32 * WALK_WARPS, 1, 1)
+            if stream is None:
+                fn.prepared_call((blocks, 1), block, *args)
+            else:
+                fn.prepared_async_call((blocks, 1), block, stream, *args)
+            overflow = int(flags[1])
+            if not overflow:
+                t = totals[:2].get()
+                return int(t[0]), int(t[1])
+            if self._stack_cap >= 1 << 20:
+                raise RuntimeFault(f"{self.record.name}: the walk's stack overflowed at {self._stack_cap} "
+                                   "cells per group; this tree is deeper than any the walk is made for")
+            self._stack_cap *= 2
+            log.warning("tree: a group's walk overflowed its stack; re-running with %d cells per warp",
+                        self._stack_cap)
+
+    def last_groups(self) -> dict[str, np.ndarray]:
+        """Of the last walk: the group starts (with the end) and per group the list lengths (nbody,
+        ncell) and targets written (nactive)."""
+        out = {k: self._buffers[f"group-{k}"][:self.ngroups].get() for k in ("nbody", "ncell", "nactive")}
+        out["start"] = self._buffers["group-start"][:self.ngroups + 1].get()
+        return out
+
+
+def _cell_capacity(n: int, leaf: int) -> int:
+    return 64 + 4 * (int(n) // max(int(leaf), 1) + 1)
+
+
+class _cupy_stream:
+    """CuPy's current stream = the evaluator's pycuda stream (None: the legacy default stream)."""
+
+    def __init__(self, cp, stream):
+        self._ctx = cp.cuda.ExternalStream(int(stream.handle)) if stream is not None else cp.cuda.Stream.null
+
+    def __enter__(self):
+        self._ctx.__enter__()
+        return self._ctx
+
+    def __exit__(self, *exc):
+        return self._ctx.__exit__(*exc)

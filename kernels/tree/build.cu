@@ -1,0 +1,351 @@
+// The GPU tree's construction (`tree` record; docs/tree.md specifies every step and the CPU twin in
+// app/backends/cpu_tree_kernels.py implements the same): bounding cube, Morton keys, the gather into key
+// order, the octree level by level, moments bottom up and the packed cell rows the walk reads.
+//
+// Built with -fmad=false (app/backends/cuda/tree.py): every float64 expression here is evaluated as the
+// CPU twin writes it, operation by operation, without contraction into FMAs, so that the cube, the keys,
+// the moments and the opening radii are bitwise those of the CPU tree and both walks accept the same cells.
+//
+// Cells are stored breadth first: the cells of level L are the contiguous range [level_start[L],
+// level_start[L+1]); the children of a cell are contiguous, in octant order, in the next level's range.
+// The host drives one launch pair per level (tree_split_count, a prefix sum, tree_split_write).
+
+#include <stdint.h>
+
+#define TREE_MAX_LEVEL 21
+#define TREE_KEY_CELLS 2097152.0  // 2^21 integer coordinates per axis
+
+// --- bounding cube -----------------------------------------------------------------------------------
+// numpy's min/max propagate NaN (the CPU cube then falls back to size 1): so do these.
+__device__ __forceinline__ float min_of(float a, float b) { return (a != a) ? a : ((b != b || b < a) ? b : a); }
+__device__ __forceinline__ float max_of(float a, float b) { return (a != a) ? a : ((b != b || b > a) ? b : a); }
+
+// Per block: min and max of x, y, z over a grid-stride share of the n positions -> part[6 * block].
+extern "C" __global__ void __launch_bounds__(256) tree_bounds_partial(const float4* __restrict__ p, int n,
+                                                                      float* __restrict__ part) {
+    __shared__ float s[6][256];
+    float v[6];
+    bool any = false;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const float4 q = p[i];
+        if (!any) {
+            v[0] = v[3] = q.x;
+            v[1] = v[4] = q.y;
+            v[2] = v[5] = q.z;
+            any = true;
+        } else {
+            v[0] = min_of(v[0], q.x);
+            v[1] = min_of(v[1], q.y);
+            v[2] = min_of(v[2], q.z);
+            v[3] = max_of(v[3], q.x);
+            v[4] = max_of(v[4], q.y);
+            v[5] = max_of(v[5], q.z);
+        }
+    }
+    if (!any) {  // no position: neutral elements
+        v[0] = v[1] = v[2] = __int_as_float(0x7f800000);
+        v[3] = v[4] = v[5] = __int_as_float(0xff800000);
+    }
+    for (int k = 0; k < 6; ++k) s[k][threadIdx.x] = v[k];
+    __syncthreads();
+    for (int h = blockDim.x / 2; h > 0; h >>= 1) {
+        if (threadIdx.x < h) {
+            for (int k = 0; k < 3; ++k) {
+                s[k][threadIdx.x] = min_of(s[k][threadIdx.x], s[k][threadIdx.x + h]);
+                s[k + 3][threadIdx.x] = max_of(s[k + 3][threadIdx.x], s[k + 3][threadIdx.x + h]);
+            }
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x < 6) part[6 * blockIdx.x + threadIdx.x] = s[threadIdx.x][0];
+}
+
+// One thread: the cube from the blocks' partials, as the CPU's bounding_cube: lo = the per-axis minimum,
+// size = the largest extent x (1 + 1e-6); a zero or non-finite extent gives size 1 and a non-finite lo
+// component becomes 0. box = [lo.x, lo.y, lo.z, size] (double).
+extern "C" __global__ void tree_bounds_finish(const float* __restrict__ part, int blocks, double* __restrict__ box) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    float v[6];
+    for (int k = 0; k < 6; ++k) v[k] = part[k];
+    for (int b = 1; b < blocks; ++b) {
+        for (int k = 0; k < 3; ++k) {
+            v[k] = min_of(v[k], part[6 * b + k]);
+            v[k + 3] = max_of(v[k + 3], part[6 * b + k + 3]);
+        }
+    }
+    double extent = 0.0;
+    bool nan = false;
+    for (int k = 0; k < 3; ++k) {
+        const double e = (double)v[k + 3] - (double)v[k];
+        if (e != e) nan = true;                 // numpy's max propagates NaN
+        else if (k == 0 || e > extent) extent = e;
+    }
+    double size = extent * (1.0 + 1e-6);
+    if (nan || !(isfinite(size) && size > 0.0)) size = 1.0;
+    for (int k = 0; k < 3; ++k) box[k] = isfinite((double)v[k]) ? (double)v[k] : 0.0;
+    box[3] = size;
+}
+
+// --- keys ---------------------------------------------------------------------------------------------
+__device__ __forceinline__ unsigned long long spread21(unsigned long long v) {
+    v &= 0x1FFFFFull;
+    v = (v | (v << 32)) & 0x1F00000000FFFFull;
+    v = (v | (v << 16)) & 0x1F0000FF0000FFull;
+    v = (v | (v << 8)) & 0x100F00F00F00F00Full;
+    v = (v | (v << 4)) & 0x10C30C30C30C30C3ull;
+    v = (v | (v << 2)) & 0x1249249249249249ull;
+    return v;
+}
+
+// floor((v - lo) * scale) clamped to [0, 2^21 - 1]; NaN and negatives give 0 (no undefined cast).
+__device__ __forceinline__ unsigned long long key_coord(float v, double lo, double scale) {
+    const double f = ((double)v - lo) * scale;
+    if (!(f > 0.0)) return 0ull;
+    if (f >= TREE_KEY_CELLS - 1.0) return (unsigned long long)(TREE_KEY_CELLS - 1.0);
+    return (unsigned long long)f;
+}
+
+// 63-bit keys, x above y above z: coordinate bit b of x, y, z goes to key bit 3b+2, 3b+1, 3b.
+extern "C" __global__ void tree_keys(const float4* __restrict__ p, int n, const double* __restrict__ box,
+                                     unsigned long long* __restrict__ keys) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const double scale = TREE_KEY_CELLS / box[3];
+    const float4 q = p[i];
+    keys[i] = (spread21(key_coord(q.x, box[0], scale)) << 2) | (spread21(key_coord(q.y, box[1], scale)) << 1) |
+              spread21(key_coord(q.z, box[2], scale));
+}
+
+// The bodies and keys in key order: spos[k] = p[order[k]], skeys[k] = keys[order[k]], sorder = order.
+extern "C" __global__ void tree_gather(const float4* __restrict__ p, const unsigned long long* __restrict__ keys,
+                                       const long long* __restrict__ order, int n, float4* __restrict__ spos,
+                                       unsigned long long* __restrict__ skeys, int* __restrict__ sorder) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n) return;
+    const int i = (int)order[k];
+    spos[k] = p[i];
+    skeys[k] = keys[i];
+    sorder[k] = i;
+}
+
+// --- the octree, one level at a time --------------------------------------------------------------------
+// The octant of sorted key k at the next level; nondecreasing over a cell's range (a shared prefix).
+__device__ __forceinline__ int octant(const unsigned long long* skeys, int k, int shift) {
+    return (int)((skeys[k] >> shift) & 7ull);
+}
+
+// First index in [lo, hi) whose octant is >= o (hi if none).
+__device__ __forceinline__ int octant_bound(const unsigned long long* skeys, int lo, int hi, int shift, int o) {
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (octant(skeys, mid, shift) < o) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// Cells [a, b) of level `level`: nchild[c] = the number of non-empty octants of a cell that is split
+// (more than `leaf` bodies and level < 21), 0 for a leaf.
+extern "C" __global__ void tree_split_count(int a, int b, int level, int leaf,
+                                            const unsigned long long* __restrict__ skeys,
+                                            const int* __restrict__ cstart, const int* __restrict__ ccount,
+                                            int* __restrict__ nchild) {
+    const int c = a + blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= b) return;
+    const int n = ccount[c];
+    int k = 0;
+    if (n > leaf && level < TREE_MAX_LEVEL) {
+        const int s = cstart[c], e = s + n;
+        const int shift = 3 * (TREE_MAX_LEVEL - 1 - level);
+        int lo = s;
+        while (lo < e) {  // one run per non-empty octant
+            const int o = octant(skeys, lo, shift);
+            lo = octant_bound(skeys, lo, e, shift, o + 1);
+            ++k;
+        }
+    }
+    nchild[c] = k;
+}
+
+// Cells [a, b): a split cell's children go to [b + first[c - a], ...), one per non-empty octant in
+// octant order (first = the exclusive prefix sum of nchild over [a, b)). child[c] = the first child's
+// index, -1 for a leaf.
+extern "C" __global__ void tree_split_write(int a, int b, int level,
+                                            const unsigned long long* __restrict__ skeys,
+                                            const int* __restrict__ nchild, const long long* __restrict__ incl,
+                                            int* __restrict__ cstart, int* __restrict__ ccount,
+                                            int* __restrict__ child) {
+    const int c = a + blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= b) return;
+    const int k = nchild[c];
+    if (k == 0) {
+        child[c] = -1;
+        return;
+    }
+    int out = b + (int)(incl[c - a] - k);
+    child[c] = out;
+    const int s = cstart[c], e = s + ccount[c];
+    const int shift = 3 * (TREE_MAX_LEVEL - 1 - level);
+    int lo = s;
+    while (lo < e) {
+        const int o = octant(skeys, lo, shift);
+        const int hi = octant_bound(skeys, lo, e, shift, o + 1);
+        cstart[out] = lo;
+        ccount[out] = hi - lo;
+        child[out] = -1;
+        ++out;
+        lo = hi;
+    }
+}
+
+// --- groups of targets --------------------------------------------------------------------------------
+// mark[s] = 1 where a group starts: every group cell (at most `cap` bodies, or a leaf, with a parent of
+// more than `cap`; the root if it qualifies itself) cut into runs of `group` bodies (the CPU's
+// group_starts). One thread per cell marks the groups of its qualifying children.
+extern "C" __global__ void tree_group_marks(int ncell, int cap, int group, const int* __restrict__ cstart,
+                                            const int* __restrict__ ccount, const int* __restrict__ child,
+                                            const int* __restrict__ nchild, int* __restrict__ mark) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= ncell) return;
+    const bool qualifies = ccount[c] <= cap || nchild[c] == 0;
+    if (c == 0 && qualifies) {
+        for (int s = cstart[0]; s < cstart[0] + ccount[0]; s += group) mark[s] = 1;
+    }
+    if (qualifies) return;  // a qualifying cell's children are inside its groups
+    for (int k = child[c]; k < child[c] + nchild[c]; ++k) {
+        if (ccount[k] <= cap || nchild[k] == 0) {
+            for (int s = cstart[k]; s < cstart[k] + ccount[k]; s += group) mark[s] = 1;
+        }
+    }
+}
+
+// --- moments, one level at a time from the deepest -------------------------------------------------------
+// Cells [a, b): mass, centre of mass and the second moment sum m y y^T about it (xx yy zz xy xz yz), in
+// float64, exactly as app/backends/cpu_tree_kernels.py `moments` (leaves: two passes over their bodies;
+// parents: the parallel-axis theorem over their children).
+extern "C" __global__ void tree_moments(int a, int b, const float4* __restrict__ spos,
+                                        const int* __restrict__ cstart, const int* __restrict__ ccount,
+                                        const int* __restrict__ child, const int* __restrict__ nchild,
+                                        double* __restrict__ mass, double* __restrict__ com,
+                                        double* __restrict__ m2) {
+    const int c = a + blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= b) return;
+    double mt = 0.0, sx = 0.0, sy = 0.0, sz = 0.0, cx, cy, cz;
+    double q[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+    if (nchild[c] == 0) {
+        const int s = cstart[c], e = s + ccount[c];
+        for (int j = s; j < e; ++j) {
+            const float4 p = spos[j];
+            const double m = p.w;
+            mt += m;
+            sx += m * (double)p.x;
+            sy += m * (double)p.y;
+            sz += m * (double)p.z;
+        }
+        if (mt != 0.0) {
+            cx = sx / mt;
+            cy = sy / mt;
+            cz = sz / mt;
+        } else {
+            cx = cy = cz = 0.0;
+            for (int j = s; j < e; ++j) {
+                const float4 p = spos[j];
+                cx += (double)p.x;
+                cy += (double)p.y;
+                cz += (double)p.z;
+            }
+            if (e > s) {
+                cx /= (double)(e - s);
+                cy /= (double)(e - s);
+                cz /= (double)(e - s);
+            }
+        }
+        for (int j = s; j < e; ++j) {
+            const float4 p = spos[j];
+            const double m = p.w;
+            const double dx = (double)p.x - cx, dy = (double)p.y - cy, dz = (double)p.z - cz;
+            q[0] += m * dx * dx;
+            q[1] += m * dy * dy;
+            q[2] += m * dz * dz;
+            q[3] += m * dx * dy;
+            q[4] += m * dx * dz;
+            q[5] += m * dy * dz;
+        }
+    } else {
+        const int f = child[c], e = f + nchild[c];
+        for (int k = f; k < e; ++k) {
+            mt += mass[k];
+            sx += mass[k] * com[3 * k];
+            sy += mass[k] * com[3 * k + 1];
+            sz += mass[k] * com[3 * k + 2];
+        }
+        if (mt != 0.0) {
+            cx = sx / mt;
+            cy = sy / mt;
+            cz = sz / mt;
+        } else {  // massless: the children's centres weighted by their body counts
+            cx = cy = cz = 0.0;
+            for (int k = f; k < e; ++k) {
+                cx += (double)ccount[k] * com[3 * k];
+                cy += (double)ccount[k] * com[3 * k + 1];
+                cz += (double)ccount[k] * com[3 * k + 2];
+            }
+            cx /= (double)ccount[c];
+            cy /= (double)ccount[c];
+            cz /= (double)ccount[c];
+        }
+        for (int k = f; k < e; ++k) {
+            const double dx = com[3 * k] - cx, dy = com[3 * k + 1] - cy, dz = com[3 * k + 2] - cz;
+            const double mk = mass[k];
+            q[0] += m2[6 * k] + mk * dx * dx;
+            q[1] += m2[6 * k + 1] + mk * dy * dy;
+            q[2] += m2[6 * k + 2] + mk * dz * dz;
+            q[3] += m2[6 * k + 3] + mk * dx * dy;
+            q[4] += m2[6 * k + 4] + mk * dx * dz;
+            q[5] += m2[6 * k + 5] + mk * dy * dz;
+        }
+    }
+    mass[c] = mt;
+    com[3 * c] = cx;
+    com[3 * c + 1] = cy;
+    com[3 * c + 2] = cz;
+    for (int k = 0; k < 6; ++k) m2[6 * c + k] = q[k];
+}
+
+// --- what the walk reads ----------------------------------------------------------------------------------
+// Per cell: mac = [com x y z (double), r_open^2 = (side / theta + |com - centre|)^2] for the float64
+// opening test, and three float4 rows [com, M], [Qxx Qyy Qzz Qxy], [Qxz Qyz, trace_factor * T, 0] in
+// float32 for the interaction (Q = 3 M2 - T I, T = trace M2: the CPU's pack_cells). The centre and side
+// come from the level (found from the level ranges) and the key prefix of the cell's first body.
+extern "C" __global__ void tree_pack(int ncell, const int* __restrict__ level_start, int nlevels,
+                                     const unsigned long long* __restrict__ skeys,
+                                     const int* __restrict__ cstart, const double* __restrict__ box,
+                                     const double* __restrict__ mass, const double* __restrict__ com,
+                                     const double* __restrict__ m2, double theta, double trace_factor,
+                                     double4* __restrict__ mac, float4* __restrict__ pack) {
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= ncell) return;
+    int lv = 0;
+    while (lv + 1 < nlevels && level_start[lv + 1] <= c) ++lv;
+    const unsigned long long prefix = skeys[cstart[c]] >> (3 * (TREE_MAX_LEVEL - lv));
+    unsigned long long ix = 0, iy = 0, iz = 0;
+    for (int b = 0; b < lv; ++b) {
+        ix |= ((prefix >> (3 * b + 2)) & 1ull) << b;
+        iy |= ((prefix >> (3 * b + 1)) & 1ull) << b;
+        iz |= ((prefix >> (3 * b)) & 1ull) << b;
+    }
+    const double w = box[3] / (double)(1ll << lv);
+    const double ctr[3] = {box[0] + ((double)ix + 0.5) * w, box[1] + ((double)iy + 0.5) * w,
+                           box[2] + ((double)iz + 0.5) * w};
+    const double X = com[3 * c], Y = com[3 * c + 1], Z = com[3 * c + 2];
+    const double dx = X - ctr[0], dy = Y - ctr[1], dz = Z - ctr[2];
+    const double delta = sqrt(dx * dx + dy * dy + dz * dz);
+    const double r = w / theta + delta;
+    mac[c] = make_double4(X, Y, Z, r * r);
+    const double* s = m2 + 6 * c;
+    const double tr = s[0] + s[1] + s[2];
+    pack[3 * c] = make_float4((float)X, (float)Y, (float)Z, (float)mass[c]);
+    pack[3 * c + 1] = make_float4((float)(3.0 * s[0] - tr), (float)(3.0 * s[1] - tr), (float)(3.0 * s[2] - tr),
+                                  (float)(3.0 * s[3]));
+    pack[3 * c + 2] = make_float4((float)(3.0 * s[4]), (float)(3.0 * s[5]), (float)(tr * trace_factor), 0.0f);
+}

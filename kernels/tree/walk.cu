@@ -1,0 +1,299 @@
+// The GPU tree's walk (`tree` record; docs/tree.md): one warp per group of 32 x TPL targets consecutive
+// in key order, in the Bonsai / Ryoanji style (a design followed, code written from the papers):
+//
+//   - groups are runs of at most 32 x TPL bodies inside one group cell (build.cu tree_group_marks), so a
+//     group's box stays inside a tree cell; the box is the tight box of its members (warp min / max);
+//   - the warp walks the octree from the root with a stack of cell indices in global memory: each pass
+//     pops up to 32 cells, one per lane, and tests them against the box in float64 (the CPU twin's test,
+//     bitwise: app/backends/cpu_tree_kernels.py); an accepted cell joins the cell list, an opened leaf's
+//     bodies join the body list, an opened inner cell pushes its children;
+//   - both lists are compacted into shared memory with ballots / warp prefix sums and evaluated 32 entries
+//     at a time: each lane stages one entry in shared memory, then every lane sums all 32 for its TPL
+//     targets (LDS broadcasts; the group's TPL targets per lane share each load);
+//   - the result goes to the target's original row (the state never moves: the tree's copies are sorted).
+//
+// Persistent warps take groups from an atomic counter, so the stacks exist once per resident warp.
+// Launch: (grid, 1) x (32 * TREE_WARPS) threads, the host sizes `grid` to fill the GPU.
+
+#include "common.cuh"
+
+#define TREE_WARPS 4      // warps per block
+#define TREE_CELLBUF 64   // accepted cells waiting (a pass adds <= 32 to < 32)
+#define TREE_BODYBUF 64   // opened bodies waiting (filled 32 at a time)
+
+namespace tree {
+
+__device__ __forceinline__ int warp_exclusive_sum(int v, int lane, int* total) {
+    int x = v;
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, d);
+        if (lane >= d) x += y;
+    }
+    *total = __shfl_sync(0xffffffffu, x, 31);
+    return x - v;
+}
+
+// a += the monopole + quadrupole of a cell (docs/tree.md, step 6): p0 = [com, M], p1 = [Qxx Qyy Qzz Qxy],
+// p2 = [Qxz Qyz, T', 0] with T' = eps^2 T for gravity (G applied at the end) and T for repulsion.
+template <class Model>
+__device__ __forceinline__ float3 body_cell(float3 a, const float4 bi, const float4 p0, const float4 p1,
+                                            const float4 p2, const float eps2, const float G, const float H) {
+    const float dx = p0.x - bi.x, dy = p0.y - bi.y, dz = p0.z - bi.z;
+    const float r2 = fmaf(dz, dz, fmaf(dy, dy, dx * dx));
+    const float inv = rsqrtf(r2 + eps2);  // an accepted cell is never at d = 0
+    const float inv2 = inv * inv;
+    const float inv3 = inv * inv2;
+    const float inv5 = inv3 * inv2;
+    const float qdx = fmaf(p1.x, dx, fmaf(p1.w, dy, p2.x * dz));
+    const float qdy = fmaf(p1.w, dx, fmaf(p1.y, dy, p2.y * dz));
+    const float qdz = fmaf(p2.x, dx, fmaf(p2.y, dy, p1.z * dz));
+    const float dqd = fmaf(dx, qdx, fmaf(dy, qdy, dz * qdz));
+    float radial, tang;
+    if (Model::repulsion) {
+        const float inv7 = inv5 * inv2;
+        const float d1 = G * inv3 - H * inv5;
+        const float d2 = -3.0f * G * inv5 + 5.0f * H * inv7;
+        const float d3 = 15.0f * G * inv7 - 35.0f * H * inv7 * inv2;
+        const float tr = p2.z;
+        const float third = 1.0f / 3.0f;
+        radial = p0.w * d1 + d2 * tr * third + 0.5f * (d2 * tr + d3 * third * (dqd + tr * r2));
+        tang = d2 * third;
+    } else {
+        radial = fmaf(2.5f * inv5 * inv2, dqd - p2.z, p0.w * inv3);
+        tang = -inv5;
+    }
+    a.x = fmaf(radial, dx, fmaf(tang, qdx, a.x));
+    a.y = fmaf(radial, dy, fmaf(tang, qdy, a.y));
+    a.z = fmaf(radial, dz, fmaf(tang, qdz, a.z));
+    return a;
+}
+
+// The float64 opening test, bitwise the CPU's: d_box(com)^2 > r_open^2 (no FMA contraction).
+__device__ __forceinline__ bool accepted(const double4 m, const double lo[3], const double hi[3]) {
+    const double dx = fmax(fmax(__dadd_rn(lo[0], -m.x), 0.0), __dadd_rn(m.x, -hi[0]));
+    const double dy = fmax(fmax(__dadd_rn(lo[1], -m.y), 0.0), __dadd_rn(m.y, -hi[1]));
+    const double dz = fmax(fmax(__dadd_rn(lo[2], -m.z), 0.0), __dadd_rn(m.z, -hi[2]));
+    return __dadd_rn(__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), __dmul_rn(dz, dz)) > m.w;
+}
+
+struct WarpShared {
+    int cells[TREE_CELLBUF];
+    int bodies[TREE_BODYBUF];
+    float4 body[32];
+    float4 cell[3 * 32];
+};
+
+template <class Model, bool SOFT, int TPL>
+__device__ __forceinline__ void flush_bodies(WarpShared& sh, const float4* __restrict__ spos, int from, int count,
+                                             int lane, const float4 (&bi)[TPL], float3 (&ai)[TPL],
+                                             float eps2, float G, float H) {
+    if (lane < count) sh.body[lane] = spos[sh.bodies[from + lane]];
+    __syncwarp();
+    for (int j = 0; j < count; ++j) {
+        const float4 bj = sh.body[j];
+#pragma unroll
+        for (int t = 0; t < TPL; ++t) ai[t] = nbody::body_body_interaction<Model, SOFT>(ai[t], bi[t], bj, eps2, G, H);
+    }
+    __syncwarp();
+}
+
+template <class Model, int TPL>
+__device__ __forceinline__ void flush_cells(WarpShared& sh, const float4* __restrict__ pack, int from, int count,
+                                            int lane, const float4 (&bi)[TPL], float3 (&ai)[TPL],
+                                            float eps2, float G, float H) {
+    if (lane < count) {
+        const int c = sh.cells[from + lane];
+        sh.cell[3 * lane] = pack[3 * c];
+        sh.cell[3 * lane + 1] = pack[3 * c + 1];
+        sh.cell[3 * lane + 2] = pack[3 * c + 2];
+    }
+    __syncwarp();
+    for (int j = 0; j < count; ++j) {
+        const float4 p0 = sh.cell[3 * j], p1 = sh.cell[3 * j + 1], p2 = sh.cell[3 * j + 2];
+#pragma unroll
+        for (int t = 0; t < TPL; ++t) ai[t] = body_cell<Model>(ai[t], bi[t], p0, p1, p2, eps2, G, H);
+    }
+    __syncwarp();
+}
+
+// spos/sorder: the sources in key order and their indices (relative to the sources' start); group g is
+// the sorted bodies [gstart[g], gstart[g + 1]); a member
+// whose index lies in [t_lo, t_hi) is a target and writes acc[index - t_lo]. Per group: nbody, ncell
+// (list lengths) and nactive (targets written); totals[0] += nactive (nbody + ncell), totals[1] +=
+// nactive ncell. flags[0]: the group counter (zeroed by the host), flags[1]: set on a stack overflow.
+template <class Model, bool SOFT, int TPL>
+__device__ __forceinline__ void walk(const float4* __restrict__ spos, const int* __restrict__ sorder,
+                                     const int* __restrict__ gstart,
+                                     int t_lo, int t_hi, const int* __restrict__ cstart,
+                                     const int* __restrict__ ccount, const int* __restrict__ child,
+                                     const int* __restrict__ nchild, const double4* __restrict__ mac,
+                                     const float4* __restrict__ pack, float4* __restrict__ acc, float eps2,
+                                     float G, float H, int ngroups, int* __restrict__ stacks, int stack_cap,
+                                     int* __restrict__ flags, int* __restrict__ nbody_out,
+                                     int* __restrict__ ncell_out, int* __restrict__ nactive_out,
+                                     unsigned long long* __restrict__ totals) {
+    __shared__ WarpShared shared[TREE_WARPS];
+    const int lane = threadIdx.x & 31;
+    const int wib = threadIdx.x >> 5;
+    WarpShared& sh = shared[wib];
+    int* stack = stacks + (size_t)(blockIdx.x * TREE_WARPS + wib) * stack_cap;
+    const unsigned lt_mask = (1u << lane) - 1u;
+
+    for (;;) {
+        int g = 0;
+        if (lane == 0) g = atomicAdd(&flags[0], 1);
+        g = __shfl_sync(0xffffffffu, g, 0);
+        if (g >= ngroups) return;
+
+        // the members: sorted bodies gstart[g] + t * 32 + lane below gstart[g + 1]
+        const int base = gstart[g], end = gstart[g + 1];
+        float4 bi[TPL];
+        int row[TPL];
+        int active = 0;
+        float lo3[3], hi3[3];
+        lo3[0] = lo3[1] = lo3[2] = __int_as_float(0x7f800000);
+        hi3[0] = hi3[1] = hi3[2] = __int_as_float(0xff800000);
+#pragma unroll
+        for (int t = 0; t < TPL; ++t) {
+            const int k = base + t * 32 + lane;
+            row[t] = -1;
+            bi[t] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (k < end) {
+                bi[t] = spos[k];
+                const int idx = sorder[k];
+                if (idx >= t_lo && idx < t_hi) {
+                    row[t] = idx - t_lo;
+                    ++active;
+                }
+                lo3[0] = fminf(lo3[0], bi[t].x);
+                lo3[1] = fminf(lo3[1], bi[t].y);
+                lo3[2] = fminf(lo3[2], bi[t].z);
+                hi3[0] = fmaxf(hi3[0], bi[t].x);
+                hi3[1] = fmaxf(hi3[1], bi[t].y);
+                hi3[2] = fmaxf(hi3[2], bi[t].z);
+            }
+        }
+#pragma unroll
+        for (int d = 16; d > 0; d >>= 1) {
+            active += __shfl_xor_sync(0xffffffffu, active, d);
+#pragma unroll
+            for (int k = 0; k < 3; ++k) {
+                lo3[k] = fminf(lo3[k], __shfl_xor_sync(0xffffffffu, lo3[k], d));
+                hi3[k] = fmaxf(hi3[k], __shfl_xor_sync(0xffffffffu, hi3[k], d));
+            }
+        }
+        if (active == 0) {
+            if (lane == 0) {
+                nbody_out[g] = 0;
+                ncell_out[g] = 0;
+                nactive_out[g] = 0;
+            }
+            continue;
+        }
+        const double lo[3] = {lo3[0], lo3[1], lo3[2]};
+        const double hi[3] = {hi3[0], hi3[1], hi3[2]};
+
+        float3 ai[TPL];
+#pragma unroll
+        for (int t = 0; t < TPL; ++t) ai[t] = make_float3(0.0f, 0.0f, 0.0f);
+        int sp = (ccount[0] > 0) ? 1 : 0;
+        if (lane == 0) stack[0] = 0;
+        __syncwarp();
+        int ncells = 0, nbodies = 0;  // list lengths (the counts)
+        int cfill = 0, bfill = 0;     // entries waiting in the shared buffers
+        bool overflow = false;
+
+        while (sp > 0) {
+            const int npop = min(32, sp);
+            sp -= npop;
+            const int c = (lane < npop) ? stack[sp + lane] : -1;
+            __syncwarp();
+            bool take = false;
+            int push = 0, first = 0, leaf_n = 0, leaf_s = 0;
+            if (c >= 0) {
+                if (accepted(mac[c], lo, hi)) {
+                    take = true;
+                } else if (nchild[c] == 0) {
+                    leaf_s = cstart[c];
+                    leaf_n = ccount[c];
+                } else {
+                    first = child[c];
+                    push = nchild[c];
+                }
+            }
+            // opened inner cells: children onto the stack
+            int pushed;
+            const int at = warp_exclusive_sum(push, lane, &pushed);
+            if (sp + pushed > stack_cap) {
+                overflow = true;
+                break;
+            }
+            for (int k = 0; k < push; ++k) stack[sp + at + k] = first + k;
+            sp += pushed;
+            __syncwarp();
+            // accepted cells: into the cell buffer, evaluated 32 at a time
+            const unsigned took = __ballot_sync(0xffffffffu, take);
+            if (take) sh.cells[cfill + __popc(took & lt_mask)] = c;
+            cfill += __popc(took);
+            ncells += __popc(took);
+            __syncwarp();
+            if (cfill >= 32) {
+                flush_cells<Model, TPL>(sh, pack, cfill - 32, 32, lane, bi, ai, eps2, G, H);
+                cfill -= 32;
+            }
+            // opened leaves: their bodies into the body buffer, evaluated 32 at a time
+            int total;
+            const int off = warp_exclusive_sum(leaf_n, lane, &total);
+            nbodies += total;
+            for (int done = 0; done < total;) {
+                const int takeb = min(TREE_BODYBUF - bfill, total - done);
+                const int b0 = max(off, done), b1 = min(off + leaf_n, done + takeb);
+                for (int q = b0; q < b1; ++q) sh.bodies[bfill + q - done] = leaf_s + (q - off);
+                bfill += takeb;
+                done += takeb;
+                __syncwarp();
+                while (bfill >= 32) {
+                    flush_bodies<Model, SOFT, TPL>(sh, spos, bfill - 32, 32, lane, bi, ai, eps2, G, H);
+                    bfill -= 32;
+                }
+            }
+        }
+        if (cfill > 0) flush_cells<Model, TPL>(sh, pack, 0, cfill, lane, bi, ai, eps2, G, H);
+        if (bfill > 0) flush_bodies<Model, SOFT, TPL>(sh, spos, 0, bfill, lane, bi, ai, eps2, G, H);
+#pragma unroll
+        for (int t = 0; t < TPL; ++t) {
+            if (row[t] >= 0) acc[row[t]] = nbody::finish_acceleration<Model>(ai[t], G);
+        }
+        if (lane == 0) {
+            if (overflow) atomicExch(&flags[1], 1);
+            nbody_out[g] = nbodies;
+            ncell_out[g] = ncells;
+            nactive_out[g] = active;
+            atomicAdd(&totals[0], (unsigned long long)active * (unsigned long long)(nbodies + ncells));
+            atomicAdd(&totals[1], (unsigned long long)active * (unsigned long long)ncells);
+        }
+    }
+}
+
+template <class Model, bool SOFT, class... A>
+__device__ __forceinline__ void walk_one_per_lane(A... a) { walk<Model, SOFT, 1>(a...); }
+template <class Model, bool SOFT, class... A>
+__device__ __forceinline__ void walk_two_per_lane(A... a) { walk<Model, SOFT, 2>(a...); }
+
+}  // namespace tree
+
+#define TREE_WALK_PARAMS                                                                                    \
+    (const float4* spos, const int* sorder, const int* gstart, int t_lo, int t_hi, const int* cstart, const int* ccount, \
+     const int* child, const int* nchild, const double4* mac, const float4* pack, float4* acc, float eps2,  \
+     float G, float H, int ngroups, int* stacks, int stack_cap, int* flags, int* nbody_out, int* ncell_out,  \
+     int* nactive_out, unsigned long long* totals)
+#define TREE_WALK_ARGS                                                                                      \
+    (spos, sorder, gstart, t_lo, t_hi, cstart, ccount, child, nchild, mac, pack, acc, eps2, G, H, ngroups,      \
+     stacks, stack_cap, flags, nbody_out, ncell_out, nactive_out, totals)
+
+// tree_walk_g32_<model>_<self> (groups of 32: one target per lane), tree_walk_g64_... (two per lane)
+NBODY_ENTRIES(tree_walk_g32, tree::walk_one_per_lane, __launch_bounds__(32 * TREE_WARPS), TREE_WALK_PARAMS,
+              TREE_WALK_ARGS)
+NBODY_ENTRIES(tree_walk_g64, tree::walk_two_per_lane, __launch_bounds__(32 * TREE_WARPS), TREE_WALK_PARAMS,
+              TREE_WALK_ARGS)
