@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.components import Components
 from app.errors import InputFileError
+
+if TYPE_CHECKING:  # (app.components reads app.config, which reads app.physics, which reads this module)
+    from app.components import Components
 
 
 @dataclass

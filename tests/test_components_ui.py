@@ -103,3 +103,17 @@ def test_component_brightness_slider(scene_ui):
     assert ui.viewer.renderer.drawn[1].brightness > 5.0
     assert _particles(ui).sum() > before.sum()
     assert ui.viewer.renderer.drawn[0].brightness == 1.0  # the bulge's own slider was not touched
+
+
+def test_save_snapshot_keeps_the_components(scene_ui, tmp_path):
+    from app import formats
+    from app.scene import load_scene
+
+    ui = scene_ui(load_scene("collision", {"initial.n": 1000, "run.backend": "cpu"}))
+    ui.ctl.view_recorder.directory = tmp_path
+    ui.tab("Simulation")
+    ui.click("save_snapshot")
+    back = formats.read(ui.ctl.last_snapshot)
+    comp = ui.viewer.renderer.components
+    assert back.components.names == comp.names and np.array_equal(back.components.index, comp.index)
+    assert back.pos.tobytes() == ui.backend.state().pos.tobytes()

@@ -22,6 +22,8 @@ GPU path sets it with `set_speed_scale(value)`.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 from vispy import gloo
 
@@ -30,6 +32,8 @@ from app.errors import ConfigError
 from app.render.colormaps import colormap_texture_data
 from app.render.shaders import build_program
 from app.scene import RenderSettings
+
+log = logging.getLogger(__name__)
 
 COLOR_BY = {"speed": 0.0, "mass": 1.0, "none": 2.0, "component": 3.0, "component-speed": 4.0,
             "component-mass": 5.0}
@@ -97,6 +101,10 @@ class ParticleRenderer:
         if components is not None and components.n != self.n:
             raise ValueError(f"{components.n} component indices for {self.n} bodies")
         self.components = components
+        unmatched = comps.check_styles(self.settings.components, components)
+        if unmatched and components is not None:
+            log.warning("render.components: %s match no component (components: %s)", ", ".join(unmatched),
+                        ", ".join(components.names))
         if self.comp_vbo is not None and self.n:
             index = np.zeros(self.n) if components is None else components.index
             self.comp_vbo.set_data(index.astype(np.float32))

@@ -275,7 +275,7 @@ class Controller:
         return None
 
     def save_snapshot(self) -> str | None:
-        """Write the current state (float64, original body order, the time) to
+        """Write the current state (float64, original body order, the time, the components) to
         <recording folder>/snapshot-<time>.npz atomically; loads back bitwise with `formats.read`."""
         from app import formats
         from app.outputs import check_output
