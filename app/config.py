@@ -105,7 +105,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "render": {
         "point_size": Field("float", "sprite diameter in pixels for a body of mean mass", lo=0.5, hi=64),
         "size_by_mass": Field("bool", "scale sprites with mass"),
-        "color_by": Field("str", "what the colormap shows", choices=COLOR_BY),
+        "color_by": Field("str", "what the colour shows: the colormap by speed or mass, or each component's "
+                                 "colour (component-speed / -mass shade it)", choices=COLOR_BY),
         "colormap": Field("str", "colormap", choices=COLORMAPS),
         "brightness": Field("float", "sprite intensity before additive blending", lo=0, lo_open=True,
                             hi=100),
