@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from app.errors import InputFileError
+
+if TYPE_CHECKING:  # (app.components reads app.config, which reads app.physics, which reads this module)
+    from app.components import Components
 
 
 @dataclass
@@ -16,13 +20,15 @@ class Bodies:
     mass: np.ndarray  # (N,) float64
     time: float = 0.0
     ids: np.ndarray | None = field(default=None)  # (N,) int64, when the source carries particle IDs
+    components: Components | None = field(default=None)  # which part each body is (drawing only)
 
     @property
     def n(self) -> int:
         return int(self.mass.shape[0])
 
     @classmethod
-    def from_arrays(cls, pos, vel, mass, time: float = 0.0, ids=None, source: str = "bodies") -> Bodies:
+    def from_arrays(cls, pos, vel, mass, time: float = 0.0, ids=None, source: str = "bodies",
+                    components: Components | None = None) -> Bodies:
         """Build and validate; `source` names the origin (a file, a generator) in error messages."""
         bodies = cls(
             pos=np.ascontiguousarray(pos, dtype=np.float64).reshape(-1, 3),
@@ -30,6 +36,7 @@ class Bodies:
             mass=np.ascontiguousarray(mass, dtype=np.float64).reshape(-1),
             time=float(time),
             ids=None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1),
+            components=components,
         )
         bodies.validate(source)
         return bodies
@@ -49,6 +56,8 @@ class Bodies:
                                  f"do not match {n} masses")
         if self.ids is not None and self.ids.shape != (n,):
             raise InputFileError(f"{source}: {self.ids.shape[0]} IDs for {n} bodies")
+        if self.components is not None and self.components.n != n:
+            raise InputFileError(f"{source}: {self.components.n} component indices for {n} bodies")
         for what, arr in (("mass", self.mass), ("position", self.pos), ("velocity", self.vel)):
             bad = ~np.isfinite(arr)
             if bad.any():
@@ -64,7 +73,8 @@ class Bodies:
 
     def copy(self) -> Bodies:
         return Bodies(self.pos.copy(), self.vel.copy(), self.mass.copy(), self.time,
-                      None if self.ids is None else self.ids.copy())
+                      None if self.ids is None else self.ids.copy(),
+                      None if self.components is None else self.components.copy())
 
     def pos4(self, dtype=np.float32) -> np.ndarray:
         """(N, 4) [x, y, z, m]: the layout of the vertex buffer and of every kernel's position input."""

@@ -17,7 +17,7 @@ from app.errors import ConfigError
 from app.physics import INTEGRATORS, MODELS
 
 BACKEND_CHOICES = ("auto", "cpu", "cuda")
-COLOR_BY = ("speed", "mass", "none")
+COLOR_BY = ("speed", "mass", "none", "component", "component-speed", "component-mass")
 COLORMAPS = ("inferno", "magma", "plasma", "viridis", "white")
 FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")
 
@@ -26,7 +26,7 @@ FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")
 class Field:
     """One setting: its type, allowed values and a line of help."""
 
-    kind: str  # float | int | str | bool | vec3 | color | keys (camera keyframe tables)
+    kind: str  # float | int | str | bool | vec3 | color | keys (camera keyframe tables) | components
     doc: str
     lo: float | None = None
     hi: float | None = None
@@ -48,6 +48,8 @@ class Field:
             return "true or false"
         if self.kind == "keys":
             return "[[camera.keys]] tables"
+        if self.kind == "components":
+            return "tables per component name"
         parts = []
         if self.lo is not None:
             parts.append(f"{'>' if self.lo_open else '>='} {self._limit(self.lo)}")
@@ -103,11 +105,15 @@ SCHEMA: dict[str, dict[str, Field]] = {
     "render": {
         "point_size": Field("float", "sprite diameter in pixels for a body of mean mass", lo=0.5, hi=64),
         "size_by_mass": Field("bool", "scale sprites with mass"),
-        "color_by": Field("str", "what the colormap shows", choices=COLOR_BY),
+        "color_by": Field("str", "what the colour shows: the colormap by speed or mass, or each component's "
+                                 "colour (component-speed / -mass shade it)", choices=COLOR_BY),
         "colormap": Field("str", "colormap", choices=COLORMAPS),
         "brightness": Field("float", "sprite intensity before additive blending", lo=0, lo_open=True,
                             hi=100),
         "background": Field("color", "background colour, RGB in [0, 1]", lo=0, hi=1),
+        "components": Field("components", "per component: render.components.NAME.visible (true/false), "
+                                          ".brightness (0..100), .color (RGB); NAME may be a pattern (halo, "
+                                          "galaxy1-*, *) or an index", optional=True),
     },
     "run": {
         "backend": Field("str", "auto picks CUDA when it works, else the CPU", choices=BACKEND_CHOICES),

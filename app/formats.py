@@ -8,9 +8,12 @@ Formats and the choices made for them:
   little-endian, so the byte order is detected from which reading gives a self-consistent header. Bonsai
   stores each particle's ID in ``phi`` as an int32 bit pattern; see `_ids_from_phi` for how that is told
   apart from a real potential. Writing puts every body in a dark record, little-endian, IDs in ``phi``.
+  Reading gives components (app.components): Bonsai's ID ranges (disk, bulge, halo) when the IDs span
+  two of them, else one per non-empty section (gas, dark, star).
 * ``nemo`` (read): NEMO ASCII rows ``m x y z vx vy vz``, optionally preceded by an ``N t`` header line.
 * ``nbabel`` (read): the NBabel benchmark's rows ``id m x y z vx vy vz`` (NBabel itself writes -1 as id).
 * ``npz`` (read, write): numpy archive with keys pos, vel, mass, time and optional ids; exact in float64.
+  Components (app.components) are kept as ``component`` (N,) and ``component_names`` (K,) texts.
 * ``csv`` (read, write): header ``m,x,y,z,vx,vy,vz`` (+ ``id``), floats written with 17 significant
   digits so a round trip is exact in float64. A nonzero time is kept in a leading ``# time = ...``
   comment line, so a snapshot at t = 0 stays a plain table for spreadsheets.
@@ -40,6 +43,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app import components
 from app.bodies import Bodies
 from app.errors import ConfigError, InputFileError
 from app.outputs import atomic_write
@@ -191,8 +195,9 @@ def read_tipsy(path) -> Bodies:
             vel.append(np.stack([rec["vx"], rec["vy"], rec["vz"]], axis=1))
             phi.append(rec["phi"].view(header.byteorder + "i4"))
             labels.append((name, count))
+    ids = _ids_from_phi(np.concatenate(phi))
     return _bodies(path, np.concatenate(pos), np.concatenate(vel), np.concatenate(mass), header.time,
-                   _ids_from_phi(np.concatenate(phi)), _tipsy_label(labels))
+                   ids, _tipsy_label(labels), components.from_tipsy(labels, ids))
 
 
 def _tipsy_label(sections: list[tuple[str, int]]) -> Callable[[int], str]:
@@ -448,7 +453,7 @@ def read_npz(path) -> Bodies:
                              f"(N, 3), vel (N, 3) and mass (N,) (found: {found})")
     for key, arr in arrays.items():
         numeric = np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
-        if key in ("pos", "vel", "mass", "time", "ids") and not numeric:
+        if key in ("pos", "vel", "mass", "time", "ids", "component") and not numeric:
             raise InputFileError(f"{path}: array {key!r} has dtype {arr.dtype}; expected numbers")
     n = arrays["mass"].size
     for key, shape in (("pos", (n, 3)), ("vel", (n, 3)), ("mass", (n,))):
@@ -463,7 +468,28 @@ def read_npz(path) -> Bodies:
         raise InputFileError(f"{path}: 'ids' has shape {ids.shape} and dtype {ids.dtype}; expected ({n},) "
                              "integers")
     return _bodies(path, arrays["pos"], arrays["vel"], arrays["mass"], float(time.reshape(())), ids,
-                   lambda i: f"body {i} (row {i} of pos/vel/mass)")
+                   lambda i: f"body {i} (row {i} of pos/vel/mass)", _npz_components(path, arrays, n))
+
+
+def _npz_components(path: Path, arrays: dict, n: int):
+    """The optional `component` (N,) integers and `component_names` (K,) texts of an npz snapshot."""
+    index, names = arrays.get("component"), arrays.get("component_names")
+    if index is None and names is None:
+        return None
+    if index is None or names is None:
+        raise InputFileError(f"{path}: 'component' and 'component_names' go together; found only "
+                             f"{'component' if names is None else 'component_names'}")
+    if index.shape != (n,) or not np.issubdtype(index.dtype, np.integer) or names.ndim != 1 \
+            or names.dtype.kind != "U":
+        raise InputFileError(f"{path}: 'component' must be ({n},) integers and 'component_names' (K,) texts; "
+                             f"got {index.dtype} {index.shape} and {names.dtype} {names.shape}")
+    if n and (index.min() < 0 or index.max() >= names.size):
+        raise InputFileError(f"{path}: 'component' holds {int(index.max())}, but there are {names.size} "
+                             "component_names")
+    try:
+        return components.Components(tuple(names.tolist()), index)
+    except ConfigError as e:
+        raise InputFileError(f"{path}: {e}") from None
 
 
 def write_npz(path, bodies: Bodies) -> None:
@@ -471,6 +497,9 @@ def write_npz(path, bodies: Bodies) -> None:
               "mass": np.asarray(bodies.mass, np.float64), "time": np.float64(bodies.time)}
     if bodies.ids is not None:
         arrays["ids"] = np.asarray(bodies.ids, np.int64)
+    if bodies.components is not None:
+        arrays["component"] = bodies.components.index
+        arrays["component_names"] = np.array(bodies.components.names, dtype=str)
     with atomic_write(path, "wb", what="snapshot") as f:
         np.savez(f, **arrays)  # uncompressed: positions barely compress and loading stays a memcpy
 
@@ -564,12 +593,13 @@ def write(path, bodies: Bodies, format: str | None = None) -> None:
 # ------------------------------------------------------------------------------------------- plumbing
 
 
-def _bodies(path: Path, pos, vel, mass, time, ids, label: Callable[[int], str]) -> Bodies:
+def _bodies(path: Path, pos, vel, mass, time, ids, label: Callable[[int], str], comp=None) -> Bodies:
     bodies = Bodies(pos=np.ascontiguousarray(pos, dtype=np.float64).reshape(-1, 3),
                     vel=np.ascontiguousarray(vel, dtype=np.float64).reshape(-1, 3),
                     mass=np.ascontiguousarray(mass, dtype=np.float64).reshape(-1),
                     time=float(time),
-                    ids=None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1))
+                    ids=None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1),
+                    components=comp)
     bodies.validate(source=str(path), row_label=label)
     return bodies
 

@@ -12,7 +12,9 @@ the parameters against the table (ConfigError naming the key and its range) and 
 `Bodies`. The same seed gives bit-identical output: each call owns a fresh `np.random.default_rng(seed)`
 and draws in a fixed order. All bodies have equal mass (`mass / n`, summing to `mass`), and
 the result is moved to its centre-of-mass frame (position and velocity), which keeps the camera's
-target and the momentum diagnostics at zero from the first frame.
+target and the momentum diagnostics at zero from the first frame. Generators that build parts give them
+as components (app.components): disk's bulge and disk, and collision's galaxy1-bulge, galaxy1-disk,
+galaxy2-bulge, galaxy2-disk.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from app.bodies import Bodies
+from app.components import Components
 from app.errors import ConfigError
 
 _BIG = 1e6
@@ -46,7 +49,9 @@ class Generator:
     name: str
     doc: str
     params: dict[str, Param]
-    build: Callable[..., tuple[np.ndarray, np.ndarray]]  # (rng, n, **params) -> (pos, vel), for G = 1
+    # (rng, n, **params) -> (pos, vel) for G = 1, or (pos, vel, parts): parts [(name, count), ...] are the
+    # model's components (app.components) as consecutive blocks of rows
+    build: Callable[..., tuple]
     min_n: int = 1
     equilibrium: bool = False  # velocities balance gravity: scaled by √G
 
@@ -68,11 +73,12 @@ class Generator:
         values = self.resolve(params)
         n = _check_int(f"generator {self.name!r}: n", n, self.min_n)
         seed = _check_int(f"generator {self.name!r}: seed", seed, 0)
-        pos, vel = self.build(np.random.default_rng(seed), n, **values)
+        pos, vel, *parts = self.build(np.random.default_rng(seed), n, **values)
         pos, vel = _centre(pos, vel)
         if self.equilibrium:
             vel = vel * math.sqrt(G)
-        return Bodies.from_arrays(pos, vel, np.full(n, values["mass"] / n), source=f"generator {self.name!r}")
+        return Bodies.from_arrays(pos, vel, np.full(n, values["mass"] / n), source=f"generator {self.name!r}",
+                                  components=Components.from_sizes(parts[0]) if parts else None)
 
 
 def _check_param(generator: str, key: str, value, spec: Param):
@@ -176,7 +182,8 @@ def _disk_radii(rng: np.random.Generator, n: int, scale_length: float, r_max: fl
 
 
 def _build_disk(rng, n, radius, thickness, central_mass, dispersion, mass):
-    """Bulge (a small Plummer sphere) plus exponential disk in the x-y plane, rotating about +z."""
+    """Bulge (a small Plummer sphere) plus exponential disk in the x-y plane, rotating about +z; the
+    bulge's rows come first (components bulge, disk)."""
     m = mass / n
     n_bulge = round(central_mass * n)
     n_disk = n - n_bulge
@@ -200,7 +207,8 @@ def _build_disk(rng, n, radius, thickness, central_mass, dispersion, mass):
     v_c = np.sqrt(enclosed * r_cyl ** 2 / (r_sph ** 2 + eps ** 2) ** 1.5)
     tangent = np.column_stack([-np.sin(phi), np.cos(phi), np.zeros(n_disk)])
     disk_vel = v_c[:, None] * tangent + rng.normal(0.0, 1.0, (n_disk, 3)) * (dispersion * v_c)[:, None]
-    return np.concatenate([bulge_pos, disk_pos]), np.concatenate([bulge_vel, disk_vel])
+    return (np.concatenate([bulge_pos, disk_pos]), np.concatenate([bulge_vel, disk_vel]),
+            [("bulge", n_bulge), ("disk", n_disk)])
 
 
 _DISK_PARAMS = {
@@ -232,9 +240,11 @@ def _build_collision(rng, n, separation, speed, impact, mass_ratio, tilt, radius
     m1, m2 = mass * n1 / n, mass * n2 / n  # equal body masses: the realised ratio is n2 / n1
     d = _DISK_PARAMS
     common = {k: d[k].default for k in ("thickness", "central_mass", "dispersion")}
-    pos1, vel1 = _centre(*_build_disk(rng, n1, radius=radius, mass=m1, **common))
+    pos1, vel1, parts1 = _build_disk(rng, n1, radius=radius, mass=m1, **common)
+    pos1, vel1 = _centre(pos1, vel1)
     # Equal mean density: a lighter galaxy is smaller.
-    pos2, vel2 = _centre(*_build_disk(rng, n2, radius=radius * (m2 / m1) ** (1 / 3), mass=m2, **common))
+    pos2, vel2, parts2 = _build_disk(rng, n2, radius=radius * (m2 / m1) ** (1 / 3), mass=m2, **common)
+    pos2, vel2 = _centre(pos2, vel2)
     rot = _rotation_x(tilt)
     pos2, vel2 = pos2 @ rot.T, vel2 @ rot.T
     rel_pos = np.array([separation, impact, 0.0])
@@ -242,7 +252,9 @@ def _build_collision(rng, n, separation, speed, impact, mass_ratio, tilt, radius
     f1, f2 = m2 / (m1 + m2), m1 / (m1 + m2)  # each galaxy's share of the relative motion, about the COM
     pos = np.concatenate([pos1 - f1 * rel_pos, pos2 + f2 * rel_pos])
     vel = np.concatenate([vel1 - f1 * rel_vel, vel2 + f2 * rel_vel])
-    return pos, vel
+    parts = [(f"galaxy{k}-{name}", count) for k, galaxy in ((1, parts1), (2, parts2))
+             for name, count in galaxy]
+    return pos, vel, parts
 
 
 # ----------------------------------------------------------------------------------- cube, shell, expand

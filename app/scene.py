@@ -44,6 +44,8 @@ class RenderSettings:
     colormap: str = "inferno"
     brightness: float = 1.0  # multiplies each sprite's contribution before additive blending
     background: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    # render.components.KEY.{visible, brightness, color}: KEY -> app.components.Style, in the order set
+    components: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -62,6 +64,7 @@ class Scene:
     camera: CameraSettings = field(default_factory=CameraSettings)
     render: RenderSettings = field(default_factory=RenderSettings)
     run: RunSettings = field(default_factory=RunSettings)
+    components: tuple = ()  # [[components]] tables: ((name, first row, end row), ...), app.components
 
 
 # --------------------------------------------------------------------------------------------------
@@ -129,6 +132,11 @@ def load_scene(name_or_path: str | None = None, overrides: dict[str, object] | N
         scene.name = path.stem
         origin = str(path)
         for section, table in data.items():
+            if section == "components":  # [[components]]: row ranges with names
+                from app.components import parse_table
+
+                scene.components = parse_table(table, origin)
+                continue
             if not isinstance(table, dict):
                 raise ConfigError(f"{origin}: top-level key {section!r} must be a [section] table; "
                                   f"sections: {', '.join(_schema_sections())}")
@@ -159,6 +167,11 @@ def set_value(scene: Scene, key: str, value, origin: str = "") -> None:
     prefix = f"{origin}: " if origin else ""
     if section == "initial" and name not in config.SCHEMA["initial"]:
         scene.initial.params[name] = value  # checked against the generator's own spec in validate()
+        return
+    if section == "render" and name.split(".", 1)[0] == "components":
+        from app.components import set_style
+
+        scene.render.components = set_style(scene.render.components, name, value, origin)
         return
     try:
         typed = config.coerce(key, value, config.field_for(key))
@@ -203,14 +216,20 @@ def validate(scene: Scene) -> None:
 
 
 def make_bodies(scene: Scene):
-    """The scene's initial Bodies: read from initial.file or generated (deterministic from the seed)."""
-    from app import formats, ics
+    """The scene's initial Bodies: read from initial.file or generated (deterministic from the seed).
+    A scene's [[components]] tables replace the components the file or the generator gave."""
+    from app import components, formats, ics
 
     init = scene.initial
     if init.file:
         bodies = formats.read(init.file, format=init.format)
+        if scene.components:
+            bodies.components = components.from_table(scene.components, bodies.n, f"{scene.name}")
         return subsample(bodies, init.subsample, init.seed) if init.subsample else bodies
-    return ics.generate(init.generator, init.n, init.seed, init.params, G=scene.physics.G)
+    bodies = ics.generate(init.generator, init.n, init.seed, init.params, G=scene.physics.G)
+    if scene.components:
+        bodies.components = components.from_table(scene.components, bodies.n, f"{scene.name}")
+    return bodies
 
 
 def subsample(bodies, k: int, seed: int):
@@ -226,4 +245,5 @@ def subsample(bodies, k: int, seed: int):
     rows = np.sort(np.random.default_rng(seed).choice(bodies.n, size=k, replace=False))
     mass = bodies.mass[rows] * (bodies.mass.sum() / bodies.mass[rows].sum())
     ids = None if bodies.ids is None else bodies.ids[rows]
-    return Bodies.from_arrays(bodies.pos[rows], bodies.vel[rows], mass, bodies.time, ids, "subsample")
+    comp = None if bodies.components is None else bodies.components.take(rows)
+    return Bodies.from_arrays(bodies.pos[rows], bodies.vel[rows], mass, bodies.time, ids, "subsample", comp)

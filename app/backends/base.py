@@ -34,6 +34,9 @@ class Backend(ABC):
     """Simulation state plus kernels. Construct, `load`, then `step` as often as you like."""
 
     name: str = ""
+    # the loaded bodies' components (app.components), for drawing only: whoever loads bodies sets it
+    # (commands.common.make_backend, the panel's Controller); gravity never reads it
+    components = None
 
     # --- discovery -------------------------------------------------------------------------------
     @classmethod

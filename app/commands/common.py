@@ -111,6 +111,7 @@ def make_backend(scene, bodies=None):
     try:
         check_fits(bodies, backend.record(kernel or backend.kernel))
         backend.load(bodies, scene.physics, kernel)
+        backend.components = bodies.components
     except BaseException:
         backend.close()
         raise

@@ -84,6 +84,8 @@ def print_keys() -> None:
         for name, f in fields.items():
             print(f"  {section}.{name:<16} {f.describe():<44} {f.doc}")
     print("  initial.<param>     generator parameters: see `nbody-live info --generators`")
+    print("[[components]]        tables of name = \"...\" and rows = [first, end): the bodies' components "
+          "(docs/components.md)")
 
 
 def print_generators() -> None:

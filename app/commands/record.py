@@ -63,6 +63,8 @@ examples:
   nbody-live record collision --camera flight.toml --frames 240 --out out/flight.mp4
   nbody-live record disk --backend cpu --size 640x360 --frames 60 --frames-dir out/disk_frames
   nbody-live record collision --still 3.5 --camera orbit --out out/collision_3.5s.png
+  nbody-live record collision --set 'render.components.galaxy2-*.visible=false' --out out/one.mp4
+                                  # components as the scene keys say (docs/components.md); never a panel
 """
 
 

@@ -29,10 +29,10 @@ keys and mouse in the viewer (the panel takes the mouse and keys while it uses t
   [ and ]            previous / next available kernel (takes effect on the next step)
   R                  reset the simulation to the scene's initial bodies (and the camera)
   C                  reset the camera to the scene's view
-  F                  fit the camera to the bodies
+  F                  fit the camera to the bodies drawn, in the part of the window the panel leaves free
   V                  start / stop recording the view to DIR/recording-<time>.mp4 (--record-to, default out/)
   S                  save the current state to DIR/snapshot-<time>.npz (float64, original order)
-  Tab                hide / show the control panel
+  Tab                hide / show the control panel (hidden: the scene is centred on the whole window)
   Escape             quit (closing the window quits too); with a panel popup open or a field
                      being edited, the first Escape closes the popup or leaves the field
 """
@@ -47,6 +47,13 @@ combo for a set of values, a slider for a range), shows live frame and kernel ti
 history plots with a marker at each switch, per-kernel medians, energy/momentum drift, and edits N,
 dt, softening, G, integrator, force model, steps per frame and the view; "Benchmark all kernels" runs
 each available kernel on a copy of the current state; "Screenshot" writes out/screenshot-<time>.png.
+While the panel shows, the scene is centred in the part of the window it leaves free.
+
+Components (Tipsy's gas / dark / star or Bonsai's disk / bulge / halo, the disk and collision
+generators' bulges and disks, a scene's [[components]] row ranges) are listed in the panel's View tab,
+each with a colour swatch, a show/hide checkbox and a brightness slider; the same from the command line:
+--set render.components.halo.visible=false, --set render.components.NAME.brightness=0.3,
+--set render.color_by=component. Hidden bodies still feel and exert gravity. (docs/components.md)
 
 "Record" (or V) records what the viewer draws (the particles, not the panel) at the window size into
 out/recording-<time>.mp4 (--record-to DIR): H.264 at --record-fps (60) sampled by wall time (real speed),
@@ -67,6 +74,7 @@ examples:
   nbody-live run                                   # Plummer sphere, best backend found
   nbody-live run collision --n 65536 --kernel shared
   nbody-live run ../shared/data/bonsai_model3_child_compact.tipsy --softening 0.05
+  nbody-live run ../shared/data/bonsai_model3_child_compact.tipsy --set render.components.halo.visible=false
   nbody-live run plummer --frames 300 --headless   # no window: EGL, prints per-frame timings
   nbody-live run --frames 400 --headless --panel-cost   # frame time with the panel shown vs hidden
   nbody-live run --frames 400 --headless --record-cost  # frame time not recording vs recording

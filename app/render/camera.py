@@ -6,6 +6,9 @@ with azimuth `az` measured in degrees around +z from +x and elevation `el` in de
 Matrices are 4x4 float64 for column vectors (clip = P @ V @ [x, y, z, 1]); `gl_matrix()` gives the
 layout GLSL's `mat4` uniform expects from vispy (the transpose, C-contiguous float32).
 Pixel coordinates are image coordinates: x to the right, y down from the top row, pixel centres at +0.5.
+A lens `shift` (normalised device x, as in `projection_matrix(aspect, shift)`) slides the picture
+sideways without turning the camera: the target is drawn at x = (1 + shift) / 2 of the width, which is
+how the viewer centres the scene in the part of the window its panel leaves free (app.render.view_area).
 """
 
 from __future__ import annotations
@@ -103,24 +106,27 @@ class OrbitCamera:
     def view_matrix(self) -> np.ndarray:
         return look_at(self.eye, self.target)
 
-    def projection_matrix(self, aspect: float) -> np.ndarray:
-        return perspective(self.fov, aspect, self.near, self.far)
+    def projection_matrix(self, aspect: float, shift: float = 0.0) -> np.ndarray:
+        """The perspective; `shift` moves the picture by that much of the half-width in NDC (off-axis)."""
+        m = perspective(self.fov, aspect, self.near, self.far)
+        if shift:
+            m[0, :] += shift * m[3, :]  # clip x += shift * clip w: NDC x += shift
+        return m
 
     def basis(self) -> tuple[np.ndarray, np.ndarray]:
         """(right, up) unit vectors of the image plane in world space."""
         v = self.view_matrix()
         return v[0, :3].copy(), v[1, :3].copy()
 
-    def project(self, points, size: tuple[int, int]) -> np.ndarray:
-        """World points (..., 3) to pixel coordinates (..., 2) in a `size` = (width, height) image.
-
-        Points behind the eye come back as NaN.
+    def project(self, points, size: tuple[int, int], shift: float = 0.0) -> np.ndarray:
+        """World points (..., 3) to pixel coordinates (..., 2) in a `size` = (width, height) image,
+        through the projection with lens `shift`. Points behind the eye come back as NaN.
         """
         w, h = size
         p = np.asarray(points, dtype=np.float64)
         flat = p.reshape(-1, 3)
         hom = np.c_[flat, np.ones(len(flat))]
-        clip = hom @ (self.projection_matrix(w / h) @ self.view_matrix()).T
+        clip = hom @ (self.projection_matrix(w / h, shift) @ self.view_matrix()).T
         wc = clip[:, 3:4]
         with np.errstate(divide="ignore", invalid="ignore"):
             ndc = np.where(wc > 0, clip[:, :2] / wc, np.nan)

@@ -13,7 +13,11 @@ R reset (the controller reloads the scene's bodies; the bare viewer resets the c
 hides itself), V (the controller starts / stops a recording), Escape quit.
 Mouse: left-drag rotates (with inertia), right/middle-drag or Shift+left-drag pans, wheel zooms.
 Callables in `viewer.capture_mouse` / `viewer.capture_keyboard` returning True (ImGui's
-want_capture_mouse / want_capture_keyboard) block the camera / the key actions. An overlay that wants
+want_capture_mouse / want_capture_keyboard) block the camera / the key actions. Callables in
+`viewer.view_covers` return the rectangle an overlay covers (logical pixels, or None while hidden): frames
+drawn with the overlays centre the scene in the part left free, and F fits into it (app.render.view_area).
+The bodies' components (`backend.components`, app.components) go to the renderer when the buffers are
+filled; F and C fit the bodies that are drawn (hidden components left out). An overlay that wants
 the input connects to `viewer.events` (mouse_press, mouse_move, key_press, ...) like any vispy handler.
 """
 
@@ -29,7 +33,7 @@ from vispy import app, gloo
 from vispy.util import keys
 
 from app.errors import NonFiniteState, RuntimeFault
-from app.render import gl_setup
+from app.render import gl_setup, view_area
 from app.render.camera import OrbitCamera, gl_matrix
 from app.render.particles import ParticleRenderer
 from app.timing import DrawTimer, FrameStats
@@ -72,6 +76,7 @@ class Viewer(app.Canvas):
         self.overlays: list[Callable[[Viewer], None]] = []
         self.capture_mouse: list[Callable[[], bool]] = []
         self.capture_keyboard: list[Callable[[], bool]] = []
+        self.view_covers: list[Callable[[], tuple[float, float, float, float] | None]] = []
         self.key_actions: dict[str, Callable[[], None]] = {
             "Escape": self.request_quit, "Space": self.toggle_pause, "F": self.fit, "C": self.reset_camera,
             "R": self.reset_camera, "[": lambda: self.cycle_kernel(-1), "]": lambda: self.cycle_kernel(+1)}
@@ -97,6 +102,7 @@ class Viewer(app.Canvas):
         self._mouse_last = None
         self._mouse_mode = None
         self._host_frame = 0
+        self._components = False
         self.sync_buffers()
         self.camera = OrbitCamera()
         self.reset_camera()
@@ -118,6 +124,14 @@ class Viewer(app.Canvas):
             self.renderer.update_speed_scale(speeds)
             self.interop = bool(self.backend.attach_gl_buffers(*self.renderer.gl_names()))
             self._host_frame = 0
+            self._components = False  # (not any Components: set below)
+        comp = getattr(self.backend, "components", None)
+        if comp is not self._components:
+            self._components = comp
+            if comp is not None and comp.n != n:
+                log.warning("the bodies' %d component indices do not match N = %d: drawn as one", comp.n, n)
+                comp = None
+            self.renderer.set_components(comp)
         self.stats.n = n
         self.stats.data_path = self.backend.data_path
 
@@ -168,33 +182,54 @@ class Viewer(app.Canvas):
 
     # --- camera --------------------------------------------------------------------------
     def _current_pos4(self) -> np.ndarray:
+        """The bodies as drawn now: hidden components left out (all of them when every one is hidden)."""
         try:
-            return np.asarray(self.backend.host_render_arrays()[0])
+            pos4 = np.asarray(self.backend.host_render_arrays()[0])
         except Exception:  # a backend that cannot read back right now: use the initial state
-            return self._initial_pos4
+            pos4 = self._initial_pos4
+        shown = self.renderer.visible_mask()
+        return pos4[shown] if shown is not None and shown.shape == (len(pos4),) and shown.any() else pos4
+
+    def free_span(self, width: int | None = None) -> tuple[float, float]:
+        """The stretch [x0, x1] of a `width`-pixel frame (default the window's) that no overlay covers."""
+        lw = max(float(self.size[0]), 1.0)
+        width = float(self.physical_size[0] if width is None else width)
+        x0, x1 = view_area.free_span(lw, (cover() for cover in self.view_covers))
+        return x0 / lw * width, x1 / lw * width
+
+    def _fit_aspect(self) -> float:
+        """The aspect ratio of the free part of the window, which a fit fills."""
+        x0, x1 = self.free_span()
+        return (x1 - x0) / max(self.physical_size[1], 1)
 
     def reset_camera(self) -> None:
         """The scene's camera settings; unset distance/target are fitted to the current bodies."""
         ext, com = bodies_extent(self._current_pos4())
-        w, h = self.physical_size
-        self.camera = OrbitCamera.from_settings(self.scene.camera, ext, com, aspect=w / max(h, 1))
+        self.camera = OrbitCamera.from_settings(self.scene.camera, ext, com, aspect=self._fit_aspect())
 
     def fit(self) -> None:
-        """Keep the viewing angles; centre the bodies and fit their 90% radius into the view."""
+        """Keep the viewing angles; centre the bodies and fit their 90% radius into the free view."""
         ext, com = bodies_extent(self._current_pos4())
-        w, h = self.physical_size
-        self.camera.fit(ext, com, aspect=w / max(h, 1))
+        self.camera.fit(ext, com, aspect=self._fit_aspect())
+
+    def lens_shift(self, width: int | None = None) -> float:
+        """The projection's NDC x shift that centres the scene in the free part (0 when nothing covers)."""
+        width = int(self.physical_size[0] if width is None else width)
+        return view_area.lens_shift(self.free_span(width), width)
+
+    def projection(self, size: tuple[int, int], overlays: bool = True) -> np.ndarray:
+        """The projection of a frame of `size`: with `overlays` the scene is centred in the free part."""
+        w, h = int(size[0]), int(size[1])
+        return self.camera.projection_matrix(w / max(h, 1), self.lens_shift(w) if overlays else 0.0)
 
     # --- drawing -------------------------------------------------------------------------
     def draw_scene(self, size: tuple[int, int], overlays: bool = True) -> None:
-        """Particles (timed), then overlays, onto the active framebuffer of `size` (w, h) pixels."""
-        w, h = int(size[0]), int(size[1])
-        view = gl_matrix(self.camera.view_matrix())
-        proj = gl_matrix(self.camera.projection_matrix(w / max(h, 1)))
+        """Particles (timed), then overlays, onto the active framebuffer of `size` (w, h) pixels. With
+        overlays the scene is centred in the part of the frame they leave free."""
         ctx = self.context
         ctx.flush_commands()
         self.draw_timer.begin()
-        self.renderer.draw(view, proj, (w, h), pixel_ratio=self.pixel_scale)
+        self.draw_particles(size, shifted=overlays)
         ctx.flush_commands()
         self.draw_timer.end()
         self.stats.draw_ms = self.draw_timer.ms
@@ -203,6 +238,13 @@ class Viewer(app.Canvas):
                 overlay(self)
             # overlays may call GL directly: make vispy re-issue glUseProgram on its next draw
             ctx.shared.parser.env.pop("current_program", None)
+
+    def draw_particles(self, size: tuple[int, int], shifted: bool = False) -> None:
+        """Only the particles (untimed) onto the active framebuffer; `shifted`: centred in the free part."""
+        w, h = int(size[0]), int(size[1])
+        view = gl_matrix(self.camera.view_matrix())
+        proj = gl_matrix(self.projection((w, h), shifted))
+        self.renderer.draw(view, proj, (w, h), pixel_ratio=self.pixel_scale)
 
     def on_draw(self, event) -> None:
         now = time.perf_counter()

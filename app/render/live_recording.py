@@ -8,7 +8,9 @@
 A `Recorder` with `block=False` fed from the viewer's own frame. While recording, an overlay placed
 before every other one copies the frame the viewer has just drawn on its window (the particles only: the
 panel is drawn after it) into the recorder's framebuffer with one `glBlitFramebuffer`, no second particle
-pass, and starts its asynchronous PBO readback; frames whose readback is done go to the encoder thread,
+pass (while the panel shows, the window's scene is moved aside into the part it leaves free, so the
+particles are drawn again, centred: recordings look the same with or without the panel), and starts its
+asynchronous PBO readback; frames whose readback is done go to the encoder thread,
 and when its queue is full the frame is dropped and counted instead of waiting, so the view keeps its
 frame rate. The CPU time of that per frame is `viewer.stats.record_ms` (and the FrameLog's `record_ms`).
 The mp4 has the `record` command's encoder settings: a fixed rate (60 fps) sampled by wall time, so the
@@ -279,7 +281,11 @@ class ViewRecorder:
                 screen = int(GL.glGetIntegerv(GL.GL_DRAW_FRAMEBUFFER_BINDING))
                 info = FrameInfo(index=index, t=index / rec.fps, scene=viewer.scene.name,
                                  kernel=viewer.stats.kernel, n=viewer.stats.n)
-                rec.capture(viewer, info, blit_from(viewer, screen, viewer.physical_size))
+                # the window's frame is the recording's unless the panel moved the scene aside (a lens
+                # shift, app.render.view_area): then the particles are drawn again, centred
+                shifted = viewer.lens_shift() != 0.0
+                draw = viewer.draw_particles if shifted else blit_from(viewer, screen, viewer.physical_size)
+                rec.capture(viewer, info, draw)
         except Exception as e:  # noqa: BLE001 - a full disk, an encoder or GL error: stop, keep the viewer
             self._end()
             with contextlib.suppress(Exception):

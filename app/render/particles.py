@@ -10,7 +10,10 @@ the rounding of the 8-bit target between blends.
 
 Two vertex buffers per frame: positions float4 [x, y, z, m] (the backends' layout) and speeds float.
 A CUDA backend may write both itself (`gl_names()` gives their GL names, for `attach_gl_buffers`); the
-host path uploads `host_render_arrays()` with `upload()`.
+host path uploads `host_render_arrays()` with `upload()`. A third, static buffer holds each body's
+component (app.components), uploaded once by `set_components`; the per-component colour and gain
+(brightness, 0 when hidden) are two uniform tables, so showing, hiding or recolouring a component is a
+uniform change, never a buffer upload, and gravity never sees it.
 
 Colour by speed goes through a 256-entry colormap, normalised by a robust speed scale: on the host path
 `update_speed_scale(speeds)` takes a running 95th percentile (the viewer calls it every ~30 frames); a
@@ -19,15 +22,21 @@ GPU path sets it with `set_speed_scale(value)`.
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 from vispy import gloo
 
+from app import components as comps
 from app.errors import ConfigError
 from app.render.colormaps import colormap_texture_data
 from app.render.shaders import build_program
 from app.scene import RenderSettings
 
-COLOR_BY = {"speed": 0.0, "mass": 1.0, "none": 2.0}
+log = logging.getLogger(__name__)
+
+COLOR_BY = {"speed": 0.0, "mass": 1.0, "none": 2.0, "component": 3.0, "component-speed": 4.0,
+            "component-mass": 5.0}
 CMAP_LOW = 0.22  # slow bodies take the colormap from here: inferno/magma start black, which adds no light
 INTENSITY = 1.1  # peak light of one sprite at brightness 1 (1 - exp(-1.1) = 67%)
 # Above DENSITY_REF_N bodies each sprite gives sqrt(REF / N) of the light, so dense cores do not burn out.
@@ -52,6 +61,9 @@ class ParticleRenderer:
         self.n = 0
         self.pos_vbo: gloo.VertexBuffer | None = None
         self.speed_vbo: gloo.VertexBuffer | None = None
+        self.comp_vbo: gloo.VertexBuffer | None = None
+        self.components: comps.Components | None = None  # of the bodies in the buffers
+        self.drawn: list[comps.Drawn] = comps.drawn(None, {})  # each component's effective style
         self.speed_scale = 1.0
         self.mean_mass = 1.0
         self._cmap_name = None
@@ -81,7 +93,35 @@ class ParticleRenderer:
         p["u_size_by_mass"] = 1.0 if settings.size_by_mass else 0.0
         p["u_color_by"] = COLOR_BY[settings.color_by]
         p["u_cmap_low"] = 0.0 if settings.colormap == "white" else CMAP_LOW
+        self._set_component_table()
         self._set_brightness()
+
+    def set_components(self, components: comps.Components | None) -> None:
+        """The bodies' components (None: all one); `allocate(n)` first. Uploads the index once."""
+        if components is not None and components.n != self.n:
+            raise ValueError(f"{components.n} component indices for {self.n} bodies")
+        self.components = components
+        unmatched = comps.check_styles(self.settings.components, components)
+        if unmatched and components is not None:
+            log.warning("render.components: %s match no component (components: %s)", ", ".join(unmatched),
+                        ", ".join(components.names))
+        if self.comp_vbo is not None and self.n:
+            index = np.zeros(self.n) if components is None else components.index
+            self.comp_vbo.set_data(index.astype(np.float32))
+        self._set_component_table()
+
+    def _set_component_table(self) -> None:
+        self.drawn = comps.drawn(self.components, self.settings.components)
+        table = comps.StyleTable.of(self.drawn)
+        # element by element: vispy 0.17 sends a whole uniform array only the first time it is set (later
+        # sets of the array go out with count 1, i.e. element 0 alone)
+        for i in range(len(table.gain)):
+            self.program[f"u_comp_color[{i}]"] = table.color[i]
+            self.program[f"u_comp_gain[{i}]"] = float(table.gain[i])
+
+    def visible_mask(self) -> np.ndarray | None:
+        """Which bodies are drawn (None: all of them)."""
+        return comps.visible_rows(self.components, self.drawn)
 
     def density_gain(self) -> float:
         """Per-sprite light factor for the body count: 1 up to DENSITY_REF_N, then sqrt(REF / N)."""
@@ -129,9 +169,13 @@ class ParticleRenderer:
             return False
         self.pos_vbo = gloo.VertexBuffer(np.zeros((max(n, 1), 4), dtype=np.float32))
         self.speed_vbo = gloo.VertexBuffer(np.zeros(max(n, 1), dtype=np.float32))
+        self.comp_vbo = gloo.VertexBuffer(np.zeros(max(n, 1), dtype=np.float32))
         self.program["a_pos"] = self.pos_vbo
         self.program["a_speed"] = self.speed_vbo
+        self.program["a_comp"] = self.comp_vbo
         self.n = n
+        self.components = None
+        self._set_component_table()
         self._set_brightness()
         return True
 
@@ -182,8 +226,8 @@ class ParticleRenderer:
         gloo.set_state(None, blend=False, depth_test=False, cull_face=False)
 
     def delete(self) -> None:
-        for obj in (self.pos_vbo, self.speed_vbo, self._cmap_tex):
+        for obj in (self.pos_vbo, self.speed_vbo, self.comp_vbo, self._cmap_tex):
             if obj is not None:
                 obj.delete()
-        self.pos_vbo = self.speed_vbo = self._cmap_tex = None
+        self.pos_vbo = self.speed_vbo = self.comp_vbo = self._cmap_tex = None
         self.n = 0

@@ -4,6 +4,7 @@
     ctl.switch_kernel("cpu-fp64")            # the next step uses it; the state is left bitwise as it is
     ctl.set_value("physics.dt", "0.002")     # validated by app.scene.set_value, the CLI's own rules
     ctl.set_value("initial.n", "8192")       # new bodies from the scene, backend.load, new VBOs
+    ctl.set_value("render.components.halo.visible", False)   # drawing only: gravity is untouched
     ctl.set_tunable("theta", 0.7)            # a tunable of the current kernel's record, next step on
     ctl.reset(); ctl.single_step(); ctl.load_preset("disk"); ctl.start_benchmark()
     ctl.toggle_recording()                   # V: out/recording-<time>.mp4 of what the viewer draws
@@ -163,6 +164,7 @@ class Controller:
         new = backend_class(rec.backend)()
         try:
             new.load(state, old.physics, rec.name)
+            new.components = old.components
         except Exception:
             new.close()
             raise
@@ -197,6 +199,10 @@ class Controller:
     # --- parameters ------------------------------------------------------------------------------
     def current_value(self, key: str):
         section, name = key.split(".", 1)
+        if section == "render" and name.startswith("components."):
+            from app.components import style_value
+
+            return style_value(self.scene.render.components, self.viewer.renderer.components, key)
         if section == "physics":
             return getattr(self.backend.physics, name)
         if section == "initial" and name == "n":
@@ -252,6 +258,7 @@ class Controller:
         self.viewer.set_current()
         b = self.backend
         b.load(bodies, physics or b.physics, b.kernel)
+        b.components = bodies.components
         self.viewer.sync_buffers(force=True)
         self.energy.rebase()
 
@@ -268,7 +275,7 @@ class Controller:
         return None
 
     def save_snapshot(self) -> str | None:
-        """Write the current state (float64, original body order, the time) to
+        """Write the current state (float64, original body order, the time, the components) to
         <recording folder>/snapshot-<time>.npz atomically; loads back bitwise with `formats.read`."""
         from app import formats
         from app.outputs import check_output
@@ -280,7 +287,9 @@ class Controller:
             path, i = folder / f"snapshot-{stamp}-{i}.npz", i + 1
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            formats.write(check_output(path, "snapshot"), self.backend.state())
+            state = self.backend.state()
+            state.components = self.viewer.renderer.components  # (npz keeps them)
+            formats.write(check_output(path, "snapshot"), state)
         except Exception as e:  # noqa: BLE001 - a failed save is reported; the viewer goes on
             return self._fail(f"snapshot not saved: {e}")
         self.last_snapshot = path

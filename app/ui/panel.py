@@ -41,6 +41,7 @@ import numpy as np
 from app.forces import FloatRange, IntChoice
 from app.physics import INTEGRATORS, MODELS
 from app.timing import FLOPS_PER_INTERACTION
+from app.ui.components_panel import components_section
 from app.ui.controller import HISTORY_S, MEDIAN_EVERY_S, Controller
 from app.ui.imgui_bridge import ImGuiBridge
 
@@ -118,6 +119,11 @@ class Panel:
         self.modal_input = False
         self._keys_are_ui = lambda: self.visible and self.modal_input
         viewer.capture_keyboard.append(self._keys_are_ui)
+        # the scene is centred in the part of the window the panel leaves free (app.render.view_area)
+        self.window_rect = (8.0, 8.0, 8.0 + PANEL_W, max(float(viewer.size[1]) - 8.0, 208.0))
+        viewer.view_covers.append(self.covered)
+        if visible:
+            viewer.reset_camera()  # fitted to the free part
 
     @staticmethod
     def _gl_info() -> dict:
@@ -133,6 +139,10 @@ class Panel:
         return {"renderer": get(GL.GL_RENDERER), "version": get(GL.GL_VERSION)}
 
     # --- visibility and the overlay --------------------------------------------------------------
+    def covered(self) -> tuple[float, float, float, float] | None:
+        """The window rectangle the panel covers (logical pixels), None while hidden."""
+        return self.window_rect if self.visible else None
+
     def toggle(self) -> None:
         self.set_visible(not self.visible)
 
@@ -190,6 +200,8 @@ class Panel:
             del self.viewer.key_actions["Tab"]
         if self._keys_are_ui in self.viewer.capture_keyboard:
             self.viewer.capture_keyboard.remove(self._keys_are_ui)
+        if self.covered in self.viewer.view_covers:
+            self.viewer.view_covers.remove(self.covered)
         self.bridge.close()
         self.controller.close()
 
@@ -375,7 +387,7 @@ class Panel:
                         imgui.end_tab_item()
                 imgui.end_tab_bar()
         pos, size = imgui.get_window_pos(), imgui.get_window_size()
-        self.item_rects["window"] = (pos.x, pos.y, pos.x + size.x, pos.y + size.y)
+        self.item_rects["window"] = self.window_rect = (pos.x, pos.y, pos.x + size.x, pos.y + size.y)
         imgui.end()
         any_popup = imgui.PopupFlags_.any_popup_id | imgui.PopupFlags_.any_popup_level
         self.modal_input = imgui.is_popup_open("", any_popup) or io.want_text_input
@@ -738,6 +750,8 @@ class Panel:
         imgui = self.imgui
         ctl = self.controller
         r = self.viewer.scene.render
+        components_section(self)  # first: the list a real model's user comes here for
+        self._header("Sprites and colours")
         imgui.set_next_item_width(150.0)
         changed, v = imgui.slider_float("point size", float(r.point_size), 0.5, 16.0, "%.1f px")
         if changed:
@@ -754,6 +768,7 @@ class Panel:
         self._choice("colormap", "render.colormap", COLORMAPS)
         if imgui.button("Fit (F)"):
             self.viewer.fit()
+        self._tooltip("F: the drawn bodies fitted into the part of the window the panel leaves free")
         imgui.same_line()
         if imgui.button("Camera (C)"):
             self.viewer.reset_camera()
