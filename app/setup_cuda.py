@@ -6,6 +6,10 @@ PyPI's pycuda is an sdist whose default build has no GL support, and the viewer'
 --cuda-enable-gl`, build a wheel once and keep it in the user cache, keyed by pycuda version, Python
 ABI and CUDA version, then install that wheel.
 
+It also installs CuPy (`cupy-cuda<major>x` for the toolkit's CUDA major version), whose device radix sort
+the GPU tree code (`--kernel tree`) uses; without it every other CUDA kernel still works and `tree` says
+what to install.
+
 Machines without an NVIDIA driver skip all of this silently: the CPU backend needs none of it.
 Missing build prerequisites (nvcc, GL/gl.h) are named with the package that provides them, and the
 setup carries on without CUDA rather than failing `make`.
@@ -120,6 +124,21 @@ def build_wheel(cuda_root: Path, dest: Path) -> Path:
         return final
 
 
+def install_cupy(cuda_root: Path | None) -> None:
+    """CuPy for the tree's device sort, matching the toolkit's major version (13 when unknown)."""
+    if subprocess.run([sys.executable, "-c", "import cupy"], capture_output=True).returncode == 0:
+        return
+    major = cuda_version(cuda_root).split(".")[0] if cuda_root is not None else ""
+    major = major if major.isdigit() else "13"
+    spec = f"cupy-cuda{major}x"
+    say(f"installing {spec} (the GPU tree code's device sort)")
+    try:
+        pip("install", "--quiet", spec)
+    except subprocess.CalledProcessError as e:
+        say(f"installing {spec} failed ({e}): every CUDA kernel but `tree` works; `pip install {spec}` "
+            "enables it")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m app.setup_cuda", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -128,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not nvidia_driver_present():
         return 0  # no NVIDIA driver: the CPU backend is used; nothing to say
+    install_cupy(find_cuda_root())
     if pycuda_gl_works() and not args.force:
         return 0
     cuda_root = find_cuda_root()
