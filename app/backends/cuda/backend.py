@@ -49,6 +49,13 @@ from app.integrator import Integrator
 from app.physics import Diagnostics, Physics
 
 log = logging.getLogger(__name__)
+EXACT_KERNEL = "shared"  # the live force error's exact sum: the suite's reference-reproducing kernel
+
+
+def _unowned(cp, ptr: int, nbytes: int, owner):
+    """A CuPy memory pointer onto device memory pycuda owns (the state, the VBO while mapped)."""
+    return cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(int(ptr), int(nbytes), owner), 0)
+
 
 INT_MAX = 0x7FFFFFFF
 BYTES_PER_BODY = 16 + 16 + 16 + 4  # pos, vel, acc (float4) + speed (float)
@@ -465,6 +472,40 @@ class CudaBackend(Backend):
                 self._drv.memcpy_dtoh(out, self._ptr("acc"))
         self._integrator.acc_valid = True  # a(x) of the current state is now in the buffer the step reads
         return out[:, :3].astype(np.float64)
+
+    def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(approx, exact), float64 (K, 3), for the bodies `rows` (original order) at the current positions:
+        approx = the running fp32 kernel's a(x) (the integrator's cached one; evaluated now if it is not
+        current), exact = the `shared` all-pairs kernel for those K targets against all N sources, on the
+        device (fp32 sums: ~1e-6 relative, three orders below a tree's error). The K target rows are
+        gathered by CuPy (which the approximate records need anyway) in front of a copy of the sources."""
+        from app.backends.cuda.tree import _cupy
+
+        rows = np.asarray(rows, dtype=np.int64)
+        k, n = int(rows.size), self._n
+        self._require_state()
+        if self.precision != "fp32":
+            raise NotImplementedError("the live force error samples fp32 records")
+        cp = _cupy()
+        with self._scope, cp.cuda.Device(self.device.ordinal):
+            self._prepare()
+            with self._device_arrays() as (pos, _speed):
+                if not self._integrator.acc_valid:
+                    self.evaluator().evaluate(pos, self._ptr("acc"), Span.all(n), Span.all(n))
+                    self._integrator.acc_valid = True
+                state = cp.ndarray((n, 4), cp.float32, _unowned(cp, pos, 16 * n, self))
+                acc = cp.ndarray((n, 4), cp.float32, _unowned(cp, self._ptr("acc"), 16 * n, self))
+                idx = cp.asarray(rows)
+                approx = acc[idx, :3].get()
+                both = cp.empty((k + n, 4), cp.float32)
+                both[:k] = state[idx]
+                both[k:] = state
+                out = cp.zeros((k + n, 4), cp.float32)
+                cp.cuda.get_current_stream().synchronize()  # the copies before the pycuda launch
+                self.evaluator(EXACT_KERNEL).evaluate(both.data.ptr, out.data.ptr, Span(0, k), Span(k, n))
+                self._drv.Context.synchronize()
+                exact = out[:k, :3].get()
+        return approx.astype(np.float64), exact.astype(np.float64)
 
     def _read_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         pos4 = np.empty((self._n, 4), dtype=np.float32)
