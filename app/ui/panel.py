@@ -577,7 +577,9 @@ class Panel:
         stages = self.controller.live_stages()
         if not stages:
             return
+        self.imgui.push_text_wrap_pos(0.0)  # five stages and more do not fit one line of the panel
         self._mono("force: " + " · ".join(f"{name} {ms:.2f}" for name, ms in stages.items()) + " ms")
+        self.imgui.pop_text_wrap_pos()
         self._rect("stages")
         self._tooltip("the force time split per stage, ms per frame (median of the last frames), the "
                       "backend's own timer: Morton keys, sort and reorder, octree build, moments, walk")
