@@ -6,7 +6,9 @@ the CPU); the median is reported as interactions/s, the interactions being what 
 counted (StepTimings.interactions: N² for an all-pairs kernel, body-body plus body-cell for a tree), and
 GFLOP/s by the 20-flops-per-interaction convention of GPU Gems 3 and the CUDA samples. A kernel that
 evaluates fewer pairs than N² also gets the "equivalent all-pairs" rate (StepTimings.pair_equivalent
-over the same time) in a field and a column of its own. With the leapfrog's cached acceleration every
+over the same time) in a field and a column of its own, and its body-cell count; a kernel that reports
+its time split per stage (StepTimings.stages: a tree's keys, sort, build, moments, walk) gets the
+median of each stage in `stages_median_ms`. With the leapfrog's cached acceleration every
 step is exactly one force launch. Kernels that cannot run at an N (over max_n, out of memory, failed
 compile) are recorded with the reason, never dropped.
 
@@ -38,6 +40,8 @@ GFLOPS_FIELD = f"gflops_at_{FLOPS_PER_INTERACTION}_flops_per_interaction"
 # rows of kernels that evaluate fewer pairs than N_targets x N_sources (a tree) also carry the all-pairs
 # work of the same answer over the same time, under this name: never mistaken for interactions/s
 EQUIVALENT_FIELD = "equivalent_all_pairs_interactions_per_s"
+# the force evaluation's split per stage (a tree: keys, sort, build, moments, walk), median ms per step
+STAGES_FIELD = "stages_median_ms"
 # DESIGN.md: 12 FP32 instructions per interaction, 128 lanes x 132 SMs x 1.98 GHz (H100/H200).
 DEFAULT_GPU_FP32_LIMIT = 128 / 12 * 132 * 1.98e9
 # DESIGN.md: the NVIDIA CUDA-samples nbody kernel on a lent H200 (fp32, block 256), interactions/s.
@@ -218,7 +222,18 @@ def _time_one(backend, name: str, n: int, physics: Physics, warmup: int, repeats
     if pairs != interactions:
         row["pair_equivalent"] = pairs
         row[EQUIVALENT_FIELD] = rate(pairs, median)
+        row["body_cell"] = statistics.median_low(t.body_cell for t in steps)
+    stages = stage_medians([t.stages for t in steps])
+    if stages:
+        row[STAGES_FIELD] = stages
     return row
+
+
+def stage_medians(per_step: list[dict[str, float]]) -> dict[str, float]:
+    """The median of each stage over the timed steps (StepTimings.stages, in stage order); {} when the
+    kernel reports none. Medians of parts need not add up to the median of the whole."""
+    names = list(dict.fromkeys(name for stages in per_step for name in stages))
+    return {name: statistics.median(stages.get(name, 0.0) for stages in per_step) for name in names}
 
 
 # --- output -------------------------------------------------------------------------------------------------
@@ -263,10 +278,25 @@ def format_table(result: dict) -> str:
             if equivalent:
                 cells.append(f"{r[EQUIVALENT_FIELD] / 1e9:.2f}" if EQUIVALENT_FIELD in r else "-")
             lines.append(line(r["kernel"], f"{r['n']:,}", cells))
+            lines += _detail_lines(r)
         else:
             lines.append(line(r["kernel"], f"{r['n']:,}", ["-"] * len(heads),
                               f"{r.get('status')}: {r.get('reason')}"))
     return "\n".join(lines)
+
+
+def _detail_lines(r: dict) -> list[str]:
+    """Under a row: what its interactions were when not all-pairs, and its time split per stage."""
+    out = []
+    if EQUIVALENT_FIELD in r:
+        cells = r.get("body_cell", 0)
+        out.append(f"{'':<16}   {r['interactions'] / r['n']:,.0f} interactions/body (body-body + body-cell, "
+                   f"{100 * cells / r['interactions']:.0f}% body-cell): {r['interactions_per_s'] / 1e9:.2f} "
+                   f"G/s; equivalent all-pairs N²/t {r[EQUIVALENT_FIELD] / 1e9:.2f} G/s")
+    if r.get(STAGES_FIELD):
+        split = " · ".join(f"{name} {ms:.3f}" for name, ms in r[STAGES_FIELD].items())
+        out.append(f"{'':<16}   stages (median ms): {split}")
+    return out
 
 
 def print_table(result: dict) -> None:

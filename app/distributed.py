@@ -230,8 +230,11 @@ def rank_backend(comm, scene, bodies=None) -> RankRun:
     """This rank's RankRun for a scene: CPU shares, or one GPU per rank picked by local rank."""
     from app.backends import select_backend
     from app.commands.common import check_fits
+    from app.errors import ConfigError
     from app.scene import make_bodies
 
+    if scene.run.tunables:
+        raise ConfigError("--tunable is not applied to MPI ranks yet: run without mpiexec to set tunables")
     kernel = scene.run.kernel if scene.run.kernel not in ("auto", None) else None
     cls = select_backend(scene.run.backend, kernel)
     bodies = bodies if bodies is not None else make_bodies(scene)

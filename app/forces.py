@@ -162,6 +162,10 @@ def all_pairs_work(targets: Span, sources: Span) -> ForceWork:
     return ForceWork(interactions=pairs, pair_equivalent=pairs, evaluations=1)
 
 
+# the stages of a tree evaluation, in order (ForceEvaluator.stage_ms)
+STAGES = ("keys", "sort", "build", "moments", "walk")
+
+
 # --- error budgets -----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ErrorBudget:
@@ -207,6 +211,9 @@ class KernelRecord:
     origin: str = ""  # which write-up it comes from
     budget: ErrorBudget | None = None  # None: the precision's (FP32_BUDGET / FP64_BUDGET)
     tuned: bool = True  # whether `tune` sweeps it (not: the chooser itself, fp64, the heatmap kernel)
+    # True for a method that approximates the all-pairs sum (a tree): the viewer then samples its live
+    # force error (app/force_error.py) and `validate` reports its percentiles
+    approximate: bool = False
     policy: Any = field(default=None, compare=False, repr=False)  # the backend's launch policy object
 
     @property
@@ -258,4 +265,16 @@ class ForceEvaluator(ABC):
     @abstractmethod
     def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
         """acc[targets] = the accelerations of pos[targets] due to pos[sources] (asynchronous on a GPU)."""
+
+    def stage_ms(self) -> dict[str, float]:
+        """Milliseconds per stage of the evaluations since the last call, then reset: a method with
+        stages (a tree: `STAGES`, in that order, plus any of its own such as `gather`) reports them; the
+        backends put them into StepTimings.extra as "stage:<name>" (app.timing.stage_entries). {} for a
+        method with one kernel."""
+        return {}
+
+    def bytes_per_body(self, n: int) -> int | None:
+        """Memory this evaluator holds per body for N = n beyond the state (host bytes on the CPU, device
+        bytes on a GPU), for `info --kernels`; None when it holds none worth stating (all-pairs)."""
+        return None
 

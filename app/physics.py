@@ -178,6 +178,14 @@ def relative_errors(approx: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return diff / np.maximum(mag, floor if floor > 0 else 1e-300)
 
 
+def error_summary(approx: np.ndarray, ref: np.ndarray) -> dict[str, float]:
+    """{'max', 'p99', 'median', 'rms'} of relative_errors: what `validate` prints and ErrorBudget judges,
+    and the live force error (app/force_error.py) shows."""
+    rel = relative_errors(approx, ref)
+    return {"max": float(rel.max()), "p99": float(np.percentile(rel, 99)), "median": float(np.median(rel)),
+            "rms": float(np.sqrt(np.mean(rel ** 2)))}
+
+
 def relative_error(approx: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     """(max, RMS) of relative_errors."""
     rel = relative_errors(approx, ref)

@@ -53,6 +53,7 @@ class RunSettings:
     backend: str = "auto"  # auto | cpu | cuda
     kernel: str = "auto"  # auto: the backend's default kernel
     steps_per_frame: int = 1
+    tunables: dict = field(default_factory=dict)  # the kernel's (--tunable NAME=VALUE; not a TOML key)
 
 
 @dataclass

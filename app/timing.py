@@ -30,6 +30,7 @@ from dataclasses import astuple, dataclass, field, fields
 import numpy as np
 
 from app.errors import RuntimeFault
+from app.forces import STAGES
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,19 @@ class StepTimings:
     interactions: int = 0
     pair_equivalent: int = 0
     force_evals: int = 0
+    body_cell: int = 0  # how many of `interactions` were body-cell (a tree's accepted cells)
+    # anything else the backend measured; a force method's stages as "stage:<name>" (`stage_entries`)
     extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def stages(self) -> dict[str, float]:
+        """The force evaluation's time split, ms per stage in stage order ({} when not reported)."""
+        return stages_of(self.extra)
+
+    @property
+    def interactions_per_body(self) -> float:
+        """Interactions per body and force evaluation (N for all-pairs; far fewer for a tree)."""
+        return self.interactions / (self.n * self.force_evals) if self.n and self.force_evals else 0.0
 
     @property
     def interactions_per_s(self) -> float:
@@ -75,6 +88,22 @@ class StepTimings:
     def gflops(self) -> float:
         """GFLOP/s by the 20-flops-per-interaction convention (GPU Gems 3, CUDA samples)."""
         return self.interactions_per_s * FLOPS_PER_INTERACTION * 1e-9
+
+
+STAGE_PREFIX = "stage:"
+
+
+def stage_entries(stage_ms: dict[str, float]) -> dict[str, float]:
+    """A ForceEvaluator.stage_ms() as StepTimings.extra entries: {"stage:keys": ms, ...}."""
+    return {STAGE_PREFIX + name: float(ms) for name, ms in stage_ms.items()}
+
+
+def stages_of(extra: dict[str, float]) -> dict[str, float]:
+    """The "stage:<name>" entries of a StepTimings.extra as {name: ms}: app.forces.STAGES first, in their
+    order, then any other stage (a method's own, e.g. "gather") in the order given."""
+    found = {k[len(STAGE_PREFIX):]: v for k, v in extra.items() if k.startswith(STAGE_PREFIX)}
+    rank = {name: i for i, name in enumerate(STAGES)}
+    return dict(sorted(found.items(), key=lambda kv: rank.get(kv[0], len(STAGES))))
 
 
 class HostTimer:

@@ -234,3 +234,27 @@ def test_cpu_backend_at_tiny_n():
         assert r["status"] == "ok", r
         assert r["interactions_per_s"] > 0 and r[bench.GFLOPS_FIELD] > 0
     assert result["device"]["name"]
+
+
+def test_a_tree_row_has_its_stages_body_cells_and_both_rates(tmp_path):
+    from app.forces import STAGES
+
+    cls = backend_class("cpu")
+    if cls.why_not():
+        pytest.skip(f"cpu backend unavailable: {cls.why_not()}")
+    result = bench.run_bench(cls, ["cpu-simd", "cpu-tree"], [2048], warmup=1, repeats=3, progress=False)
+    simd, tree = by(result, "cpu-simd", 2048), by(result, "cpu-tree", 2048)
+    assert bench.STAGES_FIELD not in simd and "body_cell" not in simd
+    stages = tree[bench.STAGES_FIELD]
+    assert tuple(stages) == STAGES and all(v > 0 for v in stages.values())
+    assert sum(stages.values()) <= tree["max_ms"]
+    assert 0 < tree["body_cell"] < tree["interactions"] < tree["pair_equivalent"] == 2048 ** 2
+    assert tree[bench.EQUIVALENT_FIELD] == pytest.approx(2048 ** 2 / (tree["median_ms"] * 1e-3))
+    table = bench.format_table(result)
+    assert "stages (median ms): keys " in table and "· walk " in table
+    per_body = tree["interactions"] / 2048
+    assert f"{per_body:,.0f} interactions/body (body-body + body-cell" in table
+    assert "equivalent all-pairs N²/t" in table
+    path = tmp_path / "tree.json"
+    bench.write_json(result, path)
+    assert bench.load_json(path)["results"][1][bench.STAGES_FIELD] == stages

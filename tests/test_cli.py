@@ -19,6 +19,13 @@ BAD_INPUTS = [
     (["--backend", "gpu"], ["run.backend", "auto", "cpu", "cuda"]),
     (["--kernel", "warp-speed"], ["warp-speed", "cpu-simd"]),
     (["--set", "render.size_by_mass=maybe"], ["render.size_by_mass", "true or false"]),
+    # a kernel's tunables (KernelRecord.validate_tunables), checked before any work
+    (["--kernel", "cpu-tree", "--tunable", "theta=2"], ["cpu-tree.theta: 2 is not in (0, 1.5]"]),
+    (["--kernel", "cpu-tree", "--tunable", "theta=0"], ["cpu-tree.theta: 0 is not in (0, 1.5]"]),
+    (["--kernel", "cpu-tree", "--tunable", "theta=-0.1"], ["cpu-tree.theta", "(0, 1.5]"]),
+    (["--kernel", "cpu-tree", "--tunable", "leaf=12"], ["cpu-tree.leaf: 12 is not one of 8, 16, 32, 64"]),
+    (["--kernel", "cpu-tree", "--tunable", "theta"], ["--tunable 'theta'", "NAME=VALUE"]),
+    (["--kernel", "cpu-simd", "--tunable", "theta=0.5"], ["cpu-simd: no tunable 'theta'"]),
 ]
 
 

@@ -62,6 +62,31 @@ def test_info_lists_backends_and_kernels(capsys):
     assert "physics.dt" in capsys.readouterr().out
 
 
+def test_info_kernels_states_the_memory_per_body_of_a_record_that_reports_it(capsys):
+    assert main(["info", "--kernels"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    tree = next(i for i, ln in enumerate(lines) if ln.strip().startswith("cpu-tree "))
+    simd = next(i for i, ln in enumerate(lines) if ln.strip().startswith("cpu-simd "))
+    memory = [ln for ln in lines if "bytes per body" in ln]
+    assert lines[tree + 2].split()[:5] == ["memory", "224", "bytes", "per", "body"]
+    assert "at N = 1,048,576 (host, beside the state" in lines[tree + 2]
+    assert not lines[simd + 2].strip().startswith("memory") and len(memory) == 1  # all-pairs: none
+
+
+def test_validate_a_tree_prints_its_tunables_and_percentiles_and_judges_the_p99(capsys):
+    args = ["validate", "plummer", "--n", "4096", "--backend", "cpu", "--kernel", "cpu-tree"]
+    assert main([*args, "--tunable", "theta=0.3"]) == 0
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert "group=64 leaf=16 theta=0.3" in row and " median " in row and "p99 " in row and row.count("ok")
+    median = float(row.split(" median ")[1].split()[0])
+    p99 = float(row.split(" p99 ")[1].split()[0])
+    assert 0 < median < p99 <= 1e-3
+    assert main([*args, "--tunable", "theta=1.4"]) == 1  # far outside its p99 budget
+    assert "99th-percentile relative error" in capsys.readouterr().out
+    assert main(["validate", "plummer", "--n", "64", "--kernel", "all", "--tunable", "theta=0.5"]) == 2
+    assert "--tunable applies to one kernel" in capsys.readouterr().err
+
+
 def test_info_names_the_device_a_backend_reports(capsys, monkeypatch):
     from app import backends
     from app.backends.base import Backend

@@ -295,3 +295,59 @@ def test_the_key_order_is_stable():
     assert np.array_equal(k.stable_key_order(keys), np.argsort(keys, kind="stable"))
     same = np.zeros(300, np.int64)
     assert np.array_equal(k.stable_key_order(same), np.arange(300))
+
+
+# --- what the viewer and bench read: the stage split, the memory per body ----------------------------------
+def test_stage_ms_splits_the_evaluation_in_order_and_resets():
+    from app.forces import STAGES
+
+    pos = cloud(4096, seed=5)
+    evaluator = RECORD.policy.evaluator(RECORD, SOFT)
+    evaluator.stage_ms()  # nothing yet
+    acc = np.zeros_like(pos)
+    import time
+
+    t = time.perf_counter()
+    evaluator.evaluate(pos, acc, Span.all(4096), Span.all(4096))
+    evaluator.evaluate(pos, acc, Span.all(4096), Span.all(4096))
+    wall_ms = (time.perf_counter() - t) * 1e3
+    stages = evaluator.stage_ms()
+    assert tuple(stages) == STAGES and all(v > 0 for v in stages.values()), stages
+    assert 0.5 * wall_ms < sum(stages.values()) <= wall_ms, (stages, wall_ms)  # brackets, not guesses
+    assert evaluator.stage_ms() == {}  # taken: reset
+    # targets outside the sources are keyed and sorted too: their time lands in keys and sort
+    evaluator.evaluate(pos, acc, Span(0, 100), Span(100, 3996))
+    assert set(evaluator.stage_ms()) == set(STAGES)
+
+
+def test_backend_step_reports_the_stages_and_body_cell_count():
+    from app.forces import STAGES
+
+    backend = CPUBackend()
+    backend.load(plummer_like(2048, seed=4), Physics(softening=0.01, dt=1e-3), kernel="cpu-tree")
+    timings = backend.step(3)  # the first step also evaluates the leapfrog's initial a(x): 4 evaluations
+    assert tuple(timings.stages) == STAGES and all(v > 0 for v in timings.stages.values())
+    assert sum(timings.stages.values()) <= timings.force_ms  # inside the force bracket
+    assert sum(timings.stages.values()) > 0.5 * timings.force_ms
+    assert set(timings.extra) == {f"stage:{s}" for s in STAGES}
+    assert 0 < timings.body_cell < timings.interactions
+    assert timings.interactions_per_body == timings.interactions / (2048 * timings.force_evals) < 2048
+    backend.set_kernel("cpu-simd")
+    simd = backend.step(1)
+    assert simd.stages == {} and simd.body_cell == 0 and simd.interactions_per_body == 2048
+    backend.close()
+
+
+def test_bytes_per_body_covers_the_tree_arrays():
+    n = 16384
+    evaluator = RECORD.policy.evaluator(RECORD, SOFT)
+    tree = cpu_tree.build(cloud(n, seed=6), leaf=16)
+    held = sum(a.nbytes for a in (tree.order, tree.keys, tree.x, tree.y, tree.z, tree.m, tree.start,
+                                  tree.count, tree.level, tree.prefix, tree.child, tree.nchild, tree.centre,
+                                  tree.side, tree.mass, tree.com, tree.quad, tree.trace)) / n
+    estimate = evaluator.bytes_per_body(n)
+    assert held < estimate < 3 * held, (held, estimate)  # the tree, plus the evaluation's transient copies
+    evaluator.set_tunables(leaf=64)
+    assert evaluator.bytes_per_body(n) < estimate  # fewer cells
+    simd = _BY_NAME["cpu-simd"]
+    assert simd.policy.evaluator(simd, SOFT).bytes_per_body(n) is None  # all-pairs holds nothing extra

@@ -42,13 +42,14 @@ def gl_env():
 class UI:
     """A viewer with the panel, and a 'user' who moves the mouse, clicks and types through vispy events."""
 
-    def __init__(self, n: int = 512, backend=None):
+    def __init__(self, n: int = 512, backend=None, kernel: str = "auto"):
         from app.commands.common import make_backend
         from app.render.canvas import Viewer
         from app.scene import load_scene
         from app.ui import Panel
 
-        self.scene = load_scene("plummer", {"initial.n": n, "run.backend": "cpu", "run.steps_per_frame": 1})
+        self.scene = load_scene("plummer", {"initial.n": n, "run.backend": "cpu", "run.steps_per_frame": 1,
+                                            "run.kernel": kernel})
         self.viewer = Viewer(self.scene, backend or make_backend(self.scene), size=(W, H), headless=True)
         self.panel = Panel(self.viewer)
         self.ctl = self.panel.controller
@@ -487,3 +488,70 @@ def test_save_snapshot_button_and_key_write_files_that_load_back_bitwise(ui, tmp
     ui.key(keys.Key("S"), "s")
     assert ui.ctl.last_snapshot != first and ui.ctl.last_snapshot.is_file()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left behind
+
+
+def ctrl_click(ui, target) -> None:
+    """Ctrl held (a key event carrying the modifier, as glfw delivers it) around a click."""
+    from vispy.util import keys
+
+    ui.viewer.events.key_press(key=keys.CONTROL, text="", modifiers=(keys.CONTROL,))
+    ui.frame(2)
+    ui.click(target)
+    ui.viewer.events.key_release(key=keys.CONTROL, text="", modifiers=())
+    ui.frame(2)
+
+
+@pytest.fixture
+def tree_ui(gl_env):
+    u = UI(n=4096, kernel="cpu-tree")
+    yield u
+    u.close()
+
+
+def test_cpu_tree_shows_its_force_error_and_split_and_the_theta_slider_applies_next_step(tree_ui):
+    """The real cpu-tree through real input: the live force error (median, p99, interactions per body)
+    and the stage split beside the timings; the theta slider reaches the next step (fewer interactions,
+    a larger error sampled at once); a typed theta outside (0, 1.5] is refused red, the old one kept."""
+    from vispy.util import keys
+
+    from app.forces import STAGES
+
+    ui = tree_ui
+    ui.frame(3)
+    probe = ui.ctl.force_error
+    e = probe.latest
+    assert e is not None and e.kernel == "cpu-tree" and e.k == 1024 and e.n == 4096
+    assert 0 < e.median <= e.p99 <= 1e-3, e  # theta 0.5: within the record's p99 budget
+    assert 100 < probe.interactions_per_body < 4096
+    assert "force_error" in ui.panel.item_rects and "stages" in ui.panel.item_rects
+    assert tuple(ui.ctl.live_stages()) == STAGES and all(v > 0 for v in ui.ctl.live_stages().values())
+    before = ui.viewer.stats.step.interactions_per_body
+
+    ui.key(keys.SPACE, " ")  # paused while the user sets theta
+    x0, y0, _, y1 = ui.panel.item_rects["tunable:theta"]
+    ui.click((x0 + 0.8 * 150.0, (y0 + y1) / 2))
+    theta = ui.backend.tunables()["theta"]
+    assert 1.05 < theta < 1.35, (theta, ui.ctl.message)
+    assert ui.ctl.message == f"cpu-tree.theta = {theta:g} from the next step"
+    coarse = probe.latest  # resampled at once for the new theta (the tree evaluated at the paused state)
+    assert coarse is not e and coarse.p99 > 2 * e.p99, (coarse, e)
+    ui.key(keys.SPACE, " ")
+    ui.frame(2)
+    assert ui.viewer.stats.step.interactions_per_body < 0.7 * before  # the next step ran with it
+
+    ctrl_click(ui, "tunable:theta")  # Ctrl+click: the slider becomes a text field
+    ui.type("2")
+    ui.enter()
+    assert ui.backend.tunables()["theta"] == theta
+    assert "tunable:theta" in ui.panel.red_fields
+    assert "cpu-tree.theta: 2.0 is not in (0, 1.5]" in ui.ctl.message
+    x0, y0, _, y1 = ui.panel.item_rects["tunable:theta"]
+    ui.click((x0 + 0.3 * 150.0, (y0 + y1) / 2))  # a value in range clears the red
+    assert 0.3 < ui.backend.tunables()["theta"] < 0.6 and "tunable:theta" not in ui.panel.red_fields
+
+
+def test_an_all_pairs_kernel_shows_no_force_error_and_no_split(ui):
+    ui.frame(3)
+    assert ui.backend.kernel == "cpu-simd"
+    assert ui.ctl.force_error.latest is None and not ui.ctl.force_error.note and not ui.ctl.live_stages()
+    assert "force_error" not in ui.panel.item_rects and "stages" not in ui.panel.item_rects

@@ -117,7 +117,7 @@ def test_a_signal_writes_the_state_so_far_and_the_log(tmp_path, sig, code):
                              "--steps", "1000000", "--log-every", "1", "--out", str(out), "--log", str(log),
                              "--backend", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 4):
+    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 5):
         time.sleep(0.1)
     proc.send_signal(sig)
     _stdout, err = proc.communicate(timeout=120)

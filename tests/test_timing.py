@@ -27,3 +27,15 @@ def test_history_recent_medians_and_unset_fields():
     assert h.recent_medians(100)["a"] == 2.5
     t, d = h.window(0.0)
     assert t.tolist() == [3.0] and np.array_equal(d["a"], [3.0])
+
+
+def test_stage_entries_round_trip_in_stage_order_with_extra_stages_last():
+    from app.timing import StepTimings, stage_entries, stages_of
+
+    extra = {"timings_lagged": 1.0, **stage_entries({"gather": 0.5, "walk": 3.0, "keys": 0.25, "sort": 1.0})}
+    assert extra["stage:walk"] == 3.0 and "stage:timings_lagged" not in extra
+    assert list(stages_of(extra).items()) == [("keys", 0.25), ("sort", 1.0), ("walk", 3.0), ("gather", 0.5)]
+    t = StepTimings(kernel="k", steps=2, n=100, interactions=3000, force_evals=3, extra=extra)
+    assert t.stages == stages_of(extra) and t.interactions_per_body == 10.0
+    assert StepTimings(kernel="k", steps=0, n=100).interactions_per_body == 0.0
+    assert not StepTimings("k", 1, 1).stages

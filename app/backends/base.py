@@ -13,7 +13,7 @@ import numpy as np
 
 from app.bodies import Bodies
 from app.errors import ConfigError
-from app.forces import KernelRecord, Tunable
+from app.forces import ForceEvaluator, KernelRecord, Tunable
 from app.physics import INTEGRATORS, MODELS, Physics
 from app.timing import StepTimings  # noqa: F401  (re-exported: backends build it)
 
@@ -131,6 +131,17 @@ class Backend(ABC):
     @abstractmethod
     def accelerations(self) -> np.ndarray:
         """(N, 3) accelerations at the current positions by the current kernel, as float64."""
+
+    def evaluator(self, name: str | None = None) -> ForceEvaluator:
+        """The ForceEvaluator of a record (default: the current kernel) on this backend's device."""
+        raise NotImplementedError(f"the {self.name} backend does not hand out its evaluators")
+
+    def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(approx, exact): float64 (K, 3) accelerations of the bodies `rows` (original order) at the
+        current positions, approx by the running kernel (what it computed for the current state) and
+        exact by an all-pairs sum over every source; the live force error (app/force_error.py) compares
+        them for an approximate record. A backend that cannot says so by raising NotImplementedError."""
+        raise NotImplementedError(f"the {self.name} backend cannot sample its force error")
 
     @abstractmethod
     def state(self) -> Bodies:

@@ -36,7 +36,7 @@ from app.errors import ConfigError, NonFiniteState
 from app.forces import ErrorBudget, FloatRange, ForceEvaluator, ForceWork, IntChoice, Span, all_pairs_work
 from app.integrator import Integrator
 from app.physics import Physics
-from app.timing import HostTimer
+from app.timing import HostTimer, stage_entries
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,11 @@ class CpuEvaluator(ForceEvaluator):
         cols = sources.check_within(n, "sources").as_slice()
         self.kernel(pos[rows], pos[cols], *self._scalars, acc[rows])  # row slices of C arrays: views
         return all_pairs_work(targets, sources)
+
+    def evaluate_points(self, targets: np.ndarray, sources: np.ndarray, acc: np.ndarray) -> None:
+        """acc[:, :3] = the accelerations of the (K, 4) rows `targets` (any bodies, e.g. a gathered sample)
+        due to every row of `sources`, all in this record's dtype."""
+        self.kernel(targets, sources, *self._scalars, acc)
 
 
 class CpuOps:
@@ -132,7 +137,7 @@ RECORDS = (
             IntChoice("group", (16, 32, 64, 128), 64,
                       doc="targets walked together (consecutive in key order)"),
         ),
-        budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3),
+        budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), approximate=True,
         policy=NumbaTree(np.float32)),
 )
 _BY_NAME = {rec.name: rec for rec in RECORDS}
@@ -277,10 +282,10 @@ class CPUBackend(Backend):
         if self._pos is None:
             raise RuntimeError("CPUBackend: call load() before stepping or reading the state")
 
-    def _evaluator(self) -> CpuEvaluator:
-        """The current record with the current physics and the tunables set for it (cheap: the compiled
-        kernel is looked up, not rebuilt)."""
-        record = _BY_NAME[self._kernel]
+    def evaluator(self, name: str | None = None) -> ForceEvaluator:
+        """A record (default: the current kernel) with the current physics and the tunables set for it
+        (cheap: the compiled kernel is looked up, not rebuilt)."""
+        record = _BY_NAME[self._resolve(name or self._kernel)]
         evaluator = record.policy.evaluator(record, self._physics)
         evaluator.set_tunables(**self._tunables.get(record.name, {}))
         return evaluator
@@ -326,8 +331,9 @@ class CPUBackend(Backend):
         self._require_state()
         self._check_finite()  # before: one bad body contaminates every force within a single step
         self._to_kernel_precision()
-        evaluator = self._evaluator()
+        evaluator = self.evaluator()
         self._warm_up(evaluator)
+        evaluator.stage_ms()  # (the warm-up's stages are not this step's)
         self._timer.reset()
         work = self._integrator.step(self._ops(evaluator), self._physics, steps, self._timer)
         ms = self._timer.collect()
@@ -335,7 +341,8 @@ class CPUBackend(Backend):
         self._check_finite()
         return StepTimings(kernel=self._kernel, steps=steps, n=self.n, force_ms=ms.get("force", 0.0),
                            integrate_ms=ms.get("integrate", 0.0), interactions=work.interactions,
-                           pair_equivalent=work.pair_equivalent, force_evals=work.evaluations)
+                           pair_equivalent=work.pair_equivalent, force_evals=work.evaluations,
+                           body_cell=work.body_cell, extra=stage_entries(evaluator.stage_ms()))
 
     def _check_finite(self) -> None:
         """The GPU's guard on the host: a blown-up state pauses the viewer instead of drawing NaNs.
@@ -345,16 +352,36 @@ class CPUBackend(Backend):
             raise NonFiniteState(int(np.argmin(ok)), step=self._steps, time=self.time)
 
     def accelerations(self) -> np.ndarray:
+        return self._current_acc()[:, :3].astype(np.float64)
+
+    def _current_acc(self) -> np.ndarray:
+        """a(x) of the current state by the current kernel, (N, 4) in its dtype: the integrator's cached
+        one (computed now, and cached, if not valid), or after a switch to a kernel of another precision
+        not stepped yet, evaluated on a converted copy with the state untouched."""
         self._require_state()
-        evaluator = self._evaluator()
+        evaluator = self.evaluator()
         if self._pos.dtype == evaluator.dtype:  # a(x) of the state: the cached one, or cached from now on
             self._integrator.ensure_acc(self._ops(evaluator))
-            return self._acc[:, :3].astype(np.float64)
-        # kernel switched since the last step: evaluate on a converted copy, the state untouched
+            return self._acc
         pos = self._positions_in(evaluator.dtype)
         acc = np.zeros(pos.shape, evaluator.dtype)
         evaluator.evaluate(pos, acc, Span.all(self.n), Span.all(self.n))
-        return acc[:, :3].astype(np.float64)
+        return acc
+
+    def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(approx, exact), float64 (K, 3), for the bodies `rows` (original order) at the current positions:
+        approx = the running kernel's accelerations (the integrator's cached a(x); evaluated and cached now
+        if it is not current), exact = the all-pairs sum over every source in the kernel's precision with
+        cpu-simd's kernel for fp32 (float32 sums, fastmath: ~1e-6 relative) or cpu-fp64's for fp64."""
+        rows = np.asarray(rows, dtype=np.int64)
+        approx = self._current_acc()[rows, :3].astype(np.float64)
+        exact_record = _BY_NAME["cpu-simd" if self._dtype == np.float32 else "cpu-fp64"]
+        evaluator = exact_record.policy.evaluator(exact_record, self._physics)
+        pos = self._pos if self._pos.dtype == evaluator.dtype else self._positions_in(evaluator.dtype)
+        targets = np.ascontiguousarray(pos[rows])
+        acc = np.zeros(targets.shape, evaluator.dtype)
+        evaluator.evaluate_points(targets, pos, acc)
+        return approx, acc[:, :3].astype(np.float64)
 
     def state(self) -> Bodies:
         self._require_state()

@@ -27,12 +27,23 @@ rounding, ~1e-6, is far below the 1e-3 budget of the approximation).
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 
 from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span
 from app.physics import Physics
+from app.timing import HostTimer
+
+
+class _NoClock:
+    @contextmanager
+    def time(self, category: str):
+        yield
+
+
+_NO_CLOCK = _NoClock()
 
 
 def _kernels_module():
@@ -76,13 +87,18 @@ class Tree:
         return (self.side / theta + delta) ** 2
 
 
-def key_order(xyz: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-    """(order, sorted keys, lo, size) of the rows of xyz: Morton keys over their bounding cube."""
+def key_order(xyz: np.ndarray, clock=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """(order, sorted keys, lo, size) of the rows of xyz: Morton keys over their bounding cube.
+    `clock` (an app.timing.HostTimer) times the stages "keys" and "sort"."""
     k = _kernels_module()
-    lo, size = k.bounding_cube(xyz)
-    keys = k.morton_keys(xyz, lo, size)
-    order = k.stable_key_order(keys)
-    return order, keys[order], lo, size
+    clock = clock or _NO_CLOCK
+    with clock.time("keys"):
+        lo, size = k.bounding_cube(xyz)
+        keys = k.morton_keys(xyz, lo, size)
+    with clock.time("sort"):
+        order = k.stable_key_order(keys)
+        keys = keys[order]
+    return order, keys, lo, size
 
 
 GROUP_CELL_FACTOR = 8  # a group cell holds at most 8 groups' worth of bodies (docs/tree.md, step 5)
@@ -106,16 +122,22 @@ def group_starts(start: np.ndarray, count: np.ndarray, nchild: np.ndarray, group
     return np.append(starts, count[0]).astype(np.int64)
 
 
-def build(pos: np.ndarray, leaf: int) -> Tree:
-    """The tree over the (n, 4) [x, y, z, m] rows of `pos`."""
+def build(pos: np.ndarray, leaf: int, clock=None) -> Tree:
+    """The tree over the (n, 4) [x, y, z, m] rows of `pos`; `clock` (an app.timing.HostTimer) times the
+    stages: keys, sort (with the reorder of the rows), build (cells and their cubes), moments."""
     k = _kernels_module()
-    src = np.asarray(pos[:, :4], dtype=np.float64)
-    order, keys, lo, size = key_order(src[:, :3])
-    s = src[order]
-    x, y, z, m = (np.ascontiguousarray(s[:, i]) for i in range(4))
-    start, count, level, prefix, child, nchild = k.build_tree(keys, int(leaf))
-    centre, side = k.cell_centres(level, prefix, lo, float(size))
-    mass, com, quad, trace = k.moments(x, y, z, m, start, count, child, nchild)
+    clock = clock or _NO_CLOCK
+    with clock.time("keys"):
+        src = np.asarray(pos[:, :4], dtype=np.float64)
+    order, keys, lo, size = key_order(src[:, :3], clock)
+    with clock.time("sort"):
+        s = src[order]
+        x, y, z, m = (np.ascontiguousarray(s[:, i]) for i in range(4))
+    with clock.time("build"):
+        start, count, level, prefix, child, nchild = k.build_tree(keys, int(leaf))
+        centre, side = k.cell_centres(level, prefix, lo, float(size))
+    with clock.time("moments"):
+        mass, com, quad, trace = k.moments(x, y, z, m, start, count, child, nchild)
     return Tree(lo, float(size), order, keys, x, y, z, m, start, count, level, prefix, child, nchild,
                 centre, side, mass, com, quad, trace)
 
@@ -142,6 +164,25 @@ class CpuTreeEvaluator(ForceEvaluator):
         self._scalars = (eps2, self.dtype(physics.G), self.dtype(h))
         self._trace_factor = 1.0 if h != 0.0 else float(eps2)  # gravity walks take eps^2 tr, repulsion tr
         self.last_tree: Tree | None = None  # the tree of the last evaluation (diagnostics, tests)
+        self._clock = HostTimer()  # perf_counter per stage, summed until stage_ms() takes them
+
+    def stage_ms(self) -> dict[str, float]:
+        """ms per stage since the last call: keys, sort, build, moments, walk (docs/tree.md)."""
+        return self._clock.collect()
+
+    # host bytes per body of one evaluation: the Tree's order, keys and x, y, z, m (48), the float64 copy
+    # of the sources and its reordered copy (64), the walk's float32 columns (16), target positions and
+    # rows (40); per cell: structure (6 int64), centre, side, mass, com, quad, trace (120 in float64),
+    # the opening radius (8) and the packed float32 row (48)
+    BODY_BYTES = 48 + 64 + 16 + 40
+    CELL_BYTES = 48 + 120 + 8 + 48
+    CELLS_PER_LEAF = 4.0  # cells ~ 4 n / leaf (measured 3.4-4.8 on Plummer spheres, leaf 8-64)
+
+    def bytes_per_body(self, n: int) -> int | None:
+        """Host bytes per body that one evaluation allocates at N = n, beside the state: an estimate
+        with the cell count of a Plummer sphere (a more clustered cloud has more cells per leaf)."""
+        leaf = int(self._tunables["leaf"])
+        return int(round(self.BODY_BYTES + self.CELLS_PER_LEAF / leaf * self.CELL_BYTES))
 
     def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
         n = pos.shape[0]
@@ -156,19 +197,28 @@ class CpuTreeEvaluator(ForceEvaluator):
         if sources.count == 0:
             acc[rows, :3] = 0
             return ForceWork(pair_equivalent=0, evaluations=1)
-        tree = build(pos[cols], leaf)
+        clock = self._clock
+        tree = build(pos[cols], leaf, clock)
         self.last_tree = tree
-        if sources.contains(targets):  # the groups are chunks of the sources' key order
-            tpos = np.stack([tree.x, tree.y, tree.z], axis=1)
-            trow = sources.start + tree.order
-            trow = np.where((trow >= targets.start) & (trow < targets.stop), trow, -1)
+        within = sources.contains(targets)
+        if within:  # the groups are runs of the sources' group cells
+            with clock.time("walk"):
+                tpos = np.stack([tree.x, tree.y, tree.z], axis=1)
+                trow = sources.start + tree.order
+                trow = np.where((trow >= targets.start) & (trow < targets.stop), trow, -1)
         else:  # targets keyed in their own cube
             t64 = np.asarray(pos[rows, :3], dtype=np.float64)
-            order = key_order(t64)[0]
-            tpos = t64[order]
-            trow = targets.start + order
+            order = key_order(t64, clock)[0]
+            with clock.time("sort"):
+                tpos = t64[order]
+                trow = targets.start + order
+        with clock.time("walk"):
+            return self._walk(tree, tpos, trow, acc, theta, group, pairs, within)
+
+    def _walk(self, tree: Tree, tpos, trow, acc, theta: float, group: int, pairs: int,
+              within: bool) -> ForceWork:
         nt = tpos.shape[0]
-        if sources.contains(targets):
+        if within:
             gstart = group_starts(tree.start, tree.count, tree.nchild, group)
         else:
             gstart = np.minimum(np.arange(0, nt + group, group, dtype=np.int64), nt)

@@ -12,9 +12,12 @@ DESCRIPTION = """\
 For each kernel and each N: a seeded Plummer sphere, --warmup untimed launches, then the median of
 --repeats timed force launches. Reports interactions/s (the interactions the kernel counted) and
 GFLOP/s by the 20-flops-per-interaction convention (GPU Gems 3, CUDA samples), with the device name,
-SM clock and driver; a kernel that evaluates fewer pairs than N² (a tree) also gets an "equivalent
-all-pairs" rate, labelled as such. Kernels that cannot run at an N (too large, out of memory) are
-listed in the JSON with the reason, never dropped.
+SM clock and driver; a kernel that evaluates fewer pairs than N² (a tree) also gets its interactions
+per body (body-body plus body-cell, and the body-cell share) and an "equivalent all-pairs" rate N²/t,
+labelled as such, and a kernel that reports its time per stage (a tree: keys, sort, build, moments, walk)
+gets the median of each stage, printed under its row and in the JSON (stages_median_ms). Kernels
+that cannot run at an N (too large, out of memory) are listed in the JSON with the reason, never
+dropped.
 
 examples:
   nbody-live bench --backend cuda --kernels all --n 4096,16384,65536,131072,1048576 \\

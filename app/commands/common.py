@@ -57,6 +57,9 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False) 
                    help="kernel from `nbody-live info --kernels` (default: the backend's default)")
     g.add_argument("--steps-per-frame", dest="steps_per_frame", type=str, metavar="K",
                    help="simulation steps per rendered frame")
+    g.add_argument("--tunable", dest="tunables", action="append", default=[], metavar="NAME=VALUE",
+                   help="a tunable of the kernel, e.g. --tunable theta=0.7 for cpu-tree (repeatable; "
+                        "`nbody-live info --kernels` lists each kernel's tunables and their ranges)")
     g.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
                    help="any scene key, e.g. --set camera.fov=30 --set render.colormap=viridis "
                         "(repeatable; `nbody-live info --keys` lists them)")
@@ -94,7 +97,32 @@ def scene_from_args(args: argparse.Namespace):
                           "for a random subset of K of its bodies")
     if scene_arg is None and scene.initial.file:
         scene.name = Path(scene.initial.file).name
+    scene.run.tunables = parse_tunables(getattr(args, "tunables", None) or [])
+    if scene.run.tunables and scene.run.kernel != "auto":
+        from app.backends import find_kernel
+
+        find_kernel(scene.run.kernel).validate_tunables(scene.run.tunables)  # before any work
     return scene
+
+
+def parse_tunables(texts: list[str]) -> dict[str, object]:
+    """['theta=0.7', 'leaf=32'] -> {'theta': 0.7, 'leaf': 32}: each value a whole number, else a number,
+    else text, for the record to validate (KernelRecord.validate_tunables names record.key and the range)."""
+    out: dict[str, object] = {}
+    for text in texts:
+        name, eq, value = text.partition("=")
+        name, value = name.strip(), value.strip()
+        if not eq or not name or not value:
+            raise ConfigError(f"--tunable {text!r}: expected NAME=VALUE, e.g. --tunable theta=0.7")
+        for kind in (int, float):
+            try:
+                out[name] = kind(value)
+                break
+            except ValueError:
+                continue
+        else:
+            out[name] = value
+    return out
 
 
 def make_backend(scene, bodies=None):
@@ -109,9 +137,13 @@ def make_backend(scene, bodies=None):
     bodies = bodies if bodies is not None else make_bodies(scene)
     backend = cls()
     try:
-        check_fits(bodies, backend.record(kernel or backend.kernel))
+        record = backend.record(kernel or backend.kernel)
+        check_fits(bodies, record)
+        record.validate_tunables(scene.run.tunables)  # (ConfigError naming record.key) before the load
         backend.load(bodies, scene.physics, kernel)
         backend.components = bodies.components
+        if scene.run.tunables:
+            backend.set_tunables(**scene.run.tunables)
     except BaseException:
         backend.close()
         raise

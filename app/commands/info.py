@@ -14,7 +14,8 @@ display), and the CUDA device. With a flag, list one table instead.
 
 examples:
   nbody-live info
-  nbody-live info --kernels      # every kernel record: precision, doc, error budget, tunables
+  nbody-live info --kernels      # every kernel record: precision, doc, error budget, tunables, and
+                                 # for a tree its memory per body
   nbody-live info --keys         # every scene key with its allowed values
 """
 
@@ -61,19 +62,45 @@ def _device_line(cls) -> str:
     return str(d.get("name", "?")) + (f" ({facts})" if facts else "")
 
 
+MEMORY_N = 1 << 20  # the N at which `info --kernels` states a record's memory per body
+
+
+def _memory(backend, name: str) -> int | None:
+    """ForceEvaluator.bytes_per_body(MEMORY_N) of a record on a backend instance (None: not reported)."""
+    if backend is None:
+        return None
+    try:
+        return backend.evaluator(name).bytes_per_body(MEMORY_N)
+    except Exception:  # noqa: BLE001 - info reports what it can; a backend without evaluators has no figure
+        return None
+
+
 def print_kernels() -> None:
     from app.backends import backend_classes
 
     for name, cls in backend_classes().items():
         reason = cls.why_not()
         print(f"[{name}] {'available' if reason is None else 'unavailable: ' + reason}")
-        for rec in cls.kernels():
-            why = cls.kernel_why_not(rec.name) if reason is None else None
-            flag = "" if why is None else f"  (unavailable: {why})"
-            print(f"  {rec.name:<24} {rec.precision:<5} {rec.doc}{flag}")
-            tunables = "; ".join(f"{t.name} {t.describe()} (default {t.default})" for t in rec.tunables)
-            print(f"  {'':<24} {'':<5} error budget {rec.error_budget.describe()}"
-                  + (f"; tunables: {tunables}" if tunables else ""))
+        try:
+            backend = cls() if reason is None else None
+        except Exception:  # noqa: BLE001 - the listing does not need an instance
+            backend = None
+        try:
+            for rec in cls.kernels():
+                why = cls.kernel_why_not(rec.name) if reason is None else None
+                flag = "" if why is None else f"  (unavailable: {why})"
+                print(f"  {rec.name:<24} {rec.precision:<5} {rec.doc}{flag}")
+                tunables = "; ".join(f"{t.name} {t.describe()} (default {t.default})" for t in rec.tunables)
+                print(f"  {'':<24} {'':<5} error budget {rec.error_budget.describe()}"
+                      + (f"; tunables: {tunables}" if tunables else ""))
+                memory = _memory(backend, rec.name) if why is None else None
+                if memory is not None:
+                    where = "device" if cls.name == "cuda" else "host"
+                    print(f"  {'':<24} {'':<5} memory {memory:,} bytes per body at N = {MEMORY_N:,} "
+                          f"({where}, beside the state; default tunables)")
+        finally:
+            if backend is not None:
+                backend.close()
 
 
 def print_keys() -> None:

@@ -43,8 +43,11 @@ title shows FPS, kernel, N and how positions reach the screen (CUDA-GL interop o
 
 The ImGui control panel (shown unless --no-panel; Tab hides it) switches kernels mid-run (every
 registry kernel, unavailable ones greyed with the reason) and sets the current kernel's tunables (a
-combo for a set of values, a slider for a range), shows live frame and kernel timings,
-history plots with a marker at each switch, per-kernel medians, energy/momentum drift, and edits N,
+combo for a set of values, a slider for a range such as cpu-tree's theta; Ctrl+click types a value, and
+one out of range turns red; --tunable NAME=VALUE sets them at start), shows live frame and kernel
+timings (for a tree also the time per stage and its live force error: median and 99th-percentile
+relative error of 1,024 random bodies against an all-pairs sum, every second, and the interactions per
+body), history plots with a marker at each switch, per-kernel medians, energy/momentum drift, and edits N,
 dt, softening, G, integrator, force model, steps per frame and the view; "Benchmark all kernels" runs
 each available kernel on a copy of the current state; "Screenshot" writes out/screenshot-<time>.png.
 While the panel shows, the scene is centred in the part of the window it leaves free.

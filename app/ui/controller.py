@@ -11,8 +11,10 @@
 
 Every action returns None on success or a one-line message saying why nothing changed (also kept in
 `ctl.message`). `on_frame()` runs once per drawn frame (the panel's overlay calls it, shown or hidden):
-it ingests the newest FrameLog record into the history rings and the per-kernel logs, marks kernel and
-N switches, ticks the energy monitor and runs one kernel of a pending benchmark.
+it ingests the newest FrameLog record into the history rings and the per-kernel logs (and the step's
+force split per stage, `live_stages()`), marks kernel and N switches, ticks the energy monitor and the
+force-error probe (`force_error`: an approximate record's live error, app/force_error.py) and runs one
+kernel of a pending benchmark.
 
 Live recording (`start_recording` / `stop_recording` / `toggle_recording`, key V) is
 app.render.live_recording's ViewRecorder (`ctl.view_recorder`: the recording in progress, the finished
@@ -25,13 +27,17 @@ from __future__ import annotations
 import copy
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from app.backends import all_kernel_records, backend_class
 from app.errors import ConfigError
+from app.force_error import ForceErrorProbe
 from app.render.live_recording import ViewRecorder
-from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord, History
+from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord, History, StepTimings
 from app.ui.benchmark import Benchmark, BenchResult
 from app.ui.energy import EnergyMonitor
 
@@ -44,7 +50,7 @@ MEDIAN_EVERY_S = 1.0  # how often the median table is recomputed while it is on 
 LIVE_WINDOW = 15  # frames the live numbers are the median of
 ENERGY_RESET_KEYS = {"physics.G", "physics.softening", "physics.model", "physics.repulsion"}
 HISTORY_FIELDS = ("frame_ms", "force_ms", "integrate_ms", "mapunmap_ms", "draw_ms", "upload_ms", "record_ms",
-                  "panel_ms", "energy_ms", "python_ms", "interactions_per_s")
+                  "panel_ms", "energy_ms", "probe_ms", "python_ms", "interactions_per_s")
 
 
 @dataclass
@@ -67,12 +73,15 @@ class Controller:
         self._stale: set[tuple[str, int]] = set()
         self._medians_t = 0.0
         self.energy = EnergyMonitor(every=energy_every)
+        self.force_error = ForceErrorProbe()  # an approximate record's live force error (app/force_error.py)
+        self._stages: deque[dict[str, float]] = deque(maxlen=LIVE_WINDOW)  # force split of the last frames
         self.bench: Benchmark | None = None
         self.bench_steps = 10
         self.message = ""
         self.panel_ms = 0.0  # set by the panel: its own cost in the last frame (CPU)
         self.energy_ms = 0.0  # the energy monitor's part of the last frame (a host read-back every k frames)
         self.bench_ms = 0.0  # a benchmark kernel run in the last frame
+        self.probe_ms = 0.0  # the force-error probe's part of the last frame (a sample every second)
         self._live: dict | None = None
         self._live_t = 0.0
         self._live_count = -1
@@ -382,24 +391,29 @@ class Controller:
     def on_frame(self) -> None:
         """Ingest the newest frame record, then energy, benchmark and single-step bookkeeping."""
         recs = self.log.records
+        step = self.viewer.stats.step
         if recs:
             rec = recs[-1]
             if rec.frame != self._last_frame:
                 self._last_frame = rec.frame
-                self._ingest(rec)
+                self._ingest(rec, step)
         self._finish_single_step()
         t0 = time.perf_counter()
         if not self.viewer.paused or self.energy.latest is None:
             self.energy.tick(self.backend)
         t1 = time.perf_counter()
+        self.force_error.tick(self.backend, step)
+        t2 = time.perf_counter()
         self.bench_tick()
         self.energy_ms = (t1 - t0) * 1e3
-        self.bench_ms = (time.perf_counter() - t1) * 1e3
+        self.probe_ms = (t2 - t1) * 1e3
+        self.bench_ms = (time.perf_counter() - t2) * 1e3
 
-    def _ingest(self, rec: FrameRecord) -> None:
+    def _ingest(self, rec: FrameRecord, step: StepTimings | None = None) -> None:
         if rec.kernel and rec.kernel != self._last_kernel:
             self.markers.append(Marker(rec.t, rec.kernel))
             self._last_kernel = rec.kernel
+            self._stages.clear()
         elif rec.n != self._last_n and self._last_n is not None:
             self.markers.append(Marker(rec.t, f"N={rec.n:,}"))
         self._last_n = rec.n
@@ -410,13 +424,15 @@ class Controller:
             return  # start-up frames (compiles, first uploads) and benchmark frames are not the run's
         # panel_ms / energy_ms still hold the previous overlay's: the one inside this record's frame time
         measured = (rec.force_ms + rec.integrate_ms + rec.map_ms + rec.unmap_ms + rec.draw_ms + rec.upload_ms
-                    + rec.record_ms + self.panel_ms + self.energy_ms)
+                    + rec.record_ms + self.panel_ms + self.energy_ms + self.probe_ms)
         python_ms = max(rec.frame_ms - measured, 0.0) if rec.frame_ms > 0 else 0.0
         self.history.push(rec.t, frame_ms=rec.frame_ms, force_ms=rec.force_ms, integrate_ms=rec.integrate_ms,
                           mapunmap_ms=rec.map_ms + rec.unmap_ms, draw_ms=rec.draw_ms, upload_ms=rec.upload_ms,
                           record_ms=rec.record_ms,
-                          panel_ms=self.panel_ms, energy_ms=self.energy_ms, python_ms=python_ms,
-                          interactions_per_s=rec.interactions_per_s)
+                          panel_ms=self.panel_ms, energy_ms=self.energy_ms, probe_ms=self.probe_ms,
+                          python_ms=python_ms, interactions_per_s=rec.interactions_per_s)
+        if rec.steps > 0 and step is not None and step.kernel == rec.kernel:
+            self._stages.append(step.stages)
         if rec.steps > 0 and rec.frame_ms > 0:
             key = (rec.kernel, rec.n)
             self.per_kernel.setdefault(key, FrameLog(capacity=PER_KERNEL_CAP)).records.append(rec)
@@ -446,6 +462,16 @@ class Controller:
         out["fps"] = self.viewer.stats.fps
         self._live, self._live_t, self._live_count = out, now, self.history.count
         return out
+
+    def live_stages(self) -> dict[str, float]:
+        """The force evaluation's split (StepTimings.stages, ms per frame) of the current kernel: the
+        median per stage over the last frames that reported one; {} when the kernel reports none."""
+        kernel = self.backend.kernel
+        rows = [s for s in self._stages if s]
+        if not rows or self._last_kernel != kernel:
+            return {}
+        names = list(dict.fromkeys(name for s in rows for name in s))
+        return {name: float(np.median([s.get(name, 0.0) for s in rows])) for name in names}
 
     def close(self) -> None:
         """Finalise a recording still running (the viewer's GL context must still exist), stop the energy

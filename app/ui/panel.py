@@ -9,8 +9,13 @@ validation as scene files and `--set` (app.scene.set_value -> app.config.coerce)
 kept in its field, which is drawn red with the reason as tooltip, and the previous value stays in effect.
 
 Under the kernel combo, every tunable of the current kernel's record (app.forces): an IntChoice or a
-Choice is a combo, a FloatRange a slider (logarithmic when its spec says so); a change goes through
-`Controller.set_tunable`, which the record validates, and the next step uses it.
+Choice is a combo, a FloatRange a slider (logarithmic when its spec says so; Ctrl+click types a value,
+which is not clamped, so that a value outside the range is refused and drawn red like a field); a change
+goes through `Controller.set_tunable`, which the record validates, and the next step uses it.
+
+The live numbers add, when the kernel reports them, the force time per stage (`Controller.live_stages`:
+a tree's keys, sort, build, moments, walk) and, for an approximate record, the live force error
+(`Controller.force_error`, app/force_error.py: median, p99, interactions per body).
 
 The top area has the Record / Stop button (V; app.render.live_recording) and, while recording,
 a red dot, the elapsed time, the frames drawn and dropped; after it the path of the last file, or in red
@@ -63,6 +68,7 @@ BREAKDOWN = (("force_ms", "force", (1.00, 0.55, 0.15, 1.0)),
              ("record_ms", "record", (0.95, 0.25, 0.25, 1.0)),
              ("panel_ms", "panel", (0.45, 0.85, 0.60, 1.0)),
              ("energy_ms", "drift", (0.90, 0.45, 0.55, 1.0)),
+             ("probe_ms", "error probe", (0.80, 0.60, 0.30, 1.0)),
              ("python_ms", "Python", (0.55, 0.58, 0.62, 1.0)))
 FIELD_FORMAT = {"initial.n": "{:d}", "run.steps_per_frame": "{:d}"}
 PRESET_KEYS_HELP = "Space pause · [ ] kernel · R reset · C camera · F fit · V record · Tab hide · Esc quit"
@@ -74,6 +80,16 @@ def _slider_ends(spec: FloatRange) -> tuple[float, float]:
     above it, so the slider never offers a value the record refuses."""
     lo = float(np.nextafter(np.float32(spec.lo), np.float32(spec.hi))) if spec.lo_open else float(spec.lo)
     return lo, float(spec.hi)
+
+
+def _slider_value(spec: FloatRange, v: float) -> float:
+    """What a FloatRange slider returned, for the record to validate: a float32 rounding of an end (0.1 is
+    0.100000001 in float32) is that end; anything else, a value typed beyond the ends too, as it is (a
+    slider's Ctrl+click text input does not clamp), so that the record rejects it and the field turns red."""
+    for end in (spec.lo, spec.hi):
+        if v != end and np.float32(v) == np.float32(end) and not (spec.lo_open and end == spec.lo):
+            return float(end)
+    return float(v)
 
 
 def _fmt_rate(x: float) -> str:
@@ -166,8 +182,9 @@ class Panel:
         if self.visible:
             self.bridge.frame(self.build)
             self.shown_frames += 1
-        # the energy read-back and a benchmark step are features of their own, timed apart
-        self.cost_ms = max((time.perf_counter() - t0) * 1e3 - ctl.energy_ms - ctl.bench_ms, 0.0)
+        # the energy read-back, a benchmark step and a force-error sample are features of their own
+        apart = ctl.energy_ms + ctl.bench_ms + ctl.probe_ms
+        self.cost_ms = max((time.perf_counter() - t0) * 1e3 - apart, 0.0)
         ctl.panel_ms = self.cost_ms
         if self._shot_pending:
             self._save_screenshot()
@@ -340,10 +357,16 @@ class Panel:
                 lo, hi = _slider_ends(spec)
                 flags = imgui.SliderFlags_.no_round_to_format | (
                     imgui.SliderFlags_.logarithmic if spec.log else 0)
+                red = key in self.field_errors
+                if red:
+                    for col in (imgui.Col_.frame_bg, imgui.Col_.frame_bg_hovered, imgui.Col_.frame_bg_active):
+                        imgui.push_style_color(col, imgui.ImVec4(*RED_BG))
                 changed, v = imgui.slider_float(f"{spec.name}##{key}", float(current), lo, hi, "%.4g", flags)
                 self._rect(key)
-                if changed:  # (a float32 end may round past the float64 one)
-                    self._set_tunable(key, spec.name, min(max(v, lo), hi))
+                if red:
+                    imgui.pop_style_color(3)
+                if changed:  # dragged within the ends, or typed (Ctrl+click): the record judges it
+                    self._set_tunable(key, spec.name, _slider_value(spec, v))
             else:
                 options = spec.values if isinstance(spec, IntChoice) else spec.options
                 self._combo(f"{spec.name}##{key}", key, options, current,
@@ -556,7 +579,45 @@ class Panel:
             imgui.pop_font()
         imgui.same_line()
         imgui.text_disabled("(20 flops/interaction)")
+        self._stages_row()
+        self._force_error_row()
         self._breakdown_bar(live)
+
+    def _stages_row(self) -> None:
+        """The force evaluation's split per stage (a tree: keys, sort, build, moments, walk), when the
+        kernel reports one (ForceEvaluator.stage_ms -> StepTimings.extra "stage:<name>")."""
+        stages = self.controller.live_stages()
+        if not stages:
+            return
+        self.imgui.push_text_wrap_pos(0.0)  # five stages and more do not fit one line of the panel
+        self._mono("force: " + " · ".join(f"{name} {ms:.2f}" for name, ms in stages.items()) + " ms")
+        self.imgui.pop_text_wrap_pos()
+        self._rect("stages")
+        self._tooltip("the force time split per stage, ms per frame (median of the last frames), the "
+                      "backend's own timer: Morton keys, sort and reorder, octree build, moments, walk")
+
+    def _force_error_row(self) -> None:
+        """An approximate kernel's live force error (app/force_error.py): median and 99th percentile of
+        the relative error on a random sample, and the interactions per body."""
+        probe = self.controller.force_error
+        if probe.note:
+            self._mono(probe.note, WARN_TEXT)
+            self._rect("force_error")
+            return
+        e = probe.latest
+        if e is None:
+            return
+        ok = e.within_budget
+        per_body = probe.interactions_per_body
+        self._mono(f"error: median {e.median:.1e}  p99 {e.p99:.1e}  ·  "
+                   + (f"{per_body:,.0f} inter./body" if per_body else "- inter./body"),
+                   OK_TEXT if ok else WARN_TEXT if ok is False else None)
+        self._rect("force_error")
+        budget = f"budget p99 <= {e.budget_p99:g}" if e.budget_p99 is not None else "no p99 budget"
+        self._tooltip(f"relative acceleration error |a - a_exact| / |a_exact| on {e.k:,} random bodies "
+                      f"against an all-pairs sum over all {e.n:,} (resampled every {probe.interval_s:g} s "
+                      f"while running; {e.ms:.1f} ms per sample); {budget}. Interactions per body: "
+                      "body-body plus body-cell of the last step, per force evaluation")
 
     def _breakdown_bar(self, live: dict) -> None:
         """One horizontal bar: how the frame time splits between force, integrate, ..., Python."""

@@ -47,6 +47,7 @@ from app.errors import BackendUnavailable, ConfigError, RuntimeFault
 from app.forces import ForceEvaluator, Span
 from app.integrator import Integrator
 from app.physics import Diagnostics, Physics
+from app.timing import stage_entries
 
 log = logging.getLogger(__name__)
 EXACT_KERNEL = "shared"  # the live force error's exact sum: the suite's reference-reproducing kernel
@@ -419,6 +420,7 @@ class CudaBackend(Backend):
                     timings.interactions += work.interactions
                     timings.pair_equivalent += work.pair_equivalent
                     timings.force_evals += work.evaluations
+                    timings.body_cell += work.body_cell
                     self._steps += 1
                     self._steps_total += 1
                     if self.check_every and self._steps_total % self.check_every == 0:
@@ -436,6 +438,7 @@ class CudaBackend(Backend):
                 totals = timer.collect()
                 bad = self._read_check() if checked else -1
             self._last_totals = totals
+            timings.extra.update(stage_entries(self.evaluator().stage_ms()))  # a tree's split; {} otherwise
         timings.force_ms = totals.get("force", 0.0)
         timings.integrate_ms = totals.get("integrate", 0.0)
         if self._gl is not None:

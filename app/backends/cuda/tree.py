@@ -27,7 +27,7 @@ from collections.abc import Callable
 import numpy as np
 
 from app.errors import ConfigError, RuntimeFault
-from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span
+from app.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span
 from app.physics import Physics
 
 from ..cpu_tree import GROUP_CELL_FACTOR
@@ -43,7 +43,7 @@ BUILD_OPTIONS = ("-O3", "-std=c++17", "-lineinfo", "-fmad=false")
 WALK_WARPS = 4  # kernels/tree/walk.cu TREE_WARPS
 WALK_BLOCKS_PER_SM = 8
 STACK_CAP = 2048  # cells per warp's stack; doubled and the walk re-run if a group overflows it
-STAGES = ("keys", "sort", "build", "moments", "walk")
+
 BLOCK = 256
 BOUNDS_BLOCKS = 264
 

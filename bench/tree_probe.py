@@ -1,0 +1,49 @@
+"""Ad-hoc: time the GPU tree's stages at N (Plummer), and its p99 error on a sample."""
+import sys
+import time
+
+import numpy as np
+
+from app.backends.cuda.device import CudaDevice
+from app.backends.cuda.registry import RECORDS
+from app.bench import bench_bodies
+from app.commands.reference import reference_accelerations
+from app.forces import Span
+from app.physics import Physics, relative_errors
+
+rec = next(r for r in RECORDS if r.name == "tree")
+dev = CudaDevice(0)
+phys = Physics(softening=0.01)
+for n in [int(x) for x in sys.argv[1].split(",")]:
+    b = bench_bodies(n)
+    pos = b.pos4(np.float32)
+    with dev.scope:
+        p = dev.scratch("p", 16 * n)
+        a = dev.scratch("a", 16 * n)
+        dev.drv.memcpy_htod(p, pos)
+    for theta in [float(x) for x in sys.argv[2].split(",")]:
+        for group in (64, 32):
+            ev = rec.policy.evaluator(rec, dev, {})
+            ev.set_physics(phys)
+            ev.set_tunables(theta=theta, group=group)
+            ev.prepare(n)
+            ev.evaluate(p, a, Span.all(n), Span.all(n))
+            ev.stage_ms()
+            reps = 5
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                w = ev.evaluate(p, a, Span.all(n), Span.all(n))
+            wall = (time.perf_counter() - t0) / reps * 1e3
+            st = {k: v / reps for k, v in ev.stage_ms().items()}
+            acc = np.empty((n, 4), np.float32)
+            with dev.scope:
+                dev.drv.memcpy_dtoh(acc, a)
+            rows = np.random.default_rng(1).choice(n, min(n, 2048), replace=False)
+            pp = pos.astype(np.float64)
+            ref = reference_accelerations(pp[:, :3], pp[:, 3], phys, rows, "cuda")
+            rel = relative_errors(acc[rows, :3].astype(np.float64), ref)
+            print(f"N={n:>9,} theta={theta} group={group}: wall {wall:7.2f} ms  gpu {sum(st.values()):7.2f}  "
+                  + " ".join(f"{k} {v:.2f}" for k, v in st.items())
+                  + f"  inter/body {w.interactions / n:.0f} cells {len(ev.levels) and ev.levels[-1]} levels {len(ev.levels) - 1}"
+                  + f"  p50 {np.median(rel):.2e} p99 {np.percentile(rel, 99):.2e} max {rel.max():.2e}", flush=True)
+dev.close()
