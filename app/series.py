@@ -92,14 +92,14 @@ class SeriesWriter:
         """Read what DIR holds (nothing is written) and return the absolute step of the starting state:
         0 for a new series; for --resume into a series, the resumed state's step on its grid.
         ConfigError when DIR holds another run's series, or the resumed state is not on its grid."""
-        old = self._read_manifest()
         if resume is None:
-            if old is not None or self._stray():
-                what = MANIFEST if old is not None else f"{PREFIX}*.npz files"
+            if self.manifest.exists() or self._stray():
+                what = MANIFEST if self.manifest.exists() else f"{PREFIX}*.npz files"
                 raise ConfigError(f"--out-dir {self.directory} already holds a snapshot series ({what}); "
                                   "name a new folder, or add --resume FILE to continue that run")
             return 0
         self.t0 = resume.time
+        old = self._read_manifest()
         if old is None:
             if self._stray():
                 raise ConfigError(f"--out-dir {self.directory} holds {PREFIX}*.npz files but no {MANIFEST}: "
@@ -154,6 +154,9 @@ class SeriesWriter:
         name = snapshot_name(step)
         if step == 0:
             self.t0 = float(bodies.time)
+        # the time on the series' grid, as the uninterrupted run computes it (a resumed run's own clock,
+        # t_resume + k x dt, can differ from t0 + step x dt in the last bit)
+        bodies = Bodies(bodies.pos, bodies.vel, bodies.mass, self.t0 + step * self.dt, bodies.ids)
         formats.write(self.directory / name, bodies, "npz")
         self.entries = [e for e in self.entries if e.step != step]
         self.entries.append(Entry(name, int(step), float(bodies.time)))

@@ -16,23 +16,24 @@ SIMULATION_FLAGS = ("n", "seed", "subsample", "dt", "softening", "G", "integrato
 REPLAY_SECTIONS = ("render", "camera", "scene")
 
 RUN_HELP = """\
-a snapshot series (SCENE a folder, e.g. one written by `simulate --snapshot-every K --out-dir DIR`, or a
-quoted glob such as 'out/run1/snap_*.npz') opens as a replay: no forces are computed; a panel with a
-time slider, play/pause and snapshot steps moves through it, and every drawn frame shows the positions
-interpolated linearly in time between the two snapshots around it (default speed: the whole series in
-10 s, 1 to 30 snapshots per second; the panel sets it). Keys: Space play/pause, Left/Right previous/next
-snapshot, Home/End first/last, V record, Tab, Escape. Every file is read and checked first (readable,
-the same N as the first); only --set render.* / camera.* keys apply.
+Replays: when SCENE is a snapshot series (a folder, e.g. one written by `simulate --snapshot-every K
+--out-dir DIR`, or a quoted glob such as 'out/run1/snap_*.npz'), run opens it as a replay. No forces are
+computed: a panel with a time slider, play/pause and snapshot steps moves through the series, and every
+drawn frame shows the positions interpolated linearly in time between the two snapshots around it
+(default speed: the whole series in 10 s, at 1 to 30 snapshots per second; the panel sets it). Keys:
+Space play/pause, Left/Right previous/next snapshot (pausing), Home or R the first, End the last, V
+record, Tab, Escape. Every file is read and checked before the window opens (readable, the same N as the
+first); only --set render.* / camera.* keys apply.
 """
 
 RECORD_HELP = """\
-a snapshot series (SCENE a folder written by `simulate --snapshot-every K --out-dir DIR`, or a quoted
-glob) renders as a replay: the clip spans the series once, frame 0 showing its first snapshot and the last
-frame its last; frame i shows time t_first + i / (F - 1) x (t_last - t_first), positions interpolated
-linearly between the snapshots around it. F, the number of frames, is what the options say as for a
-scene: --frames N, else round(--seconds S x --fps) (default 5 s: 150 frames at 30 fps); so
-`--frames 101` on a series of 101 snapshots shows each snapshot once. No forces are computed; only
---set render.* / camera.* keys and the camera options apply.
+Replays: when SCENE is a snapshot series (a folder written by `simulate --snapshot-every K --out-dir
+DIR`, or a quoted glob), the clip spans the series once: frame 0 shows its first snapshot, the last frame
+its last, and frame i the time t_first + i / (F - 1) x (t_last - t_first), positions interpolated
+linearly between the snapshots around it. F, the number of frames, is what the options say, as for a
+scene: --frames N, else round(--seconds S x --fps) (default 5 s: 150 frames at 30 fps); so --frames 101
+on a series of 101 snapshots shows each snapshot once. No forces are computed; only --set render.* /
+camera.* keys and the camera options apply.
 """
 
 

@@ -41,7 +41,7 @@ class ReplayController:
         viewer.key_actions.update({
             "Space": self.toggle_play, "Left": lambda: self.step_snapshot(-1),
             "Right": lambda: self.step_snapshot(+1), "Home": lambda: self.replay.seek_snapshot(0),
-            "End": lambda: self.replay.seek_snapshot(len(self.series) - 1), "V": self.view_recorder.toggle,
+            "End": self.to_last, "V": self.view_recorder.toggle,
             "R": lambda: self.replay.seek_snapshot(0)})
         for key in ("[", "]", "S"):  # kernels and snapshots of a live run: nothing to do in a replay
             viewer.key_actions.pop(key, None)
@@ -71,6 +71,11 @@ class ReplayController:
         target = i + 1 if direction > 0 else (i if f > 0 else i - 1)
         r.set_playing(False)
         r.seek_snapshot(target)
+
+    def to_last(self) -> None:
+        """The last snapshot, paused there (playing on would start again at the first)."""
+        self.replay.set_playing(False)
+        self.replay.seek_snapshot(len(self.series) - 1)
 
     def snapshots_per_s(self) -> float:
         s = self.series
@@ -205,7 +210,7 @@ class ReplayPanel:
         self._rect("next")
         imgui.same_line()
         if imgui.button(">|"):
-            r.seek_snapshot(len(ctl.series) - 1)
+            ctl.to_last()
         self._rect("last")
 
     def _record_row(self) -> None:
