@@ -302,3 +302,19 @@ def test_the_time_slider_moves_the_replay_and_frames_are_interpolated(gl_env, tm
         assert r.playing and r.t < 0.1
     finally:
         ui.close()
+
+
+def test_ranks_write_the_series_one_process_writes(tmp_path):
+    from test_mpi import MPIEXEC, nbody
+
+    if MPIEXEC is None:
+        pytest.skip("mpiexec not found: pip install 'nbody-live[mpi]'")
+    args = ("simulate", "plummer", "--n", 101, "--steps", 30, "--backend", "cpu", "--kernel", "cpu-fp64",
+            "--snapshot-every", 10, "--no-progress")
+    one = nbody(*args, "--out-dir", tmp_path / "one")
+    many = nbody(*args, "--out-dir", tmp_path / "many", launcher=(MPIEXEC, "-n", "2"))
+    assert one.returncode == 0 and many.returncode == 0, many.stderr
+    assert many.stdout.count("series: 4 snapshots") == 1  # rank 0 writes and speaks
+    assert manifest(tmp_path / "one") == manifest(tmp_path / "many")
+    for e in manifest(tmp_path / "one")["snapshots"]:
+        assert (tmp_path / "one" / e["file"]).read_bytes() == (tmp_path / "many" / e["file"]).read_bytes()
