@@ -6,6 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
+from app.commands import replay
 from app.commands.common import (
     add_scene_options,
     make_backend,
@@ -15,7 +16,6 @@ from app.commands.common import (
     report_viewer_outputs,
     scene_from_args,
 )
-from app.commands.replay import RUN_HELP as REPLAY_HELP
 from app.errors import ConfigError
 from app.outputs import check_outputs
 from app.series import is_series_arg
@@ -66,7 +66,7 @@ stale $DISPLAY over SSH or in a container) and no --headless/--frames, it record
 out/demo.mp4 and out/demo.png instead of failing, and prints their paths; with --frames it renders
 headless (EGL). A log line says which display was missing.
 
-{REPLAY_HELP}
+{replay.RUN_HELP}
 {KEYS}
 examples:
   nbody-live run                                   # Plummer sphere, best backend found
@@ -111,17 +111,16 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     size = parse_size(args.size)
-    from app.commands import replay
-
     # every output is checked before any work: a bad path is one line now, not a traceback at the end
     check_outputs((args.timings, "timings"), (args.screenshot, "screenshot"))
-    series = replay.open_replay(args) if is_series_arg(args.scene) else None  # a replay: no forces
+    replaying = is_series_arg(args.scene)  # a folder or a glob of snapshots: a replay, no forces
+    if replaying and (args.panel_cost or args.record_cost):
+        raise ConfigError("--panel-cost and --record-cost measure a live simulation; leave them out for a "
+                          "replay")
+    series = replay.open_replay(args) if replaying else None
     scene = scene_from_args(args) if series is None else replay.replay_scene(args, series)
     from app.render.gl_setup import configure, display_problem
 
-    if series is not None and (args.panel_cost or args.record_cost):
-        raise ConfigError("--panel-cost and --record-cost measure a live simulation; leave them out for a "
-                          "replay")
     if args.panel_cost or args.record_cost:
         args.headless = True
         args.frames = args.frames or 400
