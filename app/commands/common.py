@@ -33,10 +33,15 @@ SCENE_HELP = ("a preset name (see `nbody-live info --scenes`), a scene .toml fil
               "(Tipsy, NEMO, NBabel, npz, csv) to start from")
 
 
-def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False) -> None:
+SERIES_HELP = "; or a snapshot series to replay: a folder (simulate --out-dir) or a quoted glob"
+
+
+def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, series: bool = False) -> None:
+    """SCENE and the scene overrides; `series`: SCENE may also be a snapshot series (run, record)."""
     default = None if scene_required else "plummer"
     p.add_argument("scene", nargs=None if scene_required else "?", default=default, metavar="SCENE",
-                   help=SCENE_HELP + ("" if scene_required else " (default: plummer)"))
+                   help=SCENE_HELP + ("" if scene_required else " (default: plummer)")
+                   + (SERIES_HELP if series else ""))
     g = p.add_argument_group("scene overrides (applied after the scene file)")
     g.add_argument("--n", type=str, metavar="N", help="number of bodies (generators only)")
     g.add_argument("--seed", type=str, metavar="S", help="random seed of the generator (and of --subsample)")
@@ -252,3 +257,25 @@ def progress_bar(args: argparse.Namespace, show: bool = True, **options):
     hidden = (not show or getattr(args, "quiet", False) or getattr(args, "no_progress", False)
               or not sys.stderr.isatty())
     return tqdm(disable=hidden, file=sys.stderr, **options)
+
+
+def report_viewer_outputs(args: argparse.Namespace, viewer, frame_log, recorder,
+                          recordings: bool = True) -> None:
+    """After `run`'s loop: the live recordings (when `recordings`), then its files; a file that could not
+    be written is a RuntimeFault (exit 1), never "wrote"."""
+    from app.errors import RuntimeFault
+
+    if recordings:  # closing the viewer finalised a recording still running
+        from app.render.live_recording import recording_line
+
+        for res in recorder.recordings:
+            print(recording_line(res))
+    if recorder.error:
+        log.error("%s", recorder.error)
+    for error in (frame_log.stream_error, viewer.screenshot_error):
+        if error:
+            raise RuntimeFault(error)
+    frame_log.close()
+    for path in (args.timings, args.screenshot):
+        if path:
+            print(f"wrote {path}")

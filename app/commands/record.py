@@ -18,13 +18,16 @@ from app.commands.common import (
     positive_int,
     scene_from_args,
 )
+from app.commands.replay import RECORD_HELP as REPLAY_HELP
+from app.commands.replay import open_replay, record_backend, record_line, replay_scene
 from app.errors import ConfigError
 from app.outputs import check_output
+from app.series import is_series_arg
 
 log = logging.getLogger("nbody-live")
 
 HELP = "render a scene to an H.264 mp4, a PNG sequence or a still: deterministic, headless"
-DESCRIPTION = """\
+DESCRIPTION = f"""\
 Render SCENE offscreen at --size and encode it as H.264 (yuv420p) at --fps. Frames are a pure function
 of the scene, the kernel and the frame number: frame i shows the simulation after i x K steps
 (--steps-per-frame K; frame 0 is the initial state), seen by the camera path at t = i / fps seconds of
@@ -56,6 +59,7 @@ camera paths (--camera, or camera.path in the scene):
                target = [0.5, 0.0, 0.0]
                fov = 35.0
 
+{REPLAY_HELP}
 examples:
   nbody-live record plummer --seconds 5 --out out/plummer.mp4
   nbody-live record collision --n 65536 --size 1920x1080 --fps 60 --seconds 8 --steps-per-frame 2 \\
@@ -65,13 +69,14 @@ examples:
   nbody-live record collision --still 3.5 --camera orbit --out out/collision_3.5s.png
   nbody-live record collision --set 'render.components.galaxy2-*.visible=false' --out out/one.mp4
                                   # components as the scene keys say (docs/components.md); never a panel
+  nbody-live record out/collision --seconds 10 --camera orbit --out out/collision.mp4   # a series
 """
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("record", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_scene_options(p)
+    add_scene_options(p, series=True)
     g = p.add_argument_group("recording")
     g.add_argument("--out", type=Path, default=None, metavar="FILE",
                    help="the video (.mp4), or with --still the PNG (default out/record.mp4; with --still "
@@ -130,10 +135,10 @@ def _nonneg_float(text: str) -> float:
 
 
 
-def _scene(args):
+def _scene(args, series=None):
     from app.scene import set_value, validate
 
-    scene = scene_from_args(args)
+    scene = scene_from_args(args) if series is None else replay_scene(args, series)
     changed = False
     for flag, key in (("camera", "camera.path"), ("orbit_speed", "camera.orbit_speed"),
                       ("orbit_elevation", "camera.orbit_elevation")):
@@ -147,8 +152,9 @@ def _scene(args):
 
 
 @contextlib.contextmanager
-def _viewer(scene, size, window: bool):
-    """A Viewer (headless EGL, or a visible window) on the scene's backend; both closed on exit."""
+def _viewer(scene, size, window: bool, backend=None):
+    """A Viewer (headless EGL, or a visible window) on `backend` (default: the scene's); both closed on
+    exit."""
     from app.render.gl_setup import configure, display_problem
 
     no_display = display_problem() if window else None
@@ -157,7 +163,7 @@ def _viewer(scene, size, window: bool):
     configure(headless=not window)
     from app.render.canvas import open_viewer
 
-    backend = make_backend(scene)
+    backend = backend or make_backend(scene)
     viewer = None
     try:
         viewer = open_viewer(scene, backend, size, headless=not window, show=window)
@@ -200,9 +206,11 @@ def main(args) -> int:
         raise ConfigError(f"--encoder-threads {args.encoder_threads}: must be >= 0 (0 = auto)")
     if args.still is not None and (args.frames_dir or args.frames or args.seconds):
         raise ConfigError("--still T writes one PNG: leave out --frames, --seconds and --frames-dir")
-    scene = _scene(args)
+    series = open_replay(args) if is_series_arg(args.scene) else None  # a replay: no forces
+    scene = _scene(args, series)
     fps = float(args.fps)
     frames = args.frames or max(1, round((args.seconds or 5.0) * fps))
+    replay = (lambda: record_backend(series, frames)) if series is not None else lambda: None
     progress = not args.no_progress and sys.stderr.isatty()
 
     if args.still is not None:
@@ -210,7 +218,7 @@ def main(args) -> int:
         if out.suffix.lower() != ".png":
             out = out.with_suffix(".png")
         out = check_output(out.expanduser().resolve(), "still")  # fail fast, before any setup
-        with InterruptGuard() as guard, _viewer(scene, size, args.window) as viewer:
+        with InterruptGuard() as guard, _viewer(scene, size, args.window, replay()) as viewer:
             path = camera_path.make_path(scene.camera, viewer.camera)
             res = render_still(viewer, out, args.still, fps, path, hud=args.hud, progress=progress,
                                guard=guard)
@@ -218,8 +226,10 @@ def main(args) -> int:
             print(f"interrupted ({_interrupt_name(res.interrupted)}) before the still was drawn; "
                   f"{out} was not written")
             return exit_status(res.interrupted)
-        print(f"wrote {out} ({res.size[0]}x{res.size[1]}, t = {args.still:g} s = frame "
-              f"{round(args.still * fps)}, step {round(args.still * fps) * scene.run.steps_per_frame})")
+        index = round(args.still * fps)
+        where = (f"step {index * scene.run.steps_per_frame}" if series is None
+                 else f"of {frames}: {record_line(series, frames)}")
+        print(f"wrote {out} ({res.size[0]}x{res.size[1]}, t = {args.still:g} s = frame {index}, {where})")
         return 0
 
     if args.frames_dir:
@@ -234,11 +244,13 @@ def main(args) -> int:
         what = str(target)
     sink.start(target)  # fail fast on an unwritable target, before the backend and GL start
     try:
-        with InterruptGuard() as guard, _viewer(scene, size, args.window) as viewer:
+        with InterruptGuard() as guard, _viewer(scene, size, args.window, replay()) as viewer:
             backend = viewer.backend
             path = camera_path.make_path(scene.camera, viewer.camera)
+            advance = (f"{scene.run.steps_per_frame} steps per frame" if series is None
+                       else record_line(series, frames))
             print(f"recording {what}: {frames} frames {size[0]}x{size[1]} at {fps:g} fps, "
-                  f"{scene.run.steps_per_frame} steps per frame, {path.describe()}, "
+                  f"{advance}, {path.describe()}, "
                   f"{viewer.stats.kernel or backend.kernel} N={backend.n:,} ({backend.data_path})",
                   flush=True)
             res = record_scene(viewer, sink, target, frames, camera=path, progress=progress, guard=guard,
@@ -261,8 +273,9 @@ def main(args) -> int:
 
 
 def record_demo(scene, out: Path, still: Path, size=(1280, 720), frames: int = 150, fps: int = 30,
-                progress: bool = True) -> int:
-    """The `run` command's no-display fallback: a short video of the scene plus a PNG of its last frame."""
+                progress: bool = True, backend=None) -> int:
+    """The `run` command's no-display fallback: a short video of the scene (on `backend`, default the
+    scene's) plus a PNG of its last frame."""
     from app.render import camera_path
     from app.render.recorder import Recorder, even_size, exit_status, record_scene
 
@@ -274,7 +287,7 @@ def record_demo(scene, out: Path, still: Path, size=(1280, 720), frames: int = 1
     check_output(Path(still).expanduser().resolve(), "still")
     rec.start(out)
     try:
-        with _viewer(scene, size, window=False) as viewer:
+        with _viewer(scene, size, window=False, backend=backend) as viewer:
             path = camera_path.make_path(scene.camera, viewer.camera)
             res = record_scene(viewer, rec, out, frames, camera=path,
                                progress=progress and sys.stderr.isatty())

@@ -6,18 +6,22 @@ import argparse
 import logging
 from pathlib import Path
 
+from app.commands import replay
 from app.commands.common import (
     add_scene_options,
     make_backend,
     parse_size,
     positive_float,
     positive_int,
+    report_viewer_outputs,
     scene_from_args,
 )
-from app.errors import ConfigError, RuntimeFault
+from app.errors import ConfigError
 from app.outputs import check_outputs
+from app.series import is_series_arg
 
 log = logging.getLogger("nbody-live")
+DEMO_FRAMES = 150  # the no-display demo's length
 
 HELP = "open the viewer on a scene (with no display: record a short demo to out/ instead)"
 KEYS = """\
@@ -72,6 +76,7 @@ stale $DISPLAY over SSH or in a container) and no --headless/--frames, it record
 out/demo.mp4 and out/demo.png instead of failing, and prints their paths; with --frames it renders
 headless (EGL). A log line says which display was missing.
 
+{replay.RUN_HELP}
 {KEYS}
 examples:
   nbody-live run                                   # Plummer sphere, best backend found
@@ -81,13 +86,15 @@ examples:
   nbody-live run plummer --frames 300 --headless   # no window: EGL, prints per-frame timings
   nbody-live run --frames 400 --headless --panel-cost   # frame time with the panel shown vs hidden
   nbody-live run --frames 400 --headless --record-cost  # frame time not recording vs recording
+  nbody-live run out/collision                     # replay a series written by simulate --out-dir
+  nbody-live run 'out/collision/snap_*.npz'        # the same, by a (quoted) glob
 """
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("run", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_scene_options(p)
+    add_scene_options(p, series=True)
     p.add_argument("--frames", type=positive_int, metavar="N", help="exit after N frames")
     p.add_argument("--size", default="1280x720", metavar="WxH", help="window size (default 1280x720)")
     p.add_argument("--headless", action="store_true", help="render offscreen (EGL) even with a display")
@@ -115,9 +122,14 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     size = parse_size(args.size)
-    scene = scene_from_args(args)
     # every output is checked before any work: a bad path is one line now, not a traceback at the end
     check_outputs((args.timings, "timings"), (args.screenshot, "screenshot"))
+    replaying = is_series_arg(args.scene)  # a folder or a glob of snapshots: a replay, no forces
+    if replaying and (args.panel_cost or args.record_cost):
+        raise ConfigError("--panel-cost and --record-cost measure a live simulation; leave them out for a "
+                          "replay")
+    series = replay.open_replay(args) if replaying else None
+    scene = scene_from_args(args) if series is None else replay.replay_scene(args, series)
     from app.render.gl_setup import configure, display_problem
 
     if args.panel_cost or args.record_cost:
@@ -133,11 +145,14 @@ def main(args) -> int:
         from app.commands.record import record_demo
 
         log.info("%s: recording a short demo instead of opening a window", no_display)
-        return record_demo(scene, Path("out/demo.mp4"), Path("out/demo.png"), size=size)
+        return record_demo(scene, Path("out/demo.mp4"), Path("out/demo.png"), size=size, frames=DEMO_FRAMES,
+                           backend=None if series is None else replay.record_backend(series, DEMO_FRAMES))
     if no_display:
         log.info("%s: rendering headless (EGL)", no_display)
     headless = args.headless or bool(no_display)
     configure(headless=headless)
+    if series is not None:
+        return replay.run_replay(args, scene, series, size, headless)
     from app.render.canvas import open_viewer
     from app.timing import FrameLog
 
@@ -192,23 +207,7 @@ def main(args) -> int:
               f"({backend.data_path}): " + frame_log.summary_line())
         if len(kernels) > 1:
             print("kernels used: " + " -> ".join(kernels))
-        # closing the viewer finalised a recording still running
-        if not args.record_cost:
-            from app.render.live_recording import recording_line
-
-            for res in recorder.recordings:
-                print(recording_line(res))
-        if recorder.error:
-            log.error("%s", recorder.error)
-        # a file that could not be written is an error, never "wrote"
-        for error in (frame_log.stream_error, viewer.screenshot_error):
-            if error:
-                raise RuntimeFault(error)
-        if args.timings:
-            frame_log.close()
-            print(f"wrote {args.timings}")
-        if args.screenshot:
-            print(f"wrote {args.screenshot}")
+        report_viewer_outputs(args, viewer, frame_log, recorder, recordings=not args.record_cost)
     finally:
         if frame_log is not None:
             frame_log.close()

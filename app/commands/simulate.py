@@ -23,7 +23,8 @@ log = logging.getLogger("nbody-live")
 HELP = "step a scene or snapshot without a window; write the final snapshot and a conservation log"
 DESCRIPTION = """\
 Advance SCENE by --steps steps on the chosen backend, then write the final state to --out (format
-from its extension: .npz, .csv, .tipsy/.tip/.std). Both outputs are checked before any work.
+from its extension: .npz, .csv, .tipsy/.tip/.std). Every output (--out, --log, --out-dir) is checked
+before any work.
 
 With --log, every --log-every steps a row of float64 diagnostics is appended to the CSV (and flushed,
 so an interrupted run keeps every row): time, kinetic/potential/total energy, relative energy drift,
@@ -37,8 +38,19 @@ gives the physics and the kernel) and takes --steps more steps; in float64 (.npz
 bitwise the one an uninterrupted run gives. The log of a resumed run goes to a new file (an existing
 one is not overwritten) and starts again at step 0, with drifts relative to the resumed state.
 
+--snapshot-every K --out-dir DIR writes a numbered series for a replay: DIR/snap_<step>.npz every K
+steps, from step 0 to the last step (which is always written), with the same atomic npz writer as --out
+(float64, the original body order, the time), and DIR/series.json listing the complete snapshots
+(`complete` is false until the last step is written). DIR is created if missing; a folder that already
+holds a series is refused unless --resume continues it: the resumed run then adds the snapshots an
+uninterrupted run would have written (same step numbers and times). Without --out, --out is DIR/last.npz.
+Replay the series with `nbody-live run DIR`, or render it to a video with `nbody-live record DIR`.
+
 examples:
   nbody-live simulate plummer --n 4096 --steps 1000 --out out/p4k.npz --log out/p4k.csv
+  nbody-live simulate collision --n 16384 --steps 4000 --snapshot-every 40 --out-dir out/collision
+  nbody-live run out/collision                     # replay it: time slider, play/pause
+  nbody-live record out/collision --seconds 10 --out out/collision.mp4
   nbody-live simulate ../shared/data/nbabel_input1k --softening 0.01 --dt 1e-3 --steps 1000 \\
       --out out/nbabel.npz --log out/energy.csv --backend cpu --kernel cpu-fp64
   nbody-live simulate plummer --n 65536 --steps 100000 --out out/big.npz --checkpoint-every 1000
@@ -59,7 +71,8 @@ def add_parser(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_scene_options(p)
     p.add_argument("--steps", type=positive_int, required=True, metavar="K", help="steps to take")
-    p.add_argument("--out", type=Path, required=True, metavar="FILE", help="final snapshot")
+    p.add_argument("--out", type=Path, metavar="FILE",
+                   help="final snapshot (.npz, .csv, .tipsy); required unless --out-dir is given")
     p.add_argument("--log", type=Path, metavar="FILE.csv", help="energy/momentum log (CSV)")
     p.add_argument("--log-every", type=positive_int, metavar="M",
                    help="steps between log rows (default: steps/20; each row costs an O(N²) float64 pass)")
@@ -67,6 +80,11 @@ def add_parser(sub) -> None:
                    help="write the state so far to --out every K steps")
     p.add_argument("--resume", type=Path, metavar="FILE",
                    help="start from this snapshot (e.g. a checkpoint) instead of SCENE's bodies")
+    p.add_argument("--snapshot-every", type=positive_int, metavar="K",
+                   help="with --out-dir: a snapshot of the series every K steps (and of the last step)")
+    p.add_argument("--out-dir", type=Path, metavar="DIR",
+                   help="with --snapshot-every: the folder of the series (snap_<step>.npz + series.json; "
+                        "created if missing); `run DIR` replays it, `record DIR` renders it")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
@@ -128,10 +146,20 @@ def _simulate(args, comm) -> int:
     from app import distributed, formats
     from app.errors import ConfigError
     from app.outputs import StreamedFile, check_output
+    from app.series import SeriesWriter
 
     writer = comm is None or comm.rank == 0
+    if (args.snapshot_every is None) != (args.out_dir is None):
+        raise ConfigError("--snapshot-every K and --out-dir DIR go together: the series is a snapshot every "
+                          "K steps in DIR")
+    if args.out is None and args.out_dir is None:
+        raise ConfigError("--out FILE is required (the final snapshot), unless a series is written with "
+                          "--snapshot-every K --out-dir DIR (then --out defaults to DIR/last.npz)")
+    default_out = args.out is None
+    if default_out:
+        args.out = args.out_dir / "last.npz"
     formats.output_format(args.out)
-    out = check_output(args.out, "snapshot") if writer else args.out
+    out = check_output(args.out, "snapshot") if writer and not default_out else args.out
     if args.log and writer:
         check_output(args.log, "log")
     if args.resume and args.n is not None:
@@ -141,6 +169,14 @@ def _simulate(args, comm) -> int:
                           "for the resumed part")
     scene = scene_from_args(args)
     start = formats.read(args.resume) if args.resume else None
+    series, base = None, 0  # base: the absolute step of the first state, in the series' numbering
+    if args.out_dir is not None:
+        series = SeriesWriter(args.out_dir, args.snapshot_every, scene.physics.dt)
+        if writer:
+            series.prepare(start, args.steps)  # DIR made and checked; another run's series refused
+            if default_out:
+                out = check_output(args.out, "snapshot")
+        base = series.base if comm is None else comm.bcast(series.base if writer else None, root=0)
     backend = make_backend(scene, start) if comm is None else distributed.rank_backend(comm, scene, start)
     log_file = None
     try:
@@ -160,10 +196,15 @@ def _simulate(args, comm) -> int:
                     last = _row(0, d0, d0, 0.0)
                     log_file.write(_csv_line(last))
             done, force_ms, since = 0, 0.0, 0
+            snap = series.every if series else args.steps
+            if series and base % snap == 0:  # the first state (step 0, or a resumed one on the grid)
+                state = backend.state()
+                if writer and series.due(base):
+                    series.write(base, state)
             with progress_bar(args, total=args.steps, unit="step", desc=backend.kernel, show=writer) as bar:
                 while done < args.steps and not distributed.any_rank(comm, stop.signum):
                     k = min(MAX_CHUNK, args.steps - done, every - done % every,
-                            checkpoint - done % checkpoint)
+                            checkpoint - done % checkpoint, snap - (base + done) % snap)
                     force_ms += backend.step(k).force_ms
                     done, since = done + k, since + k
                     bar.update(k)
@@ -173,13 +214,18 @@ def _simulate(args, comm) -> int:
                             last = _row(done, diag, d0, force_ms / since)
                             log_file.write(_csv_line(last))
                         force_ms, since = 0.0, 0
-                    if done % checkpoint == 0 and done < args.steps:
+                    snapshot = series is not None and (base + done) % snap == 0
+                    if (done % checkpoint == 0 or snapshot) and done < args.steps:
                         state = backend.state()
-                        if writer:
+                        if writer and done % checkpoint == 0:
                             formats.write(out, state)
+                        if writer and snapshot:
+                            series.write(base + done, state)
             final = backend.state()
             if writer:
                 formats.write(out, final)
+                if series and done == args.steps:
+                    series.finish(base + done, final)
             kernel = backend.kernel
             signum = distributed.any_rank(comm, stop.signum)
     finally:
@@ -190,6 +236,8 @@ def _simulate(args, comm) -> int:
         return 0
     if done < args.steps:  # stopped by a signal (one arriving after the last step changes nothing)
         kept = f", log -> {args.log}" if args.log else ""
+        if series:
+            kept += f", {len(series.entries)} complete snapshots -> {args.out_dir} (marked incomplete)"
         name = signal.Signals(signum).name
         print(f"nbody-live simulate: interrupted by {name} at step {done} of {args.steps}: state so far "
               f"-> {out}{kept}", file=sys.stderr)
@@ -198,4 +246,7 @@ def _simulate(args, comm) -> int:
         print(f"energy drift {last[5]:.3e}, momentum drift {last[12]:.3e} (relative) -> {args.log}")
     ranks = f" on {comm.size} ranks" if comm is not None else ""
     print(f"{args.steps} steps of N={final.n} with {kernel}{ranks} -> {out}")
+    if series:
+        print(f"series: {len(series.entries)} snapshots (every {series.every} steps, up to step "
+              f"{base + done}) -> {args.out_dir}; replay: nbody-live run {args.out_dir}")
     return 0

@@ -401,6 +401,9 @@ class PngSequence(_Sink):
 
 
 def frame_info(viewer, index: int, fps: float) -> FrameInfo:
+    if getattr(viewer.backend, "replays", False):  # a series replay: its own time, no steps
+        return FrameInfo(index=index, t=index / fps, scene=viewer.scene.name, kernel=viewer.backend.kernel,
+                         n=int(viewer.backend.n), steps=None, sim_time=viewer.backend.time)
     k = max(int(viewer.scene.run.steps_per_frame), 1)
     steps = index * k
     return FrameInfo(index=index, t=index / fps, scene=viewer.scene.name,

@@ -453,3 +453,14 @@ class ImGuiBridge:
         self.implot.destroy_context(self.plot_ctx)
         imgui.destroy_context(self.ctx)
         self.ctx = None
+
+
+def detach_panel(viewer, draw, toggle, keys_are_ui) -> None:
+    """Undo what a panel attached to `viewer`: its overlay `draw`, its Tab key `toggle` and its keyboard
+    capture `keys_are_ui` (each only if it is still the panel's own)."""
+    if draw in viewer.overlays:
+        viewer.overlays.remove(draw)
+    if viewer.key_actions.get("Tab") == toggle:
+        del viewer.key_actions["Tab"]
+    if keys_are_ui in viewer.capture_keyboard:
+        viewer.capture_keyboard.remove(keys_are_ui)

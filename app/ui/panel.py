@@ -48,7 +48,7 @@ from app.physics import INTEGRATORS, MODELS
 from app.timing import FLOPS_PER_INTERACTION
 from app.ui.components_panel import components_section
 from app.ui.controller import HISTORY_S, MEDIAN_EVERY_S, Controller
-from app.ui.imgui_bridge import ImGuiBridge
+from app.ui.imgui_bridge import ImGuiBridge, detach_panel
 
 log = logging.getLogger(__name__)
 
@@ -211,12 +211,7 @@ class Panel:
         log.info("wrote %s", path)
 
     def close(self) -> None:
-        if self.draw in self.viewer.overlays:
-            self.viewer.overlays.remove(self.draw)
-        if self.viewer.key_actions.get("Tab") == self.toggle:
-            del self.viewer.key_actions["Tab"]
-        if self._keys_are_ui in self.viewer.capture_keyboard:
-            self.viewer.capture_keyboard.remove(self._keys_are_ui)
+        detach_panel(self.viewer, self.draw, self.toggle, self._keys_are_ui)
         if self.covered in self.viewer.view_covers:
             self.viewer.view_covers.remove(self.covered)
         self.bridge.close()
