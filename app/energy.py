@@ -23,7 +23,7 @@ _kernels: dict[bool, object] = {}
 
 
 class EnergyInterrupted(Exception):
-    """`stop()` said so between two blocks; no energy was computed."""
+    """`stop()` said so before a block (the first one included); no energy was computed."""
 
 
 def _kernel(parallel: bool):
@@ -73,7 +73,7 @@ def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, parall
                      progress: Callable[[int], None] | None = None,
                      stop: Callable[[], bool] | None = None, coincident_inf: bool = True) -> float:
     """Σ_{i<j} -G m_i m_j / s + H m_i m_j / (3 s³) in float64; `progress(rows)` after each block;
-    raises EnergyInterrupted when `stop()` is true between blocks. Two bodies at one point at ε = 0
+    raises EnergyInterrupted when `stop()` is true before a block. Two bodies at one point at ε = 0
     give -inf, as the reference does (`coincident_inf`), or are skipped, as the forces skip them."""
     pos = np.ascontiguousarray(pos, dtype=np.float64)
     mass = np.ascontiguousarray(mass, dtype=np.float64)

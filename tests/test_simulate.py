@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 from conftest import one_line_error
+from waiting import wait_for
 
 from app import formats
 from app.backends import backend_class
@@ -112,23 +113,81 @@ def test_log_rows_are_streamed(tmp_path):
 
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_writes_the_state_so_far_and_the_log(tmp_path, sig, code):
+    """A real signal, at whatever point of the run it lands: the log stops at the state in --out or one
+    step short of it (the signal came before that step's energy was done), and the message says which."""
     out, log = tmp_path / "o.npz", tmp_path / "l.csv"
     proc = subprocess.Popen([sys.executable, "-m", "app", "-q", "simulate", "plummer", "--n", "512",
                              "--steps", "1000000", "--log-every", "1", "--out", str(out), "--log", str(log),
                              "--backend", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (not log.exists() or log.read_text().count("\n") < 5):
-        time.sleep(0.1)
-    proc.send_signal(sig)
-    _stdout, err = proc.communicate(timeout=120)
+    try:
+        wait_for(lambda: log.exists() and log.read_text().count("\n") >= 4, "the header and 3 log rows")
+    finally:
+        proc.send_signal(sig)
+        _stdout, err = proc.communicate(timeout=120)
     assert proc.returncode == code, err
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert signal.Signals(sig).name in lines[0] and str(out) in lines[0] and str(log) in lines[0]
     final = formats.read(out)
     rows = _rows(log)
-    assert final.n == 512 and len(rows) >= 4 and all(len(r) == len(simulate.LOG_COLUMNS) for r in rows)
-    assert int(rows[-1]["step"]) <= round(final.time / 1e-3)
+    assert final.n == 512 and len(rows) >= 3 and all(len(r) == len(simulate.LOG_COLUMNS) for r in rows)
+    steps, at = [int(r["step"]) for r in rows], round(final.time / 1e-3)
+    assert steps == list(range(len(rows))) and f"at step {at} of 1000000" in lines[0], lines[0]
+    assert f"last row: step {steps[-1]}" in lines[0], lines[0]
+    cut = f"the float64 energy of step {at} was interrupted"
+    assert (steps[-1] == at and cut not in lines[0]) or (steps[-1] == at - 1 and cut in lines[0]), lines[0]
+
+
+def _signal_at_energy(monkeypatch, sig, call, after=False):
+    """Raises `sig` in this process at the `call`-th float64 energy of the log (0: step 0's): before the
+    energy starts (it stops before its first block) or, with `after`, once it is done."""
+    from app import energy
+
+    real, calls = energy.potential_energy, []
+
+    def potential(*a, **k):
+        calls.append(None)
+        if len(calls) - 1 == call and not after:
+            signal.raise_signal(sig)  # handled in this thread within a few bytecodes: before stop() is asked
+        result = real(*a, **k)
+        if len(calls) - 1 == call and after:
+            signal.raise_signal(sig)
+        return result
+    monkeypatch.setattr(energy, "potential_energy", potential)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("at, after, rows, state, end", [
+    (0, False, [], 0, "no rows; the float64 energy of step 0 was interrupted, it has no row"),
+    (3, False, [0, 1, 2], 3, "last row: step 2; the float64 energy of step 3 was interrupted, it has no row"),
+    (5, False, [0, 1, 2, 3, 4], 5, "last row: step 4; the float64 energy of step 5 was interrupted, "
+                                   "it has no row"),
+    (3, True, [0, 1, 2, 3], 3, "last row: step 3"),
+], ids=["first-row", "a-row", "last-row", "after-a-row"])
+def test_a_signal_during_a_log_energy_leaves_out_that_row_and_says_so(monkeypatch, tmp_path, capsys, sig,
+                                                                       at, after, rows, state, end):
+    """The signal at a known point: during the energy of step `at`'s row (its row is left out, the state
+    is at that step, the message names both), or just after it (the row is kept). Step 5 is the last."""
+    out, log = tmp_path / "o.npz", tmp_path / "l.csv"
+    _signal_at_energy(monkeypatch, sig, at, after)
+    rc = main(["simulate", "plummer", "--n", "64", "--steps", "5", "--log-every", "1", "--out", str(out),
+               "--log", str(log), *CPU])
+    captured = capsys.readouterr()
+    assert rc == 128 + sig and captured.out == "", captured
+    name = signal.Signals(sig).name
+    assert captured.err == (f"nbody-live simulate: interrupted by {name} at step {state} of 5: state so far "
+                            f"-> {out}, log -> {log} ({end})\n")
+    assert [int(r["step"]) for r in _rows(log)] == rows
+    assert round(formats.read(out).time / 1e-3) == state
+
+
+def test_a_signal_after_the_last_energy_changes_nothing(monkeypatch, tmp_path, capsys):
+    out, log = tmp_path / "o.npz", tmp_path / "l.csv"
+    _signal_at_energy(monkeypatch, signal.SIGINT, 5, after=True)
+    assert main(["simulate", "plummer", "--n", "64", "--steps", "5", "--log-every", "1", "--out", str(out),
+                 "--log", str(log), *CPU]) == 0
+    assert "energy drift" in capsys.readouterr().out
+    assert [int(r["step"]) for r in _rows(log)] == [0, 1, 2, 3, 4, 5]
 
 
 CUDA = backend_class("cuda")

@@ -33,10 +33,13 @@ energy is computed only for the log, on the GPU when the backend has one.
 
 --checkpoint-every K writes the state so far to --out every K steps (atomically: --out is always a
 complete snapshot). Ctrl-C or SIGTERM stops between two steps, writes the state so far to --out and
-exits 130 / 143. --resume FILE starts from such a snapshot instead of SCENE's bodies (SCENE still
-gives the physics and the kernel) and takes --steps more steps; in float64 (.npz) the result is
-bitwise the one an uninterrupted run gives. The log of a resumed run goes to a new file (an existing
-one is not overwritten) and starts again at step 0, with drifts relative to the resumed state.
+exits 130 / 143. A log row's float64 energy is stopped too (on the host it takes minutes at 10⁶ bodies):
+a signal that comes before that energy is done leaves out the row of that step, and the message names
+the log's last row and the step that has none; the log never has a row past the state in --out.
+--resume FILE starts from such a snapshot instead of SCENE's bodies (SCENE still gives the physics and
+the kernel) and takes --steps more steps; in float64 (.npz) the result is bitwise the one an
+uninterrupted run gives. The log of a resumed run goes to a new file (an existing one is not
+overwritten) and starts again at step 0, with drifts relative to the resumed state.
 
 --snapshot-every K --out-dir DIR writes a numbered series for a replay: DIR/snap_<step>.npz every K
 steps, from step 0 to the last step (which is always written), with the same atomic npz writer as --out
@@ -99,6 +102,12 @@ def _row(step, diag, d0, force_ms_per_step):
             *diag.angular_momentum, dp / d0.momentum_scale if d0.momentum_scale else 0.0, force_ms_per_step]
 
 
+def _log_end(last, cut) -> str:
+    """Where an interrupted run's log ends, and which step's row the signal left out (`cut`)."""
+    end = f"last row: step {last[0]}" if last is not None else "no rows"
+    return end if cut is None else f"{end}; the float64 energy of step {cut} was interrupted, it has no row"
+
+
 def _csv_line(values) -> str:
     return ",".join(f"{v:.17g}" if isinstance(v, float) else str(v) for v in values) + "\n"
 
@@ -114,7 +123,8 @@ def _measure(backend, args, stop=None):
     from app.energy import EnergyInterrupted, potential_energy
 
     def on_host():
-        """None when a signal stopped it: the run then ends at this step, writing what it has."""
+        """None when a signal stopped it (it may come during the step before: the energy is then not
+        started): the run ends at this step without its log row, writing what it has."""
         # parallel: the backend's own kernels are idle while the energy is summed
         asked = (lambda: stop.signum is not None) if stop is not None else None
         potential = partial(potential_energy, parallel=True, stop=asked)
@@ -179,6 +189,7 @@ def _simulate(args, comm) -> int:
         base = series.base if comm is None else comm.bcast(series.base if writer else None, root=0)
     backend = make_backend(scene, start) if comm is None else distributed.rank_backend(comm, scene, start)
     log_file = None
+    last = cut = None  # the last row written; the step whose row a signal left out
     try:
         with Interruption() as stop:
             log_file = StreamedFile(args.log) if args.log and writer else None
@@ -192,7 +203,9 @@ def _simulate(args, comm) -> int:
                 if log_file and d0 is not None and not math.isfinite(d0.energy):
                     log.warning("the energy is not finite: two bodies coincide at softening 0 (the forces "
                                 "skip such a pair); so are the log's energy columns; use --softening > 0")
-                if log_file and d0 is not None:
+                if d0 is None:
+                    cut = 0
+                elif log_file:
                     last = _row(0, d0, d0, 0.0)
                     log_file.write(_csv_line(last))
             done, force_ms, since = 0, 0.0, 0
@@ -210,7 +223,9 @@ def _simulate(args, comm) -> int:
                     bar.update(k)
                     if args.log and (done % every == 0 or done == args.steps):
                         diag = measure()
-                        if log_file and diag is not None:
+                        if diag is None:
+                            cut = done  # the loop ends here: stop.signum is set
+                        elif log_file:
                             last = _row(done, diag, d0, force_ms / since)
                             log_file.write(_csv_line(last))
                         force_ms, since = 0.0, 0
@@ -234,8 +249,10 @@ def _simulate(args, comm) -> int:
             log_file.close()
     if not writer:
         return 0
-    if done < args.steps:  # stopped by a signal (one arriving after the last step changes nothing)
-        kept = f", log -> {args.log}" if args.log else ""
+    # Stopped by a signal: before the last step, or during the last row's energy (a signal after that
+    # changes nothing).
+    if done < args.steps or cut is not None:
+        kept = f", log -> {args.log} ({_log_end(last, cut)})" if args.log else ""
         if series:
             kept += f", {len(series.entries)} complete snapshots -> {args.out_dir} (marked incomplete)"
         name = signal.Signals(signum).name
