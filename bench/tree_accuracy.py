@@ -16,8 +16,10 @@ from app.backends.cuda.registry import RECORDS
 from app.bench import bench_bodies
 from app.commands.reference import reference_accelerations
 from app.forces import Span
+from app.outputs import atomic_write, check_output
 from app.physics import Physics, relative_errors
 
+out_path = check_output(sys.argv[3], "results") if len(sys.argv) > 3 else None  # before the work
 rec = next(r for r in RECORDS if r.name == "tree")
 dev = CudaDevice(0)
 phys = Physics(softening=0.01)
@@ -59,8 +61,8 @@ for n in [int(x) for x in sys.argv[1].split(",")]:
                              "cells": ev.levels[-1], "levels": len(ev.levels) - 1,
                              "rel_err": {"p50": float(np.median(rel)), "p99": float(np.percentile(rel, 99)),
                                          "max": float(rel.max())}, "sample": int(rows.size)})
-if len(sys.argv) > 3:
-    with open(sys.argv[3], "w") as f:
+if out_path is not None:
+    with atomic_write(out_path, "w", "results") as f:
         json.dump({"device": dev.facts.name, "physics": "plummer (app.bench.bench_bodies), softening 0.01",
                    "rows": rows_out}, f, indent=1)
 dev.close()

@@ -482,14 +482,14 @@ class CudaBackend(Backend):
         current), exact = the `shared` all-pairs kernel for those K targets against all N sources, on the
         device (fp32 sums: ~1e-6 relative, three orders below a tree's error). The K target rows are
         gathered by CuPy (which the approximate records need anyway) in front of a copy of the sources."""
-        from app.backends.cuda.tree import _cupy
+        from app.backends.cuda.tree import cupy_module
 
         rows = np.asarray(rows, dtype=np.int64)
         k, n = int(rows.size), self._n
         self._require_state()
         if self.precision != "fp32":
             raise NotImplementedError("the live force error samples fp32 records")
-        cp = _cupy()
+        cp = cupy_module()
         with self._scope, cp.cuda.Device(self.device.ordinal):
             self._prepare()
             with self._device_arrays() as (pos, _speed):

@@ -31,7 +31,7 @@ from app.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span
 from app.physics import Physics
 
 from ..cpu_tree import GROUP_CELL_FACTOR
-from .policies import FORMS, force_arguments, suffix
+from .policies import FORMS, ceil_div, force_arguments, launch, suffix
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
 WALK_ARGS = "PPPiiPPPPPPPfffiPiPPPPP"
 
 
-def _cupy():
+def cupy_module():
     try:
         import cupy
     except ImportError as e:  # pragma: no cover - depends on the machine
@@ -111,6 +111,7 @@ class TreeEvaluator(ForceEvaluator):
         self._buffers: dict[str, object] = {}
         self._stage_totals = dict.fromkeys(STAGES, 0.0)
         self._stack_cap = STACK_CAP
+        self._events = None
         self.levels: list[int] = []  # level_start of the last build (cells of level L: [ls[L], ls[L+1]))
         self.ngroups = 0
 
@@ -135,7 +136,7 @@ class TreeEvaluator(ForceEvaluator):
             self.device.function(BUILD_SOURCE, symbol, types, BUILD_OPTIONS)
         for repulsion, soft in FORMS:
             self._walk(repulsion, soft)
-        _cupy()
+        cupy_module()
 
     def stage_ms(self) -> dict[str, float]:
         """Milliseconds per stage (keys, sort, build, moments, walk) since the last call."""
@@ -151,19 +152,21 @@ class TreeEvaluator(ForceEvaluator):
         per_group = 4 * 4 / int(self._tunables["group"])  # at least one group per `group` bodies
         return int(round(per_body + 4 + per_cell * cells + per_group))  # + 4: the group marks
 
-    def bind(self, pos: int, acc: int, targets: Span, sources: Span, stream=None) -> Callable[[], ForceWork]:
+    def _require_within(self, targets: Span, sources: Span) -> None:
         if not sources.contains(targets):
             raise ConfigError(f"{self.record.name}: targets [{targets.start}, {targets.stop}) must lie "
                               f"within the sources [{sources.start}, {sources.stop}) (the GPU tree walks the "
                               "groups of the sources' key order)")
+
+    def bind(self, pos: int, acc: int, targets: Span, sources: Span, stream=None) -> Callable[[], ForceWork]:
+        self._require_within(targets, sources)
 
         def force() -> ForceWork:
             return self.evaluate(pos, acc, targets, sources, stream)
         return force
 
     def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
-        if not sources.contains(targets):
-            return self.bind(pos, acc, targets, sources, stream)()  # raises
+        self._require_within(targets, sources)
         pairs = int(targets.count) * int(sources.count)
         if targets.count == 0:
             return ForceWork(pair_equivalent=pairs, evaluations=1)
@@ -182,7 +185,7 @@ class TreeEvaluator(ForceEvaluator):
     def _buf(self, key: str, count: int, dtype, keep: int = 0):
         """A CuPy device array of at least `count` elements kept under `key` (grown by half again, the
         first `keep` elements carried over)."""
-        cp = _cupy()
+        cp = cupy_module()
         buf = self._buffers.get(key)
         if buf is None or buf.size < count or buf.dtype != np.dtype(dtype):
             new = cp.empty(max(int(count), 1) + (int(count) >> 1), dtype=dtype)
@@ -192,7 +195,7 @@ class TreeEvaluator(ForceEvaluator):
         return buf
 
     def _evaluate(self, pos: int, acc: int, targets: Span, sources: Span, stream, pairs: int) -> ForceWork:
-        cp = _cupy()
+        cp = cupy_module()
         drv = self.device.drv
         nj = int(sources.count)
         repulsion, soft, eps2, g, h = self._args
@@ -201,34 +204,24 @@ class TreeEvaluator(ForceEvaluator):
         group = int(self._tunables["group"])
         src = pos + 16 * sources.start
         out = acc + 16 * targets.start
-        events = [drv.Event() for _ in range(len(STAGES) + 1)]
-        grid = lambda n: ((n + BLOCK - 1) // BLOCK, 1)  # noqa: E731
-        blk = (BLOCK, 1, 1)
+        if self._events is None:  # one set per evaluator: the stage clock of every evaluation
+            self._events = [drv.Event() for _ in range(len(STAGES) + 1)]
+        events = self._events
 
-        def launch(symbol, n, *args):
-            fn = self._fn(symbol)
-            if stream is None:
-                fn.prepared_call(grid(n), blk, *args)
-            else:
-                fn.prepared_async_call(grid(n), blk, stream, *args)
+        def run(symbol, n, *args):  # one thread per element
+            launch(self._fn(symbol), (ceil_div(n, BLOCK), 1), BLOCK, stream, *args)
 
-        with cp.cuda.Device(self.device.ordinal), _cupy_stream(cp, stream):
+        on_stream = cp.cuda.ExternalStream(int(stream.handle)) if stream is not None else cp.cuda.Stream.null
+        with cp.cuda.Device(self.device.ordinal), on_stream:
             events[0].record(stream)
             # keys over the sources' bounding cube
             part = self._buf("part", 6 * BOUNDS_BLOCKS, np.float32)
             box = self._buf("box", 4, np.float64)
-            fn = self._fn("tree_bounds_partial")
-            if stream is None:
-                fn.prepared_call((BOUNDS_BLOCKS, 1), (256, 1, 1), src, nj, part.data.ptr)
-            else:
-                fn.prepared_async_call((BOUNDS_BLOCKS, 1), (256, 1, 1), stream, src, nj, part.data.ptr)
-            fn = self._fn("tree_bounds_finish")
-            if stream is None:
-                fn.prepared_call((1, 1), (1, 1, 1), part.data.ptr, BOUNDS_BLOCKS, box.data.ptr)
-            else:
-                fn.prepared_async_call((1, 1), (1, 1, 1), stream, part.data.ptr, BOUNDS_BLOCKS, box.data.ptr)
+            launch(self._fn("tree_bounds_partial"), (BOUNDS_BLOCKS, 1), 256, stream, src, nj, part.data.ptr)
+            launch(self._fn("tree_bounds_finish"), (1, 1), 1, stream, part.data.ptr, BOUNDS_BLOCKS,
+                   box.data.ptr)
             keys = self._buf("keys", nj, np.uint64)
-            launch("tree_keys", nj, src, nj, box.data.ptr, keys.data.ptr)
+            run("tree_keys", nj, src, nj, box.data.ptr, keys.data.ptr)
             events[1].record(stream)
             # the stable device sort (ties keep the source order, as the CPU's stable_key_order)
             order = cp.argsort(keys[:nj])
@@ -237,12 +230,12 @@ class TreeEvaluator(ForceEvaluator):
             spos = self._buf("spos", 4 * nj, np.float32)
             skeys = self._buf("skeys", nj, np.uint64)
             sorder = self._buf("sorder", nj, np.int32)
-            launch("tree_gather", nj, src, keys.data.ptr, order.data.ptr, nj, spos.data.ptr, skeys.data.ptr,
-                   sorder.data.ptr)
+            run("tree_gather", nj, src, keys.data.ptr, order.data.ptr, nj, spos.data.ptr, skeys.data.ptr,
+                sorder.data.ptr)
             del order
-            levels, cells = self._build(launch, nj, leaf, skeys)
+            levels, cells = self._build(run, nj, leaf, skeys)
             ncell = levels[-1]
-            gstart = self._groups(launch, nj, ncell, group, cells)
+            gstart = self._groups(run, nj, ncell, group, cells)
             events[3].record(stream)
             # moments bottom up, then the rows the walk reads
             mass = self._buf("mass", ncell, np.float64)
@@ -250,17 +243,17 @@ class TreeEvaluator(ForceEvaluator):
             m2 = self._buf("m2", 6 * ncell, np.float64)
             for lv in range(len(levels) - 2, -1, -1):
                 a, b = levels[lv], levels[lv + 1]
-                launch("tree_moments", b - a, a, b, spos.data.ptr, cells["start"].data.ptr,
-                       cells["count"].data.ptr, cells["child"].data.ptr, cells["nchild"].data.ptr,
-                       mass.data.ptr, com.data.ptr, m2.data.ptr)
+                run("tree_moments", b - a, a, b, spos.data.ptr, cells["start"].data.ptr,
+                    cells["count"].data.ptr, cells["child"].data.ptr, cells["nchild"].data.ptr,
+                    mass.data.ptr, com.data.ptr, m2.data.ptr)
             ls = self._buf("levels", len(levels), np.int32)
             ls[:len(levels)].set(np.asarray(levels, np.int32), stream=cp.cuda.get_current_stream())
             mac = self._buf("mac", 4 * ncell, np.float64)
             pack = self._buf("pack", 12 * ncell, np.float32)
             trace_factor = 1.0 if repulsion else float(np.float32(eps2))
-            launch("tree_pack", ncell, ncell, ls.data.ptr, len(levels) - 1, skeys.data.ptr,
-                   cells["start"].data.ptr, box.data.ptr, mass.data.ptr, com.data.ptr, m2.data.ptr, theta,
-                   trace_factor, mac.data.ptr, pack.data.ptr)
+            run("tree_pack", ncell, ncell, ls.data.ptr, len(levels) - 1, skeys.data.ptr,
+                cells["start"].data.ptr, box.data.ptr, mass.data.ptr, com.data.ptr, m2.data.ptr, theta,
+                trace_factor, mac.data.ptr, pack.data.ptr)
             events[4].record(stream)
             work = self._walk_all(repulsion, soft, group, gstart, targets, sources, spos, sorder, cells, mac,
                                   pack, out, eps2, g, h, stream)
@@ -271,9 +264,9 @@ class TreeEvaluator(ForceEvaluator):
         self.levels = levels
         return ForceWork(interactions=work[0], pair_equivalent=pairs, body_cell=work[1], evaluations=1)
 
-    def _build(self, launch, nj: int, leaf: int, skeys) -> tuple[list[int], dict]:
+    def _build(self, run, nj: int, leaf: int, skeys) -> tuple[list[int], dict]:
         """The octree over the nj sorted keys, breadth first: level_start and the cell arrays."""
-        cp = _cupy()
+        cp = cupy_module()
         cap = _cell_capacity(nj, leaf)
         cells = {k: self._buf(f"cell-{k}", cap, np.int32) for k in ("start", "count", "child", "nchild")}
         cells["start"][0:1].fill(0)
@@ -282,27 +275,27 @@ class TreeEvaluator(ForceEvaluator):
         level = 0
         while True:
             a, b = levels[level], levels[level + 1]
-            launch("tree_split_count", b - a, a, b, level, leaf, skeys.data.ptr, cells["start"].data.ptr,
-                   cells["count"].data.ptr, cells["nchild"].data.ptr)
+            run("tree_split_count", b - a, a, b, level, leaf, skeys.data.ptr, cells["start"].data.ptr,
+                cells["count"].data.ptr, cells["nchild"].data.ptr)
             incl = cp.cumsum(cells["nchild"][a:b], dtype=cp.int64)
             total = int(incl[-1])  # the one host round trip per level
             if b + total > cells["start"].size:
                 for k in cells:
                     cells[k] = self._buf(f"cell-{k}", b + total, np.int32, keep=b)
-            launch("tree_split_write", b - a, a, b, level, skeys.data.ptr, cells["nchild"].data.ptr,
-                   incl.data.ptr, cells["start"].data.ptr, cells["count"].data.ptr, cells["child"].data.ptr)
+            run("tree_split_write", b - a, a, b, level, skeys.data.ptr, cells["nchild"].data.ptr,
+                incl.data.ptr, cells["start"].data.ptr, cells["count"].data.ptr, cells["child"].data.ptr)
             if total == 0:
                 return levels, cells
             levels.append(b + total)
             level += 1
 
-    def _groups(self, launch, nj: int, ncell: int, group: int, cells: dict):
+    def _groups(self, run, nj: int, ncell: int, group: int, cells: dict):
         """The groups' starts (int32, ngroups + 1 with nj last): group cells cut into runs of `group`."""
-        cp = _cupy()
+        cp = cupy_module()
         mark = self._buf("group-mark", nj, np.int32)
         mark[:nj].fill(0)
-        launch("tree_group_marks", ncell, ncell, GROUP_CELL_FACTOR * group, group, cells["start"].data.ptr,
-               cells["count"].data.ptr, cells["child"].data.ptr, cells["nchild"].data.ptr, mark.data.ptr)
+        run("tree_group_marks", ncell, ncell, GROUP_CELL_FACTOR * group, group, cells["start"].data.ptr,
+            cells["count"].data.ptr, cells["child"].data.ptr, cells["nchild"].data.ptr, mark.data.ptr)
         starts = cp.flatnonzero(mark[:nj])
         self.ngroups = ngroups = int(starts.size)
         gstart = self._buf("group-start", ngroups + 1, np.int32)
@@ -331,11 +324,7 @@ class TreeEvaluator(ForceEvaluator):
                     cells["nchild"].data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, ngroups,
                     stacks.data.ptr, self._stack_cap, flags.data.ptr, per_group["nbody"].data.ptr,
                     per_group["ncell"].data.ptr, per_group["nactive"].data.ptr, totals.data.ptr)
-            block = (32 * WALK_WARPS, 1, 1)
-            if stream is None:
-                fn.prepared_call((blocks, 1), block, *args)
-            else:
-                fn.prepared_async_call((blocks, 1), block, stream, *args)
+            launch(fn, (blocks, 1), 32 * WALK_WARPS, stream, *args)
             overflow = int(flags[1])
             if not overflow:
                 t = totals[:2].get()
@@ -357,17 +346,3 @@ class TreeEvaluator(ForceEvaluator):
 
 def _cell_capacity(n: int, leaf: int) -> int:
     return 64 + 4 * (int(n) // max(int(leaf), 1) + 1)
-
-
-class _cupy_stream:
-    """CuPy's current stream = the evaluator's pycuda stream (None: the legacy default stream)."""
-
-    def __init__(self, cp, stream):
-        self._ctx = cp.cuda.ExternalStream(int(stream.handle)) if stream is not None else cp.cuda.Stream.null
-
-    def __enter__(self):
-        self._ctx.__enter__()
-        return self._ctx
-
-    def __exit__(self, *exc):
-        return self._ctx.__exit__(*exc)
