@@ -53,12 +53,14 @@ for n in [int(x) for x in sys.argv[1].split(",")]:
             ref = reference_accelerations(pp[:, :3], pp[:, 3], phys, rows, "cuda")
             rel = relative_errors(acc[rows, :3].astype(np.float64), ref)
             stages = " ".join(f"{k} {v:.2f}" for k, v in st.items())
-            print(f"N={n:>9,} theta={theta} group={group}: mean wall {wall:7.2f} ms  gpu {sum(st.values()):7.2f}  "
+            print(f"N={n:>9,} theta={theta} group={group}: mean wall {wall:7.2f} ms  "
+                  f"gpu {sum(st.values()):7.2f}  "
                   f"{stages}  inter/body {w.interactions / n:.0f} cells {ev.levels[-1]} "
                   f"levels {len(ev.levels) - 1}  p50 {np.median(rel):.2e} p99 {np.percentile(rel, 99):.2e} "
                   f"max {rel.max():.2e}", flush=True)
             rows_out.append({"n": n, "theta": theta, "group": group, "wall_ms": wall, "stages_ms": st,
-                             "interactions_per_body": w.interactions / n, "body_cell_per_body": w.body_cell / n,
+                             "interactions_per_body": w.interactions / n,
+                             "body_cell_per_body": w.body_cell / n,
                              "cells": ev.levels[-1], "levels": len(ev.levels) - 1,
                              "rel_err": {"p50": float(np.median(rel)), "p99": float(np.percentile(rel, 99)),
                                          "max": float(rel.max())}, "sample": int(rows.size)})
