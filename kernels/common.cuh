@@ -81,6 +81,40 @@ __device__ __forceinline__ float4 finish_acceleration(const float3 a, const floa
     return make_float4(G * a.x, G * a.y, G * a.z, 0.0f);
 }
 
+// Two-level accumulation. The fp32 variants with one running sum per target add their terms into a
+// partial sum that starts from zero and is added to the running total once it holds NBODY_PARTIAL_LEN
+// sources (whole tiles: a tile of 1,024 closes one each tile, one of 64 every 16 tiles):
+//     part = 0;  part += w_j d_j for the next 1,024 sources;  a_i += part;  ...
+// (register-blocked's source slices and atomics-n3l's tasks are partial sums of their own). One fp32
+// accumulator over all N sources loses whole terms once it is large: a term below half an ulp of the
+// running sum rounds away, and the terms of a distant cluster, all of one sign and size, are lost alike,
+// so the error grows like N u |a|, not √N u |a|. Measured with a CPU emulation of this arithmetic that
+// gives the H200's figures to every printed digit: `collision` scaled by 5 (bench/realn.sh), N = 81,920:
+// the primary's inner bodies (|a| ≈ 0.28) added the secondary's 40,960 terms of ≈ 1.3e-8 < ulp/2 to one
+// sum and lost up to 88% of its pull: max rel error 1.66e-3. With partial sums of 1,024 sources 7.8e-7
+// (of 256: 2.6e-6); at N = 1,048,576: 2.1e-2 with one sum, 1.9e-5 with 1,024 (3.7e-4 with 64: the
+// length must not follow the block size). docs/kernels.md, "Accuracy", has the rest.
+// Cost: 3 FADD and an integer compare per tile or NBODY_PARTIAL_LEN sources, outside the hot loop.
+#define NBODY_PARTIAL_LEN 1024
+
+__device__ __forceinline__ float3 zero3() { return make_float3(0.0f, 0.0f, 0.0f); }
+
+// The running total plus one finished partial sum (3 FADD).
+__device__ __forceinline__ float3 add3(const float3 a, const float3 b) {
+    return make_float3(a.x + b.x, a.y + b.y, a.z + b.z);
+}
+
+// After `added` more sources went into `part`: once it holds NBODY_PARTIAL_LEN or more, add it to
+// `total` and start the next one. The caller adds the last, open partial sum after its loop.
+__device__ __forceinline__ void close_partial(float3& total, float3& part, int& count, const int added) {
+    count += added;
+    if (count >= NBODY_PARTIAL_LEN) {
+        total = add3(total, part);
+        part = zero3();
+        count = 0;
+    }
+}
+
 // Padding for tail tiles: a massless body at the origin adds exactly zero (m = 0, and s² >= ε² > 0 for
 // SOFT; s² = 0 maps to 1/s = 0 for PLAIN).
 __device__ __forceinline__ float4 massless_body() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
@@ -162,10 +196,13 @@ __device__ __forceinline__ bool not_finite(const float x) {
 #define NBODY_FORCE_ENTRIES_A(PREFIX, BODY, ATTR) \
     NBODY_ENTRIES(PREFIX, BODY, ATTR, (NBODY_FORCE_ARGS), (NBODY_FORCE_PASS))
 
-// The register cap of tiled_force's FoldedForm loop with a run-time tile size (pair-matrix, the streams
-// tail). NBODY_FORCE_ARGS puts G and H at parameter offsets 0x234 and 0x238, no longer one 8-byte pair
-// (one LDC.64), and without the cap ptxas gives the repulsion-plain entries 34 registers instead of 32
-// (at B = 256: 6 blocks per SM instead of 8). Capped: 32, no spills, the same hot loop.
+// The register cap of the one-sum fp32 loops with a run-time tile or trip count (naive, shared,
+// shared-unroll, shared-ptx-fma, multi-thread-per-body, streams-remainder, pair-matrix; block-template
+// gets 32 from __launch_bounds__(BS, 2048 / BS)). NBODY_FORCE_ARGS puts G and H at parameter offsets
+// 0x234 and 0x238, no longer one 8-byte pair (one LDC.64), and without the cap ptxas gave the
+// repulsion-plain entries 34 registers instead of 32 (at B = 256: 6 blocks per SM instead of 8); the
+// two-level sum's partial and count (below) took several entries to 39-42. Capped: 32, no spills, the
+// same hot loop (FP32 count per interaction unchanged, checked with cuobjdump).
 #define NBODY_TILED_MAXNREG __maxnreg__(32)
 
 namespace nbody {
@@ -367,7 +404,8 @@ struct PtxForm {  // body_body_interaction_ptx
 
 // The GPU Gems 3 ch. 31 tile walk (Nyland, Harris & Prins): a_i summed over sources [0, nj). Each thread of
 // the block stores one float4 of the tile in `tile` (tile_size entries), __syncthreads, every thread runs
-// the tile through Form (one broadcast LDS.128 per source), __syncthreads, next tile. CHECKED pads the
+// the tile through Form (one broadcast LDS.128 per source) into the open partial sum (the two-level
+// accumulation above), __syncthreads, next tile. CHECKED pads the
 // last tile with massless bodies (any nj); without it the caller guarantees nj is a multiple of
 // tile_size. A compile-time tile_size (block-template) gives the unrolled loop a known trip count.
 template <class Model, bool SOFT, class Form, int UNROLL, bool CHECKED = true>
@@ -375,18 +413,21 @@ __device__ __forceinline__ float3 tiled_sum(const float4* __restrict__ sources, 
                                             const float eps2, const float G, const float H, float4* tile,
                                             const int tile_size) {
     const int tid = threadIdx.x;
-    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
+    float3 ai = zero3();
+    float3 part = zero3();
+    int count = 0;
     for (int base = 0; base < nj; base += tile_size) {
         const int j = base + tid;
         tile[tid] = (!CHECKED || j < nj) ? sources[j] : massless_body();
         __syncthreads();
 #pragma unroll UNROLL
         for (int k = 0; k < tile_size; ++k) {
-            ai = Form::template add<Model, SOFT>(ai, bi, tile[k], eps2, G, H);
+            part = Form::template add<Model, SOFT>(part, bi, tile[k], eps2, G, H);
         }
+        close_partial(ai, part, count, tile_size);
         __syncthreads();
     }
-    return ai;
+    return add3(ai, part);
 }
 
 // One thread per target t (t >= ni: a padding thread that only helps load tiles): the tiled sum over

@@ -17,17 +17,22 @@ __device__ __forceinline__ void gpu5_force(NBODY_FORCE_ARGS) {
     const long long own = t + nbody::target_offset(targets, sources);
     const int self = (own >= 0 && own < nj) ? static_cast<int>(own) : -1;
     const float4 bi = targets[t];
-    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
-    for (int j = 0; j < nj; ++j) {
-        const float4 bj = sources[j];
-        bool skip = (j == self);
-        if (!SOFT) {
-            const float dx = bj.x - bi.x, dy = bj.y - bi.y, dz = bj.z - bi.z;
-            skip = skip || (dx * dx + dy * dy + dz * dz + eps2 == 0.0f);
+    float3 ai = nbody::zero3();
+    for (int base = 0; base < nj; base += NBODY_PARTIAL_LEN) {  // partial sums (common.cuh)
+        const int end = min(nj, base + NBODY_PARTIAL_LEN);
+        float3 part = nbody::zero3();
+        for (int j = base; j < end; ++j) {
+            const float4 bj = sources[j];
+            bool skip = (j == self);
+            if (!SOFT) {
+                const float dx = bj.x - bi.x, dy = bj.y - bi.y, dz = bj.z - bi.z;
+                skip = skip || (dx * dx + dy * dy + dz * dz + eps2 == 0.0f);
+            }
+            if (!skip) {
+                part = nbody::body_body_interaction_divide<Model>(part, bi, bj, eps2, G, H);
+            }
         }
-        if (!skip) {
-            ai = nbody::body_body_interaction_divide<Model>(ai, bi, bj, eps2, G, H);
-        }
+        ai = nbody::add3(ai, part);
     }
     acc[t] = nbody::finish_acceleration<Model>(ai, G);
 }

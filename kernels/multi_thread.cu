@@ -16,17 +16,21 @@ __device__ __forceinline__ void multi_thread_body(NBODY_FORCE_ARGS) {
     const int r = tid % Q;
     const int t = blockIdx.x * (tile_size / Q) + tid / Q;
     const float4 bi = (t < ni) ? targets[t] : nbody::massless_body();
-    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
+    float3 ai = nbody::zero3();
+    float3 part = nbody::zero3();  // the two-level sum (common.cuh)
+    int count = 0;
     for (int base = 0; base < nj; base += tile_size) {
         const int j = base + tid;
         tile[tid] = (j < nj) ? sources[j] : nbody::massless_body();
         __syncthreads();
 #pragma unroll 8
         for (int k = r; k < tile_size; k += Q) {
-            ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, tile[k], eps2, G, H);
+            part = nbody::body_body_interaction<Model, SOFT>(part, bi, tile[k], eps2, G, H);
         }
+        nbody::close_partial(ai, part, count, tile_size);
         __syncthreads();
     }
+    ai = nbody::add3(ai, part);
 #pragma unroll
     for (int o = Q / 2; o > 0; o >>= 1) {
         ai.x += __shfl_xor_sync(0xffffffffu, ai.x, o);
@@ -43,7 +47,7 @@ __device__ __forceinline__ void multi_thread_body(NBODY_FORCE_ARGS) {
     __device__ __forceinline__ void multi_thread_##Q(NBODY_FORCE_ARGS) {                       \
         multi_thread_body<Q, Model, SOFT>(NBODY_FORCE_PASS);                                   \
     }                                                                                          \
-    NBODY_FORCE_ENTRIES(multi_thread_q##Q, multi_thread_##Q)
+    NBODY_FORCE_ENTRIES_A(multi_thread_q##Q, multi_thread_##Q, NBODY_TILED_MAXNREG)
 
 MT_SPECIALISATION(2)
 MT_SPECIALISATION(4)
@@ -51,4 +55,4 @@ MT_SPECIALISATION(8)
 MT_SPECIALISATION(16)
 MT_SPECIALISATION(32)
 
-NBODY_FORCE_ENTRIES(multi_thread_force, multi_thread_4)
+NBODY_FORCE_ENTRIES_A(multi_thread_force, multi_thread_4, NBODY_TILED_MAXNREG)

@@ -10,12 +10,17 @@ __device__ __forceinline__ void naive_force(NBODY_FORCE_ARGS) {
         return;
     }
     const float4 bi = __ldg(&targets[t]);
-    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
+    float3 ai = nbody::zero3();
+    for (int base = 0; base < nj; base += NBODY_PARTIAL_LEN) {  // partial sums (common.cuh)
+        const int end = min(nj, base + NBODY_PARTIAL_LEN);
+        float3 part = nbody::zero3();
 #pragma unroll 4
-    for (int j = 0; j < nj; ++j) {
-        ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, __ldg(&sources[j]), eps2, G, H);
+        for (int j = base; j < end; ++j) {
+            part = nbody::body_body_interaction<Model, SOFT>(part, bi, __ldg(&sources[j]), eps2, G, H);
+        }
+        ai = nbody::add3(ai, part);
     }
     acc[t] = nbody::finish_acceleration<Model>(ai, G);
 }
 
-NBODY_FORCE_ENTRIES(naive_force, naive_force)
+NBODY_FORCE_ENTRIES_A(naive_force, naive_force, NBODY_TILED_MAXNREG)

@@ -14,4 +14,4 @@ __device__ __forceinline__ void shared_ptx_force(NBODY_FORCE_ARGS) {
                                                         blockIdx.x * blockDim.x + threadIdx.x);
 }
 
-NBODY_FORCE_ENTRIES(shared_ptx_force, shared_ptx_force)
+NBODY_FORCE_ENTRIES_A(shared_ptx_force, shared_ptx_force, NBODY_TILED_MAXNREG)

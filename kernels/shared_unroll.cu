@@ -13,8 +13,10 @@ __device__ __forceinline__ void shared_unroll_force(NBODY_FORCE_ARGS) {
     const int tile_size = blockDim.x;
     const int t = blockIdx.x * tile_size + tid;
     const float4 bi = (t < ni) ? targets[t] : nbody::massless_body();
-    float3 a0 = make_float3(0.0f, 0.0f, 0.0f);
-    float3 a1 = make_float3(0.0f, 0.0f, 0.0f);
+    float3 a = nbody::zero3();
+    float3 a0 = nbody::zero3();  // two open partial sums of the two-level sum (common.cuh)
+    float3 a1 = nbody::zero3();
+    int count = 0;
     for (int base = 0; base < nj; base += tile_size) {
         const int j = base + tid;
         tile[tid] = (j < nj) ? sources[j] : nbody::massless_body();
@@ -24,12 +26,17 @@ __device__ __forceinline__ void shared_unroll_force(NBODY_FORCE_ARGS) {
             a0 = nbody::body_body_interaction<Model, SOFT>(a0, bi, tile[k], eps2, G, H);
             a1 = nbody::body_body_interaction<Model, SOFT>(a1, bi, tile[k + 1], eps2, G, H);
         }
+        count += tile_size;
+        if (count >= NBODY_PARTIAL_LEN) {
+            a = nbody::add3(a, nbody::add3(a0, a1));
+            a0 = a1 = nbody::zero3();
+            count = 0;
+        }
         __syncthreads();
     }
     if (t < ni) {
-        const float3 a = make_float3(a0.x + a1.x, a0.y + a1.y, a0.z + a1.z);
-        acc[t] = nbody::finish_acceleration<Model>(a, G);
+        acc[t] = nbody::finish_acceleration<Model>(nbody::add3(a, nbody::add3(a0, a1)), G);
     }
 }
 
-NBODY_FORCE_ENTRIES(shared_unroll_force, shared_unroll_force)
+NBODY_FORCE_ENTRIES_A(shared_unroll_force, shared_unroll_force, NBODY_TILED_MAXNREG)

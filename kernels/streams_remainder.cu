@@ -17,9 +17,11 @@ __device__ __forceinline__ void streams_main(NBODY_FORCE_ARGS) {
     const float4 bi = targets[t];
     float3 ai = nbody::tiled_sum<Model, SOFT, nbody::FoldedForm, 16, false>(sources, jfull, bi, eps2, G, H,
                                                                             tile, blockDim.x);
+    float3 part = nbody::zero3();  // the last < B sources: a partial sum of their own (common.cuh)
     for (int j = jfull; j < nj; ++j) {  // the same address for every thread: a broadcast load
-        ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, __ldg(&sources[j]), eps2, G, H);
+        part = nbody::body_body_interaction<Model, SOFT>(part, bi, __ldg(&sources[j]), eps2, G, H);
     }
+    ai = nbody::add3(ai, part);
     acc[t] = nbody::finish_acceleration<Model>(ai, G);
 }
 
@@ -30,5 +32,5 @@ __device__ __forceinline__ void streams_tail(NBODY_FORCE_ARGS) {
                                                            (ni / blockDim.x) * blockDim.x + threadIdx.x);
 }
 
-NBODY_FORCE_ENTRIES(streams_remainder_force, streams_main)
+NBODY_FORCE_ENTRIES_A(streams_remainder_force, streams_main, NBODY_TILED_MAXNREG)
 NBODY_FORCE_ENTRIES_A(streams_remainder_tail, streams_tail, NBODY_TILED_MAXNREG)

@@ -13,19 +13,24 @@ __device__ __forceinline__ void warp_shuffle_force(NBODY_FORCE_ARGS) {
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     const int lane = threadIdx.x & 31;
     const float4 bi = (t < ni) ? targets[t] : nbody::massless_body();
-    float3 ai = make_float3(0.0f, 0.0f, 0.0f);
-    for (int base = 0; base < nj; base += 32) {
-        const int j = base + lane;
-        const float4 mine = (j < nj) ? sources[j] : nbody::massless_body();
+    float3 ai = nbody::zero3();
+    for (int group = 0; group < nj; group += NBODY_PARTIAL_LEN) {  // partial sums (common.cuh)
+        const int end = min(nj, group + NBODY_PARTIAL_LEN);
+        float3 part = nbody::zero3();
+        for (int base = group; base < end; base += 32) {
+            const int j = base + lane;
+            const float4 mine = (j < nj) ? sources[j] : nbody::massless_body();
 #pragma unroll 8
-        for (int k = 0; k < 32; ++k) {
-            float4 bj;
-            bj.x = __shfl_sync(0xffffffffu, mine.x, k);
-            bj.y = __shfl_sync(0xffffffffu, mine.y, k);
-            bj.z = __shfl_sync(0xffffffffu, mine.z, k);
-            bj.w = __shfl_sync(0xffffffffu, mine.w, k);
-            ai = nbody::body_body_interaction<Model, SOFT>(ai, bi, bj, eps2, G, H);
+            for (int k = 0; k < 32; ++k) {
+                float4 bj;
+                bj.x = __shfl_sync(0xffffffffu, mine.x, k);
+                bj.y = __shfl_sync(0xffffffffu, mine.y, k);
+                bj.z = __shfl_sync(0xffffffffu, mine.z, k);
+                bj.w = __shfl_sync(0xffffffffu, mine.w, k);
+                part = nbody::body_body_interaction<Model, SOFT>(part, bi, bj, eps2, G, H);
+            }
         }
+        ai = nbody::add3(ai, part);
     }
     if (t < ni) {
         acc[t] = nbody::finish_acceleration<Model>(ai, G);

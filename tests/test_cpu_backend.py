@@ -95,6 +95,28 @@ def test_accelerations_match_reference(kernel, softening, model):
     assert worst <= (1e-10 if kernel == "cpu-fp64" else 1e-4)
 
 
+@pytest.mark.parametrize("fastmath", [False, True])
+@pytest.mark.parametrize("softening", [0.0, 0.01])
+def test_fp32_kernel_keeps_the_terms_one_running_sum_drops(fastmath, softening):
+    """A distant cluster's 32,768 small terms after a heavy core (tests/summation.py): the kernel's
+    partial sums of SOURCE_TILE sources keep them. fastmath=False is cpu-simd's sum in sequential IEEE
+    float32, which lost them (max rel err 8.4e-4) while it was one running sum; fastmath=True is
+    cpu-simd's own kernel (5.3e-5 then, from its vector lanes)."""
+    from summation import TARGETS, far_cluster
+
+    from app.backends.cpu_kernels import accel_kernel
+    from app.forces import FP32_BUDGET
+    from app.physics import relative_errors
+
+    rows = far_cluster()
+    phys = Physics(softening=softening)
+    got = np.zeros((TARGETS.stop - TARGETS.start, 4), np.float32)
+    kernel = accel_kernel(np.float32, fastmath, repulsion=False, skip_self=softening == 0.0)
+    kernel(rows[TARGETS], rows, np.float32(softening ** 2), np.float32(1.0), np.float32(0.0), got)
+    ref = accelerations(rows[:, :3].astype(np.float64), rows[:, 3].astype(np.float64), phys, targets=TARGETS)
+    assert relative_errors(got[:, :3], ref).max() <= FP32_BUDGET.max_rel
+
+
 def test_cpu_accelerations_fp64_is_the_reference():
     b = plummer_like(100, seed=1)
     for phys in (Physics(softening=0.0), Physics(softening=0.02, model="gravity-repulsion", repulsion=1e-3)):
