@@ -111,6 +111,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "brightness": Field("float", "sprite intensity before additive blending", lo=0, lo_open=True,
                             hi=100),
         "background": Field("color", "background colour, RGB in [0, 1]", lo=0, hi=1),
+        "min_sprite": Field("float", "smallest sprite drawn, in pixels: smaller ones are drawn this size "
+                                     "and dimmed to the same light (fewer pixels, less fill at large N)",
+                            lo=1, hi=16),
+        "draw_limit": Field("int", "draw at most this many bodies: above it every k-th body with k times "
+                                   "the light (0: all)", lo=0, hi=2**31 - 1),
         "components": Field("components", "per component: render.components.NAME.visible (true/false), "
                                           ".brightness (0..100), .color (RGB); NAME may be a pattern (halo, "
                                           "galaxy1-*, *) or an index", optional=True),

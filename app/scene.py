@@ -44,6 +44,8 @@ class RenderSettings:
     colormap: str = "inferno"
     brightness: float = 1.0  # multiplies each sprite's contribution before additive blending
     background: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    min_sprite: float = 3.0  # smallest sprite drawn, px; smaller ones are drawn this size and dimmed
+    draw_limit: int = 0  # at most this many bodies drawn (every k-th, k times the light); 0: all
     # render.components.KEY.{visible, brightness, color}: KEY -> app.components.Style, in the order set
     components: dict = field(default_factory=dict)
 

@@ -3,7 +3,7 @@
 // the body's component (app.components), an index into the per-component tables: colour and gain
 // (brightness, 0 = hidden: such a body is put outside the clip volume and adds no light).
 // The sprite is twice the nominal diameter so the gaussian tail has room; sprites smaller than
-// MIN_SPRITE px are drawn at MIN_SPRITE px and dimmed by the area ratio (same light, no aliasing).
+// u_min_sprite px are drawn at u_min_sprite px and dimmed by the area ratio (same light, no aliasing).
 
 attribute vec4 a_pos;
 attribute float a_speed;
@@ -19,13 +19,13 @@ uniform float u_inv_speed_scale;  // 1 / (robust speed scale): speed * this = 1 
 uniform float u_color_by;         // 0 speed, 1 mass, 2 none, 3 component, 4 component x speed, 5 x mass
 uniform float u_cmap_low;         // the colormap position of the lowest value (keeps slow bodies visible)
 uniform float u_brightness;
+uniform float u_min_sprite;       // render.min_sprite, px
 uniform sampler2D u_cmap;         // 256 x 1 RGB
 uniform vec3 u_comp_color[16];    // per component (MAX_COMPONENTS in app/components.py)
 uniform float u_comp_gain[16];
 
 varying vec3 v_color;
 
-const float MIN_SPRITE = 3.0;
 const float MAX_SPRITE = 128.0;
 
 void main()
@@ -45,7 +45,7 @@ void main()
     if (u_size_by_mass > 0.5)
         d *= clamp(sqrt(rel_mass), 0.5, 6.0);
     float sprite = 2.0 * d;
-    float drawn = clamp(sprite, MIN_SPRITE, MAX_SPRITE);
+    float drawn = clamp(sprite, u_min_sprite, MAX_SPRITE);
     gl_PointSize = drawn;
     float gain = (sprite / drawn) * (sprite / drawn);
 

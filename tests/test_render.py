@@ -294,6 +294,46 @@ def test_stacked_sprites_add_light_through_the_exponential_tone_map(make_viewer,
 
 
 @pytest.mark.gl
+def test_draw_limit_draws_every_kth_body_with_k_times_the_light(make_viewer):
+    """render.draw_limit: 8 bodies in a row, limit 4 -> bodies 0, 2, 4, 6 drawn, each twice as bright."""
+    xs = np.linspace(-2.0, 2.0, 8)
+    pos4 = [[x, 0.0, 0.0, 1.0] for x in xs]
+    camera = CameraSettings(azimuth=90.0, elevation=0.0, distance=8.0, target=(0.0, 0.0, 0.0), fov=45.0)
+    base = dict(point_size=4.0, brightness=0.3, color_by="none", size_by_mass=False)
+    full = make_viewer(pos4, camera=camera, render=RenderSettings(**base))
+    half = make_viewer(pos4, camera=camera, render=RenderSettings(**base, draw_limit=4))
+    img_full, img_half = full.render_to_array(), half.render_to_array()
+    assert half.renderer.draw_stride() == 2 and full.renderer.draw_stride() == 1
+    for i, x in enumerate(xs):
+        col, row = (int(c) for c in full.camera.project(np.array([x, 0.0, 0.0]), (W, H)))
+        one = float(img_full[row - 1:row + 2, col - 1:col + 2].max())
+        seen = float(img_half[row - 1:row + 2, col - 1:col + 2].max())
+        assert one > 40, (i, one)
+        if i % 2:
+            assert seen == 0, (i, seen)  # left out
+        else:  # 1 - exp(-2x) against 1 - exp(-x): twice the light, through the tone map
+            s1 = one / 255.0
+            assert abs(seen / 255.0 - (1.0 - (1.0 - s1) ** 2)) <= 4 / 255, (i, one, seen)
+
+
+@pytest.mark.gl
+def test_min_sprite_draws_small_bodies_on_fewer_pixels_with_the_same_light(make_viewer):
+    """A 1-px nominal body is drawn min_sprite px wide, dimmed by the area ratio: fewer pixels lit at
+    min_sprite 1 than at 3, and about the same summed light (before the tone map saturates)."""
+    rng = np.random.default_rng(3)
+    pos4 = np.c_[rng.uniform(-2, 2, (40, 3)), np.ones(40)]
+    base = dict(point_size=0.5, brightness=0.2, color_by="none", size_by_mass=False)
+    lit, light = [], []
+    for m in (3.0, 1.0):
+        img = make_viewer(pos4, render=RenderSettings(**base, min_sprite=m)).render_to_array()
+        lum = img.astype(float).max(axis=2) / 255.0
+        lit.append(int((lum > 0).sum()))
+        light.append(float(-np.log1p(-np.minimum(lum, 0.999)).sum()))  # undo 1 - exp(-x)
+    assert lit[1] < lit[0] / 2, lit
+    assert light[1] == pytest.approx(light[0], rel=0.35), light
+
+
+@pytest.mark.gl
 def test_step_and_render_fills_stats_and_calls_overlays_after_particles(make_viewer):
     from vispy import gloo
 

@@ -18,6 +18,7 @@ from test_cpu_backend import plummer_like
 
 from app.backends import backend_class
 from app.backends.cpu import _BY_NAME as CPU_RECORDS
+from app.errors import RuntimeFault
 from app.forces import Span
 from app.physics import Physics, accelerations, relative_errors
 
@@ -198,3 +199,49 @@ def test_a_million_bodies(device):
     rel = relative_errors(got[rows], ref)
     assert np.percentile(rel, 99) <= 1e-3 and np.isfinite(got).all()
     assert 1_000 < work.interactions / pos.shape[0] < 20_000
+
+
+def _normal_bodies(n: int, seed: int = 0):
+    """n bodies in a unit gaussian blob (cheap to make at 16M, unlike a Plummer sphere)."""
+    from app.bodies import Bodies
+
+    rng = np.random.default_rng(seed)
+    return Bodies.from_arrays(rng.standard_normal((n, 3)), np.zeros((n, 3)), np.full(n, 1.0 / n))
+
+
+def test_out_of_memory_names_the_tree_and_what_fits(monkeypatch):
+    """Too little free memory for the tree's buffers: all-pairs' message, said before any work, and the
+    backend keeps its state."""
+    backend = CUDA()
+    try:
+        backend.load(_normal_bodies(64), SOFT, kernel="tree")
+        monkeypatch.setattr(backend._drv, "mem_get_info", lambda: (10_000, 80 * 2**30))
+        said = r"out of GPU memory: N = 4,096 .*the tree's buffers.*N ≈ [\d,]+ fits"
+        with pytest.raises(RuntimeFault, match=said):
+            backend.load(_normal_bodies(4096), SOFT, kernel="tree")
+        monkeypatch.undo()
+        assert backend.n == 64
+        backend.step(1)
+    finally:
+        backend.close()
+
+
+@pytest.mark.slow
+def test_out_of_memory_at_16m_with_the_device_nearly_full():
+    """A real shortage at N = 16,777,216: the device filled until the state fits but the tree does not."""
+    backend = CUDA()
+    eaten = []
+    try:
+        backend.load(_normal_bodies(64), SOFT, kernel="tree")
+        drv = backend._drv
+        n = 1 << 24
+        with backend.device.scope:
+            leave = n * 52 + (256 << 20)  # the fp32 state (52 B per body) and a little
+            while (free := drv.mem_get_info()[0]) > leave + (1 << 30):
+                eaten.append(drv.mem_alloc(min(free - leave, 4 << 30)))
+        with pytest.raises(RuntimeFault, match=r"out of GPU memory: N = 16,777,216 .*the tree's buffers"):
+            backend.load(_normal_bodies(n), SOFT, kernel="tree")
+    finally:
+        for block in eaten:
+            block.free()
+        backend.close()

@@ -73,6 +73,7 @@ class ParticleRenderer:
         self.set_mean_mass(1.0)
         self.set_speed_scale(1.0)
         self._speed_scale_set = False  # the first measured percentile replaces this placeholder
+        self._strided: tuple[tuple[int, int], gloo.IndexBuffer] | None = None  # ((N, k), every k-th body)
 
     # --- settings ------------------------------------------------------------------------------
     def apply_settings(self, settings: RenderSettings) -> None:
@@ -93,6 +94,7 @@ class ParticleRenderer:
         p["u_size_by_mass"] = 1.0 if settings.size_by_mass else 0.0
         p["u_color_by"] = COLOR_BY[settings.color_by]
         p["u_cmap_low"] = 0.0 if settings.colormap == "white" else CMAP_LOW
+        p["u_min_sprite"] = float(settings.min_sprite)
         self._set_component_table()
         self._set_brightness()
 
@@ -129,9 +131,27 @@ class ParticleRenderer:
             return 1.0
         return max((DENSITY_REF_N / self.n) ** 0.5, DENSITY_MIN_GAIN)
 
+    def draw_stride(self) -> int:
+        """Every k-th body is drawn (render.draw_limit): 1 up to the limit, else ceil(N / limit)."""
+        limit = int(self.settings.draw_limit)
+        return 1 if limit <= 0 or self.n <= limit else -(-self.n // limit)
+
     def _set_brightness(self) -> None:
-        self.program["u_brightness"] = float(self.settings.brightness) * INTENSITY
+        # a drawn body stands for `stride` bodies: k times the light keeps the image's total light
+        self.program["u_brightness"] = float(self.settings.brightness) * INTENSITY * self.draw_stride()
         self.program["u_density_size"] = self.density_gain() ** 0.5
+
+    def _drawn_indices(self) -> gloo.IndexBuffer | None:
+        """The index buffer of every k-th body (None when all are drawn), made once per (N, k)."""
+        k = self.draw_stride()
+        if k == 1:
+            self._strided = None
+            return None
+        if self._strided is None or self._strided[0] != (self.n, k):
+            if self._strided is not None:
+                self._strided[1].delete()
+            self._strided = ((self.n, k), gloo.IndexBuffer(np.arange(0, self.n, k, dtype=np.uint32)))
+        return self._strided[1]
 
     def set_speed_scale(self, value: float) -> None:
         """The speed drawn at the top of the colormap (GPU path: whoever knows the speeds sets it)."""
@@ -222,12 +242,14 @@ class ParticleRenderer:
         if self.n > 0:
             gloo.set_state(None, blend=True, depth_test=False, cull_face=False,
                            blend_func=("one_minus_dst_color", "one"), blend_equation="func_add")
-            p.draw("points")
+            p.draw("points", indices=self._drawn_indices())
         gloo.set_state(None, blend=False, depth_test=False, cull_face=False)
 
     def delete(self) -> None:
-        for obj in (self.pos_vbo, self.speed_vbo, self.comp_vbo, self._cmap_tex):
+        for obj in (self.pos_vbo, self.speed_vbo, self.comp_vbo, self._cmap_tex,
+                    self._strided[1] if self._strided else None):
             if obj is not None:
                 obj.delete()
+        self._strided = None
         self.pos_vbo = self.speed_vbo = self.comp_vbo = self._cmap_tex = None
         self.n = 0

@@ -37,11 +37,11 @@ from app.backends.cuda.context import (
     gl_module_or_reason,
 )
 from app.backends.cuda.device import CudaDevice, compiled
-from app.backends.cuda.errors import KernelCompileError, NonFiniteState
+from app.backends.cuda.errors import KernelCompileError, NonFiniteState, out_of_memory
 from app.backends.cuda.evaluator import make_evaluator
 from app.backends.cuda.interop import GLBuffers, gl_renderer_string, renderer_cannot_interop
 from app.backends.cuda.policies import ceil_div, force_arguments, suffix
-from app.backends.cuda.state_ops import BLOCK, INTEGRATE_SOURCE, Fp32Ops, Fp64Ops
+from app.backends.cuda.state_ops import BLOCK, BYTES_PER_BODY, INTEGRATE_SOURCE, Fp32Ops, Fp64Ops
 from app.bodies import Bodies
 from app.errors import BackendUnavailable, ConfigError, RuntimeFault
 from app.forces import ForceEvaluator, Span
@@ -59,7 +59,6 @@ def _unowned(cp, ptr: int, nbytes: int, owner):
 
 
 INT_MAX = 0x7FFFFFFF
-BYTES_PER_BODY = 16 + 16 + 16 + 4  # pos, vel, acc (float4) + speed (float)
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _ATEXIT = False
@@ -333,10 +332,7 @@ class CudaBackend(Backend):
             raise self._oom(n, need, free, 0) from e
 
     def _oom(self, n: int, need: int, free: int, held: int) -> RuntimeFault:
-        fits = max(0, int((free + held) * 0.95) // BYTES_PER_BODY)
-        return RuntimeFault(f"out of GPU memory: N = {n:,} bodies need {need / 2**20:,.1f} MiB on "
-                            f"{self.device.facts.name} but only {free / 2**20:,.1f} MiB are free; at most "
-                            f"N ≈ {fits:,} fits")
+        return out_of_memory(n, need, free, self.device.facts.name, BYTES_PER_BODY, held=held)
 
     # --- state -----------------------------------------------------------------------------------
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:

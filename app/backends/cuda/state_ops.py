@@ -17,6 +17,7 @@ from .policies import ceil_div
 INTEGRATE_SOURCE = "integrate.cu"
 FP64_SOURCE = "fp64.cu"
 BLOCK = 256
+BYTES_PER_BODY = 16 + 16 + 16 + 4  # the fp32 state: pos, vel, acc (float4) + speed (float)
 
 
 class _Ops:

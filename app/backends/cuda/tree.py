@@ -31,7 +31,9 @@ from app.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span
 from app.physics import Physics
 
 from ..cpu_tree import GROUP_CELL_FACTOR
+from .errors import out_of_memory
 from .policies import FORMS, ceil_div, force_arguments, launch, suffix
+from .state_ops import BYTES_PER_BODY
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,7 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_pack": "iPiPPPPPPddPP",
     "tree_group_marks": "iiiPPPPP",
 }
+GROWTH = 1.5  # _buf allocates half again over what is asked, so that a slowly growing N reuses it
 WALK_ARGS = "PPPiiPPPPPPPfffiPiPPPPP"
 
 
@@ -136,7 +139,27 @@ class TreeEvaluator(ForceEvaluator):
             self.device.function(BUILD_SOURCE, symbol, types, BUILD_OPTIONS)
         for repulsion, soft in FORMS:
             self._walk(repulsion, soft)
-        cupy_module()
+        self._require_memory(n)
+
+    def _require_memory(self, n: int) -> None:
+        """Refuse an N whose tree buffers cannot fit, before any work, with all-pairs' message."""
+        need, free, held = self._memory(n)
+        if need > free + held:
+            raise self._out_of_memory(n)
+
+    def _memory(self, n: int) -> tuple[int, int, int]:
+        """(bytes the buffers need at N = n, bytes free, bytes the buffers hold now). `_buf` allocates
+        half again over the count (GROWTH); free counts the bytes CuPy's pool holds unused."""
+        cp = cupy_module()
+        held = sum(int(b.nbytes) for b in self._buffers.values())
+        free = int(self.device.drv.mem_get_info()[0]) + int(cp.get_default_memory_pool().free_bytes())
+        return int(GROWTH * self.bytes_per_body(n) * n), free, held
+
+    def _out_of_memory(self, n: int) -> RuntimeFault:
+        need, free, held = self._memory(n)
+        per_body = GROWTH * self.bytes_per_body(n) + BYTES_PER_BODY  # the tree's and the state's
+        return out_of_memory(n, need, free, self.device.facts.name, per_body, what="the tree's buffers",
+                             held=held)
 
     def stage_ms(self) -> dict[str, float]:
         """Milliseconds per stage (keys, sort, build, moments, walk) since the last call."""
@@ -170,8 +193,13 @@ class TreeEvaluator(ForceEvaluator):
         pairs = int(targets.count) * int(sources.count)
         if targets.count == 0:
             return ForceWork(pair_equivalent=pairs, evaluations=1)
+        cp = cupy_module()
         with self.device.scope:
-            return self._evaluate(int(pos), int(acc), targets, sources, stream, pairs)
+            try:
+                return self._evaluate(int(pos), int(acc), targets, sources, stream, pairs)
+            except cp.cuda.memory.OutOfMemoryError as e:  # past _require_memory's estimate (the sort's
+                cp.get_default_memory_pool().free_all_blocks()  # scratch): the same message
+                raise self._out_of_memory(int(sources.count)) from e
 
     # --- the work ------------------------------------------------------------------------------------
     def _walk(self, repulsion: bool, soft: bool, group: int | None = None):
@@ -188,7 +216,7 @@ class TreeEvaluator(ForceEvaluator):
         cp = cupy_module()
         buf = self._buffers.get(key)
         if buf is None or buf.size < count or buf.dtype != np.dtype(dtype):
-            new = cp.empty(max(int(count), 1) + (int(count) >> 1), dtype=dtype)
+            new = cp.empty(max(int(count), 1) + (int(count) >> 1), dtype=dtype)  # GROWTH
             if buf is not None and keep:
                 new[:keep] = buf[:keep]
             buf = self._buffers[key] = new
