@@ -215,7 +215,11 @@ def test_out_of_memory_names_the_tree_and_what_fits(monkeypatch):
     backend = CUDA()
     try:
         backend.load(_normal_bodies(64), SOFT, kernel="tree")
-        monkeypatch.setattr(backend._drv, "mem_get_info", lambda: (10_000, 80 * 2**30))
+        from app.backends.cuda.tree import cupy_module
+
+        cupy_module().get_default_memory_pool().free_all_blocks()  # its unused blocks count as free
+        room = 4096 * 52 * 2  # twice the fp32 state of 4,096 bodies, a third of the tree's buffers
+        monkeypatch.setattr(backend._drv, "mem_get_info", lambda: (room, 80 * 2**30))
         said = r"out of GPU memory: N = 4,096 .*the tree's buffers.*N ≈ [\d,]+ fits"
         with pytest.raises(RuntimeFault, match=said):
             backend.load(_normal_bodies(4096), SOFT, kernel="tree")
