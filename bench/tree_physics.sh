@@ -12,17 +12,24 @@ mkdir -p "$out"
 export PYTHONPATH=$PWD:${PYTHONPATH:-}
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
 day=$(date +%F)
+# The SM clock and any active throttle reasons, before and after each run: on 2026-11-23 an H200 ran the
+# tree 6x slower for ~40 s after a long benchmark (46.6 ms instead of 7.9 ms per step at 1M), then
+# recovered; a number taken in such a state must be recognisable.
+clocks() { nvidia-smi --query-gpu=clocks.sm,clocks_event_reasons.active,temperature.gpu,power.draw \
+    --format=csv,noheader 2>/dev/null | tr -d '\n'; }
 common=(--backend cuda --steps "$steps" --dt 1e-3 --softening 0.01 --log-every 100 --no-progress)
 run() {  # run LABEL N KERNEL [ARGS...]
     local label=$1 n=$2 kernel=$3
     shift 3
-    local t0=$EPOCHREALTIME
+    local before t0=$EPOCHREALTIME
+    before=$(clocks)
     python3 -m app -q simulate plummer --n "$n" --kernel "$kernel" "${common[@]}" "$@" \
         --log "$out/$gpu-$day-physics-$label.csv" --out "$out/physics-$label.npz" >"$out/physics-$label.txt" 2>&1
     local rc=$?
     awk -v a="$t0" -v b="$EPOCHREALTIME" -v l="$label" -v rc="$rc" \
         'BEGIN { printf "%-22s wall %7.1f s  rc %d   ", l, b - a, rc }'
     tail -1 "$out/physics-$label.txt"
+    echo "    clocks before: $before; after: $(clocks)"
 }
 run tree-1048576 1048576 tree --tunable theta=0.6
 run tree-65536 65536 tree --tunable theta=0.6

@@ -16,6 +16,11 @@ export PYTHONPATH=$PWD:${PYTHONPATH:-}
 export NBODY_HEADLESS=1
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
 day=$(date +%F)
+# The SM clock and any active throttle reasons, before and after each run: on 2026-11-23 an H200 ran the
+# tree 6x slower for ~40 s after a long benchmark (46.6 ms instead of 7.9 ms per step at 1M), then
+# recovered; a number taken in such a state must be recognisable.
+clocks() { nvidia-smi --query-gpu=clocks.sm,clocks_event_reasons.active,temperature.gpu,power.draw \
+    --format=csv,noheader 2>/dev/null | tr -d '\n'; }
 settings=(${DRAW_SETTINGS:-"min_sprite=3,draw_limit=0" "min_sprite=1,draw_limit=0" "min_sprite=1,draw_limit=2097152"})
 for n in ${ns//,/ }; do
     for s in "${settings[@]}"; do
@@ -23,6 +28,7 @@ for n in ${ns//,/ }; do
         for kv in ${s//,/ }; do sets+=(--set "render.$kv"); done
         tag=$(echo "$s" | tr ',=' '-_')
         csv="$out/$gpu-$day-run-$n-tree-$tag-frames.csv"
+        before=$(clocks)
         t0=$EPOCHREALTIME
         python3 -m app -q run plummer --n "$n" --backend cuda --kernel tree --tunable theta=0.6 \
             --steps-per-frame 1 --headless --frames "$frames" "${sets[@]}" --timings "$csv" \
@@ -40,6 +46,7 @@ print(f"N={int(n):>9,} {s:<32} frames {len(rows):3d}  frame {med('frame_ms'):7.2
       f" ({1e3 / med('frame_ms') if rows else 0:5.1f} fps)  force {med('force_ms'):7.2f}"
       f"  draw {med('draw_ms'):6.2f} ms  wall {float(t1) - float(t0):5.1f} s  rc {rc}")
 PY
+        echo "    clocks before: $before; after: $(clocks)"
         [ "$rc" -eq 0 ] || tail -3 "$out/run-$n-$tag.txt"
     done
 done
