@@ -136,3 +136,40 @@ def test_bad_gpus_values_are_usage_errors(tmp_path, capsys):
 def test_gpus_without_a_gpu_names_the_cpu_alternative(tmp_path, capsys):
     rc = main(["simulate", "--n", "64", "--steps", "1", "--gpus", "2", "--out", str(tmp_path / "o.npz")])
     one_line_error(capsys, rc, 2, "--gpus 2: no GPU is usable here", "--backend cpu --gpus N")
+
+
+# --- bench --gpus ------------------------------------------------------------------------------------------
+def test_scaling_rows_compare_each_count_with_the_fewest():
+    from app.bench import scaling_rows
+
+    rows = [{"kernel": "k", "n": 10, "gpus": 1, "status": "ok", "median_ms": 8.0, "exchange_median_ms": 0.0},
+            {"kernel": "k", "n": 10, "gpus": 2, "status": "ok", "median_ms": 4.5, "exchange_median_ms": 0.5},
+            {"kernel": "k", "n": 10, "gpus": 4, "status": "failed"}]
+    one, two = scaling_rows(rows)
+    assert (one["gpus"], one["speedup"], one["efficiency"]) == (1, 1.0, 1.0)
+    assert two["step_ms"] == 5.0 and two["speedup"] == pytest.approx(8 / 5) and two["efficiency"] == \
+        pytest.approx(8 / 5 / 2)
+
+
+def test_bench_gpus_writes_rows_per_count_and_scaling_rows(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "scaling.json"
+    rc = main(["bench", *CPU, "--kernels", "cpu-simd", "--n", "256,512", "--gpus", "1,2", "--warmup", "1",
+               "--repeats", "2", "--no-progress", "--json", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "cpu-simd ×2" in printed and "speed-up" in printed
+    result = json.loads(out.read_text())
+    assert result["gpu_counts"] == [1, 2] and result["device"]["devices"] == ["cpu0", "cpu1"]
+    rows = {(r["gpus"], r["n"]): r for r in result["results"]}
+    assert set(rows) == {(1, 256), (1, 512), (2, 256), (2, 512)}
+    assert all(r["status"] == "ok" for r in rows.values())
+    assert list(rows[2, 512]["devices_median_ms"]) == ["0 cpu0", "1 cpu1"]
+    for s in result["scaling"]:
+        base, this = rows[1, s["n"]], rows[s["gpus"], s["n"]]
+        expected = (base["median_ms"] + base["exchange_median_ms"]) / (this["median_ms"]
+                                                                       + this["exchange_median_ms"])
+        assert s["speedup"] == pytest.approx(expected)
+        assert s["efficiency"] == pytest.approx(expected / s["gpus"])
+    assert len(result["scaling"]) == 4

@@ -32,7 +32,7 @@ class CpuDevice:
     def __init__(self, index: int, record_name: str, physics: Physics, bodies: Bodies, share: Span):
         record = CPUBackend.record(record_name)
         dtype = _DTYPES[record.precision]
-        self.name = f"cpu{index}"
+        self.name = CpuDevices.names(index + 1)[index]
         self.share = share
         self.evaluator = record.policy.evaluator(record, physics)
         self.pos, self.vel = bodies.pos4(dtype), bodies.vel4(dtype)
@@ -93,6 +93,10 @@ class CpuDevices:
         kernel runs parallel over every core anyway), there to exercise the driver, also on a CI machine
         with two cores."""
         return MAX_CPU_DEVICES
+
+    @staticmethod
+    def names(k: int) -> list[str]:
+        return [f"cpu{i}" for i in range(k)]
 
     @staticmethod
     def why_not(record) -> str | None:

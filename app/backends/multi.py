@@ -66,6 +66,7 @@ class MultiDeviceBackend(Backend):
     """K devices as one Backend (made by multi_backend_class, which fills the class fields below)."""
 
     base: type[Backend]
+    timing = "time.perf_counter around each force phase of all devices (every device synchronised)"
     kind = None
     k = 1
     driver = "threads"
@@ -220,8 +221,8 @@ class MultiDeviceBackend(Backend):
         return f"host upload from {self.k} {self.kind.what}"
 
     def device_info(self) -> dict:
-        names = self.device_names
-        return {"name": " + ".join(names) if names else f"{self.k} {self.kind.what}", "devices": names,
+        names = self.device_names or self.kind.names(self.k)
+        return {"name": " + ".join(names), "devices": names,
                 "gpus": self.k, "gpu_driver": self.driver, "exchange": self.exchange_name,
                 "backend": self.name}
 

@@ -163,7 +163,8 @@ def make_backend(scene, bodies=None):
     if scene.run.backend == "auto":
         log.info("backend: %s", cls.name)
     if scene.run.gpus is not None:
-        cls = several_devices(cls, scene, chosen=scene.run.backend != "auto" or kernel is not None)
+        cls = several_devices(cls, scene.run.gpus, scene.run.gpu_driver, scene.run.exchange,
+                              chosen=scene.run.backend != "auto" or kernel is not None)
     bodies = bodies if bodies is not None else make_bodies(scene)
     backend = cls()
     try:
@@ -180,17 +181,17 @@ def make_backend(scene, bodies=None):
     return backend
 
 
-def several_devices(cls, scene, chosen: bool):
-    """The multi-device form of backend `cls` for run.gpus (app/backends/multi.py). `chosen`: the backend
-    was named (or implied by the kernel); auto falling back to the CPU is not taken for CPU devices."""
+def several_devices(cls, gpus, driver: str = "threads", exchange: str = "auto", chosen: bool = True):
+    """The multi-device form of backend `cls` on `gpus` devices (app/backends/multi.py). `chosen`: the
+    backend was named (or implied by the kernel); auto falling back to the CPU is not taken for CPU
+    devices."""
     from app.backends import backend_class
     from app.backends.multi import multi_backend_class
 
     if cls.name != "cuda" and not chosen:
-        raise ConfigError(f"--gpus {scene.run.gpus}: no GPU is usable here "
-                          f"({backend_class('cuda').why_not()}); --backend cpu --gpus N splits the CPU "
-                          "backend into N devices instead")
-    return multi_backend_class(cls, scene.run.gpus, scene.run.gpu_driver, scene.run.exchange)
+        raise ConfigError(f"--gpus {gpus}: no GPU is usable here ({backend_class('cuda').why_not()}); "
+                          "--backend cpu --gpus N splits the CPU backend into N devices instead")
+    return multi_backend_class(cls, gpus, driver, exchange)
 
 
 def check_fits(bodies, record) -> None:

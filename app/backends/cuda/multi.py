@@ -212,6 +212,13 @@ class GpuDevices:
         return device_count()
 
     @staticmethod
+    def names(k: int) -> list[str]:
+        """The names the GPUs will have (CudaDevice.name), before any context is made."""
+        from app.backends.cuda.device import device_name
+
+        return [device_name(i) for i in range(k)]
+
+    @staticmethod
     def why_not(record) -> str | None:
         if record.precision != "fp32":
             return f"kernel {record.name!r}: several GPUs run the fp32 records only"
