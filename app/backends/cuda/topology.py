@@ -75,7 +75,8 @@ def format_topology(topo: Topology) -> list[str]:
     lines.append(f"  peer access and link, row to column ({topo.links_source}):")
     lines.append(("  " + " " * 6 + "".join(f"GPU{b}".ljust(width) for b in range(k))).rstrip())
     for a in range(k):
-        lines.append((f"  GPU{a}".ljust(8) + "".join(_cell(topo, a, b).ljust(width) for b in range(k))).rstrip())
+        cells = "".join(_cell(topo, a, b).ljust(width) for b in range(k))
+        lines.append((f"  GPU{a}".ljust(8) + cells).rstrip())
     kinds = sorted({topo.links.get((a, b), "?") for a in range(k) for b in range(k) if a != b})
     lines.append("  links: " + "; ".join(f"{code} = {describe_link(code)}" for code in kinds))
     blocked = [(a, b) for a in range(k) for b in range(k) if a != b and not topo.peer[a][b]]
