@@ -173,3 +173,11 @@ def test_bench_gpus_writes_rows_per_count_and_scaling_rows(tmp_path, capsys):
         assert s["speedup"] == pytest.approx(expected)
         assert s["efficiency"] == pytest.approx(expected / s["gpus"])
     assert len(result["scaling"]) == 4
+
+
+def test_mpi_ranks_refuse_gpus():
+    from app.distributed import rank_backend
+    from app.scene import load_scene
+
+    with pytest.raises(ConfigError, match="--gpus 2: under mpiexec each rank takes one GPU"):
+        rank_backend(None, load_scene("plummer", {"run.gpus": "2", "run.backend": "cpu"}))
