@@ -42,6 +42,8 @@ GFLOPS_FIELD = f"gflops_at_{FLOPS_PER_INTERACTION}_flops_per_interaction"
 EQUIVALENT_FIELD = "equivalent_all_pairs_interactions_per_s"
 # the force evaluation's split per stage (a tree: keys, sort, build, moments, walk), median ms per step
 STAGES_FIELD = "stages_median_ms"
+DEVICES_FIELD = "devices_median_ms"  # several devices: each device's own force time (median)
+EXCHANGE_FIELD = "exchange_median_ms"  # several devices: the position exchange of one step (median)
 # DESIGN.md: 12 FP32 instructions per interaction, 128 lanes x 132 SMs x 1.98 GHz (H100/H200).
 DEFAULT_GPU_FP32_LIMIT = 128 / 12 * 132 * 1.98e9
 # DESIGN.md: the NVIDIA CUDA-samples nbody kernel on a lent H200 (fp32, block 256), interactions/s.
@@ -139,8 +141,9 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
         "warmup": warmup,
         "repeats": repeats,
         "statistic": "median",
-        "timing": ("CUDA events around each force launch" if backend_cls.name == "cuda"
-                   else "time.perf_counter around each force evaluation"),
+        "timing": getattr(backend_cls, "timing", None) or (
+            "CUDA events around each force launch" if backend_cls.name == "cuda"
+            else "time.perf_counter around each force evaluation"),
         "flops_per_interaction": FLOPS_PER_INTERACTION,
         "fp32_issue_limit_interactions_per_s": None,
         "references": [],
@@ -226,7 +229,73 @@ def _time_one(backend, name: str, n: int, physics: Physics, warmup: int, repeats
     stages = stage_medians([t.stages for t in steps])
     if stages:
         row[STAGES_FIELD] = stages
+    devices = stage_medians([t.devices for t in steps])  # several devices: each one's force time
+    if devices:
+        row[DEVICES_FIELD] = devices
+        row[EXCHANGE_FIELD] = statistics.median(t.exchange_ms for t in steps)
     return row
+
+
+# --- bench --gpus 1,2: the same benchmark on K devices, and the scaling between them ----------------------
+def row_label(row: dict) -> str:
+    """A result row's kernel, with its device count when it has one (`bench --gpus`)."""
+    return f"{row['kernel']} ×{row['gpus']}" if "gpus" in row else row["kernel"]
+
+
+def step_ms(row: dict) -> float:
+    """What scaling compares: the force time of all devices plus the position exchange of one step."""
+    return row["median_ms"] + row.get(EXCHANGE_FIELD, 0.0)
+
+
+def scaling_rows(rows: list[dict]) -> list[dict]:
+    """Per kernel and N measured on several device counts: speed-up of each count against the smallest
+    (its force + exchange time per step, `step_ms`) and the efficiency, speed-up × K_base / K."""
+    ok: dict[tuple[str, int], dict[int, dict]] = {}
+    for r in rows:
+        if r.get("status") == "ok" and "gpus" in r:
+            ok.setdefault((r["kernel"], r["n"]), {})[r["gpus"]] = r
+    out = []
+    for (kernel, n), by_k in ok.items():
+        base = min(by_k)
+        for k in sorted(by_k):
+            speedup = step_ms(by_k[base]) / step_ms(by_k[k])
+            out.append({"kernel": kernel, "n": n, "gpus": k, "baseline_gpus": base,
+                        "step_ms": step_ms(by_k[k]),
+                        "exchange_ms": by_k[k].get(EXCHANGE_FIELD, 0.0), "speedup": speedup,
+                        "efficiency": speedup * base / k})
+    return out
+
+
+def run_scaling(backend_classes: dict[int, type], kernels: list[str], ns: list[int], **options) -> dict:
+    """`run_bench` once per device count ({K: backend class over K devices}); the rows of every run in
+    one result, each with its "gpus", and its "scaling" rows (scaling_rows)."""
+    result = None
+    for k, cls in backend_classes.items():
+        part = run_bench(cls, kernels, ns, **options)
+        for row in part["results"]:
+            row["gpus"] = k
+        if result is None:
+            result = part
+            result["gpu_counts"] = list(backend_classes)
+        else:
+            result["results"] += part["results"]
+            if len(part.get("device", {}).get("devices", [])) > len(result["device"].get("devices", [])):
+                result["device"] = part["device"]  # the largest run names every device
+    result["scaling"] = scaling_rows(result["results"])
+    return result
+
+
+def format_scaling(result: dict) -> str:
+    """The scaling rows as a table ("" when there are none)."""
+    rows = result.get("scaling") or []
+    if not rows:
+        return ""
+    lines = [f"{'kernel':<16} {'N':>10} {'GPUs':>5} {'step ms':>10} {'exchange ms':>12} {'speed-up':>9} "
+             f"{'efficiency':>10}"]
+    for r in rows:
+        lines.append(f"{r['kernel']:<16} {r['n']:>10,} {r['gpus']:>5} {r['step_ms']:>10.4f} "
+                     f"{r['exchange_ms']:>12.4f} {r['speedup']:>9.2f} {100 * r['efficiency']:>9.0f}%")
+    return "scaling (force + exchange per step, against the fewest devices):\n" + "\n".join(lines)
 
 
 def stage_medians(per_step: list[dict[str, float]]) -> dict[str, float]:
@@ -277,10 +346,10 @@ def format_table(result: dict) -> str:
             cells = [f"{r['median_ms']:.4f}", f"{ips / 1e9:.2f}", f"{r[GFLOPS_FIELD]:.1f}"]
             if equivalent:
                 cells.append(f"{r[EQUIVALENT_FIELD] / 1e9:.2f}" if EQUIVALENT_FIELD in r else "-")
-            lines.append(line(r["kernel"], f"{r['n']:,}", cells))
+            lines.append(line(row_label(r), f"{r['n']:,}", cells))
             lines += _detail_lines(r)
         else:
-            lines.append(line(r["kernel"], f"{r['n']:,}", ["-"] * len(heads),
+            lines.append(line(row_label(r), f"{r['n']:,}", ["-"] * len(heads),
                               f"{r.get('status')}: {r.get('reason')}"))
     return "\n".join(lines)
 
@@ -296,11 +365,17 @@ def _detail_lines(r: dict) -> list[str]:
     if r.get(STAGES_FIELD):
         split = " · ".join(f"{name} {ms:.3f}" for name, ms in r[STAGES_FIELD].items())
         out.append(f"{'':<16}   stages (median ms): {split}")
+    if r.get(DEVICES_FIELD):
+        split = " · ".join(f"{name} {ms:.3f}" for name, ms in r[DEVICES_FIELD].items())
+        out.append(f"{'':<16}   devices (median force ms): {split}; exchange {r[EXCHANGE_FIELD]:.3f}")
     return out
 
 
 def print_table(result: dict) -> None:
     print(format_table(result))
+    scaling = format_scaling(result)
+    if scaling:
+        print(scaling)
 
 
 def load_json(path) -> dict:

@@ -37,11 +37,13 @@ def _n_label(n: int) -> str:
 
 
 def _series(result: dict, field: str) -> dict[str, list[tuple[int, float]]]:
-    """kernel -> sorted (N, rate) of its measured rows that have `field`."""
+    """kernel (on K GPUs, for `bench --gpus`) -> sorted (N, rate) of its measured rows that have `field`."""
+    from app.bench import row_label
+
     series: dict[str, list[tuple[int, float]]] = {}
     for r in result.get("results", []):
         if r.get("status") == "ok" and field in r:
-            series.setdefault(r["kernel"], []).append((r["n"], r[field]))
+            series.setdefault(row_label(r), []).append((r["n"], r[field]))
     return {k: sorted(v) for k, v in series.items()}
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from app.errors import ConfigError
+from app.multidevice import DRIVERS, EXCHANGES, parse_device_count
 from app.physics import INTEGRATORS, MODELS
 
 BACKEND_CHOICES = ("auto", "cpu", "cuda")
@@ -26,7 +27,8 @@ FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")
 class Field:
     """One setting: its type, allowed values and a line of help."""
 
-    kind: str  # float | int | str | bool | vec3 | color | keys (camera keyframe tables) | components
+    kind: str  # float | int | str | bool | vec3 | color | keys (camera keyframe tables) | components |
+    #            devices (a number of devices >= 1, or "all")
     doc: str
     lo: float | None = None
     hi: float | None = None
@@ -50,6 +52,8 @@ class Field:
             return "[[camera.keys]] tables"
         if self.kind == "components":
             return "tables per component name"
+        if self.kind == "devices":
+            return "a whole number >= 1, or all"
         parts = []
         if self.lo is not None:
             parts.append(f"{'>' if self.lo_open else '>='} {self._limit(self.lo)}")
@@ -124,6 +128,14 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "backend": Field("str", "auto picks CUDA when it works, else the CPU", choices=BACKEND_CHOICES),
         "kernel": Field("str", "kernel name from the registry (`nbody-live info --kernels`), or auto"),
         "steps_per_frame": Field("int", "simulation steps per rendered frame", lo=1, hi=10_000),
+        "gpus": Field("devices", "run on this many GPUs (or all), the forces split by the multi-device "
+                                 "driver; with backend cpu: this many CPU \"devices\"; unset: one device, "
+                                 "no driver",
+                      optional=True),
+        "gpu_driver": Field("str", "several devices: one host thread per device (threads) or one thread "
+                                   "issuing every device's work (single)", choices=DRIVERS),
+        "exchange": Field("str", "several devices: how positions are exchanged after each update (auto: "
+                                 "peer copies where every pair of GPUs can, else host)", choices=EXCHANGES),
     },
 }
 
@@ -185,6 +197,8 @@ def coerce(key: str, value, f: Field):
         return None
     if f.kind == "keys":
         return parse_keys(value, key)
+    if f.kind == "devices":
+        return parse_device_count(value, key)
     if f.kind in ("float", "int"):
         v = _number(key, value, f.kind == "int")
         _in_range(key, v, f)

@@ -233,6 +233,9 @@ def rank_backend(comm, scene, bodies=None) -> RankRun:
     from app.errors import ConfigError
     from app.scene import make_bodies
 
+    if scene.run.gpus is not None:
+        raise ConfigError(f"--gpus {scene.run.gpus}: under mpiexec each rank takes one GPU (of its local "
+                          "rank); leave --gpus out, or run one process with --gpus")
     if scene.run.tunables:
         raise ConfigError("--tunable is not applied to MPI ranks yet: run without mpiexec to set tunables")
     kernel = scene.run.kernel if scene.run.kernel not in ("auto", None) else None

@@ -23,6 +23,7 @@ are checked bitwise against one device.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
@@ -30,12 +31,13 @@ from typing import Protocol
 import numpy as np
 
 from app.bodies import Bodies
-from app.errors import RuntimeFault
+from app.errors import ConfigError, RuntimeFault
 from app.forces import ForceWork, Span
 from app.integrator import Integrator
 from app.physics import Physics
 
 DRIVERS = ("threads", "single")
+EXCHANGES = ("auto", "peer", "nccl", "host")  # auto: peer copies where every pair can, else host
 SMOOTHING = 0.5  # weight of the newest speed measurement when shares are re-balanced
 
 
@@ -80,6 +82,28 @@ def split(n: int, weights: Sequence[float]) -> list[Span]:
     return spans
 
 
+def parse_device_count(text, key: str = "--gpus") -> int | str:
+    """A `--gpus` / run.gpus value: a whole number >= 1, or "all"; ConfigError naming `key` and the forms."""
+    value = str(text).strip().lower()
+    if value == "all":
+        return "all"
+    if value.isdigit() and int(value) >= 1 and not isinstance(text, bool):
+        return int(value)
+    raise ConfigError(f"{key} = {text!r}: expected a number of devices >= 1, or all (e.g. --gpus 2)")
+
+
+def resolve_device_count(request, available: int, what: str = "GPUs") -> int:
+    """How many devices a request means here: "all" is every one; more than exist is a ConfigError
+    (exit 2) saying how many there are."""
+    request = parse_device_count(request)
+    if request == "all":
+        return available
+    if request > available:
+        raise ConfigError(f"--gpus {request}: this machine has {available} {what}; ask for at most "
+                          f"{available} (or --gpus all)")
+    return request
+
+
 def balanced_weights(previous: Sequence[float], shares: Sequence[Span], times_ms: Sequence[float],
                      smoothing: float = SMOOTHING) -> list[float]:
     """New share weights from each device's measured speed (its bodies per ms of force evaluation),
@@ -105,7 +129,10 @@ class ThreadsDriver:
         self.devices = list(devices)
 
     def run(self, tasks: Sequence[Callable]) -> list:
-        futures = [pool.submit(task) for pool, task in zip(self._pools, tasks, strict=True)]
+        """Each device's task, then its `synchronize`, on its own thread: work queued asynchronously (a
+        GPU's) is finished before the next phase reads it, and the device's force time is read."""
+        futures = [pool.submit(_then_synchronize, task, device)
+                   for pool, task, device in zip(self._pools, tasks, self.devices, strict=True)]
         results, failure = [], None
         for i, future in enumerate(futures):  # wait for all: no device is left mid-step
             try:
@@ -120,6 +147,12 @@ class ThreadsDriver:
     def close(self) -> None:
         for pool in self._pools:
             pool.shutdown(wait=True)
+
+
+def _then_synchronize(task: Callable, device: DeviceState):
+    result = task()
+    device.synchronize()
+    return result
 
 
 class SingleDriver:
@@ -178,11 +211,21 @@ class MultiDeviceOps:
     def __init__(self, devices: Sequence[DeviceState], driver, exchange):
         self.devices, self.driver, self.exchange = list(devices), driver, exchange
         self.exchange_count = 0
+        self._device_ms, self._exchange_ms = [0.0] * len(self.devices), 0.0
+
+    def take_times(self) -> tuple[list[float], float]:
+        """(each device's force ms, exchange ms) summed since the last call, and start again: what a
+        backend's step reports per device (the panel's bars, bench's scaling rows)."""
+        times = self._device_ms, self._exchange_ms
+        self._device_ms, self._exchange_ms = [0.0] * len(self.devices), 0.0
+        return times
 
     def force(self) -> ForceWork:
         work = ForceWork()
         for part in self.driver.run([device.force for device in self.devices]):
             work += part
+        for i, device in enumerate(self.devices):  # read after the driver waited for every device
+            self._device_ms[i] += device.last_force_ms
         return work
 
     def kick_drift(self, half_dt: float, dt: float) -> None:
@@ -197,7 +240,9 @@ class MultiDeviceOps:
         self._exchange_positions()
 
     def _exchange_positions(self) -> None:
+        start = time.perf_counter()  # every exchange ends with the devices synchronised: host time is it
         self.exchange.gather(self.devices, "pos")
+        self._exchange_ms += (time.perf_counter() - start) * 1e3
         self.exchange_count += 1
 
     def force_times_ms(self) -> list[float]:
@@ -265,6 +310,9 @@ class MultiDeviceRun:
     def close(self) -> None:
         if self.ops is not None:
             self.ops.driver.close()
+            close_exchange = getattr(self.ops.exchange, "close", None)  # e.g. NCCL's communicators
+            if close_exchange is not None:
+                close_exchange()
             self.ops = None
         for device in self.devices:
             close = getattr(device, "close", None)

@@ -55,6 +55,9 @@ class RunSettings:
     backend: str = "auto"  # auto | cpu | cuda
     kernel: str = "auto"  # auto: the backend's default kernel
     steps_per_frame: int = 1
+    gpus: int | str | None = None  # --gpus: a number of devices or "all"; None: one device, no driver
+    gpu_driver: str = "threads"  # several devices: threads | single (app.multidevice.DRIVERS)
+    exchange: str = "auto"  # several devices: auto | peer | nccl | host
     tunables: dict = field(default_factory=dict)  # the kernel's (--tunable NAME=VALUE; not a TOML key)
 
 

@@ -8,6 +8,8 @@ ABI and CUDA version, then install that wheel.
 
 It also installs CuPy (`cupy-cuda<major>x` for the toolkit's CUDA major version), whose device radix sort
 the GPU tree code (`--kernel tree`) uses; without it every other CUDA kernel still works and `tree` says
+what to install. And NCCL's runtime wheel (`nvidia-nccl-cu<major>`), which `--exchange nccl` loads
+through CuPy's binding (app/backends/cuda/nccl.py); without it the other exchanges work and `info` says
 what to install.
 
 Machines without an NVIDIA driver skip all of this silently: the CPU backend needs none of it.
@@ -124,19 +126,35 @@ def build_wheel(cuda_root: Path, dest: Path) -> Path:
         return final
 
 
-def install_cupy(cuda_root: Path | None) -> None:
-    """CuPy for the tree's device sort, matching the toolkit's major version (13 when unknown)."""
-    if subprocess.run([sys.executable, "-c", "import cupy"], capture_output=True).returncode == 0:
-        return
+def cuda_major(cuda_root: Path | None) -> str:
+    """The toolkit's CUDA major version, for the `-cu<major>` wheels (13 when unknown)."""
     major = cuda_version(cuda_root).split(".")[0] if cuda_root is not None else ""
-    major = major if major.isdigit() else "13"
-    spec = f"cupy-cuda{major}x"
-    say(f"installing {spec} (the GPU tree code's device sort)")
+    return major if major.isdigit() else "13"
+
+
+def install_wheel(spec: str, check: str, purpose: str, without: str) -> None:
+    """pip install `spec` unless the Python line `check` already runs; a failure is said, never fatal
+    (`without`: what still works, and what the wheel would enable)."""
+    if subprocess.run([sys.executable, "-c", check], capture_output=True).returncode == 0:
+        return
+    say(f"installing {spec} ({purpose})")
     try:
         pip("install", "--quiet", spec)
     except subprocess.CalledProcessError as e:
-        say(f"installing {spec} failed ({e}): every CUDA kernel but `tree` works; `pip install {spec}` "
-            "enables it")
+        say(f"installing {spec} failed ({e}): {without}; `pip install {spec}` enables it")
+
+
+def install_cupy(cuda_root: Path | None) -> None:
+    """CuPy for the tree's device sort (and the NCCL binding), matching the toolkit's major version."""
+    install_wheel(f"cupy-cuda{cuda_major(cuda_root)}x", "import cupy", "the GPU tree code's device sort",
+                  "every CUDA kernel but `tree` works")
+
+
+def install_nccl(cuda_root: Path | None) -> None:
+    """NCCL's runtime wheel for `--exchange nccl` (several GPUs), matching the toolkit's major version."""
+    spec = f"nvidia-nccl-cu{cuda_major(cuda_root)}"
+    install_wheel(spec, f"from importlib.metadata import version; version({spec!r})",
+                  "--exchange nccl between several GPUs", "the peer and host exchanges work, not nccl")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if not nvidia_driver_present():
         return 0  # no NVIDIA driver: the CPU backend is used; nothing to say
     install_cupy(find_cuda_root())
+    install_nccl(find_cuda_root())
     if pycuda_gl_works() and not args.force:
         return 0
     cuda_root = find_cuda_root()

@@ -71,6 +71,16 @@ class StepTimings:
         return stages_of(self.extra)
 
     @property
+    def devices(self) -> dict[str, float]:
+        """Several devices: each device's force ms ("<index> <name>": ms, in device order); {} for one."""
+        return devices_of(self.extra)
+
+    @property
+    def exchange_ms(self) -> float:
+        """Several devices: the time spent exchanging positions between them (0 for one)."""
+        return float(self.extra.get(EXCHANGE_KEY, 0.0))
+
+    @property
     def interactions_per_body(self) -> float:
         """Interactions per body and force evaluation (N for all-pairs; far fewer for a tree)."""
         return self.interactions / (self.n * self.force_evals) if self.n and self.force_evals else 0.0
@@ -96,6 +106,23 @@ STAGE_PREFIX = "stage:"
 def stage_entries(stage_ms: dict[str, float]) -> dict[str, float]:
     """A ForceEvaluator.stage_ms() as StepTimings.extra entries: {"stage:keys": ms, ...}."""
     return {STAGE_PREFIX + name: float(ms) for name, ms in stage_ms.items()}
+
+
+DEVICE_PREFIX = "device:"
+EXCHANGE_KEY = "exchange"
+
+
+def device_entries(names: list[str], force_ms: list[float], exchange_ms: float) -> dict[str, float]:
+    """A multi-device step's per-device force times and exchange time as StepTimings.extra entries."""
+    entries = {f"{DEVICE_PREFIX}{i} {name}": float(ms) for i, (name, ms) in enumerate(zip(names, force_ms,
+                                                                                           strict=True))}
+    entries[EXCHANGE_KEY] = float(exchange_ms)
+    return entries
+
+
+def devices_of(extra: dict[str, float]) -> dict[str, float]:
+    """The "device:<index> <name>" entries of a StepTimings.extra as {"<index> <name>": ms}, in order."""
+    return {k[len(DEVICE_PREFIX):]: v for k, v in extra.items() if k.startswith(DEVICE_PREFIX)}
 
 
 def stages_of(extra: dict[str, float]) -> dict[str, float]:

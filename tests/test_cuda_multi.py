@@ -3,7 +3,12 @@
 On a one-GPU machine two devices share GPU 0: the driver, both drivers' threading, and the peer-copy
 exchange (a same-device copy there) run for real. Accelerations of every fp32 record through the driver
 equal the single-device path's; one-span shares are bitwise where the record's summation order does not
-depend on the span (tests/test_cuda_seam.py says which).
+depend on the span (tests/test_cuda_seam.py says which). Through the Backend `--gpus` makes: K = 1 is
+bitwise the single-device path for every fp32 record, NCCL runs with a one-GPU communicator, asking for
+more GPUs than exist exits 2, and an out-of-memory names the GPU. With two GPUs or more, every exchange
+and driver is checked against one GPU (skipped on one).
+
+    make test PYTEST_ARGS='tests/test_cuda_multi.py -v'
 """
 
 from __future__ import annotations
@@ -75,3 +80,130 @@ def test_fp64_is_refused_with_a_message():
 
     with pytest.raises(ConfigError, match="fp32 records only"):
         _run("fp64", "single").load(bench_bodies(64), Physics(), "fp64")
+
+
+# --- through the Backend that --gpus makes (app/backends/multi.py) ----------------------------------------
+def _backend(k, exchange="auto", driver="threads"):
+    from app.backends.multi import multi_backend_class
+
+    return multi_backend_class(CUDA, k, driver, exchange)()
+
+
+def _gpu_count() -> int:
+    from app.backends.cuda.context import device_count
+
+    return device_count()
+
+
+@pytest.mark.parametrize("kernel", [r.name for r in registry.RECORDS if r.precision == "fp32"
+                                    and (r.max_n is None or r.max_n >= N)])
+def test_gpus_1_gives_the_single_device_accelerations_bitwise(kernel):
+    """--gpus 1: the driver over one GPU, one share (every target), the same record: the same sums."""
+    bodies, physics = bench_bodies(N), Physics(softening=0.01)
+    backend = _backend(1)
+    try:
+        backend.load(bodies, physics, kernel)
+        got = backend.accelerations()
+    finally:
+        backend.close()
+    assert np.array_equal(got, _single(bodies, physics, kernel)), kernel
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_gpus_1_steps_bitwise_like_one_device_and_reports_its_gpu(driver):
+    bodies, physics = bench_bodies(N), Physics(softening=0.01, dt=1e-3)
+    backend = _backend(1, driver=driver)
+    try:
+        backend.load(bodies, physics, "shared")
+        timings = [backend.step(5) for _ in range(4)]
+        pos = backend.state().pos
+    finally:
+        backend.close()
+    assert np.array_equal(pos, _single(bodies, physics, "shared", steps=20))
+    (device,) = timings[-1].devices
+    assert device.startswith("0 GPU 0 (")  # "<index> <CudaDevice.name>"
+    assert all(ms > 0 for t in timings for ms in t.devices.values())
+
+
+def _nccl_or_skip():
+    from app.backends.cuda.nccl import load_nccl
+    from app.errors import ConfigError
+
+    try:
+        return load_nccl()
+    except ConfigError as e:
+        pytest.skip(str(e))
+
+
+def test_nccl_exchange_with_a_one_gpu_communicator_steps_like_the_peer_exchange():
+    """--exchange nccl on one GPU: a one-rank communicator, the broadcast group over the same pointers."""
+    _nccl_or_skip()
+    bodies, physics = bench_bodies(N), Physics(softening=0.01, dt=1e-3)
+    runs = {}
+    for exchange in ("nccl", "peer"):
+        backend = _backend(1, exchange)
+        try:
+            backend.load(bodies, physics, "shared")
+            assert backend.exchange_name == exchange
+            backend.step(20)
+            runs[exchange] = backend.state().pos
+        finally:
+            backend.close()
+    assert np.array_equal(runs["nccl"], runs["peer"])
+
+
+def test_nccl_refuses_two_devices_on_one_gpu():
+    from app.backends.cuda.multi import gpu_devices
+    from app.backends.cuda.nccl import NcclExchange
+    from app.errors import ConfigError
+
+    run = MultiDeviceRun(gpu_devices([0, 0]), 2, "single", make_exchange=NcclExchange)
+    with pytest.raises(ConfigError, match="NCCL takes one rank per GPU"):
+        run.load(bench_bodies(256), Physics(), "shared")
+    run.close()
+
+
+def test_out_of_memory_on_one_gpu_names_it(monkeypatch):
+    from app.backends.cuda.device import CudaDevice
+    from app.errors import RuntimeFault
+
+    def full(self, key, nbytes):
+        raise self.drv.MemoryError("cuMemAlloc failed: out of memory")
+
+    monkeypatch.setattr(CudaDevice, "scratch", full)
+    backend = _backend(1)
+    with pytest.raises(RuntimeFault, match=r"out of GPU memory on GPU 0 \(.*\): N = 3,001 bodies"):
+        backend.load(bench_bodies(N), Physics(), "shared")
+    backend.close()
+
+
+def test_more_gpus_than_exist_exits_2(tmp_path, capsys):
+    from app.cli import main
+
+    k = _gpu_count() + 1
+    rc = main(["simulate", "--n", "256", "--steps", "1", "--backend", "cuda", "--gpus", str(k),
+               "--out", str(tmp_path / "o.npz")])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--gpus {k}: this machine has {k - 1} GPUs" in err, err
+    assert not (tmp_path / "o.npz").exists()
+
+
+@pytest.mark.skipif(REASON is not None or _gpu_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("exchange", ["peer", "nccl", "host"])
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_all_gpus_agree_with_one(exchange, driver):
+    """Several real GPUs (the two-GPU issue's machine): every exchange and driver, within fp32 rounding
+    of one GPU (shares sum the same sources in the same order: bitwise for span-independent records)."""
+    if exchange == "nccl":
+        _nccl_or_skip()
+    bodies, physics = bench_bodies(N), Physics(softening=0.01, dt=1e-3)
+    backend = _backend("all", exchange, driver)
+    try:
+        backend.load(bodies, physics, "shared")
+        backend.step(20)
+        pos = backend.state().pos
+        assert len(backend.step(1).devices) == _gpu_count()
+    finally:
+        backend.close()
+    ref = _single(bodies, physics, "shared", steps=20)
+    assert np.abs(pos - ref).max() <= 1e-5 * np.abs(ref).max()

@@ -555,3 +555,32 @@ def test_an_all_pairs_kernel_shows_no_force_error_and_no_split(ui):
     assert ui.backend.kernel == "cpu-simd"
     assert ui.ctl.force_error.latest is None and not ui.ctl.force_error.note and not ui.ctl.live_stages()
     assert "force_error" not in ui.panel.item_rects and "stages" not in ui.panel.item_rects
+    assert "exchange" not in ui.panel.item_rects and ui.ctl.live_devices() == ({}, 0.0)  # one device
+
+
+@pytest.fixture
+def devices_ui(gl_env):
+    from app.commands.common import make_backend
+    from app.scene import load_scene
+
+    scene = load_scene("plummer", {"initial.n": 3000, "run.backend": "cpu", "run.gpus": "3"})
+    u = UI(n=3000, backend=make_backend(scene))
+    yield u
+    u.close()
+
+
+def test_several_devices_show_a_force_bar_each_and_the_exchange_time(devices_ui):
+    """--gpus 3 over CPU devices: the panel draws one force-time bar per device, top to bottom, and the
+    exchange time; the viewer draws from the devices' gathered positions; a kernel switch stays on them."""
+    ui = devices_ui
+    ui.frame(6)
+    devices, exchange_ms = ui.ctl.live_devices()
+    assert list(devices) == ["0 cpu0", "1 cpu1", "2 cpu2"] and all(ms > 0 for ms in devices.values())
+    assert exchange_ms > 0
+    tops = [ui.panel.item_rects[f"device:{i}"][1] for i in range(3)]
+    assert tops == sorted(tops) and "exchange" in ui.panel.item_rects
+    assert ui.viewer.stats.data_path == "host upload from 3 CPU devices"
+    ui.ctl.switch_kernel("cpu-fp64")
+    ui.frame(4)
+    assert ui.backend.kernel == "cpu-fp64" and ui.backend.k == 3
+    assert list(ui.ctl.live_devices()[0]) == ["0 cpu0", "1 cpu1", "2 cpu2"]

@@ -14,11 +14,14 @@ import time
 
 import numpy as np
 
-from app.backends.cpu import CPUBackend, CpuOps
+from app.backends.cpu import DEFAULT_KERNEL, CPUBackend, CpuOps
 from app.bodies import Bodies
+from app.errors import ConfigError
 from app.forces import ForceWork, Span
+from app.multidevice import HostExchange
 from app.physics import Physics
 
+MAX_CPU_DEVICES = 8  # `--backend cpu --gpus all` (see CpuDevices.count)
 _DTYPES = {"fp32": np.float32, "fp64": np.float64}
 
 
@@ -29,7 +32,7 @@ class CpuDevice:
     def __init__(self, index: int, record_name: str, physics: Physics, bodies: Bodies, share: Span):
         record = CPUBackend.record(record_name)
         dtype = _DTYPES[record.precision]
-        self.name = f"cpu{index}"
+        self.name = CpuDevices.names(index + 1)[index]
         self.share = share
         self.evaluator = record.policy.evaluator(record, physics)
         self.pos, self.vel = bodies.pos4(dtype), bodies.vel4(dtype)
@@ -76,3 +79,42 @@ class CpuDevice:
 def cpu_devices(bodies: Bodies, physics: Physics, kernel: str, shares: list[Span]) -> list[CpuDevice]:
     """A MultiDeviceRun factory: one CpuDevice per share."""
     return [CpuDevice(i, kernel, physics, bodies, share) for i, share in enumerate(shares)]
+
+
+class CpuDevices:
+    """`--backend cpu --gpus K`: K CPU "devices" (the CI twin of K GPUs), for app/backends/multi.py."""
+
+    what = "CPU devices"
+    default_kernel = DEFAULT_KERNEL
+
+    @staticmethod
+    def count() -> int:
+        """A fixed number, not the core count: CPU devices are shares of one host (each share's numba
+        kernel runs parallel over every core anyway), there to exercise the driver, also on a CI machine
+        with two cores."""
+        return MAX_CPU_DEVICES
+
+    @staticmethod
+    def names(k: int) -> list[str]:
+        return [f"cpu{i}" for i in range(k)]
+
+    @staticmethod
+    def why_not(record) -> str | None:
+        return None
+
+    @staticmethod
+    def check_exchange(name: str) -> None:
+        if name not in ("auto", "host"):
+            raise ConfigError(f"--exchange {name}: CPU devices share host memory; use --exchange host "
+                              "(or auto), or --backend cuda for peer copies and NCCL")
+
+    @staticmethod
+    def factory(k: int):
+        return cpu_devices
+
+    @staticmethod
+    def exchange(name: str):
+        return lambda devices: HostExchange()
+
+
+KIND = CpuDevices()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.commands.common import positive_int
+from app.commands.common import add_gpu_options, positive_int
 
 HELP = "time force kernels (median of CUDA events / perf_counter) over N; write JSON and a PNG plot"
 DESCRIPTION = """\
@@ -19,10 +19,19 @@ gets the median of each stage, printed under its row and in the JSON (stages_med
 that cannot run at an N (too large, out of memory) are listed in the JSON with the reason, never
 dropped.
 
+With --gpus 1,2 (or 1,all) every kernel and N is timed through the multi-device driver on each device
+count in turn (app/backends/multi.py, docs/multi-gpu.md): rows are labelled "kernel ×K", each with its
+devices' median force times and the median position exchange per step, and scaling rows give per kernel
+and N the speed-up of each count against the fewest (force + exchange per step) and the efficiency,
+speed-up × K_base / K. With --backend cpu the devices are CPU "devices" (shares of the host: a test of
+the path, not of scaling).
+
 examples:
   nbody-live bench --backend cuda --kernels all --n 4096,16384,65536,131072,1048576 \\
       --json bench/results/h100-2026-11-21.json --plot bench/results/h100-2026-11-21.png
   nbody-live bench --backend cpu --kernels cpu-simd --n 1024,4096
+  nbody-live bench --backend cuda --kernels shared --n 65536,1048576 --gpus 1,2 --exchange peer \\
+      --json bench/results/h200x2-scaling.json
 """
 
 
@@ -34,6 +43,20 @@ def _ns(text: str) -> list[int]:
     if not ns or min(ns) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: every N must be at least 1")
     return ns
+
+
+def _device_classes(cls, args) -> dict:
+    """--gpus 1,2: {K: the backend class over K devices} in the order given, each K once."""
+    from app.commands.common import several_devices
+    from app.multidevice import parse_device_count
+
+    classes = {}
+    for text in args.gpus.split(","):
+        parse_device_count(text, "--gpus")
+        multi = several_devices(cls, text, args.gpu_driver or "threads", args.exchange or "auto",
+                                chosen=args.backend != "auto")
+        classes.setdefault(multi.k, multi)
+    return classes
 
 
 def add_parser(sub) -> None:
@@ -50,6 +73,9 @@ def add_parser(sub) -> None:
     p.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
     p.add_argument("--plot", type=Path, metavar="FILE.png", help="write interactions/s vs N as a PNG")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_gpu_options(p, gpus_help="comma-separated device counts, e.g. 1,2 or 1,all: every kernel and N on "
+                                 "each count through the multi-device driver, plus scaling rows (speed-up "
+                                 "and efficiency per N); with --backend cpu, CPU \"devices\"")
     p.set_defaults(func=main)
 
 
@@ -62,13 +88,17 @@ def main(args) -> int:
     check_outputs((args.json, "bench results"), (args.plot, "bench plot"))  # before the benchmarking
 
     cls = select_backend(args.backend)
+    counts = _device_classes(cls, args) if args.gpus else None
+    if counts:
+        cls = next(iter(counts.values()))
     names = [r.name for r in cls.kernels()] if args.kernels == "all" else args.kernels.split(",")
     for name in names:
         if find_kernel(name).backend != cls.name:
             raise ConfigError(f"kernel {name!r} is not a {cls.name} kernel; {cls.name} kernels: "
                               + ", ".join(r.name for r in cls.kernels()))
-    result = bench.run_bench(cls, names, args.n, warmup=args.warmup, repeats=args.repeats,
-                             progress=not args.no_progress)
+    options = {"warmup": args.warmup, "repeats": args.repeats, "progress": not args.no_progress}
+    result = (bench.run_scaling(counts, names, args.n, **options) if counts
+              else bench.run_bench(cls, names, args.n, **options))
     bench.print_table(result)
     if args.json:
         bench.write_json(result, args.json)

@@ -27,6 +27,9 @@ SHORTCUTS = {
     "backend": "run.backend",
     "kernel": "run.kernel",
     "steps_per_frame": "run.steps_per_frame",
+    "gpus": "run.gpus",
+    "gpu_driver": "run.gpu_driver",
+    "exchange": "run.exchange",
 }
 
 SCENE_HELP = ("a preset name (see `nbody-live info --scenes`), a scene .toml file, or a snapshot file "
@@ -68,6 +71,26 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
     g.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
                    help="any scene key, e.g. --set camera.fov=30 --set render.colormap=viridis "
                         "(repeatable; `nbody-live info --keys` lists them)")
+
+
+GPUS_HELP = ("split the forces over N GPUs (or all) through the multi-device driver: each GPU holds every "
+             "position and computes its share of the targets (docs/multi-gpu.md); with --backend cpu, N CPU "
+             "\"devices\" (the CI twin). More than the machine has is an error")
+
+
+def add_gpu_options(p: argparse.ArgumentParser, gpus_help: str = GPUS_HELP) -> None:
+    """--gpus, --gpu-driver, --exchange (run, simulate, record; bench takes a list for --gpus)."""
+    from app.multidevice import DRIVERS, EXCHANGES
+
+    g = p.add_argument_group("several GPUs (scene keys run.gpus, run.gpu_driver, run.exchange)")
+    g.add_argument("--gpus", type=str, metavar="N|all", help=gpus_help)
+    g.add_argument("--gpu-driver", dest="gpu_driver", choices=DRIVERS,
+                   help="threads: one host thread per GPU (default); single: one thread issues every GPU's "
+                        "work asynchronously, then waits on each")
+    g.add_argument("--exchange", choices=EXCHANGES,
+                   help="how positions reach every GPU after each update: peer copies, an NCCL all-gather "
+                        "(nvidia-nccl-cu13), or through host memory; auto (default): peer where every pair "
+                        "of GPUs can reach each other, else host")
 
 
 def is_snapshot(arg: str) -> bool:
@@ -139,6 +162,9 @@ def make_backend(scene, bodies=None):
     cls = select_backend(scene.run.backend, kernel)
     if scene.run.backend == "auto":
         log.info("backend: %s", cls.name)
+    if scene.run.gpus is not None:
+        cls = several_devices(cls, scene.run.gpus, scene.run.gpu_driver, scene.run.exchange,
+                              chosen=scene.run.backend != "auto" or kernel is not None)
     bodies = bodies if bodies is not None else make_bodies(scene)
     backend = cls()
     try:
@@ -153,6 +179,19 @@ def make_backend(scene, bodies=None):
         backend.close()
         raise
     return backend
+
+
+def several_devices(cls, gpus, driver: str = "threads", exchange: str = "auto", chosen: bool = True):
+    """The multi-device form of backend `cls` on `gpus` devices (app/backends/multi.py). `chosen`: the
+    backend was named (or implied by the kernel); auto falling back to the CPU is not taken for CPU
+    devices."""
+    from app.backends import backend_class
+    from app.backends.multi import multi_backend_class
+
+    if cls.name != "cuda" and not chosen:
+        raise ConfigError(f"--gpus {gpus}: no GPU is usable here ({backend_class('cuda').why_not()}); "
+                          "--backend cpu --gpus N splits the CPU backend into N devices instead")
+    return multi_backend_class(cls, gpus, driver, exchange)
 
 
 def check_fits(bodies, record) -> None:

@@ -10,7 +10,9 @@ HELP = "show Python, backends (available / why not), kernels, GL renderer, CUDA 
 DESCRIPTION = """\
 Print what NBody Live finds on this machine: Python and package versions, each backend with
 `available` or the reason it is not, the GL renderer a context gets (headless EGL when there is no
-display), and the CUDA device. With a flag, list one table instead.
+display), and the CUDA device; with CUDA, every GPU, which pairs have peer access and the link between
+them (NVLink or a PCIe path, from nvidia-smi topo -m), and the NCCL that --exchange nccl would use. With
+a flag, list one table instead.
 
 examples:
   nbody-live info
@@ -132,6 +134,19 @@ def print_scenes() -> None:
         print(f"{name:<12} N={s.initial.n:<8} {s.description}")
 
 
+def _print_gpus() -> None:
+    """Every GPU, the peer-access matrix and the links (several GPUs: --gpus), and the NCCL found."""
+    try:
+        from app.backends.cuda.nccl import summary
+        from app.backends.cuda.topology import format_topology, query_topology
+
+        for line in format_topology(query_topology()):
+            print(f"  {line}")
+        print(f"  NCCL (--exchange nccl): {summary()}")
+    except Exception as e:  # noqa: BLE001 - info reports whatever breaks, it never crashes on it
+        print(f"  GPUs: unknown ({type(e).__name__}: {e})")
+
+
 def main(args) -> int:
     if args.kernels:
         print_kernels()
@@ -154,6 +169,8 @@ def main(args) -> int:
         print(f"backend {name}: {'available' if reason is None else 'unavailable: ' + reason}")
         if reason is None and callable(getattr(cls, "device_info", None)):
             print(f"  device: {_device_line(cls)}")
+        if reason is None and name == "cuda":
+            _print_gpus()
     if not args.no_gl:
         try:
             from app.render.gl_setup import display_problem, gl_info

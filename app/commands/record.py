@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from app.commands.common import (
+    add_gpu_options,
     add_scene_options,
     make_backend,
     parse_size,
@@ -77,6 +78,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("record", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_scene_options(p, series=True)
+    add_gpu_options(p)
     g = p.add_argument_group("recording")
     g.add_argument("--out", type=Path, default=None, metavar="FILE",
                    help="the video (.mp4), or with --still the PNG (default out/record.mp4; with --still "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from app.commands import replay
 from app.commands.common import (
+    add_gpu_options,
     add_scene_options,
     make_backend,
     parse_size,
@@ -95,6 +96,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("run", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_scene_options(p, series=True)
+    add_gpu_options(p)
     p.add_argument("--frames", type=positive_int, metavar="N", help="exit after N frames")
     p.add_argument("--size", default="1280x720", metavar="WxH", help="window size (default 1280x720)")
     p.add_argument("--headless", action="store_true", help="render offscreen (EGL) even with a display")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from app.commands.common import (
     Interruption,
+    add_gpu_options,
     add_scene_options,
     make_backend,
     positive_int,
@@ -73,6 +74,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("simulate", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     add_scene_options(p)
+    add_gpu_options(p)
     p.add_argument("--steps", type=positive_int, required=True, metavar="K", help="steps to take")
     p.add_argument("--out", type=Path, metavar="FILE",
                    help="final snapshot (.npz, .csv, .tipsy); required unless --out-dir is given")
@@ -154,6 +156,7 @@ def _simulate(args, comm) -> int:
     """The run; under MPI (`comm`) every rank steps its share and rank 0 alone checks and writes the
     outputs. Collective calls (a step, reading the state) happen on every rank at the same points."""
     from app import distributed, formats
+    from app.backends.multi import devices_line
     from app.errors import ConfigError
     from app.outputs import StreamedFile, check_output
     from app.series import SeriesWriter
@@ -242,6 +245,7 @@ def _simulate(args, comm) -> int:
                 if series and done == args.steps:
                     series.finish(base + done, final)
             kernel = backend.kernel
+            devices = devices_line(backend)
             signum = distributed.any_rank(comm, stop.signum)
     finally:
         backend.close()
@@ -261,7 +265,7 @@ def _simulate(args, comm) -> int:
         return 128 + signum
     if log_file:
         print(f"energy drift {last[5]:.3e}, momentum drift {last[12]:.3e} (relative) -> {args.log}")
-    ranks = f" on {comm.size} ranks" if comm is not None else ""
+    ranks = f" on {comm.size} ranks" if comm is not None else devices
     print(f"{args.steps} steps of N={final.n} with {kernel}{ranks} -> {out}")
     if series:
         print(f"series: {len(series.entries)} snapshots (every {series.every} steps, up to step "

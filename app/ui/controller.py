@@ -75,6 +75,8 @@ class Controller:
         self.energy = EnergyMonitor(every=energy_every)
         self.force_error = ForceErrorProbe()  # an approximate record's live force error (app/force_error.py)
         self._stages: deque[dict[str, float]] = deque(maxlen=LIVE_WINDOW)  # force split of the last frames
+        # several devices (--gpus): each device's force ms and the exchange ms of the last frames
+        self._devices: deque[tuple[dict[str, float], float]] = deque(maxlen=LIVE_WINDOW)
         self.bench: Benchmark | None = None
         self.bench_steps = 10
         self.message = ""
@@ -414,6 +416,7 @@ class Controller:
             self.markers.append(Marker(rec.t, rec.kernel))
             self._last_kernel = rec.kernel
             self._stages.clear()
+            self._devices.clear()
         elif rec.n != self._last_n and self._last_n is not None:
             self.markers.append(Marker(rec.t, f"N={rec.n:,}"))
         self._last_n = rec.n
@@ -433,6 +436,8 @@ class Controller:
                           python_ms=python_ms, interactions_per_s=rec.interactions_per_s)
         if rec.steps > 0 and step is not None and step.kernel == rec.kernel:
             self._stages.append(step.stages)
+            if step.devices:
+                self._devices.append((step.devices, step.exchange_ms))
         if rec.steps > 0 and rec.frame_ms > 0:
             key = (rec.kernel, rec.n)
             self.per_kernel.setdefault(key, FrameLog(capacity=PER_KERNEL_CAP)).records.append(rec)
@@ -472,6 +477,16 @@ class Controller:
             return {}
         names = list(dict.fromkeys(name for s in rows for name in s))
         return {name: float(np.median([s.get(name, 0.0) for s in rows])) for name in names}
+
+    def live_devices(self) -> tuple[dict[str, float], float]:
+        """Several devices (--gpus): ({"<index> <name>": median force ms per frame}, median exchange ms
+        per frame) over the last frames; ({}, 0.0) with one device."""
+        rows = [d for d in self._devices if d[0]]
+        if not rows:
+            return {}, 0.0
+        names = list(rows[-1][0])
+        return ({name: float(np.median([d.get(name, 0.0) for d, _ in rows])) for name in names},
+                float(np.median([x for _, x in rows])))
 
     def close(self) -> None:
         """Finalise a recording still running (the viewer's GL context must still exist), stop the energy

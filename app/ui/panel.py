@@ -14,7 +14,8 @@ which is not clamped, so that a value outside the range is refused and drawn red
 goes through `Controller.set_tunable`, which the record validates, and the next step uses it.
 
 The live numbers add, when the kernel reports them, the force time per stage (`Controller.live_stages`:
-a tree's keys, sort, build, moments, walk) and, for an approximate record, the live force error
+a tree's keys, sort, build, moments, walk), with several devices (--gpus) one force-time bar per device
+and the exchange time (`Controller.live_devices`) and, for an approximate record, the live force error
 (`Controller.force_error`, app/force_error.py: median, p99, interactions per body).
 
 The top area has the Record / Stop button (V; app.render.live_recording) and, while recording,
@@ -575,6 +576,7 @@ class Panel:
         imgui.same_line()
         imgui.text_disabled("(20 flops/interaction)")
         self._stages_row()
+        self._devices_rows()
         self._force_error_row()
         self._breakdown_bar(live)
 
@@ -590,6 +592,24 @@ class Panel:
         self._rect("stages")
         self._tooltip("the force time split per stage, ms per frame (median of the last frames), the "
                       "backend's own timer: Morton keys, sort and reorder, octree build, moments, walk")
+
+    def _devices_rows(self) -> None:
+        """Several devices (--gpus): one bar per device, its force time against the slowest one's (a
+        balanced run has bars of one length), and the time the position exchange took."""
+        devices, exchange_ms = self.controller.live_devices()
+        if not devices:
+            return
+        imgui = self.imgui
+        slowest = max(max(devices.values()), 1e-9)
+        for name, ms in devices.items():
+            imgui.progress_bar(ms / slowest, imgui.ImVec2(-1, 0), f"{name}  {ms:.2f} ms")
+            self._rect(f"device:{name.split()[0]}")
+            self._tooltip("this device's own clock for its share of the force, ms per frame (median of "
+                          "the last frames); the shares follow each device's speed (re-balanced)")
+        self._mono(f"exchange {exchange_ms:.3f} ms per frame ({len(devices)} devices)")
+        self._rect("exchange")
+        self._tooltip("copying each device's new positions to every other device (peer copies, NCCL or "
+                      "host memory: --exchange), ms per frame")
 
     def _force_error_row(self) -> None:
         """An approximate kernel's live force error (app/force_error.py): median and 99th percentile of

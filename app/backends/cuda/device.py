@@ -50,6 +50,11 @@ def _mtimes(path) -> tuple:
     return tuple(stamps)
 
 
+def device_name(ordinal: int) -> str:
+    """How a GPU is named in messages and timings: "GPU 1 (NVIDIA H200)"."""
+    return f"GPU {ordinal} ({device_facts(ordinal).name})"
+
+
 class CudaDevice:
     """A GPU: `scope` (its primary context), `facts`, `drv`, kernels by (source, symbol), scratch buffers
     by key, streams by key, one event clock. `close()` frees everything it allocated."""
@@ -70,7 +75,7 @@ class CudaDevice:
 
     @property
     def name(self) -> str:
-        return f"GPU {self.ordinal} ({self.facts.name})"
+        return device_name(self.ordinal)
 
     # --- kernels ---------------------------------------------------------------------------------
     def compiled(self, source: str, options: tuple[str, ...] | None = None) -> CompiledModule:

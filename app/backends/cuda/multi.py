@@ -6,10 +6,11 @@ updates are kernels/integrate.cu on the share's rows (the host offsets the point
 asynchronously on the legacy stream of the GPU's primary context; `synchronize` waits and reads the
 force time from the GPU's events.
 
-Exchanges of the share rows between GPUs:
+Exchanges of the share rows between GPUs (`--exchange`, `GpuDevices.exchange`):
 - `PeerExchange`: device-to-device copies with peer access enabled. Under unified addressing a plain
   cuMemcpyDtoD between two GPUs' pointers is a peer copy (pycuda 2026.1's `memcpy_peer` ignores the
   contexts it is given: its None checks are inverted), so this uses memcpy_dtod_async.
+- `NcclExchange` (nccl.py): NCCL over the same device pointers.
 - `HostExchange` (app/multidevice.py) where peer access is impossible, with one log line saying so.
 
 fp32 records only: the fp64 record keeps a double state of its own (a ConfigError says so).
@@ -27,7 +28,7 @@ from app.backends.cuda.device import CudaDevice
 from app.backends.cuda.evaluator import make_evaluator
 from app.backends.cuda.state_ops import Fp32Ops
 from app.bodies import Bodies
-from app.errors import ConfigError
+from app.errors import ConfigError, RuntimeFault
 from app.forces import ForceWork, Span
 from app.multidevice import HostExchange
 from app.physics import Physics
@@ -57,14 +58,26 @@ class CudaShareDevice:
         with self.device.scope:
             self.evaluator.prepare(self.n)
             n = max(self.n, 1)
-            self.ptr = {f: self.device.scratch(f"multi-{f}", size * n) for f, size in FIELDS.items()}
+            try:
+                self.ptr = {f: self.device.scratch(f"multi-{f}", size * n) for f, size in FIELDS.items()}
+            except self.device.drv.MemoryError as e:
+                free, _total = self.device.drv.mem_get_info()
+                self.device.close()
+                raise RuntimeFault(f"out of GPU memory on {self.name}: N = {self.n:,} bodies need "
+                                   f"{sum(FIELDS.values()) * n / 2**20:,.1f} MiB for its copy of the state "
+                                   f"but {free / 2**20:,.1f} MiB are free; use fewer bodies") from e
             vel4 = bodies.vel4(np.float32)
             speed = np.linalg.norm(vel4[:, :3], axis=1).astype(np.float32)
             for field, values in (("pos", bodies.pos4(np.float32)), ("vel", vel4), ("speed", speed)):
                 self.device.drv.memcpy_htod(self.ptr[field], values)
             self._events = (self.device.drv.Event(), self.device.drv.Event())
 
-    def _rows(self, field: str, span: Span) -> int:
+    @staticmethod
+    def row_bytes(field: str) -> int:
+        return FIELDS[field]
+
+    def row_pointer(self, field: str, span: Span) -> int:
+        """The device address of `span`'s first row of `field` in this GPU's buffers (the exchanges')."""
         return self.ptr[field] + FIELDS[field] * span.start
 
     def _ops(self) -> Fp32Ops:
@@ -72,8 +85,8 @@ class CudaShareDevice:
         made again only when the share changes (re-balancing)."""
         s = self.share
         if self._ops_share != s:
-            self._share_ops = Fp32Ops(self.device, self.force, s.count, self._rows("pos", s),
-                                      self._rows("vel", s), self._rows("acc", s), self._rows("speed", s))
+            rows = [self.row_pointer(field, s) for field in ("pos", "vel", "acc", "speed")]
+            self._share_ops = Fp32Ops(self.device, self.force, s.count, *rows)
             self._ops_share = s
         return self._share_ops
 
@@ -114,13 +127,13 @@ class CudaShareDevice:
         out = np.empty((span.count, width) if width > 1 else span.count, dtype=np.float32)
         if span.count:
             with self.device.scope:
-                self.device.drv.memcpy_dtoh(out, self._rows(field, span))
+                self.device.drv.memcpy_dtoh(out, self.row_pointer(field, span))
         return out
 
     def set_rows(self, field: str, span: Span, values) -> None:
         if span.count:
             with self.device.scope:
-                self.device.drv.memcpy_htod(self._rows(field, span), np.ascontiguousarray(values))
+                self.device.drv.memcpy_htod(self.row_pointer(field, span), np.ascontiguousarray(values))
 
     def close(self) -> None:
         self.device.close()
@@ -143,20 +156,21 @@ class PeerExchange:
                                 raise
 
     def gather(self, devices: list[CudaShareDevice], field: str) -> None:
-        size = FIELDS[field]
+        size = CudaShareDevice.row_bytes(field)
         for owner in devices:
             for other in devices:
                 if other is not owner and owner.share.count:
                     with other.device.scope:
-                        other.device.drv.memcpy_dtod_async(other._rows(field, owner.share),
-                                                           owner._rows(field, owner.share),
+                        other.device.drv.memcpy_dtod_async(other.row_pointer(field, owner.share),
+                                                           owner.row_pointer(field, owner.share),
                                                            size * owner.share.count)
         for device in devices:
             device.synchronize()
 
 
 def make_exchange(devices: list[CudaShareDevice]):
-    """Peer copies where every pair of GPUs can reach each other, else host-staged copies (one log line)."""
+    """Peer copies where every pair of GPUs can reach each other, else host-staged copies (one log line):
+    `--exchange auto` and `--exchange peer`."""
     ordinals = [d.device.ordinal for d in devices]
     drv = devices[0].device.drv
     blocked = [(a, b) for a in ordinals for b in ordinals
@@ -173,6 +187,60 @@ def gpu_devices(ordinals: list[int]):
     on one GPU, which exercises the driver and the exchange on a one-GPU machine)."""
 
     def make(bodies: Bodies, physics: Physics, kernel: str, shares: list[Span]) -> list[CudaShareDevice]:
-        return [CudaShareDevice(ordinal, kernel, physics, bodies, share)
-                for ordinal, share in zip(ordinals, shares, strict=True)]
+        devices = []
+        try:
+            for ordinal, share in zip(ordinals, shares, strict=True):
+                devices.append(CudaShareDevice(ordinal, kernel, physics, bodies, share))
+        except BaseException:  # one GPU failed (out of memory names it): release the others
+            for device in devices:
+                device.close()
+            raise
+        return devices
     return make
+
+
+class GpuDevices:
+    """`--backend cuda --gpus K`: GPUs 0..K-1, for app/backends/multi.py."""
+
+    what = "GPUs"
+    default_kernel = registry.DEFAULT_KERNEL
+
+    @staticmethod
+    def count() -> int:
+        from app.backends.cuda.context import device_count
+
+        return device_count()
+
+    @staticmethod
+    def names(k: int) -> list[str]:
+        """The names the GPUs will have (CudaDevice.name), before any context is made."""
+        from app.backends.cuda.device import device_name
+
+        return [device_name(i) for i in range(k)]
+
+    @staticmethod
+    def why_not(record) -> str | None:
+        if record.precision != "fp32":
+            return f"kernel {record.name!r}: several GPUs run the fp32 records only"
+        return None
+
+    @staticmethod
+    def check_exchange(name: str) -> None:
+        """Every exchange is possible on GPUs; NCCL is checked when the devices exist."""
+
+    @staticmethod
+    def factory(k: int):
+        return gpu_devices(list(range(k)))
+
+    @staticmethod
+    def exchange(name: str):
+        if name == "host":
+            return lambda devices: HostExchange()
+        if name == "nccl":
+            from app.backends.cuda.nccl import NcclExchange
+
+            return NcclExchange
+        return make_exchange
+
+
+KIND = GpuDevices()

@@ -1,0 +1,252 @@
+"""`--gpus N`: a Backend over K devices of one kind, so that run, simulate, record, bench and the panel
+drive several devices exactly as they drive one.
+
+    cls = multi_backend_class(select_backend("cuda"), k=2, driver="threads", exchange="auto")
+    backend = cls()                       # no arguments, like every backend class (bench makes its own)
+    backend.load(bodies, physics, "shared")
+    timings = backend.step(10)            # timings.devices: each device's force ms; timings.exchange_ms
+
+The devices are the multi-device driver's (app/multidevice.py): GPUs from app/backends/cuda/multi.py,
+or for the CPU backend its CPU "devices" (app/backends/cpu_multi.py), the CI twin: `--backend cpu
+--gpus 3` runs the same driver, exchange and re-balancing on three shares of the host. The backend keeps
+the name of the backend it splits ("cuda", "cpu"), so the panel switches among that backend's kernels
+in place (a switch reloads the devices from the current state); a kernel of another backend leaves the
+multi-device run for one device of that backend.
+
+After each step() call the shares are re-balanced when the devices' force times differ by more than
+REBALANCE_SPREAD (rows change hands with their velocities and cached accelerations; the trajectory is
+unchanged).
+
+Rendering reads the positions back from the devices (`host_render_arrays`, the "host upload" path); the
+GPU-0 interop path of one device is not used with several yet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
+from app.bodies import Bodies
+from app.errors import ConfigError
+from app.forces import Span
+from app.multidevice import DRIVERS, EXCHANGES, MultiDeviceRun, resolve_device_count
+from app.physics import Physics
+from app.timing import HostTimer, device_entries
+
+REBALANCE_SPREAD = 1.10  # slowest / fastest device force time above which the shares are re-balanced
+
+
+def device_kind(backend_name: str):
+    """The devices a backend splits into: GPUs for cuda, CPU "devices" for cpu (each module's KIND)."""
+    if backend_name == "cuda":
+        from app.backends.cuda.multi import KIND
+    elif backend_name == "cpu":
+        from app.backends.cpu_multi import KIND
+    else:
+        raise ConfigError(f"--gpus: backend {backend_name!r} has no multi-device form; use cuda or cpu")
+    return KIND
+
+
+def multi_backend_class(base: type[Backend], k, driver: str = "threads", exchange: str = "auto"):
+    """A Backend class over `k` devices of `base`'s kind (`k` a number or "all"); ConfigError (exit 2)
+    when more devices are asked for than exist, or for an unknown driver or exchange."""
+    if driver not in DRIVERS:
+        raise ConfigError(f"--gpu-driver {driver!r}: choose from {', '.join(DRIVERS)}")
+    if exchange not in EXCHANGES:
+        raise ConfigError(f"--exchange {exchange!r}: choose from {', '.join(EXCHANGES)}")
+    kind = device_kind(base.name)
+    kind.check_exchange(exchange)
+    count = resolve_device_count(k, kind.count(), kind.what)
+    return type(f"Multi{base.__name__}", (MultiDeviceBackend,),
+                {"base": base, "name": base.name, "kind": kind, "k": count, "driver": driver,
+                 "exchange": exchange})
+
+
+class MultiDeviceBackend(Backend):
+    """K devices as one Backend (made by multi_backend_class, which fills the class fields below)."""
+
+    base: type[Backend]
+    timing = "time.perf_counter around each force phase of all devices (every device synchronised)"
+    kind = None
+    k = 1
+    driver = "threads"
+    exchange = "auto"
+
+    @classmethod
+    def why_not(cls) -> str | None:
+        return cls.base.why_not()
+
+    @classmethod
+    def kernels(cls) -> list[KernelRecord]:
+        return [r for r in cls.base.kernels() if cls.kind.why_not(r) is None]
+
+    @classmethod
+    def kernel_why_not(cls, name: str) -> str | None:
+        try:
+            record = cls.base.record(name)
+        except ConfigError as e:
+            return str(e)
+        return cls.kind.why_not(record) or cls.base.kernel_why_not(name)
+
+    @classmethod
+    def record(cls, name: str) -> KernelRecord:
+        record = cls.base.record(name)
+        reason = cls.kind.why_not(record)
+        if reason:
+            raise ConfigError(reason)
+        return record
+
+    def __init__(self):
+        self._run: MultiDeviceRun | None = None
+        self._kernel = self.kind.default_kernel
+        self._physics = Physics()
+        self._mass, self._ids = np.zeros(0), None
+        self._t0, self._steps = 0.0, 0
+        self._tunables: dict[str, dict] = {}
+
+    # --- state -----------------------------------------------------------------------------------
+    def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
+        physics = check_physics(physics)
+        name = self.record(kernel or self.kind.default_kernel).name
+        run = MultiDeviceRun(self.kind.factory(self.k), self.k, self.driver,
+                             make_exchange=self.kind.exchange(self.exchange))
+        run.load(bodies, physics, name)
+        self.close()
+        self._run, self._kernel, self._physics = run, name, physics
+        self._mass = bodies.mass.astype(np.float64, copy=True)
+        self._ids = None if bodies.ids is None else bodies.ids.copy()
+        self._t0, self._steps = float(bodies.time), 0
+        self._apply_tunables()
+
+    def _reload(self, physics: Physics, kernel: str) -> None:
+        """The devices made again from the current state (a kernel or a force parameter changed)."""
+        self.load(self.state(), physics, kernel)
+
+    def _require_state(self) -> MultiDeviceRun:
+        if self._run is None:
+            raise RuntimeError("MultiDeviceBackend: call load() before stepping or reading the state")
+        return self._run
+
+    @property
+    def kernel(self) -> str:
+        return self._kernel
+
+    def set_kernel(self, name: str) -> None:
+        name = self.record(name).name
+        if name != self._kernel and self._run is not None:
+            self._reload(self._physics, name)
+        self._kernel = name
+
+    def set_physics(self, physics: Physics) -> None:
+        old = self._swap_physics(physics)
+        if self._run is None:
+            return
+        if (physics.G, physics.softening, physics.h, physics.model) != (old.G, old.softening, old.h,
+                                                                        old.model):
+            self._reload(physics, self._kernel)  # every device's evaluator holds the force parameters
+        else:
+            self._run.physics = physics
+            if physics.integrator != old.integrator:
+                self._run.integrator.invalidate()
+
+    @property
+    def n(self) -> int:
+        return int(self._mass.shape[0])
+
+    @property
+    def device_names(self) -> list[str]:
+        return [d.name for d in self._run.devices] if self._run is not None else []
+
+    # --- tunables (applied to every device's evaluator) --------------------------------------------
+    def tunables(self) -> dict:
+        return self.record(self._kernel).with_tunables(self._tunables.get(self._kernel, {}))
+
+    def set_tunables(self, **values) -> None:
+        checked = self.record(self._kernel).validate_tunables(values)
+        self._tunables[self._kernel] = {**self._tunables.get(self._kernel, {}), **checked}
+        self._apply_tunables()
+
+    def clear_tunables(self) -> None:
+        self._tunables.clear()
+        self._apply_tunables()
+
+    def _apply_tunables(self) -> None:
+        if self._run is None:
+            return
+        values = self.tunables()
+        for device in self._run.devices:
+            device.evaluator.set_tunables(**values)
+        self._run.integrator.invalidate()
+
+    # --- stepping --------------------------------------------------------------------------------
+    def step(self, steps: int = 1) -> StepTimings:
+        if steps < 0:
+            raise ValueError(f"steps must be >= 0, not {steps}")
+        run = self._require_state()
+        run.physics = self._physics
+        timer = HostTimer()  # wall time of each phase: every phase ends with all devices synchronised
+        work = run.integrator.step(run.ops, self._physics, steps, timer)
+        self._steps += steps
+        ms = timer.collect()
+        device_ms, exchange_ms = run.ops.take_times()
+        timings = StepTimings(kernel=self._kernel, steps=steps, n=self.n, force_ms=ms.get("force", 0.0),
+                              integrate_ms=ms.get("integrate", 0.0), interactions=work.interactions,
+                              pair_equivalent=work.pair_equivalent, force_evals=work.evaluations,
+                              body_cell=work.body_cell,
+                              extra=device_entries(self.device_names, device_ms, exchange_ms))
+        if needs_rebalance(device_ms):
+            run.rebalance()
+        return timings
+
+    def accelerations(self) -> np.ndarray:
+        return self._require_state().accelerations()
+
+    def state(self) -> Bodies:
+        run = self._require_state()
+        return Bodies(pos=run.gathered("pos")[:, :3].astype(np.float64),
+                      vel=run.gathered("vel")[:, :3].astype(np.float64), mass=self._mass.copy(),
+                      time=self.time, ids=None if self._ids is None else self._ids.copy())
+
+    def shares(self) -> list[Span]:
+        return [d.share for d in self._require_state().devices]
+
+    # --- rendering, facts ------------------------------------------------------------------------
+    def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        run = self._require_state()
+        pos = np.ascontiguousarray(run.gathered("pos"), dtype=np.float32)
+        return pos, np.ascontiguousarray(run.gathered("speed"), dtype=np.float32).reshape(-1)
+
+    @property
+    def data_path(self) -> str:
+        return f"host upload from {self.k} {self.kind.what}"
+
+    def device_info(self) -> dict:
+        names = self.device_names or self.kind.names(self.k)
+        return {"name": " + ".join(names), "devices": names,
+                "gpus": self.k, "gpu_driver": self.driver, "exchange": self.exchange_name,
+                "backend": self.name}
+
+    @property
+    def exchange_name(self) -> str:
+        """The exchange in use ("peer", "nccl", "host"; auto resolved), once loaded."""
+        return getattr(self._run.ops.exchange, "name", "?") if self._run and self._run.ops else self.exchange
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.close()
+            self._run = None
+
+
+def needs_rebalance(device_ms: list[float], spread: float = REBALANCE_SPREAD) -> bool:
+    """Whether the slowest device's force time exceeds the fastest's by more than `spread` (never with
+    one device, or while a device has no measurement)."""
+    if len(device_ms) < 2 or min(device_ms) <= 0:
+        return False
+    return max(device_ms) / min(device_ms) > spread
+
+
+def devices_line(backend) -> str:
+    """" on 2 GPUs (threads driver, peer exchange)" for a multi-device backend, "" for one device."""
+    if not isinstance(backend, MultiDeviceBackend):
+        return ""
+    return f" on {backend.k} {backend.kind.what} ({backend.driver} driver, {backend.exchange_name} exchange)"

@@ -1,0 +1,183 @@
+"""`--gpus N` end to end over K CPU "devices" (app/backends/multi.py): the multi-device Backend that run,
+simulate, record, bench and the panel drive, its timings, and the command line's checks and errors.
+
+The GPU form is the same class over app/backends/cuda/multi.py (tests/test_cuda_multi.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import one_line_error
+from test_multidevice import one_device
+
+from app.backends import backend_class
+from app.backends.cpu import CPUBackend
+from app.backends.multi import MultiDeviceBackend, multi_backend_class, needs_rebalance
+from app.bodies import Bodies
+from app.cli import main
+from app.errors import ConfigError
+from app.multidevice import parse_device_count, resolve_device_count
+from app.physics import Physics
+from app.timing import StepTimings, device_entries
+
+CPU = ["--backend", "cpu"]
+
+
+def cloud(n: int = 257, seed: int = 5) -> Bodies:
+    rng = np.random.default_rng(seed)
+    return Bodies.from_arrays(rng.normal(size=(n, 3)), rng.normal(scale=0.3, size=(n, 3)),
+                              rng.uniform(0.5, 1.5, n) / n)
+
+
+# --- pure parts ------------------------------------------------------------------------------------------
+def test_device_counts_are_parsed_and_bounded():
+    assert parse_device_count("2") == 2 and parse_device_count(" ALL ") == "all"
+    for bad in ("0", "-1", "two", "1.5", ""):
+        with pytest.raises(ConfigError, match="number of devices >= 1, or all"):
+            parse_device_count(bad)
+    assert resolve_device_count("all", 4) == 4 and resolve_device_count(3, 4) == 3
+    with pytest.raises(ConfigError, match="--gpus 2: this machine has 1 GPUs; ask for at most 1"):
+        resolve_device_count("2", 1)
+
+
+def test_rebalance_only_when_the_devices_disagree():
+    assert not needs_rebalance([1.0])
+    assert not needs_rebalance([1.0, 1.05])
+    assert needs_rebalance([1.0, 1.5])
+    assert not needs_rebalance([0.0, 1.5])  # a device without a measurement
+
+
+def test_device_entries_round_trip_through_step_timings():
+    extra = device_entries(["cpu0", "cpu1"], [1.5, 2.5], 0.25)
+    t = StepTimings(kernel="k", steps=1, n=2, extra=extra)
+    assert t.devices == {"0 cpu0": 1.5, "1 cpu1": 2.5} and t.exchange_ms == 0.25
+    assert StepTimings(kernel="k", steps=1, n=2).devices == {}
+
+
+# --- the backend over K CPU devices -------------------------------------------------------------------------
+@pytest.mark.parametrize("driver", ["threads", "single"])
+def test_k_cpu_devices_as_a_backend_step_bitwise_like_one(driver):
+    bodies, physics = cloud(), Physics(softening=0.02, dt=2e-3)
+    cls = multi_backend_class(CPUBackend, 3, driver)
+    assert issubclass(cls, MultiDeviceBackend) and cls.name == "cpu" and cls.k == 3
+    backend = cls()
+    try:
+        backend.load(bodies, physics, "cpu-fp64")
+        assert np.array_equal(backend.accelerations(), one_device(bodies, physics, "cpu-fp64"))
+        timings = [backend.step(5) for _ in range(4)]
+        state = backend.state()
+        pos, speed = backend.host_render_arrays()
+    finally:
+        backend.close()
+    ref_pos, ref_vel = one_device(bodies, physics, "cpu-fp64", steps=20)
+    assert np.array_equal(state.pos, ref_pos) and np.array_equal(state.vel, ref_vel)
+    assert state.time == pytest.approx(20 * physics.dt)
+    assert pos.shape == (bodies.n, 4) and pos.dtype == np.float32 and speed.shape == (bodies.n,)
+    for t in timings:
+        assert list(t.devices) == ["0 cpu0", "1 cpu1", "2 cpu2"] and all(ms > 0 for ms in t.devices.values())
+        assert t.exchange_ms > 0 and t.force_ms > 0 and t.interactions == 5 * bodies.n ** 2
+
+
+def test_switching_kernel_physics_and_tunables_reloads_the_devices_from_the_state():
+    bodies = cloud()
+    backend = multi_backend_class(CPUBackend, 2)()
+    try:
+        backend.load(bodies, Physics(softening=0.02), "cpu-simd")
+        backend.step(3)
+        before = backend.state()
+        backend.set_kernel("cpu-fp64")
+        assert backend.kernel == "cpu-fp64"
+        after = backend.state()
+        assert np.array_equal(before.pos, after.pos) and after.time == before.time
+        backend.set_physics(Physics(softening=0.05))
+        assert np.array_equal(backend.accelerations(), one_device(after, Physics(softening=0.05), "cpu-fp64"))
+        backend.set_kernel("cpu-tree")
+        backend.set_tunables(theta=0.3)
+        assert backend.tunables()["theta"] == 0.3
+        assert all(d.evaluator.tunables["theta"] == 0.3 for d in backend._run.devices)
+        with pytest.raises(ConfigError, match="theta"):
+            backend.set_tunables(theta=9.0)
+        backend.step(1)
+    finally:
+        backend.close()
+
+
+def test_cpu_devices_refuse_gpu_exchanges_and_unknown_drivers():
+    with pytest.raises(ConfigError, match="--exchange peer: CPU devices share host memory"):
+        multi_backend_class(CPUBackend, 2, exchange="peer")
+    with pytest.raises(ConfigError, match="--gpu-driver 'many'"):
+        multi_backend_class(CPUBackend, 2, driver="many")
+
+
+# --- the command line -----------------------------------------------------------------------------------
+def test_simulate_on_three_cpu_devices_writes_one_devices_trajectory(tmp_path, capsys):
+    common = ["simulate", "plummer", "--n", "300", "--steps", "30", "--kernel", "cpu-fp64", *CPU]
+    assert main([*common, "--out", str(tmp_path / "one.npz")]) == 0
+    assert main([*common, "--gpus", "3", "--gpu-driver", "single", "--out", str(tmp_path / "three.npz")]) == 0
+    assert "on 3 CPU devices (single driver, host exchange)" in capsys.readouterr().out
+    a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "three.npz")
+    assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
+def test_more_devices_than_exist_is_a_usage_error(tmp_path, capsys):
+    rc = main(["simulate", "--n", "64", "--steps", "1", *CPU, "--gpus", "9", "--out",
+               str(tmp_path / "o.npz")])
+    one_line_error(capsys, rc, 2, "--gpus 9", "has 8 CPU devices", "at most 8")
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_bad_gpus_values_are_usage_errors(tmp_path, capsys):
+    rc = main(["simulate", "--n", "64", "--steps", "1", *CPU, "--gpus", "zero", "--out",
+               str(tmp_path / "o.npz")])
+    one_line_error(capsys, rc, 2, "run.gpus", "'zero'", "or all")
+
+
+@pytest.mark.skipif(backend_class("cuda").why_not() is None, reason="a GPU is usable here")
+def test_gpus_without_a_gpu_names_the_cpu_alternative(tmp_path, capsys):
+    rc = main(["simulate", "--n", "64", "--steps", "1", "--gpus", "2", "--out", str(tmp_path / "o.npz")])
+    one_line_error(capsys, rc, 2, "--gpus 2: no GPU is usable here", "--backend cpu --gpus N")
+
+
+# --- bench --gpus ------------------------------------------------------------------------------------------
+def test_scaling_rows_compare_each_count_with_the_fewest():
+    from app.bench import scaling_rows
+
+    rows = [{"kernel": "k", "n": 10, "gpus": 1, "status": "ok", "median_ms": 8.0, "exchange_median_ms": 0.0},
+            {"kernel": "k", "n": 10, "gpus": 2, "status": "ok", "median_ms": 4.5, "exchange_median_ms": 0.5},
+            {"kernel": "k", "n": 10, "gpus": 4, "status": "failed"}]
+    one, two = scaling_rows(rows)
+    assert (one["gpus"], one["speedup"], one["efficiency"]) == (1, 1.0, 1.0)
+    assert two["step_ms"] == 5.0 and two["speedup"] == pytest.approx(8 / 5) and two["efficiency"] == \
+        pytest.approx(8 / 5 / 2)
+
+
+def test_bench_gpus_writes_rows_per_count_and_scaling_rows(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "scaling.json"
+    rc = main(["bench", *CPU, "--kernels", "cpu-simd", "--n", "256,512", "--gpus", "1,2", "--warmup", "1",
+               "--repeats", "2", "--no-progress", "--json", str(out)])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "cpu-simd ×2" in printed and "speed-up" in printed
+    result = json.loads(out.read_text())
+    assert result["gpu_counts"] == [1, 2] and result["device"]["devices"] == ["cpu0", "cpu1"]
+    rows = {(r["gpus"], r["n"]): r for r in result["results"]}
+    assert set(rows) == {(1, 256), (1, 512), (2, 256), (2, 512)}
+    assert all(r["status"] == "ok" for r in rows.values())
+    assert list(rows[2, 512]["devices_median_ms"]) == ["0 cpu0", "1 cpu1"]
+    for s in result["scaling"]:
+        base, this = rows[1, s["n"]], rows[s["gpus"], s["n"]]
+        expected = (base["median_ms"] + base["exchange_median_ms"]) / (this["median_ms"]
+                                                                       + this["exchange_median_ms"])
+        assert s["speedup"] == pytest.approx(expected)
+        assert s["efficiency"] == pytest.approx(expected / s["gpus"])
+    assert len(result["scaling"]) == 4
+
+
+def test_mpi_ranks_refuse_gpus():
+    from app.distributed import rank_backend
+    from app.scene import load_scene
+
+    with pytest.raises(ConfigError, match="--gpus 2: under mpiexec each rank takes one GPU"):
+        rank_backend(None, load_scene("plummer", {"run.gpus": "2", "run.backend": "cpu"}))
