@@ -296,9 +296,7 @@ class Controller:
             path, i = folder / f"snapshot-{stamp}-{i}.npz", i + 1
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            state = self.backend.state()
-            state.components = self.viewer.renderer.components  # (npz keeps them)
-            formats.write(check_output(path, "snapshot"), state)
+            formats.write(check_output(path, "snapshot"), self.backend.state())  # (with the components)
         except Exception as e:  # noqa: BLE001 - a failed save is reported; the viewer goes on
             return self._fail(f"snapshot not saved: {e}")
         self.last_snapshot = path
