@@ -163,10 +163,12 @@ class RankRun:
         self.physics = Physics()
         self.device = self.ops = None
         self.kernel, self.n = "", 0
+        self.components = None
 
     def load(self, bodies: Bodies, physics: Physics, kernel: str) -> None:
         self.physics, self.kernel, self.n = physics, kernel, bodies.n
         self._mass, self._ids, self._t0, self._steps = bodies.mass.copy(), bodies.ids, float(bodies.time), 0
+        self.components = bodies.components  # drawing only: the state (snapshots) carries them
         shares = split(bodies.n, [1.0] * self.comm.size)
         self.device = self.make_device(self.comm.rank, bodies, physics, kernel, shares[self.comm.rank])
         self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), MpiExchange(self.comm, shares))
@@ -195,7 +197,7 @@ class RankRun:
         pos, vel = self.gathered("pos"), self.gathered("vel")
         ids = None if self._ids is None else self._ids.copy()
         return Bodies(pos=pos[:, :3].astype(np.float64), vel=vel[:, :3].astype(np.float64),
-                      mass=self._mass.copy(), time=self.time, ids=ids)
+                      mass=self._mass.copy(), time=self.time, ids=ids, components=self.components)
 
     def diagnostics(self):
         """Float64 diagnostics of the whole state, computed by rank 0 (None on the others)."""

@@ -7,16 +7,23 @@ Formats and the choices made for them:
   by gas, dark and star records of float32. Standard Tipsy is big-endian (XDR); Bonsai writes
   little-endian, so the byte order is detected from which reading gives a self-consistent header. Bonsai
   stores each particle's ID in ``phi`` as an int32 bit pattern; see `_ids_from_phi` for how that is told
-  apart from a real potential. Writing puts every body in a dark record, little-endian, IDs in ``phi``.
-  Reading gives components (app.components): Bonsai's ID ranges (disk, bulge, halo) when the IDs span
-  two of them, else one per non-empty section (gas, dark, star).
+  apart from a real potential. Reading gives components (app.components): Bonsai's ID ranges (disk,
+  bulge, halo) when the IDs span two of them, else one per non-empty section (gas, dark, star). Writing
+  (little-endian, IDs in ``phi``) keeps components as sections: each body goes to the section its
+  component's name says (gas; dark or halo; star, disk or bulge), the bodies' order kept. Without
+  components, or when a name says no section (``galaxy1-disk``) or the components' rows are not in
+  the order gas, dark, star, every body is a dark record and a warning says the components are lost;
+  a warning also says when the file reads back otherwise (section names instead of ``disk``/``halo``,
+  two parts in one section). `tipsy_sections` is that rule.
 * ``nemo`` (read): NEMO ASCII rows ``m x y z vx vy vz``, optionally preceded by an ``N t`` header line.
 * ``nbabel`` (read): the NBabel benchmark's rows ``id m x y z vx vy vz`` (NBabel itself writes -1 as id).
 * ``npz`` (read, write): numpy archive with keys pos, vel, mass, time and optional ids; exact in float64.
   Components (app.components) are kept as ``component`` (N,) and ``component_names`` (K,) texts.
-* ``csv`` (read, write): header ``m,x,y,z,vx,vy,vz`` (+ ``id``), floats written with 17 significant
-  digits so a round trip is exact in float64. A nonzero time is kept in a leading ``# time = ...``
-  comment line, so a snapshot at t = 0 stays a plain table for spreadsheets.
+* ``csv`` (read, write): header ``m,x,y,z,vx,vy,vz`` (+ ``id``, + ``component``), floats written with 17
+  significant digits so a round trip is exact in float64. A nonzero time is kept in a leading
+  ``# time = ...`` comment line, so a snapshot at t = 0 stays a plain table for spreadsheets. Components
+  are the integer ``component`` column (each body's index) and a ``# component_names = ["disk", "halo"]``
+  comment (a JSON list); a column without the comment names the components by their indices.
 
 The format comes from an explicit ``format=``, else the extension, else (no or unknown extension, as with
 NBabel's ``input1k``) the content. A gzip file (``m.tipsy.gz``, or any name: it is told by its magic
@@ -33,6 +40,8 @@ import contextlib
 import functools
 import gzip
 import io
+import json
+import logging
 import os
 import re
 import zipfile
@@ -47,6 +56,8 @@ from app import components
 from app.bodies import Bodies
 from app.errors import ConfigError, InputFileError
 from app.outputs import atomic_write
+
+log = logging.getLogger(__name__)
 
 FORMATS = ("tipsy", "nemo", "nbabel", "npz", "csv")
 
@@ -210,28 +221,89 @@ def _tipsy_label(sections: list[tuple[str, int]]) -> Callable[[int], str]:
     return label
 
 
+# The Tipsy section a component's name (case ignored) puts its bodies in when a snapshot is written.
+TIPSY_SECTION_OF = {"gas": "gas", "dark": "dark", "halo": "dark", "star": "star", "disk": "star",
+                    "bulge": "star"}
+_KEEP_THEM = "write .npz or .csv to keep the components"
+
+
+def tipsy_sections(bodies: Bodies, path="snapshot") -> tuple[np.ndarray, str | None]:
+    """Per body, the index (0 gas, 1 dark, 2 star) of the Tipsy section `write_tipsy` puts it in, and None
+    or one line saying what of the bodies' components the file does not keep.
+
+    Each component goes to the section its name says (TIPSY_SECTION_OF: gas; dark or halo; star, disk or
+    bulge). Tipsy stores the sections in the order gas, dark, star and a snapshot keeps the bodies' order,
+    so the components' rows must come in that order. When a name says no section or the rows are in
+    another order, every body is dark (the writer's layout without components) and the components are
+    lost; otherwise the line says what a reader gets back when it is not the components written (section
+    names for other names, parts sharing a section, which Bonsai-style IDs in phi may still tell apart)."""
+    comp = bodies.components
+    dark = np.ones(bodies.n, np.int64)
+    if comp is None:
+        return dark, None
+    where = [TIPSY_SECTION_OF.get(name.lower()) for name in comp.names]
+    unnamed = [name for name, section in zip(comp.names, where, strict=True) if section is None]
+    if unnamed:
+        return dark, (f"{path}: Tipsy keeps components as its sections (gas; dark or halo; star, disk or "
+                      f"bulge): {', '.join(unnamed)} names none of them, so every body is written as dark "
+                      f"and the components ({comp.describe()}) are lost; {_KEEP_THEM}")
+    order = [name for name, _, _ in _SECTIONS]
+    section = np.array([order.index(s) for s in where], np.int64)[comp.index]
+    if (np.diff(section) < 0).any():
+        return dark, (f"{path}: Tipsy stores its sections in the order gas, dark, star, but these bodies' "
+                      f"components ({comp.describe()}) come in another order; sections would reorder the "
+                      f"bodies, so every body is written as dark and the components are lost; {_KEEP_THEM}")
+    counts = np.bincount(section, minlength=3)
+    back = components.from_tipsy([(name, int(c)) for name, c in zip(order, counts, strict=True)],
+                                 _tipsy_ids(bodies.ids, path))
+    if components.same(back, comp):
+        return section, None
+    got = back.describe() if back is not None else "one component"
+    return section, (f"{path}: Tipsy keeps the sections, not these components' names: it reads back as "
+                     f"{got}, not {comp.describe()}; {_KEEP_THEM}")
+
+
+def _tipsy_ids(ids: np.ndarray | None, path) -> np.ndarray | None:
+    """The IDs as Tipsy's phi holds them; ConfigError for IDs that int32 cannot hold."""
+    if ids is None:
+        return None
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):
+        raise ConfigError(f"{path}: particle IDs outside 0..2^31-1 do not fit Tipsy's phi field; "
+                          "write npz or csv to keep them")
+    return ids
+
+
 def write_tipsy(path, bodies: Bodies, byteorder: str = "<") -> None:
-    """All bodies as dark records (eps = 0); IDs, when present, go in phi as int32 (Bonsai style)."""
+    """Bodies in the sections their components name (`tipsy_sections`; all dark without components, and
+    a warning when the file cannot keep the components), in their own order; eps and the other fields 0.
+    IDs, when present, go in phi as int32 (Bonsai style)."""
     byteorder = {"little": "<", "big": ">"}.get(byteorder, byteorder)
     if byteorder not in ("<", ">"):
         raise ConfigError(f"Tipsy byteorder {byteorder!r}: use 'little' ('<') or 'big' ('>')")
     n = bodies.n
-    rec = np.zeros(n, dtype=_record_dtype(_DARK_FIELDS, byteorder))
-    rec["mass"] = bodies.mass
-    for k, axis in enumerate("xyz"):
-        rec[axis] = bodies.pos[:, k]
-        rec["v" + axis] = bodies.vel[:, k]
-    if bodies.ids is not None:
-        ids = np.asarray(bodies.ids, dtype=np.int64)
-        if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):
-            raise ConfigError(f"{path}: particle IDs outside 0..2^31-1 do not fit Tipsy's phi field; "
-                              "write npz or csv to keep them")
-        rec["phi"] = ids.astype(byteorder + "i4").view(byteorder + "f4")
+    ids = _tipsy_ids(bodies.ids, path)
+    section, lost = tipsy_sections(bodies, path)
+    if lost:
+        log.warning("%s", lost)
+    counts = np.bincount(section, minlength=3)
     header = np.zeros(1, dtype=_header_dtype(byteorder))
-    header[0] = (bodies.time, n, 3, 0, n, 0, 0)
+    header[0] = (bodies.time, n, 3, *counts.tolist(), 0)
+    records = []
+    for k, (_, _, fields) in enumerate(_SECTIONS):
+        rows = slice(int(counts[:k].sum()), int(counts[:k + 1].sum()))  # (sections follow the body order)
+        rec = np.zeros(int(counts[k]), dtype=_record_dtype(fields, byteorder))
+        rec["mass"] = bodies.mass[rows]
+        for j, axis in enumerate("xyz"):
+            rec[axis] = bodies.pos[rows, j]
+            rec["v" + axis] = bodies.vel[rows, j]
+        if ids is not None:
+            rec["phi"] = ids[rows].astype(byteorder + "i4").view(byteorder + "f4")
+        records.append(rec)
     with atomic_write(path, "wb", what="snapshot") as f:
         f.write(header.tobytes())
-        f.write(rec.tobytes())
+        for rec in records:
+            f.write(rec.tobytes())
 
 
 # ---------------------------------------------------------------------------------------- text tables
@@ -369,37 +441,42 @@ def read_nbabel(path) -> Bodies:
 
 
 _CSV_COLUMNS = ("m", "x", "y", "z", "vx", "vy", "vz")
+_CSV_OPTIONAL = ("id", "component")  # integer columns
 _CSV_TIME = re.compile(r"#\s*time\s*[=:]\s*(\S+)\s*$")
+_CSV_NAMES = re.compile(r"#\s*component_names\s*[=:]\s*(.*?)\s*$")  # a JSON list of texts
 
 
 def read_csv(path) -> Bodies:
     path = Path(path)
     text = _read_text(path)
-    time = 0.0
+    time, names = None, None  # the first of each comment counts
     for lineno, line in enumerate(text.splitlines(), 1):
-        if m := _CSV_TIME.match(line.strip()):
+        if time is None and (m := _CSV_TIME.match(line.strip())):
             time = _csv_time(path, lineno, m.group(1))
-            break
+        elif names is None and (m := _CSV_NAMES.match(line.strip())):
+            names = _csv_component_names(path, lineno, m.group(1))
     rows = _rows(text, sep=",")
     if not rows:
         raise _no_rows(path)
-    (header_line, names), rows = rows[0], rows[1:]
-    names = [n.lower() for n in names]
-    unknown = [n for n in names if n not in (*_CSV_COLUMNS, "id")]
-    missing = [c for c in _CSV_COLUMNS if c not in names]
-    if unknown or missing or len(set(names)) != len(names):
-        raise InputFileError(f"{path}: line {header_line}: header {','.join(names)!r} must name the columns "
-                             f"{','.join(_CSV_COLUMNS)} once each, plus an optional id"
+    (header_line, columns), rows = rows[0], rows[1:]
+    columns = [n.lower() for n in columns]
+    unknown = [n for n in columns if n not in (*_CSV_COLUMNS, *_CSV_OPTIONAL)]
+    missing = [c for c in _CSV_COLUMNS if c not in columns]
+    if unknown or missing or len(set(columns)) != len(columns):
+        raise InputFileError(f"{path}: line {header_line}: header {','.join(columns)!r} must name the "
+                             f"columns {','.join(_CSV_COLUMNS)} once each, plus optional "
+                             f"{' and '.join(_CSV_OPTIONAL)}"
                              + (f"; missing {missing}" if missing else "")
                              + (f"; unknown {unknown}" if unknown else ""))
     if not rows:
         raise _no_rows(path)
-    table = _table(path, rows, len(names), ",".join(names))
-    col = {name: table[:, k] for k, name in enumerate(names)}
+    table = _table(path, rows, len(columns), ",".join(columns))
+    col = {name: table[:, k] for k, name in enumerate(columns)}
     ids = _integer_column(path, rows, col["id"], "id") if "id" in col else None
+    comp = _csv_components(path, rows, col.get("component"), names)
     pos = np.stack([col["x"], col["y"], col["z"]], axis=1)
     vel = np.stack([col["vx"], col["vy"], col["vz"]], axis=1)
-    return _bodies(path, pos, vel, col["m"], time, ids, _line_label(rows))
+    return _bodies(path, pos, vel, col["m"], time or 0.0, ids, _line_label(rows), comp)
 
 
 def _csv_time(path: Path, lineno: int, token: str) -> float:
@@ -412,20 +489,57 @@ def _csv_time(path: Path, lineno: int, token: str) -> float:
     return time
 
 
+def _csv_component_names(path: Path, lineno: int, text: str) -> tuple[str, ...]:
+    try:
+        names = json.loads(text)
+    except ValueError:
+        names = None
+    if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
+        raise InputFileError(f"{path}: line {lineno}: component_names must be a JSON list of texts, e.g. "
+                             f'# component_names = ["disk", "halo"]; got {text!r}')
+    return tuple(names)
+
+
+def _csv_components(path: Path, rows: list[Row], column: np.ndarray | None, names):
+    """The `component` column (each body's index into the `# component_names = [...]` comment; without
+    the comment, the names are the indices as text)."""
+    if column is None:
+        if names is not None:
+            raise InputFileError(f"{path}: a '# component_names' comment but no component column; add the "
+                                 "column (each body's index into the names) or remove the comment")
+        return None
+    index = _integer_column(path, rows, column, "component")
+    count = len(names) if names is not None else components.MAX_COMPONENTS
+    bad = (index < 0) | (index >= count)
+    if bad.any():
+        i = int(np.argmax(bad))
+        what = f"the {count} component_names" if names is not None else "the component limit"
+        raise InputFileError(f"{path}: line {rows[i][0]}: component {index[i]} is outside {what} "
+                             f"(0 to {count - 1})")
+    if names is None:
+        names = tuple(str(k) for k in range(int(index.max()) + 1))
+    try:
+        return components.Components(names, index)
+    except ConfigError as e:
+        raise InputFileError(f"{path}: {e}") from None
+
+
 def write_csv(path, bodies: Bodies) -> None:
-    has_ids = bodies.ids is not None
-    row = ",".join(["%.17g"] * 7) + (",%d" if has_ids else "")
+    """The float columns, then `id` and `component` when the bodies have them; the time and the component
+    names in leading comment lines (`# time = ...`, `# component_names = [JSON texts]`)."""
+    comp = bodies.components
+    ints = [("id", bodies.ids), ("component", None if comp is None else comp.index)]
+    ints = [(name, np.asarray(values, np.int64).tolist()) for name, values in ints if values is not None]
+    row = ",".join(["%.17g"] * 7 + ["%d"] * len(ints)) + "\n"
     out = io.StringIO()
     if bodies.time != 0.0:
         out.write(f"# time = {bodies.time:.17g}\n")
-    out.write(",".join(_CSV_COLUMNS) + (",id" if has_ids else "") + "\n")
+    if comp is not None:
+        out.write(f"# component_names = {json.dumps(list(comp.names))}\n")
+    out.write(",".join([*_CSV_COLUMNS, *(name for name, _ in ints)]) + "\n")
     cols = np.column_stack([bodies.mass, bodies.pos, bodies.vel]).tolist()
-    if has_ids:
-        for values, ident in zip(cols, bodies.ids.tolist(), strict=True):
-            out.write(row % (*values, ident) + "\n")
-    else:
-        for values in cols:
-            out.write(row % tuple(values) + "\n")
+    for values, *extra in zip(cols, *(v for _, v in ints), strict=True):
+        out.write(row % (*values, *extra))
     with atomic_write(path, "wb", what="snapshot") as f:
         f.write(out.getvalue().encode("utf-8"))
 

@@ -10,7 +10,8 @@
     pos4, speeds = series.render_arrays(t)         # float32, positions interpolated linearly in time
     bodies = series.state_at(t)                    # float64 Bodies at time t (also interpolated)
 
-On disk: DIR/snap_<step>.npz (app.formats' npz writer: float64, the original body order, the time) and
+On disk: DIR/snap_<step>.npz (app.formats' npz writer: float64, the original body order, the time, the
+bodies' components: a replay draws them as the live run did) and
 DIR/series.json, the manifest: the snapshots in order with their step and time, dt, N, and `complete`
 (false until the run wrote its last step). Both are written atomically (app.outputs): a snapshot is listed
 only once it is complete, and an interrupted run leaves a series of complete snapshots marked incomplete.
@@ -156,7 +157,8 @@ class SeriesWriter:
             self.t0 = float(bodies.time)
         # the time on the series' grid, as the uninterrupted run computes it (a resumed run's own clock,
         # t_resume + k x dt, can differ from t0 + step x dt in the last bit)
-        bodies = Bodies(bodies.pos, bodies.vel, bodies.mass, self.t0 + step * self.dt, bodies.ids)
+        bodies = Bodies(bodies.pos, bodies.vel, bodies.mass, self.t0 + step * self.dt, bodies.ids,
+                        bodies.components)
         formats.write(self.directory / name, bodies, "npz")
         self.entries = [e for e in self.entries if e.step != step]
         self.entries.append(Entry(name, int(step), float(bodies.time)))
@@ -256,6 +258,7 @@ class Series:
         self.times = times
         self.mass = first.mass.copy()
         self.ids = None if first.ids is None else first.ids.copy()
+        self.components = first.components  # the first snapshot's, in its body order (the replay's order)
         self.n = first.n
         self.manifest = manifest
         self.complete = bool(manifest.get("complete", True)) if manifest else True
@@ -324,7 +327,7 @@ class Series:
         """The float64 state shown at time t (exactly a snapshot's values, as float32, at its time)."""
         pos, vel = self._interpolated(t, np.float64)
         return Bodies(np.ascontiguousarray(pos), np.ascontiguousarray(vel), self.mass.copy(), float(t),
-                      None if self.ids is None else self.ids.copy())
+                      None if self.ids is None else self.ids.copy(), self.components)
 
     def describe(self) -> str:
         state = "" if self.complete else " (from an interrupted run: complete snapshots only)"

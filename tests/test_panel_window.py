@@ -10,26 +10,21 @@ real window (a different process, the glfw backend).
 from __future__ import annotations
 
 import csv
-import os
 import re
-import shutil
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from xwindow import Demo, xdotool
+from xwindow import NEEDS_X, Demo, xdotool
+from xwindow import display as display  # the fixture
 
 from app.render import gl_setup
 
 ROOT = Path(__file__).resolve().parent.parent
 W, H = 900, 640
 
-pytestmark = [
-    pytest.mark.gl,
-    pytest.mark.skipif(not (shutil.which("xdotool") and shutil.which("Xvfb")),
-                       reason="needs xdotool and Xvfb (Debian: apt-get install xdotool xvfb)"),
-]
+pytestmark = [pytest.mark.gl, NEEDS_X]
 
 
 @pytest.fixture(scope="module")
@@ -69,18 +64,6 @@ def layout() -> dict:
         b.close()
     assert "kernel:cpu-fp64" in rects, sorted(rects)
     return rects
-
-
-@pytest.fixture
-def display() -> str:
-    d = os.environ.get("DISPLAY")
-    if not d:
-        pytest.skip("no $DISPLAY: pytest-xvfb did not start Xvfb (or ran with --no-xvfb)")
-    from PIL import features
-
-    if not features.check("xcb"):
-        pytest.skip("Pillow was built without XCB support: ImageGrab cannot read the X screen")
-    return d
 
 
 def _center(rect) -> tuple[int, int]:

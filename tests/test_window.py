@@ -11,32 +11,15 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import os
 import re
-import shutil
 import signal
 
 import numpy as np
 import pytest
-from xwindow import Demo, x_retry, xdotool
+from xwindow import NEEDS_X, Demo, x_retry, xdotool
+from xwindow import display as display  # the fixture
 
-pytestmark = [
-    pytest.mark.gl,
-    pytest.mark.skipif(not (shutil.which("xdotool") and shutil.which("Xvfb")),
-                       reason="needs xdotool and Xvfb (Debian: apt-get install xdotool xvfb)"),
-]
-
-
-@pytest.fixture
-def display() -> str:
-    d = os.environ.get("DISPLAY")
-    if not d:
-        pytest.skip("no $DISPLAY: pytest-xvfb did not start Xvfb (or ran with --no-xvfb)")
-    from PIL import features
-
-    if not features.check("xcb"):
-        pytest.skip("Pillow was built without XCB support: ImageGrab cannot read the X screen")
-    return d
+pytestmark = [pytest.mark.gl, NEEDS_X]
 
 
 def send_wm_delete(window: int, display: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -19,9 +20,24 @@ from waiting import BOUND_S, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TITLE = "NBody Live"
+NEEDS_X = pytest.mark.skipif(not (shutil.which("xdotool") and shutil.which("Xvfb")),
+                             reason="needs xdotool and Xvfb (Debian: apt-get install xdotool xvfb)")
 # every xdotool call and screen grab is a new X connection, and Xvfb refuses some when they come fast
 # (about one in eight, back to back): poll the window at a pace that leaves the demo's own connection be
 X_POLL_S = 0.25
+
+
+@pytest.fixture
+def display() -> str:
+    """The X display pytest-xvfb started (skips without one, or without Pillow's XCB screen grabs)."""
+    d = os.environ.get("DISPLAY")
+    if not d:
+        pytest.skip("no $DISPLAY: pytest-xvfb did not start Xvfb (or ran with --no-xvfb)")
+    from PIL import features
+
+    if not features.check("xcb"):
+        pytest.skip("Pillow was built without XCB support: ImageGrab cannot read the X screen")
+    return d
 
 
 def xdotool(*args: str, timeout: float = 15) -> str:

@@ -145,7 +145,8 @@ class Backend(ABC):
 
     @abstractmethod
     def state(self) -> Bodies:
-        """A float64 host copy of the current state (a synchronising read-back on the GPU)."""
+        """A float64 host copy of the current state (a synchronising read-back on the GPU), with the
+        bodies' `components`: what a snapshot of it keeps."""
 
     # --- rendering -------------------------------------------------------------------------------
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:

@@ -387,7 +387,7 @@ class CPUBackend(Backend):
         self._require_state()
         return Bodies(pos=self._pos[:, :3].astype(np.float64), vel=self._vel[:, :3].astype(np.float64),
                       mass=self._mass.copy(), time=self.time,
-                      ids=None if self._ids is None else self._ids.copy())
+                      ids=None if self._ids is None else self._ids.copy(), components=self.components)
 
 
     # --- rendering -------------------------------------------------------------------------------

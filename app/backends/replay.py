@@ -41,6 +41,7 @@ class ReplayBackend(Backend):
     def __init__(self, series, clock: Callable[[], float] | None = _time.perf_counter,
                  per_frame: float | None = None):
         self.series = series
+        self.components = series.components  # drawn as in the run: the panel lists them
         self.clock = clock
         self.per_frame = per_frame
         self.t = series.start

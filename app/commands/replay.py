@@ -20,9 +20,10 @@ Replays: when SCENE is a snapshot series (a folder, e.g. one written by `simulat
 --out-dir DIR`, or a quoted glob such as 'out/run1/snap_*.npz'), run opens it as a replay. No forces are
 computed: a panel with a time slider, play/pause and snapshot steps moves through the series, and every
 drawn frame shows the positions interpolated linearly in time between the two snapshots around it
-(default speed: the whole series in 10 s, at 1 to 30 snapshots per second; the panel sets it). Keys:
-Space play/pause, Left/Right previous/next snapshot (pausing), Home or R the first, End the last, V
-record, Tab, Escape. Every file is read and checked before the window opens (readable, the same N as the
+(default speed: the whole series in 10 s, at 1 to 30 snapshots per second; the panel sets it). The
+panel also lists the series' components (colour, show/hide, brightness; --set render.components.NAME.*).
+Keys: Space play/pause, Left/Right previous/next snapshot (pausing), Home or R the first, End the last,
+V record, Tab, Escape. Every file is read and checked before the window opens (readable, the same N as the
 first); only --set render.* / camera.* keys apply.
 """
 

@@ -44,10 +44,11 @@ overwritten) and starts again at step 0, with drifts relative to the resumed sta
 
 --snapshot-every K --out-dir DIR writes a numbered series for a replay: DIR/snap_<step>.npz every K
 steps, from step 0 to the last step (which is always written), with the same atomic npz writer as --out
-(float64, the original body order, the time), and DIR/series.json listing the complete snapshots
-(`complete` is false until the last step is written). DIR is created if missing; a folder that already
-holds a series is refused unless --resume continues it: the resumed run then adds the snapshots an
-uninterrupted run would have written (same step numbers and times). Without --out, --out is DIR/last.npz.
+(float64, the original body order, the time, the components), and DIR/series.json listing the complete
+snapshots (`complete` is false until the last step is written). DIR is created if missing; a folder that
+already holds a series is refused unless --resume continues it: the resumed run then adds the snapshots
+an uninterrupted run would have written (same step numbers and times). Without --out, --out is
+DIR/last.npz.
 Replay the series with `nbody-live run DIR`, or render it to a video with `nbody-live record DIR`.
 
 examples:

@@ -1,6 +1,7 @@
-"""The panel's component list (app.components): per component a colour swatch (click: a colour picker),
-a show/hide checkbox with its name and a brightness slider, then its body count. Every change goes
-through `Controller.set_value("render.components.NAME.FIELD", value)`, the `--set` path, so the scene
+"""The panels' component list (app.components), in the live panel's View tab and in the replay panel:
+per component a colour swatch (click: a colour picker), a show/hide checkbox with its name and a
+brightness slider, then its body count. Every change goes through the panel controller's
+`set_value("render.components.NAME.FIELD", value)` (app.ui.actions), the `--set` path, so the scene
 keys, `record` and the panel agree. Widgets are recorded in `panel.item_rects` as
 `component:NAME:color`, `component:NAME:visible` and `component:NAME:brightness`.
 """

@@ -24,7 +24,6 @@ records are app.ui.benchmark's.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections import deque
@@ -38,6 +37,7 @@ from app.errors import ConfigError
 from app.force_error import ForceErrorProbe
 from app.render.live_recording import ViewRecorder
 from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord, History, StepTimings
+from app.ui.actions import Actions
 from app.ui.benchmark import Benchmark, BenchResult
 from app.ui.energy import EnergyMonitor
 
@@ -59,7 +59,9 @@ class Marker:
     label: str
 
 
-class Controller:
+class Controller(Actions):
+    LIVE_SECTIONS = ("run", "camera")
+
     def __init__(self, viewer, frame_log: FrameLog | None = None, energy_every: int = 30):
         self.viewer = viewer
         self.log = frame_log if frame_log is not None else FrameLog().attach(viewer)
@@ -103,10 +105,6 @@ class Controller:
     def backend(self):
         return self.viewer.backend
 
-    @property
-    def scene(self):
-        return self.viewer.scene
-
     def refresh_availability(self) -> None:
         """Ask every backend why each of its kernels cannot run (may compile CUDA sources, memoised)."""
         for rec in self.records:
@@ -133,15 +131,6 @@ class Controller:
 
     def available(self) -> list[str]:
         return [r.name for r in self.records if self.why_not(r.name) is None]
-
-    def _fail(self, msg: str) -> str:
-        self.message = msg
-        log.warning("%s", msg)
-        return msg
-
-    def _ok(self, msg: str) -> None:
-        self.message = msg
-        log.info("%s", msg)
 
     # --- kernels ---------------------------------------------------------------------------------
     def switch_kernel(self, name: str) -> str | None:
@@ -207,62 +196,37 @@ class Controller:
         self._ok(f"{backend.kernel}.{name} = {shown} from the next step")
         return None
 
-    # --- parameters ------------------------------------------------------------------------------
+    # --- parameters (set_value: app.ui.actions, validated like --set) ----------------------------------
     def current_value(self, key: str):
         section, name = key.split(".", 1)
-        if section == "render" and name.startswith("components."):
-            from app.components import style_value
-
-            return style_value(self.scene.render.components, self.viewer.renderer.components, key)
         if section == "physics":
             return getattr(self.backend.physics, name)
-        if section == "initial" and name == "n":
+        if key == "initial.n":
             return self.backend.n
-        return getattr(getattr(self.scene, section), name)
+        return super().current_value(key)
 
-    def set_value(self, key: str, value) -> str | None:
-        """Validate `key = value` exactly as a scene file / `--set` would, then apply it live.
-
-        A rejected value changes nothing (the previous value stays in effect)."""
-        from app.scene import set_value
-
-        trial = copy.deepcopy(self.scene)
-        try:
-            set_value(trial, key, value)
-        except ConfigError as e:
-            return self._fail(str(e))
-        section = key.split(".", 1)[0]
-        try:
-            if key == "initial.n":
-                return self._set_n(trial)
-            if section == "physics":
-                self.backend.set_physics(trial.physics)
-                if key in ENERGY_RESET_KEYS:
-                    self.energy.rebase()
-            elif section == "render":
-                self.viewer.renderer.apply_settings(trial.render)
-            elif section not in ("run", "camera"):
-                return self._fail(f"{key} cannot be changed while running")
-        except Exception as e:  # noqa: BLE001 - the backend's own checks
-            return self._fail(f"{key}: {e}")
-        set_value(self.scene, key, value)
-        self._ok(f"{key} = {self.current_value(key)}")
-        return None
+    def apply_value(self, key: str, trial) -> str | None:
+        """Physics from the next step (a new energy baseline where the energy's definition changed), N
+        with new bodies and buffers, and what every panel applies (render, camera) plus run."""
+        if key == "initial.n":
+            return self._set_n(trial)
+        if key.split(".", 1)[0] == "physics":
+            self.backend.set_physics(trial.physics)
+            if key in ENERGY_RESET_KEYS:
+                self.energy.rebase()
+            return None
+        return super().apply_value(key, trial)
 
     def _set_n(self, trial) -> str | None:
         from app.scene import make_bodies
 
         if trial.initial.file:
-            return self._fail("N is fixed by the snapshot file the bodies come from")
+            raise ConfigError("N is fixed by the snapshot file the bodies come from")
         n = trial.initial.n
         if n == self.backend.n:
-            self.scene.initial.n = n
             return None
-        bodies = make_bodies(trial)
-        self._load(bodies)
-        self.scene.initial.n = n
-        self._ok(f"N = {n:,}: buffers re-allocated")
-        return None
+        self._load(make_bodies(trial))
+        return f"N = {n:,}: buffers re-allocated"
 
     def _load(self, bodies, physics=None) -> None:
         """New bodies into the running backend; new VBOs when N changed (re-registered with CUDA)."""
@@ -298,9 +262,7 @@ class Controller:
             path, i = folder / f"snapshot-{stamp}-{i}.npz", i + 1
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            state = self.backend.state()
-            state.components = self.viewer.renderer.components  # (npz keeps them)
-            formats.write(check_output(path, "snapshot"), state)
+            formats.write(check_output(path, "snapshot"), self.backend.state())  # (with the components)
         except Exception as e:  # noqa: BLE001 - a failed save is reported; the viewer goes on
             return self._fail(f"snapshot not saved: {e}")
         self.last_snapshot = path
@@ -384,10 +346,6 @@ class Controller:
 
     def stop_recording(self) -> str | None:
         return self.view_recorder.stop()
-
-    def _report(self, message: str, failed: bool) -> None:
-        """Where the recorder's lines go: `message`, like every other action's."""
-        (self._fail if failed else self._ok)(message)
 
     # --- per frame -------------------------------------------------------------------------------
     def on_frame(self) -> None:

@@ -49,11 +49,10 @@ from app.physics import INTEGRATORS, MODELS
 from app.timing import FLOPS_PER_INTERACTION
 from app.ui.components_panel import components_section
 from app.ui.controller import HISTORY_S, MEDIAN_EVERY_S, Controller
-from app.ui.imgui_bridge import ImGuiBridge, detach_panel
+from app.ui.overlay_panel import OverlayPanel
 
 log = logging.getLogger(__name__)
 
-PANEL_W = 440.0
 RED_BG = (0.55, 0.08, 0.08, 1.0)
 RED_TEXT = (1.0, 0.42, 0.38, 1.0)
 OK_TEXT = (0.55, 0.85, 0.55, 1.0)
@@ -100,22 +99,16 @@ def _fmt_rate(x: float) -> str:
     return f"{x:.0f}"
 
 
-class Panel:
+class Panel(OverlayPanel):
     def __init__(self, viewer, controller: Controller | None = None, frame_log=None, visible: bool = True,
                  screenshot_dir: str | Path = "out"):
         from imgui_bundle import imgui, implot
 
-        self.imgui, self.implot = imgui, implot
-        self.viewer = viewer
-        self.controller = controller or Controller(viewer, frame_log)
-        self.bridge = ImGuiBridge(viewer)
-        self.visible = visible
-        self.bridge.enabled = visible
+        self.implot = implot
+        super().__init__(viewer, controller or Controller(viewer, frame_log), visible)
         self.field_text: dict[str, str] = {}  # what a field shows while edited or after a rejection
         self.field_errors: dict[str, str] = {}  # key -> why the typed value was rejected
         self.red_fields: set[str] = set()  # fields drawn red in the last frame
-        self.item_rects: dict[str, tuple[float, float, float, float]] = {}
-        self.cost_ms = 0.0  # the overlay, CPU (perf_counter), less energy read-back / benchmark
         self.shown_frames = 0
         self.screenshot_dir = Path(screenshot_dir)
         self.screenshot_with_panel = True
@@ -129,18 +122,6 @@ class Panel:
         F = imgui.InputTextFlags_
         self._text_flags = int(F.enter_returns_true | F.auto_select_all | F.chars_no_blank)
         self.gl = self._gl_info()
-        viewer.overlays.append(self.draw)
-        viewer.key_actions["Tab"] = self.toggle
-        # While a popup is open or a text field is being edited, the keys are the UI's: Escape closes the
-        # popup (or leaves the field) instead of quitting, and Space types instead of pausing.
-        self.modal_input = False
-        self._keys_are_ui = lambda: self.visible and self.modal_input
-        viewer.capture_keyboard.append(self._keys_are_ui)
-        # the scene is centred in the part of the window the panel leaves free (app.render.view_area)
-        self.window_rect = (8.0, 8.0, 8.0 + PANEL_W, max(float(viewer.size[1]) - 8.0, 208.0))
-        viewer.view_covers.append(self.covered)
-        if visible:
-            viewer.reset_camera()  # fitted to the free part
 
     @staticmethod
     def _gl_info() -> dict:
@@ -155,18 +136,7 @@ class Panel:
 
         return {"renderer": get(GL.GL_RENDERER), "version": get(GL.GL_VERSION)}
 
-    # --- visibility and the overlay --------------------------------------------------------------
-    def covered(self) -> tuple[float, float, float, float] | None:
-        """The window rectangle the panel covers (logical pixels), None while hidden."""
-        return self.window_rect if self.visible else None
-
-    def toggle(self) -> None:
-        self.set_visible(not self.visible)
-
-    def set_visible(self, visible: bool) -> None:
-        self.visible = bool(visible)
-        self.bridge.enabled = self.visible
-
+    # --- the overlay (visibility, what it covers, Escape: app.ui.overlay_panel) ---------------------
     def request_screenshot(self, with_panel: bool | None = None) -> None:
         """Save what the viewer shows at the end of this frame's overlay (no second render)."""
         if with_panel is not None:
@@ -211,25 +181,7 @@ class Panel:
         self.controller.message = f"wrote {path}"
         log.info("wrote %s", path)
 
-    def close(self) -> None:
-        detach_panel(self.viewer, self.draw, self.toggle, self._keys_are_ui)
-        if self.covered in self.viewer.view_covers:
-            self.viewer.view_covers.remove(self.covered)
-        self.bridge.close()
-        self.controller.close()
-
-    # --- helpers ---------------------------------------------------------------------------------
-    def _rect(self, name: str) -> None:
-        imgui = self.imgui
-        a, b = imgui.get_item_rect_min(), imgui.get_item_rect_max()
-        self.item_rects[name] = (a.x, a.y, b.x, b.y)
-
-    def _tooltip(self, text: str, disabled: bool = False) -> None:
-        imgui = self.imgui
-        flags = imgui.HoveredFlags_.allow_when_disabled if disabled else imgui.HoveredFlags_.for_tooltip
-        if text and imgui.is_item_hovered(flags):
-            imgui.set_tooltip(text)
-
+    # --- helpers (and OverlayPanel's _rect, _tooltip, _header) -----------------------------------------
     def _mono(self, text: str, color=None) -> None:
         imgui = self.imgui
         font = self.bridge.fonts.get("mono")
@@ -241,10 +193,6 @@ class Panel:
             imgui.text_colored(imgui.ImVec4(*color), text)
         if font is not None:
             imgui.pop_font()
-
-    def _header(self, label: str) -> bool:
-        self.imgui.separator_text(label)
-        return True
 
     def _field_text(self, key: str) -> str:
         v = self.controller.current_value(key)
@@ -382,18 +330,8 @@ class Panel:
     # --- the panel -------------------------------------------------------------------------------
     def build(self) -> None:
         imgui = self.imgui
-        self.item_rects = {}  # the layout of this frame only
         self.red_fields = set()
-        io = imgui.get_io()
-        if self.modal_input and imgui.is_key_pressed(imgui.Key.escape, False):
-            # Dear ImGui closes popups on Escape only with keyboard navigation on (which would also take
-            # the arrow keys): close them here. A text field handles its own Escape.
-            imgui.internal.close_popups_except_modals()
-        imgui.set_next_window_pos(imgui.ImVec2(8, 8), imgui.Cond_.first_use_ever)
-        imgui.set_next_window_size(imgui.ImVec2(PANEL_W, max(io.display_size.y - 16, 200)),
-                                   imgui.Cond_.first_use_ever)
-        expanded, _ = imgui.begin("NBody Live###panel", None, imgui.WindowFlags_.no_collapse)
-        if expanded:
+        if self._begin_window("NBody Live###panel", max(imgui.get_io().display_size.y - 16, 200)):
             self._summary()
             self._kernel_section()
             self._live_section()
@@ -405,11 +343,7 @@ class Panel:
                         fn()
                         imgui.end_tab_item()
                 imgui.end_tab_bar()
-        pos, size = imgui.get_window_pos(), imgui.get_window_size()
-        self.item_rects["window"] = self.window_rect = (pos.x, pos.y, pos.x + size.x, pos.y + size.y)
-        imgui.end()
-        any_popup = imgui.PopupFlags_.any_popup_id | imgui.PopupFlags_.any_popup_level
-        self.modal_input = imgui.is_popup_open("", any_popup) or io.want_text_input
+        self._end_window()
 
     def _summary(self) -> None:
         imgui = self.imgui

@@ -5,9 +5,13 @@ ReplayBackend (app.backends.replay), which feeds the viewer the series' position
     panel.controller.seek(t); panel.controller.toggle_play(); panel.close()
 
 A replay computes nothing, so this panel has none of the simulation panel's kernels, parameters or
-benchmark; it keeps its Record button (V, app.render.live_recording) and its conventions: the actions
-are `ReplayController` methods (no ImGui in them), and per frame the panel records where its widgets
-were drawn (`item_rects`, logical pixels) so that tests click them with synthesised vispy events.
+benchmark; it keeps its Record button (V, app.render.live_recording), its component list (the same
+section as the live panel's View tab, app.ui.components_panel: the series' components, each with its
+colour swatch, show/hide checkbox and brightness slider, through the render.components keys) and its
+conventions (app.ui.overlay_panel): the actions are `ReplayController` methods (no ImGui in them; scene
+keys through app.ui.actions, as `--set` would), the scene is drawn in the part of the window the panel
+leaves free, Escape closes an open popup first, and per frame the panel records where its widgets were
+drawn (`item_rects`, logical pixels) so that tests click them with synthesised vispy events.
 
 Keys: Space play / pause, Left / Right the previous / next snapshot, Home / End the first / last,
 V record, Tab hide the panel, Escape quit (F, C and the mouse move the camera as in a live run).
@@ -20,10 +24,12 @@ import math
 import time
 
 from app.render.live_recording import ViewRecorder
+from app.ui.actions import Actions
+from app.ui.components_panel import components_section
+from app.ui.overlay_panel import OverlayPanel
 
 log = logging.getLogger(__name__)
 
-PANEL_W = 440.0
 SPEED_RANGE = (0.1, 120.0)  # snapshots per second the speed slider offers
 KEYS_HELP = "Space play/pause · Left/Right snapshot · Home/End · V record · F fit · Tab hide · Esc quit"
 DIM = (0.60, 0.64, 0.70, 1.0)
@@ -31,8 +37,9 @@ ACCENT = (1.0, 0.62, 0.22, 1.0)
 RED = (1.0, 0.42, 0.38, 1.0)
 
 
-class ReplayController:
-    """What the replay panel and the keys do to the ReplayBackend; each action returns None or a message."""
+class ReplayController(Actions):
+    """What the replay panel and the keys do to the ReplayBackend; each action returns None or a message.
+    Scene keys (`set_value`): render.* and camera.* only, as on a replay's command line."""
 
     def __init__(self, viewer):
         self.viewer = viewer
@@ -53,10 +60,6 @@ class ReplayController:
     @property
     def series(self):
         return self.replay.series
-
-    def _report(self, message: str, failed: bool) -> None:
-        self.message = message
-        (log.warning if failed else log.info)("%s", message)
 
     def toggle_play(self) -> None:
         self.replay.set_playing(not self.replay.playing)
@@ -95,28 +98,9 @@ class ReplayController:
         self.view_recorder.close()
 
 
-class ReplayPanel:
+class ReplayPanel(OverlayPanel):
     def __init__(self, viewer, visible: bool = True):
-        from imgui_bundle import imgui
-
-        from app.ui.imgui_bridge import ImGuiBridge
-
-        self.imgui = imgui
-        self.viewer = viewer
-        self.controller = ReplayController(viewer)
-        self.bridge = ImGuiBridge(viewer)
-        self.visible = visible
-        self.bridge.enabled = visible
-        self.item_rects: dict[str, tuple[float, float, float, float]] = {}
-        self.cost_ms = 0.0
-        viewer.overlays.append(self.draw)
-        viewer.key_actions["Tab"] = self.toggle
-        self._keys_are_ui = lambda: self.visible and self.imgui.get_io().want_text_input
-        viewer.capture_keyboard.append(self._keys_are_ui)
-
-    def toggle(self) -> None:
-        self.visible = not self.visible
-        self.bridge.enabled = self.visible
+        super().__init__(viewer, ReplayController(viewer), visible)
 
     def draw(self, viewer) -> None:
         t0 = time.perf_counter()
@@ -125,30 +109,11 @@ class ReplayPanel:
             self.bridge.frame(self.build)
         self.cost_ms = (time.perf_counter() - t0) * 1e3
 
-    def close(self) -> None:
-        from app.ui.imgui_bridge import detach_panel
-
-        detach_panel(self.viewer, self.draw, self.toggle, self._keys_are_ui)
-        self.bridge.close()
-        self.controller.close()
-
-    def _rect(self, name: str) -> None:
-        a, b = self.imgui.get_item_rect_min(), self.imgui.get_item_rect_max()
-        self.item_rects[name] = (a.x, a.y, b.x, b.y)
-
-    def _tooltip(self, text: str) -> None:
-        if self.imgui.is_item_hovered(self.imgui.HoveredFlags_.for_tooltip):
-            self.imgui.set_tooltip(text)
-
     def build(self) -> None:
         imgui = self.imgui
         ctl = self.controller
         r, s = ctl.replay, ctl.series
-        self.item_rects = {}
-        imgui.set_next_window_pos(imgui.ImVec2(8, 8), imgui.Cond_.first_use_ever)
-        imgui.set_next_window_size(imgui.ImVec2(PANEL_W, 0), imgui.Cond_.first_use_ever)
-        expanded, _ = imgui.begin("Replay###replay", None, imgui.WindowFlags_.no_collapse)
-        if expanded:
+        if self._begin_window("Replay###replay", 0.0):  # (0: as tall as its content)
             imgui.text_colored(imgui.ImVec4(*ACCENT), f"{self.viewer.stats.fps:6.1f} FPS")
             imgui.same_line()
             imgui.text_disabled(f"  {s.name}  ·  N = {s.n:,}  ·  {len(s)} snapshots")
@@ -180,14 +145,13 @@ class ReplayPanel:
             if changed:
                 r.loop = loop
             self._record_row()
+            components_section(self)  # the live panel's own: what the series' bodies are, drawn how
             imgui.push_text_wrap_pos(0.0)
-            if ctl.message:
+            if ctl.message:  # (below the widgets: a new message moves none of them)
                 imgui.text_colored(imgui.ImVec4(*DIM), ctl.message)
             imgui.text_colored(imgui.ImVec4(*DIM), KEYS_HELP)
             imgui.pop_text_wrap_pos()
-        pos, size = imgui.get_window_pos(), imgui.get_window_size()
-        self.item_rects["window"] = (pos.x, pos.y, pos.x + size.x, pos.y + size.y)
-        imgui.end()
+        self._end_window()
 
     def _transport(self) -> None:
         imgui = self.imgui

@@ -525,13 +525,13 @@ class CudaBackend(Backend):
                 self._drv.memcpy_dtoh(p, pos64)
                 self._drv.memcpy_dtoh(v, vel64)
             return Bodies(pos=p[:, :3].copy(), vel=v[:, :3].copy(), mass=self._mass.copy(), time=self.time,
-                          ids=ids)
+                          ids=ids, components=self.components)
         vel4 = np.empty((self._n, 4), dtype=np.float32)
         pos4, _speed = self._read_render_arrays()
         with self._scope:
             self._drv.memcpy_dtoh(vel4, self._ptr("vel"))
         return Bodies(pos=pos4[:, :3].astype(np.float64), vel=vel4[:, :3].astype(np.float64),
-                      mass=self._mass.copy(), time=self.time, ids=ids)
+                      mass=self._mass.copy(), time=self.time, ids=ids, components=self.components)
 
     def diagnostics(self) -> Diagnostics:
         """Energies and momenta reduced on the device (kernels/diagnostics.cu): ten doubles come back,
