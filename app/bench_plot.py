@@ -22,7 +22,7 @@ from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
 from app.bench import EQUIVALENT_FIELD
 from app.bench_sweep import step_ms
@@ -38,7 +38,8 @@ SIZE_PX_WITH_ERRORS = (1100, 1250)  # the accuracy panel under the rates
 DPI = 100
 
 
-PLAIN = FuncFormatter(lambda v, _pos: f"{v:,g}")  # 2,000 rather than 2×10³: values are read, not sized
+# 2,000 rather than 2×10³ (values are read, not sized), and 4,000,000 rather than 4e+06
+PLAIN = FuncFormatter(lambda v, _pos: f"{v:,.0f}" if v >= 1 else f"{v:g}")
 
 
 def _n_label(n: int) -> str:
@@ -130,12 +131,11 @@ def _rates_panel(ax, result: dict) -> None:
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _n_label(int(round(v)))))
-    ax.yaxis.set_major_formatter(PLAIN)
-    ax.yaxis.set_minor_formatter(PLAIN)
     if not ax.lines:  # nothing measured: still a labelled, readable frame over the Ns asked for
         ns = [r["n"] for r in result.get("results", [])] or [1024, 65536]
         ax.set_xlim(min(ns) / 2, max(ns) * 2)
         ax.set_ylim(1e-3, 1e3)
+    _plain_log_labels(ax)
     ax.set_xlabel("N (bodies)")
     ax.set_ylabel("G interactions / s")
     ax.set_title(title(result), fontsize=11)
@@ -180,14 +180,23 @@ def _accuracy_panel(ax, result: dict) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.margins(x=0.12, y=0.08)  # room for the setting labels right of the outermost points
-    ax.yaxis.set_major_formatter(PLAIN)
-    ax.yaxis.set_minor_formatter(PLAIN)
+    _plain_log_labels(ax)
     k = max(r["error"]["sample"] for r in sampled)
     ax.set_xlabel(f"p99 relative acceleration error ({k:,} random targets against the exact all-pairs sum)")
     ax.set_ylabel("ms per step (force + integrate)")
     ax.set_title("accuracy against time per step: the fastest setting within the budget ringed", fontsize=11)
     ax.grid(True, which="major", alpha=0.35)
     _legend(ax)
+
+
+def _plain_log_labels(ax) -> None:
+    """Plain numbers on a log y axis. Minor ticks: every one labelled over up to two decades, the 2s and
+    5s labelled over up to four, none beyond (their labels would run into each other)."""
+    ax.yaxis.set_major_formatter(PLAIN)
+    low, high = ax.get_ylim()
+    if high > 100 * low:
+        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=(2.0, 5.0)))
+    ax.yaxis.set_minor_formatter(PLAIN if high <= 1e4 * low else NullFormatter())
 
 
 def _legend(ax) -> None:

@@ -216,14 +216,16 @@ class SlowToy(ToyBackend):
         return super().step(steps)
 
 
-def test_max_seconds_skips_a_row_predicted_from_a_smaller_n():
-    result = bench.run_bench(ToyBackend, ["toy-fast"], [64, 1000], warmup=2, repeats=3, progress=False,
-                             max_seconds=0.01)  # 64: ~0.01 ms per step; 1000 predicted x244 per step
-    small, large = result["results"]
-    assert small["status"] == "ok" and result["max_seconds"] == 0.01
-    assert large["status"] == "skipped" and large["reason"].startswith("not run: 5 steps predicted to take")
-    assert "at N = 64" in large["reason"] and "--max-seconds 0.01" in large["reason"]
-    assert "not run: 5 steps predicted" in bench.format_table(result)
+def test_max_seconds_skips_a_row_predicted_from_a_smaller_n_by_its_work():
+    result = bench.run_bench(ToyBackend, ["toy-fast", "toy-tree"], [16, 1000], warmup=2, repeats=3,
+                             progress=False, max_seconds=0.05)  # at 16: ~0.01 ms per step
+    assert [r["status"] for r in result["results"]] == ["ok", "ok", "skipped", "ok"]
+    large = by(result, "toy-fast", 1000)  # all-pairs: x(1000/16)² = x3,906 per step, 0.2 s for 5 steps
+    assert large["reason"] == ("not run: 5 steps predicted to take 0.2 s (N² from 0.0103 ms per step at "
+                               "N = 16) > --max-seconds 0.05")
+    assert result["max_seconds"] == 0.05 and "not run: 5 steps predicted" in bench.format_table(result)
+    # a tree (fewer interactions than N²) grows as N log N: x156, 0.008 s predicted, so it runs
+    assert by(result, "toy-tree", 1000)["status"] == "ok"
 
 
 def test_max_seconds_stops_a_row_whose_pace_would_take_too_long():
@@ -233,3 +235,31 @@ def test_max_seconds_stops_a_row_whose_pace_would_take_too_long():
     assert row["status"] == "skipped" and row["reason"].startswith("stopped after 2 of 6 steps: ")
     fine = bench.run_bench(SlowToy, ["toy-fast"], [64], warmup=0, repeats=2, progress=False, max_seconds=30)
     assert by(fine, "toy-fast", 64)["status"] == "ok"
+
+
+def test_the_progress_bar_counts_the_error_samples_too(cpu, monkeypatch):
+    class Bar:
+        def __init__(self, total, enabled):
+            self.total, self.done, self.said = total, 0, []
+
+        def set_postfix_str(self, text):
+            self.said.append(text)
+
+        def update(self, k):
+            self.done += k
+
+        def close(self):
+            pass
+
+    bars = []
+
+    def progress(total, enabled):
+        bars.append(Bar(total, enabled))
+        return bars[-1]
+
+    monkeypatch.setattr(bench, "_progress", progress)
+    bench.run_bench(cpu, ["cpu-simd", "cpu-tree"], [256], warmup=0, repeats=1, tunables={"theta": [0.4, 0.8]},
+                    error_sample=64)
+    (bar,) = bars
+    assert bar.total == bar.done == 3 + 2  # three timings, two error samples (the tree's rows)
+    assert "cpu-tree theta=0.8 plummer N=256: error sample of 64 targets" in bar.said

@@ -34,9 +34,10 @@ named in a summary line and in the JSON (fastest_within_budget).
 
 Rows that cannot run (too large, out of memory, failed compile, over --max-seconds) are listed in the
 JSON with the reason, never dropped. --max-seconds S skips a row whose warm-up and timed steps would take
-longer than S seconds: predicted from the same kernel and setting at a smaller N of the run (scaled by
-N², all-pairs work), or stopped once it is running and its pace says so; this is how a run keeps `best`
-at 1M and skips it at 8M (about 6 minutes there on an H200), with the reason in the JSON.
+longer than S seconds: predicted from the same kernel, scene and setting at a smaller N of the run
+(scaled by N² for all-pairs, N log N for a tree), or stopped once it is running and its pace says so; this
+is how a run keeps `best` at 1M and skips it at 8M (about 6 minutes there on an H200), with the reason in
+the JSON.
 
 examples:
   # the tree beside all-pairs `best` (issue 11's acceptance run; about 3 minutes on an H200)
