@@ -1,35 +1,47 @@
 """The `bench` command's engine: force-kernel throughput per kernel and N, as JSON (app.bench_plot draws it).
 
-For each kernel x N: a seeded Plummer sphere, `warmup` untimed steps, then `repeats` single steps whose
-force time the backend measured itself (CUDA events around the force launch on the GPU, perf_counter on
-the CPU); the median is reported as interactions/s, the interactions being what the force evaluator
-counted (StepTimings.interactions: N² for an all-pairs kernel, body-body plus body-cell for a tree), and
-GFLOP/s by the 20-flops-per-interaction convention of GPU Gems 3 and the CUDA samples. A kernel that
-evaluates fewer pairs than N² also gets the "equivalent all-pairs" rate (StepTimings.pair_equivalent
-over the same time) in a field and a column of its own, and its body-cell count; a kernel that reports
-its time split per stage (StepTimings.stages: a tree's keys, sort, build, moments, walk) gets the
-median of each stage in `stages_median_ms`. With the leapfrog's cached acceleration every
-step is exactly one force launch. Kernels that cannot run at an N (over max_n, out of memory, failed
-compile) are recorded with the reason, never dropped.
+For each scene x N x kernel x tunable setting (one row each): the scene's seeded bodies (app.ics; default
+the Plummer sphere), `warmup` untimed steps, then `repeats` single steps whose force time the backend
+measured itself (CUDA events around the force launch on the GPU, perf_counter on the CPU); the median is
+reported as interactions/s, the interactions being what the force evaluator counted
+(StepTimings.interactions: N² for an all-pairs kernel, body-body plus body-cell for a tree), and GFLOP/s
+by the 20-flops-per-interaction convention of GPU Gems 3 and the CUDA samples, and the median full step
+(force + integrate) as `step_median_ms`. A kernel that evaluates fewer pairs than N² also gets the
+"equivalent all-pairs" rate (StepTimings.pair_equivalent over the same time) in a field and a column of
+its own, and its body-cell count; a kernel that reports its time split per stage (StepTimings.stages: a
+tree's keys, sort, build, moments, walk) gets the median of each stage in `stages_median_ms`. With the
+leapfrog's cached acceleration every step is exactly one force launch.
 
-    result = run_bench(CudaBackend, ["naive", "shared"], [4096, 65536])
-    write_json(result, "bench/results/h100.json")   # app.bench_plot.plot(result, ...) draws it
+Tunable lists sweep (app.bench_sweep: one row per value, recorded in the row's `tunables`). After its
+timing, a row of an approximate kernel (a tree) samples its force error: the median, p99 and max relative
+error of K random targets against the exact all-pairs sum on the same device (`error`), and per scene
+and N the fastest setting within the p99 budget is named (`fastest_within_budget`). Rows that cannot run
+(over max_n, out of memory, failed compile, over `max_seconds`) are recorded with the reason, never
+dropped.
+
+    result = run_bench(CudaBackend, ["tree", "best"], [1048576], scenes=["plummer", "collision"],
+                       tunables={"theta": [0.5, 0.7]}, max_seconds=60)
+    write_json(result, "bench/results/h200.json")   # app.bench_plot.plot(result, ...) draws it
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 
 from app.bodies import Bodies
+from app.errors import ConfigError
+from app.forces import format_tunables
 from app.ics import generate
 from app.paths import ROOT
 from app.physics import Physics
@@ -48,12 +60,20 @@ EXCHANGE_FIELD = "exchange_median_ms"  # several devices: the position exchange 
 DEFAULT_GPU_FP32_LIMIT = 128 / 12 * 132 * 1.98e9
 # DESIGN.md: the NVIDIA CUDA-samples nbody kernel on a lent H200 (fp32, block 256), interactions/s.
 CUDA_SAMPLES_H200 = {4096: 120e9, 16384: 495e9, 65536: 1409e9, 131072: 1461e9, 1048576: 1575e9}
+DEFAULT_SCENE = "plummer"
+# targets whose force error an approximate kernel's row samples after its timing (0: none)
+DEFAULT_ERROR_SAMPLE = 4096
+ERROR_REFERENCE = ("relative acceleration error |a - a_exact| / |a_exact| (app.physics.relative_errors) of "
+                   "`error_sample` random targets; a_exact = the all-pairs sum over every source in the "
+                   "kernel's precision on the same device (Backend.force_error_sample: `shared` on CUDA, "
+                   "cpu-simd's kernel on the CPU)")
 
 
 # --- initial conditions ---------------------------------------------------------------------------------
-def bench_bodies(n: int, seed: int = 42) -> Bodies:
-    """The benchmark (and tune) state: app.ics's Plummer sphere, the same bodies for the same n and seed."""
-    return generate("plummer", n, seed)
+def bench_bodies(n: int, seed: int = 42, scene: str = DEFAULT_SCENE) -> Bodies:
+    """The benchmark (and tune) state: app.ics's generator `scene` (default the Plummer sphere) with its
+    default parameters, the same bodies for the same scene, n and seed."""
+    return generate(scene, n, seed)
 
 
 # --- machine facts ----------------------------------------------------------------------------------------
@@ -111,23 +131,33 @@ def reference_lines(backend: str, fp32_limit: float | None) -> list[dict]:
 
 # --- the benchmark ----------------------------------------------------------------------------------------
 def _progress(total: int, enabled: bool):
-    if not enabled:
-        return None
-    try:
-        from tqdm import tqdm
+    """A tqdm bar on stderr over the parts of the run (a row's timing; its error sample); disabled, every
+    call on it does nothing."""
+    from tqdm import tqdm
 
-        return tqdm(total=total, unit="run", file=sys.stderr, leave=False)
-    except ImportError:
-        return None
+    return tqdm(total=total, unit="part", file=sys.stderr, leave=False, disable=not enabled)
 
 
 def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, repeats: int = 10,
-              progress: bool = True, physics: Physics | None = None, seed: int = 42) -> dict:
-    """Time the force launch of every kernel at every N; returns the JSON-ready result (see module doc)."""
+              progress: bool = True, physics: Physics | None = None, seed: int = 42,
+              scenes: list[str] | tuple[str, ...] = (DEFAULT_SCENE,), tunables: dict[str, list] | None = None,
+              error_sample: int = DEFAULT_ERROR_SAMPLE, max_seconds: float | None = None) -> dict:
+    """Time the force launch of every kernel at every N (see the module doc); returns the JSON-ready
+    result. `scenes`: app.ics generators whose seeded bodies are timed, one set of rows per scene;
+    `tunables`: {name: [values]} swept (app.bench_sweep); `error_sample`: targets sampled for the force
+    error of approximate kernels (0: none); `max_seconds`: a row whose warm-up and timed steps would take
+    longer is skipped with the reason (predicted from a smaller N, or stopped while running)."""
+    from app.bench_sweep import fastest_within_budget, kernel_settings
+
     physics = physics or Physics(integrator="leapfrog")
     repeats = max(int(repeats), 1)
     warmup = max(int(warmup), 0)
+    scenes = list(scenes)
     records = {rec.name: rec for rec in backend_cls.kernels()}
+    settings = kernel_settings([records[k] for k in kernels if k in records], tunables or {},
+                               records.values())  # ConfigError before any work
+    for scene in scenes:
+        check_scene(scene)
     result = {
         "schema": SCHEMA,
         "backend": backend_cls.name,
@@ -138,20 +168,30 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
         "device": {},
         "physics": physics.as_dict(),
         "seed": seed,
+        "scenes": scenes,
+        "tunable_lists": dict(tunables or {}),
         "warmup": warmup,
         "repeats": repeats,
+        "max_seconds": max_seconds,
         "statistic": "median",
         "timing": getattr(backend_cls, "timing", None) or (
             "CUDA events around each force launch" if backend_cls.name == "cuda"
             else "time.perf_counter around each force evaluation"),
+        "error_sample": int(error_sample),
+        "error_reference": ERROR_REFERENCE,
         "flops_per_interaction": FLOPS_PER_INTERACTION,
         "fp32_issue_limit_interactions_per_s": None,
         "references": [],
         "results": [],
     }
     reason = backend_cls.why_not()
-    bar = _progress(len(kernels) * len(ns), progress and reason is None)
+    plan = [(scene, int(n), name, setting) for scene in scenes for n in ns for name in kernels
+            for setting in settings.get(name, [{}])]
+    approximate = {name for name, rec in records.items() if rec.approximate}
+    sampled = sum(error_sample > 0 and name in approximate for _, _, name, _ in plan)
+    bar = _progress(len(plan) + sampled, progress and reason is None)
     backend = None
+    bodies_of = _BodiesCache(seed)
     try:
         if reason is None:
             backend = backend_cls()
@@ -160,46 +200,118 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
                 "fp32_issue_limit_interactions_per_s")
         limit = result["fp32_issue_limit_interactions_per_s"]
         result["references"] = reference_lines(backend_cls.name, limit)
-        for name in kernels:
+        for scene, n, name, setting in plan:
             rec = records.get(name)
-            why = reason
-            if why is None and rec is None:
-                why = f"{name!r} is not a {backend_cls.name} kernel"
+            entry = {"kernel": name, "scene": scene, "n": n, "tunables": dict(setting)}
+            label = " ".join(filter(None, [name, format_tunables(setting), scene, f"N={n:,}"]))
+            bar.set_postfix_str(f"{label}: timing")
+            why = _why_not_run(backend_cls, reason, rec, name, n)
+            if why is None and max_seconds is not None:
+                why = _predicted_over(result["results"], entry, warmup + repeats, max_seconds)
             if why is None:
-                why = backend_cls.kernel_why_not(name)
-            for n in ns:
-                entry = {"kernel": name, "n": int(n)}
-                if why is None and rec.max_n is not None and n > rec.max_n:
-                    entry.update(status="skipped",
-                                 reason=f"N = {n:,} is over this kernel's max_n {rec.max_n:,}")
-                elif why is not None:
-                    entry.update(status="skipped", reason=why)
-                else:
-                    entry.update(_time_one(backend, name, int(n), physics, warmup, repeats, seed))
-                result["results"].append(entry)
-                if bar is not None:
-                    bar.update(1)
-                    bar.set_postfix_str(f"{name} N={n:,}")
+                try:
+                    bodies = bodies_of(scene, n)
+                except ConfigError as e:  # e.g. a collision needs two bodies
+                    why = f"scene {scene!r} at N = {n:,}: {e}"
+            if why is not None:
+                entry.update(status="skipped", reason=why)
+            else:
+                entry.update(_time_one(backend, rec, bodies, physics, setting, warmup, repeats, max_seconds))
+            bar.update(1)
+            if error_sample > 0 and name in approximate:
+                if entry["status"] == "ok":
+                    bar.set_postfix_str(f"{label}: error sample of {min(error_sample, n):,} targets")
+                    entry["error"] = _error_sample(backend, error_sample, seed)
+                bar.update(1)
+            result["results"].append(entry)
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
         if backend is not None:
             backend.close()
+    result["fastest_within_budget"] = fastest_within_budget(result["results"])
     return result
 
 
-def _time_one(backend, name: str, n: int, physics: Physics, warmup: int, repeats: int, seed: int) -> dict:
+def check_scene(scene: str) -> str:
+    """`scene` when it is an app.ics generator; ConfigError naming the generators otherwise."""
+    from app.ics import GENERATORS
+
+    if scene not in GENERATORS:
+        raise ConfigError(f"--scene {scene!r}: not a generator; choose from {', '.join(GENERATORS)}")
+    return scene
+
+
+class _BodiesCache:
+    """The bodies of the latest (scene, N), made once for all the kernels and settings timed on them
+    (the rows run scene by scene, N by N); the previous set is dropped, so 8M bodies are held once."""
+
+    def __init__(self, seed: int):
+        self.seed, self.key, self.bodies = seed, None, None
+
+    def __call__(self, scene: str, n: int) -> Bodies:
+        if self.key != (scene, n):
+            self.key, self.bodies = None, None  # let the previous set go before the next is made
+            self.bodies, self.key = bench_bodies(n, self.seed, scene), (scene, n)
+        return self.bodies
+
+
+def _why_not_run(backend_cls, reason: str | None, rec, name: str, n: int) -> str | None:
+    if reason is not None:
+        return reason
+    if rec is None:
+        return f"{name!r} is not a {backend_cls.name} kernel"
+    why = backend_cls.kernel_why_not(name)
+    if why is None and rec.max_n is not None and n > rec.max_n:
+        why = f"N = {n:,} is over this kernel's max_n {rec.max_n:,}"
+    return why
+
+
+def _predicted_over(done: list[dict], entry: dict, steps: int, max_seconds: float) -> str | None:
+    """Why a row is not started: the same kernel, scene and settings measured at a smaller N, scaled by
+    its work, would take more than `max_seconds` for its warm-up and timed steps. None when it fits or
+    nothing smaller ran. The work of an all-pairs row grows as N²; that of a row that counted fewer
+    interactions than N² (a tree) as N log N, which the trees' measured growth stays under (x5.1 to x8.3
+    from 1M to 8M on the H200, against x9.2), so a tree is predicted long rather than short."""
+    smaller = [r for r in done if r.get("status") == "ok" and r["n"] < entry["n"]
+               and all(r.get(k) == entry[k] for k in ("kernel", "scene", "tunables"))]
+    if not smaller:
+        return None
+    base = max(smaller, key=lambda r: r["n"])
+    ratio = entry["n"] / base["n"]
+    if "pair_equivalent" in base:
+        growth, law = ratio * math.log(entry["n"]) / math.log(max(base["n"], 2)), "N log N"
+    else:
+        growth, law = ratio ** 2, "N²"
+    predicted = steps * base["step_median_ms"] * 1e-3 * growth
+    if predicted <= max_seconds:
+        return None
+    return (f"not run: {steps} steps predicted to take {predicted:,.1f} s ({law} from "
+            f"{base['step_median_ms']:.3g} ms per step at N = {base['n']:,}) > --max-seconds {max_seconds:g}")
+
+
+def _time_one(backend, rec, bodies: Bodies, physics: Physics, setting: dict, warmup: int, repeats: int,
+              max_seconds: float | None) -> dict:
     from app.errors import RuntimeFault
 
-    bodies = bench_bodies(n, seed)
     try:
-        backend.load(bodies, physics, kernel=name)
+        backend.load(bodies, physics, kernel=rec.name)
+        if rec.tunables:  # all of them: the defaults, then the row's values (none left from an earlier row)
+            backend.set_tunables(**rec.with_tunables(setting))
     except (RuntimeFault, MemoryError) as e:
         return {"status": "skipped", "reason": f"load failed: {e}"}
+    total = warmup + repeats
+    steps = []
+    start = time.perf_counter()
     try:
-        for _ in range(warmup):
-            backend.step(1)
-        steps = [backend.step(1) for _ in range(repeats)]
+        for done in range(1, total + 1):
+            t0 = time.perf_counter()
+            timings = backend.step(1)
+            if done > warmup:
+                steps.append(timings)
+            now = time.perf_counter()
+            why = _running_over(done, total, now - start, now - t0, max_seconds)
+            if why is not None:
+                return {"status": "skipped", "reason": why}
     except Exception as e:  # recorded, not hidden: the other kernels still run
         return {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
     samples = [float(t.force_ms) for t in steps]
@@ -217,6 +329,9 @@ def _time_one(backend, name: str, n: int, physics: Physics, warmup: int, repeats
         "min_ms": min(samples),
         "max_ms": max(samples),
         "samples_ms": samples,
+        # the full step: the force evaluation (a tree: keys, sort, build, moments, walk) plus the integrator
+        "step_median_ms": statistics.median(float(t.force_ms + t.integrate_ms) for t in steps),
+        "tunables_used": backend.tunables(),
         "interactions": interactions,
         "interactions_per_s": ips,
         GFLOPS_FIELD: ips * FLOPS_PER_INTERACTION * 1e-9,
@@ -236,10 +351,39 @@ def _time_one(backend, name: str, n: int, physics: Physics, warmup: int, repeats
     return row
 
 
+def _running_over(done: int, total: int, elapsed: float, last: float,
+                  max_seconds: float | None) -> str | None:
+    """Why a row stops after `done` of `total` steps: the wall time so far plus the remaining steps at the
+    last one's pace exceeds `max_seconds`. The pace is trusted from the second step on (the first may
+    include compiling and loading kernels), the elapsed time always."""
+    if max_seconds is None or done >= total:
+        return None
+    projected = elapsed + (total - done) * last if done >= 2 else elapsed
+    if projected <= max_seconds:
+        return None
+    return (f"stopped after {done} of {total} steps: {projected:,.0f} s projected (the last step took "
+            f"{last:.2f} s) > --max-seconds {max_seconds:g}")
+
+
+def _error_sample(backend, k: int, seed: int) -> dict:
+    """The force error of the state the timed steps left, for K random targets (the same targets for every
+    setting of a scene and N: one seed), through the live probe's `measure` (app/force_error.py)."""
+    from app.force_error import measure
+
+    try:
+        s = measure(backend, k, np.random.default_rng(seed))
+    except Exception as e:  # noqa: BLE001 - the timing stands; the row says why it has no error
+        return {"sample": 0, "reason": f"{type(e).__name__}: {e}"}
+    return {"sample": s.k, "median": s.median, "p99": s.p99, "max": s.max, "budget_p99": s.budget_p99,
+            "within_budget": s.within_budget, "ms": s.ms}
+
+
 # --- bench --gpus 1,2: the same benchmark on K devices, and the scaling between them ----------------------
 def row_label(row: dict) -> str:
-    """A result row's kernel, with its device count when it has one (`bench --gpus`)."""
-    return f"{row['kernel']} ×{row['gpus']}" if "gpus" in row else row["kernel"]
+    """'tree theta=0.5', 'best ×2': the kernel, the tunables the row set (nothing for a kernel's own
+    settings) and its device count when it has one (`bench --gpus`)."""
+    kernel = f"{row['kernel']} ×{row['gpus']}" if "gpus" in row else row["kernel"]
+    return " ".join(filter(None, [kernel, format_tunables(row.get("tunables") or {})]))
 
 
 def step_ms(row: dict) -> float:
@@ -323,35 +467,59 @@ def _json_default(obj):
 
 
 def format_table(result: dict) -> str:
+    from app.bench_sweep import summary_lines
+
     dev = result.get("device") or {}
     head = f"{result.get('backend', '?')} on {dev.get('name', '?')}"
     if dev.get("sm_clock_max_mhz"):
         head += f", SM clock max {dev['sm_clock_max_mhz']:.0f} MHz"
     if dev.get("driver_version"):
         head += f", driver {dev['driver_version']}"
+    head += f"; medians of {result.get('repeats', '?')} steps"
     rows = result.get("results", [])
-    # the "equivalent all-pairs" column only when a kernel evaluated fewer pairs than N² (a tree)
+    # the "equivalent all-pairs" column only when a kernel evaluated fewer pairs than N² (a tree), the
+    # error columns only when a row sampled its force error
     equivalent = any(EQUIVALENT_FIELD in r for r in rows)
-    heads = ["median ms", "G inter/s", "GFLOP/s(20)"] + (["eq. all-pairs G/s"] if equivalent else [])
+    errors = any("p99" in (r.get("error") or {}) for r in rows)
+    heads = (["force ms", "step ms", "G inter/s", "GFLOP/s(20)"]
+             + (["eq. all-pairs G/s"] if equivalent else [])
+             + (["err median", "err p99", "err max"] if errors else []))
+    widths = [11, 11, 11, 12] + ([17] if equivalent else []) + ([10, 9, 9] if errors else [])
+    labels = [row_label(r) for r in rows]
+    label_w = max([16, *map(len, labels)])
+    scene_w = max([5, *(len(r.get("scene", DEFAULT_SCENE)) for r in rows)])
 
-    def line(kernel: str, n: str, cells: list[str], note: str = "") -> str:
-        widths = (11, 11, 12, 17)
-        text = f"{kernel:<16} {n:>10} " + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=False))
+    def line(label: str, scene: str, n: str, cells: list[str], note: str = "") -> str:
+        text = (f"{label:<{label_w}} {scene:<{scene_w}} {n:>10} "
+                + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
         return text + (f"  {note}" if note else "")
 
-    lines = [head, line("kernel", "N", heads, "note")]
-    for r in rows:
+    lines = [head, line("kernel", "scene", "N", heads, "note")]
+    for label, r in zip(labels, rows, strict=True):
+        scene, n = r.get("scene", DEFAULT_SCENE), f"{r['n']:,}"
         if r.get("status") == "ok":
             ips = r["interactions_per_s"]
-            cells = [f"{r['median_ms']:.4f}", f"{ips / 1e9:.2f}", f"{r[GFLOPS_FIELD]:.1f}"]
+            step = r.get("step_median_ms")
+            cells = [f"{r['median_ms']:.4f}", "-" if step is None else f"{step:.4f}", f"{ips / 1e9:.2f}",
+                     f"{r[GFLOPS_FIELD]:.1f}"]
             if equivalent:
                 cells.append(f"{r[EQUIVALENT_FIELD] / 1e9:.2f}" if EQUIVALENT_FIELD in r else "-")
-            lines.append(line(row_label(r), f"{r['n']:,}", cells))
+            err = r.get("error") or {}
+            if errors:
+                cells += ([f"{err[k]:.2e}" for k in ("median", "p99", "max")] if "p99" in err else ["-"] * 3)
+            note = f"error sample: {err['reason']}" if "reason" in err else ""
+            lines.append(line(label, scene, n, cells, note))
             lines += _detail_lines(r)
         else:
-            lines.append(line(row_label(r), f"{r['n']:,}", ["-"] * len(heads),
-                              f"{r.get('status')}: {r.get('reason')}"))
+            lines.append(line(label, scene, n, ["-"] * len(heads), f"{r.get('status')}: {r.get('reason')}"))
+    if any("p99" in (r.get("error") or {}) for r in rows):
+        k = max((r["error"]["sample"] for r in rows if "p99" in (r.get("error") or {})), default=0)
+        lines.append(f"err: relative acceleration error of {k:,} random targets against the exact all-pairs "
+                     "sum on the same device (step ms = force + integrate)")
+    lines += summary_lines(result.get("fastest_within_budget", []))
     return "\n".join(lines)
+
+
 
 
 def _detail_lines(r: dict) -> list[str]:

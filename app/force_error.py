@@ -42,6 +42,7 @@ class ForceErrorSample:
     k: int  # bodies sampled
     median: float  # relative error, median over the sample
     p99: float  # and its 99th percentile
+    max: float  # and the worst body of the sample
     budget_p99: float | None  # the record's ErrorBudget.p99_rel (None: it has none)
     sim_time: float  # the state's simulation time
     ms: float  # wall time the sample took (both evaluations and the statistics)
@@ -122,6 +123,6 @@ def measure(backend, k: int, rng: np.random.Generator) -> ForceErrorSample:
     errors = error_summary(approx, exact)
     record = backend.record(backend.kernel)
     return ForceErrorSample(kernel=record.name, n=n, k=int(rows.size), median=errors["median"],
-                            p99=errors["p99"], budget_p99=record.error_budget.p99_rel,
+                            p99=errors["p99"], max=errors["max"], budget_p99=record.error_budget.p99_rel,
                             sim_time=float(getattr(backend, "time", 0.0)),
                             ms=(time.perf_counter() - t0) * 1e3)

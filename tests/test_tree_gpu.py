@@ -249,3 +249,26 @@ def test_out_of_memory_at_16m_with_the_device_nearly_full():
         for block in eaten:
             block.free()
         backend.close()
+
+
+def test_bench_sweeps_the_tree_beside_all_pairs_with_its_error_sample():
+    """`bench` on the device: θ sweeps the tree only; each tree row samples its error against the exact
+    fp32 all-pairs (`shared`) and the error falls as θ falls; the same CPU-side logic as
+    tests/test_bench_sweep.py, on the CUDA backend's force_error_sample and CUDA events."""
+    from app import bench
+
+    result = bench.run_bench(CUDA, ["tree", "shared"], [65536], warmup=1, repeats=3, progress=False,
+                             scenes=["plummer", "collision"], tunables={"theta": [0.3, 0.9]},
+                             error_sample=1024)
+    for scene in ("plummer", "collision"):
+        rows = [r for r in result["results"] if r["scene"] == scene]
+        assert [(r["kernel"], r["tunables"]) for r in rows] == [
+            ("tree", {"theta": 0.3}), ("tree", {"theta": 0.9}), ("shared", {})]
+        assert all(r["status"] == "ok" for r in rows), rows
+        fine, coarse, exact = rows
+        assert "error" not in exact and fine["tunables_used"]["theta"] == 0.3
+        assert fine["error"]["sample"] == 1024 and fine["error"]["p99"] < coarse["error"]["p99"] / 3
+        assert fine["error"]["p99"] <= 1e-3 and fine[bench.STAGES_FIELD]["walk"] > 0
+        assert fine["step_median_ms"] > fine["median_ms"]  # + the integrate kernel
+    within = result["fastest_within_budget"]  # θ = 0.3 is within the budget: a setting is always named
+    assert [e["scene"] for e in within] == ["plummer", "collision"] and all(e["tunables"] for e in within)

@@ -5,19 +5,39 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.commands.common import add_gpu_options, positive_int
+from app.bench import DEFAULT_ERROR_SAMPLE, DEFAULT_SCENE
+from app.commands.common import add_gpu_options, non_negative_int, positive_float, positive_int
+from app.ics import GENERATORS
 
-HELP = "time force kernels (median of CUDA events / perf_counter) over N; write JSON and a PNG plot"
+HELP = ("time force kernels (median of CUDA events / perf_counter) over N, scenes and tunable sweeps, "
+        "with the force error of approximate kernels; write JSON and a PNG plot")
 DESCRIPTION = """\
-For each kernel and each N: a seeded Plummer sphere, --warmup untimed launches, then the median of
---repeats timed force launches. Reports interactions/s (the interactions the kernel counted) and
-GFLOP/s by the 20-flops-per-interaction convention (GPU Gems 3, CUDA samples), with the device name,
-SM clock and driver; a kernel that evaluates fewer pairs than N² (a tree) also gets its interactions
-per body (body-body plus body-cell, and the body-cell share) and an "equivalent all-pairs" rate N²/t,
-labelled as such, and a kernel that reports its time per stage (a tree: keys, sort, build, moments, walk)
-gets the median of each stage, printed under its row and in the JSON (stages_median_ms). Kernels
-that cannot run at an N (too large, out of memory) are listed in the JSON with the reason, never
-dropped.
+For each scene, N, kernel and tunable setting (one row each): the scene's seeded bodies (--scene; default
+the Plummer sphere), --warmup untimed steps, then the median of --repeats timed steps: the force time
+(CUDA events / perf_counter) and the full step (force + integrate). Reports interactions/s (the
+interactions the kernel counted) and GFLOP/s by the 20-flops-per-interaction convention (GPU Gems 3,
+CUDA samples), with the device name, SM clock and driver; a kernel that evaluates fewer pairs than N² (a
+tree) also gets its interactions per body (body-body plus body-cell, and the body-cell share) and an
+"equivalent all-pairs" rate N²/t, labelled as such, and a kernel that reports its time per stage (a tree:
+keys, sort, build, moments, walk) gets the median of each stage, printed under its row and in the JSON
+(stages_median_ms).
+
+--tunable NAME=V1,V2,... sweeps: one row per value (several swept tunables: every combination), applied
+to the selected kernels that have NAME; the others run once with their own settings (so `best` is never
+swept by theta). A tunable no selected kernel has is an error.
+
+After its timing, a row of an approximate kernel (a tree; `info --kernels`) samples its force error:
+the median, p99 and max relative acceleration error of --error-sample K random targets (the same targets
+for every setting) against the exact all-pairs sum on the same device (fp32 `shared` on CUDA). Per
+scene and N, the fastest setting whose p99 is within the kernel's budget (p99 <= 1e-3 for the trees) is
+named in a summary line and in the JSON (fastest_within_budget).
+
+Rows that cannot run (too large, out of memory, failed compile, over --max-seconds) are listed in the
+JSON with the reason, never dropped. --max-seconds S skips a row whose warm-up and timed steps would take
+longer than S seconds: predicted from the same kernel, scene and setting at a smaller N of the run
+(scaled by N² for all-pairs, N log N for a tree), or stopped once it is running and its pace says so; this
+is how a run keeps `best` at 1M and skips it at 8M (about 6 minutes there on an H200), with the reason in
+the JSON.
 
 With --gpus 1,2 (or 1,all) every kernel and N is timed through the multi-device driver on each device
 count in turn (app/backends/multi.py, docs/multi-gpu.md): rows are labelled "kernel ×K", each with its
@@ -27,9 +47,13 @@ speed-up × K_base / K. With --backend cpu the devices are CPU "devices" (shares
 the path, not of scaling).
 
 examples:
+  # the tree beside all-pairs `best` (issue 11's acceptance run; about 3 minutes on an H200)
+  nbody-live bench --backend cuda --kernels tree,best --n 1048576,8388608 --scene plummer,collision \\
+      --tunable theta=0.3,0.5,0.6,0.7,0.9 --max-seconds 60 \\
+      --json bench/results/h200-2026-11-24-tree.json --plot bench/results/h200-2026-11-24-tree.png
   nbody-live bench --backend cuda --kernels all --n 4096,16384,65536,131072,1048576 \\
       --json bench/results/h100-2026-11-21.json --plot bench/results/h100-2026-11-21.png
-  nbody-live bench --backend cpu --kernels cpu-simd --n 1024,4096
+  nbody-live bench --backend cpu --kernels cpu-simd,cpu-tree --n 16384 --tunable theta=0.3,0.7
   nbody-live bench --backend cuda --kernels shared --n 65536,1048576 --gpus 1,2 --exchange peer \\
       --json bench/results/h200x2-scaling.json
 """
@@ -59,6 +83,15 @@ def _device_classes(cls, args) -> dict:
     return classes
 
 
+def _scenes(text: str) -> list[str]:
+    scenes = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [v for v in scenes if v not in GENERATORS]
+    if not scenes or unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated generators from "
+                                         f"{', '.join(GENERATORS)}")
+    return list(dict.fromkeys(scenes))
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -67,6 +100,19 @@ def add_parser(sub) -> None:
                    help="comma-separated kernel names, or all (default: all kernels of the backend)")
     p.add_argument("--n", type=_ns, default=[4096, 16384, 65536], metavar="LIST",
                    help="comma-separated body counts (default 4096,16384,65536)")
+    p.add_argument("--scene", type=_scenes, default=[DEFAULT_SCENE], metavar="LIST",
+                   help="comma-separated generators whose seeded bodies are timed, rows per scene: "
+                        f"{' | '.join(GENERATORS)} (default {DEFAULT_SCENE})")
+    p.add_argument("--seed", type=int, default=42, metavar="S", help="seed of the scenes' bodies (42)")
+    p.add_argument("--tunable", dest="tunables", action="append", default=[], metavar="NAME=V1,V2",
+                   help="a tunable of the kernels that have it, one row per value, e.g. --tunable "
+                        "theta=0.3,0.5,0.7 (repeatable; `nbody-live info --kernels` lists them)")
+    p.add_argument("--error-sample", type=non_negative_int, default=DEFAULT_ERROR_SAMPLE, metavar="K",
+                   help="targets whose force error an approximate kernel's row samples after its timing "
+                        f"(default {DEFAULT_ERROR_SAMPLE:,}; 0: none)")
+    p.add_argument("--max-seconds", type=positive_float, metavar="S",
+                   help="skip a row whose warm-up and timed steps would take longer (reason in the JSON; "
+                        "default: no limit)")
     p.add_argument("--warmup", type=positive_int, default=3, metavar="K", help="untimed launches (3)")
     p.add_argument("--repeats", type=positive_int, default=10, metavar="K",
                    help="timed launches; the median is reported (10)")
@@ -82,9 +128,11 @@ def add_parser(sub) -> None:
 def main(args) -> int:
     from app import bench
     from app.backends import find_kernel, select_backend
+    from app.commands.common import parse_tunable_lists
     from app.errors import ConfigError
     from app.outputs import check_outputs
 
+    tunables = parse_tunable_lists(args.tunables)
     check_outputs((args.json, "bench results"), (args.plot, "bench plot"))  # before the benchmarking
 
     cls = select_backend(args.backend)
@@ -96,7 +144,9 @@ def main(args) -> int:
         if find_kernel(name).backend != cls.name:
             raise ConfigError(f"kernel {name!r} is not a {cls.name} kernel; {cls.name} kernels: "
                               + ", ".join(r.name for r in cls.kernels()))
-    options = {"warmup": args.warmup, "repeats": args.repeats, "progress": not args.no_progress}
+    options = {"warmup": args.warmup, "repeats": args.repeats, "progress": not args.no_progress,
+               "seed": args.seed, "scenes": args.scene, "tunables": tunables,
+               "error_sample": args.error_sample, "max_seconds": args.max_seconds}
     result = (bench.run_scaling(counts, names, args.n, **options) if counts
               else bench.run_bench(cls, names, args.n, **options))
     bench.print_table(result)

@@ -136,21 +136,40 @@ def scene_from_args(args: argparse.Namespace):
 def parse_tunables(texts: list[str]) -> dict[str, object]:
     """['theta=0.7', 'leaf=32'] -> {'theta': 0.7, 'leaf': 32}: each value a whole number, else a number,
     else text, for the record to validate (KernelRecord.validate_tunables names record.key and the range)."""
-    out: dict[str, object] = {}
+    return {name: tunable_value(value) for name, value in map(split_tunable, texts)}
+
+
+def parse_tunable_lists(texts: list[str]) -> dict[str, list[object]]:
+    """['theta=0.3,0.5', 'leaf=32'] -> {'theta': [0.3, 0.5], 'leaf': [32]}: `bench`'s sweeps, each value
+    read as `parse_tunables` reads one; a name given twice keeps the later list."""
+    out: dict[str, list[object]] = {}
     for text in texts:
-        name, eq, value = text.partition("=")
-        name, value = name.strip(), value.strip()
-        if not eq or not name or not value:
-            raise ConfigError(f"--tunable {text!r}: expected NAME=VALUE, e.g. --tunable theta=0.7")
-        for kind in (int, float):
-            try:
-                out[name] = kind(value)
-                break
-            except ValueError:
-                continue
-        else:
-            out[name] = value
+        name, values = split_tunable(text)
+        items = [v.strip() for v in values.split(",")]
+        if not all(items):
+            raise ConfigError(f"--tunable {text!r}: an empty value in the list; expected NAME=V1,V2,..., "
+                              "e.g. --tunable theta=0.3,0.5")
+        out[name] = [tunable_value(v) for v in items]
     return out
+
+
+def split_tunable(text: str) -> tuple[str, str]:
+    """'theta=0.7' -> ('theta', '0.7'); ConfigError saying what is expected otherwise."""
+    name, eq, value = text.partition("=")
+    name, value = name.strip(), value.strip()
+    if not eq or not name or not value:
+        raise ConfigError(f"--tunable {text!r}: expected NAME=VALUE, e.g. --tunable theta=0.7")
+    return name, value
+
+
+def tunable_value(text: str) -> object:
+    """A whole number, else a number, else the text itself (a Choice's option)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            continue
+    return text
 
 
 def make_backend(scene, bodies=None):
@@ -233,12 +252,20 @@ def positive_float(text: str) -> float:
 
 
 def positive_int(text: str) -> int:
+    return _int_at_least(text, 1)
+
+
+def non_negative_int(text: str) -> int:
+    return _int_at_least(text, 0)
+
+
+def _int_at_least(text: str, low: int) -> int:
     try:
         v = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    if v < low:
+        raise argparse.ArgumentTypeError(f"{text} must be at least {low}")
     return v
 
 
