@@ -60,7 +60,7 @@ def check_pick(pick, records: dict, where: str) -> dict:
     return pick
 
 
-def check_table(table, records: dict, path: Path = TABLE) -> dict:
+def check_table(table, records: dict, path: Path) -> dict:
     """The table, after checking its schema and that every pick names an existing kernel configuration."""
     if not isinstance(table, dict) or table.get("schema") != SCHEMA:
         raise HeuristicTableError(f"{path} is not a `best` heuristic table (its schema is not {SCHEMA}); "
@@ -80,9 +80,10 @@ def check_table(table, records: dict, path: Path = TABLE) -> dict:
     return table
 
 
-def load_table(records, path: Path = TABLE) -> dict:
-    """The checked table at `path`; HeuristicTableError (naming the file) when it is missing or bad."""
-    path = Path(path)
+def load_table(records, path: Path | None = None) -> dict:
+    """The checked table at `path` (default TABLE); HeuristicTableError (naming the file) when it is
+    missing or bad."""
+    path = Path(path or TABLE)
     try:
         table = json.loads(path.read_text())
     except OSError as e:
@@ -167,10 +168,12 @@ def updated_table(table: dict | None, tune: dict, records, source: str) -> dict:
             "families": sorted([*kept, family], key=lambda f: f["gpu"])}
 
 
-def update_from_tune(tune_path: Path, records, path: Path = TABLE) -> dict:
-    """Rewrite the table at `path` (atomically) with the family measured in `tune_path`; returns it."""
+def update_from_tune(tune_path: Path, records, path: Path | None = None) -> dict:
+    """Rewrite the table at `path` (default TABLE; atomically) with the family measured in `tune_path`;
+    returns it."""
     from app.outputs import atomic_write
 
+    path = Path(path or TABLE)
     tune_path = Path(tune_path)
     try:
         tune = json.loads(tune_path.read_text())
@@ -178,7 +181,7 @@ def update_from_tune(tune_path: Path, records, path: Path = TABLE) -> dict:
         raise HeuristicTableError(f"cannot read the tune result {tune_path}: {e.strerror or e}") from None
     except ValueError as e:
         raise HeuristicTableError(f"{tune_path} is not valid JSON ({e})") from None
-    table = load_table(records, path) if Path(path).exists() else None
+    table = load_table(records, path) if path.exists() else None
     new = updated_table(table, tune, records, shown(tune_path))
     check_table(new, {r.name: r for r in records}, path)
     with atomic_write(path, "w", "best heuristic table") as f:
