@@ -300,3 +300,43 @@ def test_long_launches_are_not_timed_again():
     rows = [_row("atomics-n3l", {"chunk": 16}, 415.6, n=1 << 20), _row("atomics-n3l", {}, 416.2, n=1 << 20)]
     order = tune.final_order(rows, RECORDS, _retime_from({}))  # any re-timing would raise KeyError
     assert order[0] is rows[1] and "within 3%" in rows[1]["chosen_because"]  # the defaults, within noise
+
+
+# --- the GPU acceptance script ----------------------------------------------------------------------------
+def test_the_acceptance_script_parses_and_compares_best_across_two_bench_runs():
+    import subprocess
+
+    from app.bench import compare_kernel
+
+    subprocess.run(["bash", "-n", str(ROOT / "bench" / "best_default.sh")], check=True)
+
+    def result(rates):
+        return {"results": [{"kernel": "best", "n": n, "status": "ok", "interactions_per_s": v}
+                            for n, v in rates.items()] + [{"kernel": "shared", "n": 16384, "status": "ok",
+                                                           "interactions_per_s": 1.0}]}
+    untuned = result({16384: 1.8e12, 131072: 2.5e12})
+    tuned = result({16384: 2.0e12, 131072: 2.5e12, 1048576: 2.6e12})
+    rows = compare_kernel(untuned, tuned, "best", [16384, 131072, 1048576])
+    assert [r["ratio"] for r in rows] == [pytest.approx(0.9), pytest.approx(1.0), None]
+
+
+def test_a_bench_row_of_best_says_what_it_ran():
+    from app.bench import _detail_lines, _time_one
+    from app.physics import Physics
+    from app.timing import StepTimings
+
+    class Resolving:
+        resolved_kernel = "atomics-n3l block_size=128 chunk=16 ki=4"
+
+        def load(self, bodies, physics, kernel):
+            self.n = bodies.n
+
+        def step(self, steps):
+            return StepTimings(kernel="best", steps=steps, n=self.n, force_ms=1.0, interactions=self.n ** 2,
+                               pair_equivalent=self.n ** 2, force_evals=1)
+
+    row = _time_one(Resolving(), "best", 64, Physics(), warmup=1, repeats=3, seed=1)
+    assert row["runs"] == Resolving.resolved_kernel
+    assert any("runs atomics-n3l" in line for line in _detail_lines({**row, "n": 64}))
+    Resolving.resolved_kernel = "shared block_size=256"
+    assert "runs" not in _time_one(Resolving(), "shared", 64, Physics(), warmup=1, repeats=3, seed=1)
