@@ -51,7 +51,7 @@ class RenderSettings:
 @dataclass
 class RunSettings:
     backend: str = "auto"  # auto | cpu | cuda
-    kernel: str = "auto"  # auto: the backend's default kernel
+    kernel: str = "auto"  # auto: the backend's default kernel (cuda: best, cpu: cpu-simd)
     steps_per_frame: int = 1
     tunables: dict = field(default_factory=dict)  # the kernel's (--tunable NAME=VALUE; not a TOML key)
 

@@ -13,9 +13,10 @@ HELP = "time every CUDA variant's tunables per N on this GPU and cache the faste
 DESCRIPTION = """\
 For each N: time every fp32 CUDA variant at its defaults (phase 1), then sweep the tunables (block
 size, bodies per thread K, threads per body q, j-slices, N3L chunk) of the three fastest (phase 2),
-within --budget-s seconds in all. The fastest configuration whose accelerations agree with float64
-(the fp64 kernel's: max relative error <= 1e-4, or <= twice that of `shared` where fp32 summation
-over N terms costs more) becomes the entry `--kernel best` uses for N within a factor of 2.
+within --budget-s seconds in all (compiling is not counted). The fastest configuration (as ranked
+below) whose accelerations agree with float64 (the fp64 kernel's: max relative error <= 1e-4, or
+<= twice that of `shared` where fp32 summation over N terms costs more) becomes the entry `best`
+uses for N within a factor of 2.
 At small N (launches of tens of µs) every configuration gets more timed launches, and the leaders are
 timed again in interleaved rounds, each on a fresh load; a variant at its defaults wins over a faster
 tuned configuration that is within the noise (docs/kernels.md, "Tuning").
@@ -45,7 +46,8 @@ def add_parser(sub) -> None:
     p.add_argument("--budget-s", type=float, default=120.0, metavar="S",
                    help="time budget for the whole sweep in seconds (default 120)")
     p.add_argument("--repeats", type=positive_int, default=3, metavar="K",
-                   help="timed launches per configuration; the median counts (3)")
+                   help="timed launches per configuration, at least; the median counts (3; up to 50 where "
+                        "launches are short)")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the full result here")
     p.add_argument("--show", action="store_true", help="print the cache for this GPU and exit")
     p.add_argument("--update-heuristic", type=Path, metavar="TUNE.json",
