@@ -348,6 +348,9 @@ def _time_one(backend, rec, bodies: Bodies, physics: Physics, setting: dict, war
     if devices:
         row[DEVICES_FIELD] = devices
         row[EXCHANGE_FIELD] = statistics.median(t.exchange_ms for t in steps)
+    runs = getattr(backend, "resolved_kernel", None)  # `best`: the variant and tunables it resolved to
+    if runs and runs.split()[0] != rec.name:
+        row["runs"] = runs
     return row
 
 
@@ -523,8 +526,9 @@ def format_table(result: dict) -> str:
 
 
 def _detail_lines(r: dict) -> list[str]:
-    """Under a row: what its interactions were when not all-pairs, and its time split per stage."""
-    out = []
+    """Under a row: what it ran (`best`), what its interactions were when not all-pairs, and its time split
+    per stage."""
+    out = [f"{'':<16}   runs {r['runs']}"] if r.get("runs") else []
     if EQUIVALENT_FIELD in r:
         cells = r.get("body_cell", 0)
         out.append(f"{'':<16}   {r['interactions'] / r['n']:,.0f} interactions/body (body-body + body-cell, "
@@ -548,3 +552,14 @@ def print_table(result: dict) -> None:
 
 def load_json(path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def compare_kernel(first: dict, second: dict, kernel: str, ns: list[int]) -> list[dict]:
+    """`kernel`'s rate at each N in two bench results: [{n, first, second, ratio = first / second}], with
+    None where a result has no ok row (bench/best_default.sh: best untuned / best tuned)."""
+    def rates(result: dict) -> dict[int, float]:
+        return {r["n"]: r["interactions_per_s"] for r in result.get("results", [])
+                if r.get("kernel") == kernel and r.get("status") == "ok"}
+    a, b = rates(first), rates(second)
+    return [{"n": n, "first": a.get(n), "second": b.get(n),
+             "ratio": a[n] / b[n] if a.get(n) and b.get(n) else None} for n in ns]

@@ -126,7 +126,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
     },
     "run": {
         "backend": Field("str", "auto picks CUDA when it works, else the CPU", choices=BACKEND_CHOICES),
-        "kernel": Field("str", "kernel name from the registry (`nbody-live info --kernels`), or auto"),
+        "kernel": Field("str", "kernel name from the registry (`nbody-live info --kernels`), or auto "
+                        "(the backend's default: best on cuda, cpu-simd on cpu)"),
         "steps_per_frame": Field("int", "simulation steps per rendered frame", lo=1, hi=10_000),
         "gpus": Field("devices", "run on this many GPUs (or all), the forces split by the multi-device "
                                  "driver; with backend cpu: this many CPU \"devices\"; unset: one device, "

@@ -53,7 +53,7 @@ class RenderSettings:
 @dataclass
 class RunSettings:
     backend: str = "auto"  # auto | cpu | cuda
-    kernel: str = "auto"  # auto: the backend's default kernel
+    kernel: str = "auto"  # auto: the backend's default kernel (cuda: best, cpu: cpu-simd)
     steps_per_frame: int = 1
     gpus: int | str | None = None  # --gpus: a number of devices or "all"; None: one device, no driver
     gpu_driver: str = "threads"  # several devices: threads | single (app.multidevice.DRIVERS)

@@ -34,6 +34,7 @@ from app.backends.cuda.policies import (
     slice_plan,
 )
 from app.errors import ConfigError
+from app.forces import format_tunables
 from app.paths import KERNELS
 
 ARCH = "sm_90"
@@ -534,10 +535,13 @@ def test_best_uses_the_cache_and_falls_back_with_a_log_line(backend, tmp_path, m
 
     monkeypatch.setattr(cache, "cache_dir", lambda: tmp_path)
     facts = backend.device.facts
+    records = {r.name: r for r in registry.RECORDS}
+    rec, tun, source, _ = records["best"].policy.resolve(records, facts, 4096)  # the heuristic or safe pick
     with caplog.at_level(logging.INFO, logger="app"):
         backend.load(bench_bodies(4096), _physics("gravity-soft"), kernel="best")
-    assert backend.resolved_kernel.startswith("register-blocked")
-    assert any("best:" in r.getMessage() and "nbody-live tune" in r.getMessage() for r in caplog.records)
+    assert backend.resolved_kernel == f"{rec.name} {format_tunables(tun)}".strip()
+    assert any(r.getMessage().startswith(f"best: {source}") for r in caplog.records)
+    assert not source.startswith("tuned cache") and "nbody-live tune" in source
     entry = {"n": 4096, "variant": "multi-thread-per-body", "tunables": {"q": 8, "block_size": 128},
              "interactions_per_s": 1e12, "median_ms": 0.02}
     cache.write_cache({"schema": cache.SCHEMA, "gpu": facts.name, "driver": facts.driver_version,
@@ -550,7 +554,7 @@ def test_best_uses_the_cache_and_falls_back_with_a_log_line(backend, tmp_path, m
     assert t.kernel == "best" and t.force_ms > 0
     cache.cache_path(facts.name, facts.driver_version).write_text("{corrupt")
     backend.load(bench_bodies(4096), _physics("gravity-soft"), kernel="best")
-    assert backend.resolved_kernel.startswith("register-blocked")
+    assert backend.resolved_kernel == f"{rec.name} {format_tunables(tun)}".strip()
 
 
 

@@ -62,7 +62,8 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
     g.add_argument("--backend", type=str, metavar="NAME",
                    help=f"{' | '.join(BACKEND_CHOICES)} (default: auto = CUDA if it works, else CPU)")
     g.add_argument("--kernel", type=str, metavar="NAME",
-                   help="kernel from `nbody-live info --kernels` (default: the backend's default)")
+                   help="kernel from `nbody-live info --kernels` (default: the backend's default: best on "
+                        "cuda, cpu-simd on cpu)")
     g.add_argument("--steps-per-frame", dest="steps_per_frame", type=str, metavar="K",
                    help="simulation steps per rendered frame")
     g.add_argument("--tunable", dest="tunables", action="append", default=[], metavar="NAME=VALUE",

@@ -13,16 +13,26 @@ HELP = "time every CUDA variant's tunables per N on this GPU and cache the faste
 DESCRIPTION = """\
 For each N: time every fp32 CUDA variant at its defaults (phase 1), then sweep the tunables (block
 size, bodies per thread K, threads per body q, j-slices, N3L chunk) of the three fastest (phase 2),
-within --budget-s seconds in all. The fastest configuration whose accelerations agree with float64
-(the fp64 kernel's: max relative error <= 1e-4, or <= twice that of `shared` where fp32 summation
-over N terms costs more) becomes the entry `--kernel best` uses for N within a factor of 2.
+within --budget-s seconds in all (compiling is not counted). The fastest configuration (as ranked
+below) whose accelerations agree with float64 (the fp64 kernel's: max relative error <= 1e-4, or
+<= twice that of `shared` where fp32 summation over N terms costs more) becomes the entry `best`
+uses for N within a factor of 2.
+At small N (launches of tens of µs) every configuration gets more timed launches, and the leaders are
+timed again in interleaved rounds, each on a fresh load; a variant at its defaults wins over a faster
+tuned configuration that is within the noise (docs/kernels.md, "Tuning").
 The cache is keyed by GPU name, driver and a hash of the kernel sources, in the user cache dir
 ($NBODY_CACHE_DIR overrides); a stale or corrupt one is ignored and rewritten here.
+
+Without a cache, `best` (the CUDA default kernel) runs the committed picks of kernels/best_heuristic.json
+for this GPU (by name, else compute capability; nearest tuned N), else atomics-n3l at its defaults.
+--update-heuristic rewrites that table's family for the GPU of a tune result (no GPU needed): run it on
+the JSON of a fresh tune and commit the table.
 
 examples:
   nbody-live tune --n 4096,16384,65536,131072,1048576 --budget-s 120
   nbody-live tune --n 4096 --variants register-blocked,atomics-n3l --json tune-4096.json
   nbody-live tune --show
+  nbody-live tune --update-heuristic bench/results/h200-2026-11-23-tune.json
 """
 
 
@@ -36,9 +46,13 @@ def add_parser(sub) -> None:
     p.add_argument("--budget-s", type=float, default=120.0, metavar="S",
                    help="time budget for the whole sweep in seconds (default 120)")
     p.add_argument("--repeats", type=positive_int, default=3, metavar="K",
-                   help="timed launches per configuration; the median counts (3)")
+                   help="timed launches per configuration, at least; the median counts (3; up to 50 where "
+                        "launches are short)")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the full result here")
     p.add_argument("--show", action="store_true", help="print the cache for this GPU and exit")
+    p.add_argument("--update-heuristic", type=Path, metavar="TUNE.json",
+                   help="rewrite the GPU family of this tune result in kernels/best_heuristic.json (the "
+                        "picks `best` runs without a cache) and exit; needs no GPU")
     p.set_defaults(func=main)
 
 
@@ -47,6 +61,8 @@ def main(args) -> int:
     from app.errors import ConfigError
     from app.outputs import atomic_write, check_outputs
 
+    if args.update_heuristic:
+        return _update_heuristic(args.update_heuristic)
     if not args.show:
         check_outputs((args.json, "tune results"))  # before the minutes of tuning
     cls = select_backend("cuda")
@@ -75,3 +91,18 @@ def main(args) -> int:
             f.write(json.dumps(result, indent=1, default=str) + "\n")
         print(f"wrote {args.json}")
     return 0 if result["best"] else 1
+
+
+def _update_heuristic(tune_json: Path) -> int:
+    from app.backends.cuda import heuristic, registry
+    from app.forces import format_tunables
+
+    table = heuristic.update_from_tune(tune_json, registry.RECORDS)
+    family = next(f for f in table["families"] if f["from"] == heuristic.shown(tune_json))
+    for pick in family["picks"]:
+        print(f"N = {pick['n']:>9,}: {pick['variant']} {format_tunables(pick['tunables'])}")
+    cc = family["compute_capability"]
+    print(f"wrote {heuristic.shown(heuristic.TABLE)}: {family['gpu']} "
+          + (f"(and compute capability {cc})" if cc else "(matched by name only: the tune result has no "
+             "compute capability)"))
+    return 0

@@ -54,8 +54,10 @@ class CudaEvaluator(ForceEvaluator):
         if not policy.resolves:
             return self.record, self._tunables
         if n not in self._resolved:
-            rec, tun, why = policy.resolve(self._records, self.device.facts, n)
-            log.info("best: N = %d -> %s %s (%s)", n, rec.name, format_tunables(tun), why)
+            rec, tun, source, warning = policy.resolve(self._records, self.device.facts, n)
+            if warning:
+                log.warning("%s", warning)
+            log.info("best: %s: N = %s -> %s", source, f"{n:,}", f"{rec.name} {format_tunables(tun)}".strip())
             self._resolved[n] = (rec, tun)
         return self._resolved[n]
 

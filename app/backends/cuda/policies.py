@@ -394,22 +394,27 @@ class Fp64Policy(GridPolicy):
 
 # --- the chooser -------------------------------------------------------------------------------------------
 class BestPolicy(GridPolicy):
-    """Runs another record: the fastest variant and tunables for this GPU and N from the tuning cache
-    (`nbody-live tune`), else `fallback` at its defaults. The evaluator asks `resolve` per N."""
+    """Runs another record, chosen per N for this GPU: the tuning cache's entry (`nbody-live tune`), else
+    the committed heuristic table's pick for this GPU's family (heuristic.py), else the safe pick at its
+    defaults on a GPU the table does not know. The evaluator asks `resolve` per N."""
 
     resolves = True
 
-    def __init__(self, fallback: str):
+    def __init__(self, safe: str, table=None):
         super().__init__()
-        self.fallback = fallback
+        self.safe = safe
+        self.table = table  # None: heuristic.TABLE (a test points it elsewhere)
 
     def symbols(self, rec) -> list[str]:
         return []
 
     def resolve(self, records: dict, facts, n: int) -> tuple:
-        """(record, tunables, why) for N: the cached choice, or the fallback with the reason."""
-        from app.backends.cuda import tuning_cache
+        """(record, tunables, source, warning) for N. `source` is the log line's "which": "tuned cache
+        for <gpu>", "heuristic from <file> for <family> (<why no cache>; run `nbody-live tune` to
+        tune)" or "safe pick ..."; `warning` is None, or why a cache or table that exists was not usable."""
+        from app.backends.cuda import heuristic, tuning_cache
 
+        warning = None
         try:
             choice, why = tuning_cache.lookup(n, facts, list(records.values()))
         except Exception as e:  # a broken cache must never stop the viewer
@@ -422,8 +427,20 @@ class BestPolicy(GridPolicy):
             except (ConfigError, KeyError, TypeError, ValueError) as e:
                 why = f"the cached choice cannot be used ({e})"
             else:
-                return rec, tun, (f"tuned at N = {choice.get('n', 0):,}: "
-                                  f"{choice.get('interactions_per_s', 0) / 1e9:.0f} G interactions/s")
-        rec = records[self.fallback]
-        return rec, rec.default_tunables(), f"{why}; run `nbody-live tune` to measure this GPU"
-
+                return rec, tun, f"tuned cache for {facts.name}", None
+        hint = f"{why}; run `nbody-live tune` to tune"
+        table_path = self.table or heuristic.TABLE
+        try:
+            table = heuristic.load_table(records.values(), table_path)
+        except heuristic.HeuristicTableError as e:
+            table, warning = None, f"best: {e}; using the safe pick {self.safe}"
+        family = heuristic.family_for(table, facts) if table is not None else None
+        if family is not None:
+            pick = heuristic.nearest(family["picks"], n)
+            rec = records[pick["variant"]]
+            source = (f"heuristic from {heuristic.shown(table_path)} for "
+                      f"{heuristic.describe_family(family, facts)} ({hint})")
+            return rec, rec.with_tunables(pick.get("tunables", {})), source, warning
+        rec = records[self.safe]
+        unknown = "" if table is None else f", a GPU {heuristic.shown(table_path)} does not know"
+        return rec, rec.default_tunables(), f"safe pick for {facts.name}{unknown} ({hint})", warning

@@ -29,9 +29,14 @@ from app.backends.cuda.tree import WALK_SOURCE, TreePolicy
 from app.forces import ErrorBudget, FloatRange, IntChoice, KernelRecord
 
 INTEGRATE_SOURCE = "integrate.cu"
-DEFAULT_KERNEL = "shared"
 BEST = "best"
-FALLBACK_KERNEL = "register-blocked"  # what `best` runs when the tuning cache has no entry
+DEFAULT_KERNEL = BEST  # the app at its fastest: the tuned or measured pick for this GPU and N
+BASELINE_KERNEL = "shared"  # NVIDIA's sample kernel: what speed-ups are measured against, tune's fp32 check
+# What `best` runs on a GPU with neither a tuning cache nor a family in kernels/best_heuristic.json:
+# atomics-n3l at its defaults (chunk from N and the SM count). Accurate at every N (each pair once, partial
+# sums: 5.8e-6 at N = 1 Mi where register-blocked's long slices reach 2.4e-3 on a skewed scene), and the
+# fastest variant from N = 16k up in every H200 tune; at 4k it trails register-blocked by ~20% (0.03 ms).
+SAFE_PICK = "atomics-n3l"
 PAIR_MATRIX_SOURCE = "pair_matrix.cu"
 PAIR_MATRIX_MAX_N = 8192
 TILE = 16  # dynamic shared memory per thread of the tiled variants: one float4 of the tile
@@ -104,9 +109,10 @@ RECORDS: tuple[KernelRecord, ...] = (
             "as tiled rows", "pair_matrix.cu", "pair_matrix_force", GridPolicy(TILE),
             "GPU Gems 3 ch. 31 fig. 31-1 (the N x N grid of pair interactions)",
             max_n=PAIR_MATRIX_MAX_N, tuned=False),
-    _record(BEST, "the fastest variant and tunables for this N and GPU from `nbody-live tune`'s cache",
-            "register_blocked.cu", "register_blocked_force", BestPolicy(FALLBACK_KERNEL),
-            "NBody Live autotuner (per GPU name, driver and kernel-source hash)", tunables=(), tuned=False),
+    _record(BEST, "the fastest variant and tunables for this N and GPU: `nbody-live tune`'s cache, else the "
+            "committed measured picks for the GPU family", "register_blocked.cu", "register_blocked_force",
+            BestPolicy(SAFE_PICK), "NBody Live autotuner (per GPU name, driver and kernel-source hash) and "
+            "kernels/best_heuristic.json", tunables=(), tuned=False),
     _record("tree", "Barnes-Hut octree rebuilt every step on the GPU (Morton keys, device sort, quadrupoles, "
             "a warp per group of targets); approximate: judged on its 99th-percentile error",
             WALK_SOURCE, "tree_walk", TreePolicy(),

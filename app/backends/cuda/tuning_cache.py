@@ -61,7 +61,7 @@ def read_cache(gpu: str, driver: str | None, src_hash: str) -> tuple[dict | None
     """(cache, '') when the file exists, parses and matches GPU, driver and source hash; else (None, why)."""
     path = cache_path(gpu, driver)
     if not path.is_file():
-        return None, f"no tuning cache for {gpu} (driver {driver}) at {path}"
+        return None, f"no tuning cache at {path}"
     try:
         data = json.loads(path.read_text())
         if not isinstance(data, dict) or data.get("schema") != SCHEMA:
