@@ -321,7 +321,8 @@ def test_the_acceptance_script_parses_and_compares_best_across_two_bench_runs():
 
 
 def test_a_bench_row_of_best_says_what_it_ran():
-    from app.bench import _detail_lines, _time_one
+    from app.backends import find_kernel
+    from app.bench import _detail_lines, _time_one, bench_bodies
     from app.physics import Physics
     from app.timing import StepTimings
 
@@ -331,12 +332,21 @@ def test_a_bench_row_of_best_says_what_it_ran():
         def load(self, bodies, physics, kernel):
             self.n = bodies.n
 
+        def tunables(self):
+            return {}
+
+        def set_tunables(self, **values):
+            pass
+
         def step(self, steps):
             return StepTimings(kernel="best", steps=steps, n=self.n, force_ms=1.0, interactions=self.n ** 2,
                                pair_equivalent=self.n ** 2, force_evals=1)
 
-    row = _time_one(Resolving(), "best", 64, Physics(), warmup=1, repeats=3, seed=1)
+    bodies = bench_bodies(64, seed=1)
+    row = _time_one(Resolving(), find_kernel("best"), bodies, Physics(), {}, warmup=1, repeats=3,
+                    max_seconds=None)
     assert row["runs"] == Resolving.resolved_kernel
     assert any("runs atomics-n3l" in line for line in _detail_lines({**row, "n": 64}))
     Resolving.resolved_kernel = "shared block_size=256"
-    assert "runs" not in _time_one(Resolving(), "shared", 64, Physics(), warmup=1, repeats=3, seed=1)
+    assert "runs" not in _time_one(Resolving(), find_kernel("shared"), bodies, Physics(), {}, warmup=1,
+                                   repeats=3, max_seconds=None)
