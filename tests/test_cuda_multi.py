@@ -89,6 +89,9 @@ def _backend(k, exchange="auto", driver="threads"):
     return multi_backend_class(CUDA, k, driver, exchange)()
 
 
+ATOMIC_ORDER = {"atomics-n3l", "best"}  # sums whose last bits follow the order of atomics
+
+
 def _gpu_count() -> int:
     from app.backends.cuda.context import device_count
 
@@ -98,7 +101,10 @@ def _gpu_count() -> int:
 @pytest.mark.parametrize("kernel", [r.name for r in registry.RECORDS if r.precision == "fp32"
                                     and (r.max_n is None or r.max_n >= N)])
 def test_gpus_1_gives_the_single_device_accelerations_bitwise(kernel):
-    """--gpus 1: the driver over one GPU, one share (every target), the same record: the same sums."""
+    """--gpus 1: the driver over one GPU, one share (every target), the same record: the same sums, bitwise
+    where they do not depend on the order in which atomics land (atomics-n3l adds each reaction with an
+    atomic, in whatever order the warps run: two runs of one GPU differ in the last bits; `best` may pick
+    it), there to float32 rounding."""
     bodies, physics = bench_bodies(N), Physics(softening=0.01)
     backend = _backend(1)
     try:
@@ -106,7 +112,11 @@ def test_gpus_1_gives_the_single_device_accelerations_bitwise(kernel):
         got = backend.accelerations()
     finally:
         backend.close()
-    assert np.array_equal(got, _single(bodies, physics, kernel)), kernel
+    want = _single(bodies, physics, kernel)
+    if kernel in ATOMIC_ORDER:
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6 * np.abs(want).max(), err_msg=kernel)
+    else:
+        assert np.array_equal(got, want), kernel
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
