@@ -71,7 +71,7 @@ def git_commit() -> dict:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -88,7 +88,7 @@ def device_info(backend) -> dict:
             return dict(info())
         except Exception as e:  # facts are nice to have; the numbers still count
             return {"name": f"unknown ({e})"}
-    return {"name": _cpu_name(), "cores": os.cpu_count(), "backend": getattr(backend, "name", "?")}
+    return {"name": cpu_name(), "cores": os.cpu_count(), "backend": getattr(backend, "name", "?")}
 
 
 def reference_lines(backend: str, fp32_limit: float | None) -> list[dict]:

@@ -130,8 +130,9 @@ def parse_tunables(texts: list[str]) -> dict[str, object]:
     return out
 
 
-def make_backend(scene, bodies=None):
-    """Pick the backend the scene asks for (auto falls back with a log line), load the bodies."""
+def make_backend(scene, bodies=None, comm=None):
+    """Pick the backend the scene asks for (auto falls back with a log line), load the bodies. With an MPI
+    `comm`, the backend of the job's ranks (app/backends/ranks.py) over that backend, on every rank."""
     from app.backends import select_backend
     from app.scene import make_bodies
 
@@ -139,6 +140,10 @@ def make_backend(scene, bodies=None):
     cls = select_backend(scene.run.backend, kernel)
     if scene.run.backend == "auto":
         log.info("backend: %s", cls.name)
+    if comm is not None:
+        from app.backends.ranks import ranks_backend_class
+
+        cls = ranks_backend_class(comm, cls)
     bodies = bodies if bodies is not None else make_bodies(scene)
     backend = cls()
     try:
@@ -153,6 +158,25 @@ def make_backend(scene, bodies=None):
         backend.close()
         raise
     return backend
+
+
+def make_rank_run(comm, scene, bodies=None):
+    """This rank's RankRun for a scene: CPU shares, or one GPU per rank picked by local rank."""
+    from app.backends import select_backend
+    from app.distributed import RankRun, device_maker
+    from app.scene import make_bodies
+
+    kernel = scene.run.kernel if scene.run.kernel not in ("auto", None) else None
+    cls = select_backend(scene.run.backend, kernel)
+    bodies = bodies if bodies is not None else make_bodies(scene)
+    kernel, make = device_maker(comm, cls, kernel)
+    record = cls.record(kernel)
+    check_fits(bodies, record)
+    record.validate_tunables(scene.run.tunables)  # (ConfigError naming record.key) before the load
+    run = RankRun(comm, make)
+    run.load(bodies, scene.physics, kernel)
+    run.set_tunables(scene.run.tunables)
+    return run
 
 
 def check_fits(bodies, record) -> None:

@@ -119,6 +119,13 @@ class Controller:
         if reason:
             return reason
         rec = self.record(name)
+        if self.backend.ranks > 1:
+            if rec.backend != self.backend.name:
+                return (f"the {self.backend.ranks} MPI ranks run the {self.backend.name} backend (chosen at "
+                        "start: --backend)")
+            reason = type(self.backend).kernel_why_not(name)  # what ranks add (GPU ranks: fp32 only)
+            if reason:
+                return reason
         if rec.max_n is not None and self.backend.n > rec.max_n:
             return f"N = {self.backend.n:,} exceeds this kernel's limit of {rec.max_n:,}"
         return None
@@ -351,6 +358,9 @@ class Controller:
 
     # --- benchmark -------------------------------------------------------------------------------
     def start_benchmark(self, steps: int | None = None) -> str | None:
+        if self.backend.ranks > 1:
+            return self._fail(f"the benchmark runs on one process, not on {self.backend.ranks} MPI ranks: "
+                              f"mpiexec -n {self.backend.ranks} nbody-live bench")
         names = self.available()
         if not names:
             return self._fail("no kernel is available to benchmark")
