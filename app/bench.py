@@ -33,7 +33,7 @@ from app.bodies import Bodies
 from app.ics import generate
 from app.paths import ROOT
 from app.physics import Physics
-from app.timing import FLOPS_PER_INTERACTION, rate
+from app.timing import FLOPS_PER_INTERACTION, imbalance, ranks_of, rate
 
 SCHEMA = "nbody-live-bench/1"
 GFLOPS_FIELD = f"gflops_at_{FLOPS_PER_INTERACTION}_flops_per_interaction"
@@ -129,6 +129,7 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
     result = {
         "schema": SCHEMA,
         "backend": backend_cls.name,
+        "ranks": backend_cls.ranks,
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "git": git_commit(),
         "python": platform.python_version(),
@@ -139,7 +140,9 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
         "warmup": warmup,
         "repeats": repeats,
         "statistic": "median",
-        "timing": ("CUDA events around each force launch" if backend_cls.name == "cuda"
+        "timing": ("time.perf_counter around each rank's force evaluation of its share; a step's time is "
+                   "the slowest rank's" if backend_cls.ranks > 1
+                   else "CUDA events around each force launch" if backend_cls.name == "cuda"
                    else "time.perf_counter around each force evaluation"),
         "flops_per_interaction": FLOPS_PER_INTERACTION,
         "fp32_issue_limit_interactions_per_s": None,
@@ -226,7 +229,21 @@ def _time_one(backend, name: str, n: int, physics: Physics, warmup: int, repeats
     stages = stage_medians([t.stages for t in steps])
     if stages:
         row[STAGES_FIELD] = stages
+    row.update(rank_medians([ranks_of(t.extra) for t in steps]))
     return row
+
+
+def rank_medians(per_step: list[dict[str, list[float]]]) -> dict:
+    """Under MPI (app.timing.ranks_of of each step): the median force and exchange ms of each rank, and
+    the imbalance of the force medians (max / mean - 1); {} for one process. The row's median_ms is the
+    slowest rank's force time of each step."""
+    if not per_step or not per_step[0]:
+        return {}
+    out = {"ranks": len(per_step[0]["force"])}
+    for part in ("force", "exchange"):
+        out[f"rank_{part}_median_ms"] = [float(v) for v in np.median([s[part] for s in per_step], axis=0)]
+    out["rank_imbalance"] = imbalance(out["rank_force_median_ms"])
+    return out
 
 
 def stage_medians(per_step: list[dict[str, float]]) -> dict[str, float]:
@@ -296,6 +313,11 @@ def _detail_lines(r: dict) -> list[str]:
     if r.get(STAGES_FIELD):
         split = " · ".join(f"{name} {ms:.3f}" for name, ms in r[STAGES_FIELD].items())
         out.append(f"{'':<16}   stages (median ms): {split}")
+    if r.get("ranks"):
+        force = " / ".join(f"{v:.3f}" for v in r["rank_force_median_ms"])
+        exchange = " / ".join(f"{v:.3f}" for v in r["rank_exchange_median_ms"])
+        out.append(f"{'':<16}   {r['ranks']} ranks (median ms per rank): force {force} · exchange {exchange}"
+                   f" · imbalance {100 * r['rank_imbalance']:.0f}%")
     return out
 
 

@@ -54,12 +54,22 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
+    from app import distributed
+
+    return distributed.as_job(_bench, args)
+
+
+def _bench(args, comm) -> int:
+    """The benchmark; under MPI (`comm`) every rank times its share of every step together and rank 0
+    prints and writes the result."""
     from app import bench
     from app.backends import find_kernel, select_backend
     from app.errors import ConfigError
     from app.outputs import check_outputs
 
-    check_outputs((args.json, "bench results"), (args.plot, "bench plot"))  # before the benchmarking
+    lead = comm is None or comm.rank == 0
+    if lead:
+        check_outputs((args.json, "bench results"), (args.plot, "bench plot"))  # before the benchmarking
 
     cls = select_backend(args.backend)
     names = [r.name for r in cls.kernels()] if args.kernels == "all" else args.kernels.split(",")
@@ -67,8 +77,14 @@ def main(args) -> int:
         if find_kernel(name).backend != cls.name:
             raise ConfigError(f"kernel {name!r} is not a {cls.name} kernel; {cls.name} kernels: "
                               + ", ".join(r.name for r in cls.kernels()))
+    if comm is not None:
+        from app.backends.ranks import ranks_backend_class
+
+        cls = ranks_backend_class(comm, cls)
     result = bench.run_bench(cls, names, args.n, warmup=args.warmup, repeats=args.repeats,
-                             progress=not args.no_progress)
+                             progress=lead and not args.no_progress)
+    if not lead:
+        return 0
     bench.print_table(result)
     if args.json:
         bench.write_json(result, args.json)

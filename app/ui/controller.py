@@ -332,6 +332,21 @@ class Controller:
         self._ok(f"scene {name} (N = {bodies.n:,})")
         return None
 
+    # --- MPI ranks (app/backends/ranks.py) ----------------------------------------------------------
+    def set_gather_every(self, frames) -> str | None:
+        """Frames between rank 0's gathers of every rank's velocities (positions arrive every step)."""
+        if self.backend.ranks <= 1:
+            return self._fail("gather every: this run has one process, not MPI ranks")
+        try:
+            k = int(frames)
+        except (TypeError, ValueError):
+            k = 0
+        if k < 1 or k != frames:
+            return self._fail(f"gather every: {frames!r} must be a whole number of frames >= 1")
+        self.backend.gather_every = k
+        self._ok(f"rank 0 gathers the velocities every {k} frame{'s' if k > 1 else ''}")
+        return None
+
     # --- running ---------------------------------------------------------------------------------
     def toggle_pause(self) -> None:
         self.viewer.toggle_pause()
