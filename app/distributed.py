@@ -216,6 +216,15 @@ class RankRun:
                            interactions=work.interactions, pair_equivalent=work.pair_equivalent,
                            force_evals=work.evaluations, extra={"exchange_ms": exchanged})
 
+    def reload(self, physics: Physics, kernel: str) -> None:
+        """Another kernel or physics from the next step, the state kept (a device made again from the
+        gathered state; collective). The time is re-based only at a dt change, as one process does
+        (Backend._swap_physics), so that it stays bitwise that process's time."""
+        t0, steps, dt = self._t0, self._steps, self.physics.dt
+        self.load(self.state(), physics, kernel)
+        if physics.dt == dt:
+            self._t0, self._steps = t0, steps
+
     def set_tunables(self, values: dict) -> None:
         """The current kernel's tunables, all of them (its defaults under `values`), from the next step."""
         self.device.evaluator.set_tunables(**self.device.evaluator.record.with_tunables(values))

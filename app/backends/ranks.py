@@ -195,7 +195,7 @@ class RanksBackend(Backend):
             self._bodies = None
             self.run.load(bodies, physics, control.kernel)
         elif changed:
-            self.run.load(self.run.state(), physics, control.kernel)
+            self.run.reload(physics, control.kernel)
         if changed or control.tunables != was.tunables:
             self.run.set_tunables(control.tunables)
         if not self.lead:  # what rank 0 asked for is what this rank now runs
