@@ -23,6 +23,10 @@ examples:
   nbody-live bench --backend cuda --kernels all --n 4096,16384,65536,131072,1048576 \\
       --json bench/results/h100-2026-11-21.json --plot bench/results/h100-2026-11-21.png
   nbody-live bench --backend cpu --kernels cpu-simd --n 1024,4096
+  mpiexec -n 3 nbody-live bench --backend cpu --kernels cpu-simd --n 65536   # per-rank force / exchange
+
+Under mpiexec the ranks time every step together; a row's time is the slowest rank's force time, and
+the row adds each rank's force and exchange medians and the imbalance (docs/distributed.md).
 """
 
 

@@ -88,6 +88,11 @@ examples:
   nbody-live run --frames 400 --headless --record-cost  # frame time not recording vs recording
   nbody-live run out/collision                     # replay a series written by simulate --out-dir
   nbody-live run 'out/collision/snap_*.npz'        # the same, by a (quoted) glob
+  mpiexec -n 2 nbody-live run plummer --n 65536 --backend cpu   # MPI ranks: rank 0 draws, all compute
+
+Under mpiexec rank 0 opens the viewer and every rank computes its share; the panel's changes reach every
+rank at the next step, its MPI section shows each rank's force and exchange time; closing the window ends
+every rank (docs/distributed.md).
 """
 
 
