@@ -45,7 +45,7 @@ from app.forces import format_tunables
 from app.ics import generate
 from app.paths import ROOT
 from app.physics import Physics
-from app.timing import FLOPS_PER_INTERACTION, rate
+from app.timing import FLOPS_PER_INTERACTION, imbalance, ranks_of, rate
 
 SCHEMA = "nbody-live-bench/1"
 GFLOPS_FIELD = f"gflops_at_{FLOPS_PER_INTERACTION}_flops_per_interaction"
@@ -93,7 +93,7 @@ def git_commit() -> dict:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -110,7 +110,7 @@ def device_info(backend) -> dict:
             return dict(info())
         except Exception as e:  # facts are nice to have; the numbers still count
             return {"name": f"unknown ({e})"}
-    return {"name": _cpu_name(), "cores": os.cpu_count(), "backend": getattr(backend, "name", "?")}
+    return {"name": cpu_name(), "cores": os.cpu_count(), "backend": getattr(backend, "name", "?")}
 
 
 def reference_lines(backend: str, fp32_limit: float | None) -> list[dict]:
@@ -161,6 +161,7 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
     result = {
         "schema": SCHEMA,
         "backend": backend_cls.name,
+        "ranks": backend_cls.ranks,
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "git": git_commit(),
         "python": platform.python_version(),
@@ -175,7 +176,9 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
         "max_seconds": max_seconds,
         "statistic": "median",
         "timing": getattr(backend_cls, "timing", None) or (
-            "CUDA events around each force launch" if backend_cls.name == "cuda"
+            "time.perf_counter around each rank's force evaluation of its share; a step's time is the "
+            "slowest rank's" if getattr(backend_cls, "ranks", 1) > 1
+            else "CUDA events around each force launch" if backend_cls.name == "cuda"
             else "time.perf_counter around each force evaluation"),
         "error_sample": int(error_sample),
         "error_reference": ERROR_REFERENCE,
@@ -351,6 +354,7 @@ def _time_one(backend, rec, bodies: Bodies, physics: Physics, setting: dict, war
     runs = getattr(backend, "resolved_kernel", None)  # `best`: the variant and tunables it resolved to
     if runs and runs.split()[0] != rec.name:
         row["runs"] = runs
+    row.update(rank_medians([ranks_of(t.extra) for t in steps]))
     return row
 
 
@@ -443,6 +447,19 @@ def format_scaling(result: dict) -> str:
         lines.append(f"{r['kernel']:<16} {r['n']:>10,} {r['gpus']:>5} {r['step_ms']:>10.4f} "
                      f"{r['exchange_ms']:>12.4f} {r['speedup']:>9.2f} {100 * r['efficiency']:>9.0f}%")
     return "scaling (force + exchange per step, against the fewest devices):\n" + "\n".join(lines)
+
+
+def rank_medians(per_step: list[dict[str, list[float]]]) -> dict:
+    """Under MPI (app.timing.ranks_of of each step): the median force and exchange ms of each rank, and
+    the imbalance of the force medians (max / mean - 1); {} for one process. The row's median_ms is the
+    slowest rank's force time of each step."""
+    if not per_step or not per_step[0]:
+        return {}
+    out = {"ranks": len(per_step[0]["force"])}
+    for part in ("force", "exchange"):
+        out[f"rank_{part}_median_ms"] = [float(v) for v in np.median([s[part] for s in per_step], axis=0)]
+    out["rank_imbalance"] = imbalance(out["rank_force_median_ms"])
+    return out
 
 
 def stage_medians(per_step: list[dict[str, float]]) -> dict[str, float]:
@@ -540,6 +557,11 @@ def _detail_lines(r: dict) -> list[str]:
     if r.get(DEVICES_FIELD):
         split = " · ".join(f"{name} {ms:.3f}" for name, ms in r[DEVICES_FIELD].items())
         out.append(f"{'':<16}   devices (median force ms): {split}; exchange {r[EXCHANGE_FIELD]:.3f}")
+    if r.get("ranks"):
+        force = " / ".join(f"{v:.3f}" for v in r["rank_force_median_ms"])
+        exchange = " / ".join(f"{v:.3f}" for v in r["rank_exchange_median_ms"])
+        out.append(f"{'':<16}   {r['ranks']} ranks (median ms per rank): force {force} · exchange {exchange}"
+                   f" · imbalance {100 * r['rank_imbalance']:.0f}%")
     return out
 
 

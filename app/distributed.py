@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from contextlib import contextmanager
 from functools import partial
 
@@ -103,6 +104,17 @@ def summary() -> str:
     return f"mpi4py {mpi4py.__version__}, {library}, mpiexec {launcher or 'not found'}; {aware}"
 
 
+def as_job(command, args) -> int:
+    """`command(args, comm)` with comm None without mpiexec; under mpiexec on every rank, after checking
+    that every rank runs the same version and arguments, an error on any rank ending every rank."""
+    comm = world()
+    if comm is None:
+        return command(args, None)
+    with fail_together(comm):
+        agree(comm, job_facts())
+        return command(args, comm)
+
+
 @contextmanager
 def fail_together(comm):
     """On an exception in this rank: one line naming the rank and the cause, then end every rank."""
@@ -127,23 +139,39 @@ def agree(comm, facts: dict) -> None:
 
 
 class MpiExchange:
-    """The share rows of every rank all-gathered into every rank's copy (Allgatherv)."""
+    """The share rows of every rank all-gathered into every rank's copy (Allgatherv); `ms` sums the time
+    spent in it (waiting for slower ranks included), which RankRun.step reports as the exchange."""
 
     name = "mpi"
 
     def __init__(self, comm, shares: list[Span]):
         self.comm, self.shares = comm, shares
         self.n = sum(s.count for s in shares)
+        self.ms = 0.0
 
-    def gather(self, devices, field: str) -> None:
-        (device,) = devices
-        local = np.ascontiguousarray(device.rows(field, device.share))
+    def _layout(self, local: np.ndarray):
+        """(a whole-field buffer, the receive description) for share rows like `local`."""
         width = int(np.prod(local.shape[1:], dtype=int))
         full = np.empty((self.n, *local.shape[1:]), dtype=local.dtype)
         counts = [s.count * width for s in self.shares]
         starts = [s.start * width for s in self.shares]
-        self.comm.Allgatherv(local, [full, counts, starts, _mpi_type(local.dtype)])
+        return full, [full, counts, starts, _mpi_type(local.dtype)]
+
+    def gather(self, devices, field: str) -> None:
+        (device,) = devices
+        t = time.perf_counter()
+        local = np.ascontiguousarray(device.rows(field, device.share))
+        full, receive = self._layout(local)
+        self.comm.Allgatherv(local, receive)
         device.set_rows(field, Span.all(self.n), full)
+        self.ms += (time.perf_counter() - t) * 1e3
+
+    def gather_to_root(self, device, field: str) -> np.ndarray | None:
+        """The whole of `field` on rank 0 (Gatherv of every share; None on the other ranks)."""
+        local = np.ascontiguousarray(device.rows(field, device.share))
+        full, receive = self._layout(local)
+        self.comm.Gatherv(local, receive if self.comm.rank == 0 else None, root=0)
+        return full if self.comm.rank == 0 else None
 
 
 def _mpi_type(dtype):
@@ -170,19 +198,39 @@ class RankRun:
         self._mass, self._ids, self._t0, self._steps = bodies.mass.copy(), bodies.ids, float(bodies.time), 0
         self.components = bodies.components  # drawing only: the state (snapshots) carries them
         shares = split(bodies.n, [1.0] * self.comm.size)
+        self.close()  # a reload (another kernel, new physics or bodies) replaces the device
         self.device = self.make_device(self.comm.rank, bodies, physics, kernel, shares[self.comm.rank])
         self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), MpiExchange(self.comm, shares))
         self.integrator.invalidate()
 
     def step(self, steps: int = 1) -> StepTimings:
-        """Advance; the timings and work are this rank's (its share of the forces)."""
+        """Advance; the timings and work are this rank's (its share of the forces); the position exchange
+        is `extra["exchange_ms"]`, not part of integrate_ms."""
         timer = HostTimer()
+        exchange = self.ops.exchange
+        before = exchange.ms
         work = self.integrator.step(self.ops, self.physics, steps, timer)
         self._steps += steps
         totals = timer.collect()
+        exchanged = exchange.ms - before
         return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=totals.get("force", 0.0),
-                           integrate_ms=totals.get("integrate", 0.0), interactions=work.interactions,
-                           pair_equivalent=work.pair_equivalent, force_evals=work.evaluations)
+                           integrate_ms=max(totals.get("integrate", 0.0) - exchanged, 0.0),
+                           interactions=work.interactions, pair_equivalent=work.pair_equivalent,
+                           force_evals=work.evaluations, extra={"exchange_ms": exchanged})
+
+    def reload(self, physics: Physics, kernel: str) -> None:
+        """Another kernel or physics from the next step, the state kept (a device made again from the
+        gathered state; collective). The time is re-based only at a dt change, as one process does
+        (Backend._swap_physics), so that it stays bitwise that process's time."""
+        t0, steps, dt = self._t0, self._steps, self.physics.dt
+        self.load(self.state(), physics, kernel)
+        if physics.dt == dt:
+            self._t0, self._steps = t0, steps
+
+    def set_tunables(self, values: dict) -> None:
+        """The current kernel's tunables, all of them (its defaults under `values`), from the next step."""
+        self.device.evaluator.set_tunables(**self.device.evaluator.record.with_tunables(values))
+        self.integrator.invalidate()
 
     @property
     def time(self) -> float:
@@ -192,6 +240,21 @@ class RankRun:
         """The whole of `field` on every rank."""
         self.ops.exchange.gather([self.device], field)
         return self.device.rows(field, Span.all(self.n)).copy()
+
+    def positions(self) -> np.ndarray:
+        """This rank's copy of every position (N, 4): whole after each step's exchange."""
+        return self.device.rows("pos", Span.all(self.n))
+
+    def state_on_root(self) -> Bodies | None:
+        """The whole state on rank 0 (its own positions, every share's velocities gathered); None on the
+        other ranks. Collective."""
+        vel = self.ops.exchange.gather_to_root(self.device, "vel")
+        if self.comm.rank != 0:
+            return None
+        pos = self.positions()
+        return Bodies(pos=pos[:, :3].astype(np.float64), vel=vel[:, :3].astype(np.float64),
+                      mass=self._mass.copy(), time=self.time,
+                      ids=None if self._ids is None else self._ids.copy())
 
     def state(self) -> Bodies:
         pos, vel = self.gathered("pos"), self.gathered("vel")
@@ -217,6 +280,7 @@ class RankRun:
         close = getattr(self.device, "close", None)
         if close is not None:
             close()
+        self.device = None
 
 
 def local_rank() -> int:
@@ -228,40 +292,40 @@ def local_rank() -> int:
     return 0
 
 
-def rank_backend(comm, scene, bodies=None) -> RankRun:
-    """This rank's RankRun for a scene: CPU shares, or one GPU per rank picked by local rank."""
-    from app.backends import select_backend
-    from app.commands.common import check_fits
-    from app.errors import ConfigError
-    from app.scene import make_bodies
+def share_cores(comm) -> int:
+    """Numba threads for this rank: the node's cores divided among the ranks on it (each rank would
+    otherwise start a thread per core, and R ranks on one node would fight over them: 3 ranks on 2 cores
+    took 20 ms a force evaluation of 512 bodies instead of 0.1 ms). NUMBA_NUM_THREADS, when set, wins."""
+    import numba
+    from mpi4py import MPI
 
-    if scene.run.gpus is not None:
-        raise ConfigError(f"--gpus {scene.run.gpus}: under mpiexec each rank takes one GPU (of its local "
-                          "rank); leave --gpus out, or run one process with --gpus")
-    if scene.run.tunables:
-        raise ConfigError("--tunable is not applied to MPI ranks yet: run without mpiexec to set tunables")
-    kernel = scene.run.kernel if scene.run.kernel not in ("auto", None) else None
-    cls = select_backend(scene.run.backend, kernel)
-    bodies = bodies if bodies is not None else make_bodies(scene)
+    on_node = comm.Split_type(MPI.COMM_TYPE_SHARED).size  # collective: every rank calls it
+    if "NUMBA_NUM_THREADS" not in os.environ:
+        numba.set_num_threads(max(1, numba.config.NUMBA_NUM_THREADS // on_node))
+    return numba.get_num_threads()
+
+
+def device_maker(comm, cls, kernel: str | None):
+    """(kernel, make_device) for RankRun on backend class `cls`: CPU shares (the node's cores shared
+    among its ranks), or one GPU per rank picked by its local rank (ranks beyond the node's GPUs share
+    them, round robin). Collective."""
     if cls.name == "cuda":
         from app.backends.cuda import registry
         from app.backends.cuda.context import device_count
         from app.backends.cuda.multi import CudaShareDevice
 
         ordinal = local_rank() % device_count()
-        kernel = kernel or registry.DEFAULT_KERNEL
 
         def make(rank, bodies, physics, kernel, share):
             return CudaShareDevice(ordinal, kernel, physics, bodies, share)
-    else:
-        from app.backends.cpu import DEFAULT_KERNEL
-        from app.backends.cpu_multi import CpuDevice
 
-        kernel = kernel or DEFAULT_KERNEL
+        return kernel or registry.DEFAULT_KERNEL, make
+    from app.backends.cpu import DEFAULT_KERNEL
+    from app.backends.cpu_multi import CpuDevice
 
-        def make(rank, bodies, physics, kernel, share):
-            return CpuDevice(rank, kernel, physics, bodies, share)
-    check_fits(bodies, cls.record(kernel))
-    run = RankRun(comm, make)
-    run.load(bodies, scene.physics, kernel)
-    return run
+    share_cores(comm)
+
+    def make(rank, bodies, physics, kernel, share):
+        return CpuDevice(rank, kernel, physics, bodies, share)
+
+    return kernel or DEFAULT_KERNEL, make

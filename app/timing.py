@@ -133,6 +133,36 @@ def stages_of(extra: dict[str, float]) -> dict[str, float]:
     return dict(sorted(found.items(), key=lambda kv: rank.get(kv[0], len(STAGES))))
 
 
+# StepTimings.extra entries of an MPI job: "rank:<i>:force" and "rank:<i>:exchange" (ms)
+RANK_PREFIX = "rank:"
+
+
+def rank_entries(force_ms, exchange_ms) -> dict[str, float]:
+    """Every rank's force and exchange time (ms, indexed by rank) as StepTimings.extra entries."""
+    out = {}
+    for i, (force, exchange) in enumerate(zip(force_ms, exchange_ms, strict=True)):
+        out[f"{RANK_PREFIX}{i}:force"], out[f"{RANK_PREFIX}{i}:exchange"] = float(force), float(exchange)
+    return out
+
+
+def ranks_of(extra: dict[str, float]) -> dict[str, list[float]]:
+    """The "rank:<i>:<part>" entries of a StepTimings.extra as {"force": [ms by rank], "exchange": [...]};
+    {} for a step of one process."""
+    parts: dict[str, dict[int, float]] = defaultdict(dict)
+    for key, value in extra.items():
+        if key.startswith(RANK_PREFIX):
+            rank, part = key[len(RANK_PREFIX):].split(":", 1)
+            parts[part][int(rank)] = value
+    return {part: [by_rank[i] for i in sorted(by_rank)] for part, by_rank in parts.items()}
+
+
+def imbalance(force_ms) -> float:
+    """How much longer the slowest rank's force took than the mean: max / mean - 1 (0 = balanced)."""
+    force_ms = [float(v) for v in force_ms]
+    mean = sum(force_ms) / len(force_ms) if force_ms else 0.0
+    return max(force_ms) / mean - 1.0 if mean > 0 else 0.0
+
+
 class HostTimer:
     """perf_counter brackets summed per category: the CPU backend's clock, EventTimer's interface."""
 

@@ -176,8 +176,8 @@ def test_bench_gpus_writes_rows_per_count_and_scaling_rows(tmp_path, capsys):
 
 
 def test_mpi_ranks_refuse_gpus():
-    from app.distributed import rank_backend
+    from app.commands.common import make_rank_run
     from app.scene import load_scene
 
     with pytest.raises(ConfigError, match="--gpus 2: under mpiexec each rank takes one GPU"):
-        rank_backend(None, load_scene("plummer", {"run.gpus": "2", "run.backend": "cpu"}))
+        make_rank_run(None, load_scene("plummer", {"run.gpus": "2", "run.backend": "cpu"}))

@@ -62,9 +62,12 @@ DEMO_ARGS = ("plummer", "--n", "3000", "--dt", "1e-9", "--backend", "cpu", "--si
 
 
 class Demo:
-    """`nbody-live run` in a real window as a subprocess, found by its pid and title."""
+    """`nbody-live run` in a real window as a subprocess, found by its pid and title. With a `launcher`
+    (mpiexec -n R) the window is rank 0's, a child of the launcher: found by its title alone."""
 
-    def __init__(self, tmp_path: Path, display: str, *extra: str, args: tuple[str, ...] = DEMO_ARGS):
+    def __init__(self, tmp_path: Path, display: str, *extra: str, args: tuple[str, ...] = DEMO_ARGS,
+                 launcher: tuple[str, ...] = ()):
+        self.launcher = launcher
         env = os.environ.copy()
         env["DISPLAY"] = display
         # a desktop session: no headless forcing, no EGL settings inherited from this test process
@@ -73,7 +76,7 @@ class Demo:
         self.log = tmp_path / "demo.log"
         self._log_file = open(self.log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "run", *args, *extra],
+            [*launcher, sys.executable, "-m", "app", "run", *args, *extra],
             cwd=ROOT, env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
         self.window = self._find_window()
         geo = xdotool("getwindowgeometry", "--shell", self.window)
@@ -84,8 +87,9 @@ class Demo:
         def window() -> str | None:
             if self.proc.poll() is not None:
                 pytest.fail(f"demo exited early with {self.proc.returncode}:\n{self.output()}")
-            r = subprocess.run(["xdotool", "search", "--onlyvisible", "--pid", str(self.proc.pid),
-                                "--name", TITLE], capture_output=True, text=True, timeout=10)
+            owner = () if self.launcher else ("--pid", str(self.proc.pid))
+            r = subprocess.run(["xdotool", "search", "--onlyvisible", *owner, "--name", TITLE],
+                               capture_output=True, text=True, timeout=10)
             ids = r.stdout.split()
             return ids[-1] if ids else None
 

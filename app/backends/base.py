@@ -37,6 +37,9 @@ class Backend(ABC):
     # the loaded bodies' components (app.components), for drawing only: whoever loads bodies sets it
     # (commands.common.make_backend, the panel's Controller); gravity never reads it
     components = None
+    # processes that share this state (the MPI ranks of app/backends/ranks.py): anything that would run a
+    # copy of it on one process alone (the panel's benchmark, another backend's kernel) needs 1
+    ranks = 1
 
     # --- discovery -------------------------------------------------------------------------------
     @classmethod
@@ -127,6 +130,10 @@ class Backend(ABC):
     @abstractmethod
     def step(self, steps: int = 1) -> StepTimings:
         """Advance by `steps` integrator steps with the current kernel and say what it cost."""
+
+    def idle(self) -> None:  # noqa: B027 - a hook most backends leave empty
+        """A frame passes without steps (the viewer is paused): a backend whose state other processes
+        share lets them know; the others have nothing to do."""
 
     @abstractmethod
     def accelerations(self) -> np.ndarray:

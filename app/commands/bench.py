@@ -56,6 +56,10 @@ examples:
   nbody-live bench --backend cpu --kernels cpu-simd,cpu-tree --n 16384 --tunable theta=0.3,0.7
   nbody-live bench --backend cuda --kernels shared --n 65536,1048576 --gpus 1,2 --exchange peer \\
       --json bench/results/h200x2-scaling.json
+  mpiexec -n 3 nbody-live bench --backend cpu --kernels cpu-simd --n 65536   # per-rank force / exchange
+
+Under mpiexec the ranks time every step together; a row's time is the slowest rank's force time, and
+the row adds each rank's force and exchange medians and the imbalance (docs/distributed.md).
 """
 
 
@@ -126,6 +130,14 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
+    from app import distributed
+
+    return distributed.as_job(_bench, args)
+
+
+def _bench(args, comm) -> int:
+    """The benchmark; under MPI (`comm`) every rank times its share of every step together and rank 0
+    prints and writes the result."""
     from app import bench
     from app.backends import find_kernel, select_backend
     from app.commands.common import parse_tunable_lists
@@ -133,7 +145,12 @@ def main(args) -> int:
     from app.outputs import check_outputs
 
     tunables = parse_tunable_lists(args.tunables)
-    check_outputs((args.json, "bench results"), (args.plot, "bench plot"))  # before the benchmarking
+    lead = comm is None or comm.rank == 0
+    if lead:
+        check_outputs((args.json, "bench results"), (args.plot, "bench plot"))  # before the benchmarking
+    if comm is not None and args.gpus:
+        raise ConfigError(f"--gpus {args.gpus}: under mpiexec each rank takes one GPU (of its local rank); "
+                          "leave --gpus out, or run one process with --gpus")
 
     cls = select_backend(args.backend)
     counts = _device_classes(cls, args) if args.gpus else None
@@ -144,11 +161,17 @@ def main(args) -> int:
         if find_kernel(name).backend != cls.name:
             raise ConfigError(f"kernel {name!r} is not a {cls.name} kernel; {cls.name} kernels: "
                               + ", ".join(r.name for r in cls.kernels()))
-    options = {"warmup": args.warmup, "repeats": args.repeats, "progress": not args.no_progress,
+    if comm is not None:
+        from app.backends.ranks import ranks_backend_class
+
+        cls = ranks_backend_class(comm, cls)
+    options = {"warmup": args.warmup, "repeats": args.repeats, "progress": lead and not args.no_progress,
                "seed": args.seed, "scenes": args.scene, "tunables": tunables,
                "error_sample": args.error_sample, "max_seconds": args.max_seconds}
     result = (bench.run_scaling(counts, names, args.n, **options) if counts
               else bench.run_bench(cls, names, args.n, **options))
+    if not lead:
+        return 0
     bench.print_table(result)
     if args.json:
         bench.write_json(result, args.json)

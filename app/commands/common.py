@@ -173,8 +173,9 @@ def tunable_value(text: str) -> object:
     return text
 
 
-def make_backend(scene, bodies=None):
-    """Pick the backend the scene asks for (auto falls back with a log line), load the bodies."""
+def make_backend(scene, bodies=None, comm=None):
+    """Pick the backend the scene asks for (auto falls back with a log line), load the bodies. With an MPI
+    `comm`, the backend of the job's ranks (app/backends/ranks.py) over that backend, on every rank."""
     from app.backends import select_backend
     from app.scene import make_bodies
 
@@ -185,6 +186,10 @@ def make_backend(scene, bodies=None):
     if scene.run.gpus is not None:
         cls = several_devices(cls, scene.run.gpus, scene.run.gpu_driver, scene.run.exchange,
                               chosen=scene.run.backend != "auto" or kernel is not None)
+    if comm is not None:
+        from app.backends.ranks import ranks_backend_class
+
+        cls = ranks_backend_class(comm, cls)
     bodies = bodies if bodies is not None else make_bodies(scene)
     backend = cls()
     try:
@@ -212,6 +217,28 @@ def several_devices(cls, gpus, driver: str = "threads", exchange: str = "auto", 
         raise ConfigError(f"--gpus {gpus}: no GPU is usable here ({backend_class('cuda').why_not()}); "
                           "--backend cpu --gpus N splits the CPU backend into N devices instead")
     return multi_backend_class(cls, gpus, driver, exchange)
+
+
+def make_rank_run(comm, scene, bodies=None):
+    """This rank's RankRun for a scene: CPU shares, or one GPU per rank picked by local rank."""
+    if scene.run.gpus is not None:
+        raise ConfigError(f"--gpus {scene.run.gpus}: under mpiexec each rank takes one GPU (of its local "
+                          "rank); leave --gpus out, or run one process with --gpus")
+    from app.backends import select_backend
+    from app.distributed import RankRun, device_maker
+    from app.scene import make_bodies
+
+    kernel = scene.run.kernel if scene.run.kernel not in ("auto", None) else None
+    cls = select_backend(scene.run.backend, kernel)
+    bodies = bodies if bodies is not None else make_bodies(scene)
+    kernel, make = device_maker(comm, cls, kernel)
+    record = cls.record(kernel)
+    check_fits(bodies, record)
+    record.validate_tunables(scene.run.tunables)  # (ConfigError naming record.key) before the load
+    run = RankRun(comm, make)
+    run.load(bodies, scene.physics, kernel)
+    run.set_tunables(scene.run.tunables)
+    return run
 
 
 def check_fits(bodies, record) -> None:

@@ -89,6 +89,11 @@ examples:
   nbody-live run --frames 400 --headless --record-cost  # frame time not recording vs recording
   nbody-live run out/collision                     # replay a series written by simulate --out-dir
   nbody-live run 'out/collision/snap_*.npz'        # the same, by a (quoted) glob
+  mpiexec -n 2 nbody-live run plummer --n 65536 --backend cpu   # MPI ranks: rank 0 draws, all compute
+
+Under mpiexec rank 0 opens the viewer and every rank computes its share; the panel's changes reach every
+rank at the next step, its MPI section shows each rank's force and exchange time; closing the window ends
+every rank (docs/distributed.md).
 """
 
 
@@ -118,20 +123,37 @@ def add_parser(sub) -> None:
                    help="measure what live recording costs: N frames not recording, then N frames recording "
                         "at the window size (headless, --frames N, default 400); prints both median frame "
                         "times, the difference and the capture's own median time (record_ms)")
+    p.add_argument("--gather-every", type=positive_int, metavar="K",
+                   help="under mpiexec: frames between rank 0's gathers of every rank's velocities (colour "
+                        "by speed, energy, snapshots; positions reach rank 0 every step); default 1")
     p.set_defaults(func=main)
 
 
 
 def main(args) -> int:
+    from app import distributed
+
+    return distributed.as_job(_run, args)
+
+
+def _run(args, comm) -> int:
+    """The viewer; under MPI (`comm`) rank 0 opens it and every other rank follows its frames."""
     size = parse_size(args.size)
-    # every output is checked before any work: a bad path is one line now, not a traceback at the end
-    check_outputs((args.timings, "timings"), (args.screenshot, "screenshot"))
+    lead = comm is None or comm.rank == 0
+    if lead:  # every output is checked before any work: a bad path is one line now, not a traceback
+        check_outputs((args.timings, "timings"), (args.screenshot, "screenshot"))
     replaying = is_series_arg(args.scene)  # a folder or a glob of snapshots: a replay, no forces
     if replaying and (args.panel_cost or args.record_cost):
         raise ConfigError("--panel-cost and --record-cost measure a live simulation; leave them out for a "
                           "replay")
+    if comm is None and args.gather_every is not None:
+        raise ConfigError("--gather-every applies to MPI runs (mpiexec -n R nbody-live run ...) only")
+    if comm is not None and replaying:
+        raise ConfigError("a replay computes nothing to share among MPI ranks: run it without mpiexec")
     series = replay.open_replay(args) if replaying else None
     scene = scene_from_args(args) if series is None else replay.replay_scene(args, series)
+    if not lead:
+        return _follow(scene, comm)
     from app.render.gl_setup import configure, display_problem
 
     if args.panel_cost or args.record_cost:
@@ -140,6 +162,9 @@ def main(args) -> int:
     # a display that is named but does not answer (a stale $DISPLAY) is no display: never a glfw traceback
     no_display = None if args.headless else display_problem()
     if no_display and args.frames is None:
+        if comm is not None:
+            raise ConfigError(f"{no_display}: under mpiexec, rank 0 needs a display, or --headless "
+                              "--frames N")
         if args.timings or args.screenshot:  # the demo would silently not write them
             raise ConfigError(f"{no_display}: without --frames N, run records a demo instead of opening a "
                               "window, which writes no --timings or --screenshot; add --frames N to run "
@@ -158,10 +183,13 @@ def main(args) -> int:
     from app.render.canvas import open_viewer
     from app.timing import FrameLog
 
-    backend = make_backend(scene)
+    backend = make_backend(scene, comm=comm)
+    if comm is not None:
+        backend.gather_every = args.gather_every or 1
     viewer = panel = frame_log = interrupted = None
     try:
-        viewer = open_viewer(scene, backend, size, headless)
+        title = "NBody Live" if comm is None else f"NBody Live - rank 0 of {comm.size} MPI ranks"
+        viewer = open_viewer(scene, backend, size, headless, title=title)
         frame_log = FrameLog().attach(viewer)
         if args.timings:  # a row per frame as it is drawn: an interrupted run keeps its rows
             frame_log.stream_csv(args.timings)
@@ -204,11 +232,15 @@ def main(args) -> int:
                 viewer.run(frames=args.frames)
             interrupted = guard.signum
         backend = viewer.backend  # the panel may have switched to another backend's kernel
+        if comm is not None:
+            backend.quit_all()  # every other rank's _follow returns
         kernels = list(dict.fromkeys(r.kernel for r in frame_log.records if r.kernel))
         print(f"drew {viewer.stats.frame} frames; {viewer.stats.kernel or backend.kernel} N={backend.n} "
               f"({backend.data_path}): " + frame_log.summary_line())
         if len(kernels) > 1:
             print("kernels used: " + " -> ".join(kernels))
+        if comm is not None:
+            print(backend.split_line())
         report_viewer_outputs(args, viewer, frame_log, recorder, recordings=not args.record_cost)
     finally:
         if frame_log is not None:
@@ -221,6 +253,16 @@ def main(args) -> int:
     from app.render.recorder import exit_status
 
     return exit_status(interrupted)
+
+
+def _follow(scene, comm) -> int:
+    """A rank other than 0: load the same bodies, then compute rank 0's frames until it quits."""
+    backend = make_backend(scene, comm=comm)
+    try:
+        backend.follow()
+    finally:
+        backend.close()
+    return 0
 
 
 def _device_name(backend, panel) -> str:

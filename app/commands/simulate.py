@@ -14,6 +14,7 @@ from app.commands.common import (
     add_gpu_options,
     add_scene_options,
     make_backend,
+    make_rank_run,
     positive_int,
     progress_bar,
     scene_from_args,
@@ -145,12 +146,7 @@ def _measure(backend, args, stop=None):
 def main(args) -> int:
     from app import distributed
 
-    comm = distributed.world()
-    if comm is None:
-        return _simulate(args, None)
-    with distributed.fail_together(comm):  # an error on any rank ends every rank, naming the rank
-        distributed.agree(comm, distributed.job_facts())
-        return _simulate(args, comm)
+    return distributed.as_job(_simulate, args)  # under mpiexec: an error on any rank ends every rank
 
 
 def _simulate(args, comm) -> int:
@@ -191,7 +187,7 @@ def _simulate(args, comm) -> int:
             if default_out:
                 out = check_output(args.out, "snapshot")
         base = series.base if comm is None else comm.bcast(series.base if writer else None, root=0)
-    backend = make_backend(scene, start) if comm is None else distributed.rank_backend(comm, scene, start)
+    backend = make_backend(scene, start) if comm is None else make_rank_run(comm, scene, start)
     log_file = None
     last = cut = None  # the last row written; the step whose row a signal left out
     try:

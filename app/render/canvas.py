@@ -149,6 +149,7 @@ class Viewer(app.Canvas):
         self.set_current()
         self.sync_buffers()
         if self.paused:
+            self.backend.idle()
             return
         steps = max(int(self.scene.run.steps_per_frame), 1)
         try:

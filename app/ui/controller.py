@@ -119,6 +119,13 @@ class Controller(Actions):
         if reason:
             return reason
         rec = self.record(name)
+        if self.backend.ranks > 1:
+            if rec.backend != self.backend.name:
+                return (f"the {self.backend.ranks} MPI ranks run the {self.backend.name} backend (chosen at "
+                        "start: --backend)")
+            reason = type(self.backend).kernel_why_not(name)  # what ranks add (GPU ranks: fp32 only)
+            if reason:
+                return reason
         if rec.max_n is not None and self.backend.n > rec.max_n:
             return f"N = {self.backend.n:,} exceeds this kernel's limit of {rec.max_n:,}"
         return None
@@ -289,6 +296,21 @@ class Controller(Actions):
         self._ok(f"scene {name} (N = {bodies.n:,})")
         return None
 
+    # --- MPI ranks (app/backends/ranks.py) ----------------------------------------------------------
+    def set_gather_every(self, frames) -> str | None:
+        """Frames between rank 0's gathers of every rank's velocities (positions arrive every step)."""
+        if self.backend.ranks <= 1:
+            return self._fail("gather every: this run has one process, not MPI ranks")
+        try:
+            k = int(frames)
+        except (TypeError, ValueError):
+            k = 0
+        if k < 1 or k != frames:
+            return self._fail(f"gather every: {frames!r} must be a whole number of frames >= 1")
+        self.backend.gather_every = k
+        self._ok(f"rank 0 gathers the velocities every {k} frame{'s' if k > 1 else ''}")
+        return None
+
     # --- running ---------------------------------------------------------------------------------
     def toggle_pause(self) -> None:
         self.viewer.toggle_pause()
@@ -315,6 +337,9 @@ class Controller(Actions):
 
     # --- benchmark -------------------------------------------------------------------------------
     def start_benchmark(self, steps: int | None = None) -> str | None:
+        if self.backend.ranks > 1:
+            return self._fail(f"the benchmark runs on one process, not on {self.backend.ranks} MPI ranks: "
+                              f"mpiexec -n {self.backend.ranks} nbody-live bench")
         names = self.available()
         if not names:
             return self._fail("no kernel is available to benchmark")

@@ -48,8 +48,9 @@ from app.forces import FloatRange, IntChoice
 from app.physics import INTEGRATORS, MODELS
 from app.timing import FLOPS_PER_INTERACTION
 from app.ui.components_panel import components_section
-from app.ui.controller import HISTORY_S, MEDIAN_EVERY_S, Controller
+from app.ui.controller import HISTORY_S, LIVE_WINDOW, MEDIAN_EVERY_S, Controller
 from app.ui.overlay_panel import OverlayPanel
+from app.ui.ranks_panel import ranks_section
 
 log = logging.getLogger(__name__)
 
@@ -335,6 +336,8 @@ class Panel(OverlayPanel):
             self._summary()
             self._kernel_section()
             self._live_section()
+            if self.controller.backend.ranks > 1:
+                ranks_section(self, LIVE_WINDOW)
             if imgui.begin_tab_bar("tabs"):
                 for name, fn in self._tabs:
                     selected, _ = imgui.begin_tab_item(name)

@@ -1,0 +1,273 @@
+"""The Backend of an MPI job: rank 0 drives it (the viewer and its panel, or `bench`), every rank computes.
+
+    cls = ranks_backend_class(comm, CPUBackend)   # on every rank; a Backend class like any other
+    backend = cls(); backend.load(bodies, physics, "cpu-fp64")
+    rank 0:  viewer.run()  -> backend.step(k) / backend.idle() once a frame, backend.close() at the end
+    others:  backend.follow()                      -> the same steps, until rank 0 closes
+
+Once a frame, before the step, rank 0 broadcasts one small `Control` (app/rank_control.py): the kernel,
+its tunables, the physics, how many steps (0 while paused), whether new bodies follow (a load: reset, N,
+a preset) and whether rank 0 wants a new view. Every rank, rank 0 included, applies the same Control at
+the same point through the same code (`_apply`), so every rank's state stays the same: a changed kernel or
+physics reloads the rank's device from the gathered state, changed tunables go to its evaluator. What
+rank 0's panel sets (`set_kernel`, `set_tunables`, `set_physics`, `load`) is what it asks for, shown at
+once and applied by every rank at the next step.
+
+Every step's position exchange (RankRun: Allgatherv) already puts all positions on every rank, rank 0
+included, so rank 0 draws current positions every frame. Velocities live on their owners: every
+`gather_every` frames (a setting, in the panel) rank 0 gathers them (Gatherv) into its view, which gives
+the colours by speed and `state()` (the energy monitor, snapshots). A view is gathered only after the last
+one was read, so `bench` (which never reads) never pays for it.
+
+After each step every rank's force and exchange time go to every rank (one small allgather): the
+StepTimings' force_ms is the slowest rank's (the job's), interactions the sum, and
+`extra` holds each rank's split (app.timing.rank_entries) for the panel and `bench`.
+
+Anything that would need the ranks outside this protocol (accelerations(), a device diagnostics, the
+force-error probe) is not offered: rank 0 would wait in a collective the others never enter.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+from collections import deque
+
+import numpy as np
+
+from app.backends.base import Backend, check_physics
+from app.bodies import Bodies
+from app.distributed import RankRun, device_maker
+from app.errors import BackendUnavailable
+from app.physics import Physics
+from app.rank_control import Channel, Control
+from app.timing import StepTimings, imbalance, rank_entries
+
+SPLIT_FRAMES = 256  # per-rank splits rank 0 keeps for its summary
+
+
+def ranks_backend_class(comm, inner: type[Backend], gather_every: int = 1) -> type[RanksBackend]:
+    """A Backend class for this job: `inner` (cpu or cuda) on every rank, constructed with no arguments
+    (bench makes its own)."""
+    return type(f"Ranks{inner.__name__}", (RanksBackend,),
+                {"comm": comm, "inner": inner, "name": inner.name, "ranks": comm.size,
+                 "gather_every": gather_every})
+
+
+class RanksBackend(Backend):
+    comm = None
+    inner: type[Backend] = Backend
+    gather_every = 1  # frames between rank 0's gathers of the velocities (the view)
+
+    # --- discovery: the inner backend's kernels --------------------------------------------------------
+    @classmethod
+    def why_not(cls) -> str | None:
+        return cls.inner.why_not()
+
+    @classmethod
+    def kernels(cls):
+        return cls.inner.kernels()
+
+    @classmethod
+    def kernel_why_not(cls, name: str) -> str | None:
+        reason = cls.inner.kernel_why_not(name)
+        if reason is None and cls.inner.name == "cuda" and cls.record(name).precision != "fp32":
+            reason = "MPI ranks on GPUs run the fp32 records only"
+        return reason
+
+    def __init__(self):
+        self.lead = self.comm.rank == 0
+        self.channel = Channel(self.comm)
+        self._kernel, make = device_maker(self.comm, self.inner, None)
+        self.run = RankRun(self.comm, make)
+        self._physics = Physics()
+        self._tunables: dict[str, dict] = {}  # kernel -> values set, over the record's defaults
+        self._bodies: Bodies | None = None  # rank 0: bodies loaded since the last step (they go to all)
+        self._applied: Control | None = None  # what this rank runs now
+        self._view: Bodies | None = None  # rank 0: the state last gathered
+        self._view_read = True
+        self._frames_since_view = 0
+        self._n = 0
+        self.quit_seen = False
+        self.splits: deque[tuple[list[float], list[float]]] = deque(maxlen=SPLIT_FRAMES)
+        self.fingerprints: list[str] = []  # after each applied change: the same on every rank
+
+    # --- what rank 0 asks for (shown at once, applied by every rank at the next step) -------------------
+    def _runnable(self, name: str) -> str:
+        name = self.record(name).name
+        reason = self.kernel_why_not(name)
+        if reason:
+            raise BackendUnavailable(f"kernel {name}: {reason}")
+        return name
+
+    def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
+        self._physics = check_physics(physics)
+        self._kernel = self._runnable(kernel or self._kernel)
+        self._bodies = Bodies(pos=bodies.pos.copy(), vel=bodies.vel.copy(), mass=bodies.mass.copy(),
+                              time=float(bodies.time), ids=None if bodies.ids is None else bodies.ids.copy())
+        self._n = bodies.n
+        self._view, self._view_read = self._bodies, True
+
+    @property
+    def kernel(self) -> str:
+        return self._kernel
+
+    def set_kernel(self, name: str) -> None:
+        self._kernel = self._runnable(name)
+
+    def tunables(self) -> dict:
+        return self.record(self._kernel).with_tunables(self._tunables.get(self._kernel, {}))
+
+    def set_tunables(self, **values) -> None:
+        checked = self.record(self._kernel).validate_tunables(values)
+        self._tunables[self._kernel] = {**self._tunables.get(self._kernel, {}), **checked}
+
+    def clear_tunables(self) -> None:
+        self._tunables.clear()
+
+    def set_physics(self, physics: Physics) -> None:
+        self._physics = check_physics(physics)
+
+    @property
+    def n(self) -> int:
+        return self._n
+
+    @property
+    def time(self) -> float:
+        return self.run.time if self._applied is not None else float(self._view.time)
+
+    def _wanted(self, steps: int) -> Control:
+        due = self._view_read and self._frames_since_view + 1 >= max(int(self.gather_every), 1)
+        return Control(kernel=self._kernel, tunables=self.tunables(), physics=self._physics.as_dict(),
+                       steps=int(steps), load=self._bodies is not None, gather=bool(due))
+
+    # --- the per-frame protocol (every rank, the same calls in the same order) --------------------------
+    def step(self, steps: int = 1) -> StepTimings:
+        """One frame: rank 0's Control to every rank, applied; `steps` steps (rank 0's number); the split."""
+        control = self.channel.exchange(self._wanted(steps) if self.lead else None)
+        return self._frame(control)
+
+    def idle(self) -> None:
+        """A frame without steps (rank 0 paused): the others wait in it, and changes still reach them."""
+        self.step(0)
+
+    def follow(self) -> None:
+        """The ranks other than 0: run rank 0's frames until it quits (Ctrl-C is rank 0's to answer)."""
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            while not self.quit_seen:
+                self.step(0)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    def _frame(self, control: Control) -> StepTimings:
+        if control.quit:
+            self.quit_seen = True
+            return StepTimings(kernel=self._kernel, steps=0, n=self._n)
+        self._apply(control)
+        step = self.run.step(control.steps) if control.steps else None
+        mine = (step.force_ms, step.extra["exchange_ms"], step.integrate_ms, step.interactions,
+                step.pair_equivalent) if step else (0.0, 0.0, 0.0, 0, 0)
+        every = self.comm.allgather(mine)
+        force, exchange = [e[0] for e in every], [e[1] for e in every]
+        if control.gather:
+            self._gather_view()
+        if step is None:
+            return StepTimings(kernel=self.run.kernel, steps=0, n=self._n)
+        if self.lead:
+            self.splits.append((force, exchange))
+            self._frames_since_view += 1
+        return StepTimings(kernel=self.run.kernel, steps=control.steps, n=self._n, force_ms=max(force),
+                           integrate_ms=max(e[2] for e in every), interactions=sum(e[3] for e in every),
+                           pair_equivalent=sum(e[4] for e in every), force_evals=step.force_evals,
+                           extra={"exchange_ms": max(exchange), **rank_entries(force, exchange)})
+
+    def _apply(self, control: Control) -> None:
+        """Make this rank run `control`: new bodies, another kernel or physics (a reload from the
+        gathered state), tunables. The same on every rank, so collective calls match."""
+        was = self._applied
+        physics = Physics(**control.physics)
+        changed = control.load or was is None or (control.kernel, control.physics) != (was.kernel,
+                                                                                        was.physics)
+        if control.load:
+            bodies = self.comm.bcast(self._bodies if self.lead else None, root=0)
+            self._bodies = None
+            self.run.load(bodies, physics, control.kernel)
+        elif changed:
+            self.run.reload(physics, control.kernel)
+        if changed or control.tunables != was.tunables:
+            self.run.set_tunables(control.tunables)
+        if not self.lead:  # what rank 0 asked for is what this rank now runs
+            self._kernel, self._physics, self._n = control.kernel, physics, self.run.n
+            self._tunables[control.kernel] = dict(control.tunables)
+        self._applied = control
+        if was is None or control.changes(was):
+            self.fingerprints.append(self.fingerprint())
+
+    def _gather_view(self) -> None:
+        view = self.run.state_on_root()
+        if self.lead:
+            self._view, self._view_read, self._frames_since_view = view, False, 0
+
+    def fingerprint(self) -> str:
+        """A hash of what this rank runs and holds: the applied Control (less the step count) and its
+        whole copy of the positions (every rank's is the same after each exchange)."""
+        c = self._applied
+        what = json.dumps([c.kernel, c.tunables, c.physics, self.run.time], sort_keys=True).encode()
+        pos = np.ascontiguousarray(self.run.positions())
+        return hashlib.sha256(what + pos.tobytes()).hexdigest()
+
+    # --- rank 0's reads: local, never collective --------------------------------------------------------
+    def state(self) -> Bodies:
+        """The state rank 0 last gathered (at most gather_every frames old)."""
+        if not self.lead:
+            raise RuntimeError("only rank 0 holds the gathered state")
+        self._view_read = True
+        v = self._view
+        return Bodies(pos=v.pos.copy(), vel=v.vel.copy(), mass=v.mass.copy(), time=v.time,
+                      ids=None if v.ids is None else v.ids.copy(), components=self.components)
+
+    def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Current positions (rank 0 holds them all after each exchange), speeds of the last view."""
+        self._view_read = True
+        v = self._view
+        speeds = np.linalg.norm(v.vel, axis=1).astype(np.float32)
+        if self._applied is None:
+            return v.pos4(np.float32), speeds
+        return np.array(self.run.positions(), dtype=np.float32), speeds
+
+    def accelerations(self) -> np.ndarray:
+        raise NotImplementedError("the accelerations of MPI ranks are gathered collectively "
+                                  "(app.distributed.RankRun.accelerations), not by rank 0 alone")
+
+    @property
+    def data_path(self) -> str:
+        return f"host upload, {self.ranks} MPI ranks"
+
+    def device_info(self) -> dict:
+        from app.bench import cpu_name
+
+        name = cpu_name() if self.inner.name == "cpu" else f"GPU by local rank ({self.inner.name})"
+        return {"name": f"{self.ranks} MPI ranks, each: {name}", "ranks": self.ranks,
+                "backend": self.inner.name}
+
+    def split_line(self) -> str:
+        """Median force and exchange ms per rank over the last frames, and the force imbalance."""
+        if not self.splits:
+            return f"{self.ranks} MPI ranks: no steps taken"
+        force = np.median([f for f, _ in self.splits], axis=0)
+        exchange = np.median([e for _, e in self.splits], axis=0)
+        return (f"{self.ranks} MPI ranks (median ms per rank): force "
+                + " / ".join(f"{v:.2f}" for v in force) + ", exchange "
+                + " / ".join(f"{v:.2f}" for v in exchange) + f"; imbalance {100 * imbalance(force):.0f}%")
+
+    def quit_all(self) -> None:
+        """Rank 0, at the viewer's normal end: every rank's `follow` returns. (Not on an error: then
+        app.distributed.fail_together ends the job.)"""
+        if not self.quit_seen:
+            self._frame(self.channel.exchange(Control(quit=True) if self.lead else None))
+
+    def close(self) -> None:
+        """This rank's device; nothing collective (it also runs while an error unwinds)."""
+        self.run.close()

@@ -1,0 +1,86 @@
+"""The viewer's control broadcast for tests/test_mpi_view.py:
+`[mpiexec -n R] python tests/mpi_view_job.py OUT`.
+
+Rank 0 opens the headless viewer with its panel and, at fixed frames, does what a user would do in the
+panel: reset, pause, resume, switch kernels (to the tree and back), set theta, change dt and softening,
+single-step.
+Every other rank follows (RanksBackend.follow). At the end each rank writes OUT/rank<r>.json: the
+fingerprints of its state after every change it applied (the same on every rank if the broadcast kept
+them together), and rank 0 also writes OUT/state.npz, the final state. Without mpiexec the same script is
+one process (the plain CPU backend), whose final state the ranks' must equal.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+
+from app.commands.common import make_backend
+from app.distributed import agree, fail_together, world
+from app.scene import load_scene
+
+FRAMES = 24
+
+
+def actions(ctl) -> dict:
+    """frame -> what the panel does before that frame is drawn."""
+    return {3: ctl.reset, 5: ctl.toggle_pause, 7: ctl.toggle_pause,  # two frames paused: no steps anywhere
+            9: lambda: ctl.switch_kernel("cpu-tree"), 11: lambda: ctl.set_tunable("theta", 0.7),
+            13: lambda: ctl.set_value("physics.dt", "0.0005"), 15: lambda: ctl.switch_kernel("cpu-fp64"),
+            17: lambda: ctl.set_value("physics.softening", "0.03"),
+            19: ctl.toggle_pause, 20: ctl.single_step}  # paused, then exactly one step
+
+
+def lead(scene, backend) -> None:
+    from app.render.canvas import open_viewer
+    from app.ui import Panel
+
+    viewer = open_viewer(scene, backend, (320, 180), headless=True)
+    panel = Panel(viewer)
+    try:
+        todo = actions(panel.controller)
+        for frame in range(FRAMES):
+            if frame in todo:
+                message = todo[frame]()
+                assert message is None, message
+            viewer.step_and_render()
+        quit_all = getattr(viewer.backend, "quit_all", None)
+        if quit_all is not None:
+            quit_all()
+    finally:
+        panel.close()
+        viewer.close()
+
+
+def main(out: Path) -> None:
+    from app.render.gl_setup import configure
+
+    comm = world()
+    scene = load_scene("plummer", {"initial.n": 301, "run.backend": "cpu", "run.kernel": "cpu-fp64",
+                                   "physics.softening": 0.02, "physics.dt": 2e-3, "run.steps_per_frame": 2})
+    rank = 0 if comm is None else comm.rank
+    with fail_together(comm) if comm is not None else nullcontext():
+        if comm is not None:
+            agree(comm, {"argv": sys.argv[1:]})
+        if rank == 0:
+            configure(headless=True)
+        backend = make_backend(scene, comm=comm)
+        try:
+            if rank == 0:
+                lead(scene, backend)
+                state = backend.state()
+                np.savez(out / "state.npz", pos=state.pos, vel=state.vel, time=state.time)
+            else:
+                backend.follow()
+        finally:
+            backend.close()
+        fingerprints = getattr(backend, "fingerprints", [])
+        (out / f"rank{rank}.json").write_text(json.dumps({"fingerprints": fingerprints}))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
