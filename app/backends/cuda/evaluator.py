@@ -34,6 +34,7 @@ class CudaEvaluator(ForceEvaluator):
         self._args = force_arguments(Physics())
         self._plans: dict[tuple, Callable] = {}
         self._resolved: dict[int, tuple[KernelRecord, dict]] = {}
+        self._said: dict[int, str] = {}  # N -> the log line last said about it (kept across forget())
 
     def set_physics(self, physics: Physics) -> None:
         self._args = force_arguments(physics)
@@ -57,7 +58,10 @@ class CudaEvaluator(ForceEvaluator):
             rec, tun, source, warning = policy.resolve(self._records, self.device.facts, n)
             if warning:
                 log.warning("%s", warning)
-            log.info("best: %s: N = %s -> %s", source, f"{n:,}", f"{rec.name} {format_tunables(tun)}".strip())
+            line = f"best: {source}: N = {n:,} -> {rec.name} {format_tunables(tun)}".strip()
+            if self._said.get(n) != line:  # a reload resolves again: say it once, unless it changed
+                log.info("%s", line)
+                self._said[n] = line
             self._resolved[n] = (rec, tun)
         return self._resolved[n]
 
