@@ -34,7 +34,7 @@ class CudaEvaluator(ForceEvaluator):
         self._args = force_arguments(Physics())
         self._plans: dict[tuple, Callable] = {}
         self._resolved: dict[int, tuple[KernelRecord, dict]] = {}
-        self._said: dict[int, str] = {}  # N -> the log line last said about it (kept across forget())
+        self._said: dict[int, tuple] = {}  # N -> the (warning, line) last said of it; survives forget()
 
     def set_physics(self, physics: Physics) -> None:
         self._args = force_arguments(physics)
@@ -56,12 +56,12 @@ class CudaEvaluator(ForceEvaluator):
             return self.record, self._tunables
         if n not in self._resolved:
             rec, tun, source, warning = policy.resolve(self._records, self.device.facts, n)
-            if warning:
-                log.warning("%s", warning)
             line = f"best: {source}: N = {n:,} -> {rec.name} {format_tunables(tun)}".strip()
-            if self._said.get(n) != line:  # a reload resolves again: say it once, unless it changed
+            if self._said.get(n) != (warning, line):  # a reload resolves again: say it once, unless changed
+                if warning:
+                    log.warning("%s", warning)
                 log.info("%s", line)
-                self._said[n] = line
+                self._said[n] = (warning, line)
             self._resolved[n] = (rec, tun)
         return self._resolved[n]
 
