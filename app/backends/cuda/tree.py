@@ -15,8 +15,10 @@ sort (CUB via Thrust) in the retained primary context that pycuda also uses, so 
 with no copy; cuda-cccl would be a second wheel to carry for the same CUB call. Its time is the `sort`
 stage of the split (`stage_ms`), measured by `bench`.
 
-Host round trips: one per tree level (the next level's cell count sizes the launches) and one after the
-walk (the interaction counts and the stack-overflow flag), so an evaluation synchronises the stream.
+Host round trips: one after the build (the level ranges, which the per-level kernels read on the device,
+so every level is queued without waiting for the one before), one for the number of groups, and one
+after the walk (the interaction counts and the stack-overflow flag); an evaluation synchronises the
+stream.
 """
 
 from __future__ import annotations
@@ -54,12 +56,16 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_bounds_finish": "PiP",
     "tree_keys": "PiPP",
     "tree_gather": "PPPiPPP",
-    "tree_split_count": "iiiiPPPP",
-    "tree_split_write": "iiiPPPPPP",
-    "tree_moments": "iiPPPPPPPP",
+    "tree_split_count": "PiiPPPP",
+    "tree_level_close": "PiPiP",
+    "tree_split_write": "PiPPPPPPP",
+    "tree_moments": "PiPPPPPPPP",
     "tree_pack": "iPiPPPPPPddPP",
     "tree_group_marks": "iiiPPPPP",
 }
+MAX_LEVEL = 21  # kernels/tree/build.cu TREE_MAX_LEVEL: 63-bit keys, 21 levels below the root
+LEVEL_SLOTS = MAX_LEVEL + 3  # lvl[L] for L = 0 .. 23 (level 21's cells end at lvl[22]; lvl[23] closes it)
+LEVEL_BLOCKS_PER_SM = 4  # the per-level kernels' fixed grid (they loop over their level's cells)
 GROWTH = 1.5  # _buf allocates half again over what is asked, so that a slowly growing N reuses it
 WALK_ARGS = "PPPiiPPPPPPPfffiPiPPPPP"
 
@@ -261,7 +267,7 @@ class TreeEvaluator(ForceEvaluator):
             run("tree_gather", nj, src, keys.data.ptr, order.data.ptr, nj, spos.data.ptr, skeys.data.ptr,
                 sorder.data.ptr)
             del order
-            levels, cells = self._build(run, nj, leaf, skeys)
+            levels, cells = self._build(stream, nj, leaf, skeys)
             ncell = levels[-1]
             gstart = self._groups(run, nj, ncell, group, cells)
             events[3].record(stream)
@@ -269,17 +275,15 @@ class TreeEvaluator(ForceEvaluator):
             mass = self._buf("mass", ncell, np.float64)
             com = self._buf("com", 3 * ncell, np.float64)
             m2 = self._buf("m2", 6 * ncell, np.float64)
+            lvl = self._buffers["levels"]
+            cell_ptrs = [cells[k].data.ptr for k in ("start", "count", "child", "nchild")]
             for lv in range(len(levels) - 2, -1, -1):
-                a, b = levels[lv], levels[lv + 1]
-                run("tree_moments", b - a, a, b, spos.data.ptr, cells["start"].data.ptr,
-                    cells["count"].data.ptr, cells["child"].data.ptr, cells["nchild"].data.ptr,
-                    mass.data.ptr, com.data.ptr, m2.data.ptr)
-            ls = self._buf("levels", len(levels), np.int32)
-            ls[:len(levels)].set(np.asarray(levels, np.int32), stream=cp.cuda.get_current_stream())
+                self._per_level("tree_moments", stream, lvl.data.ptr, lv, spos.data.ptr, *cell_ptrs,
+                                mass.data.ptr, com.data.ptr, m2.data.ptr)
             mac = self._buf("mac", 4 * ncell, np.float64)
             pack = self._buf("pack", 12 * ncell, np.float32)
             trace_factor = 1.0 if repulsion else float(np.float32(eps2))
-            run("tree_pack", ncell, ncell, ls.data.ptr, len(levels) - 1, skeys.data.ptr,
+            run("tree_pack", ncell, ncell, lvl.data.ptr, len(levels) - 1, skeys.data.ptr,
                 cells["start"].data.ptr, box.data.ptr, mass.data.ptr, com.data.ptr, m2.data.ptr, theta,
                 trace_factor, mac.data.ptr, pack.data.ptr)
             events[4].record(stream)
@@ -292,30 +296,45 @@ class TreeEvaluator(ForceEvaluator):
         self.levels = levels
         return ForceWork(interactions=work[0], pair_equivalent=pairs, body_cell=work[1], evaluations=1)
 
-    def _build(self, run, nj: int, leaf: int, skeys) -> tuple[list[int], dict]:
-        """The octree over the nj sorted keys, breadth first: level_start and the cell arrays."""
+    def _per_level(self, symbol: str, stream, *args) -> None:
+        """A per-level kernel on its fixed grid: it reads its level's range from the device."""
+        blocks = LEVEL_BLOCKS_PER_SM * max(int(self.device.facts.sms), 1)
+        launch(self._fn(symbol), (blocks, 1), BLOCK, stream, *args)
+
+    def _build(self, stream, nj: int, leaf: int, skeys) -> tuple[list[int], dict]:
+        """The octree over the nj sorted keys, breadth first: level_start and the cell arrays.
+
+        Every level is queued without waiting for the previous one's size (the ranges live in the device
+        buffer "levels", whose slot LEVEL_SLOTS is the overflow flag); the host reads them once at the end.
+        A tree with more cells than the arrays hold (a deep, thin one) is built again in arrays twice as
+        large."""
         cp = cupy_module()
         cap = _cell_capacity(nj, leaf)
-        cells = {k: self._buf(f"cell-{k}", cap, np.int32) for k in ("start", "count", "child", "nchild")}
-        cells["start"][0:1].fill(0)
-        cells["count"][0:1].fill(nj)
-        levels = [0, 1]
-        level = 0
         while True:
-            a, b = levels[level], levels[level + 1]
-            run("tree_split_count", b - a, a, b, level, leaf, skeys.data.ptr, cells["start"].data.ptr,
-                cells["count"].data.ptr, cells["nchild"].data.ptr)
-            incl = cp.cumsum(cells["nchild"][a:b], dtype=cp.int64)
-            total = int(incl[-1])  # the one host round trip per level
-            if b + total > cells["start"].size:
-                for k in cells:
-                    cells[k] = self._buf(f"cell-{k}", b + total, np.int32, keep=b)
-            run("tree_split_write", b - a, a, b, level, skeys.data.ptr, cells["nchild"].data.ptr,
-                incl.data.ptr, cells["start"].data.ptr, cells["count"].data.ptr, cells["child"].data.ptr)
-            if total == 0:
-                return levels, cells
-            levels.append(b + total)
-            level += 1
+            cells = {k: self._buf(f"cell-{k}", cap, np.int32) for k in ("start", "count", "child", "nchild")}
+            cap = min(int(c.size) for c in cells.values())  # what _buf holds (half again over the ask)
+            lvl = self._buf("levels", LEVEL_SLOTS + 1, np.int32)
+            incl = self._buf("incl", cap, np.int64)
+            lvl[:LEVEL_SLOTS + 1].fill(0)
+            lvl[1:2].fill(1)  # level 0: the root, cell 0
+            cells["start"][0:1].fill(0)
+            cells["count"][0:1].fill(nj)
+            nchild = cells["nchild"]
+            nchild[:cap].fill(0)  # the prefix sum runs over every cell: those not yet made count 0
+            flag = lvl.data.ptr + 4 * LEVEL_SLOTS
+            start, count, child = (cells[k].data.ptr for k in ("start", "count", "child"))
+            for level in range(MAX_LEVEL + 1):
+                self._per_level("tree_split_count", stream, lvl.data.ptr, level, leaf, skeys.data.ptr, start,
+                                count, nchild.data.ptr)
+                cp.cumsum(nchild[:cap], dtype=cp.int64, out=incl[:cap])
+                launch(self._fn("tree_level_close"), (1, 1), 1, stream, lvl.data.ptr, level, incl.data.ptr,
+                       cap, flag)
+                self._per_level("tree_split_write", stream, lvl.data.ptr, level, skeys.data.ptr,
+                                nchild.data.ptr, incl.data.ptr, start, count, child, flag)
+            bounds = lvl[:LEVEL_SLOTS + 1].get()  # the one host round trip of the build
+            if not bounds[LEVEL_SLOTS]:
+                return _levels(bounds[:LEVEL_SLOTS]), cells
+            cap *= 2
 
     def _groups(self, run, nj: int, ncell: int, group: int, cells: dict):
         """The groups' starts (int32, ngroups + 1 with nj last): group cells cut into runs of `group`."""
@@ -370,6 +389,16 @@ class TreeEvaluator(ForceEvaluator):
         out = {k: self._buffers[f"group-{k}"][:self.ngroups].get() for k in ("nbody", "ncell", "nactive")}
         out["start"] = self._buffers["group-start"][:self.ngroups + 1].get()
         return out
+
+
+def _levels(bounds) -> list[int]:
+    """level_start from the device's level ranges: up to the first empty level."""
+    levels = [int(bounds[0])]
+    for b in bounds[1:]:
+        if int(b) == levels[-1]:
+            break
+        levels.append(int(b))
+    return levels
 
 
 def _cell_capacity(n: int, leaf: int) -> int:
