@@ -123,3 +123,35 @@ def test_info_reports_the_mpi_and_how_positions_travel():
     assert done.returncode == 0, done.stderr
     line = next(ln for ln in done.stdout.splitlines() if ln.startswith("MPI: "))
     assert "mpi4py 4." in line and "MPICH" in line and "mpiexec /" in line and "CUDA-aware:" in line
+
+
+# --- GPU ranks (on the GPU machine: two ranks sharing its one GPU) ------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("kernel", ["shared", "best"])
+def test_two_gpu_ranks_give_one_ranks_accelerations_within_the_budget(tmp_path, kernel):
+    """Two ranks on one GPU (each takes the GPU of its local rank, round robin), each its share of the
+    targets against every source: the accelerations of one CUDA process within the record's fp32 budget."""
+    from app.backends import backend_class
+    from app.bench import bench_bodies
+    from app.physics import relative_errors
+
+    cuda = backend_class("cuda")
+    if cuda.why_not():
+        pytest.skip(cuda.why_not())
+    n, out = 65536, tmp_path / "gpu-ranks.npz"
+    job = ROOT / "tests" / "mpi_gpu_job.py"
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(job), str(out), kernel, str(n)],
+                          capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    backend = cuda()
+    try:
+        import mpi_gpu_job
+
+        backend.load(bench_bodies(n), mpi_gpu_job.PHYSICS, kernel)
+        one = backend.accelerations()
+        budget = backend.record(kernel).error_budget()
+    finally:
+        backend.close()
+    rel = relative_errors(np.load(out)["acc"], one)
+    assert rel.max() <= budget.max_rel, (kernel, rel.max())
