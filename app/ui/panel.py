@@ -59,6 +59,7 @@ RED_TEXT = (1.0, 0.42, 0.38, 1.0)
 OK_TEXT = (0.55, 0.85, 0.55, 1.0)
 WARN_TEXT = (1.0, 0.75, 0.30, 1.0)
 DIM_TEXT = (0.60, 0.64, 0.70, 1.0)
+FADED_TEXT = (0.32, 0.34, 0.38, 1.0)  # a legend entry for a part this path does not have now
 ACCENT = (1.0, 0.62, 0.22, 1.0)
 # the frame breakdown bar: (history field, label, colour)
 BREAKDOWN = (("force_ms", "force", (1.00, 0.55, 0.15, 1.0)),
@@ -595,22 +596,25 @@ class Panel(OverlayPanel):
                                         for f, label, _ in BREAKDOWN))
         x0 = imgui.get_cursor_screen_pos().x
         right = x0 + width
-        shown = [(f, label, col) for f, label, col in BREAKDOWN
-                 if live[f] > 0.005 or f in ("force_ms", "python_ms")]  # the parts this path has
-        for i, (_, label, col) in enumerate(shown):
+        # Every part has its place in the legend, always: whether a part shows up in the median flickers
+        # with timing noise (the drift read-back every few frames), and a legend that gained or lost a
+        # line would move every widget below it - the tabs, the fields - under the user's pointer.
+        # The parts this path has now are drawn in their colour, the others faded.
+        for i, (f, label, col) in enumerate(BREAKDOWN):
             need = imgui.calc_text_size(label).x + 16
             if i:
                 imgui.same_line()
                 if imgui.get_cursor_screen_pos().x + need > right:
                     imgui.new_line()
+            has = live[f] > 0.005 or f in ("force_ms", "python_ms")
             q = imgui.get_cursor_screen_pos()
             size = imgui.get_text_line_height() * 0.6
             top = q.y + (imgui.get_text_line_height() - size) / 2
             dl.add_rect_filled(imgui.ImVec2(q.x, top), imgui.ImVec2(q.x + size, top + size),
-                               imgui.get_color_u32(imgui.ImVec4(*col)), 2.0)
+                               imgui.get_color_u32(imgui.ImVec4(*col[:3], 1.0 if has else 0.2)), 2.0)
             imgui.dummy(imgui.ImVec2(size + 2, imgui.get_text_line_height()))
             imgui.same_line(0, 2)
-            imgui.text_disabled(label)
+            imgui.text_colored(imgui.ImVec4(*(DIM_TEXT if has else FADED_TEXT)), label)
 
     def _plots_tab(self) -> None:
         self._history_section()
