@@ -11,11 +11,7 @@
 set -uo pipefail
 ns=${1:-16384,131072,1048576}
 budget=${2:-90}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
-day=$(date +%F)
+source "$(dirname "$0")/device_env.sh"  # out, gpu, day, clocks; PYTHONPATH, headless
 # An empty cache folder, so that no tuning cache exists, sharing the compiled kernels (cubins) of the real one.
 cubins=$(python3 -c "from app.paths import cache_dir; print(cache_dir('cuda'))")
 mkdir -p "$cubins"

@@ -19,16 +19,11 @@
 set -uo pipefail
 what=${1:-all}
 ns=${2:-4096,16384,65536,131072,1048576}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
+source "$(dirname "$0")/device_env.sh"  # out, gpu, day, clocks; PYTHONPATH, headless
 export NBODY_SHARED_DATA=${NBODY_SHARED_DATA:-$PWD/.devdata}
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
-export NBODY_HEADLESS=1
 if [ -d .whl ]; then  # wheels the kit lacks (matplotlib for the bench plot), carried as the device README says
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 fi
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
-day=$(date +%F)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee "$out/gpu.txt"
 
 if [[ $what == tests || $what == all ]]; then

@@ -10,17 +10,14 @@
 # /usr/bin/mpiexec is Open MPI's, which refuses to run as root and is not the library mpi4py loads; so the
 # wheel is unpacked and its bin/ and lib/ put first on PATH and LD_LIBRARY_PATH.
 set -uo pipefail
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
+source "$(dirname "$0")/device_env.sh"  # out, gpu, day, clocks; PYTHONPATH, headless
 wheels=${WHEELS:-.whl}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site "$wheels"/mpi4py-*.whl
 rm -rf /tmp/mpich && python3 -m zipfile -e "$wheels"/mpich-*.whl /tmp/mpich
 mpich=$(echo /tmp/mpich/mpich-*.data/data)
 chmod +x "$mpich"/bin/*
 export PATH=$mpich/bin:$PATH LD_LIBRARY_PATH=$mpich/lib:${LD_LIBRARY_PATH:-}
-export PYTHONPATH=$PWD:/tmp/site:${PYTHONPATH:-} NBODY_HEADLESS=1
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
-day=$(date +%F)
+export PYTHONPATH=/tmp/site:$PYTHONPATH
 echo "mpiexec: $(command -v mpiexec)"
 timeout 30 mpiexec -n 2 python3 -c "from mpi4py import MPI; print(MPI.COMM_WORLD.rank, MPI.Get_library_version()[:24])"
 timeout 120 python3 -m pytest -q -p no:xvfb -p no:cacheprovider tests/test_mpi.py -m gpu 2>&1 | tee "$out/mpi-gpu-tests.log" | tail -3

@@ -10,9 +10,7 @@
 # softening x5 and a time step that keeps dt / t_dyn about where the preset has it.
 set -uo pipefail
 n=${1:-81920}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
+source "$(dirname "$0")/device_env.sh"  # out, gpu, day, clocks; PYTHONPATH, headless
 scene=(collision --n "$n" --set initial.separation=30 --set initial.radius=5 --set initial.impact=5
        --set initial.speed=0.2236 --softening 0.1 --dt 0.01 --backend cuda)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader | tee "$out/gpu.txt"

@@ -7,16 +7,7 @@
 #   source .kit/setup.sh && bash bench/tree_physics.sh [STEPS]
 set -uo pipefail
 steps=${1:-1000}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
-day=$(date +%F)
-# The SM clock and any active throttle reasons, before and after each run: on 2026-11-23 an H200 ran the
-# tree 6x slower for ~40 s after a long benchmark (46.6 ms instead of 7.9 ms per step at 1M), then
-# recovered; a number taken in such a state must be recognisable.
-clocks() { nvidia-smi --query-gpu=clocks.sm,clocks_event_reasons.active,temperature.gpu,power.draw \
-    --format=csv,noheader 2>/dev/null | tr -d '\n'; }
+source "$(dirname "$0")/device_env.sh"  # out, gpu, day, clocks; PYTHONPATH, headless
 common=(--backend cuda --steps "$steps" --dt 1e-3 --softening 0.01 --log-every 100 --no-progress)
 run() {  # run LABEL N KERNEL [ARGS...]
     local label=$1 n=$2 kernel=$3

@@ -10,17 +10,7 @@
 set -uo pipefail
 ns=${1:-1048576,8388608,16777216}
 frames=${2:-60}
-out=${OUT:-/tmp/out}
-mkdir -p "$out"
-export PYTHONPATH=$PWD:${PYTHONPATH:-}
-export NBODY_HEADLESS=1
-gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | awk '{print tolower($2)}')
-day=$(date +%F)
-# The SM clock and any active throttle reasons, before and after each run: on 2026-11-23 an H200 ran the
-# tree 6x slower for ~40 s after a long benchmark (46.6 ms instead of 7.9 ms per step at 1M), then
-# recovered; a number taken in such a state must be recognisable.
-clocks() { nvidia-smi --query-gpu=clocks.sm,clocks_event_reasons.active,temperature.gpu,power.draw \
-    --format=csv,noheader 2>/dev/null | tr -d '\n'; }
+source "$(dirname "$0")/device_env.sh"  # out, gpu, day, clocks; PYTHONPATH, headless
 settings=(${DRAW_SETTINGS:-"min_sprite=3,draw_limit=0" "min_sprite=1,draw_limit=0" "min_sprite=1,draw_limit=2097152"})
 for n in ${ns//,/ }; do
     for s in "${settings[@]}"; do
