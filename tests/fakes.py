@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.backends.base import Backend, KernelRecord, StepTimings
+from app.backends.base import Backend, KernelRecord, StepTimings, TunablesPerKernel
 from app.bodies import Bodies
 from app.forces import Span, all_pairs_work
 from app.physics import Physics
 
 
-class BackendDouble:
+class BackendDouble(TunablesPerKernel):
     """What test doubles share: physics kept as given, and the Backend ABC's tunables kept per kernel
-    against its record, as a real backend keeps them. A double mixes this in before `Backend`."""
+    against its record (TunablesPerKernel, as the multi-device and MPI backends keep them). A double mixes
+    this in before `Backend`."""
 
     _physics = Physics()
 
@@ -23,19 +24,6 @@ class BackendDouble:
     def physics(self):
         return self._physics
 
-    def _tunable_store(self) -> dict[str, dict]:
-        return self.__dict__.setdefault("_tunable_values", {})
-
-    def tunables(self) -> dict:
-        return self.record(self.kernel).with_tunables(self._tunable_store().get(self.kernel, {}))
-
-    def set_tunables(self, **values) -> None:
-        checked = self.record(self.kernel).validate_tunables(values)
-        store = self._tunable_store()
-        store[self.kernel] = {**store.get(self.kernel, {}), **checked}
-
-    def clear_tunables(self) -> None:
-        self._tunable_store().clear()
 
 
 class FakeBackend(BackendDouble, Backend):

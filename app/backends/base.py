@@ -30,6 +30,31 @@ def check_physics(physics: Physics) -> Physics:
     return physics
 
 
+class TunablesPerKernel:
+    """The Backend ABC's tunables kept on the host, per kernel, checked against its record: for backends
+    (and test doubles) that hold no evaluator of their own. Mixed in before `Backend`; `_tunables_changed`
+    is where a backend passes the values on."""
+
+    def _tunable_store(self) -> dict[str, dict]:
+        return self.__dict__.setdefault("_tunables", {})  # kernel -> the values set over its defaults
+
+    def tunables(self) -> dict:
+        return self.record(self.kernel).with_tunables(self._tunable_store().get(self.kernel, {}))
+
+    def set_tunables(self, **values) -> None:
+        checked = self.record(self.kernel).validate_tunables(values)
+        store = self._tunable_store()
+        store[self.kernel] = {**store.get(self.kernel, {}), **checked}
+        self._tunables_changed()
+
+    def clear_tunables(self) -> None:
+        self._tunable_store().clear()
+        self._tunables_changed()
+
+    def _tunables_changed(self) -> None:
+        """After set_tunables / clear_tunables: nothing to pass on by default."""
+
+
 class Backend(ABC):
     """Simulation state plus kernels. Construct, `load`, then `step` as often as you like."""
 

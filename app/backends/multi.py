@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
+from app.backends.base import Backend, KernelRecord, StepTimings, TunablesPerKernel, check_physics
 from app.bodies import Bodies
 from app.errors import ConfigError
 from app.forces import Span
@@ -62,7 +62,7 @@ def multi_backend_class(base: type[Backend], k, driver: str = "threads", exchang
                  "exchange": exchange})
 
 
-class MultiDeviceBackend(Backend):
+class MultiDeviceBackend(TunablesPerKernel, Backend):
     """K devices as one Backend (made by multi_backend_class, which fills the class fields below)."""
 
     base: type[Backend]
@@ -116,7 +116,7 @@ class MultiDeviceBackend(Backend):
         self._mass = bodies.mass.astype(np.float64, copy=True)
         self._ids = None if bodies.ids is None else bodies.ids.copy()
         self._t0, self._steps = float(bodies.time), 0
-        self._apply_tunables()
+        self._tunables_changed()
 
     def _reload(self, physics: Physics, kernel: str) -> None:
         """The devices made again from the current state (a kernel or a force parameter changed)."""
@@ -157,20 +157,8 @@ class MultiDeviceBackend(Backend):
     def device_names(self) -> list[str]:
         return [d.name for d in self._run.devices] if self._run is not None else []
 
-    # --- tunables (applied to every device's evaluator) --------------------------------------------
-    def tunables(self) -> dict:
-        return self.record(self._kernel).with_tunables(self._tunables.get(self._kernel, {}))
-
-    def set_tunables(self, **values) -> None:
-        checked = self.record(self._kernel).validate_tunables(values)
-        self._tunables[self._kernel] = {**self._tunables.get(self._kernel, {}), **checked}
-        self._apply_tunables()
-
-    def clear_tunables(self) -> None:
-        self._tunables.clear()
-        self._apply_tunables()
-
-    def _apply_tunables(self) -> None:
+    # --- tunables (kept per kernel by TunablesPerKernel, applied to every device's evaluator) ------------
+    def _tunables_changed(self) -> None:
         if self._run is None:
             return
         values = self.tunables()

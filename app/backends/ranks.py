@@ -36,7 +36,7 @@ from collections import deque
 
 import numpy as np
 
-from app.backends.base import Backend, check_physics
+from app.backends.base import Backend, TunablesPerKernel, check_physics
 from app.bodies import Bodies
 from app.distributed import RankRun, device_maker
 from app.errors import BackendUnavailable
@@ -55,7 +55,7 @@ def ranks_backend_class(comm, inner: type[Backend], gather_every: int = 1) -> ty
                  "gather_every": gather_every})
 
 
-class RanksBackend(Backend):
+class RanksBackend(TunablesPerKernel, Backend):
     comm = None
     inner: type[Backend] = Backend
     gather_every = 1  # frames between rank 0's gathers of the velocities (the view)
@@ -115,16 +115,6 @@ class RanksBackend(Backend):
 
     def set_kernel(self, name: str) -> None:
         self._kernel = self._runnable(name)
-
-    def tunables(self) -> dict:
-        return self.record(self._kernel).with_tunables(self._tunables.get(self._kernel, {}))
-
-    def set_tunables(self, **values) -> None:
-        checked = self.record(self._kernel).validate_tunables(values)
-        self._tunables[self._kernel] = {**self._tunables.get(self._kernel, {}), **checked}
-
-    def clear_tunables(self) -> None:
-        self._tunables.clear()
 
     def set_physics(self, physics: Physics) -> None:
         self._physics = check_physics(physics)
@@ -200,7 +190,7 @@ class RanksBackend(Backend):
             self.run.set_tunables(control.tunables)
         if not self.lead:  # what rank 0 asked for is what this rank now runs
             self._kernel, self._physics, self._n = control.kernel, physics, self.run.n
-            self._tunables[control.kernel] = dict(control.tunables)
+            self._tunable_store()[control.kernel] = dict(control.tunables)
         self._applied = control
         if was is None or control.changes(was):
             self.fingerprints.append(self.fingerprint())
