@@ -15,6 +15,11 @@ component (app.components), uploaded once by `set_components`; the per-component
 (brightness, 0 when hidden) are two uniform tables, so showing, hiding or recolouring a component is a
 uniform change, never a buffer upload, and gravity never sees it.
 
+At large N two settings trade detail for draw time: `render.min_sprite` (the smallest sprite drawn, px;
+smaller ones are dimmed to the same light) and `render.draw_limit` (at most that many bodies drawn: every
+k-th through a cached index buffer, with k times the light). On GH100 the pass is bound by the number of
+points rather than the fill (docs/tree.md: 1 px sprites saved 14% at 1M, every 2nd body halved it at 8M).
+
 Colour by speed goes through a 256-entry colormap, normalised by a robust speed scale: on the host path
 `update_speed_scale(speeds)` takes a running 95th percentile (the viewer calls it every ~30 frames); a
 GPU path sets it with `set_speed_scale(value)`.
