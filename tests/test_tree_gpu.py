@@ -272,3 +272,34 @@ def test_bench_sweeps_the_tree_beside_all_pairs_with_its_error_sample():
         assert fine["step_median_ms"] > fine["median_ms"]  # + the integrate kernel
     within = result["fastest_within_budget"]  # θ = 0.3 is within the budget: a setting is always named
     assert [e["scene"] for e in within] == ["plummer", "collision"] and all(e["tunables"] for e in within)
+
+
+def _evaluate_with(device, ev, pos):
+    """(acc rows, ForceWork) of an existing evaluator on new positions (its buffers and depth kept)."""
+    n = pos.shape[0]
+    host = np.full((n, 4), np.nan, np.float32)
+    with device.scope:
+        p = device.scratch("tree-test-pos", 16 * n)
+        a = device.scratch("tree-test-acc", 16 * n)
+        device.drv.memcpy_htod(p, np.ascontiguousarray(pos, np.float32))
+        device.drv.memcpy_htod(a, host)
+        work = ev.evaluate(p, a, Span.all(n), Span.all(n))
+        device.drv.memcpy_dtoh(host, a)
+    return host[:, :3].astype(np.float64), work
+
+
+def test_a_deeper_tree_than_the_last_build_queues_more_levels(device):
+    """The build queues as many levels as the last one had (plus two) before it looks: a shallow tree, then
+    the 22-level chain, then the shallow tree again, all with one evaluator, match fresh evaluations."""
+    shallow = cloud(3000, seed=4)
+    chain = np.tile(np.array([[1.5, -2.0, 0.25, 0.01]], np.float32), (100, 1))
+    fresh = {}
+    for name, pos in (("shallow", shallow), ("chain", chain)):
+        got, work, ev = gpu_tree(device, pos, leaf=8)
+        fresh[name] = (got, work.interactions, list(ev.levels))
+    _, _, ev = gpu_tree(device, shallow, leaf=8)
+    for name, pos in (("chain", chain), ("shallow", shallow)):
+        got, work = _evaluate_with(device, ev, pos)
+        assert list(ev.levels) == fresh[name][2] and work.interactions == fresh[name][1], name
+        assert np.array_equal(got, fresh[name][0]), name
+    assert len(fresh["chain"][2]) - 1 == 22 and len(fresh["shallow"][2]) - 1 < 12

@@ -9,10 +9,12 @@
 // Cells are stored breadth first: the cells of level L are the contiguous range [level_start[L],
 // level_start[L+1]); the children of a cell are contiguous, in octant order, in the next level's range.
 // The level ranges live on the device (lvl[L] = the first cell of level L), so the host queues every level
-// (tree_split_count, a prefix sum, tree_level_close, tree_split_write) and every moments pass without
-// waiting for a level's size: one read of lvl after the build instead of a round trip per level, which cost
-// 1.5 to 2.4 ms of the 1M step on H200 machines (the range varied with the host). Each kernel loops over
-// its level's range with a fixed grid; an empty level costs one launch.
+// (tree_split_count, tree_level_scan, tree_split_write) and every moments pass without waiting for a
+// level's size, and reads lvl once after the build. A round trip per level cost 1.5 to 2.4 ms of the 1M
+// step on H200 machines; queued with a CuPy prefix sum over all cells per level the build still took
+// 2.0 ms, bound by the host's calls: hence one scan launch per level, over the level alone, and only as
+// many levels as the last build had (app/backends/cuda/tree.py). Each kernel loops over its level's range
+// with a fixed grid; an empty level costs its launches.
 
 #include <stdint.h>
 
@@ -176,42 +178,60 @@ extern "C" __global__ void tree_split_count(const int* __restrict__ lvl, int lev
     }
 }
 
-// `incl` is the inclusive prefix sum of nchild over every cell so far (cells past the level are 0):
-// the children before cell c's within its level number incl[c] - nchild[c] - incl[a - 1].
-__device__ __forceinline__ long long before_level(const long long* incl, int a) { return a > 0 ? incl[a - 1] : 0; }
-
-// One thread: the next level's range ends at lvl[level + 2] = b + (children of level `level`). Past the
-// capacity `cap` of the cell arrays: *overflow = 1 and the tree stops here (the host grows them and builds
-// again).
-extern "C" __global__ void tree_level_close(int* __restrict__ lvl, int level, const long long* __restrict__ incl,
-                                            int cap, int* __restrict__ overflow) {
+// One block of SCAN_THREADS: offs[c - a] = the exclusive prefix sum of nchild over the level's cells
+// [a, b) (where cell c's first child goes, counted from b), and lvl[level + 2] = b + the level's children.
+// Past the capacity `cap` of the cell arrays: *overflow = 1 and the next level is left empty (the host grows
+// the arrays and builds again). Each thread sums a contiguous run of the level, the block scans the 1,024
+// run sums, and each thread writes its run's offsets: one launch per level, over the level alone.
+#define SCAN_THREADS 1024
+extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
+tree_level_scan(int* __restrict__ lvl, int level, const int* __restrict__ nchild, int* __restrict__ offs,
+                int cap, int* __restrict__ overflow) {
+    __shared__ int part[SCAN_THREADS];
     const int a = lvl[level], b = lvl[level + 1];
-    const long long total = b > a ? incl[b - 1] - before_level(incl, a) : 0;
-    long long end = b + total;
-    if (end > cap) {
-        *overflow = 1;
-        end = b;
+    const int per = (b - a + SCAN_THREADS - 1) / SCAN_THREADS;
+    const int lo = min(a + (int)threadIdx.x * per, b), hi = min(lo + per, b);
+    int sum = 0;
+    for (int c = lo; c < hi; ++c) sum += nchild[c];
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    for (int d = 1; d < SCAN_THREADS; d <<= 1) {  // inclusive scan of the run sums
+        const int v = threadIdx.x >= (unsigned)d ? part[threadIdx.x - d] : 0;
+        __syncthreads();
+        part[threadIdx.x] += v;
+        __syncthreads();
     }
-    lvl[level + 2] = (int)end;
+    int run = part[threadIdx.x] - sum;
+    for (int c = lo; c < hi; ++c) {
+        offs[c - a] = run;
+        run += nchild[c];
+    }
+    if (threadIdx.x == SCAN_THREADS - 1) {
+        long long end = (long long)b + part[SCAN_THREADS - 1];
+        if (end > cap) {
+            *overflow = 1;
+            end = b;
+        }
+        lvl[level + 2] = (int)end;
+    }
 }
 
-// Level `level`: a split cell's children go to [b + its offset, ...), one per non-empty octant in octant
-// order; child[c] = the first child's index, -1 for a leaf. Nothing is written when the level overflowed
-// (lvl[level + 2] == b with children counted: tree_level_close).
+// Level `level`: a split cell's children go to [b + offs[c - a], ...), one per non-empty octant in octant
+// order; child[c] = the first child's index, -1 for a leaf. Nothing is written when a level overflowed
+// (tree_level_scan).
 extern "C" __global__ void tree_split_write(const int* __restrict__ lvl, int level,
                                             const unsigned long long* __restrict__ skeys,
-                                            const int* __restrict__ nchild, const long long* __restrict__ incl,
+                                            const int* __restrict__ nchild, const int* __restrict__ offs,
                                             int* __restrict__ cstart, int* __restrict__ ccount,
                                             int* __restrict__ child, const int* __restrict__ overflow) {
     const int a = lvl[level], b = lvl[level + 1];
-    const long long base = before_level(incl, a);
     FOR_LEVEL_CELLS(c, lvl, level) {
         const int k = nchild[c];
         if (k == 0 || *overflow) {
             child[c] = -1;
             continue;
         }
-        int out = b + (int)(incl[c] - k - base);
+        int out = b + offs[c - a];
         child[c] = out;
         const int s = cstart[c], e = s + ccount[c];
         const int shift = 3 * (TREE_MAX_LEVEL - 1 - level);

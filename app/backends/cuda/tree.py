@@ -15,8 +15,9 @@ sort (CUB via Thrust) in the retained primary context that pycuda also uses, so 
 with no copy; cuda-cccl would be a second wheel to carry for the same CUB call. Its time is the `sort`
 stage of the split (`stage_ms`), measured by `bench`.
 
-Host round trips: one after the build (the level ranges, which the per-level kernels read on the device,
-so every level is queued without waiting for the one before), one for the number of groups, and one
+Host round trips: one after the build, usually (the level ranges, which the per-level kernels read on the
+device, so every level is queued without waiting for the one before; a tree deeper than the last one
+queues a few more levels and looks again), one for the number of groups, and one
 after the walk (the interaction counts and the stack-overflow flag); an evaluation synchronises the
 stream.
 """
@@ -57,7 +58,7 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_keys": "PiPP",
     "tree_gather": "PPPiPPP",
     "tree_split_count": "PiiPPPP",
-    "tree_level_close": "PiPiP",
+    "tree_level_scan": "PiPPiP",
     "tree_split_write": "PiPPPPPPP",
     "tree_moments": "PiPPPPPPPP",
     "tree_pack": "iPiPPPPPPddPP",
@@ -66,6 +67,8 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
 MAX_LEVEL = 21  # kernels/tree/build.cu TREE_MAX_LEVEL: 63-bit keys, 21 levels below the root
 LEVEL_SLOTS = MAX_LEVEL + 3  # lvl[L] for L = 0 .. 23 (level 21's cells end at lvl[22]; lvl[23] closes it)
 LEVEL_BLOCKS_PER_SM = 4  # the per-level kernels' fixed grid (they loop over their level's cells)
+SCAN_THREADS = 1024  # kernels/tree/build.cu SCAN_THREADS: tree_level_scan is one block
+EXTRA_LEVELS = 2  # levels queued past the previous build's depth before the host looks
 GROWTH = 1.5  # _buf allocates half again over what is asked, so that a slowly growing N reuses it
 WALK_ARGS = "PPPiiPPPPPPPfffiPiPPPPP"
 
@@ -122,6 +125,7 @@ class TreeEvaluator(ForceEvaluator):
         self._stack_cap = STACK_CAP
         self._events = None
         self.levels: list[int] = []  # level_start of the last build (cells of level L: [ls[L], ls[L+1]))
+        self._depth = MAX_LEVEL + 1  # levels of the last build: how many the next one queues before looking
         self.ngroups = 0
 
     # --- the evaluator contract --------------------------------------------------------------------
@@ -304,36 +308,40 @@ class TreeEvaluator(ForceEvaluator):
     def _build(self, stream, nj: int, leaf: int, skeys) -> tuple[list[int], dict]:
         """The octree over the nj sorted keys, breadth first: level_start and the cell arrays.
 
-        Every level is queued without waiting for the previous one's size (the ranges live in the device
-        buffer "levels", whose slot LEVEL_SLOTS is the overflow flag); the host reads them once at the end.
-        A tree with more cells than the arrays hold (a deep, thin one) is built again in arrays twice as
-        large."""
-        cp = cupy_module()
+        Every level is queued without waiting for the previous one's size: the level ranges live in the
+        device buffer "levels" (slot LEVEL_SLOTS: the overflow flag), and each level is three launches
+        (count, scan, write) that read their range there. The host queues as many levels as the last
+        build had plus EXTRA_LEVELS, then reads the ranges once; a deeper tree queues more. A tree with more
+        cells than the arrays hold (a deep, thin one) is built again in arrays twice as large."""
         cap = _cell_capacity(nj, leaf)
         while True:
             cells = {k: self._buf(f"cell-{k}", cap, np.int32) for k in ("start", "count", "child", "nchild")}
             cap = min(int(c.size) for c in cells.values())  # what _buf holds (half again over the ask)
             lvl = self._buf("levels", LEVEL_SLOTS + 1, np.int32)
-            incl = self._buf("incl", cap, np.int64)
+            offs = self._buf("offsets", cap, np.int32)
             lvl[:LEVEL_SLOTS + 1].fill(0)
             lvl[1:2].fill(1)  # level 0: the root, cell 0
             cells["start"][0:1].fill(0)
             cells["count"][0:1].fill(nj)
-            nchild = cells["nchild"]
-            nchild[:cap].fill(0)  # the prefix sum runs over every cell: those not yet made count 0
             flag = lvl.data.ptr + 4 * LEVEL_SLOTS
-            start, count, child = (cells[k].data.ptr for k in ("start", "count", "child"))
-            for level in range(MAX_LEVEL + 1):
-                self._per_level("tree_split_count", stream, lvl.data.ptr, level, leaf, skeys.data.ptr, start,
-                                count, nchild.data.ptr)
-                cp.cumsum(nchild[:cap], dtype=cp.int64, out=incl[:cap])
-                launch(self._fn("tree_level_close"), (1, 1), 1, stream, lvl.data.ptr, level, incl.data.ptr,
-                       cap, flag)
-                self._per_level("tree_split_write", stream, lvl.data.ptr, level, skeys.data.ptr,
-                                nchild.data.ptr, incl.data.ptr, start, count, child, flag)
-            bounds = lvl[:LEVEL_SLOTS + 1].get()  # the one host round trip of the build
+            start, count, child, nchild = (cells[k].data.ptr for k in ("start", "count", "child", "nchild"))
+            level, stop = 0, min(self._depth + EXTRA_LEVELS, MAX_LEVEL + 1)
+            while True:
+                for lv in range(level, stop):
+                    self._per_level("tree_split_count", stream, lvl.data.ptr, lv, leaf, skeys.data.ptr, start,
+                                    count, nchild)
+                    launch(self._fn("tree_level_scan"), (1, 1), SCAN_THREADS, stream, lvl.data.ptr, lv,
+                           nchild, offs.data.ptr, cap, flag)
+                    self._per_level("tree_split_write", stream, lvl.data.ptr, lv, skeys.data.ptr, nchild,
+                                    offs.data.ptr, start, count, child, flag)
+                bounds = lvl[:LEVEL_SLOTS + 1].get()  # the host's one look at the build (usually)
+                if bounds[LEVEL_SLOTS] or stop > MAX_LEVEL or bounds[stop + 1] == bounds[stop]:
+                    break  # overflowed, or every level queued, or the level after the last queued is empty
+                level, stop = stop, min(stop + EXTRA_LEVELS, MAX_LEVEL + 1)
             if not bounds[LEVEL_SLOTS]:
-                return _levels(bounds[:LEVEL_SLOTS]), cells
+                levels = _levels(bounds[:LEVEL_SLOTS])
+                self._depth = len(levels) - 1
+                return levels, cells
             cap *= 2
 
     def _groups(self, run, nj: int, ncell: int, group: int, cells: dict):
