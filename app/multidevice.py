@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
@@ -202,6 +203,26 @@ class HostExchange:
             for other in devices:
                 if other is not owner:
                     other.set_rows(field, owner.share, rows)
+
+
+# --- what reaches the renderer ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RenderCopy:
+    """One copy into the renderer's buffers: rows `span` of `field` from device `device`, to the same
+    rows of the buffer."""
+
+    device: int
+    field: str  # "pos" (float4 rows) or "speed" (float rows)
+    span: Span
+
+
+def render_copies(shares: Sequence[Span]) -> list[RenderCopy]:
+    """What fills the renderer's buffers after a step, and from where: every position from device 0
+    (after the exchange each device holds them all: one copy, no gather), each share's speeds from the
+    device that owns them (a device updates the speeds of its share only). Empty shares copy nothing."""
+    n = sum(s.count for s in shares)
+    copies = [RenderCopy(0, "pos", Span.all(n))] if n else []
+    return copies + [RenderCopy(i, "speed", s) for i, s in enumerate(shares) if s.count]
 
 
 # --- the integrator's StateOps over several devices ----------------------------------------------------

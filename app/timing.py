@@ -424,7 +424,7 @@ class FrameLog:
     """The last `capacity` frames' records (the summary, the panel), and optionally every frame's row in
     a CSV file as it is drawn (`stream_csv`: `run --timings`)."""
 
-    def __init__(self, capacity: int = 4096):
+    def __init__(self, capacity: int | None = 4096):  # None: keep every frame (a CSV read back)
         self.records: deque[FrameRecord] = deque(maxlen=capacity)
         self._t0: float | None = None
         self._csv = None  # (the StreamedFile, its csv.writer) while streaming
@@ -476,6 +476,24 @@ class FrameLog:
                 self.stream_error = str(e)
                 self.close()
                 log.warning("%s: no more timings are written", e)
+
+    @classmethod
+    def read_csv(cls, path) -> FrameLog:
+        """The records of a CSV written by `stream_csv` (`run --timings`), to summarise or compare them;
+        RuntimeFault naming the file when it is missing or not such a CSV."""
+        import csv
+
+        types = {f.name: f.type for f in fields(FrameRecord)}
+        convert = {"str": str, "int": int, "float": float}
+        log_ = cls(capacity=None)
+        try:
+            with open(path, newline="") as f:
+                for row in csv.DictReader(f):
+                    log_.records.append(FrameRecord(**{k: convert[t](row[k]) for k, t in types.items()}))
+        except (OSError, KeyError, TypeError, ValueError) as e:
+            raise RuntimeFault(f"{path}: not a per-frame timings CSV of `run --timings` ({type(e).__name__}: "
+                               f"{e})") from e
+        return log_
 
     def medians(self, skip: int = 5) -> dict[str, float]:
         """Median of each field over the frames after the first `skip` (warm-up: compiles, first maps)."""

@@ -3,7 +3,7 @@
 # interop, validate `shared` on NBabel 16k, tune, benchmark the kernels. Results land in $OUT (the
 # device tool brings them back).
 #
-#   source .kit/setup.sh && bash bench/gpu_session.sh [tests|run|tune|bench|realn|tree|all] [BENCH_NS]
+#   source .kit/setup.sh && bash bench/gpu_session.sh [tests|run|tune|bench|realn|tree|gpus|all] [BENCH_NS]
 #
 # `all` (the gpu tests with the slow soak, the 65,536-body headless runs, validate on NBabel 16k, tune,
 # the bench of every kernel and bench/realn.sh) takes about 10 minutes on an H200, the limit of one
@@ -14,6 +14,12 @@
 # Plummer and collision, 1M and 8M, with the force error of 4,096 targets per row; about 3 minutes on an
 # H200 (`best` is skipped at 8M by --max-seconds, with the reason in the JSON). Run `tune` first on the
 # same machine for a tuned `best`.
+#
+# `gpus` (not part of `all`) is issue 15's one-GPU acceptance for rendering: the gpu tests of
+# tests/test_cuda_multi.py (interop VBOs after steps, the viewer's map/unmap columns), then the viewer at
+# 65,536 headless three times (one GPU; `--gpus 1` with the single and the threads driver, drawing through
+# GPU 0's interop) and bench/frames_compare.py on the CSVs: median frame of each and what --gpus 1 adds
+# (the bar: at most 0.1 ms). About 2 minutes.
 #
 # The shared data folder does not travel: copy it to .devdata/ and carry it (NBODY_SHARED_DATA).
 set -uo pipefail
@@ -52,6 +58,19 @@ if [[ $what == tree ]]; then
     python3 -m app bench --backend cuda --kernels tree,best --n 1048576,8388608 --scene plummer,collision \
         --tunable theta=0.3,0.5,0.6,0.7,0.9 --max-seconds 60 --no-progress \
         --json "$out/$gpu-$day-tree.json" --plot "$out/$gpu-$day-tree.png" 2>&1 | tail -70
+fi
+if [[ $what == gpus ]]; then
+    timeout 300 python3 -m pytest -q -m gpu -p no:xvfb -p no:cacheprovider tests/test_cuda_multi.py 2>&1 \
+        | tee "$out/gpus-tests.log" | grep -E "passed|failed|^FAILED|^ERROR" | tail -20
+    frames() { echo "$out/$gpu-$day-run-65536-shared$1-frames.csv"; }
+    view() { python3 -m app -q run plummer --n 65536 --frames 400 --headless --backend cuda --kernel shared \
+        --no-panel "$@" 2>&1 | tail -2; }
+    view --timings "$(frames "")"
+    for d in single threads; do
+        view --gpus 1 --gpu-driver $d --timings "$(frames "-gpus1-$d")"
+    done
+    python3 bench/frames_compare.py "$(frames "")" "$(frames -gpus1-single)" "$(frames -gpus1-threads)" \
+        --max-extra-ms 0.1 | tee "$out/gpus-compare.txt"
 fi
 if [[ $what == realn || $what == all ]]; then
     bash bench/realn.sh 2>&1 | tail -20

@@ -1,5 +1,5 @@
 """Shared test helpers: the published data sets in ../shared/data (skipped cleanly when absent), and an
-NVIDIA EGL context with VBOs for the CUDA-GL interop tests."""
+NVIDIA EGL context with VBOs for the CUDA-GL interop tests (and reading them back)."""
 
 import os
 from pathlib import Path
@@ -56,6 +56,24 @@ def gl_vbo(canvas, data: np.ndarray):
     canvas.context.flush_commands()
     name = canvas.context.shared.parser.get_object(vbo.id).handle
     return vbo, int(name)
+
+
+def read_gl(canvas, name: int, nbytes: int) -> np.ndarray:
+    """The buffer's bytes as GL sees them (glGetBufferSubData), as float32."""
+    from OpenGL import GL
+
+    canvas.set_current()
+    for _ in range(16):  # drop errors left by earlier GL calls
+        if GL.glGetError() == GL.GL_NO_ERROR:
+            break
+    out = np.zeros(nbytes, dtype=np.uint8)
+    GL.glBindBuffer(GL.GL_ARRAY_BUFFER, name)
+    try:
+        GL.glGetBufferSubData(GL.GL_ARRAY_BUFFER, 0, nbytes, out)
+    finally:
+        GL.glBindBuffer(GL.GL_ARRAY_BUFFER, 0)
+    assert GL.glGetError() == GL.GL_NO_ERROR
+    return out.view(np.float32)
 
 
 def one_line_error(capsys, rc, code, *words) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import gl_vbo
+from conftest import gl_vbo, read_gl
 
 from app.backends import all_kernel_records, backend_class
 from app.backends.cuda import registry
@@ -276,24 +276,6 @@ def test_host_render_arrays_warns_once(backend, caplog):
 
 
 # --- CUDA–GL interop on a real EGL context ------------------------------------------------------------------
-def read_gl(canvas, name: int, nbytes: int) -> np.ndarray:
-    """The buffer's bytes as GL sees them (glGetBufferSubData), as float32."""
-    from OpenGL import GL
-
-    canvas.set_current()
-    for _ in range(16):  # drop errors left by earlier GL calls
-        if GL.glGetError() == GL.GL_NO_ERROR:
-            break
-    out = np.zeros(nbytes, dtype=np.uint8)
-    GL.glBindBuffer(GL.GL_ARRAY_BUFFER, name)
-    try:
-        GL.glGetBufferSubData(GL.GL_ARRAY_BUFFER, 0, nbytes, out)
-    finally:
-        GL.glBindBuffer(GL.GL_ARRAY_BUFFER, 0)
-    assert GL.glGetError() == GL.GL_NO_ERROR
-    return out.view(np.float32)
-
-
 def attached(canvas, backend, n: int):
     pos_vbo, pos_name = gl_vbo(canvas, np.zeros((n, 4), np.float32))
     speed_vbo, speed_name = gl_vbo(canvas, np.zeros((n, 1), np.float32))

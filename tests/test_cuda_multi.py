@@ -5,7 +5,9 @@ exchange (a same-device copy there) run for real. Accelerations of every fp32 re
 equal the single-device path's; one-span shares are bitwise where the record's summation order does not
 depend on the span (tests/test_cuda_seam.py says which). Through the Backend `--gpus` makes: K = 1 is
 bitwise the single-device path for every fp32 record, NCCL runs with a one-GPU communicator, asking for
-more GPUs than exist exits 2, and an out-of-memory names the GPU. With two GPUs or more, every exchange
+more GPUs than exist exits 2, and an out-of-memory names the GPU. With an NVIDIA EGL context (gl-marked):
+GPU 0's interop VBOs hold the state after steps (`--gpus 1`, and two devices' slices on GPU 0), and the
+headless viewer's frame CSV has its map/unmap times. With two GPUs or more, every exchange
 and driver is checked against one GPU (skipped on one).
 
     make test PYTEST_ARGS='tests/test_cuda_multi.py -v'
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import gl_vbo, read_gl
 
 from app.backends import backend_class
 from app.backends.cuda import registry
@@ -196,6 +199,91 @@ def test_more_gpus_than_exist_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and f"--gpus {k}: this machine has {k - 1} GPUs" in err, err
     assert not (tmp_path / "o.npz").exists()
+
+
+# --- rendering through GPU 0's CUDA-GL interop (app/backends/cuda/multi_interop.py) -------------------------
+def _gl_pair(canvas, n: int):
+    """Two VBOs (positions, speeds) for n bodies: (the gloo objects, to keep alive; their GL names)."""
+    pos_vbo, pos_name = gl_vbo(canvas, np.zeros((n, 4), np.float32))
+    speed_vbo, speed_name = gl_vbo(canvas, np.zeros((n, 1), np.float32))
+    return (pos_vbo, speed_vbo), (pos_name, speed_name)
+
+
+@pytest.mark.gl
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_gpus_1_vbos_hold_the_state_after_steps(egl_canvas, driver):
+    """--gpus 1 with a headless NVIDIA EGL context: GPU 0 registers the VBOs, each step() call copies the
+    state into them on the GPU; they equal the state read back, bitwise the single-device path's."""
+    from app.backends.base import INTEROP_PATH
+
+    bodies, physics = bench_bodies(N), Physics(softening=0.01, dt=1e-3)
+    _keep, (pos_name, speed_name) = _gl_pair(egl_canvas, N)
+    backend = _backend(1, driver=driver)
+    try:
+        backend.load(bodies, physics, "shared")
+        assert backend.attach_gl_buffers(pos_name, speed_name), backend.data_path
+        assert backend.data_path == f"{INTEROP_PATH} on GPU 0 from 1 GPUs"
+        assert np.array_equal(read_gl(egl_canvas, pos_name, 16 * N).reshape(N, 4), bodies.pos4(np.float32))
+        for _ in range(4):
+            timings = backend.step(5)
+            assert timings.map_ms > 0 and timings.unmap_ms > 0 and not backend.gl_buffers.is_mapped
+        egl_canvas.set_current()
+        gl_pos = read_gl(egl_canvas, pos_name, 16 * N).reshape(N, 4)
+        gl_speed = read_gl(egl_canvas, speed_name, 4 * N)
+        state = backend.state()
+        speeds = backend.host_render_arrays()[1]
+    finally:
+        backend.close()
+    assert np.array_equal(gl_pos[:, :3], state.pos.astype(np.float32))
+    assert np.array_equal(gl_pos[:, 3], bodies.mass.astype(np.float32))
+    assert np.array_equal(gl_speed, speeds)
+    assert np.array_equal(gl_pos[:, :3].astype(np.float64), _single(bodies, physics, "shared", steps=20))
+
+
+@pytest.mark.gl
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_two_devices_on_gpu_0_copy_their_slices_into_the_vbos(egl_canvas, driver):
+    """Two shares on one GPU: positions whole from device 0, each device's speed rows into their place."""
+    from app.backends.cuda.multi_interop import attach_to_gpu0
+
+    bodies, physics = bench_bodies(N), Physics(softening=0.01, dt=1e-3)
+    _keep, (pos_name, speed_name) = _gl_pair(egl_canvas, N)
+    run = _run("shared", driver)
+    target = None
+    try:
+        run.load(bodies, physics, "shared")
+        target = attach_to_gpu0(pos_name, speed_name, run.devices, N)
+        assert target is not None
+        run.step(10)
+        target.publish(run.devices, N)
+        egl_canvas.set_current()
+        gl_pos = read_gl(egl_canvas, pos_name, 16 * N).reshape(N, 4)
+        gl_speed = read_gl(egl_canvas, speed_name, 4 * N)
+        want_pos, want_speed = run.gathered("pos"), run.gathered("speed")
+        assert [d.share.count for d in run.devices] == [N // 2 + 1, N // 2]
+    finally:
+        if target is not None:
+            target.close()
+        run.close()
+    assert np.array_equal(gl_pos, want_pos) and np.array_equal(gl_speed, want_speed)
+
+
+@pytest.mark.gl
+def test_gpus_1_viewer_runs_with_interop_and_times_map_unmap(egl_canvas, tmp_path):
+    """`run --gpus 1 --headless --timings`: the frames' CSV has the map/unmap columns, filled on every
+    frame, and nothing is uploaded from the host."""
+    import csv
+
+    from app.cli import main
+
+    out = tmp_path / "frames.csv"
+    rc = main(["-q", "run", "plummer", "--n", "4096", "--frames", "30", "--headless", "--backend", "cuda",
+               "--gpus", "1", "--no-panel", "--timings", str(out)])
+    assert rc == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 30 and {"map_ms", "unmap_ms", "upload_ms"} <= set(rows[0])
+    assert all(float(r["map_ms"]) > 0 and float(r["unmap_ms"]) > 0 for r in rows[1:])
+    assert all(float(r["upload_ms"]) == 0.0 for r in rows)
 
 
 @pytest.mark.skipif(REASON is not None or _gpu_count() < 2, reason="needs two GPUs")

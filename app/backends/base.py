@@ -17,6 +17,8 @@ from app.forces import ForceEvaluator, KernelRecord, Tunable
 from app.physics import INTEGRATORS, MODELS, Physics
 from app.timing import StepTimings  # noqa: F401  (re-exported: backends build it)
 
+INTEROP_PATH = "CUDA-GL interop"  # data_path's start when a backend writes the renderer's VBOs itself
+
 
 def check_physics(physics: Physics) -> Physics:
     """`physics` if every backend can run it, else a ConfigError naming the key and the allowed values."""
@@ -200,7 +202,8 @@ class Backend(ABC):
 
     @property
     def data_path(self) -> str:
-        """How positions reach the screen: 'host upload' or 'CUDA-GL interop'."""
+        """How positions reach the screen: 'host upload', or INTEROP_PATH (at the start) when the backend
+        writes the renderer's buffers itself."""
         return "host upload"
 
     def close(self) -> None:

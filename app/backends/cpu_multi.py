@@ -116,5 +116,10 @@ class CpuDevices:
     def exchange(name: str):
         return lambda devices: HostExchange()
 
+    @staticmethod
+    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int):
+        """No interop on the host: the renderer uploads `host_render_arrays()` each frame."""
+        return None
+
 
 KIND = CpuDevices()

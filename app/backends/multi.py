@@ -17,15 +17,21 @@ After each step() call the shares are re-balanced when the devices' force times 
 REBALANCE_SPREAD (rows change hands with their velocities and cached accelerations; the trajectory is
 unchanged).
 
-Rendering reads the positions back from the devices (`host_render_arrays`, the "host upload" path); the
-GPU-0 interop path of one device is not used with several yet.
+Rendering: `attach_gl_buffers` asks the device kind for a render target. GPUs have one: GPU 0 registers
+the renderer's VBOs (CUDA–GL interop) and after each step() call the devices copy the positions and
+their speed rows into them on the GPUs (app/backends/cuda/multi_interop.py; no host round trip per
+frame). CPU devices have none: the renderer uploads `host_render_arrays()`, the state gathered from the
+devices, each frame (the "host upload" path).
 """
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
-from app.backends.base import Backend, KernelRecord, StepTimings, TunablesPerKernel, check_physics
+from app.backends.base import (INTEROP_PATH, Backend, KernelRecord, StepTimings, TunablesPerKernel,
+                               check_physics)
 from app.bodies import Bodies
 from app.errors import ConfigError
 from app.forces import Span
@@ -33,6 +39,7 @@ from app.multidevice import DRIVERS, EXCHANGES, MultiDeviceRun, resolve_device_c
 from app.physics import Physics
 from app.timing import HostTimer, device_entries
 
+log = logging.getLogger(__name__)
 REBALANCE_SPREAD = 1.10  # slowest / fastest device force time above which the shares are re-balanced
 
 
@@ -103,6 +110,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         self._mass, self._ids = np.zeros(0), None
         self._t0, self._steps = 0.0, 0
         self._tunables: dict[str, dict] = {}
+        self._gl_target = None  # the kind's render target while the renderer's VBOs are attached
 
     # --- state -----------------------------------------------------------------------------------
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
@@ -111,12 +119,19 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         run = MultiDeviceRun(self.kind.factory(self.k), self.k, self.driver,
                              make_exchange=self.kind.exchange(self.exchange))
         run.load(bodies, physics, name)
-        self.close()
+        previous_n = self.n if self._run is not None else 0
+        self._close_run()
         self._run, self._kernel, self._physics = run, name, physics
         self._mass = bodies.mass.astype(np.float64, copy=True)
         self._ids = None if bodies.ids is None else bodies.ids.copy()
         self._t0, self._steps = float(bodies.time), 0
         self._tunables_changed()
+        if self._gl_target is not None:
+            if bodies.n != previous_n:  # the renderer resizes its buffers and attaches them again
+                log.info("N = %d: CUDA-GL buffers detached until attach_gl_buffers is called again", bodies.n)
+                self.detach_gl_buffers()
+            else:  # same N (a kernel switch, new force parameters): the VBOs show the reloaded state
+                self._gl_target.publish(run.devices, self.n)
 
     def _reload(self, physics: Physics, kernel: str) -> None:
         """The devices made again from the current state (a kernel or a force parameter changed)."""
@@ -177,10 +192,14 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         self._steps += steps
         ms = timer.collect()
         device_ms, exchange_ms = run.ops.take_times()
+        map_ms = unmap_ms = 0.0
+        if self._gl_target is not None and steps:  # after the last exchange: every position is on GPU 0
+            self._gl_target.publish(run.devices, self.n)
+            map_ms, unmap_ms = self._gl_target.map_ms, self._gl_target.unmap_ms
         timings = StepTimings(kernel=self._kernel, steps=steps, n=self.n, force_ms=ms.get("force", 0.0),
                               integrate_ms=ms.get("integrate", 0.0), interactions=work.interactions,
                               pair_equivalent=work.pair_equivalent, force_evals=work.evaluations,
-                              body_cell=work.body_cell,
+                              body_cell=work.body_cell, map_ms=map_ms, unmap_ms=unmap_ms,
                               extra=device_entries(self.device_names, device_ms, exchange_ms))
         if needs_rebalance(device_ms):
             run.rebalance()
@@ -204,8 +223,29 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         pos = np.ascontiguousarray(run.gathered("pos"), dtype=np.float32)
         return pos, np.ascontiguousarray(run.gathered("speed"), dtype=np.float32).reshape(-1)
 
+    def attach_gl_buffers(self, position_vbo: int, speed_vbo: int) -> bool:
+        """The renderer's VBOs (GL context current): True when the devices keep them current themselves
+        (GPU 0's interop), False when the renderer must upload `host_render_arrays()` each frame."""
+        self.detach_gl_buffers()
+        devices = self._run.devices if self._run is not None else []
+        self._gl_target = self.kind.gl_target(position_vbo, speed_vbo, devices, self.n)
+        return self._gl_target is not None
+
+    def detach_gl_buffers(self) -> None:
+        """The renderer is about to delete or resize its buffers (the state lives on the devices)."""
+        if self._gl_target is not None:
+            target, self._gl_target = self._gl_target, None
+            target.close()
+
+    @property
+    def gl_buffers(self):
+        """The attached GLBuffers (GPU 0's registration), or None."""
+        return self._gl_target.gl if self._gl_target is not None else None
+
     @property
     def data_path(self) -> str:
+        if self._gl_target is not None:
+            return f"{INTEROP_PATH} on GPU 0 from {self.k} {self.kind.what}"
         return f"host upload from {self.k} {self.kind.what}"
 
     def device_info(self) -> dict:
@@ -219,10 +259,14 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         """The exchange in use ("peer", "nccl", "host"; auto resolved), once loaded."""
         return getattr(self._run.ops.exchange, "name", "?") if self._run and self._run.ops else self.exchange
 
-    def close(self) -> None:
+    def _close_run(self) -> None:
         if self._run is not None:
             self._run.close()
             self._run = None
+
+    def close(self) -> None:
+        self.detach_gl_buffers()  # while GPU 0's context is still retained by its device
+        self._close_run()
 
 
 def needs_rebalance(device_ms: list[float], spread: float = REBALANCE_SPREAD) -> bool:

@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.backends.base import INTEROP_PATH
 from app.forces import FloatRange, IntChoice
 from app.physics import INTEGRATORS, MODELS
 from app.timing import FLOPS_PER_INTERACTION
@@ -474,7 +475,7 @@ class Panel(OverlayPanel):
         ctl = self.controller
         self._header("Live (median of the last frames)")
         live = ctl.live()
-        host = self.viewer.stats.data_path != "CUDA-GL interop"
+        host = not self.viewer.stats.data_path.startswith(INTEROP_PATH)
         cells = [("frame", live["frame_ms"], "time between two drawn frames (wall clock)"),
                  ("force", live["force_ms"], "the force kernel(s), the backend's own timer"),
                  ("integrate", live["integrate_ms"], "the integrator kernels"),

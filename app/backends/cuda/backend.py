@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
+from app.backends.base import INTEROP_PATH, Backend, KernelRecord, StepTimings, check_physics
 from app.backends.cuda import registry
 from app.backends.cuda.compile import find_nvcc, nvcc_version
 from app.backends.cuda.context import (
@@ -34,12 +34,11 @@ from app.backends.cuda.context import (
     device_facts,
     driver,
     driver_why_not,
-    gl_module_or_reason,
 )
 from app.backends.cuda.device import CudaDevice, compiled
 from app.backends.cuda.errors import KernelCompileError, NonFiniteState, out_of_memory
 from app.backends.cuda.evaluator import make_evaluator
-from app.backends.cuda.interop import GLBuffers, gl_renderer_string, renderer_cannot_interop
+from app.backends.cuda.interop import GLBuffers, fall_back, register_gl_buffers
 from app.backends.cuda.policies import ceil_div, force_arguments, suffix
 from app.backends.cuda.state_ops import BLOCK, BYTES_PER_BODY, INTEGRATE_SOURCE, Fp32Ops, Fp64Ops
 from app.bodies import Bodies
@@ -283,11 +282,7 @@ class CudaBackend(Backend):
         if self._gl is None:
             yield self._ptr("pos"), self._ptr("speed")
             return
-        with self._gl.mapped() as m:
-            if m.pos_bytes < 16 * self._n or m.speed_bytes < 4 * self._n:
-                raise RuntimeFault(f"the GL buffers hold {m.pos_bytes // 16} positions / "
-                                   f"{m.speed_bytes // 4} speeds but N = {self._n}: resize them and call "
-                                   "attach_gl_buffers again")
+        with self._gl.mapped_for(self._n) as m:
             yield m.pos, m.speed
 
     @contextmanager
@@ -345,7 +340,7 @@ class CudaBackend(Backend):
         speed = np.linalg.norm(vel4[:, :3], axis=1).astype(np.float32)
         with self._scope:
             self.evaluator(name).prepare(n)  # compile first: a failure leaves the current state and kernel
-            if self._gl is not None and (self._n != n if self._n else self._gl_capacity() < n):
+            if self._gl is not None and (self._n != n if self._n else self._gl.capacity() < n):
                 # A new N: the renderer resizes its buffers and attaches them again (the new state
                 # waits in plain buffers until then). Attached before the first load: kept if it fits.
                 log.info("N = %d: CUDA-GL buffers detached until attach_gl_buffers is called again", n)
@@ -614,12 +609,6 @@ class CudaBackend(Backend):
         a new N detaches by itself, so after it the renderer resizes and attaches again.
         """
         self._require_open()
-        cuda_gl, reason = gl_module_or_reason()
-        if cuda_gl is None:
-            return self._interop_off(reason)
-        renderer = gl_renderer_string()
-        if renderer_cannot_interop(renderer):
-            return self._interop_off(f"the GL context renders with {renderer}, not on the NVIDIA GPU")
         with self._scope:
             if self._gl is not None:
                 try:
@@ -630,16 +619,12 @@ class CudaBackend(Backend):
                     self._n = 0
                     raise RuntimeFault(f"the attached GL buffers could not be read back ({e}); the bodies "
                                        "lived in them: load the scene again") from e
-            try:
-                new = GLBuffers(cuda_gl, position_vbo, speed_vbo)
-            except Exception as e:
-                return self._interop_off(f"registering GL buffers {position_vbo}, {speed_vbo} failed: {e}")
+            new, reason = register_gl_buffers(position_vbo, speed_vbo)
+            if new is None:
+                return self._interop_off(reason)
             if self._n:
                 try:
-                    with new.mapped() as m:
-                        if m.pos_bytes < 16 * self._n or m.speed_bytes < 4 * self._n:
-                            raise RuntimeFault(f"GL buffers too small: {m.pos_bytes} / {m.speed_bytes} bytes "
-                                               f"for N = {self._n} (need {16 * self._n} / {4 * self._n})")
+                    with new.mapped_for(self._n) as m:
                         self._drv.memcpy_dtod(m.pos, self._ptr("pos"), 16 * self._n)
                         self._drv.memcpy_dtod(m.speed, self._ptr("speed"), 4 * self._n)
                         self._drv.Context.synchronize()
@@ -657,13 +642,7 @@ class CudaBackend(Backend):
     def _interop_off(self, reason: str) -> bool:
         """Registration failed: the state stays in plain buffers and the renderer copies it each frame."""
         self._gl_reason = reason
-        log.warning("CUDA-GL interop unavailable (%s): falling back to device→host→GL copies", reason)
-        return False
-
-    def _gl_capacity(self) -> int:
-        """How many bodies the attached GL buffers can hold."""
-        with self._gl.mapped() as m:
-            return min(m.pos_bytes // 16, m.speed_bytes // 4)
+        return fall_back(reason)
 
     def _detach_gl(self) -> None:
         """Move positions and speeds from the GL buffers back into plain allocations, then unregister."""
@@ -700,7 +679,7 @@ class CudaBackend(Backend):
     @property
     def data_path(self) -> str:
         if self._gl is not None:
-            return "CUDA-GL interop"
+            return INTEROP_PATH
         if self._gl_reason is not None:
             return "device→host→GL copy"
         return "device only (no GL)"

@@ -7,6 +7,11 @@ nothing may draw while the buffers are mapped. Registration must be redone whene
 reallocates a buffer (a new N): `CudaBackend.attach_gl_buffers` does that.
 
 Needs the GL context current on the calling thread when registering (and, to be safe, when mapping).
+
+One implementation for every CUDA backend: `register_gl_buffers` (whether interop can work here, and the
+registration), `GLBuffers.mapped_for(n)` (mapped, with room for n bodies) and `fall_back` (the one
+warning when it cannot) serve the single-GPU backend, whose state lives in the VBOs, and the multi-GPU
+one (app/backends/cuda/multi_interop.py), which copies each step's state into them on GPU 0.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import logging
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+
+from app.backends.cuda.context import gl_module_or_reason
+from app.errors import RuntimeFault
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +78,21 @@ class GLBuffers:
         else:
             self._unmap(mappings, quiet=False)
 
+    @contextmanager
+    def mapped_for(self, n: int):
+        """`mapped()`, checking that the buffers hold n bodies (RuntimeFault saying what to do if not)."""
+        with self.mapped() as m:
+            if m.pos_bytes < 16 * n or m.speed_bytes < 4 * n:
+                raise RuntimeFault(f"the GL buffers hold {m.pos_bytes // 16} positions / "
+                                   f"{m.speed_bytes // 4} speeds but N = {n}: resize them and call "
+                                   "attach_gl_buffers again")
+            yield m
+
+    def capacity(self) -> int:
+        """How many bodies the buffers can hold."""
+        with self.mapped() as m:
+            return min(m.pos_bytes // 16, m.speed_bytes // 4)
+
     def _unmap(self, mappings, quiet: bool) -> None:
         t0 = time.perf_counter()
         first_error = None
@@ -93,6 +116,27 @@ class GLBuffers:
             except Exception as e:  # already invalid (context or GL buffer gone)
                 log.debug("unregister failed: %s", e)
         self._pos = self._speed = None
+
+
+def register_gl_buffers(position_vbo: int, speed_vbo: int) -> tuple[GLBuffers | None, str | None]:
+    """(GLBuffers, None), or (None, why interop cannot work here). The CUDA context that is to use the
+    buffers and the GL context that owns them must both be current."""
+    cuda_gl, reason = gl_module_or_reason()
+    if cuda_gl is None:
+        return None, reason
+    renderer = gl_renderer_string()
+    if renderer_cannot_interop(renderer):
+        return None, f"the GL context renders with {renderer}, not on the NVIDIA GPU"
+    try:
+        return GLBuffers(cuda_gl, position_vbo, speed_vbo), None
+    except Exception as e:
+        return None, f"registering GL buffers {position_vbo}, {speed_vbo} failed: {e}"
+
+
+def fall_back(reason: str) -> bool:
+    """Say once why the renderer copies through the host instead; False, for attach_gl_buffers to return."""
+    log.warning("CUDA-GL interop unavailable (%s): falling back to device→host→GL copies", reason)
+    return False
 
 
 def gl_renderer_string() -> str | None:

@@ -13,6 +13,9 @@ Exchanges of the share rows between GPUs (`--exchange`, `GpuDevices.exchange`):
 - `NcclExchange` (nccl.py): NCCL over the same device pointers.
 - `HostExchange` (app/multidevice.py) where peer access is impossible, with one log line saying so.
 
+Rendering: GPU 0 holds the renderer's VBOs through CUDA–GL interop, and the GPUs copy into them after
+each step (multi_interop.py); without interop the renderer reads the state back.
+
 fp32 records only: the fp64 record keeps a double state of its own (a ConfigError says so).
 Not yet run on several GPUs: the two-GPU issue measures it.
 """
@@ -231,6 +234,13 @@ class GpuDevices:
     @staticmethod
     def factory(k: int):
         return gpu_devices(list(range(k)))
+
+    @staticmethod
+    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int):
+        """GPU 0's CUDA-GL interop for the renderer's VBOs (multi_interop.py), or None (it said why)."""
+        from app.backends.cuda.multi_interop import attach_to_gpu0
+
+        return attach_to_gpu0(position_vbo, speed_vbo, devices, n)
 
     @staticmethod
     def exchange(name: str):
