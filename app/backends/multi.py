@@ -30,8 +30,14 @@ import logging
 
 import numpy as np
 
-from app.backends.base import (INTEROP_PATH, Backend, KernelRecord, StepTimings, TunablesPerKernel,
-                               check_physics)
+from app.backends.base import (
+    INTEROP_PATH,
+    Backend,
+    KernelRecord,
+    StepTimings,
+    TunablesPerKernel,
+    check_physics,
+)
 from app.bodies import Bodies
 from app.errors import ConfigError
 from app.forces import Span
