@@ -155,59 +155,94 @@ __device__ __forceinline__ int octant_bound(const unsigned long long* skeys, int
     for (int c = (lvl)[level] + blockIdx.x * blockDim.x + threadIdx.x, c##_end = (lvl)[(level) + 1];    \
          c < c##_end; c += gridDim.x * blockDim.x)
 
-// Level `level`: nchild[c] = the number of non-empty octants of a cell that is split (more than `leaf`
-// bodies and level < 21), 0 for a leaf.
+// Eight lanes per cell (an aligned eighth of a warp): lane o finds where octant o starts in the cell's key
+// range by one binary search, so a level's longest chain of dependent loads is one search of the cell, not
+// eight in a row (the top levels, a few cells over a million keys, were serial chains of ~160 loads each,
+// twice: once to count, once to write). The grid-stride index i runs over 8 (b - a) lanes; the grid's
+// stride is a multiple of 32, so i & 7 is the lane's place in its eighth and every eighth enters or
+// leaves the loop whole (the shuffles and ballots below name only its own eight lanes).
+#define CELL_LANES 8
+#define FOR_LEVEL_LANES(i, a, b)                                                                          \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, i##_end = (long long)CELL_LANES * ((b) - (a)); \
+         i < i##_end; i += (long long)gridDim.x * blockDim.x)
+
+__device__ __forceinline__ unsigned eighth_mask() { return 0xffu << (threadIdx.x & 24); }
+
+// Level `level`: edges[8 (c - a) + o] = the first body of cell c whose octant is >= o (o = 0: the cell's
+// start), and nchild[c] = the number of non-empty octants of a cell that is split (more than `leaf` bodies
+// and level < 21), 0 for a leaf.
 extern "C" __global__ void tree_split_count(const int* __restrict__ lvl, int level, int leaf,
                                             const unsigned long long* __restrict__ skeys,
                                             const int* __restrict__ cstart, const int* __restrict__ ccount,
-                                            int* __restrict__ nchild) {
-    FOR_LEVEL_CELLS(c, lvl, level) {
-        const int n = ccount[c];
-        int k = 0;
-        if (n > leaf && level < TREE_MAX_LEVEL) {
-            const int s = cstart[c], e = s + n;
-            const int shift = 3 * (TREE_MAX_LEVEL - 1 - level);
-            int lo = s;
-            while (lo < e) {  // one run per non-empty octant
-                const int o = octant(skeys, lo, shift);
-                lo = octant_bound(skeys, lo, e, shift, o + 1);
-                ++k;
-            }
-        }
-        nchild[c] = k;
+                                            int* __restrict__ nchild, int* __restrict__ edges) {
+    const int a = lvl[level], b = lvl[level + 1];
+    const unsigned mask = eighth_mask();
+    FOR_LEVEL_LANES(i, a, b) {
+        const int c = a + (int)(i >> 3), o = (int)(i & 7);
+        const int s = cstart[c], e = s + ccount[c];
+        const bool split = e - s > leaf && level < TREE_MAX_LEVEL;
+        int edge = s;
+        if (split && o > 0) edge = octant_bound(skeys, s, e, 3 * (TREE_MAX_LEVEL - 1 - level), o);
+        int next = __shfl_down_sync(mask, edge, 1, CELL_LANES);
+        if (o == CELL_LANES - 1) next = e;
+        const unsigned nonempty = __ballot_sync(mask, split && next > edge);
+        if (o == 0) nchild[c] = __popc(nonempty & mask);
+        edges[CELL_LANES * (c - a) + o] = edge;
     }
 }
 
 // One block of SCAN_THREADS: offs[c - a] = the exclusive prefix sum of nchild over the level's cells
 // [a, b) (where cell c's first child goes, counted from b), and lvl[level + 2] = b + the level's children.
 // Past the capacity `cap` of the cell arrays: *overflow = 1 and the next level is left empty (the host grows
-// the arrays and builds again). Each thread sums a contiguous run of the level, the block scans the 1,024
-// run sums, and each thread writes its run's offsets: one launch per level, over the level alone.
+// the arrays and builds again). One launch per level, over the level alone: tiles of SCAN_ITEMS cells per
+// thread, each thread's cells consecutive (a warp reads contiguous memory), scanned across the block with
+// warp shuffles and carried from tile to tile.
 #define SCAN_THREADS 1024
+#define SCAN_ITEMS 8
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
 tree_level_scan(int* __restrict__ lvl, int level, const int* __restrict__ nchild, int* __restrict__ offs,
                 int cap, int* __restrict__ overflow) {
-    __shared__ int part[SCAN_THREADS];
+    __shared__ int warp_total[SCAN_THREADS / 32];
     const int a = lvl[level], b = lvl[level + 1];
-    const int per = (b - a + SCAN_THREADS - 1) / SCAN_THREADS;
-    const int lo = min(a + (int)threadIdx.x * per, b), hi = min(lo + per, b);
-    int sum = 0;
-    for (int c = lo; c < hi; ++c) sum += nchild[c];
-    part[threadIdx.x] = sum;
-    __syncthreads();
-    for (int d = 1; d < SCAN_THREADS; d <<= 1) {  // inclusive scan of the run sums
-        const int v = threadIdx.x >= (unsigned)d ? part[threadIdx.x - d] : 0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    long long carry = 0;
+    for (int base = a; base < b; base += SCAN_THREADS * SCAN_ITEMS) {
+        const int first = base + SCAN_ITEMS * threadIdx.x;
+        int v[SCAN_ITEMS], sum = 0;
+#pragma unroll
+        for (int j = 0; j < SCAN_ITEMS; ++j) {
+            v[j] = first + j < b ? nchild[first + j] : 0;
+            sum += v[j];
+        }
+        int incl = sum;  // inclusive scan of the threads' sums within the warp
+#pragma unroll
+        for (int d = 1; d < 32; d <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, incl, d);
+            if (lane >= d) incl += y;
+        }
+        if (lane == 31) warp_total[warp] = incl;
         __syncthreads();
-        part[threadIdx.x] += v;
+        if (warp == 0) {  // inclusive scan of the 32 warps' totals
+            int w = warp_total[lane];
+#pragma unroll
+            for (int d = 1; d < 32; d <<= 1) {
+                const int y = __shfl_up_sync(0xffffffffu, w, d);
+                if (lane >= d) w += y;
+            }
+            warp_total[lane] = w;
+        }
         __syncthreads();
+        int run = (int)carry + (warp > 0 ? warp_total[warp - 1] : 0) + incl - sum;
+#pragma unroll
+        for (int j = 0; j < SCAN_ITEMS; ++j) {
+            if (first + j < b) offs[first + j - a] = run;
+            run += v[j];
+        }
+        carry += warp_total[SCAN_THREADS / 32 - 1];
+        __syncthreads();  // warp_total is rewritten by the next tile
     }
-    int run = part[threadIdx.x] - sum;
-    for (int c = lo; c < hi; ++c) {
-        offs[c - a] = run;
-        run += nchild[c];
-    }
-    if (threadIdx.x == SCAN_THREADS - 1) {
-        long long end = (long long)b + part[SCAN_THREADS - 1];
+    if (threadIdx.x == 0) {
+        long long end = (long long)b + carry;
         if (end > cap) {
             *overflow = 1;
             end = b;
@@ -216,34 +251,34 @@ tree_level_scan(int* __restrict__ lvl, int level, const int* __restrict__ nchild
     }
 }
 
-// Level `level`: a split cell's children go to [b + offs[c - a], ...), one per non-empty octant in octant
-// order; child[c] = the first child's index, -1 for a leaf. Nothing is written when a level overflowed
-// (tree_level_scan).
+// Level `level`, eight lanes per cell as in tree_split_count: a split cell's children go to
+// [b + offs[c - a], ...), one per non-empty octant in octant order (lane o writes octant o's child, placed
+// by the non-empty lanes before it); child[c] = the first child's index, -1 for a leaf. Nothing is written
+// when a level overflowed (tree_level_scan).
 extern "C" __global__ void tree_split_write(const int* __restrict__ lvl, int level,
-                                            const unsigned long long* __restrict__ skeys,
                                             const int* __restrict__ nchild, const int* __restrict__ offs,
-                                            int* __restrict__ cstart, int* __restrict__ ccount,
-                                            int* __restrict__ child, const int* __restrict__ overflow) {
+                                            const int* __restrict__ edges, int* __restrict__ cstart,
+                                            int* __restrict__ ccount, int* __restrict__ child,
+                                            const int* __restrict__ overflow) {
     const int a = lvl[level], b = lvl[level + 1];
-    FOR_LEVEL_CELLS(c, lvl, level) {
-        const int k = nchild[c];
-        if (k == 0 || *overflow) {
-            child[c] = -1;
+    const unsigned mask = eighth_mask();
+    const bool stop = *overflow != 0;
+    FOR_LEVEL_LANES(i, a, b) {
+        const int c = a + (int)(i >> 3), o = (int)(i & 7);
+        if (nchild[c] == 0 || stop) {  // the same for the cell's eight lanes
+            if (o == 0) child[c] = -1;
             continue;
         }
-        int out = b + offs[c - a];
-        child[c] = out;
-        const int s = cstart[c], e = s + ccount[c];
-        const int shift = 3 * (TREE_MAX_LEVEL - 1 - level);
-        int lo = s;
-        while (lo < e) {
-            const int o = octant(skeys, lo, shift);
-            const int hi = octant_bound(skeys, lo, e, shift, o + 1);
-            cstart[out] = lo;
-            ccount[out] = hi - lo;
+        const int edge = edges[CELL_LANES * (c - a) + o];
+        const int next = o == CELL_LANES - 1 ? cstart[c] + ccount[c] : edges[CELL_LANES * (c - a) + o + 1];
+        const unsigned nonempty = __ballot_sync(mask, next > edge);
+        const int first = b + offs[c - a];
+        if (o == 0) child[c] = first;
+        if (next > edge) {
+            const int out = first + __popc(nonempty & mask & ((1u << (threadIdx.x & 31)) - 1u));
+            cstart[out] = edge;
+            ccount[out] = next - edge;
             child[out] = -1;
-            ++out;
-            lo = hi;
         }
     }
 }

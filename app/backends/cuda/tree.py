@@ -57,7 +57,7 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_bounds_finish": "PiP",
     "tree_keys": "PiPP",
     "tree_gather": "PPPiPPP",
-    "tree_split_count": "PiiPPPP",
+    "tree_split_count": "PiiPPPPP",
     "tree_level_scan": "PiPPiP",
     "tree_split_write": "PiPPPPPPP",
     "tree_moments": "PiPPPPPPPP",
@@ -68,6 +68,7 @@ MAX_LEVEL = 21  # kernels/tree/build.cu TREE_MAX_LEVEL: 63-bit keys, 21 levels b
 LEVEL_SLOTS = MAX_LEVEL + 3  # lvl[L] for L = 0 .. 23 (level 21's cells end at lvl[22]; lvl[23] closes it)
 LEVEL_BLOCKS_PER_SM = 4  # the per-level kernels' fixed grid (they loop over their level's cells)
 SCAN_THREADS = 1024  # kernels/tree/build.cu SCAN_THREADS: tree_level_scan is one block
+CELL_LANES = 8  # kernels/tree/build.cu CELL_LANES: the split kernels' lanes per cell, one per octant
 EXTRA_LEVELS = 2  # levels queued past the previous build's depth before the host looks
 GROWTH = 1.5  # _buf allocates half again over what is asked, so that a slowly growing N reuses it
 WALK_ARGS = "PPPiiPPPPPPPfffiPiPPPPP"
@@ -181,7 +182,8 @@ class TreeEvaluator(ForceEvaluator):
         leaf = int(self._tunables["leaf"])
         cells = _cell_capacity(n, leaf) / max(n, 1)
         per_body = 8 + 8 + 8 + 16 + 4  # keys, sorted keys, sort order (int64), sorted body, order (int32)
-        per_cell = 4 * 5 + 8 + 8 * 3 + 8 * 6 + 32 + 48  # ints, incl, mass/com/m2, mac, pack
+        # ints, level offsets, octant edges, mass/com/m2, mac, pack
+        per_cell = 4 * 5 + 4 + 4 * CELL_LANES + 8 * 3 + 8 * 6 + 32 + 48
         per_group = 4 * 4 / int(self._tunables["group"])  # at least one group per `group` bodies
         return int(round(per_body + 4 + per_cell * cells + per_group))  # + 4: the group marks
 
@@ -319,6 +321,7 @@ class TreeEvaluator(ForceEvaluator):
             cap = min(int(c.size) for c in cells.values())  # what _buf holds (half again over the ask)
             lvl = self._buf("levels", LEVEL_SLOTS + 1, np.int32)
             offs = self._buf("offsets", cap, np.int32)
+            edges = self._buf("edges", CELL_LANES * cap, np.int32)  # a level's octant starts, 8 per cell
             lvl[:LEVEL_SLOTS + 1].fill(0)
             lvl[1:2].fill(1)  # level 0: the root, cell 0
             cells["start"][0:1].fill(0)
@@ -329,11 +332,11 @@ class TreeEvaluator(ForceEvaluator):
             while True:
                 for lv in range(level, stop):
                     self._per_level("tree_split_count", stream, lvl.data.ptr, lv, leaf, skeys.data.ptr, start,
-                                    count, nchild)
+                                    count, nchild, edges.data.ptr)
                     launch(self._fn("tree_level_scan"), (1, 1), SCAN_THREADS, stream, lvl.data.ptr, lv,
                            nchild, offs.data.ptr, cap, flag)
-                    self._per_level("tree_split_write", stream, lvl.data.ptr, lv, skeys.data.ptr, nchild,
-                                    offs.data.ptr, start, count, child, flag)
+                    self._per_level("tree_split_write", stream, lvl.data.ptr, lv, nchild, offs.data.ptr,
+                                    edges.data.ptr, start, count, child, flag)
                 bounds = lvl[:LEVEL_SLOTS + 1].get()  # the host's one look at the build (usually)
                 if bounds[LEVEL_SLOTS] or stop > MAX_LEVEL or bounds[stop + 1] == bounds[stop]:
                     break  # overflowed, or every level queued, or the level after the last queued is empty
