@@ -81,7 +81,7 @@ def agree(gpu, cpu, tol=2e-4):
 
 @pytest.mark.parametrize("physics", [SOFT, Physics(softening=0.0), REPULSION],
                          ids=["soft", "eps0", "repulsion"])
-@pytest.mark.parametrize("group,leaf,theta", [(64, 16, 0.5), (32, 8, 0.7), (64, 32, 0.3)])
+@pytest.mark.parametrize("group,leaf,theta", [(64, 16, 0.5), (32, 8, 0.7), (64, 32, 0.3), (128, 16, 0.6)])
 def test_gpu_tree_matches_the_cpu_tree(device, physics, group, leaf, theta):
     pos = cloud(20_011, seed=3)
     tun = dict(group=group, leaf=leaf, theta=theta)

@@ -280,6 +280,8 @@ template <class Model, bool SOFT, class... A>
 __device__ __forceinline__ void walk_one_per_lane(A... a) { walk<Model, SOFT, 1>(a...); }
 template <class Model, bool SOFT, class... A>
 __device__ __forceinline__ void walk_two_per_lane(A... a) { walk<Model, SOFT, 2>(a...); }
+template <class Model, bool SOFT, class... A>
+__device__ __forceinline__ void walk_four_per_lane(A... a) { walk<Model, SOFT, 4>(a...); }
 
 }  // namespace tree
 
@@ -292,8 +294,11 @@ __device__ __forceinline__ void walk_two_per_lane(A... a) { walk<Model, SOFT, 2>
     (spos, sorder, gstart, t_lo, t_hi, cstart, ccount, child, nchild, mac, pack, acc, eps2, G, H, ngroups,      \
      stacks, stack_cap, flags, nbody_out, ncell_out, nactive_out, totals)
 
-// tree_walk_g32_<model>_<self> (groups of 32: one target per lane), tree_walk_g64_... (two per lane)
+// tree_walk_g32_<model>_<self> (groups of 32: one target per lane), tree_walk_g64_... (two per lane),
+// tree_walk_g128_... (four per lane: each entry staged in shared memory serves four targets per lane)
 NBODY_ENTRIES(tree_walk_g32, tree::walk_one_per_lane, __launch_bounds__(32 * TREE_WARPS), TREE_WALK_PARAMS,
               TREE_WALK_ARGS)
 NBODY_ENTRIES(tree_walk_g64, tree::walk_two_per_lane, __launch_bounds__(32 * TREE_WARPS), TREE_WALK_PARAMS,
+              TREE_WALK_ARGS)
+NBODY_ENTRIES(tree_walk_g128, tree::walk_four_per_lane, __launch_bounds__(32 * TREE_WARPS), TREE_WALK_PARAMS,
               TREE_WALK_ARGS)

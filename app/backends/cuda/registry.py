@@ -123,7 +123,7 @@ RECORDS: tuple[KernelRecord, ...] = (
                            doc="opening angle: a cell is accepted beyond side/theta + |com - centre| of a "
                            "group"),
                 IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
-                IntChoice("group", (32, 64), 64,
+                IntChoice("group", (32, 64, 128), 64,
                           doc="targets walked together by one warp (consecutive in key order)")),
             budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True),
 )
