@@ -1,4 +1,5 @@
-"""bench/tree_table.py: the markdown table docs/tree.md quotes from a tree bench JSON."""
+"""The tree bench tools: bench/tree_table.py (the markdown table docs/tree.md quotes from a tree bench JSON)
+and bench/tree_walk_variants.py (the walk variants it compiles)."""
 
 from __future__ import annotations
 
@@ -47,3 +48,14 @@ def test_an_unreadable_file_exits_2(tmp_path, capsys):
     good = tmp_path / "run.json"
     good.write_text(json.dumps(RUN))
     assert tree_table.main([str(good)]) == 0
+
+
+def test_walk_variants_rewrite_the_walk_as_it_is_today():
+    import tree_walk_variants
+
+    text = (Path(__file__).resolve().parent.parent / "kernels" / "tree" / "walk.cu").read_text()
+    out = tree_walk_variants.variant_source(text, 8, 5)
+    assert "#define TREE_WARPS 8" in out and "#define TREE_WARPS 4" not in out
+    entries = text.count(tree_walk_variants.LAUNCH_BOUNDS)
+    assert entries >= 3 and out.count("__launch_bounds__(32 * TREE_WARPS, 5)") == entries
+    assert tree_walk_variants.variant_source(text, 4, 0) == text

@@ -1,0 +1,101 @@
+"""A/B of the GPU tree walk's compiled shape (on the GPU machine): warps per block, __launch_bounds__'
+minimum blocks per SM (which caps the registers) and the group size, on one scene at one N and θ.
+
+    python3 bench/tree_walk_variants.py [--n 1048576] [--scene plummer] [--theta 0.6] [--evaluations 12]
+
+Each variant is kernels/tree/walk.cu with TREE_WARPS and the launch bounds rewritten, compiled to a file
+under /tmp; the tree evaluates the scene's initial positions `--evaluations` times and the median walk
+stage (CUDA events) over all but the first two is printed with the registers and local memory the
+compiler gave it, and the largest difference of the accelerations from the first variant's (0 for the
+same group size: the same arithmetic; a different group size walks other cells). Results of a run on an
+H200: bench/results/h200-2026-11-23-tree-walk-variants.txt, quoted in docs/tree.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from anywhere in the checkout
+
+import app.backends.cuda.tree as tree_module  # noqa: E402
+from app.backends import backend_class  # noqa: E402
+from app.bench import bench_bodies, check_scene  # noqa: E402
+from app.forces import Span  # noqa: E402
+from app.physics import Physics  # noqa: E402
+
+# (warps per block, minimum blocks per SM or 0 for none, group)
+VARIANTS = [(4, 0, 64), (4, 8, 64), (4, 10, 64), (4, 12, 64), (8, 4, 64), (8, 5, 64), (2, 16, 64),
+            (4, 0, 128), (4, 6, 128), (4, 8, 128), (8, 3, 128)]
+LAUNCH_BOUNDS = "__launch_bounds__(32 * TREE_WARPS)"
+
+
+def variant_source(text: str, warps: int, min_blocks: int) -> str:
+    if LAUNCH_BOUNDS not in text or "#define TREE_WARPS 4" not in text:
+        raise SystemExit("tree_walk_variants: kernels/tree/walk.cu no longer has the lines this script "
+                         "rewrites (TREE_WARPS 4 and the walk's launch bounds)")
+    text = text.replace("#define TREE_WARPS 4", f"#define TREE_WARPS {warps}")
+    if min_blocks:
+        text = text.replace(LAUNCH_BOUNDS, f"__launch_bounds__(32 * TREE_WARPS, {min_blocks})")
+    return text
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--n", type=int, default=1 << 20, help="bodies (default 1,048,576)")
+    p.add_argument("--scene", default="plummer", help="a bench scene (default plummer)")
+    p.add_argument("--theta", type=float, default=0.6, help="opening angle (default 0.6)")
+    p.add_argument("--evaluations", type=int, default=12, help="evaluations per variant (default 12)")
+    args = p.parse_args(argv)
+    cuda = backend_class("cuda")
+    if cuda.why_not():
+        print(f"tree_walk_variants: needs the CUDA backend: {cuda.why_not()}", file=sys.stderr)
+        return 2
+    from app.backends.cuda.device import CudaDevice
+    from app.backends.cuda.registry import RECORDS
+
+    n = args.n
+    pos = bench_bodies(n, scene=check_scene(args.scene)).pos4(np.float32)
+    source = (ROOT / "kernels" / tree_module.WALK_SOURCE).read_text()
+    record = next(r for r in RECORDS if r.name == "tree")
+    dev = CudaDevice(0)
+    first = None
+    try:
+        with dev.scope:
+            p_dev, a_dev = dev.scratch("variants-pos", 16 * n), dev.scratch("variants-acc", 16 * n)
+            dev.drv.memcpy_htod(p_dev, pos)
+            stream = dev.drv.Stream()
+            for k, (warps, min_blocks, group) in enumerate(VARIANTS, 1):
+                path = Path(f"/tmp/nbody-walk-w{warps}-b{min_blocks}.cu")
+                path.write_text(variant_source(source, warps, min_blocks))
+                tree_module.WALK_SOURCE = str(path)
+                tree_module.WALK_WARPS = warps
+                tree_module.WALK_BLOCKS_PER_SM = min_blocks or 32 // warps
+                ev = record.policy.evaluator(record, dev, {})
+                ev.set_physics(Physics(softening=0.01))
+                ev.set_tunables(theta=args.theta, group=group)
+                fn = ev._walk(False, True)
+                regs = fn.get_attribute(dev.drv.function_attribute.NUM_REGS)
+                local = fn.get_attribute(dev.drv.function_attribute.LOCAL_SIZE_BYTES)
+                walks = []
+                for _ in range(args.evaluations):
+                    ev.evaluate(p_dev, a_dev, Span.all(n), Span.all(n), stream)
+                    walks.append(ev.stage_ms()["walk"])
+                acc = np.empty((n, 4), np.float32)
+                dev.drv.memcpy_dtoh(acc, a_dev)
+                first = acc[:, :3].copy() if first is None else first
+                diff = np.abs(acc[:, :3] - first).max() / np.abs(first).max()
+                print(f"[{k}/{len(VARIANTS)}] group {group} warps {warps} min blocks {min_blocks or '-':>2}: "
+                      f"regs {regs} local {local} B, walk median {np.median(walks[2:]):.3f} ms "
+                      f"(min {min(walks[2:]):.3f}), max diff {diff:.1e}", flush=True)
+    finally:
+        dev.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
