@@ -420,15 +420,21 @@ extern "C" __global__ void tree_moments(const int* __restrict__ lvl, int level, 
 // Per cell: mac = [com x y z (double), r_open^2 = (side / theta + |com - centre|)^2] for the float64
 // opening test, and three float4 rows [com, M], [Qxx Qyy Qzz Qxy], [Qxz Qyz, trace_factor * T, 0] in
 // float32 for the interaction (Q = 3 M2 - T I, T = trace M2: the CPU's pack_cells). The centre and side
-// come from the level (found from the level ranges) and the key prefix of the cell's first body.
+// come from the level (found from the level ranges) and the key prefix of the cell's first body. And
+// links = [start, count, first child, children]: one 16-byte load where the walk, after the opening test,
+// read four arrays (a chain of dependent loads per tested cell).
 extern "C" __global__ void tree_pack(int ncell, const int* __restrict__ level_start, int nlevels,
                                      const unsigned long long* __restrict__ skeys,
-                                     const int* __restrict__ cstart, const double* __restrict__ box,
+                                     const int* __restrict__ cstart, const int* __restrict__ ccount,
+                                     const int* __restrict__ child, const int* __restrict__ nchild,
+                                     const double* __restrict__ box,
                                      const double* __restrict__ mass, const double* __restrict__ com,
                                      const double* __restrict__ m2, double theta, double trace_factor,
-                                     double4* __restrict__ mac, float4* __restrict__ pack) {
+                                     double4* __restrict__ mac, float4* __restrict__ pack,
+                                     int4* __restrict__ links) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= ncell) return;
+    links[c] = make_int4(cstart[c], ccount[c], child[c], nchild[c]);
     int lv = 0;
     while (lv + 1 < nlevels && level_start[lv + 1] <= c) ++lv;
     const unsigned long long prefix = skeys[cstart[c]] >> (3 * (TREE_MAX_LEVEL - lv));

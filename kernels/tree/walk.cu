@@ -125,9 +125,8 @@ __device__ __forceinline__ void flush_cells(WarpShared& sh, const float4* __rest
 template <class Model, bool SOFT, int TPL>
 __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int* __restrict__ sorder,
                                      const int* __restrict__ gstart,
-                                     int t_lo, int t_hi, const int* __restrict__ cstart,
-                                     const int* __restrict__ ccount, const int* __restrict__ child,
-                                     const int* __restrict__ nchild, const double4* __restrict__ mac,
+                                     int t_lo, int t_hi, const int4* __restrict__ links,
+                                     const double4* __restrict__ mac,
                                      const float4* __restrict__ pack, float4* __restrict__ acc, float eps2,
                                      float G, float H, int ngroups, int* __restrict__ stacks, int stack_cap,
                                      int* __restrict__ flags, int* __restrict__ nbody_out,
@@ -197,7 +196,7 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
         float3 ai[TPL];
 #pragma unroll
         for (int t = 0; t < TPL; ++t) ai[t] = make_float3(0.0f, 0.0f, 0.0f);
-        int sp = (ccount[0] > 0) ? 1 : 0;
+        int sp = (links[0].y > 0) ? 1 : 0;
         if (lane == 0) stack[0] = 0;
         __syncwarp();
         int ncells = 0, nbodies = 0;  // list lengths (the counts)
@@ -212,14 +211,15 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
             bool take = false;
             int push = 0, first = 0, leaf_n = 0, leaf_s = 0;
             if (c >= 0) {
+                const int4 link = links[c];  // [start, count, first child, children], loaded beside mac
                 if (accepted(mac[c], lo, hi)) {
                     take = true;
-                } else if (nchild[c] == 0) {
-                    leaf_s = cstart[c];
-                    leaf_n = ccount[c];
+                } else if (link.w == 0) {
+                    leaf_s = link.x;
+                    leaf_n = link.y;
                 } else {
-                    first = child[c];
-                    push = nchild[c];
+                    first = link.z;
+                    push = link.w;
                 }
             }
             // opened inner cells: children onto the stack
@@ -286,12 +286,12 @@ __device__ __forceinline__ void walk_four_per_lane(A... a) { walk<Model, SOFT, 4
 }  // namespace tree
 
 #define TREE_WALK_PARAMS                                                                                    \
-    (const float4* spos, const int* sorder, const int* gstart, int t_lo, int t_hi, const int* cstart, const int* ccount, \
-     const int* child, const int* nchild, const double4* mac, const float4* pack, float4* acc, float eps2,  \
+    (const float4* spos, const int* sorder, const int* gstart, int t_lo, int t_hi, const int4* links,              \
+     const double4* mac, const float4* pack, float4* acc, float eps2,                                            \
      float G, float H, int ngroups, int* stacks, int stack_cap, int* flags, int* nbody_out, int* ncell_out,  \
      int* nactive_out, unsigned long long* totals)
 #define TREE_WALK_ARGS                                                                                      \
-    (spos, sorder, gstart, t_lo, t_hi, cstart, ccount, child, nchild, mac, pack, acc, eps2, G, H, ngroups,      \
+    (spos, sorder, gstart, t_lo, t_hi, links, mac, pack, acc, eps2, G, H, ngroups,                              \
      stacks, stack_cap, flags, nbody_out, ncell_out, nactive_out, totals)
 
 // tree_walk_g32_<model>_<self> (groups of 32: one target per lane), tree_walk_g64_... (two per lane),

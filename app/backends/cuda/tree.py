@@ -61,7 +61,7 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_level_scan": "PiPPiP",
     "tree_split_write": "PiPPPPPPP",
     "tree_moments": "PiPPPPPPPP",
-    "tree_pack": "iPiPPPPPPddPP",
+    "tree_pack": "iPiPPPPPPPPPddPPP",
     "tree_group_marks": "iiiPPPPP",
 }
 MAX_LEVEL = 21  # kernels/tree/build.cu TREE_MAX_LEVEL: 63-bit keys, 21 levels below the root
@@ -71,7 +71,7 @@ SCAN_THREADS = 1024  # kernels/tree/build.cu SCAN_THREADS: tree_level_scan is on
 CELL_LANES = 8  # kernels/tree/build.cu CELL_LANES: the split kernels' lanes per cell, one per octant
 EXTRA_LEVELS = 2  # levels queued past the previous build's depth before the host looks
 GROWTH = 1.5  # _buf allocates half again over what is asked, so that a slowly growing N reuses it
-WALK_ARGS = "PPPiiPPPPPPPfffiPiPPPPP"
+WALK_ARGS = "PPPiiPPPPfffiPiPPPPP"
 
 
 def cupy_module():
@@ -182,8 +182,8 @@ class TreeEvaluator(ForceEvaluator):
         leaf = int(self._tunables["leaf"])
         cells = _cell_capacity(n, leaf) / max(n, 1)
         per_body = 8 + 8 + 8 + 16 + 4  # keys, sorted keys, sort order (int64), sorted body, order (int32)
-        # ints, level offsets, octant edges, mass/com/m2, mac, pack
-        per_cell = 4 * 5 + 4 + 4 * CELL_LANES + 8 * 3 + 8 * 6 + 32 + 48
+        # ints, level offsets, octant edges, mass/com/m2, mac, pack, links
+        per_cell = 4 * 5 + 4 + 4 * CELL_LANES + 8 * 3 + 8 * 6 + 32 + 48 + 16
         per_group = 4 * 4 / int(self._tunables["group"])  # at least one group per `group` bodies
         return int(round(per_body + 4 + per_cell * cells + per_group))  # + 4: the group marks
 
@@ -288,12 +288,13 @@ class TreeEvaluator(ForceEvaluator):
                                 mass.data.ptr, com.data.ptr, m2.data.ptr)
             mac = self._buf("mac", 4 * ncell, np.float64)
             pack = self._buf("pack", 12 * ncell, np.float32)
+            links = self._buf("links", 4 * ncell, np.int32)  # int4 per cell: start, count, child, nchild
             trace_factor = 1.0 if repulsion else float(np.float32(eps2))
-            run("tree_pack", ncell, ncell, lvl.data.ptr, len(levels) - 1, skeys.data.ptr,
-                cells["start"].data.ptr, box.data.ptr, mass.data.ptr, com.data.ptr, m2.data.ptr, theta,
-                trace_factor, mac.data.ptr, pack.data.ptr)
+            run("tree_pack", ncell, ncell, lvl.data.ptr, len(levels) - 1, skeys.data.ptr, *cell_ptrs,
+                box.data.ptr, mass.data.ptr, com.data.ptr, m2.data.ptr, theta, trace_factor, mac.data.ptr,
+                pack.data.ptr, links.data.ptr)
             events[4].record(stream)
-            work = self._walk_all(repulsion, soft, group, gstart, targets, sources, spos, sorder, cells, mac,
+            work = self._walk_all(repulsion, soft, group, gstart, targets, sources, spos, sorder, links, mac,
                                   pack, out, eps2, g, h, stream)
             events[5].record(stream)
             events[5].synchronize()
@@ -361,7 +362,7 @@ class TreeEvaluator(ForceEvaluator):
         gstart[ngroups:ngroups + 1].fill(nj)
         return gstart
 
-    def _walk_all(self, repulsion, soft, group, gstart, targets, sources, spos, sorder, cells, mac, pack, out,
+    def _walk_all(self, repulsion, soft, group, gstart, targets, sources, spos, sorder, links, mac, pack, out,
                   eps2, g, h, stream) -> tuple[int, int]:
         """Launch the walk over every group; re-run it with deeper stacks if one overflowed. Returns
         (interactions, body-cell interactions)."""
@@ -378,8 +379,7 @@ class TreeEvaluator(ForceEvaluator):
             flags.fill(0)
             totals.fill(0)
             args = (spos.data.ptr, sorder.data.ptr, gstart.data.ptr, t_lo, t_lo + int(targets.count),
-                    cells["start"].data.ptr, cells["count"].data.ptr, cells["child"].data.ptr,
-                    cells["nchild"].data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, ngroups,
+                    links.data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, ngroups,
                     stacks.data.ptr, self._stack_cap, flags.data.ptr, per_group["nbody"].data.ptr,
                     per_group["ncell"].data.ptr, per_group["nactive"].data.ptr, totals.data.ptr)
             launch(fn, (blocks, 1), 32 * WALK_WARPS, stream, *args)
