@@ -239,6 +239,11 @@ class HostExchange:
 
     name = "host"
 
+    @staticmethod
+    def moves_rows(devices: Sequence[DeviceState]) -> bool:
+        """Whether `gather` has rows to move: not with one device, which holds them all."""
+        return len(devices) > 1
+
     def gather(self, devices: Sequence[DeviceState], field: str) -> None:
         """Host copies wait for the owner's queued work themselves (a host read of a GPU's rows does)."""
         for owner in devices:
@@ -336,7 +341,7 @@ class MultiDeviceOps:
         self._exchange_positions()
 
     def _exchange_positions(self) -> None:
-        if len(self.devices) > 1:  # one device holds every position already: nothing to wait for or copy
+        if self.exchange.moves_rows(self.devices):  # else (one GPU) nothing to wait for or to copy
             self.driver.finish()  # the threads queued their updates: the exchange's marks come after them
             self.exchange.gather(self.devices, "pos")
         self.exchange_count += 1

@@ -165,6 +165,7 @@ class PeerExchange:
     """Share rows copied GPU to GPU (peer access enabled both ways between every pair)."""
 
     name = "peer"
+    moves_rows = staticmethod(HostExchange.moves_rows)  # not with one GPU
 
     def __init__(self, devices: list[CudaShareDevice]):
         for a in devices:
@@ -181,7 +182,7 @@ class PeerExchange:
         """Each GPU pulls every other share's rows into its copy, on its own stream, without a host
         wait: its copies start after the owners' queued updates, and an owner's later work (the next
         update of those rows) after every copy of them. Timed on each receiving GPU as "exchange"."""
-        if len(devices) < 2:
+        if not self.moves_rows(devices):
             return
         size = CudaShareDevice.row_bytes(field)
         queue_after(devices, devices, f"{field}-written")
