@@ -35,7 +35,7 @@ from app.forces import Span
 from app.integrator import Integrator
 from app.multidevice import MultiDeviceOps, SingleDriver, split
 from app.physics import Physics, diagnostics
-from app.timing import HostTimer, StepTimings
+from app.timing import StepTimings
 
 # Rank-count variables set by the common launchers: MPICH/Hydra and Intel MPI, Open MPI, PMIx (srun).
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
@@ -157,6 +157,11 @@ class MpiExchange:
         starts = [s.start * width for s in self.shares]
         return full, [full, counts, starts, _mpi_type(local.dtype)]
 
+    @staticmethod
+    def moves_rows(devices) -> bool:
+        """Always: the other ranks hold the other shares."""
+        return True
+
     def gather(self, devices, field: str) -> None:
         (device,) = devices
         t = time.perf_counter()
@@ -204,19 +209,23 @@ class RankRun:
         self.integrator.invalidate()
 
     def step(self, steps: int = 1) -> StepTimings:
-        """Advance; the timings and work are this rank's (its share of the forces); the position exchange
-        is `extra["exchange_ms"]`, not part of integrate_ms."""
-        timer = HostTimer()
+        """Advance; the timings and work are this rank's (its share of the forces, its device's own clock:
+        CUDA events on a GPU); the position exchange is `extra["exchange_ms"]`, not part of integrate_ms."""
         exchange = self.ops.exchange
         before = exchange.ms
-        work = self.integrator.step(self.ops, self.physics, steps, timer)
+        try:
+            self.integrator.step(self.ops, self.physics, steps)
+            work = self.ops.finish()
+        except BaseException:
+            self.integrator.invalidate()
+            raise
         self._steps += steps
-        totals = timer.collect()
+        times = self.ops.take_times()
         exchanged = exchange.ms - before
-        return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=totals.get("force", 0.0),
-                           integrate_ms=max(totals.get("integrate", 0.0) - exchanged, 0.0),
-                           interactions=work.interactions, pair_equivalent=work.pair_equivalent,
-                           force_evals=work.evaluations, extra={"exchange_ms": exchanged})
+        return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=times["force"][0],
+                           integrate_ms=times["integrate"][0], interactions=work.interactions,
+                           pair_equivalent=work.pair_equivalent, force_evals=work.evaluations,
+                           extra={"exchange_ms": exchanged})
 
     def reload(self, physics: Physics, kernel: str) -> None:
         """Another kernel or physics from the next step, the state kept (a device made again from the

@@ -13,9 +13,20 @@ whole tree from all positions and walking its own groups) go through it alike.
 
 Two drivers, as in the CUDA Handbook's multi-GPU chapter: `ThreadsDriver` runs each device's work on a
 host thread of its own (the thread-per-GPU design; a device is always served by the same thread, as
-CUDA contexts are per thread), `SingleDriver` issues every device's work from the calling thread and
-then waits for each (the single-thread design: on GPUs the work is asynchronous). A failure on one
-device stops the step on all and is raised as a DeviceFault naming the device.
+CUDA contexts are per thread), `SingleDriver` issues every device's work from the calling thread (the
+single-thread design: on GPUs the work is asynchronous). A failure on one device stops the step on all
+and is raised as a DeviceFault naming the device.
+
+Nothing waits on a device while stepping. A phase (kick-drift, force, kick) only queues each device's
+work; the order between devices is kept on the devices themselves: before a device reads rows another
+device wrote (the exchange, the render copies), it queues a wait for a mark the writer queued after
+writing them (`queue_after`: CUDA events and cuStreamWaitEvent on GPUs, nothing on synchronous CPU
+devices). The host waits only where it must: the threads driver hands each phase to the device threads
+without waiting for them and waits for them to have *queued* their work once per step before the
+exchange (the exchange's marks must exist before other devices wait on them; never with one device), and
+once at the end of each `step()` call (`MultiDeviceRun.step`: faults and the force work come back then).
+Times come from each device's own clock (`device.timer`: CUDA events on GPUs), read without waiting
+while the viewer draws (`take_times(lagged=True)`, the previous frame's numbers, as on one GPU).
 
 Over K CPU "devices" (app/backends/cpu_multi.py) the same driver runs in CI, where the shares' results
 are checked bitwise against one device.
@@ -23,9 +34,9 @@ are checked bitwise against one device.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -51,17 +62,22 @@ class DeviceFault(RuntimeFault):
 
 
 class DeviceState(Protocol):
-    """One device's part of a multi-device run (a full position copy, its share of everything else)."""
+    """One device's part of a multi-device run (a full position copy, its share of everything else).
+    Work may be queued (a GPU's): each method returns once its work is queued, in the device's order."""
 
     name: str
     share: Span
-    last_force_ms: float  # the device's own clock for its last force evaluation
+    timer: object  # the device's clock: HostTimer or EventTimer (`with timer.time(category): ...`)
 
-    def force(self) -> ForceWork: ...  # acc[share] = F(pos[share]; pos[all])
-    def kick_drift(self, half_dt: float, dt: float) -> None: ...  # on the share
+    def force(self) -> ForceWork: ...  # acc[share] = F(pos[share]; pos[all]), timed as "force"
+    def kick_drift(self, half_dt: float, dt: float) -> None: ...  # on the share, timed as "integrate"
     def kick(self, half_dt: float) -> None: ...
     def euler_damped(self, dt: float, damping: float) -> None: ...
-    def synchronize(self) -> None: ...  # wait for queued work (a no-op where work is synchronous)
+    def mark(self, tag: str): ...  # a marker after the work queued so far (None where work is synchronous)
+    def wait_for(self, marker) -> None: ...  # later work starts after `marker` (no host wait)
+    def take_times(self, lagged: bool) -> dict[str, float] | None: ...  # ms per category since last taken
+    def forget_times(self) -> None: ...  # drop measurements not yet taken (the shares changed)
+    def synchronize(self) -> None: ...  # host wait for queued work (reading back, closing: never per step)
     def rows(self, field: str, span: Span): ...  # a host copy of rows of 'pos', 'vel', 'acc' or 'speed'
     def set_rows(self, field: str, span: Span, values) -> None: ...
 
@@ -120,7 +136,10 @@ def balanced_weights(previous: Sequence[float], shares: Sequence[Span], times_ms
 
 # --- drivers -------------------------------------------------------------------------------------------
 class ThreadsDriver:
-    """One host thread per device, always the same one for a device (its context stays current there)."""
+    """One host thread per device, always the same one for a device (its context stays current there).
+    `submit` hands each device its task and returns; the device threads work through their tasks in
+    order. `finish` is the only host wait: for every task submitted so far to have run (on GPUs: to
+    have been queued). After a failure a device thread skips its remaining tasks until `finish`."""
 
     name = "threads"
 
@@ -128,58 +147,67 @@ class ThreadsDriver:
         self._pools = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device{i}")
                        for i in range(len(devices))]
         self.devices = list(devices)
+        self._futures: list = []
+        self._failures: list[BaseException | None] = [None] * len(self.devices)
+        self.waits = 0  # host waits for the device threads so far (tests count them per step)
 
-    def run(self, tasks: Sequence[Callable]) -> list:
-        """Each device's task, then its `synchronize`, on its own thread: work queued asynchronously (a
-        GPU's) is finished before the next phase reads it, and the device's force time is read."""
-        futures = [pool.submit(_then_synchronize, task, device)
-                   for pool, task, device in zip(self._pools, tasks, self.devices, strict=True)]
-        results, failure = [], None
-        for i, future in enumerate(futures):  # wait for all: no device is left mid-step
-            try:
-                results.append(future.result())
-            except BaseException as e:  # noqa: BLE001 - re-raised below, naming the device
-                results.append(None)
-                failure = failure or DeviceFault(i, self.devices[i].name, e)
-        if failure is not None:
-            raise failure
-        return results
+    def submit(self, tasks: Sequence[Callable]) -> None:
+        for i, (pool, task) in enumerate(zip(self._pools, tasks, strict=True)):
+            self._futures.append(pool.submit(self._run, i, task))
+
+    def _run(self, i: int, task: Callable) -> None:
+        if self._failures[i] is not None:  # the device failed earlier in this step: its state is not valid
+            return
+        try:
+            task()
+        except BaseException as e:  # noqa: BLE001 - raised by finish(), naming the device
+            self._failures[i] = e
+
+    def finish(self) -> None:
+        """Wait until every submitted task has run; DeviceFault for the first device that failed."""
+        if not self._futures:
+            return
+        futures, self._futures = self._futures, []
+        self.waits += 1
+        for future in futures:  # all of them: no device is left mid-step
+            future.result()
+        _raise_first(self.devices, self._failures)
 
     def close(self) -> None:
         for pool in self._pools:
             pool.shutdown(wait=True)
 
 
-def _then_synchronize(task: Callable, device: DeviceState):
-    result = task()
-    device.synchronize()
-    return result
-
-
 class SingleDriver:
-    """The calling thread issues every device's work in turn, then waits for each device."""
+    """The calling thread issues every device's work in turn (queued on GPUs: nothing waits here)."""
 
     name = "single"
+    waits = 0  # the calling thread never waits for a device thread
 
     def __init__(self, devices: Sequence[DeviceState]):
         self.devices = list(devices)
 
-    def run(self, tasks: Sequence[Callable]) -> list:
-        results = []
+    def submit(self, tasks: Sequence[Callable]) -> None:
         for i, task in enumerate(tasks):
             try:
-                results.append(task())
+                task()
             except BaseException as e:
                 raise DeviceFault(i, self.devices[i].name, e) from e
-        for i, device in enumerate(self.devices):
-            try:
-                device.synchronize()
-            except BaseException as e:
-                raise DeviceFault(i, device.name, e) from e
-        return results
+
+    def finish(self) -> None:
+        """Every task ran when it was submitted (a failure was raised then)."""
 
     def close(self) -> None:
         pass
+
+
+def _raise_first(devices: Sequence[DeviceState], failures: list) -> None:
+    """Raise a DeviceFault for the first failed device, after clearing the record for the next step."""
+    first = next(((i, e) for i, e in enumerate(failures) if e is not None), None)
+    failures[:] = [None] * len(failures)
+    if first is not None:
+        i, e = first
+        raise DeviceFault(i, devices[i].name, e) from e
 
 
 def make_driver(name: str, devices: Sequence[DeviceState]):
@@ -190,6 +218,20 @@ def make_driver(name: str, devices: Sequence[DeviceState]):
     raise ValueError(f"unknown multi-device driver {name!r}; choose from {', '.join(DRIVERS)}")
 
 
+# --- order between devices, kept on the devices ----------------------------------------------------------
+def queue_after(waiters: Sequence[DeviceState], devices: Sequence[DeviceState], tag: str) -> None:
+    """Every device of `waiters` starts its later work only after all work queued so far on every other
+    device of `devices`: each of those queues a mark, each waiter queues a wait for the others' marks.
+    No host wait, and nothing at all where no waiter has another device to wait for (one device)."""
+    marks = {}
+    for waiter in waiters:
+        for device in devices:
+            if device is not waiter:
+                if id(device) not in marks:
+                    marks[id(device)] = device.mark(tag)
+                waiter.wait_for(marks[id(device)])
+
+
 # --- exchange ------------------------------------------------------------------------------------------
 class HostExchange:
     """Every device's share rows copied to every other device through host memory: the fallback where
@@ -197,11 +239,20 @@ class HostExchange:
 
     name = "host"
 
+    @staticmethod
+    def moves_rows(devices: Sequence[DeviceState]) -> bool:
+        """Whether `gather` has rows to move: not with one device, which holds them all."""
+        return len(devices) > 1
+
     def gather(self, devices: Sequence[DeviceState], field: str) -> None:
+        """Host copies wait for the owner's queued work themselves (a host read of a GPU's rows does)."""
         for owner in devices:
+            others = [d for d in devices if d is not owner]
+            if not others:
+                continue
             rows = owner.rows(field, owner.share)
-            for other in devices:
-                if other is not owner:
+            for other in others:
+                with other.timer.time("exchange"):
                     other.set_rows(field, owner.share, rows)
 
 
@@ -226,56 +277,90 @@ def render_copies(shares: Sequence[Span]) -> list[RenderCopy]:
 
 
 # --- the integrator's StateOps over several devices ----------------------------------------------------
+TIMED = ("force", "integrate", "exchange")  # the categories a device's clock measures
+
+
 class MultiDeviceOps:
-    """app.integrator's StateOps for K devices: each step's work split by the devices' shares."""
+    """app.integrator's StateOps for K devices: each step's work split by the devices' shares.
+
+    Each phase only hands the devices their work (`driver.submit`); the force evaluations' work comes
+    back from `finish()`, after the driver waited once for every device (the integrator sums what
+    `force()` returns: nothing here)."""
 
     def __init__(self, devices: Sequence[DeviceState], driver, exchange):
         self.devices, self.driver, self.exchange = list(devices), driver, exchange
         self.exchange_count = 0
-        self._device_ms, self._exchange_ms = [0.0] * len(self.devices), 0.0
+        self._work = [ForceWork() for _ in self.devices]
+        self._times = {category: [0.0] * len(self.devices) for category in TIMED}
 
-    def take_times(self) -> tuple[list[float], float]:
-        """(each device's force ms, exchange ms) summed since the last call, and start again: what a
-        backend's step reports per device (the panel's bars, bench's scaling rows)."""
-        times = self._device_ms, self._exchange_ms
-        self._device_ms, self._exchange_ms = [0.0] * len(self.devices), 0.0
-        return times
+    def finish(self) -> ForceWork:
+        """Wait for the devices' queued phases (DeviceFault naming a failed one); the force work done
+        since the last call."""
+        try:
+            self.driver.finish()
+        finally:
+            work, self._work = self._work, [ForceWork() for _ in self.devices]
+        total = ForceWork()
+        for part in work:
+            total += part
+        return total
+
+    def finish_quietly(self) -> None:
+        """After a failure: let every device thread run out its tasks (they skip them), drop the work."""
+        with suppress(DeviceFault):
+            self.finish()
+
+    def take_times(self, lagged: bool = False) -> dict[str, list[float]]:
+        """Each device's ms per category ("force", "integrate", "exchange") of its latest measured
+        `step()` call: that call's own (waiting for its last event), or with `lagged` the newest
+        earlier one the device has finished, without waiting (a device with none finished yet keeps
+        its previous numbers). What a backend reports: per-device bars, bench's scaling, re-balancing."""
+        for i, device in enumerate(self.devices):
+            times = device.take_times(lagged)
+            if times is not None:
+                for category in TIMED:
+                    self._times[category][i] = float(times.get(category, 0.0))
+        return {category: list(values) for category, values in self._times.items()}
+
+    def _add_work(self, i: int, device: DeviceState) -> None:
+        self._work[i] += device.force()  # each device thread adds to its own slot only
 
     def force(self) -> ForceWork:
-        work = ForceWork()
-        for part in self.driver.run([device.force for device in self.devices]):
-            work += part
-        for i, device in enumerate(self.devices):  # read after the driver waited for every device
-            self._device_ms[i] += device.last_force_ms
-        return work
+        self.driver.submit([lambda i=i, d=d: self._add_work(i, d) for i, d in enumerate(self.devices)])
+        return ForceWork()  # the work is counted in finish()
 
     def kick_drift(self, half_dt: float, dt: float) -> None:
-        self.driver.run([lambda d=d: d.kick_drift(half_dt, dt) for d in self.devices])
+        self.driver.submit([lambda d=d: d.kick_drift(half_dt, dt) for d in self.devices])
         self._exchange_positions()
 
     def kick(self, half_dt: float) -> None:
-        self.driver.run([lambda d=d: d.kick(half_dt) for d in self.devices])
+        self.driver.submit([lambda d=d: d.kick(half_dt) for d in self.devices])
 
     def euler_damped(self, dt: float, damping: float) -> None:
-        self.driver.run([lambda d=d: d.euler_damped(dt, damping) for d in self.devices])
+        self.driver.submit([lambda d=d: d.euler_damped(dt, damping) for d in self.devices])
         self._exchange_positions()
 
     def _exchange_positions(self) -> None:
-        start = time.perf_counter()  # every exchange ends with the devices synchronised: host time is it
-        self.exchange.gather(self.devices, "pos")
-        self._exchange_ms += (time.perf_counter() - start) * 1e3
+        if self.exchange.moves_rows(self.devices):  # else (one GPU) nothing to wait for or to copy
+            self.driver.finish()  # the threads queued their updates: the exchange's marks come after them
+            self.exchange.gather(self.devices, "pos")
         self.exchange_count += 1
 
     def force_times_ms(self) -> list[float]:
-        return [device.last_force_ms for device in self.devices]
+        """Each device's force ms as last taken (0 for a device not measured since its share changed)."""
+        return list(self._times["force"])
 
     def reshare(self, spans: Sequence[Span]) -> None:
         """Give the devices new shares: every row of every field is made whole on every device first,
-        so that a row changing hands keeps its velocity and its cached acceleration."""
+        so that a row changing hands keeps its velocity and its cached acceleration. Measurements of
+        the old shares are dropped (re-balancing must not read them as the new shares' speed)."""
+        self.driver.finish()
         for field in ("vel", "acc", "speed"):
             self.exchange.gather(self.devices, field)
         for device, span in zip(self.devices, spans, strict=True):
             device.share = span
+            device.forget_times()
+        self._times = {category: [0.0] * len(self.devices) for category in TIMED}
 
 
 # --- a run -------------------------------------------------------------------------------------------------
@@ -309,10 +394,19 @@ class MultiDeviceRun:
         self.integrator.invalidate()
 
     def step(self, steps: int = 1) -> ForceWork:
-        return self.integrator.step(self.ops, self.physics, steps)
+        """Advance `steps` steps; returns the force work once every device has taken (queued) its part.
+        A DeviceFault leaves the cached acceleration invalid."""
+        try:
+            self.integrator.step(self.ops, self.physics, steps)
+            return self.ops.finish()
+        except BaseException:
+            self.integrator.invalidate()
+            self.ops.finish_quietly()
+            raise
 
     def accelerations(self) -> np.ndarray:
         self.ops.force()
+        self.ops.finish()
         self.integrator.acc_valid = True
         return self.gathered("acc")[:, :3].astype(np.float64)
 

@@ -187,6 +187,9 @@ class HostTimer:
     def collect_lagged(self) -> dict[str, float]:
         return self.collect()
 
+    def discard(self) -> None:
+        self.reset()
+
     def release(self) -> None:
         self.reset()
 
@@ -228,13 +231,23 @@ class EventTimer:
     @contextmanager
     def time(self, category: str):
         """Record an event before and after the launches in the body (not recorded if it raises)."""
-        start, end = self._event(), self._event()
-        start.record()
+        start = self.start()
         try:
             yield
         except BaseException:
-            self._free += [start, end]
+            self._free.append(start)
             raise
+        self.stop(category, start)
+
+    def start(self):
+        """An event recorded now, for `stop`: brackets work issued in a group that `with time()` cannot
+        wrap (one NCCL group over several GPUs)."""
+        event = self._event()
+        event.record()
+        return event
+
+    def stop(self, category: str, start) -> None:
+        end = self._event()
         end.record()
         self._batch.append((category, start, end))
 
@@ -276,10 +289,15 @@ class EventTimer:
         self._recycle(newest)
         return totals
 
-    def release(self) -> None:
+    def discard(self) -> None:
+        """Drop every batch not yet collected, the pending ones too (what they measured no longer
+        applies: a multi-device share changed)."""
         self.reset()
         while self._pending:
             self._recycle(self._pending.popleft())
+
+    def release(self) -> None:
+        self.discard()
         self._free.clear()
 
 

@@ -10,8 +10,6 @@ by the same kernel over the same sources in the same order, whoever computes it)
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 from app.backends.cpu import DEFAULT_KERNEL, CPUBackend, CpuOps
@@ -20,6 +18,7 @@ from app.errors import ConfigError
 from app.forces import ForceWork, Span
 from app.multidevice import HostExchange
 from app.physics import Physics
+from app.timing import HostTimer
 
 MAX_CPU_DEVICES = 8  # `--backend cpu --gpus all` (see CpuDevices.count)
 _DTYPES = {"fp32": np.float32, "fp64": np.float64}
@@ -39,7 +38,7 @@ class CpuDevice:
         self.acc = np.zeros_like(self.pos)
         self.speed = np.linalg.norm(self.vel[:, :3], axis=1).astype(np.float32)
         self.everyone = Span.all(bodies.n)
-        self.last_force_ms = 0.0
+        self.timer = HostTimer()  # perf_counter: a CPU device's work is done when its call returns
         self._ops, self._ops_share = None, None
 
     def _share_ops(self) -> CpuOps:
@@ -52,19 +51,33 @@ class CpuDevice:
         return self._ops
 
     def force(self) -> ForceWork:
-        t = time.perf_counter()
-        work = self.evaluator.evaluate(self.pos, self.acc, self.share, self.everyone)
-        self.last_force_ms = (time.perf_counter() - t) * 1e3
-        return work
+        with self.timer.time("force"):
+            return self.evaluator.evaluate(self.pos, self.acc, self.share, self.everyone)
 
     def kick_drift(self, half_dt: float, dt: float) -> None:
-        self._share_ops().kick_drift(half_dt, dt)
+        with self.timer.time("integrate"):
+            self._share_ops().kick_drift(half_dt, dt)
 
     def kick(self, half_dt: float) -> None:
-        self._share_ops().kick(half_dt)
+        with self.timer.time("integrate"):
+            self._share_ops().kick(half_dt)
 
     def euler_damped(self, dt: float, damping: float) -> None:
-        self._share_ops().euler_damped(dt, damping)
+        with self.timer.time("integrate"):
+            self._share_ops().euler_damped(dt, damping)
+
+    def mark(self, tag: str):
+        """Nothing to mark: the work is done when its call returns."""
+        return None
+
+    def wait_for(self, marker) -> None:
+        """Nothing to wait for (see mark)."""
+
+    def take_times(self, lagged: bool) -> dict[str, float]:
+        return self.timer.collect()
+
+    def forget_times(self) -> None:
+        self.timer.discard()
 
     def synchronize(self) -> None:
         """CPU work is done when its call returns."""

@@ -43,7 +43,7 @@ from app.errors import ConfigError
 from app.forces import Span
 from app.multidevice import DRIVERS, EXCHANGES, MultiDeviceRun, resolve_device_count
 from app.physics import Physics
-from app.timing import HostTimer, device_entries
+from app.timing import device_entries
 
 log = logging.getLogger(__name__)
 REBALANCE_SPREAD = 1.10  # slowest / fastest device force time above which the shares are re-balanced
@@ -79,7 +79,8 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
     """K devices as one Backend (made by multi_backend_class, which fills the class fields below)."""
 
     base: type[Backend]
-    timing = "time.perf_counter around each force phase of all devices (every device synchronised)"
+    timing = ("each device's own clock (CUDA events on GPUs); force and integrate: the slowest device's, "
+              "read a frame late while drawing")
     kind = None
     k = 1
     driver = "threads"
@@ -189,24 +190,29 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
 
     # --- stepping --------------------------------------------------------------------------------
     def step(self, steps: int = 1) -> StepTimings:
+        """Queue `steps` steps on the devices; no host wait on a device (see app/multidevice.py). Times
+        are each device's own clock; while drawing (VBOs attached) those of the newest earlier step()
+        call the devices have finished, as on one GPU, else this call's (one wait at its end)."""
         if steps < 0:
             raise ValueError(f"steps must be >= 0, not {steps}")
         run = self._require_state()
         run.physics = self._physics
-        timer = HostTimer()  # wall time of each phase: every phase ends with all devices synchronised
-        work = run.integrator.step(run.ops, self._physics, steps, timer)
+        work = run.step(steps)
         self._steps += steps
-        ms = timer.collect()
-        device_ms, exchange_ms = run.ops.take_times()
         map_ms = unmap_ms = 0.0
         if self._gl_target is not None and steps:  # after the last exchange: every position is on GPU 0
             self._gl_target.publish(run.devices, self.n)
             map_ms, unmap_ms = self._gl_target.map_ms, self._gl_target.unmap_ms
-        timings = StepTimings(kernel=self._kernel, steps=steps, n=self.n, force_ms=ms.get("force", 0.0),
-                              integrate_ms=ms.get("integrate", 0.0), interactions=work.interactions,
+        lagged = self._gl_target is not None
+        times = run.ops.take_times(lagged=lagged)
+        device_ms = times["force"]
+        timings = StepTimings(kernel=self._kernel, steps=steps, n=self.n, force_ms=max(device_ms),
+                              integrate_ms=max(times["integrate"]), interactions=work.interactions,
                               pair_equivalent=work.pair_equivalent, force_evals=work.evaluations,
                               body_cell=work.body_cell, map_ms=map_ms, unmap_ms=unmap_ms,
-                              extra=device_entries(self.device_names, device_ms, exchange_ms))
+                              extra=device_entries(self.device_names, device_ms, max(times["exchange"])))
+        if lagged:
+            timings.extra["timings_lagged"] = 1.0
         if needs_rebalance(device_ms):
             run.rebalance()
         return timings

@@ -87,7 +87,7 @@ def add_gpu_options(p: argparse.ArgumentParser, gpus_help: str = GPUS_HELP) -> N
     g.add_argument("--gpus", type=str, metavar="N|all", help=gpus_help)
     g.add_argument("--gpu-driver", dest="gpu_driver", choices=DRIVERS,
                    help="threads: one host thread per GPU (default); single: one thread issues every GPU's "
-                        "work asynchronously, then waits on each")
+                        "work asynchronously (neither waits on a GPU while stepping)")
     g.add_argument("--exchange", choices=EXCHANGES,
                    help="how positions reach every GPU after each update: peer copies, an NCCL all-gather "
                         "(nvidia-nccl-cu13), or through host memory; auto (default): peer where every pair "

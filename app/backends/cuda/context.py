@@ -258,6 +258,33 @@ class ContextScope:
         return False
 
 
+@functools.lru_cache(maxsize=1)
+def _cu_stream_wait_event():
+    import ctypes
+
+    for name in ("libcuda.so.1", "nvcuda.dll"):  # the library pycuda uses: loading it again shares it
+        try:
+            fn = ctypes.CDLL(name).cuStreamWaitEvent
+            break
+        except (OSError, AttributeError):
+            continue
+    else:
+        raise CudaUnavailable("the CUDA driver library (libcuda) cannot be loaded for cuStreamWaitEvent")
+    fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def legacy_stream_wait(event) -> None:
+    """The current context's legacy default stream (where pycuda's launches and copies without a
+    stream go) starts its later work only after `event` (a pycuda Event, possibly another GPU's) has
+    happened: ordering between GPUs without a host wait. pycuda's `Stream.wait_for_event` cannot name
+    the legacy stream, so this calls cuStreamWaitEvent(stream 0) itself."""
+    code = _cu_stream_wait_event()(None, event.handle, 0)
+    if code != 0:
+        raise RuntimeError(f"cuStreamWaitEvent failed with CUresult {code}")
+
+
 @contextmanager
 def pushed(ordinal: int | None = None):
     """A one-off scope (for code outside a backend, e.g. the tests)."""

@@ -3,8 +3,11 @@
 Each GPU holds a full float4 copy of the positions and its share of the velocities, accelerations and
 speeds; `force` evaluates the current record over (share, all) with the GPU's CudaEvaluator, the
 updates are kernels/integrate.cu on the share's rows (the host offsets the pointers). Work is queued
-asynchronously on the legacy stream of the GPU's primary context; `synchronize` waits and reads the
-force time from the GPU's events.
+asynchronously on the legacy stream of the GPU's primary context and timed by the GPU's event clock
+(`CudaDevice.timer`), read without a wait while the viewer draws. Nothing waits on a GPU per step: the
+order between GPUs is events (`mark`) and cuStreamWaitEvent on the legacy stream (`wait_for`,
+context.legacy_stream_wait), queued where one GPU reads what another wrote (app/multidevice.py,
+`queue_after`).
 
 Exchanges of the share rows between GPUs (`--exchange`, `GpuDevices.exchange`):
 - `PeerExchange`: device-to-device copies with peer access enabled. Under unified addressing a plain
@@ -27,13 +30,14 @@ import logging
 import numpy as np
 
 from app.backends.cuda import registry
+from app.backends.cuda.context import legacy_stream_wait
 from app.backends.cuda.device import CudaDevice
 from app.backends.cuda.evaluator import make_evaluator
 from app.backends.cuda.state_ops import Fp32Ops
 from app.bodies import Bodies
 from app.errors import ConfigError, RuntimeFault
 from app.forces import ForceWork, Span
-from app.multidevice import HostExchange
+from app.multidevice import HostExchange, queue_after
 from app.physics import Physics
 
 log = logging.getLogger(__name__)
@@ -56,7 +60,8 @@ class CudaShareDevice:
         self.everyone = Span.all(self.n)
         self.evaluator = make_evaluator(record, self.device, records)
         self.evaluator.set_physics(physics)
-        self.last_force_ms = 0.0
+        self.timer = self.device.timer  # CUDA events on the GPU's legacy stream
+        self._marks: dict[str, object] = {}
         self._share_ops, self._ops_share = None, None
         with self.device.scope:
             self.evaluator.prepare(self.n)
@@ -73,7 +78,6 @@ class CudaShareDevice:
             speed = np.linalg.norm(vel4[:, :3], axis=1).astype(np.float32)
             for field, values in (("pos", bodies.pos4(np.float32)), ("vel", vel4), ("speed", speed)):
                 self.device.drv.memcpy_htod(self.ptr[field], values)
-            self._events = (self.device.drv.Event(), self.device.drv.Event())
 
     @staticmethod
     def row_bytes(field: str) -> int:
@@ -94,36 +98,51 @@ class CudaShareDevice:
         return self._share_ops
 
     def force(self) -> ForceWork:
-        with self.device.scope:
-            start, end = self._events
-            start.record()
-            work = self.evaluator.evaluate(self.ptr["pos"], self.ptr["acc"], self.share, self.everyone)
-            end.record()
-        return work
+        with self.device.scope, self.timer.time("force"):
+            return self.evaluator.evaluate(self.ptr["pos"], self.ptr["acc"], self.share, self.everyone)
 
     def kick_drift(self, half_dt: float, dt: float) -> None:
-        with self.device.scope:
+        with self.device.scope, self.timer.time("integrate"):
             if self.share.count:
                 self._ops().kick_drift(half_dt, dt)
 
     def kick(self, half_dt: float) -> None:
-        with self.device.scope:
+        with self.device.scope, self.timer.time("integrate"):
             if self.share.count:
                 self._ops().kick(half_dt)
 
     def euler_damped(self, dt: float, damping: float) -> None:
-        with self.device.scope:
+        with self.device.scope, self.timer.time("integrate"):
             if self.share.count:
                 self._ops().euler_damped(dt, damping)
 
+    def mark(self, tag: str):
+        """An event after the work queued so far (one event per tag, recorded again each time: a wait
+        already queued keeps the record it was queued behind)."""
+        with self.device.scope:
+            event = self._marks.get(tag)
+            if event is None:
+                event = self._marks[tag] = self.device.drv.Event(self.device.drv.event_flags.DISABLE_TIMING)
+            event.record()
+        return event
+
+    def wait_for(self, marker) -> None:
+        with self.device.scope:
+            legacy_stream_wait(marker)
+
+    def take_times(self, lagged: bool) -> dict[str, float] | None:
+        """ms per category: this step() call's (waits for its last event), or with `lagged` the newest
+        earlier one finished (None while none is)."""
+        with self.device.scope:
+            return self.timer.collect_lagged() if lagged else self.timer.collect()
+
+    def forget_times(self) -> None:
+        with self.device.scope:
+            self.timer.discard()
+
     def synchronize(self) -> None:
         with self.device.scope:
-            start, end = self._events
-            end.synchronize()
-            try:
-                self.last_force_ms = end.time_since(start)
-            except Exception:  # no force evaluated since the events were made
-                self.last_force_ms = 0.0
+            self.device.drv.Context.synchronize()
 
     def rows(self, field: str, span: Span) -> np.ndarray:
         width = HOST_WIDTH[field]
@@ -146,6 +165,7 @@ class PeerExchange:
     """Share rows copied GPU to GPU (peer access enabled both ways between every pair)."""
 
     name = "peer"
+    moves_rows = staticmethod(HostExchange.moves_rows)  # not with one GPU
 
     def __init__(self, devices: list[CudaShareDevice]):
         for a in devices:
@@ -159,16 +179,21 @@ class PeerExchange:
                                 raise
 
     def gather(self, devices: list[CudaShareDevice], field: str) -> None:
+        """Each GPU pulls every other share's rows into its copy, on its own stream, without a host
+        wait: its copies start after the owners' queued updates, and an owner's later work (the next
+        update of those rows) after every copy of them. Timed on each receiving GPU as "exchange"."""
+        if not self.moves_rows(devices):
+            return
         size = CudaShareDevice.row_bytes(field)
-        for owner in devices:
-            for other in devices:
-                if other is not owner and owner.share.count:
-                    with other.device.scope:
+        queue_after(devices, devices, f"{field}-written")
+        for other in devices:
+            with other.device.scope, other.timer.time("exchange"):
+                for owner in devices:
+                    if other is not owner and owner.share.count:
                         other.device.drv.memcpy_dtod_async(other.row_pointer(field, owner.share),
                                                            owner.row_pointer(field, owner.share),
                                                            size * owner.share.count)
-        for device in devices:
-            device.synchronize()
+        queue_after(devices, devices, f"{field}-read")
 
 
 def make_exchange(devices: list[CudaShareDevice]):

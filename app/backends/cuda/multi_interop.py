@@ -8,9 +8,10 @@ device-to-device copies (`multidevice.render_copies` says which): all positions 
 byte crosses the host per frame; map/unmap are timed as on one GPU (`GLBuffers.last_map_ms`).
 
 Ordering, without a host wait: the copies are queued on GPU 0's default stream, so the unmap (which
-orders GL's later draws after CUDA's earlier work) and every later kernel on GPU 0 come after them; the
-other GPUs write their speeds again only in the next step's kick-drift, which starts after every device
-synchronised on its force (the drivers' phases), and GPU 0's force is queued behind these copies.
+orders GL's later draws after CUDA's earlier work) and every later kernel on GPU 0 come after them.
+With several GPUs, GPU 0's stream first waits for each other GPU's queued kick (its speed rows), and
+each other GPU's later work waits for these copies (`multidevice.queue_after`: events, no host wait).
+With one GPU there is nothing to wait for: two copies queued behind its own step.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from __future__ import annotations
 import logging
 
 from app.backends.cuda.interop import GLBuffers, fall_back, register_gl_buffers
-from app.multidevice import render_copies
+from app.multidevice import queue_after, render_copies
 
 log = logging.getLogger(__name__)
 ROW_BYTES = {"pos": 16, "speed": 4}  # float4 [x, y, z, m] positions, float speeds: the VBOs' layout
@@ -37,10 +38,12 @@ class GpuRenderTarget:
         than n bodies). The copies are queued, not waited for."""
         with self.scope, self.gl.mapped_for(n) as mapped:
             base = {"pos": mapped.pos, "speed": mapped.speed}
+            queue_after(devices[:1], devices, "speed-written")  # GPU 0 copies after every GPU's kick
             for copy in render_copies([d.share for d in devices]):
                 size = ROW_BYTES[copy.field]
                 source = devices[copy.device].row_pointer(copy.field, copy.span)
                 self.copy_async(base[copy.field] + size * copy.span.start, source, size * copy.span.count)
+            queue_after(devices[1:], devices[:1], "rendered")  # the others rewrite their speeds after these
 
     @property
     def map_ms(self) -> float:

@@ -10,7 +10,8 @@ each exchange is one NCCL group. The shares are uneven (split's remainders, re-b
 all-gather (equal counts) cannot take, so the group is an all-gather-v: one broadcast per owner, in
 place, rooted at the owner, over the same device pointers the peer exchange copies between (the owner's
 rows of each GPU's full copy). The group is issued on each GPU's legacy stream (the primary context's,
-which pycuda's work is on too), and the exchange ends with every GPU synchronised, as the others do.
+which pycuda's work is on too), so it is ordered after each GPU's update and before its force by the
+streams alone: nothing waits on the host. Each GPU's part is timed on its event clock as "exchange".
 
 NCCL cannot put two ranks on one GPU: the two-devices-on-GPU-0 arrangement of the one-GPU tests runs the
 peer exchange; NCCL is tested there with a one-GPU communicator.
@@ -82,9 +83,18 @@ class NcclExchange:
         self.nccl = load_nccl()
         self.comms = self.nccl.NcclCommunicator.initAll(ordinals)
 
+    @staticmethod
+    def moves_rows(devices) -> bool:
+        """Always, as asked for: with one GPU a one-rank communicator broadcasts to itself."""
+        return True
+
     def gather(self, devices, field: str) -> None:
         nccl = self.nccl
         floats = devices[0].row_bytes(field) // 4  # every field is rows of float32
+        starts = []
+        for device in devices:
+            with device.device.scope:
+                starts.append(device.timer.start())
         nccl.groupStart()
         try:
             for root, owner in enumerate(devices):
@@ -96,8 +106,9 @@ class NcclExchange:
                         comm.broadcast(rows, rows, floats * owner.share.count, nccl.NCCL_FLOAT32, root, 0)
         finally:
             nccl.groupEnd()
-        for device in devices:
-            device.synchronize()
+        for device, start in zip(devices, starts, strict=True):
+            with device.device.scope:
+                device.timer.stop("exchange", start)
 
     def close(self) -> None:
         for comm in self.comms:
