@@ -9,6 +9,7 @@ Both within 30 s of starting, Python and numba start-up included.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -24,7 +25,11 @@ from app.physics import Physics
 
 ROOT = Path(__file__).resolve().parent.parent
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
-pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found: pip install 'nbody-live[mpi]'")
+# an mpiexec on PATH is not enough: without mpi4py (the extra) it is some other MPI's launcher, e.g. the GPU
+# image's Open MPI, which refuses to run as root
+HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None
+pytestmark = pytest.mark.skipif(MPIEXEC is None or not HAVE_MPI4PY,
+                                reason="mpiexec or mpi4py not found: pip install 'nbody-live[mpi]'")
 JOB = ROOT / "tests" / "mpi_job.py"
 
 

@@ -20,8 +20,8 @@ import sys
 import numpy as np
 import pytest
 from test_mpi import MPIEXEC, ROOT, nbody
+from test_mpi import pytestmark as pytestmark  # skipped where the MPI extra is missing, as test_mpi
 
-pytestmark = pytest.mark.skipif(MPIEXEC is None, reason="mpiexec not found: pip install 'nbody-live[mpi]'")
 VIEW_JOB = ROOT / "tests" / "mpi_view_job.py"
 JOB_TIMEOUT_S = 180
 

@@ -259,30 +259,64 @@ class ContextScope:
 
 
 @functools.lru_cache(maxsize=1)
-def _cu_stream_wait_event():
+def _libcuda():
+    """The CUDA driver library through ctypes, for the three calls pycuda does not offer on events."""
     import ctypes
 
     for name in ("libcuda.so.1", "nvcuda.dll"):  # the library pycuda uses: loading it again shares it
         try:
-            fn = ctypes.CDLL(name).cuStreamWaitEvent
+            lib = ctypes.CDLL(name)
             break
-        except (OSError, AttributeError):
+        except OSError:
             continue
     else:
-        raise CudaUnavailable("the CUDA driver library (libcuda) cannot be loaded for cuStreamWaitEvent")
-    fn.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint)
-    fn.restype = ctypes.c_int
-    return fn
+        raise CudaUnavailable("the CUDA driver library (libcuda) cannot be loaded for its event calls")
+    handle, stream = ctypes.c_void_p, ctypes.c_void_p
+    lib.cuEventCreate.argtypes = (ctypes.POINTER(handle), ctypes.c_uint)
+    lib.cuEventRecord.argtypes = (handle, stream)
+    lib.cuStreamWaitEvent.argtypes = (stream, handle, ctypes.c_uint)
+    lib.cuEventDestroy_v2.argtypes = (handle,)
+    for fn in (lib.cuEventCreate, lib.cuEventRecord, lib.cuStreamWaitEvent, lib.cuEventDestroy_v2):
+        fn.restype = ctypes.c_int
+    return lib
 
 
-def legacy_stream_wait(event) -> None:
-    """The current context's legacy default stream (where pycuda's launches and copies without a
-    stream go) starts its later work only after `event` (a pycuda Event, possibly another GPU's) has
-    happened: ordering between GPUs without a host wait. pycuda's `Stream.wait_for_event` cannot name
-    the legacy stream, so this calls cuStreamWaitEvent(stream 0) itself."""
-    code = _cu_stream_wait_event()(None, event.handle, 0)
+def _checked(call: str, code: int) -> None:
     if code != 0:
-        raise RuntimeError(f"cuStreamWaitEvent failed with CUresult {code}")
+        raise RuntimeError(f"{call} failed with CUresult {code}")
+
+
+class StreamMark:
+    """A CUDA event (no timing) made through the driver API, recorded on the current context's legacy
+    default stream (where pycuda's launches and copies without a stream go). pycuda's Event does not
+    expose its CUevent handle, and pycuda cannot make the legacy stream wait on an event; this one can be
+    waited on from any context (`legacy_stream_wait`). Create, record and close it with its context
+    current."""
+
+    CU_EVENT_DISABLE_TIMING = 2
+
+    def __init__(self):
+        import ctypes
+
+        handle = ctypes.c_void_p()
+        code = _libcuda().cuEventCreate(ctypes.byref(handle), self.CU_EVENT_DISABLE_TIMING)
+        _checked("cuEventCreate", code)
+        self.handle = handle.value
+
+    def record(self) -> None:
+        _checked("cuEventRecord", _libcuda().cuEventRecord(self.handle, None))
+
+    def close(self) -> None:
+        if self.handle is not None:
+            _libcuda().cuEventDestroy_v2(self.handle)
+            self.handle = None
+
+
+def legacy_stream_wait(mark: StreamMark) -> None:
+    """The current context's legacy default stream starts its later work only after `mark` (possibly
+    another GPU's) has happened: ordering between GPUs without a host wait (cuStreamWaitEvent on
+    stream 0; the event may belong to another context)."""
+    _checked("cuStreamWaitEvent", _libcuda().cuStreamWaitEvent(None, mark.handle, 0))
 
 
 @contextmanager

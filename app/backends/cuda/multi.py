@@ -30,7 +30,7 @@ import logging
 import numpy as np
 
 from app.backends.cuda import registry
-from app.backends.cuda.context import legacy_stream_wait
+from app.backends.cuda.context import StreamMark, legacy_stream_wait
 from app.backends.cuda.device import CudaDevice
 from app.backends.cuda.evaluator import make_evaluator
 from app.backends.cuda.state_ops import Fp32Ops
@@ -122,7 +122,7 @@ class CudaShareDevice:
         with self.device.scope:
             event = self._marks.get(tag)
             if event is None:
-                event = self._marks[tag] = self.device.drv.Event(self.device.drv.event_flags.DISABLE_TIMING)
+                event = self._marks[tag] = StreamMark()
             event.record()
         return event
 
@@ -158,6 +158,10 @@ class CudaShareDevice:
                 self.device.drv.memcpy_htod(self.row_pointer(field, span), np.ascontiguousarray(values))
 
     def close(self) -> None:
+        with self.device.scope:
+            for mark in self._marks.values():
+                mark.close()
+        self._marks.clear()
         self.device.close()
 
 
