@@ -28,16 +28,20 @@ class RuntimeFault(Exception):
 class NonFiniteState(RuntimeFault):
     """A position, mass or velocity became NaN/inf; the viewer turns this into a pause.
 
-    `index` is the first non-finite body the GPU check found (-1 when unknown), `step` the step count
-    at which the check ran.
+    `index` is the first non-finite body the check found (-1 when unknown), `step` the step count at
+    which it was reported; with several devices (`--gpus`) `device` is the index of the device whose
+    share holds the body (its name in `device_name`), None on one device.
     """
 
-    def __init__(self, index: int, step: int | None = None, time: float | None = None, detail: str = ""):
+    def __init__(self, index: int, step: int | None = None, time: float | None = None, detail: str = "",
+                 device: int | None = None, device_name: str = ""):
         self.index = int(index)
         self.step = step
         self.time = time
+        self.device = device
+        on = "" if device is None else f" on device {device}" + (f" ({device_name})" if device_name else "")
         where = f" after step {step}" if step is not None else ""
         when = f" (t = {time:.6g})" if time is not None else ""
-        msg = (f"non-finite position or velocity at body {self.index}{where}{when}: the simulation "
+        msg = (f"non-finite position or velocity at body {self.index}{on}{where}{when}: the simulation "
                "blew up; lower dt or raise the softening")
         super().__init__(msg + (f" ({detail})" if detail else ""))

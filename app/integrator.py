@@ -29,6 +29,10 @@ from app.bodies import Bodies
 from app.forces import ForceWork, Span, all_pairs_work
 from app.physics import INTEGRATORS, Physics, accelerations
 
+# Steps between the devices' non-finite checks (one GPU, or each device of several; 0: never): a check is
+# one small launch whose 4-byte answer the host reads without waiting, so a blow-up pauses the viewer
+# within a few steps instead of drawing NaNs.
+CHECK_EVERY = 8
 
 class StateOps(Protocol):
     """One backend's state (positions, velocities, accelerations, speeds) in one precision."""

@@ -27,6 +27,9 @@ exchange (the exchange's marks must exist before other devices wait on them; nev
 once at the end of each `step()` call (`MultiDeviceRun.step`: faults and the force work come back then).
 Times come from each device's own clock (`device.timer`: CUDA events on GPUs), read without waiting
 while the viewer draws (`take_times(lagged=True)`, the previous frame's numbers, as on one GPU).
+Every `check_every` steps each device queues the non-finite check of its share (as one GPU checks all
+its rows); `first_nonfinite` reads the devices' finished checks without waiting, and the backend raises
+the NonFiniteState of one GPU naming the body and its device (app/backends/multi.py).
 
 Over K CPU "devices" (app/backends/cpu_multi.py) the same driver runs in CI, where the shares' results
 are checked bitwise against one device.
@@ -45,7 +48,7 @@ import numpy as np
 from app.bodies import Bodies
 from app.errors import ConfigError, RuntimeFault
 from app.forces import ForceWork, Span
-from app.integrator import Integrator
+from app.integrator import CHECK_EVERY, Integrator
 from app.physics import Physics
 
 DRIVERS = ("threads", "single")
@@ -73,6 +76,8 @@ class DeviceState(Protocol):
     def kick_drift(self, half_dt: float, dt: float) -> None: ...  # on the share, timed as "integrate"
     def kick(self, half_dt: float) -> None: ...
     def euler_damped(self, dt: float, damping: float) -> None: ...
+    def launch_check(self) -> None: ...  # queue the non-finite check of the share's rows
+    def check_result(self, wait: bool) -> int: ...  # its first bad body (state index) once finished, or -1
     def mark(self, tag: str): ...  # a marker after the work queued so far (None where work is synchronous)
     def wait_for(self, marker) -> None: ...  # later work starts after `marker` (no host wait)
     def take_times(self, lagged: bool) -> dict[str, float] | None: ...  # ms per category since last taken
@@ -340,6 +345,10 @@ class MultiDeviceOps:
         self.driver.submit([lambda d=d: d.euler_damped(dt, damping) for d in self.devices])
         self._exchange_positions()
 
+    def launch_checks(self) -> None:
+        """Each device queues the non-finite check of its share (after its work queued so far)."""
+        self.driver.submit([d.launch_check for d in self.devices])
+
     def _exchange_positions(self) -> None:
         if self.exchange.moves_rows(self.devices):  # else (one GPU) nothing to wait for or to copy
             self.driver.finish()  # the threads queued their updates: the exchange's marks come after them
@@ -369,7 +378,10 @@ DeviceFactory = Callable[[Bodies, Physics, str, list[Span]], list[DeviceState]]
 
 class MultiDeviceRun:
     """A simulation over K devices made by `make_devices(bodies, physics, kernel, shares)`: load, step
-    (the shared Integrator), re-balance, read back. `make_exchange(devices)` picks the exchange."""
+    (the shared Integrator), re-balance, read back. `make_exchange(devices)` picks the exchange. Every
+    `check_every` steps (0: never) each device checks its share for non-finite bodies."""
+
+    check_every = CHECK_EVERY
 
     def __init__(self, make_devices: DeviceFactory, k: int, driver: str = "threads", weights=None,
                  make_exchange: Callable[[list], object] = lambda devices: HostExchange()):
@@ -384,6 +396,7 @@ class MultiDeviceRun:
         self.ops: MultiDeviceOps | None = None
         self.integrator = Integrator()
         self.physics = Physics()
+        self.steps_done = 0  # since load: drives the non-finite checks' cadence
 
     def load(self, bodies: Bodies, physics: Physics, kernel: str) -> None:
         self.close()
@@ -392,17 +405,31 @@ class MultiDeviceRun:
         self.ops = MultiDeviceOps(self.devices, make_driver(self.driver_name, self.devices),
                                   self.make_exchange(self.devices))
         self.integrator.invalidate()
+        self.steps_done = 0
 
     def step(self, steps: int = 1) -> ForceWork:
-        """Advance `steps` steps; returns the force work once every device has taken (queued) its part.
+        """Advance `steps` steps, each device queueing its non-finite check every `check_every` of them
+        (read by `first_nonfinite`); returns the force work once every device has taken (queued) its part.
         A DeviceFault leaves the cached acceleration invalid."""
         try:
-            self.integrator.step(self.ops, self.physics, steps)
+            for _ in range(int(steps)):
+                self.integrator.step(self.ops, self.physics, 1)
+                self.steps_done += 1
+                if self.check_every and self.steps_done % self.check_every == 0:
+                    self.ops.launch_checks()
             return self.ops.finish()
         except BaseException:
             self.integrator.invalidate()
             self.ops.finish_quietly()
             raise
+
+    def first_nonfinite(self, wait: bool = False) -> tuple[int, int] | None:
+        """(device, body) of the first non-finite body the devices' finished checks found, else None;
+        after `step` (the devices have queued their checks). Each device's answer is read once, without a
+        host wait: a GPU's comes a `step()` call or two after its check ran, as on one GPU. With `wait`
+        the newest checks' answers, waiting for them (where the caller waits for the step anyway)."""
+        found = [device.check_result(wait) for device in self.devices]  # every device: each is read once
+        return next(((i, body) for i, body in enumerate(found) if body >= 0), None)
 
     def accelerations(self) -> np.ndarray:
         self.ops.force()

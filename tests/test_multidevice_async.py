@@ -105,6 +105,14 @@ class QueueingGpuDevice(TwinGpuDevice):
         ops = self._share_ops()
         self._queue(lambda: ops.euler_damped(dt, damping))
 
+    def launch_check(self):
+        self._queue(super().launch_check)  # found once the queue gets there, as a GPU's flag
+
+    def check_result(self, wait):
+        if wait:
+            self.synchronize()
+        return super().check_result(wait)
+
     def mark(self, tag):
         token = object()
         self.streams.queue(id(self), "mark", token)

@@ -184,6 +184,13 @@ def _announce_compiling(dispatchers, poll_s: float = 0.2):
 _ANNOUNCED = threading.Event()  # said once a process
 
 
+def first_nonfinite(pos: np.ndarray, vel: np.ndarray) -> int:
+    """The first row whose position, mass (pos: (N, 4)) or velocity (vel: (N, 3|4)) is NaN/inf, else -1:
+    the host's form of kernels/integrate.cu's `first_nonfinite` (this backend's guard, CPU devices')."""
+    ok = np.isfinite(pos).all(axis=1) & np.isfinite(vel[:, :3]).all(axis=1)
+    return -1 if ok.all() else int(np.argmin(ok))
+
+
 # --- the backend -----------------------------------------------------------------------------------------
 class CPUBackend(Backend):
     name = "cpu"
@@ -347,9 +354,9 @@ class CPUBackend(Backend):
     def _check_finite(self) -> None:
         """The GPU's guard on the host: a blown-up state pauses the viewer instead of drawing NaNs.
         One vectorised pass per step() call (about 0.1 ms at N = 65k), not per step."""
-        ok = np.isfinite(self._pos).all(axis=1) & np.isfinite(self._vel).all(axis=1)
-        if not ok.all():
-            raise NonFiniteState(int(np.argmin(ok)), step=self._steps, time=self.time)
+        bad = first_nonfinite(self._pos, self._vel)
+        if bad >= 0:
+            raise NonFiniteState(bad, step=self._steps, time=self.time)
 
     def accelerations(self) -> np.ndarray:
         return self._current_acc()[:, :3].astype(np.float64)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.backends.cpu import DEFAULT_KERNEL, CPUBackend, CpuOps
+from app.backends.cpu import DEFAULT_KERNEL, CPUBackend, CpuOps, first_nonfinite
 from app.bodies import Bodies
 from app.errors import ConfigError
 from app.forces import ForceWork, Span
@@ -40,6 +40,7 @@ class CpuDevice:
         self.everyone = Span.all(bodies.n)
         self.timer = HostTimer()  # perf_counter: a CPU device's work is done when its call returns
         self._ops, self._ops_share = None, None
+        self._found = -1  # what the latest non-finite check found (a body index), until it is read
 
     def _share_ops(self) -> CpuOps:
         """The updates on the share's rows, made again only when the share changes (re-balancing)."""
@@ -65,6 +66,17 @@ class CpuDevice:
     def euler_damped(self, dt: float, damping: float) -> None:
         with self.timer.time("integrate"):
             self._share_ops().euler_damped(dt, damping)
+
+    def launch_check(self) -> None:
+        """The non-finite check of the share's rows (numpy: the GPU's kernel on the host), done now."""
+        rows = self.share.as_slice()
+        bad = first_nonfinite(self.pos[rows], self.vel[rows])
+        self._found = -1 if bad < 0 else self.share.start + bad
+
+    def check_result(self, wait: bool) -> int:
+        """The body the latest check found (-1: none), once: a CPU check is finished when it returns."""
+        found, self._found = self._found, -1
+        return found
 
     def mark(self, tag: str):
         """Nothing to mark: the work is done when its call returns."""

@@ -13,6 +13,11 @@ the name of the backend it splits ("cuda", "cpu"), so the panel switches among t
 in place (a switch reloads the devices from the current state); a kernel of another backend leaves the
 multi-device run for one device of that backend.
 
+Every `check_every` steps each device checks its share for non-finite bodies (as one GPU does, on the
+device, its answer read without a host wait while drawing); one found stops stepping with the
+NonFiniteState of one GPU naming the body (its index in the loaded state) and the device, which the viewer
+turns into a pause.
+
 After each step() call the shares are re-balanced when the devices' force times differ by more than
 REBALANCE_SPREAD (rows change hands with their velocities and cached accelerations; the trajectory is
 unchanged).
@@ -39,8 +44,9 @@ from app.backends.base import (
     check_physics,
 )
 from app.bodies import Bodies
-from app.errors import ConfigError
+from app.errors import ConfigError, NonFiniteState
 from app.forces import Span
+from app.integrator import CHECK_EVERY
 from app.multidevice import DRIVERS, EXCHANGES, MultiDeviceRun, resolve_device_count
 from app.physics import Physics
 from app.timing import device_entries
@@ -85,6 +91,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
     k = 1
     driver = "threads"
     exchange = "auto"
+    check_every = CHECK_EVERY  # steps between the devices' non-finite checks (0: never), as on one GPU
 
     @classmethod
     def why_not(cls) -> str | None:
@@ -125,6 +132,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         name = self.record(kernel or self.kind.default_kernel).name
         run = MultiDeviceRun(self.kind.factory(self.k), self.k, self.driver,
                              make_exchange=self.kind.exchange(self.exchange))
+        run.check_every = self.check_every
         run.load(bodies, physics, name)
         previous_n = self.n if self._run is not None else 0
         self._close_run()
@@ -213,6 +221,11 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
                               extra=device_entries(self.device_names, device_ms, max(times["exchange"])))
         if lagged:
             timings.extra["timings_lagged"] = 1.0
+        found = run.first_nonfinite(wait=not lagged)  # while drawing: the checks the devices have finished
+        if found is not None:
+            device, body = found
+            raise NonFiniteState(body, step=self._steps, time=self.time, device=device,
+                                 device_name=run.devices[device].name)
         if needs_rebalance(device_ms):
             run.rebalance()
         return timings

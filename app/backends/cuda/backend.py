@@ -39,12 +39,13 @@ from app.backends.cuda.device import CudaDevice, compiled
 from app.backends.cuda.errors import KernelCompileError, NonFiniteState, out_of_memory
 from app.backends.cuda.evaluator import make_evaluator
 from app.backends.cuda.interop import GLBuffers, fall_back, register_gl_buffers
+from app.backends.cuda.nonfinite import NonFiniteCheck
 from app.backends.cuda.policies import ceil_div, force_arguments, suffix
-from app.backends.cuda.state_ops import BLOCK, BYTES_PER_BODY, INTEGRATE_SOURCE, Fp32Ops, Fp64Ops
+from app.backends.cuda.state_ops import BYTES_PER_BODY, INTEGRATE_SOURCE, Fp32Ops, Fp64Ops
 from app.bodies import Bodies
 from app.errors import BackendUnavailable, ConfigError, RuntimeFault
 from app.forces import ForceEvaluator, Span
-from app.integrator import Integrator
+from app.integrator import CHECK_EVERY, Integrator
 from app.physics import Diagnostics, Physics
 from app.timing import stage_entries
 
@@ -56,8 +57,6 @@ def _unowned(cp, ptr: int, nbytes: int, owner):
     """A CuPy memory pointer onto device memory pycuda owns (the state, the VBO while mapped)."""
     return cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(int(ptr), int(nbytes), owner), 0)
 
-
-INT_MAX = 0x7FFFFFFF
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _ATEXIT = False
@@ -82,7 +81,7 @@ def _close_all_at_exit() -> None:
 
 class CudaBackend(Backend):
     name = "cuda"
-    check_every = 8  # steps between the GPU non-finite checks (0: never)
+    check_every = CHECK_EVERY  # steps between the GPU non-finite checks (0: never)
 
     # --- discovery -------------------------------------------------------------------------------
     @classmethod
@@ -149,7 +148,7 @@ class CudaBackend(Backend):
         self._render_reads = 0
         self._precision: str | None = None  # precision of the state the last step advanced
         self._fp64_valid = False  # the double state is current (fp64 runs)
-        self._check_event = None
+        self._check = NonFiniteCheck(self.device)  # the GPU's non-finite check (nonfinite.py)
         self._last_totals: dict[str, float] = {}
         self.diag_pending = None  # the device diagnostics in flight (diagnostics.py)
         _LIVE.add(self)
@@ -172,7 +171,7 @@ class CudaBackend(Backend):
                 self._alloc.clear()
                 self._evaluators.clear()
                 self.diag_pending = None
-                self._check_event = None
+                self._check.forget()
                 self.device.close()
         except Exception as e:
             log.warning("releasing CUDA resources failed: %s", e)
@@ -221,10 +220,6 @@ class CudaBackend(Backend):
         """'register-blocked block_size=128 k=4 slices=0': what actually runs (useful for `best`)."""
         return self.evaluator().describe(self._n)
 
-    def _launch(self, symbol: str, types: str, *args) -> None:
-        fn = self.device.function(INTEGRATE_SOURCE, symbol, types)
-        fn.prepared_call((ceil_div(self._n, BLOCK), 1), (BLOCK, 1, 1), *args)
-
     def _prepare(self) -> None:
         """Load every entry the current kernel may launch at this N, and bring the state to its precision."""
         ev = self.evaluator()
@@ -247,31 +242,9 @@ class CudaBackend(Backend):
         self._fp64_valid = False  # the float32 state moves on without the double copy
         return Fp32Ops(self.device, ev.bind(pos, acc, everyone, everyone), n, pos, vel, acc, speed)
 
-    # --- the non-finite check --------------------------------------------------------------------
+    # --- the non-finite check (nonfinite.py: the same check each GPU of --gpus runs on its share) ---------
     def _launch_check(self, pos: int) -> None:
-        self._drv.memset_d32(self._ptr("flag"), INT_MAX, 1)
-        self._launch("first_nonfinite", "PPiP", pos, self._ptr("vel"), self._n, self._ptr("flag"))
-
-    def _read_check(self) -> int:
-        flag = np.empty(1, dtype=np.int32)
-        self._drv.memcpy_dtoh(flag, self._ptr("flag"))  # waits for the check kernel
-        value = int(flag[0])
-        return -1 if value == INT_MAX else value
-
-    def _poll_check(self, launched: bool) -> int:
-        """The non-finite check without a host wait: copy the flag into pinned memory behind an event
-        and read it once the GPU got there (a frame or two later). Returns the bad index or -1."""
-        bad = -1
-        flag = self.device.pinned("nonfinite-flag", 1, np.int32)
-        if self._check_event is not None and self._check_event.query():
-            value = int(flag[0])
-            bad = -1 if value == INT_MAX else value
-            self._check_event = None
-        if launched and self._check_event is None:
-            self._drv.memcpy_dtoh_async(flag, self._ptr("flag"))
-            self._check_event = self._drv.Event()
-            self._check_event.record()
-        return bad
+        self._check.launch(pos, self._ptr("vel"), Span.all(self._n))
 
     def _ptr(self, name: str) -> int:
         return int(self._alloc[name])
@@ -302,7 +275,7 @@ class CudaBackend(Backend):
     # --- memory ----------------------------------------------------------------------------------
     def _allocate(self, n: int, plain_render_buffers: bool) -> None:
         """(Re)allocate the state buffers for n bodies; raises RuntimeFault saying which N fits."""
-        sizes = {"vel": 16 * n, "acc": 16 * n, "flag": 16}
+        sizes = {"vel": 16 * n, "acc": 16 * n}
         if plain_render_buffers:
             sizes.update(pos=16 * n, speed=4 * n)
         if self._alloc and self._n == n and set(self._alloc) == set(sizes):
@@ -358,6 +331,7 @@ class CudaBackend(Backend):
             self._ids = None if bodies.ids is None else bodies.ids.copy()
             self._t0, self._steps = float(bodies.time), 0
             self._integrator.invalidate()
+            self._check.prepare()  # a new state: the checks of the old one are dropped
             for ev in self._evaluators.values():
                 ev.forget()
             self._precision = "fp32"
@@ -399,7 +373,6 @@ class CudaBackend(Backend):
         timings = StepTimings(kernel=self._kernel, steps=max(steps, 0), n=self._n)
         if steps <= 0:
             return timings
-        checked = False
         timer = self.device.timer
         with self._scope:
             self._prepare()
@@ -416,7 +389,6 @@ class CudaBackend(Backend):
                     self._steps_total += 1
                     if self.check_every and self._steps_total % self.check_every == 0:
                         self._launch_check(pos)
-                        checked = True
             if self._gl is not None:
                 # Live rendering: never wait on the GPU here (see app/timing.py); the numbers are those
                 # of the newest earlier step() the GPU has finished, usually the previous frame.
@@ -424,10 +396,10 @@ class CudaBackend(Backend):
                 if totals is None:
                     totals = self._last_totals
                 timings.extra["timings_lagged"] = 1.0
-                bad = self._poll_check(checked)
+                bad = self._check.result(wait=False)  # an earlier check's, once the GPU got there
             else:
                 totals = timer.collect()
-                bad = self._read_check() if checked else -1
+                bad = self._check.result(wait=True)  # this call's (the timings waited for it anyway)
             self._last_totals = totals
             timings.extra.update(stage_entries(self.evaluator().stage_ms()))  # a tree's split; {} otherwise
         timings.force_ms = totals.get("force", 0.0)
@@ -445,7 +417,7 @@ class CudaBackend(Backend):
         with self._scope:
             with self._device_arrays() as (pos, _speed):
                 self._launch_check(pos)
-            bad = self._read_check()
+            bad = self._check.result(wait=True)
         if bad >= 0:
             raise NonFiniteState(bad, step=self._steps_total, time=self.time)
 

@@ -33,6 +33,7 @@ from app.backends.cuda import registry
 from app.backends.cuda.context import StreamMark, legacy_stream_wait
 from app.backends.cuda.device import CudaDevice
 from app.backends.cuda.evaluator import make_evaluator
+from app.backends.cuda.nonfinite import NonFiniteCheck
 from app.backends.cuda.state_ops import Fp32Ops
 from app.bodies import Bodies
 from app.errors import ConfigError, RuntimeFault
@@ -63,6 +64,7 @@ class CudaShareDevice:
         self.timer = self.device.timer  # CUDA events on the GPU's legacy stream
         self._marks: dict[str, object] = {}
         self._share_ops, self._ops_share = None, None
+        self._check = NonFiniteCheck(self.device)  # the single-GPU backend's check, on this share's rows
         with self.device.scope:
             self.evaluator.prepare(self.n)
             n = max(self.n, 1)
@@ -78,6 +80,7 @@ class CudaShareDevice:
             speed = np.linalg.norm(vel4[:, :3], axis=1).astype(np.float32)
             for field, values in (("pos", bodies.pos4(np.float32)), ("vel", vel4), ("speed", speed)):
                 self.device.drv.memcpy_htod(self.ptr[field], values)
+            self._check.prepare()
 
     @staticmethod
     def row_bytes(field: str) -> int:
@@ -115,6 +118,17 @@ class CudaShareDevice:
         with self.device.scope, self.timer.time("integrate"):
             if self.share.count:
                 self._ops().euler_damped(dt, damping)
+
+    def launch_check(self) -> None:
+        """Queue the non-finite check of the share's rows (nonfinite.py; no host wait)."""
+        with self.device.scope:
+            self._check.launch(self.ptr["pos"], self.ptr["vel"], self.share)
+
+    def check_result(self, wait: bool) -> int:
+        """The first non-finite body (state index) of the share a finished check found, or -1; `wait`:
+        the newest check's, waiting for it."""
+        with self.device.scope:
+            return self._check.result(wait)
 
     def mark(self, tag: str):
         """An event after the work queued so far (one event per tag, recorded again each time: a wait
@@ -161,6 +175,7 @@ class CudaShareDevice:
         with self.device.scope:
             for mark in self._marks.values():
                 mark.close()
+            self._check.forget()
         self._marks.clear()
         self.device.close()
 
