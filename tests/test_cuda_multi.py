@@ -5,7 +5,9 @@ exchange (a same-device copy there) run for real. Accelerations of every fp32 re
 equal the single-device path's; one-span shares are bitwise where the record's summation order does not
 depend on the span (tests/test_cuda_seam.py says which). Through the Backend `--gpus` makes: K = 1 is
 bitwise the single-device path for every fp32 record, NCCL runs with a one-GPU communicator, asking for
-more GPUs than exist exits 2, and an out-of-memory names the GPU. With an NVIDIA EGL context (gl-marked):
+more GPUs than exist exits 2, and an out-of-memory names the GPU. A NaN body in either share of two devices
+on GPU 0 is found by its device at the next check (waiting, and read later without a wait), and `--gpus 1`
+raises the one-GPU NonFiniteState naming the body and the GPU. With an NVIDIA EGL context (gl-marked):
 GPU 0's interop VBOs hold the state after steps (`--gpus 1`, and two devices' slices on GPU 0), and the
 headless viewer's frame CSV has its map/unmap times. With two GPUs or more, every exchange
 and driver is checked against one GPU (skipped on one).
@@ -76,6 +78,75 @@ def test_driver_steps_like_one_device(driver):
     finally:
         run.close()
     assert np.array_equal(pos, _single(bodies, physics, "shared", steps=20))
+
+
+# --- non-finite bodies: cuda/nonfinite.py on each share (the CPU form: test_multidevice_nonfinite.py) ---
+# The euler-damped step evaluates the force before it moves a NaN body: the next check still names it.
+EULER = Physics(softening=0.01, dt=1e-3, integrator="euler-damped", damping=0.999)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_a_nan_body_on_one_share_is_found_with_its_device(driver):
+    """Two devices on GPU 0: each checks its own share every check_every steps; a clean run finds
+    nothing, a NaN put into one body of either share is found by that share's device at the next check."""
+    from test_multidevice_nonfinite import poison
+
+    for device in (0, 1):
+        run = _run("shared", driver)
+        try:
+            run.load(bench_bodies(N), EULER, "shared")
+            for _ in range(run.check_every + 3):  # one check, clean
+                run.step(1)
+                assert run.first_nonfinite(wait=True) is None
+            run.step(run.check_every - 4)  # the next step checks
+            body = run.devices[device].share.start + 17
+            poison(run.devices[device], body)
+            run.step(1)
+            assert run.first_nonfinite(wait=True) == (device, body)
+        finally:
+            run.close()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_the_check_is_read_without_a_host_wait_once_the_gpu_got_there(driver):
+    """As while drawing: the first read queues the flag's copy behind an event and waits for nothing
+    (None); once the GPU has passed it, the next read has the body."""
+    from test_multidevice_nonfinite import poison
+
+    run = _run("shared", driver)
+    try:
+        run.load(bench_bodies(N), EULER, "shared")
+        run.step(run.check_every - 1)
+        body = run.devices[1].share.start + 5
+        poison(run.devices[1], body)
+        run.step(1)
+        assert run.first_nonfinite() is None
+        for device in run.devices:
+            device.synchronize()
+        assert run.first_nonfinite() == (1, body)
+        assert run.first_nonfinite() is None  # read once
+    finally:
+        run.close()
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_gpus_1_reports_a_nan_body_as_one_gpu_does_naming_the_gpu(driver):
+    from test_multidevice_nonfinite import poison
+
+    from app.errors import NonFiniteState
+
+    backend = _backend(1, driver=driver)
+    try:
+        backend.load(bench_bodies(N), EULER, "shared")
+        backend.step(backend.check_every - 1)
+        poison(backend._run.devices[0], 1234)
+        with pytest.raises(NonFiniteState) as info:
+            backend.step(1)
+    finally:
+        backend.close()
+    e = info.value
+    assert (e.index, e.device, e.step) == (1234, 0, backend.check_every)
+    assert "body 1234 on device 0 (GPU 0 (" in str(e) and "lower dt or raise the softening" in str(e)
 
 
 def test_fp64_is_refused_with_a_message():

@@ -33,10 +33,9 @@ def cpu_devices_backend(k: int, driver: str):
     return multi_backend_class(CPUBackend, k, driver, "auto")()
 
 
-def poison(backend, device: int, body: int) -> None:
-    """A NaN in one velocity component of `body`, on the device that owns it (the DeviceState's own
-    row access: the same call on GPUs)."""
-    owner = backend._run.devices[device]
+def poison(owner, body: int) -> None:
+    """A NaN in one velocity component of `body` on `owner`, the DeviceState whose share holds it
+    (through its own row access: the same call on GPUs, tests/test_cuda_multi.py)."""
     assert owner.share.start <= body < owner.share.start + owner.share.count
     row = np.array(owner.rows("vel", Span(body, 1)))
     row[0, 1] = np.nan
@@ -57,7 +56,7 @@ def test_a_nan_body_is_named_with_its_device(k, driver):
             backend.load(cloud(), EULER, "cpu-fp64")
             backend.step(CHECK_EVERY - 1)  # clean: no report
             body = middle_of_share(backend, device)
-            poison(backend, device, body)
+            poison(backend._run.devices[device], body)
             with pytest.raises(NonFiniteState) as info:
                 backend.step(1)  # the check step
         finally:
@@ -75,7 +74,7 @@ def test_the_report_comes_at_the_next_check_and_names_a_bad_row_of_its_device(k,
     try:
         backend.load(cloud(), LEAPFROG, "cpu-simd")
         backend.step(CHECK_EVERY + offset)  # past one clean check
-        poison(backend, k - 1, middle_of_share(backend, k - 1))
+        poison(backend._run.devices[k - 1], middle_of_share(backend, k - 1))
         calls = 0
         with pytest.raises(NonFiniteState) as info:
             for _ in range(2 * CHECK_EVERY):
@@ -115,7 +114,7 @@ def test_check_every_0_never_checks():
     backend.check_every = 0
     try:
         backend.load(cloud(), EULER, "cpu-fp64")
-        poison(backend, 1, middle_of_share(backend, 1))
+        poison(backend._run.devices[1], middle_of_share(backend, 1))
         backend.step(3 * CHECK_EVERY)  # the NaN spreads; nobody looks
         assert not np.isfinite(backend.state().pos).all()
     finally:
@@ -138,7 +137,7 @@ def test_queued_checks_report_a_step_call_later_at_most_without_a_host_wait(k, d
         backend.step(CHECK_EVERY - 1)
         kind.streams.drain()
         body = middle_of_share(backend, k - 1)
-        poison(backend, k - 1, body)
+        poison(backend._run.devices[k - 1], body)
         waits = sum(d.blocking_waits for d in kind.devices)
         reported_at = None
         for call in range(1, 3):
@@ -178,7 +177,7 @@ def test_the_viewer_pauses_naming_the_body_and_device():
     try:
         viewer.advance()
         body = middle_of_share(backend, 1)
-        poison(backend, 1, body)
+        poison(backend._run.devices[1], body)
         viewer.advance()
         assert viewer.paused and viewer.stats.paused
         assert f"body {body} on device 1 (cpu1)" in viewer.stats.extra["message"]
