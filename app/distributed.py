@@ -115,6 +115,9 @@ def as_job(command, args) -> int:
         return command(args, comm)
 
 
+ABORT_DRAIN_S = 0.5  # seconds between the rank's last line and MPI_Abort
+
+
 @contextmanager
 def fail_together(comm):
     """On an exception in this rank: one line naming the rank and the cause, then end every rank."""
@@ -125,6 +128,10 @@ def fail_together(comm):
     except BaseException as e:  # noqa: BLE001 - reported and the job aborted
         print(f"nbody-live: rank {comm.rank} of {comm.size}: {type(e).__name__}: {e}", file=sys.stderr,
               flush=True)
+        # MPICH's launcher forwards each rank's stderr through its proxy, and an abort can tear the job
+        # down before the proxy has passed the line on (tests/test_mpi.py saw an empty stderr once in a
+        # full suite): a moment for it to drain, well inside the 10 s a failing job may take to end
+        time.sleep(ABORT_DRAIN_S)
         comm.Abort(getattr(e, "exit_code", ABORT_CODE))
 
 
