@@ -19,7 +19,7 @@ import sys
 
 import numpy as np
 import pytest
-from test_mpi import MPIEXEC, ROOT, nbody
+from test_mpi import MPIEXEC, ROOT, job_env, nbody
 from test_mpi import pytestmark as pytestmark  # skipped where the MPI extra is missing, as test_mpi
 
 VIEW_JOB = ROOT / "tests" / "mpi_view_job.py"
@@ -27,9 +27,8 @@ JOB_TIMEOUT_S = 180
 
 
 def view_job(out, launcher=()) -> subprocess.CompletedProcess:
-    import os
 
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = job_env()
     return subprocess.run([*launcher, sys.executable, str(VIEW_JOB), str(out)], capture_output=True,
                           text=True, timeout=JOB_TIMEOUT_S, env=env, cwd=ROOT)
 
