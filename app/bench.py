@@ -419,7 +419,10 @@ def scaling_rows(rows: list[dict]) -> list[dict]:
 
 def run_scaling(backend_classes: dict[int, type], kernels: list[str], ns: list[int], **options) -> dict:
     """`run_bench` once per device count ({K: backend class over K devices}); the rows of every run in
-    one result, each with its "gpus", and its "scaling" rows (scaling_rows)."""
+    one result, each with its "gpus", its "scaling" rows (scaling_rows) and the fastest setting within
+    the error budget per device count."""
+    from app.bench_sweep import fastest_within_budget
+
     result = None
     for k, cls in backend_classes.items():
         part = run_bench(cls, kernels, ns, **options)
@@ -433,6 +436,7 @@ def run_scaling(backend_classes: dict[int, type], kernels: list[str], ns: list[i
             if len(part.get("device", {}).get("devices", [])) > len(result["device"].get("devices", [])):
                 result["device"] = part["device"]  # the largest run names every device
     result["scaling"] = scaling_rows(result["results"])
+    result["fastest_within_budget"] = fastest_within_budget(result["results"])  # per device count
     return result
 
 

@@ -48,18 +48,21 @@ def _has(rec: KernelRecord, name: str) -> bool:
 
 
 def fastest_within_budget(rows: Iterable[dict]) -> list[dict]:
-    """Per (kernel, scene, N) with sampled errors: the measured setting with the smallest step time whose
-    p99 relative error is within the row's budget (`error.budget_p99`), or, when none is, `tunables`
-    None and the smallest p99 measured. In the order the rows were measured."""
+    """Per (kernel, scene, N, and device count where rows have "gpus") with sampled errors: the measured
+    setting with the smallest step time whose p99 relative error is within the row's budget
+    (`error.budget_p99`), or, when none is, `tunables` None and the smallest p99 measured. In the order the
+    rows were measured."""
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
         err = r.get("error") or {}
         if r.get("status") == "ok" and "p99" in err and err.get("budget_p99") is not None:
-            groups.setdefault((r["kernel"], r.get("scene"), r["n"]), []).append(r)
+            groups.setdefault((r["kernel"], r.get("scene"), r["n"], r.get("gpus")), []).append(r)
     out = []
-    for (kernel, scene, n), group in groups.items():
+    for (kernel, scene, n, gpus), group in groups.items():
         budget = group[0]["error"]["budget_p99"]
         entry = {"kernel": kernel, "scene": scene, "n": n, "budget_p99": budget, "settings": len(group)}
+        if gpus is not None:
+            entry["gpus"] = gpus
         within = [r for r in group if r["error"]["p99"] <= budget]
         if within:
             best = min(within, key=step_ms)
@@ -83,7 +86,8 @@ def summary_lines(entries: Iterable[dict]) -> list[str]:
     """The printout of `fastest_within_budget`: one line per (kernel, scene, N)."""
     lines = []
     for e in entries:
-        head = f"{e['kernel']} · {e['scene']} · N = {e['n']:,}: "
+        gpus = f" · {e['gpus']} GPU(s)" if "gpus" in e else ""
+        head = f"{e['kernel']} · {e['scene']} · N = {e['n']:,}{gpus}: "
         if e["tunables"] is not None:
             lines.append(head + f"fastest within p99 <= {e['budget_p99']:g}: "
                          f"{format_tunables(e['tunables']) or 'default tunables'}, step "

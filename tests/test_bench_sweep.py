@@ -102,6 +102,21 @@ def test_fastest_within_budget_picks_the_quickest_setting_that_meets_it_or_says_
     assert "none of 2 setting(s) met p99 <= 0.001; the smallest p99 was 2.00e-03 (theta=0.7)" in second
 
 
+def test_fastest_within_budget_is_per_device_count_where_rows_have_one():
+    def row(gpus, theta, ms, p99):
+        return {"kernel": "t", "scene": "plummer", "n": 1024, "gpus": gpus, "status": "ok",
+                "tunables": {"theta": theta}, "median_ms": ms - 1, "step_median_ms": ms,
+                "error": {"p99": p99, "budget_p99": 1e-3}}
+
+    one, two = fastest_within_budget([row(1, 0.5, 9.0, 5e-4), row(1, 0.6, 8.0, 9e-4),
+                                      row(2, 0.5, 4.0, 5e-4), row(2, 0.6, 6.0, 9e-4)])
+    assert (one["gpus"], one["tunables"], one["settings"]) == (1, {"theta": 0.6}, 2)
+    assert (two["gpus"], two["tunables"], two["step_median_ms"]) == (2, {"theta": 0.5}, 4.0)
+    assert summary_lines([two])[0].startswith("t · plummer · N = 1,024 · 2 GPU(s): fastest within")
+    plain = fastest_within_budget([{**row(1, 0.5, 9.0, 5e-4), "gpus": None}])
+    assert "gpus" not in plain[0] and "GPU" not in summary_lines(plain)[0]
+
+
 def test_no_error_sample_when_it_is_off(cpu):
     result = bench.run_bench(cpu, ["cpu-tree"], [512], warmup=0, repeats=1, progress=False, error_sample=0)
     assert "error" not in result["results"][0] and result["fastest_within_budget"] == []

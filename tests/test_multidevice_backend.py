@@ -181,3 +181,4 @@ def test_mpi_ranks_refuse_gpus():
 
     with pytest.raises(ConfigError, match="--gpus 2: under mpiexec each rank takes one GPU"):
         make_rank_run(None, load_scene("plummer", {"run.gpus": "2", "run.backend": "cpu"}))
+
