@@ -16,7 +16,10 @@ missing mpi4py under mpiexec is one clear message.
 Faults: `fail_together` turns an exception on any rank into one line naming the rank and the cause,
 then aborts the whole job (MPI_Abort), so no rank is left waiting in a collective; a rank that dies
 outright is ended by the launcher, which takes the others down. `agree` checks at start that every
-rank runs the same version with the same arguments.
+rank runs the same version with the same arguments. Every `check_every` steps each rank checks its share
+for non-finite bodies (its device's check, as each device of `--gpus` does) and the ranks agree on the
+first bad body with one small allreduce, so every rank raises the same NonFiniteState, naming the body
+and the rank that holds it, at the same step.
 """
 
 from __future__ import annotations
@@ -30,9 +33,9 @@ from functools import partial
 import numpy as np
 
 from app.bodies import Bodies
-from app.errors import UserError
+from app.errors import NonFiniteState, UserError
 from app.forces import Span
-from app.integrator import Integrator
+from app.integrator import CHECK_EVERY, Integrator
 from app.multidevice import MultiDeviceOps, SingleDriver, split
 from app.physics import Physics, diagnostics
 from app.timing import StepTimings
@@ -78,13 +81,13 @@ def any_rank(comm, signum):
     """The first signal any rank caught (all ranks must stop at the same step), or None."""
     if comm is None:
         return signum
-    return comm.allreduce(signum or 0, op=_mpi_max()) or None
+    return comm.allreduce(signum or 0, op=_mpi_op("MAX")) or None
 
 
-def _mpi_max():
+def _mpi_op(name: str):
     from mpi4py import MPI
 
-    return MPI.MAX
+    return getattr(MPI, name)
 
 
 def summary() -> str:
@@ -120,18 +123,25 @@ ABORT_DRAIN_S = 0.5  # seconds between the rank's last line and MPI_Abort
 
 @contextmanager
 def fail_together(comm):
-    """On an exception in this rank: one line naming the rank and the cause, then end every rank."""
+    """On an exception in this rank: one line naming the rank and the cause, then end every rank.
+
+    A fault every rank raised together (the ranks' agreed non-finite check) carries in `rank` the rank it
+    is about: that rank alone prints the line, and the others wait longer before they abort, so that its
+    line goes out first and the job says it once."""
     try:
         yield
     except SystemExit:
         raise
     except BaseException as e:  # noqa: BLE001 - reported and the job aborted
-        print(f"nbody-live: rank {comm.rank} of {comm.size}: {type(e).__name__}: {e}", file=sys.stderr,
-              flush=True)
+        about = getattr(e, "rank", None)
+        speaks = not isinstance(about, int) or about == comm.rank
+        if speaks:
+            print(f"nbody-live: rank {comm.rank} of {comm.size}: {type(e).__name__}: {e}", file=sys.stderr,
+                  flush=True)
         # MPICH's launcher forwards each rank's stderr through its proxy, and an abort can tear the job
         # down before the proxy has passed the line on (tests/test_mpi.py saw an empty stderr once in a
         # full suite): a moment for it to drain, well inside the 10 s a failing job may take to end
-        time.sleep(ABORT_DRAIN_S)
+        time.sleep(ABORT_DRAIN_S if speaks else 2 * ABORT_DRAIN_S)
         comm.Abort(getattr(e, "exit_code", ABORT_CODE))
 
 
@@ -194,7 +204,10 @@ def _mpi_type(dtype):
 
 class RankRun:
     """This rank's part of a distributed run: its device (one share), the MPI exchange, the integrator.
-    `step` and `state` are collective: every rank calls them at the same points."""
+    `step` and `state` are collective: every rank calls them at the same points. Every `check_every`
+    steps (0: never) the ranks check their shares for non-finite bodies together (`_check_finite`)."""
+
+    check_every = CHECK_EVERY
 
     def __init__(self, comm, make_device):
         """`make_device(rank, bodies, physics, kernel, share)` builds this rank's DeviceState."""
@@ -221,18 +234,39 @@ class RankRun:
         exchange = self.ops.exchange
         before = exchange.ms
         try:
-            self.integrator.step(self.ops, self.physics, steps)
+            done = 0
+            while done < steps:  # in chunks that end at each check step (every rank the same chunks)
+                chunk = steps - done
+                if self.check_every:
+                    chunk = min(chunk, self.check_every - self._steps % self.check_every)
+                self.integrator.step(self.ops, self.physics, chunk)
+                self._steps += chunk
+                done += chunk
+                if self.check_every and self._steps % self.check_every == 0:
+                    self._check_finite()
             work = self.ops.finish()
         except BaseException:
             self.integrator.invalidate()
             raise
-        self._steps += steps
         times = self.ops.take_times()
         exchanged = exchange.ms - before
         return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=times["force"][0],
                            integrate_ms=times["integrate"][0], interactions=work.interactions,
                            pair_equivalent=work.pair_equivalent, force_evals=work.evaluations,
                            extra={"exchange_ms": exchanged})
+
+    def _check_finite(self) -> None:
+        """Each rank checks its share (its device's check: numpy on CPU devices, the GPU kernel of
+        cuda/nonfinite.py) and the ranks agree on the first bad body (an allreduce of its index, N for
+        none): every rank raises the same NonFiniteState, naming the body and the rank that holds it, or
+        none does. The check's answer is waited for: the exchange reads this device's rows every step
+        anyway, so this adds one small kernel and one small allreduce every `check_every` steps."""
+        self.ops.launch_checks()
+        mine = self.device.check_result(wait=True)
+        first = self.comm.allreduce(mine if mine >= 0 else self.n, op=_mpi_op("MIN"))
+        if first < self.n:
+            owner = next(r for r, s in enumerate(self.ops.exchange.shares) if s.contains(Span(first, 1)))
+            raise NonFiniteState(first, step=self._steps, time=self.time, rank=owner)
 
     def reload(self, physics: Physics, kernel: str) -> None:
         """Another kernel or physics from the next step, the state kept (a device made again from the

@@ -30,16 +30,20 @@ class NonFiniteState(RuntimeFault):
 
     `index` is the first non-finite body the check found (-1 when unknown), `step` the step count at
     which it was reported; with several devices (`--gpus`) `device` is the index of the device whose
-    share holds the body (its name in `device_name`), None on one device.
+    share holds the body (its name in `device_name`), None on one device; under MPI `rank` is the rank
+    whose share holds it (every rank raises the same report: app.distributed.fail_together lets that
+    rank alone say it), None in one process.
     """
 
     def __init__(self, index: int, step: int | None = None, time: float | None = None, detail: str = "",
-                 device: int | None = None, device_name: str = ""):
+                 device: int | None = None, device_name: str = "", rank: int | None = None):
         self.index = int(index)
         self.step = step
         self.time = time
         self.device = device
+        self.rank = rank
         on = "" if device is None else f" on device {device}" + (f" ({device_name})" if device_name else "")
+        on += "" if rank is None else f" on rank {rank}"
         where = f" after step {step}" if step is not None else ""
         when = f" (t = {time:.6g})" if time is not None else ""
         msg = (f"non-finite position or velocity at body {self.index}{on}{where}{when}: the simulation "

@@ -1,6 +1,10 @@
 """A distributed job for tests/test_mpi.py, run as `mpiexec -n R python tests/mpi_job.py OUT [--fail-at K]`:
 accelerations and a 100-step fp64 leapfrog trajectory through RankRun; rank 0 saves them to OUT (npz).
-With --fail-at K rank 1 raises at step K; with --die-at K it kills itself (SIGKILL) there."""
+With --fail-at K rank 1 raises at step K; with --die-at K it kills itself (SIGKILL) there. With --nan-at K
+rank 1 puts a NaN into the velocity of the body in the middle of its share before step K; with --euler
+the job steps with the euler-damped integrator, whose step evaluates the force before it moves the body,
+so that at the check after that step the injected body alone is bad (a leapfrog spreads it to every body
+within the step: tests/test_multidevice_nonfinite.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +13,12 @@ import signal
 import sys
 
 import numpy as np
+from test_multidevice_nonfinite import EULER, LEAPFROG, poison
 
 from app.backends.cpu_multi import CpuDevice
 from app.bodies import Bodies
 from app.distributed import RankRun, agree, fail_together, world
-from app.physics import Physics
+from app.forces import Span
 
 N, STEPS = 301, 100
 
@@ -24,20 +29,26 @@ def cloud() -> Bodies:
                               rng.uniform(0.5, 1.5, N) / N)
 
 
-def main(out: str, fail_at: int | None, die_at: int | None) -> None:
+def middle_of_share(share: Span) -> int:
+    """The body a --nan-at job poisons (tests/test_mpi.py names it in the report it expects)."""
+    return share.start + share.count // 2
+
+
+def main(out: str, fail_at: int | None, die_at: int | None, nan_at: int | None, euler: bool) -> None:
     comm = world()
     with fail_together(comm):
         agree(comm, {"argv": sys.argv[1:]})
         run = RankRun(comm, lambda rank, bodies, physics, kernel, share: CpuDevice(rank, kernel, physics,
                                                                                      bodies, share))
-        physics = Physics(softening=0.02, dt=2e-3)
-        run.load(cloud(), physics, "cpu-fp64")
+        run.load(cloud(), EULER if euler else LEAPFROG, "cpu-fp64")
         acc = run.accelerations()
         for step in range(STEPS):
             if comm.rank == 1 and step == fail_at:
                 raise RuntimeError(f"injected failure at step {step}")
             if comm.rank == 1 and step == die_at:
                 os.kill(os.getpid(), signal.SIGKILL)
+            if comm.rank == 1 and step == nan_at:
+                poison(run.device, middle_of_share(run.device.share))
             run.step(1)
         pos, vel = run.gathered("pos")[:, :3], run.gathered("vel")[:, :3]
         if comm.rank == 0:
@@ -46,8 +57,8 @@ def main(out: str, fail_at: int | None, die_at: int | None) -> None:
 
 if __name__ == "__main__":
     args = sys.argv[1:]
-    flag = {"--fail-at": None, "--die-at": None}
+    flag = {"--fail-at": None, "--die-at": None, "--nan-at": None}
     for key in flag:
         if key in args:
             flag[key] = int(args[args.index(key) + 1])
-    main(args[0], flag["--fail-at"], flag["--die-at"])
+    main(args[0], flag["--fail-at"], flag["--die-at"], flag["--nan-at"], "--euler" in args)

@@ -8,6 +8,11 @@ Every other rank follows (RanksBackend.follow). At the end each rank writes OUT/
 fingerprints of its state after every change it applied (the same on every rank if the broadcast kept
 them together), and rank 0 also writes OUT/state.npz, the final state. Without mpiexec the same script is
 one process (the plain CPU backend), whose final state the ranks' must equal.
+
+`... mpi_view_job.py OUT --nan`: the bodies rank 0 loads (and broadcasts) carry a NaN velocity in the last
+body (NAN_BODY: the last rank's), the integrator is euler-damped and the ranks check every step, so
+the first check finds that body alone. Rank 0 draws NAN_FRAMES frames and writes OUT/nan.json: whether
+its viewer paused, its message and the time at the pause and after; every rank then ends as usual.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from app.distributed import agree, fail_together, world
 from app.scene import load_scene
 
 FRAMES = 24
+NAN_FRAMES = 4
+N = 301
+NAN_BODY = N - 1  # in the last rank's share, whatever the rank count
 
 
 def actions(ctl) -> dict:
@@ -56,21 +64,60 @@ def lead(scene, backend) -> None:
         viewer.close()
 
 
-def main(out: Path) -> None:
+def nan_lead(scene, backend, out: Path) -> None:
+    """Rank 0 with --nan: NAN_FRAMES frames; the pause it reports (the others still following)."""
+    from app.render.canvas import open_viewer
+
+    viewer = open_viewer(scene, backend, (320, 180), headless=True)
+    try:
+        paused_at = None
+        for _ in range(NAN_FRAMES):
+            viewer.step_and_render()
+            if viewer.paused and paused_at is None:
+                paused_at = backend.time
+        (out / "nan.json").write_text(json.dumps({
+            "paused": viewer.paused, "message": viewer.stats.extra.get("message", ""),
+            "time_at_pause": paused_at, "time_after": backend.time}))
+        quit_all = getattr(viewer.backend, "quit_all", None)
+        if quit_all is not None:
+            quit_all()
+    finally:
+        viewer.close()
+
+
+def poisoned(scene):
+    """The scene's bodies with a NaN velocity in NAN_BODY."""
+    from app.scene import make_bodies
+
+    bodies = make_bodies(scene)
+    bodies.vel[NAN_BODY, 1] = np.nan
+    return bodies
+
+
+def main(out: Path, nan: bool) -> None:
     from app.render.gl_setup import configure
 
     comm = world()
-    scene = load_scene("plummer", {"initial.n": 301, "run.backend": "cpu", "run.kernel": "cpu-fp64",
-                                   "physics.softening": 0.02, "physics.dt": 2e-3, "run.steps_per_frame": 2})
+    settings = {"initial.n": N, "run.backend": "cpu", "run.kernel": "cpu-fp64",
+                "physics.softening": 0.02, "physics.dt": 2e-3, "run.steps_per_frame": 2}
+    if nan:
+        from app.distributed import RankRun
+
+        settings.update({"physics.integrator": "euler-damped", "physics.damping": 0.999})
+        RankRun.check_every = 1  # every rank alike: the first step's check sees the injected body alone
+    scene = load_scene("plummer", settings)
     rank = 0 if comm is None else comm.rank
     with fail_together(comm) if comm is not None else nullcontext():
         if comm is not None:
             agree(comm, {"argv": sys.argv[1:]})
         if rank == 0:
             configure(headless=True)
-        backend = make_backend(scene, comm=comm)
+        bodies = poisoned(scene) if nan else None
+        backend = make_backend(scene, bodies, comm=comm)
         try:
-            if rank == 0:
+            if rank == 0 and nan:
+                nan_lead(scene, backend, out)
+            elif rank == 0:
                 lead(scene, backend)
                 state = backend.state()
                 np.savez(out / "state.npz", pos=state.pos, vel=state.vel, time=state.time)
@@ -83,4 +130,4 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    main(Path(sys.argv[1]), "--nan" in sys.argv[2:])

@@ -4,7 +4,9 @@ Each job runs under `mpiexec` with a timeout, so a hang fails instead of stallin
 (uneven shares) must give accelerations and a 100-step fp64 trajectory bitwise equal to one process's;
 a rank that raises must end the whole job with a non-zero status and a line naming the rank and the
 cause; a rank killed outright is reported by the launcher (its PID and signal) and ends the job too.
-Both within 30 s of starting, Python and numba start-up included.
+Both within 30 s of starting, Python and numba start-up included. A NaN put into a body of rank 1 is found
+by the ranks' agreed check within check_every steps and ends the job with one line from rank 1 naming
+the body and the rank, as one process names the body; a clean run never reports one.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import numpy as np
 import pytest
 
 from app.backends.cpu import CPUBackend
+from app.forces import Span
+from app.integrator import CHECK_EVERY
+from app.multidevice import split
 from app.physics import Physics
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,6 +71,7 @@ def test_ranks_step_bitwise_like_one_process(ranks, tmp_path):
     out = tmp_path / "job.npz"
     done = mpirun(ranks, out)
     assert done.returncode == 0, done.stderr
+    assert "NonFiniteState" not in done.stderr  # 100 steps: 12 agreed checks, none reporting
     got = np.load(out)
     acc, pos, vel = one_process()
     assert np.array_equal(got["acc"], acc)
@@ -78,6 +84,44 @@ def test_a_rank_that_raises_ends_the_job_naming_it(tmp_path):
     assert done.returncode != 0 and time.monotonic() - start < 30
     assert "rank 1 of 2: RuntimeError: injected failure at step 5" in done.stderr
     assert not (tmp_path / "job.npz").exists()
+
+
+def rank_share(ranks: int, rank: int, n: int | None = None) -> Span:
+    """Rank `rank`'s share of `n` bodies (mpi_job's N unless given) among `ranks` ranks."""
+    import mpi_job
+
+    return split(mpi_job.N if n is None else n, [1.0] * ranks)[rank]
+
+
+def nonfinite_lines(done: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in done.stderr.splitlines() if "NonFiniteState" in line]
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_nan_body_on_rank_1_is_reported_by_it_naming_the_body_at_the_check(ranks, tmp_path):
+    import mpi_job
+
+    start = time.monotonic()
+    done = mpirun(ranks, tmp_path / "job.npz", "--nan-at", CHECK_EVERY - 1, "--euler", timeout=60)
+    took = time.monotonic() - start
+    body = mpi_job.middle_of_share(rank_share(ranks, 1))
+    assert done.returncode != 0 and took < 30, done.stderr
+    said = nonfinite_lines(done)
+    assert len(said) == 1, done.stderr  # every rank raised it; the rank that holds the body says it
+    assert said[0].startswith(f"nbody-live: rank 1 of {ranks}: NonFiniteState: non-finite position or "
+                              f"velocity at body {body} on rank 1 after step {CHECK_EVERY} (t = ")
+    assert "lower dt or raise the softening" in said[0] and "Traceback" not in done.stderr
+    assert not (tmp_path / "job.npz").exists()
+
+
+def test_a_nan_spread_by_the_leapfrog_is_reported_at_the_next_check(tmp_path):
+    """Injected three steps into the first interval: by the check every body is bad (each force sums over
+    every position), so the first bad body, 0 on rank 0, is named at step check_every."""
+    done = mpirun(2, tmp_path / "job.npz", "--nan-at", 3, timeout=60)
+    assert done.returncode != 0
+    said = nonfinite_lines(done)
+    assert len(said) == 1 and f"at body 0 on rank 0 after step {CHECK_EVERY} (t" in said[0], done.stderr
+    assert said[0].startswith("nbody-live: rank 0 of 2: ")
 
 
 def test_a_killed_rank_ends_the_job(tmp_path):
@@ -168,3 +212,30 @@ def test_two_gpu_ranks_give_one_ranks_accelerations_within_the_budget(tmp_path, 
         backend.close()
     rel = relative_errors(np.load(out)["acc"], one)
     assert not budget.judge({"max": float(rel.max()), "p99": float(np.percentile(rel, 99))}), kernel
+
+
+@pytest.mark.gpu
+def test_a_nan_body_on_gpu_rank_1_is_reported_by_it_naming_the_body(tmp_path):
+    """Two GPU ranks (sharing the one GPU): each checks its share with the GPU kernel (cuda/nonfinite.py)
+    every check_every steps, and a NaN put into rank 1's share on its GPU ends the job at the next check
+    with rank 1's line naming the body, as on CPU ranks."""
+    import mpi_job
+
+    from app.backends import backend_class
+
+    cuda = backend_class("cuda")
+    if cuda.why_not():
+        pytest.skip(cuda.why_not())
+    n = 4096
+    job = ROOT / "tests" / "mpi_gpu_job.py"
+    start = time.monotonic()
+    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(job), str(tmp_path / "x.npz"), "shared",
+                           str(n), "--nan-at", str(CHECK_EVERY - 1)], capture_output=True, text=True,
+                          timeout=240, env=job_env(), cwd=ROOT)
+    took = time.monotonic() - start
+    body = mpi_job.middle_of_share(rank_share(2, 1, n))
+    assert done.returncode != 0 and took < 120, done.stderr[-2000:]
+    said = nonfinite_lines(done)
+    assert len(said) == 1, done.stderr[-2000:]
+    assert said[0].startswith("nbody-live: rank 1 of 2: NonFiniteState: non-finite position or velocity at "
+                              f"body {body} on rank 1 after step {CHECK_EVERY} (t = "), said[0]

@@ -6,7 +6,9 @@ Every job has a timeout, so a hang (a rank left waiting in a collective) fails i
   state is bitwise that of one process doing the same (tests/mpi_view_job.py);
 - `run --headless --frames K` ends every rank with status 0 and prints the per-rank split;
 - `bench` on ranks writes one JSON with the rank count and each rank's force and exchange time;
-- closing rank 0's window (a window manager's close, under Xvfb) ends every rank with status 0.
+- closing rank 0's window (a window manager's close, under Xvfb) ends every rank with status 0;
+- a non-finite body pauses rank 0's viewer naming the body and its rank, as one process's viewer pauses
+  naming the body, while the other ranks follow on; every rank then ends with status 0.
 """
 
 from __future__ import annotations
@@ -26,11 +28,10 @@ VIEW_JOB = ROOT / "tests" / "mpi_view_job.py"
 JOB_TIMEOUT_S = 180
 
 
-def view_job(out, launcher=()) -> subprocess.CompletedProcess:
-
+def view_job(out, *options, launcher=()) -> subprocess.CompletedProcess:
     env = job_env()
-    return subprocess.run([*launcher, sys.executable, str(VIEW_JOB), str(out)], capture_output=True,
-                          text=True, timeout=JOB_TIMEOUT_S, env=env, cwd=ROOT)
+    return subprocess.run([*launcher, sys.executable, str(VIEW_JOB), str(out), *options],
+                          capture_output=True, text=True, timeout=JOB_TIMEOUT_S, env=env, cwd=ROOT)
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
@@ -48,6 +49,25 @@ def test_panel_changes_reach_every_rank_at_the_same_step(ranks, tmp_path):
     a, b = np.load(one / "state.npz"), np.load(many / "state.npz")
     assert float(a["time"]) == float(b["time"]) > 0
     assert np.array_equal(a["pos"], b["pos"]) and np.array_equal(a["vel"], b["vel"])
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_a_nan_body_pauses_rank_0s_viewer_naming_the_body_and_its_rank(ranks, tmp_path):
+    from mpi_view_job import NAN_BODY, NAN_FRAMES
+
+    one, many = tmp_path / "one", tmp_path / "many"
+    one.mkdir(), many.mkdir()
+    done = view_job(one, "--nan")
+    assert done.returncode == 0, done.stderr
+    done = view_job(many, "--nan", launcher=(MPIEXEC, "-n", str(ranks)))
+    assert done.returncode == 0, done.stderr
+    assert all((many / f"rank{r}.json").exists() for r in range(ranks))  # every rank followed to the end
+    body = NAN_BODY
+    alone, together = (json.loads((d / "nan.json").read_text()) for d in (one, many))
+    assert alone["paused"] and f"at body {body} after step 0" in alone["message"]
+    assert together["paused"] and f"at body {body} on rank {ranks - 1} after step 1 " in together["message"]
+    assert together["time_at_pause"] == together["time_after"] > 0  # nothing stepped while paused
+    assert NAN_FRAMES > 2
 
 
 RUN = ("run", "plummer", "--n", 301, "--backend", "cpu", "--headless", "--size", "160x90")

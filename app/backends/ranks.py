@@ -19,6 +19,11 @@ included, so rank 0 draws current positions every frame. Velocities live on thei
 the colours by speed and `state()` (the energy monitor, snapshots). A view is gathered only after the last
 one was read, so `bench` (which never reads) never pays for it.
 
+Every `check_every` steps the ranks check their shares for non-finite bodies together (RankRun): every
+rank raises the same NonFiniteState (naming the body and its rank) at the same step, so rank 0's viewer
+pauses as for one process and the others keep following; `bench` records the row as failed on every
+rank, as one process does.
+
 After each step every rank's force and exchange time go to every rank (one small allgather): the
 StepTimings' force_ms is the slowest rank's (the job's), interactions the sum, and
 `extra` holds each rank's split (app.timing.rank_entries) for the panel and `bench`.
@@ -33,13 +38,14 @@ import hashlib
 import json
 import signal
 from collections import deque
+from contextlib import suppress
 
 import numpy as np
 
 from app.backends.base import Backend, TunablesPerKernel, check_physics
 from app.bodies import Bodies
 from app.distributed import RankRun, device_maker
-from app.errors import BackendUnavailable
+from app.errors import BackendUnavailable, NonFiniteState
 from app.physics import Physics
 from app.rank_control import Channel, Control
 from app.timing import StepTimings, imbalance, rank_entries
@@ -143,11 +149,14 @@ class RanksBackend(TunablesPerKernel, Backend):
         self.step(0)
 
     def follow(self) -> None:
-        """The ranks other than 0: run rank 0's frames until it quits (Ctrl-C is rank 0's to answer)."""
+        """The ranks other than 0: run rank 0's frames until it quits (Ctrl-C is rank 0's to answer).
+        A non-finite body is found by every rank at the same step (RankRun's agreed check): rank 0's
+        viewer pauses on it, and this rank follows on (its next frames are rank 0's paused ones)."""
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             while not self.quit_seen:
-                self.step(0)
+                with suppress(NonFiniteState):
+                    self.step(0)
         finally:
             signal.signal(signal.SIGINT, previous)
 
