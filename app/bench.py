@@ -66,7 +66,7 @@ DEFAULT_ERROR_SAMPLE = 4096
 ERROR_REFERENCE = ("relative acceleration error |a - a_exact| / |a_exact| (app.physics.relative_errors) of "
                    "`error_sample` random targets; a_exact = the all-pairs sum over every source in the "
                    "kernel's precision on the same device (Backend.force_error_sample: `shared` on CUDA, "
-                   "cpu-simd's kernel on the CPU)")
+                   "cpu-simd's kernel on the CPU; under --gpus on device 0)")
 
 
 # --- initial conditions ---------------------------------------------------------------------------------

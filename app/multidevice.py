@@ -85,6 +85,9 @@ class DeviceState(Protocol):
     def synchronize(self) -> None: ...  # host wait for queued work (reading back, closing: never per step)
     def rows(self, field: str, span: Span): ...  # a host copy of rows of 'pos', 'vel', 'acc' or 'speed'
     def set_rows(self, field: str, span: Span, values) -> None: ...
+    # the live force error (MultiDeviceRun.force_error_sample), after the device's queued work:
+    def rows_at(self, field: str, rows: np.ndarray): ...  # a host copy of the rows `rows` (state indices)
+    def exact_rows(self, rows: np.ndarray) -> np.ndarray: ...  # float64 (K, 3) all-pairs over its copy
 
 
 # --- splitting and balancing (pure) --------------------------------------------------------------------
@@ -432,10 +435,33 @@ class MultiDeviceRun:
         return next(((i, body) for i, body in enumerate(found) if body >= 0), None)
 
     def accelerations(self) -> np.ndarray:
+        self._evaluate_forces()
+        return self.gathered("acc")[:, :3].astype(np.float64)
+
+    def _evaluate_forces(self) -> None:
+        """a(x) of the current positions, each device its share's rows: the integrator's cache from now on."""
         self.ops.force()
         self.ops.finish()
         self.integrator.acc_valid = True
-        return self.gathered("acc")[:, :3].astype(np.float64)
+
+    def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(approx, exact), float64 (K, 3), for the bodies `rows` (state indices, any order) at the current
+        positions: approx = each row's acceleration as the device owning it computed it (the integrator's
+        cached a(x); evaluated now, and cached, if it is not current), exact = device 0's all-pairs sum over
+        every position of its copy (whole after each exchange). Between `step()` calls: the devices have
+        finished (queued, on GPUs) their steps, and a GPU's reads come after its queued work."""
+        rows = np.asarray(rows, dtype=np.int64)
+        n = sum(d.share.count for d in self.devices)
+        if rows.size and (rows.min() < 0 or rows.max() >= n):
+            raise IndexError(f"force error sample: rows must lie in [0, {n}), not {rows.min()}..{rows.max()}")
+        if not self.integrator.acc_valid:
+            self._evaluate_forces()
+        approx = np.empty((rows.size, 3))
+        for device in self.devices:
+            mine = (rows >= device.share.start) & (rows < device.share.stop)
+            if mine.any():
+                approx[mine] = np.asarray(device.rows_at("acc", rows[mine]))[:, :3]
+        return approx, self.devices[0].exact_rows(rows)
 
     def rebalance(self) -> list[Span]:
         """Shares from each device's last measured force time (balanced_weights), rows moved to match."""

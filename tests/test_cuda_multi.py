@@ -7,9 +7,10 @@ depend on the span (tests/test_cuda_seam.py says which). Through the Backend `--
 bitwise the single-device path for every fp32 record, NCCL runs with a one-GPU communicator, asking for
 more GPUs than exist exits 2, and an out-of-memory names the GPU. A NaN body in either share of two devices
 on GPU 0 is found by its device at the next check (waiting, and read later without a wait), and `--gpus 1`
-raises the one-GPU NonFiniteState naming the body and the GPU. With an NVIDIA EGL context (gl-marked):
-GPU 0's interop VBOs hold the state after steps (`--gpus 1`, and two devices' slices on GPU 0), and the
-headless viewer's frame CSV has its map/unmap times. With two GPUs or more, every exchange
+raises the one-GPU NonFiniteState naming the body and the GPU. The tree's live force error sample
+(`--gpus 1`, and two devices on GPU 0) is the single-GPU backend's within float32 rounding. With an
+NVIDIA EGL context (gl-marked): GPU 0's interop VBOs hold the state after steps (`--gpus 1`, and two
+devices' slices on GPU 0), and the headless viewer's frame CSV has its map/unmap times. With two GPUs or more, every exchange
 and driver is checked against one GPU (skipped on one).
 
     make test PYTEST_ARGS='tests/test_cuda_multi.py -v'
@@ -270,6 +271,71 @@ def test_more_gpus_than_exist_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and f"--gpus {k}: this machine has {k - 1} GPUs" in err, err
     assert not (tmp_path / "o.npz").exists()
+
+
+# --- the live force error (Backend.force_error_sample; the CPU form: test_multidevice_backend.py) -----------
+TREE_PHYSICS = Physics(softening=0.01, dt=1e-3)
+
+
+def _sample_rows(n: int) -> np.ndarray:
+    """Rows over both shares of two devices, their first and last rows included, in no order."""
+    return np.array([n - 1, 0, n // 2, n // 2 - 1, 7, 3 * n // 4, n // 4, n - 2, 1, 2 * n // 3])
+
+
+def _single_sample(state, rows):
+    """One GPU's (approx, exact) for `state` with the `tree` (its a(x) evaluated at the sample)."""
+    backend = CUDA()
+    try:
+        backend.load(state, TREE_PHYSICS, "tree")
+        return backend.force_error_sample(rows)
+    finally:
+        backend.close()
+
+
+def _same_sample(got, want, what: str) -> None:
+    for name, g, w in zip(("approx", "exact"), got, want, strict=True):
+        assert g.dtype == np.float64 and g.shape == w.shape, (what, name)
+        worst, _ = relative_error(g, w)
+        assert worst <= 1e-5, f"{what} {name}: {worst:.3g}"  # fp32 rounding: the same sums
+    assert 0 < relative_error(*got)[0] < 5e-3, what  # the tree's own error against all-pairs
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_gpus_1_samples_the_trees_force_error_as_one_gpu(driver):
+    """--gpus 1 with the `tree`, after steps (the driver's threads alive): approx = the GPU's cached rows,
+    exact = `shared` over all N on GPU 0; both those of the single-GPU backend at the same state."""
+    bodies = bench_bodies(N)
+    rows = _sample_rows(N)
+    backend = _backend(1, driver=driver)
+    try:
+        backend.load(bodies, TREE_PHYSICS, "tree")
+        backend.step(3)
+        got = backend.force_error_sample(rows)
+        state = backend.state()
+        backend.step(1)  # the run goes on after a sample
+    finally:
+        backend.close()
+    _same_sample(got, _single_sample(state, rows), f"--gpus 1 {driver}")
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+def test_two_devices_on_gpu_0_sample_the_trees_force_error_as_one_gpu(driver):
+    """Two devices on GPU 0: each row from the device whose share holds it, exact on device 0."""
+    from app.bodies import Bodies
+
+    bodies = bench_bodies(N)
+    rows = _sample_rows(N)
+    run = _run("tree", driver)
+    try:
+        run.load(bodies, TREE_PHYSICS, "tree")
+        run.step(3)
+        assert all(any(d.share.start <= r < d.share.stop for r in rows) for d in run.devices)
+        got = run.force_error_sample(rows)
+        pos, vel = (run.gathered(f)[:, :3].astype(np.float64) for f in ("pos", "vel"))
+    finally:
+        run.close()
+    state = Bodies(pos=pos, vel=vel, mass=bodies.mass.copy())
+    _same_sample(got, _single_sample(state, rows), f"two devices on GPU 0, {driver}")
 
 
 # --- rendering through GPU 0's CUDA-GL interop (app/backends/cuda/multi_interop.py) -------------------------

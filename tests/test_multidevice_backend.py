@@ -17,7 +17,8 @@ from app.bodies import Bodies
 from app.cli import main
 from app.errors import ConfigError
 from app.multidevice import parse_device_count, resolve_device_count
-from app.physics import Physics
+from app.physics import Physics, relative_errors
+from app.scene import load_scene, make_bodies
 from app.timing import StepTimings, device_entries
 
 CPU = ["--backend", "cpu"]
@@ -27,6 +28,10 @@ def cloud(n: int = 257, seed: int = 5) -> Bodies:
     rng = np.random.default_rng(seed)
     return Bodies.from_arrays(rng.normal(size=(n, 3)), rng.normal(scale=0.3, size=(n, 3)),
                               rng.uniform(0.5, 1.5, n) / n)
+
+
+def make_plummer(n: int) -> Bodies:
+    return make_bodies(load_scene("plummer", {"initial.n": n}))
 
 
 # --- pure parts ------------------------------------------------------------------------------------------
@@ -102,6 +107,96 @@ def test_switching_kernel_physics_and_tunables_reloads_the_devices_from_the_stat
         backend.close()
 
 
+# --- the live force error over K devices (Backend.force_error_sample) ---------------------------------------
+SAMPLE_PHYSICS = Physics(softening=0.01, dt=1e-3)
+
+
+def sample_rows(n: int) -> np.ndarray:
+    """Rows over every share of K <= 3 devices, their first and last rows included, in no order."""
+    return np.array([n - 1, 0, n // 3, n // 3 - 1, n // 2, 7, 2 * n // 3, 2 * n // 3 + 1, n - 2, 1])
+
+
+def single_sample(state: Bodies, kernel: str, rows, physics=SAMPLE_PHYSICS):
+    """One CPU backend's (approx, exact) for `state` (its a(x) evaluated at load: what a step caches)."""
+    backend = CPUBackend()
+    try:
+        backend.load(state, physics, kernel)
+        return backend.force_error_sample(rows)
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("driver", ["threads", "single"])
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("kernel", ["cpu-tree", "cpu-fp64", "cpu-simd"])
+def test_k_cpu_devices_sample_the_force_error_as_one_cpu_backend(kernel, k, driver):
+    """After steps, between frames (the threads driver's threads alive): each row's approx is the cached
+    a(x) of the device that owns it, exact the all-pairs sum over all N; both equal one CPU backend's for
+    the same state and kernel, bitwise (every row is summed by the same kernel over the same sources; the
+    tree gives a span of targets bitwise the rows of the full evaluation), with no new force evaluation."""
+    from app.backends import cpu_tree
+    from app.backends.cpu import CpuEvaluator
+
+    bodies = make_plummer(2048)
+    rows = sample_rows(bodies.n)
+    backend = multi_backend_class(CPUBackend, k, driver)()
+    try:
+        backend.load(bodies, SAMPLE_PHYSICS, kernel)
+        backend.step(3)
+        assert len({s.start for s in backend.shares() for r in rows if s.start <= r < s.stop}) == k
+        evaluations = []
+        with pytest.MonkeyPatch.context() as mp:  # no force evaluation: the leapfrog's a(x) is cached
+            for cls in (cpu_tree.CpuTreeEvaluator, CpuEvaluator):
+                mp.setattr(cls, "evaluate", lambda self, *a, real=cls.evaluate: evaluations.append(1)
+                           or real(self, *a))
+            approx, exact = backend.force_error_sample(rows)
+        assert not evaluations
+        state = backend.state()
+    finally:
+        backend.close()
+    assert approx.dtype == exact.dtype == np.float64 and approx.shape == exact.shape == (rows.size, 3)
+    want_approx, want_exact = single_sample(state, kernel, rows)
+    assert np.array_equal(approx, want_approx) and np.array_equal(exact, want_exact)
+    if kernel == "cpu-tree":
+        assert 0 < relative_errors(approx, exact).max() < 5e-3  # the tree's own error against all-pairs
+
+
+@pytest.mark.parametrize("driver", ["threads", "single"])
+@pytest.mark.parametrize("integrator", ["leapfrog", "euler-damped"])
+def test_sampling_the_force_error_leaves_the_run_as_it_was(integrator, driver):
+    """A sample between frames changes nothing: the run goes on bitwise as one never sampled. After an
+    euler-damped step the cached a(x) is stale, so the sample evaluates it (as one backend does): the
+    next step would have evaluated the same."""
+    bodies = make_plummer(1000)
+    physics = Physics(softening=0.01, dt=1e-3, integrator=integrator, damping=0.999)
+    states = []
+    for sample in (True, False):
+        backend = multi_backend_class(CPUBackend, 3, driver)()
+        try:
+            backend.load(bodies, physics, "cpu-fp64")
+            backend.step(4)
+            if sample:
+                approx, _exact = backend.force_error_sample(sample_rows(bodies.n))
+                fresh = single_sample(backend.state(), "cpu-fp64", sample_rows(bodies.n), physics)[0]
+                assert np.array_equal(approx, fresh)  # a(x) of the current positions, also after euler
+            backend.step(4)
+            states.append((backend.state(), backend.time))
+        finally:
+            backend.close()
+    (a, ta), (b, tb) = states
+    assert np.array_equal(a.pos, b.pos) and np.array_equal(a.vel, b.vel) and ta == tb
+
+
+def test_rows_outside_the_state_are_refused():
+    backend = multi_backend_class(CPUBackend, 2)()
+    try:
+        backend.load(cloud(), SAMPLE_PHYSICS, "cpu-tree")
+        with pytest.raises(IndexError, match=r"rows must lie in \[0, 257\)"):
+            backend.force_error_sample(np.array([3, 257]))
+    finally:
+        backend.close()
+
+
 def test_cpu_devices_refuse_gpu_exchanges_and_unknown_drivers():
     with pytest.raises(ConfigError, match="--exchange peer: CPU devices share host memory"):
         multi_backend_class(CPUBackend, 2, exchange="peer")
@@ -173,6 +268,26 @@ def test_bench_gpus_writes_rows_per_count_and_scaling_rows(tmp_path, capsys):
         assert s["speedup"] == pytest.approx(expected)
         assert s["efficiency"] == pytest.approx(expected / s["gpus"])
     assert len(result["scaling"]) == 4
+
+
+def test_bench_gpus_names_the_fastest_setting_within_the_budget_per_device_count(tmp_path, capsys):
+    import json
+
+    out = tmp_path / "tree-scaling.json"
+    rc = main(["bench", *CPU, "--kernels", "cpu-tree", "--n", "2048", "--gpus", "1,2", "--warmup", "1",
+               "--repeats", "1", "--tunable", "theta=0.3,0.9", "--error-sample", "256", "--no-progress",
+               "--json", str(out)])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    entries = {e["gpus"]: e for e in result["fastest_within_budget"]}
+    assert set(entries) == {1, 2} and all(e["settings"] == 2 for e in entries.values())
+    for k, e in entries.items():  # each count judged on its own rows
+        own = [r for r in result["results"] if r["gpus"] == k and r["error"]["p99"] <= e["budget_p99"]]
+        fastest = min(own, key=lambda r: r["step_median_ms"])
+        assert e["tunables"] == fastest["tunables"] and e["step_median_ms"] == fastest["step_median_ms"]
+    printed = capsys.readouterr().out
+    assert "cpu-tree · plummer · N = 2,048 · 1 GPU(s): fastest" in printed
+    assert "N = 2,048 · 2 GPU(s)" in printed
 
 
 def test_mpi_ranks_refuse_gpus():

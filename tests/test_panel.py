@@ -606,3 +606,31 @@ def test_several_devices_show_a_force_bar_each_and_the_exchange_time(devices_ui)
     ui.frame(4)
     assert ui.backend.kernel == "cpu-fp64" and ui.backend.k == 3
     assert list(ui.ctl.live_devices()[0]) == ["0 cpu0", "1 cpu1", "2 cpu2"]
+
+
+@pytest.fixture
+def devices_tree_ui(gl_env):
+    from app.commands.common import make_backend
+    from app.scene import load_scene
+
+    scene = load_scene("plummer", {"initial.n": 4096, "run.backend": "cpu", "run.gpus": "2",
+                                   "run.kernel": "cpu-tree"})
+    u = UI(n=4096, backend=make_backend(scene), kernel="cpu-tree")
+    yield u
+    u.close()
+
+
+def test_several_devices_show_the_trees_live_force_error(devices_tree_ui):
+    """--gpus 2 --backend cpu --kernel cpu-tree: the probe samples the running tree through the
+    multi-device backend (each row from the device that owns it, the exact sum on device 0) and the panel
+    shows its median and p99, within the record's budget at theta 0.5, beside the two devices' bars."""
+    ui = devices_tree_ui
+    ui.frame(3)
+    assert ui.backend.k == 2 and ui.backend.kernel == "cpu-tree"
+    probe = ui.ctl.force_error
+    e = probe.latest
+    assert probe.note == "" and e is not None, probe.note
+    assert e.kernel == "cpu-tree" and e.k == 1024 and e.n == 4096
+    assert 0 < e.median <= e.p99 <= 1e-3 and e.within_budget, e
+    assert 100 < probe.interactions_per_body < 4096
+    assert "force_error" in ui.panel.item_rects and "device:1" in ui.panel.item_rects

@@ -158,6 +158,19 @@ def cpu_accelerations_fp64(pos: np.ndarray, mass: np.ndarray, physics: Physics) 
     return acc
 
 
+def exact_rows(pos: np.ndarray, rows: np.ndarray, physics: Physics) -> np.ndarray:
+    """Float64 (K, 3) accelerations of the bodies `rows` of the (N, 4) positions `pos` due to all N of
+    them, summed in pos's precision: cpu-simd's kernel for float32 (fastmath: ~1e-6 relative), cpu-fp64's
+    for float64. The exact half of the live force error (`force_error_sample`), for this backend and for
+    the CPU devices of --gpus (cpu_multi.py), each over its own full copy of the positions."""
+    record = _BY_NAME["cpu-simd" if pos.dtype == np.float32 else "cpu-fp64"]
+    evaluator = record.policy.evaluator(record, physics)
+    targets = np.ascontiguousarray(pos[np.asarray(rows, dtype=np.int64)])
+    acc = np.zeros(targets.shape, evaluator.dtype)
+    evaluator.evaluate_points(targets, np.ascontiguousarray(pos), acc)
+    return acc[:, :3].astype(np.float64)
+
+
 @contextlib.contextmanager
 def _announce_compiling(dispatchers, poll_s: float = 0.2):
     """Says "compiling CPU kernels" (once a process) while the block runs, if and only if numba really
@@ -378,17 +391,11 @@ class CPUBackend(Backend):
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(approx, exact), float64 (K, 3), for the bodies `rows` (original order) at the current positions:
         approx = the running kernel's accelerations (the integrator's cached a(x); evaluated and cached now
-        if it is not current), exact = the all-pairs sum over every source in the kernel's precision with
-        cpu-simd's kernel for fp32 (float32 sums, fastmath: ~1e-6 relative) or cpu-fp64's for fp64."""
+        if it is not current), exact = `exact_rows` in the kernel's precision."""
         rows = np.asarray(rows, dtype=np.int64)
         approx = self._current_acc()[rows, :3].astype(np.float64)
-        exact_record = _BY_NAME["cpu-simd" if self._dtype == np.float32 else "cpu-fp64"]
-        evaluator = exact_record.policy.evaluator(exact_record, self._physics)
-        pos = self._pos if self._pos.dtype == evaluator.dtype else self._positions_in(evaluator.dtype)
-        targets = np.ascontiguousarray(pos[rows])
-        acc = np.zeros(targets.shape, evaluator.dtype)
-        evaluator.evaluate_points(targets, pos, acc)
-        return approx, acc[:, :3].astype(np.float64)
+        pos = self._pos if self._pos.dtype == self._dtype else self._positions_in(self._dtype)
+        return approx, exact_rows(pos, rows, self._physics)
 
     def state(self) -> Bodies:
         self._require_state()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.backends.cpu import DEFAULT_KERNEL, CPUBackend, CpuOps, first_nonfinite
+from app.backends.cpu import DEFAULT_KERNEL, CPUBackend, CpuOps, exact_rows, first_nonfinite
 from app.bodies import Bodies
 from app.errors import ConfigError
 from app.forces import ForceWork, Span
@@ -33,6 +33,7 @@ class CpuDevice:
         dtype = _DTYPES[record.precision]
         self.name = CpuDevices.names(index + 1)[index]
         self.share = share
+        self.physics = physics
         self.evaluator = record.policy.evaluator(record, physics)
         self.pos, self.vel = bodies.pos4(dtype), bodies.vel4(dtype)
         self.acc = np.zeros_like(self.pos)
@@ -99,6 +100,15 @@ class CpuDevice:
 
     def set_rows(self, field: str, span: Span, values) -> None:
         getattr(self, field)[span.as_slice()] = values
+
+    def rows_at(self, field: str, rows: np.ndarray) -> np.ndarray:
+        """A host copy of the rows `rows` (state indices) of `field`."""
+        return getattr(self, field)[rows]
+
+    def exact_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Float64 (K, 3): the all-pairs accelerations of `rows` due to every position of this device's
+        copy, in its precision (the CPU backend's exact sum, cpu.exact_rows)."""
+        return exact_rows(self.pos, rows, self.physics)
 
 
 def cpu_devices(bodies: Bodies, physics: Physics, kernel: str, shares: list[Span]) -> list[CpuDevice]:

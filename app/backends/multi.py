@@ -233,6 +233,12 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
     def accelerations(self) -> np.ndarray:
         return self._require_state().accelerations()
 
+    def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(approx, exact), float64 (K, 3), at the current positions: approx = each row as its device
+        computed it (the cached a(x)), exact = device 0's all-pairs sum over all N (GPUs: `shared`, fp32, as
+        on one GPU; CPU devices: the CPU backend's); MultiDeviceRun.force_error_sample."""
+        return self._require_state().force_error_sample(rows)
+
     def state(self) -> Bodies:
         run = self._require_state()
         return Bodies(pos=run.gathered("pos")[:, :3].astype(np.float64),

@@ -28,8 +28,9 @@ swept by theta). A tunable no selected kernel has is an error.
 
 After its timing, a row of an approximate kernel (a tree; `info --kernels`) samples its force error:
 the median, p99 and max relative acceleration error of --error-sample K random targets (the same targets
-for every setting) against the exact all-pairs sum on the same device (fp32 `shared` on CUDA). Per
-scene and N, the fastest setting whose p99 is within the kernel's budget (p99 <= 1e-3 for the trees) is
+for every setting) against the exact all-pairs sum on the same device (fp32 `shared` on CUDA; under
+--gpus, each target as the device owning it computed it, the sum on device 0). Per scene, N and device
+count, the fastest setting whose p99 is within the kernel's budget (p99 <= 1e-3 for the trees) is
 named in a summary line and in the JSON (fastest_within_budget).
 
 Rows that cannot run (too large, out of memory, failed compile, over --max-seconds) are listed in the

@@ -38,6 +38,7 @@ from app.backends.cuda.context import (
 from app.backends.cuda.device import CudaDevice, compiled
 from app.backends.cuda.errors import KernelCompileError, NonFiniteState, out_of_memory
 from app.backends.cuda.evaluator import make_evaluator
+from app.backends.cuda.force_sample import EXACT_KERNEL, exact_rows, gather_rows
 from app.backends.cuda.interop import GLBuffers, fall_back, register_gl_buffers
 from app.backends.cuda.nonfinite import NonFiniteCheck
 from app.backends.cuda.policies import ceil_div, force_arguments, suffix
@@ -50,13 +51,6 @@ from app.physics import Diagnostics, Physics
 from app.timing import stage_entries
 
 log = logging.getLogger(__name__)
-EXACT_KERNEL = "shared"  # the live force error's exact sum: the suite's reference-reproducing kernel
-
-
-def _unowned(cp, ptr: int, nbytes: int, owner):
-    """A CuPy memory pointer onto device memory pycuda owns (the state, the VBO while mapped)."""
-    return cp.cuda.MemoryPointer(cp.cuda.UnownedMemory(int(ptr), int(nbytes), owner), 0)
-
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _ATEXIT = False
@@ -443,35 +437,21 @@ class CudaBackend(Backend):
         """(approx, exact), float64 (K, 3), for the bodies `rows` (original order) at the current positions:
         approx = the running fp32 kernel's a(x) (the integrator's cached one; evaluated now if it is not
         current), exact = the `shared` all-pairs kernel for those K targets against all N sources, on the
-        device (fp32 sums: ~1e-6 relative, three orders below a tree's error). The K target rows are
-        gathered by CuPy (which the approximate records need anyway) in front of a copy of the sources."""
-        from app.backends.cuda.tree import cupy_module
-
+        device (force_sample.py, shared with the GPUs of --gpus)."""
         rows = np.asarray(rows, dtype=np.int64)
-        k, n = int(rows.size), self._n
+        n = self._n
         self._require_state()
         if self.precision != "fp32":
             raise NotImplementedError("the live force error samples fp32 records")
-        cp = cupy_module()
-        with self._scope, cp.cuda.Device(self.device.ordinal):
+        with self._scope:
             self._prepare()
             with self._device_arrays() as (pos, _speed):
                 if not self._integrator.acc_valid:
                     self.evaluator().evaluate(pos, self._ptr("acc"), Span.all(n), Span.all(n))
                     self._integrator.acc_valid = True
-                state = cp.ndarray((n, 4), cp.float32, _unowned(cp, pos, 16 * n, self))
-                acc = cp.ndarray((n, 4), cp.float32, _unowned(cp, self._ptr("acc"), 16 * n, self))
-                idx = cp.asarray(rows)
-                approx = acc[idx, :3].get()
-                both = cp.empty((k + n, 4), cp.float32)
-                both[:k] = state[idx]
-                both[k:] = state
-                out = cp.zeros((k + n, 4), cp.float32)
-                cp.cuda.get_current_stream().synchronize()  # the copies before the pycuda launch
-                self.evaluator(EXACT_KERNEL).evaluate(both.data.ptr, out.data.ptr, Span(0, k), Span(k, n))
-                self._drv.Context.synchronize()
-                exact = out[:k, :3].get()
-        return approx.astype(np.float64), exact.astype(np.float64)
+                approx = gather_rows(self.device, self._ptr("acc"), n, rows)
+                exact = exact_rows(self.device, self.evaluator(EXACT_KERNEL), pos, n, rows)
+        return approx[:, :3].astype(np.float64), exact
 
     def _read_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         pos4 = np.empty((self._n, 4), dtype=np.float32)

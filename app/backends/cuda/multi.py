@@ -33,6 +33,7 @@ from app.backends.cuda import registry
 from app.backends.cuda.context import StreamMark, legacy_stream_wait
 from app.backends.cuda.device import CudaDevice
 from app.backends.cuda.evaluator import make_evaluator
+from app.backends.cuda.force_sample import EXACT_KERNEL, exact_rows, gather_rows
 from app.backends.cuda.nonfinite import NonFiniteCheck
 from app.backends.cuda.state_ops import Fp32Ops
 from app.bodies import Bodies
@@ -50,7 +51,7 @@ class CudaShareDevice:
     """One GPU of a multi-GPU run (see the module docstring)."""
 
     def __init__(self, ordinal: int, record_name: str, physics: Physics, bodies: Bodies, share: Span):
-        records = {r.name: r for r in registry.RECORDS}
+        records = self._records = {r.name: r for r in registry.RECORDS}
         record = records[record_name]
         if record.precision != "fp32":
             raise ConfigError(f"{record.name}: several GPUs run the fp32 records only")
@@ -59,8 +60,10 @@ class CudaShareDevice:
         self.share = share
         self.n = bodies.n
         self.everyone = Span.all(self.n)
+        self.physics = physics
         self.evaluator = make_evaluator(record, self.device, records)
         self.evaluator.set_physics(physics)
+        self._exact = None  # EXACT_KERNEL's evaluator, made by the first force-error sample
         self.timer = self.device.timer  # CUDA events on the GPU's legacy stream
         self._marks: dict[str, object] = {}
         self._share_ops, self._ops_share = None, None
@@ -170,6 +173,19 @@ class CudaShareDevice:
         if span.count:
             with self.device.scope:
                 self.device.drv.memcpy_htod(self.row_pointer(field, span), np.ascontiguousarray(values))
+
+    def rows_at(self, field: str, rows: np.ndarray) -> np.ndarray:
+        """A host copy of the rows `rows` (state indices) of a float4 field, gathered on the GPU behind
+        its queued work (force_sample.py, as one GPU reads its sample)."""
+        return gather_rows(self.device, self.ptr[field], self.n, rows)
+
+    def exact_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Float64 (K, 3): `shared`'s all-pairs accelerations of `rows` due to every position of this GPU's
+        copy (whole after each exchange), behind its queued work: one GPU's exact sum (force_sample.py)."""
+        if self._exact is None:
+            self._exact = make_evaluator(self._records[EXACT_KERNEL], self.device, self._records)
+            self._exact.set_physics(self.physics)
+        return exact_rows(self.device, self._exact, self.ptr["pos"], self.n, rows)
 
     def close(self) -> None:
         with self.device.scope:
