@@ -10,8 +10,8 @@ on GPU 0 is found by its device at the next check (waiting, and read later witho
 raises the one-GPU NonFiniteState naming the body and the GPU. The tree's live force error sample
 (`--gpus 1`, and two devices on GPU 0) is the single-GPU backend's within float32 rounding. With an
 NVIDIA EGL context (gl-marked): GPU 0's interop VBOs hold the state after steps (`--gpus 1`, and two
-devices' slices on GPU 0), and the headless viewer's frame CSV has its map/unmap times. With two GPUs or more, every exchange
-and driver is checked against one GPU (skipped on one).
+devices' slices on GPU 0), and the headless viewer's frame CSV has its map/unmap times. With two GPUs or
+more, every exchange and driver is checked against one GPU (skipped on one).
 
     make test PYTEST_ARGS='tests/test_cuda_multi.py -v'
 """
