@@ -46,16 +46,8 @@ def gpu_tree(device, pos, physics=SOFT, targets=None, sources=None, **tunables):
     ev = record.policy.evaluator(record, device, {})
     ev.set_physics(physics)
     ev.set_tunables(**tunables)
-    n = pos.shape[0]
-    host = np.full((n, 4), np.nan, np.float32)
-    with device.scope:
-        p = device.scratch("tree-test-pos", 16 * n)
-        a = device.scratch("tree-test-acc", 16 * n)
-        device.drv.memcpy_htod(p, np.ascontiguousarray(pos, np.float32))
-        device.drv.memcpy_htod(a, host)
-        work = ev.evaluate(p, a, targets or Span.all(n), sources or Span.all(n))
-        device.drv.memcpy_dtoh(host, a)
-    return host[:, :3].astype(np.float64), work, ev
+    acc, work = _evaluate_with(device, ev, pos, targets, sources)
+    return acc, work, ev
 
 
 def cpu_tree(pos, physics=SOFT, targets=None, sources=None, **tunables):
@@ -274,8 +266,9 @@ def test_bench_sweeps_the_tree_beside_all_pairs_with_its_error_sample():
     assert [e["scene"] for e in within] == ["plummer", "collision"] and all(e["tunables"] for e in within)
 
 
-def _evaluate_with(device, ev, pos):
-    """(acc rows, ForceWork) of an existing evaluator on new positions (its buffers and depth kept)."""
+def _evaluate_with(device, ev, pos, targets=None, sources=None):
+    """(acc rows float64 (N, 3), ForceWork) of an evaluator on positions `pos` (its buffers and depth
+    kept across calls); rows outside the targets stay NaN."""
     n = pos.shape[0]
     host = np.full((n, 4), np.nan, np.float32)
     with device.scope:
@@ -283,7 +276,7 @@ def _evaluate_with(device, ev, pos):
         a = device.scratch("tree-test-acc", 16 * n)
         device.drv.memcpy_htod(p, np.ascontiguousarray(pos, np.float32))
         device.drv.memcpy_htod(a, host)
-        work = ev.evaluate(p, a, Span.all(n), Span.all(n))
+        work = ev.evaluate(p, a, targets or Span.all(n), sources or Span.all(n))
         device.drv.memcpy_dtoh(host, a)
     return host[:, :3].astype(np.float64), work
 
