@@ -14,17 +14,18 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from pathlib import Path
 
 import numpy as np
+from tree_device import (  # first: puts the checkout on sys.path
+    open_tree,
+    scene_arguments,
+    scene_positions,
+    tree_evaluator,
+    upload,
+)
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere in the checkout
-
-import app.backends.cuda.tree as tree_module  # noqa: E402
-from app.backends import backend_class  # noqa: E402
-from app.bench import bench_bodies, check_scene  # noqa: E402
-from app.forces import Span  # noqa: E402
-from app.physics import Physics  # noqa: E402
+import app.backends.cuda.tree as tree_module
+from app.forces import Span
 
 WARMUP = 5
 
@@ -55,13 +56,10 @@ def profile(dev, record, pos: np.ndarray, theta: float) -> tuple[dict, dict, int
     tree_module.TreeEvaluator._fn, tree_module.TreeEvaluator._walk = named_fn, named_walk
     tree_module.launch = timed_launch
     try:
-        ev = record.policy.evaluator(record, dev, {})
-        ev.set_physics(Physics(softening=0.01))
-        ev.set_tunables(theta=theta)
+        ev = tree_evaluator(record, dev, theta)
         n = pos.shape[0]
         with dev.scope:
-            p_dev, a_dev = dev.scratch("profile-pos", 16 * n), dev.scratch("profile-acc", 16 * n)
-            dev.drv.memcpy_htod(p_dev, pos)
+            p_dev, a_dev = upload(dev, pos, "profile")
             stream = dev.drv.Stream()
             for _ in range(WARMUP + 1):
                 marks.clear()
@@ -80,21 +78,12 @@ def profile(dev, record, pos: np.ndarray, theta: float) -> tuple[dict, dict, int
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", default="1048576,8388608", help="comma-separated body counts")
-    p.add_argument("--scene", default="plummer", help="a bench scene (default plummer)")
-    p.add_argument("--theta", type=float, default=0.6, help="opening angle (default 0.6)")
+    scene_arguments(p)
     args = p.parse_args(argv)
-    cuda = backend_class("cuda")
-    if cuda.why_not():
-        print(f"tree_kernel_profile: needs the CUDA backend: {cuda.why_not()}", file=sys.stderr)
-        return 2
-    from app.backends.cuda.device import CudaDevice
-    from app.backends.cuda.registry import RECORDS
-
-    record = next(r for r in RECORDS if r.name == "tree")
-    dev = CudaDevice(0)
+    dev, record = open_tree("tree_kernel_profile")
     try:
         for n in (int(v) for v in args.n.split(",")):
-            pos = bench_bodies(n, scene=check_scene(args.scene)).pos4(np.float32)
+            pos = scene_positions(args.scene, n)
             totals, stages, levels = profile(dev, record, pos, args.theta)
             print(f"{args.scene} N = {n:,}, theta {args.theta:g}: {levels} levels; stages (ms) "
                   + " · ".join(f"{k} {v:.3f}" for k, v in stages.items()))

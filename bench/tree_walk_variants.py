@@ -18,15 +18,18 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from tree_device import (  # first: puts the checkout on sys.path
+    open_tree,
+    scene_arguments,
+    scene_positions,
+    tree_evaluator,
+    upload,
+)
+
+import app.backends.cuda.tree as tree_module
+from app.forces import Span
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # run from anywhere in the checkout
-
-import app.backends.cuda.tree as tree_module  # noqa: E402
-from app.backends import backend_class  # noqa: E402
-from app.bench import bench_bodies, check_scene  # noqa: E402
-from app.forces import Span  # noqa: E402
-from app.physics import Physics  # noqa: E402
 
 # (warps per block, minimum blocks per SM or 0 for none, group)
 VARIANTS = [(4, 0, 64), (4, 8, 64), (4, 10, 64), (4, 12, 64), (8, 4, 64), (8, 5, 64), (2, 16, 64),
@@ -47,27 +50,17 @@ def variant_source(text: str, warps: int, min_blocks: int) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=1 << 20, help="bodies (default 1,048,576)")
-    p.add_argument("--scene", default="plummer", help="a bench scene (default plummer)")
-    p.add_argument("--theta", type=float, default=0.6, help="opening angle (default 0.6)")
+    scene_arguments(p)
     p.add_argument("--evaluations", type=int, default=12, help="evaluations per variant (default 12)")
     args = p.parse_args(argv)
-    cuda = backend_class("cuda")
-    if cuda.why_not():
-        print(f"tree_walk_variants: needs the CUDA backend: {cuda.why_not()}", file=sys.stderr)
-        return 2
-    from app.backends.cuda.device import CudaDevice
-    from app.backends.cuda.registry import RECORDS
-
+    dev, record = open_tree("tree_walk_variants")
     n = args.n
-    pos = bench_bodies(n, scene=check_scene(args.scene)).pos4(np.float32)
+    pos = scene_positions(args.scene, n)
     source = (ROOT / "kernels" / tree_module.WALK_SOURCE).read_text()
-    record = next(r for r in RECORDS if r.name == "tree")
-    dev = CudaDevice(0)
     first = None
     try:
         with dev.scope:
-            p_dev, a_dev = dev.scratch("variants-pos", 16 * n), dev.scratch("variants-acc", 16 * n)
-            dev.drv.memcpy_htod(p_dev, pos)
+            p_dev, a_dev = upload(dev, pos, "variants")
             stream = dev.drv.Stream()
             for k, (warps, min_blocks, group) in enumerate(VARIANTS, 1):
                 path = Path(f"/tmp/nbody-walk-w{warps}-b{min_blocks}.cu")
@@ -75,9 +68,7 @@ def main(argv=None) -> int:
                 tree_module.WALK_SOURCE = str(path)
                 tree_module.WALK_WARPS = warps
                 tree_module.WALK_BLOCKS_PER_SM = min_blocks or 32 // warps
-                ev = record.policy.evaluator(record, dev, {})
-                ev.set_physics(Physics(softening=0.01))
-                ev.set_tunables(theta=args.theta, group=group)
+                ev = tree_evaluator(record, dev, args.theta, group=group)
                 fn = ev._walk(False, True)
                 regs = fn.get_attribute(dev.drv.function_attribute.NUM_REGS)
                 local = fn.get_attribute(dev.drv.function_attribute.LOCAL_SIZE_BYTES)
