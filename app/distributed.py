@@ -33,7 +33,8 @@ from functools import partial
 import numpy as np
 
 from app.bodies import Bodies
-from app.errors import NonFiniteState, UserError
+from app.decomposition import of as decomposition_of
+from app.errors import NonFiniteState, RuntimeFault, UserError
 from app.forces import Span
 from app.integrator import CHECK_EVERY, Integrator
 from app.multidevice import MultiDeviceOps, SingleDriver, split
@@ -188,6 +189,36 @@ class MpiExchange:
         device.set_rows(field, Span.all(self.n), full)
         self.ms += (time.perf_counter() - t) * 1e3
 
+    def reduce_scatter(self, devices, field: str) -> None:
+        """pairs: every rank's partial rows of `field` (all N) summed onto each rank's share
+        (Reduce_scatter; the order of the sum is MPI's)."""
+        (device,) = devices
+        t = time.perf_counter()
+        partial = np.ascontiguousarray(device.rows(field, Span.all(self.n)))
+        width = int(np.prod(partial.shape[1:], dtype=int))
+        mine = np.empty((device.share.count, *partial.shape[1:]), dtype=partial.dtype)
+        self.comm.Reduce_scatter(partial, mine, [s.count * width for s in self.shares], op=_mpi_op("SUM"))
+        device.set_rows(field, device.share, mine)
+        self.ms += (time.perf_counter() - t) * 1e3
+
+    def gather_sorted(self, devices) -> None:
+        """domains: every rank's key range of 'sacc' all-gathered into every rank's (Allgatherv). The
+        ranks' key ranges come from the same tree; they are checked to agree (one small allgather)."""
+        (device,) = devices
+        t = time.perf_counter()
+        cuts = list(device.domain_cuts)
+        every = self.comm.allgather(cuts)
+        if any(c != cuts for c in every):
+            raise RuntimeFault(f"the ranks disagree about their key ranges ({every}): their trees differ")
+        ranges = [Span(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        local = np.ascontiguousarray(device.rows("sacc", ranges[self.comm.rank]))
+        width = int(np.prod(local.shape[1:], dtype=int))
+        full = np.empty((self.n, *local.shape[1:]), dtype=local.dtype)
+        self.comm.Allgatherv(local, [full, [r.count * width for r in ranges],
+                                     [r.start * width for r in ranges], _mpi_type(local.dtype)])
+        device.set_rows("sacc", Span.all(self.n), full)
+        self.ms += (time.perf_counter() - t) * 1e3
+
     def gather_to_root(self, device, field: str) -> np.ndarray | None:
         """The whole of `field` on rank 0 (Gatherv of every share; None on the other ranks)."""
         local = np.ascontiguousarray(device.rows(field, device.share))
@@ -225,7 +256,11 @@ class RankRun:
         shares = split(bodies.n, [1.0] * self.comm.size)
         self.close()  # a reload (another kernel, new physics or bodies) replaces the device
         self.device = self.make_device(self.comm.rank, bodies, physics, kernel, shares[self.comm.rank])
-        self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), MpiExchange(self.comm, shares))
+        # the record's own split (app/decomposition.py): this rank is one device among the ranks' shares
+        self.decomposition = decomposition_of(self.device.evaluator.record)
+        self.device.integrate_all = self.decomposition.integrate_all
+        self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), MpiExchange(self.comm, shares),
+                                  self.decomposition, layout=(shares, self.comm.rank))
         self.integrator.invalidate()
 
     def step(self, steps: int = 1) -> StepTimings:

@@ -215,6 +215,8 @@ class KernelRecord:
     # force error (app/force_error.py) and `validate` reports its percentiles
     approximate: bool = False
     policy: Any = field(default=None, compare=False, repr=False)  # the backend's launch policy object
+    # how K devices split it (app/decomposition.py: targets, pairs, domains); None: targets
+    decomposition: Any = field(default=None, compare=False, repr=False)
 
     @property
     def error_budget(self) -> ErrorBudget:

@@ -37,6 +37,7 @@ are checked bitwise against one device.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -46,6 +47,8 @@ from typing import Protocol
 import numpy as np
 
 from app.bodies import Bodies
+from app.decomposition import TARGETS
+from app.decomposition import of as decomposition_of
 from app.errors import ConfigError, RuntimeFault
 from app.forces import ForceWork, Span
 from app.integrator import CHECK_EVERY, Integrator
@@ -54,6 +57,12 @@ from app.physics import Physics
 DRIVERS = ("threads", "single")
 EXCHANGES = ("auto", "peer", "nccl", "host")  # auto: peer copies where every pair can, else host
 SMOOTHING = 0.5  # weight of the newest speed measurement when shares are re-balanced
+# Python hands the GIL to a waiting thread only when the holder blocks or after the switch interval (5 ms
+# by default). A device thread issuing a tree build (dozens of small launches and CuPy calls, none of
+# which lets go of the GIL) then keeps the other device threads from issuing theirs for up to 5 ms at a
+# time, and two GPUs take turns instead of working together. With several device threads the interval
+# is lowered to this, process-wide.
+SWITCH_INTERVAL_S = 2e-4
 
 
 class DeviceFault(RuntimeFault):
@@ -70,9 +79,20 @@ class DeviceState(Protocol):
 
     name: str
     share: Span
+    index: int  # its place among the run's devices, and every device's share (set by MultiDeviceOps)
+    shares: list[Span]
+    domain_cuts: list[int]  # domains: the key ranges' bounds after its last force_domain (K + 1 of them)
     timer: object  # the device's clock: HostTimer or EventTimer (`with timer.time(category): ...`)
 
-    def force(self) -> ForceWork: ...  # acc[share] = F(pos[share]; pos[all]), timed as "force"
+    integrate_all: bool  # the run's decomposition integrates every row on every device (domains)
+
+    def force(self) -> ForceWork: ...  # targets: acc[share] = F(pos[share]; pos[all]), timed as "force"
+    # pairs: acc[all] = the partial sums of this device's slice of the pair tiles (app/decomposition.py)
+    def force_pairs(self) -> ForceWork: ...
+    # domains: the whole tree, the walk of this device's key range into 'sacc' (key order); sets domain_cuts
+    def force_domain(self) -> ForceWork: ...
+    def unsort(self) -> None: ...  # domains: acc[state order] = sacc[key order], every row
+    def timed(self, category: str): ...  # a context: work queued inside it timed on the device's clock
     def kick_drift(self, half_dt: float, dt: float) -> None: ...  # on the share, timed as "integrate"
     def kick(self, half_dt: float) -> None: ...
     def euler_damped(self, dt: float, damping: float) -> None: ...
@@ -83,7 +103,7 @@ class DeviceState(Protocol):
     def take_times(self, lagged: bool) -> dict[str, float] | None: ...  # ms per category since last taken
     def forget_times(self) -> None: ...  # drop measurements not yet taken (the shares changed)
     def synchronize(self) -> None: ...  # host wait for queued work (reading back, closing: never per step)
-    def rows(self, field: str, span: Span): ...  # a host copy of rows of 'pos', 'vel', 'acc' or 'speed'
+    def rows(self, field: str, span: Span): ...  # a host copy of rows of 'pos', 'vel', 'acc', 'speed', 'sacc'
     def set_rows(self, field: str, span: Span, values) -> None: ...
     # the live force error (MultiDeviceRun.force_error_sample), after the device's queued work:
     def rows_at(self, field: str, rows: np.ndarray): ...  # a host copy of the rows `rows` (state indices)
@@ -154,6 +174,8 @@ class ThreadsDriver:
     def __init__(self, devices: Sequence[DeviceState]):
         self._pools = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device{i}")
                        for i in range(len(devices))]
+        if len(devices) > 1:  # see SWITCH_INTERVAL_S
+            sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self.devices = list(devices)
         self._futures: list = []
         self._failures: list[BaseException | None] = [None] * len(self.devices)
@@ -260,8 +282,50 @@ class HostExchange:
                 continue
             rows = owner.rows(field, owner.share)
             for other in others:
-                with other.timer.time("exchange"):
+                with other.timed("exchange"):
                     other.set_rows(field, owner.share, rows)
+
+    def reduce_scatter(self, devices: Sequence[DeviceState], field: str) -> None:
+        """pairs: each device's share rows of `field` become the sum of every device's partial rows there,
+        its own first, then the others' in device order (every partial is read before any share is
+        written: a share's rows on its owner are read by no other device)."""
+        if not self.moves_rows(devices):
+            return
+        sums = []
+        for owner in devices:
+            total = owner.rows(field, owner.share).copy()
+            for other in devices:
+                if other is not owner:
+                    total += other.rows(field, owner.share)
+            sums.append(total)
+        for owner, total in zip(devices, sums, strict=True):
+            with owner.timed("exchange"):
+                owner.set_rows(field, owner.share, total)
+
+    def gather_sorted(self, devices: Sequence[DeviceState]) -> None:
+        """domains: every device's key range of 'sacc' copied into every other device's (the ranges are
+        `domain_cuts`, which every device computed alike from the same tree)."""
+        ranges = domain_spans(devices)
+        for owner, span in zip(devices, ranges, strict=True):
+            others = [d for d in devices if d is not owner]
+            if not others or not span.count:
+                continue
+            rows = owner.rows("sacc", span)
+            for other in others:
+                with other.timed("exchange"):
+                    other.set_rows("sacc", span, rows)
+
+
+def domain_spans(devices: Sequence[DeviceState]) -> list[Span]:
+    """The key ranges of a domain split, one per device, from the cuts the devices computed (checked to
+    agree: a device that built another tree would exchange the wrong rows)."""
+    cuts = [list(d.domain_cuts) for d in devices]
+    if any(c != cuts[0] for c in cuts[1:]):
+        raise RuntimeFault(f"the devices disagree about their key ranges ({cuts}): their trees differ")
+    c = cuts[0]
+    if len(c) != len(devices) + 1:
+        raise RuntimeFault(f"{len(devices)} devices but {len(c) - 1} key ranges ({c})")
+    return [Span(a, b - a) for a, b in zip(c[:-1], c[1:], strict=True)]
 
 
 # --- what reaches the renderer ------------------------------------------------------------------------
@@ -295,11 +359,25 @@ class MultiDeviceOps:
     back from `finish()`, after the driver waited once for every device (the integrator sums what
     `force()` returns: nothing here)."""
 
-    def __init__(self, devices: Sequence[DeviceState], driver, exchange):
+    def __init__(self, devices: Sequence[DeviceState], driver, exchange, decomposition=TARGETS,
+                 layout: tuple[list[Span], int] | None = None):
+        """`layout`: (every participant's share, the first of these devices' index among them) where the
+        devices are part of a larger run (an MPI rank's one device among the ranks' shares); None: these
+        devices are all of it."""
         self.devices, self.driver, self.exchange = list(devices), driver, exchange
+        self.decomposition = decomposition
+        self.layout = layout
+        self._tell_shares()
         self.exchange_count = 0
         self._work = [ForceWork() for _ in self.devices]
         self._times = {category: [0.0] * len(self.devices) for category in TIMED}
+
+    def _tell_shares(self) -> None:
+        """Every device learns its index and every device's share: a pair slice or a key range is
+        cut in proportion to the shares (app/decomposition.py)."""
+        shares, first = self.layout or ([d.share for d in self.devices], 0)
+        for i, device in enumerate(self.devices):
+            device.index, device.shares = first + i, list(shares)
 
     def finish(self) -> ForceWork:
         """Wait for the devices' queued phases (DeviceFault naming a failed one); the force work done
@@ -330,11 +408,16 @@ class MultiDeviceOps:
                     self._times[category][i] = float(times.get(category, 0.0))
         return {category: list(values) for category, values in self._times.items()}
 
-    def _add_work(self, i: int, device: DeviceState) -> None:
-        self._work[i] += device.force()  # each device thread adds to its own slot only
+    def add_work(self, i: int, work: ForceWork) -> None:
+        self._work[i] += work  # each device thread adds to its own slot only
+
+    def submit(self, task) -> None:
+        """Hand every device `task(i, device)` (queued on its thread with the threads driver)."""
+        self.driver.submit([lambda i=i, d=d: task(i, d) for i, d in enumerate(self.devices)])
 
     def force(self) -> ForceWork:
-        self.driver.submit([lambda i=i, d=d: self._add_work(i, d) for i, d in enumerate(self.devices)])
+        """a(x) on the rows each device integrates, split as the record's decomposition says."""
+        self.decomposition.force(self)
         return ForceWork()  # the work is counted in finish()
 
     def kick_drift(self, half_dt: float, dt: float) -> None:
@@ -353,7 +436,8 @@ class MultiDeviceOps:
         self.driver.submit([d.launch_check for d in self.devices])
 
     def _exchange_positions(self) -> None:
-        if self.exchange.moves_rows(self.devices):  # else (one GPU) nothing to wait for or to copy
+        if self.decomposition.exchanges_positions and self.exchange.moves_rows(self.devices):
+            # (else one GPU, or every device drifted every body itself: nothing to wait for or to copy)
             self.driver.finish()  # the threads queued their updates: the exchange's marks come after them
             self.exchange.gather(self.devices, "pos")
         self.exchange_count += 1
@@ -367,11 +451,13 @@ class MultiDeviceOps:
         so that a row changing hands keeps its velocity and its cached acceleration. Measurements of
         the old shares are dropped (re-balancing must not read them as the new shares' speed)."""
         self.driver.finish()
-        for field in ("vel", "acc", "speed"):
-            self.exchange.gather(self.devices, field)
+        if not self.decomposition.integrate_all:  # (else every device holds every row already)
+            for field in ("vel", "acc", "speed"):
+                self.exchange.gather(self.devices, field)
         for device, span in zip(self.devices, spans, strict=True):
             device.share = span
             device.forget_times()
+        self._tell_shares()
         self._times = {category: [0.0] * len(self.devices) for category in TIMED}
 
 
@@ -397,6 +483,7 @@ class MultiDeviceRun:
         self.weights = list(weights) if weights is not None else [1.0] * self.k
         self.devices: list = []
         self.ops: MultiDeviceOps | None = None
+        self.decomposition = TARGETS  # the running record's (set by load)
         self.integrator = Integrator()
         self.physics = Physics()
         self.steps_done = 0  # since load: drives the non-finite checks' cadence
@@ -405,8 +492,12 @@ class MultiDeviceRun:
         self.close()
         self.physics = physics
         self.devices = self.make_devices(bodies, physics, kernel, split(bodies.n, self.weights))
+        self.decomposition = decomposition_of(getattr(getattr(self.devices[0], "evaluator", None), "record",
+                                                      None))
+        for device in self.devices:
+            device.integrate_all = self.decomposition.integrate_all
         self.ops = MultiDeviceOps(self.devices, make_driver(self.driver_name, self.devices),
-                                  self.make_exchange(self.devices))
+                                  self.make_exchange(self.devices), self.decomposition)
         self.integrator.invalidate()
         self.steps_done = 0
 

@@ -20,9 +20,11 @@
 // the signature (pos, acc, n, ...) over bodies [0, n). The host evaluates ranges with it only where they
 // are the same set (the full evaluation; a share of one set would pass pos + i0, acc + i0 and its n).
 //
-// Symbols n3l_ki<KI>_<model>_<self>(pos, acc, n, eps2, G, H, chunk, chunks_per_row), KI in {2, 4};
-// atomics_n3l_force_* is KI = 4. Block size <= 128. Grid: ceil(n / (32 KI)) rows x chunks_per_row
-// chunks, one warp each (empty warps exit).
+// Symbols n3l_ki<KI>_<model>_<self>(pos, acc, n, eps2, G, H, chunk, chunks_per_row, task_lo, task_hi),
+// KI in {2, 4}; atomics_n3l_force_* is KI = 4. Block size <= 128. The tasks are numbered
+// row * chunks_per_row + chunk over ceil(n / (32 KI)) rows; a launch runs the tasks [task_lo, task_hi),
+// one warp each (empty warps exit): all of them for one device, a balanced slice of them per device of a
+// pair split (app/decomposition.py PairTiles), which then adds the partial accelerations of the devices.
 #include "common.cuh"
 
 namespace {
@@ -66,15 +68,18 @@ __device__ __forceinline__ void add_force(float4* acc, const int idx, const int 
 
 #define N3L_ARGS                                                                                         \
     const float4* __restrict__ pos, float4* __restrict__ acc, const int n, const float eps2, const float G, \
-        const float H, const int chunk, const int chunks_per_row
-#define N3L_PASS pos, acc, n, eps2, G, H, chunk, chunks_per_row
+        const float H, const int chunk, const int chunks_per_row, const int task_lo, const int task_hi
+#define N3L_PASS pos, acc, n, eps2, G, H, chunk, chunks_per_row, task_lo, task_hi
 
 template <int KI, class Model, bool SOFT>
 __device__ __forceinline__ void n3l_body(N3L_ARGS) {
     constexpr int TI = 32 * KI;  // bodies per i-tile
     constexpr int R = KI / 2;    // j-tiles (64 bodies) per i-tile
     const int lane = threadIdx.x & 31;
-    const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const long long warp = task_lo + (((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5);
+    if (warp >= task_hi) {
+        return;  // the whole warp leaves together
+    }
     const int ntj = (n + 63) / 64;
     const int nti = (n + TI - 1) / TI;
     const int row = (int)(warp / chunks_per_row);

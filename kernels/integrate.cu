@@ -65,6 +65,20 @@ extern "C" __global__ void euler_damped(float4* __restrict__ pos, float4* __rest
     speed[i] = speed_of(v);
 }
 
+// acc[i].xyz += part[i].xyz: a pair split's reduce-scatter adds another device's partial rows (copied here).
+extern "C" __global__ void add_rows(float4* __restrict__ acc, const float4* __restrict__ part, const int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) {
+        return;
+    }
+    const float4 p = part[i];
+    float4 a = acc[i];
+    a.x += p.x;
+    a.y += p.y;
+    a.z += p.z;
+    acc[i] = a;
+}
+
 // |v| of every body, for the speed buffer after a load or a re-attach.
 extern "C" __global__ void speeds(const float4* __restrict__ vel, float* __restrict__ speed, const int n) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;

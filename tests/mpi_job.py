@@ -1,5 +1,6 @@
 """A distributed job for tests/test_mpi.py, run as `mpiexec -n R python tests/mpi_job.py OUT [--fail-at K]`:
-accelerations and a 100-step fp64 leapfrog trajectory through RankRun; rank 0 saves them to OUT (npz).
+accelerations and a 100-step leapfrog trajectory through RankRun (--kernel NAME: cpu-fp64 unless given;
+cpu-tree splits by domains, cpu-n3l by pairs); rank 0 saves them to OUT (npz).
 With --fail-at K rank 1 raises at step K; with --die-at K it kills itself (SIGKILL) there. With --nan-at K
 rank 1 puts a NaN into the velocity of the body in the middle of its share before step K; with --euler
 the job steps with the euler-damped integrator, whose step evaluates the force before it moves the body,
@@ -34,13 +35,14 @@ def middle_of_share(share: Span) -> int:
     return share.start + share.count // 2
 
 
-def main(out: str, fail_at: int | None, die_at: int | None, nan_at: int | None, euler: bool) -> None:
+def main(out: str, fail_at: int | None, die_at: int | None, nan_at: int | None, euler: bool,
+         kernel: str = "cpu-fp64") -> None:
     comm = world()
     with fail_together(comm):
         agree(comm, {"argv": sys.argv[1:]})
         run = RankRun(comm, lambda rank, bodies, physics, kernel, share: CpuDevice(rank, kernel, physics,
                                                                                      bodies, share))
-        run.load(cloud(), EULER if euler else LEAPFROG, "cpu-fp64")
+        run.load(cloud(), EULER if euler else LEAPFROG, kernel)
         acc = run.accelerations()
         for step in range(STEPS):
             if comm.rank == 1 and step == fail_at:
@@ -61,4 +63,5 @@ if __name__ == "__main__":
     for key in flag:
         if key in args:
             flag[key] = int(args[args.index(key) + 1])
-    main(args[0], flag["--fail-at"], flag["--die-at"], flag["--nan-at"], "--euler" in args)
+    kernel = args[args.index("--kernel") + 1] if "--kernel" in args else "cpu-fp64"
+    main(args[0], flag["--fail-at"], flag["--die-at"], flag["--nan-at"], "--euler" in args, kernel)

@@ -39,7 +39,8 @@ def test_available_and_registered():
     assert CPUBackend.why_not() is None
     assert CPUBackend.available()
     assert backend_class("cpu") is CPUBackend
-    assert [r.name for r in CPUBackend.kernels()] == [*KERNELS, "cpu-tree"]  # tree: test_cpu_tree.py
+    assert [r.name for r in CPUBackend.kernels()] == [*KERNELS, "cpu-tree", "cpu-n3l"]  # test_cpu_tree.py,
+    # test_decomposition.py
     assert CPUBackend.kernel_why_not("cpu-simd") is None
     assert "not a cpu kernel" in CPUBackend.kernel_why_not("nope")
 

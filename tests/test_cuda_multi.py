@@ -81,6 +81,74 @@ def test_driver_steps_like_one_device(driver):
     assert np.array_equal(pos, _single(bodies, physics, "shared", steps=20))
 
 
+# --- the decompositions (app/decomposition.py) on the GPU: domains for the tree, pairs for Newton 3 -----
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_tree_domains_on_gpu0_are_bitwise_one_gpu(k, driver):
+    """K devices on GPU 0 each build the whole tree and walk their key range: the accelerations and a
+    5-step trajectory are bitwise the single-GPU tree's (the same tree, the same walk per group), and the
+    work counted over the devices is one GPU's."""
+    from app.decomposition import DOMAINS
+
+    bodies, physics = bench_bodies(N), Physics(softening=0.01, dt=1e-3)
+    run = _run("tree", driver, k)
+    try:
+        run.load(bodies, physics, "tree")
+        assert run.decomposition is DOMAINS
+        acc = run.accelerations()
+        work = run.step(5)  # five evaluations: the first step starts from the cached a(x)
+        pos = run.gathered("pos")[:, :3].astype(np.float64)
+    finally:
+        run.close()
+    single = CUDA()
+    try:
+        single.load(bodies, physics, "tree")
+        want = single.accelerations()
+        one = single.step(5)
+        want_pos = single.state().pos
+    finally:
+        single.close()
+    assert np.array_equal(acc, want) and np.array_equal(pos, want_pos)
+    assert (work.interactions, work.pair_equivalent) == (one.interactions, 5 * N * N)
+
+
+@pytest.mark.parametrize("driver", DRIVERS)
+@pytest.mark.parametrize("k", [2, 3])
+def test_pair_slices_on_gpu0_sum_to_one_gpu(k, driver):
+    """atomics-n3l over K devices on GPU 0: each a slice of the pair tiles, the partial sums reduced onto
+    each share: within float32 rounding of one GPU, N^2 interactions counted once over the devices."""
+    from app.decomposition import PAIRS
+
+    bodies, physics = bench_bodies(N), Physics(softening=0.01)
+    run = _run("atomics-n3l", driver, k)
+    try:
+        run.load(bodies, physics, "atomics-n3l")
+        assert run.decomposition is PAIRS
+        run.ops.force()
+        work = run.ops.finish()
+        got = run.gathered("acc")[:, :3].astype(np.float64)
+    finally:
+        run.close()
+    assert (work.interactions, work.pair_equivalent) == (N * N, N * N)
+    worst, _ = relative_error(got, _single(bodies, physics, "atomics-n3l"))
+    assert worst <= 1e-5, f"atomics-n3l over {k} devices: {worst:.3g}"
+
+
+def test_best_under_gpus_runs_its_pick_with_the_pick_s_decomposition():
+    """`best` resolves on each device to the record it picks for this N; the run splits as that record
+    says (atomics-n3l at 1M: pairs), so a second GPU is not a copy of the first."""
+    from app.decomposition import of
+
+    bodies, physics = bench_bodies(N), Physics(softening=0.01)
+    run = _run("best", "threads", 2)
+    try:
+        run.load(bodies, physics, "best")
+        picked = run.devices[0].evaluator.record
+        assert picked.name != "best" and run.decomposition is of(picked)
+    finally:
+        run.close()
+
+
 # --- non-finite bodies: cuda/nonfinite.py on each share (the CPU form: test_multidevice_nonfinite.py) ---
 # The euler-damped step evaluates the force before it moves a NaN body: the next check still names it.
 EULER = Physics(softening=0.01, dt=1e-3, integrator="euler-damped", damping=0.999)
@@ -424,21 +492,26 @@ def test_gpus_1_viewer_runs_with_interop_and_times_map_unmap(egl_canvas, tmp_pat
 
 
 @pytest.mark.skipif(REASON is not None or _gpu_count() < 2, reason="needs two GPUs")
+@pytest.mark.parametrize("kernel", ["shared", "atomics-n3l", "tree"])  # targets, pairs, domains
 @pytest.mark.parametrize("exchange", ["peer", "nccl", "host"])
 @pytest.mark.parametrize("driver", DRIVERS)
-def test_all_gpus_agree_with_one(exchange, driver):
-    """Several real GPUs (the two-GPU issue's machine): every exchange and driver, within fp32 rounding
-    of one GPU (shares sum the same sources in the same order: bitwise for span-independent records)."""
+def test_all_gpus_agree_with_one(exchange, driver, kernel):
+    """Several real GPUs (the two-GPU issue's machine): every decomposition, exchange and driver, within
+    fp32 rounding of one GPU after 20 steps; bitwise for `shared` (each share sums the same sources in the
+    same order) and the tree (every GPU builds the same tree and walks its groups as one GPU does)."""
     if exchange == "nccl":
         _nccl_or_skip()
     bodies, physics = bench_bodies(N), Physics(softening=0.01, dt=1e-3)
     backend = _backend("all", exchange, driver)
     try:
-        backend.load(bodies, physics, "shared")
+        backend.load(bodies, physics, kernel)
         backend.step(20)
         pos = backend.state().pos
         assert len(backend.step(1).devices) == _gpu_count()
     finally:
         backend.close()
-    ref = _single(bodies, physics, "shared", steps=20)
-    assert np.abs(pos - ref).max() <= 1e-5 * np.abs(ref).max()
+    ref = _single(bodies, physics, kernel, steps=20)
+    if kernel in ATOMIC_ORDER:
+        assert np.abs(pos - ref).max() <= 1e-5 * np.abs(ref).max()
+    else:
+        assert np.array_equal(pos, ref), f"{kernel}: {np.abs(pos - ref).max():.3g}"

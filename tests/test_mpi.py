@@ -52,12 +52,12 @@ def mpirun(ranks: int, *args, timeout: float = 120) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
-def one_process():
+def one_process(kernel: str = "cpu-fp64"):
     import mpi_job
 
     backend = CPUBackend()
     try:
-        backend.load(mpi_job.cloud(), Physics(softening=0.02, dt=2e-3), "cpu-fp64")
+        backend.load(mpi_job.cloud(), Physics(softening=0.02, dt=2e-3), kernel)
         acc = backend.accelerations()
         backend.step(mpi_job.STEPS)
         state = backend.state()
@@ -76,6 +76,33 @@ def test_ranks_step_bitwise_like_one_process(ranks, tmp_path):
     acc, pos, vel = one_process()
     assert np.array_equal(got["acc"], acc)
     assert np.array_equal(got["pos"], pos) and np.array_equal(got["vel"], vel)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_split_the_tree_by_domains_bitwise_like_one_process(ranks, tmp_path):
+    """cpu-tree over ranks (app/decomposition.py, domains): every rank builds the whole tree, walks its
+    key range, the ranges are all-gathered and every rank integrates every body: bitwise one process."""
+    out = tmp_path / "job.npz"
+    done = mpirun(ranks, out, "--kernel", "cpu-tree")
+    assert done.returncode == 0, done.stderr
+    got = np.load(out)
+    acc, pos, vel = one_process("cpu-tree")
+    assert np.array_equal(got["acc"], acc)
+    assert np.array_equal(got["pos"], pos) and np.array_equal(got["vel"], vel)
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_split_newton3_by_pairs_within_rounding_of_one_process(ranks, tmp_path):
+    """cpu-n3l over ranks (pairs): each rank a slice of the pair tiles, the partial sums reduce-scattered
+    onto the shares (Reduce_scatter): one process's float64 accelerations within the rounding of another
+    summation order, and its trajectory after 100 steps as closely."""
+    out = tmp_path / "job.npz"
+    done = mpirun(ranks, out, "--kernel", "cpu-n3l")
+    assert done.returncode == 0, done.stderr
+    got = np.load(out)
+    acc, pos, vel = one_process("cpu-n3l")
+    assert np.abs(got["acc"] - acc).max() <= 1e-13 * np.abs(acc).max()
+    assert np.abs(got["pos"] - pos).max() <= 1e-12 * np.abs(pos).max()
 
 
 def test_a_rank_that_raises_ends_the_job_naming_it(tmp_path):

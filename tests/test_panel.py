@@ -371,7 +371,8 @@ def test_benchmark_button_runs_each_kernel_on_a_copy(ui):
     ui.frame(3)
     bench = ui.ctl.bench
     assert bench is not None and not bench.running
-    assert [r.kernel for r in bench.results] == ui.ctl.available() == ["cpu-simd", "cpu-fp64", "cpu-tree"]
+    assert [r.kernel for r in bench.results] == ui.ctl.available() == ["cpu-simd", "cpu-fp64", "cpu-tree",
+                                                                          "cpu-n3l"]
     for r in bench.results:
         assert not r.error and r.interactions_per_s > 0 and r.n == 512
     pos1, vel1 = _state(ui.backend)

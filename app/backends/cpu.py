@@ -32,6 +32,7 @@ import numpy as np
 from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
 from app.backends.cpu_tree import NumbaTree
 from app.bodies import Bodies
+from app.decomposition import DOMAINS, PAIRS, PairTiles
 from app.errors import ConfigError, NonFiniteState
 from app.forces import ErrorBudget, FloatRange, ForceEvaluator, ForceWork, IntChoice, Span, all_pairs_work
 from app.integrator import Integrator
@@ -86,6 +87,67 @@ class CpuEvaluator(ForceEvaluator):
         self.kernel(targets, sources, *self._scalars, acc)
 
 
+@dataclass(frozen=True)
+class NumbaPairs:
+    """`cpu-n3l`'s policy: Newton's third law over the pair tiles of app.decomposition.PairTiles."""
+
+    dtype: type = np.float64
+    ti: int = 128  # atomics-n3l's i-tile at ki = 4 and its 64-body j-tiles
+    tj: int = 64
+    chunk: int = 4
+
+    def evaluator(self, record: KernelRecord, physics: Physics) -> CpuPairsEvaluator:
+        return CpuPairsEvaluator(record, physics)
+
+
+class CpuPairsEvaluator(ForceEvaluator):
+    """Each pair once, its reaction added to the source: one set of bodies against itself (the rows of a
+    span of targets come from the whole set's evaluation; targets outside the sources join it massless)."""
+
+    def __init__(self, record: KernelRecord, physics: Physics):
+        super().__init__(record)
+        self.policy = record.policy
+        self.dtype = record.policy.dtype
+        eps2 = float(physics.softening) ** 2
+        self.kernel = _kernels_module().pairs_kernel(repulsion=physics.h != 0.0, skip_self=eps2 == 0)
+        self._scalars = (eps2, float(physics.G), float(physics.h))
+
+    def tiles(self, n: int) -> PairTiles:
+        p = self.policy
+        return PairTiles(int(n), p.ti, p.tj, p.chunk)
+
+    def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
+        n = pos.shape[0]
+        targets.check_within(n, "targets")
+        sources.check_within(n, "sources")
+        src = np.asarray(pos[sources.as_slice()], dtype=np.float64)
+        if sources.contains(targets):  # the integrator's case: one set against itself
+            bodies, rows = src, slice(targets.start - sources.start, targets.stop - sources.start)
+        else:  # the targets ride along after the sources as massless bodies, which pull on nothing
+            riders = np.array(pos[targets.as_slice()], dtype=np.float64)
+            riders[:, 3] = 0.0
+            bodies, rows = np.vstack([src, riders]), slice(sources.count, None)
+        bodies = np.ascontiguousarray(bodies)
+        part = np.zeros((bodies.shape[0], 4), dtype=np.float64)
+        tiles = self.tiles(bodies.shape[0])
+        self.kernel(bodies, part, tiles.ti, tiles.tj, tiles.chunk, 0, tiles.tasks, *self._scalars)
+        acc[targets.as_slice(), :3] = part[rows, :3]
+        return ForceWork(interactions=tiles.work(0, tiles.tasks),
+                         pair_equivalent=targets.count * sources.count, evaluations=1)
+
+    def evaluate_pairs(self, pos, acc, shares, index: int) -> ForceWork:
+        """One device's slice of a pair split (app/decomposition.py): acc[:, :3] = the partial sums of
+        the tasks of slice `index`, the slices cut in proportion to the shares' sizes."""
+        n = pos.shape[0]
+        tiles = self.tiles(n)
+        lo, hi = tiles.slices([s.count for s in shares])[index]
+        acc[:, :3] = 0
+        if hi > lo:
+            self.kernel(pos, acc, tiles.ti, tiles.tj, tiles.chunk, lo, hi, *self._scalars)
+        return ForceWork(interactions=tiles.work(lo, hi), pair_equivalent=shares[index].count * n,
+                         evaluations=1)
+
+
 class CpuOps:
     """app.integrator's StateOps on host arrays: the numba updates, and forces of all bodies on all."""
 
@@ -138,7 +200,13 @@ RECORDS = (
                       doc="targets walked together (consecutive in key order)"),
         ),
         budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), approximate=True,
-        policy=NumbaTree(np.float32)),
+        policy=NumbaTree(np.float32), decomposition=DOMAINS),
+    KernelRecord(
+        name="cpu-n3l",
+        doc="float64 Newton's third law over pair tiles (each pair once, the reaction to the source)",
+        backend="cpu", precision="fp64", source=_SOURCE, entry="n3l_pairs_float64_*",
+        origin="The CUDA Handbook (Wilt), ch. 14: Newton's third law; the CPU twin of atomics-n3l's split",
+        tuned=False, policy=NumbaPairs(), decomposition=PAIRS),
 )
 _BY_NAME = {rec.name: rec for rec in RECORDS}
 DEFAULT_KERNEL = "cpu-simd"

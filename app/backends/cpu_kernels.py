@@ -120,6 +120,68 @@ def accel_kernel(dtype, fastmath: bool, repulsion: bool, skip_self: bool):
     return _ACCEL[key]
 
 
+# --- Newton's third law over pair tiles (`cpu-n3l`, the CPU twin of atomics-n3l's pair split) ----------
+def _make_pairs(repulsion: bool, skip_self: bool):
+    """The pair-tile kernel (float64, sequential: every pair adds to both bodies, so threads would race)."""
+
+    def pairs(pos, acc, ti, tj, chunk, lo, hi, eps2, g, h):
+        """acc[:, :3] += the interactions of the tasks [lo, hi) of app.decomposition.PairTiles(n, ti, tj,
+        chunk): task w is i-tile w // chunks_per_row against `chunk` j-tiles from its diagonal on; a
+        j-tile inside the i-tile adds to the i side only, one right of it to both bodies (the reaction).
+        Gravity is scaled by G at the end of each pair (as the GPU kernel scales at its atomics)."""
+        n = pos.shape[0]
+        r = ti // tj
+        ntj = (n + tj - 1) // tj
+        cpr = (ntj + chunk - 1) // chunk
+        scale = 1.0 if repulsion else g
+        for w in range(lo, hi):
+            row = w // cpr
+            t0 = row * r + (w - row * cpr) * chunk
+            t1 = min(t0 + chunk, ntj)
+            for i in range(row * ti, min((row + 1) * ti, n)):
+                xi = pos[i, 0]
+                yi = pos[i, 1]
+                zi = pos[i, 2]
+                mi = pos[i, 3]
+                for jt in range(t0, t1):
+                    both = jt >= (row + 1) * r
+                    for j in range(jt * tj, min((jt + 1) * tj, n)):
+                        dx = pos[j, 0] - xi
+                        dy = pos[j, 1] - yi
+                        dz = pos[j, 2] - zi
+                        s2 = dx * dx + dy * dy + dz * dz + eps2
+                        if skip_self and s2 == 0.0:
+                            continue  # d = 0: the term vanishes
+                        inv = 1.0 / np.sqrt(s2)
+                        inv2 = inv * inv
+                        f = inv * inv2
+                        if repulsion:
+                            f *= g - h * inv2
+                        f *= scale
+                        acc[i, 0] += pos[j, 3] * f * dx
+                        acc[i, 1] += pos[j, 3] * f * dy
+                        acc[i, 2] += pos[j, 3] * f * dz
+                        if both:
+                            acc[j, 0] -= mi * f * dx
+                            acc[j, 1] -= mi * f * dy
+                            acc[j, 2] -= mi * f * dz
+
+    model = "repulsion" if repulsion else "gravity"
+    pairs.__name__ = pairs.__qualname__ = f"n3l_pairs_float64_{model}{'_eps0' if skip_self else ''}"
+    return pairs
+
+
+_PAIRS = {}
+
+
+def pairs_kernel(repulsion: bool, skip_self: bool):
+    """The compiled (lazily) pair-tile kernel: `kernel(pos4, acc4, ti, tj, chunk, lo, hi, eps2, G, H)`."""
+    key = (bool(repulsion), bool(skip_self))
+    if key not in _PAIRS:
+        _PAIRS[key] = njit(cache=True)(_make_pairs(*key))
+    return _PAIRS[key]
+
+
 # --- integrators (O(N), memory bound: no fastmath needed) -------------------------------------------
 # One compiled function per kernel, specialised by numba on the state's dtype. Scalars must be passed
 # with the state's dtype. `speed` is always float32: it feeds the renderer's speed buffer.

@@ -14,6 +14,7 @@ import numpy as np
 
 from app.backends.cpu import DEFAULT_KERNEL, CPUBackend, CpuOps, exact_rows, first_nonfinite
 from app.bodies import Bodies
+from app.decomposition import share_cuts
 from app.errors import ConfigError
 from app.forces import ForceWork, Span
 from app.multidevice import HostExchange
@@ -37,24 +38,48 @@ class CpuDevice:
         self.evaluator = record.policy.evaluator(record, physics)
         self.pos, self.vel = bodies.pos4(dtype), bodies.vel4(dtype)
         self.acc = np.zeros_like(self.pos)
+        self.sacc = np.zeros_like(self.pos)  # domains: accelerations in the tree's key order
         self.speed = np.linalg.norm(self.vel[:, :3], axis=1).astype(np.float32)
         self.everyone = Span.all(bodies.n)
+        self.integrate_all = False  # set by the run from its decomposition
+        self.index, self.shares, self.domain_cuts = 0, [share], []
         self.timer = HostTimer()  # perf_counter: a CPU device's work is done when its call returns
         self._ops, self._ops_share = None, None
         self._found = -1  # what the latest non-finite check found (a body index), until it is read
 
     def _share_ops(self) -> CpuOps:
-        """The updates on the share's rows, made again only when the share changes (re-balancing)."""
-        if self._ops_share != self.share:
-            rows = self.share.as_slice()
+        """The updates on the rows it integrates (its share, or every row for a domain split), made again
+        only when those change (re-balancing)."""
+        span = self.everyone if self.integrate_all else self.share
+        if self._ops_share != span:
+            rows = span.as_slice()
             self._ops = CpuOps(self.evaluator, self.pos[rows], self.vel[rows], self.acc[rows],
                                self.speed[rows])
-            self._ops_share = self.share
+            self._ops_share = span
         return self._ops
+
+    def timed(self, category: str):
+        return self.timer.time(category)
 
     def force(self) -> ForceWork:
         with self.timer.time("force"):
             return self.evaluator.evaluate(self.pos, self.acc, self.share, self.everyone)
+
+    def force_pairs(self) -> ForceWork:
+        """Its slice of the pair tiles: partial accelerations of every row (app/decomposition.py)."""
+        with self.timer.time("force"):
+            return self.evaluator.evaluate_pairs(self.pos, self.acc, self.shares, self.index)
+
+    def force_domain(self) -> ForceWork:
+        """The whole tree, the walk of its key range into sacc (key order); the aligned cuts kept."""
+        with self.timer.time("force"):
+            work, self.domain_cuts = self.evaluator.evaluate_domain(self.pos, self.sacc,
+                                                                    share_cuts(self.shares), self.index)
+        return work
+
+    def unsort(self) -> None:
+        with self.timer.time("force"):
+            self.evaluator.unsort(self.sacc, self.acc)
 
     def kick_drift(self, half_dt: float, dt: float) -> None:
         with self.timer.time("integrate"):

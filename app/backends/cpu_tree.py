@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.decomposition import align_cuts
 from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span
 from app.physics import Physics
 from app.timing import HostTimer
@@ -215,10 +216,44 @@ class CpuTreeEvaluator(ForceEvaluator):
         with clock.time("walk"):
             return self._walk(tree, tpos, trow, acc, theta, group, pairs, within)
 
+    def evaluate_domain(self, pos, out, cuts, index: int) -> tuple[ForceWork, list[int]]:
+        """One device's part of a domain split (app/decomposition.py): the tree of every row of `pos`, the
+        walk of the groups of key range `index` only, each of its bodies' accelerations written to
+        out[k] at its position k in key order. `cuts` (K + 1 increasing bounds from 0 to n) are moved to
+        group starts; returns the work and those aligned cuts. Every target's walk is the one the full
+        evaluation does, so K domains scattered back (`unsort`) give bitwise its accelerations."""
+        n = pos.shape[0]
+        theta = float(self._tunables["theta"])
+        leaf = int(self._tunables["leaf"])
+        group = int(self._tunables["group"])
+        if n == 0:
+            return ForceWork(evaluations=1), [0] * len(cuts)
+        clock = self._clock
+        tree = build(pos, leaf, clock)
+        self.last_tree = tree
+        with clock.time("walk"):
+            gstart = group_starts(tree.start, tree.count, tree.nchild, group)
+            aligned = align_cuts(cuts, gstart)
+            lo, hi = aligned[index], aligned[index + 1]
+            g_lo, g_hi = (int(np.searchsorted(gstart, c)) for c in (lo, hi))
+            tpos = np.stack([tree.x, tree.y, tree.z], axis=1)
+            trow = np.full(n, -1, np.int64)
+            trow[lo:hi] = np.arange(lo, hi)
+            work = self._walk(tree, tpos, trow, out, theta, group, (hi - lo) * n, True,
+                              gstart=gstart[g_lo:g_hi + 1])
+        return work, aligned
+
+    def unsort(self, out, acc) -> None:
+        """acc[state row] = out[key order] for every body of the last `evaluate_domain`'s tree."""
+        order = self.last_tree.order
+        acc[order, :3] = out[:order.shape[0], :3]
+
     def _walk(self, tree: Tree, tpos, trow, acc, theta: float, group: int, pairs: int,
-              within: bool) -> ForceWork:
+              within: bool, gstart=None) -> ForceWork:
         nt = tpos.shape[0]
-        if within:
+        if gstart is not None:  # a domain's run of the groups
+            pass
+        elif within:
             gstart = group_starts(tree.start, tree.count, tree.nchild, group)
         else:
             gstart = np.minimum(np.arange(0, nt + group, group, dtype=np.int64), nt)

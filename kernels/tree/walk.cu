@@ -118,8 +118,10 @@ __device__ __forceinline__ void flush_cells(WarpShared& sh, const float4* __rest
 }
 
 // spos/sorder: the sources in key order and their indices (relative to the sources' start); group g is
-// the sorted bodies [gstart[g], gstart[g + 1]); a member
-// whose index lies in [t_lo, t_hi) is a target and writes acc[index - t_lo]. Per group: nbody, ncell
+// the sorted bodies [gstart[g], gstart[g + 1]); the walk takes the groups [g_lo, ngroups). A member
+// whose index lies in [t_lo, t_hi) is a target and writes acc[index - t_lo]; with sorted_out every member
+// is a target and writes acc[k], k its place in key order (a domain of a multi-device split: its bodies'
+// accelerations in key order, app/decomposition.py). Per group: nbody, ncell
 // (list lengths) and nactive (targets written); totals[0] += nactive (nbody + ncell), totals[1] +=
 // nactive ncell. flags[0]: the group counter (zeroed by the host), flags[1]: set on a stack overflow.
 template <class Model, bool SOFT, int TPL>
@@ -131,7 +133,7 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
                                      float G, float H, int ngroups, int* __restrict__ stacks, int stack_cap,
                                      int* __restrict__ flags, int* __restrict__ nbody_out,
                                      int* __restrict__ ncell_out, int* __restrict__ nactive_out,
-                                     unsigned long long* __restrict__ totals) {
+                                     unsigned long long* __restrict__ totals, int g_lo, int sorted_out) {
     __shared__ WarpShared shared[TREE_WARPS];
     const int lane = threadIdx.x & 31;
     const int wib = threadIdx.x >> 5;
@@ -141,7 +143,7 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
 
     for (;;) {
         int g = 0;
-        if (lane == 0) g = atomicAdd(&flags[0], 1);
+        if (lane == 0) g = g_lo + atomicAdd(&flags[0], 1);
         g = __shfl_sync(0xffffffffu, g, 0);
         if (g >= ngroups) return;
 
@@ -161,7 +163,10 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
             if (k < end) {
                 bi[t] = spos[k];
                 const int idx = sorder[k];
-                if (idx >= t_lo && idx < t_hi) {
+                if (sorted_out) {
+                    row[t] = k;
+                    ++active;
+                } else if (idx >= t_lo && idx < t_hi) {
                     row[t] = idx - t_lo;
                     ++active;
                 }
@@ -289,10 +294,10 @@ __device__ __forceinline__ void walk_four_per_lane(A... a) { walk<Model, SOFT, 4
     (const float4* spos, const int* sorder, const int* gstart, int t_lo, int t_hi, const int4* links,              \
      const double4* mac, const float4* pack, float4* acc, float eps2,                                            \
      float G, float H, int ngroups, int* stacks, int stack_cap, int* flags, int* nbody_out, int* ncell_out,  \
-     int* nactive_out, unsigned long long* totals)
+     int* nactive_out, unsigned long long* totals, int g_lo, int sorted_out)
 #define TREE_WALK_ARGS                                                                                      \
     (spos, sorder, gstart, t_lo, t_hi, links, mac, pack, acc, eps2, G, H, ngroups,                              \
-     stacks, stack_cap, flags, nbody_out, ncell_out, nactive_out, totals)
+     stacks, stack_cap, flags, nbody_out, ncell_out, nactive_out, totals, g_lo, sorted_out)
 
 // tree_walk_g32_<model>_<self> (groups of 32: one target per lane), tree_walk_g64_... (two per lane),
 // tree_walk_g128_... (four per lane: each entry staged in shared memory serves four targets per lane)

@@ -236,25 +236,26 @@ def device_facts(ordinal: int | None = None) -> DeviceFacts:
 
 # --- the primary context ---------------------------------------------------------------------------------
 class ContextScope:
-    """`with scope:` pushes one device's primary context for the call and pops it after; re-entrant.
+    """`with scope:` makes one device's primary context current for the call: pushed on entry, popped on
+    exit, every time. Re-entrant, nested in another device's scope, and from several threads at once
+    (each thread has its own context stack). It never skips a push because the context "already is"
+    current: pycuda's idea of the current context is its own stack, which the CUDA runtime under CuPy
+    (the tree's sort, NCCL) changes behind its back, and a count of entries shared between threads let a
+    second thread run without the context; both made two-GPU runs fail with 'invalid device context' or
+    'invalid resource handle'.
 
     The scope holds the retained primary context; it is released when the scope is dropped."""
 
     def __init__(self, ordinal: int):
         self.ordinal = int(ordinal)
         self.ctx = driver().Device(self.ordinal).retain_primary_context()
-        self.depth = 0
 
     def __enter__(self):
-        if self.depth == 0:
-            self.ctx.push()
-        self.depth += 1
+        self.ctx.push()
         return self
 
     def __exit__(self, *exc):
-        self.depth -= 1
-        if self.depth == 0:
-            driver().Context.pop()
+        driver().Context.pop()
         return False
 
 

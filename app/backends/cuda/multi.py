@@ -35,16 +35,19 @@ from app.backends.cuda.device import CudaDevice
 from app.backends.cuda.evaluator import make_evaluator
 from app.backends.cuda.force_sample import EXACT_KERNEL, exact_rows, gather_rows
 from app.backends.cuda.nonfinite import NonFiniteCheck
-from app.backends.cuda.state_ops import Fp32Ops
+from app.backends.cuda.policies import ceil_div, force_arguments
+from app.backends.cuda.state_ops import INTEGRATE_SOURCE, Fp32Ops
 from app.bodies import Bodies
+from app.decomposition import share_cuts
 from app.errors import ConfigError, RuntimeFault
 from app.forces import ForceWork, Span
-from app.multidevice import HostExchange, queue_after
+from app.multidevice import HostExchange, domain_spans, queue_after
 from app.physics import Physics
 
 log = logging.getLogger(__name__)
-FIELDS = {"pos": 16, "vel": 16, "acc": 16, "speed": 4}  # bytes per row of each device buffer
-HOST_WIDTH = {"pos": 4, "vel": 4, "acc": 4, "speed": 1}  # float32 values per row
+# bytes per row of each device buffer; sacc: a domain split's accelerations in the tree's key order
+FIELDS = {"pos": 16, "vel": 16, "acc": 16, "speed": 4, "sacc": 16}
+HOST_WIDTH = {"pos": 4, "vel": 4, "acc": 4, "speed": 1, "sacc": 4}  # float32 values per row
 
 
 class CudaShareDevice:
@@ -63,6 +66,14 @@ class CudaShareDevice:
         self.physics = physics
         self.evaluator = make_evaluator(record, self.device, records)
         self.evaluator.set_physics(physics)
+        if record.policy.resolves:  # `best`: the record it picks for this N, whose decomposition the run uses
+            chosen, tunables = self.evaluator.active(self.n)
+            self.evaluator = make_evaluator(chosen, self.device, records)
+            self.evaluator.set_physics(physics)
+            self.evaluator.set_tunables(**tunables)
+        self.integrate_all = False  # set by the run from its decomposition
+        self.index, self.shares, self.domain_cuts = 0, [share], []
+        self._pair_plans: dict[tuple, object] = {}
         self._exact = None  # EXACT_KERNEL's evaluator, made by the first force-error sample
         self.timer = self.device.timer  # CUDA events on the GPU's legacy stream
         self._marks: dict[str, object] = {}
@@ -94,9 +105,9 @@ class CudaShareDevice:
         return self.ptr[field] + FIELDS[field] * span.start
 
     def _ops(self) -> Fp32Ops:
-        """The element-wise updates on the share's rows (the force is `force`, over the whole copy),
-        made again only when the share changes (re-balancing)."""
-        s = self.share
+        """The element-wise updates on the rows it integrates (its share, or every row for a domain
+        split; the force is `force`, over the whole copy), made again only when those change."""
+        s = self.everyone if self.integrate_all else self.share
         if self._ops_share != s:
             rows = [self.row_pointer(field, s) for field in ("pos", "vel", "acc", "speed")]
             self._share_ops = Fp32Ops(self.device, self.force, s.count, *rows)
@@ -107,19 +118,62 @@ class CudaShareDevice:
         with self.device.scope, self.timer.time("force"):
             return self.evaluator.evaluate(self.ptr["pos"], self.ptr["acc"], self.share, self.everyone)
 
+    def force_pairs(self) -> ForceWork:
+        """Its slice of the pair tiles (app/decomposition.py): partial accelerations of every row into
+        acc, zeroed first; the slices cut in proportion to the shares."""
+        rec, tun = self.evaluator.active(self.n)
+        policy, args = rec.policy, force_arguments(self.physics)
+        weights = tuple(s.count for s in self.shares)
+        key = (tuple(sorted(tun.items())), args, weights, self.index)
+        with self.device.scope, self.timer.time("force"):
+            plan = self._pair_plans.get(key)
+            if plan is None:
+                tiles = policy.tiles(self.device, tun, self.n)
+                lo, hi = tiles.slices(weights)[self.index]
+                run = policy.plan_slice(self.device, rec, tun, args, self.n, lo, hi)
+                work = ForceWork(interactions=tiles.work(lo, hi), pair_equivalent=self.share.count * self.n,
+                                 evaluations=1)
+                plan = self._pair_plans[key] = (run, work)
+            run, work = plan
+            run(self.ptr["pos"], self.ptr["acc"])
+        return work
+
+    def force_domain(self) -> ForceWork:
+        """The whole tree from every position, the walk of its key range into sacc (key order)."""
+        with self.device.scope, self.timer.time("force"):
+            work, self.domain_cuts = self.evaluator.evaluate_domain(
+                self.ptr["pos"], self.ptr["sacc"], self.n, share_cuts(self.shares), self.index)
+        return work
+
+    def unsort(self) -> None:
+        """acc in state order from sacc in key order, every row (after the key ranges were gathered)."""
+        with self.device.scope, self.timer.time("force"):
+            self.evaluator.unsort(self.ptr["sacc"], self.ptr["acc"], self.n)
+
+    def add_rows(self, field: str, span: Span, part: int) -> None:
+        """rows `span` of `field` += the float4 rows at device pointer `part` (a reduce-scatter's sum)."""
+        if span.count:
+            fn = self.device.function(INTEGRATE_SOURCE, "add_rows", "PPi")
+            fn.prepared_call((ceil_div(span.count, 256), 1), (256, 1, 1), self.row_pointer(field, span), part,
+                             span.count)
+
+    def timed(self, category: str):
+        """Its scope pushed and the work queued inside timed on its clock (the exchanges' copies)."""
+        return _Timed(self.device.scope, self.timer, category)
+
     def kick_drift(self, half_dt: float, dt: float) -> None:
         with self.device.scope, self.timer.time("integrate"):
-            if self.share.count:
+            if self.share.count or self.integrate_all:
                 self._ops().kick_drift(half_dt, dt)
 
     def kick(self, half_dt: float) -> None:
         with self.device.scope, self.timer.time("integrate"):
-            if self.share.count:
+            if self.share.count or self.integrate_all:
                 self._ops().kick(half_dt)
 
     def euler_damped(self, dt: float, damping: float) -> None:
         with self.device.scope, self.timer.time("integrate"):
-            if self.share.count:
+            if self.share.count or self.integrate_all:
                 self._ops().euler_damped(dt, damping)
 
     def launch_check(self) -> None:
@@ -196,6 +250,30 @@ class CudaShareDevice:
         self.device.close()
 
 
+class _Timed:
+    """`with` a device's scope and its timer's category (CudaShareDevice.timed)."""
+
+    def __init__(self, scope, timer, category: str):
+        self.scope, self.timer, self.category = scope, timer, category
+        self._inner = None
+
+    def __enter__(self):
+        self.scope.__enter__()
+        try:
+            self._inner = self.timer.time(self.category)
+            self._inner.__enter__()
+        except BaseException:
+            self.scope.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            return self._inner.__exit__(*exc)
+        finally:
+            self.scope.__exit__(*exc)
+
+
 class PeerExchange:
     """Share rows copied GPU to GPU (peer access enabled both ways between every pair)."""
 
@@ -217,18 +295,45 @@ class PeerExchange:
         """Each GPU pulls every other share's rows into its copy, on its own stream, without a host
         wait: its copies start after the owners' queued updates, and an owner's later work (the next
         update of those rows) after every copy of them. Timed on each receiving GPU as "exchange"."""
+        self._gather_spans(devices, field, [d.share for d in devices])
+
+    def gather_sorted(self, devices: list[CudaShareDevice]) -> None:
+        """domains: each GPU pulls every other GPU's key range of 'sacc' (as `gather` pulls shares)."""
+        self._gather_spans(devices, "sacc", domain_spans(devices))
+
+    def _gather_spans(self, devices, field: str, spans: list[Span]) -> None:
         if not self.moves_rows(devices):
             return
         size = CudaShareDevice.row_bytes(field)
         queue_after(devices, devices, f"{field}-written")
         for other in devices:
             with other.device.scope, other.timer.time("exchange"):
-                for owner in devices:
-                    if other is not owner and owner.share.count:
-                        other.device.drv.memcpy_dtod_async(other.row_pointer(field, owner.share),
-                                                           owner.row_pointer(field, owner.share),
-                                                           size * owner.share.count)
+                for owner, span in zip(devices, spans, strict=True):
+                    if other is not owner and span.count:
+                        other.device.drv.memcpy_dtod_async(other.row_pointer(field, span),
+                                                           owner.row_pointer(field, span), size * span.count)
         queue_after(devices, devices, f"{field}-read")
+
+    def reduce_scatter(self, devices: list[CudaShareDevice], field: str) -> None:
+        """pairs: each GPU pulls every other GPU's partial rows of its share (after their slices) and
+        adds them to its own, in device order; the others zero and refill their partials (the next
+        force) only after these copies. Timed on each receiving GPU as "exchange"."""
+        if not self.moves_rows(devices):
+            return
+        size = CudaShareDevice.row_bytes(field)
+        queue_after(devices, devices, f"{field}-partial")
+        for owner in devices:
+            span = owner.share
+            if not span.count:
+                continue
+            with owner.device.scope, owner.timer.time("exchange"):
+                slot = owner.device.scratch("reduce-slot", size * span.count)
+                for other in devices:
+                    if other is not owner:  # stream order: each add reads the slot before the next copy
+                        owner.device.drv.memcpy_dtod_async(slot, other.row_pointer(field, span),
+                                                           size * span.count)
+                        owner.add_rows(field, span, slot)
+        queue_after(devices, devices, f"{field}-reduced")
 
 
 def make_exchange(devices: list[CudaShareDevice]):

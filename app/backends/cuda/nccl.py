@@ -25,6 +25,7 @@ import importlib.util
 import os
 
 from app.errors import ConfigError
+from app.multidevice import domain_spans
 
 WHEEL = "nvidia-nccl-cu13"
 FIX = f"pip install {WHEEL} (`make` installs it with CuPy on a machine with an NVIDIA driver)"
@@ -89,6 +90,20 @@ class NcclExchange:
         return True
 
     def gather(self, devices, field: str) -> None:
+        """Each owner's share rows of `field` broadcast into every GPU's copy (an all-gather-v)."""
+        self._grouped(devices, field, [d.share for d in devices], "broadcast")
+
+    def gather_sorted(self, devices) -> None:
+        """domains: each GPU's key range of 'sacc' broadcast into every GPU's (an all-gather-v)."""
+        self._grouped(devices, "sacc", domain_spans(devices), "broadcast")
+
+    def reduce_scatter(self, devices, field: str) -> None:
+        """pairs: each owner's share rows of `field` become the sum over every GPU's partial rows there
+        (one reduce rooted at each owner, in place on it)."""
+        self._grouped(devices, field, [d.share for d in devices], "reduce")
+
+    def _grouped(self, devices, field: str, spans, how: str) -> None:
+        """One NCCL group: per owner (root) a broadcast or a sum-reduce of its span's rows of `field`."""
         nccl = self.nccl
         floats = devices[0].row_bytes(field) // 4  # every field is rows of float32
         starts = []
@@ -97,13 +112,17 @@ class NcclExchange:
                 starts.append(device.timer.start())
         nccl.groupStart()
         try:
-            for root, owner in enumerate(devices):
-                if not owner.share.count:
+            for root, span in enumerate(spans):
+                if not span.count:
                     continue
                 for device, comm in zip(devices, self.comms, strict=True):
-                    rows = device.row_pointer(field, owner.share)
+                    rows = device.row_pointer(field, span)
                     with device.device.scope:
-                        comm.broadcast(rows, rows, floats * owner.share.count, nccl.NCCL_FLOAT32, root, 0)
+                        if how == "broadcast":
+                            comm.broadcast(rows, rows, floats * span.count, nccl.NCCL_FLOAT32, root, 0)
+                        else:
+                            comm.reduce(rows, rows, floats * span.count, nccl.NCCL_FLOAT32, nccl.NCCL_SUM,
+                                        root, 0)
         finally:
             nccl.groupEnd()
         for device, start in zip(devices, starts, strict=True):

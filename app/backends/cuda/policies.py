@@ -20,6 +20,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 
+from app.decomposition import PairTiles
 from app.errors import ConfigError
 from app.forces import ForceWork, IntChoice, Span, all_pairs_work
 from app.physics import Physics
@@ -322,7 +323,7 @@ class N3LPolicy(GridPolicy):
     by running the whole source set into a scratch buffer and copying their rows (the work counted is
     that of the whole set); targets outside the sources cannot be done this way."""
 
-    arg_types = "PPifffii"
+    arg_types = "PPifffiiii"
     targets_within_sources = True
 
     def symbol(self, rec, repulsion, soft, tun):
@@ -343,12 +344,14 @@ class N3LPolicy(GridPolicy):
         chunk, cpr, blocks = n3l_geometry(nj, ki, chunk, block)
         drv = dev.drv
 
+        tasks = ceil_div(nj, 32 * ki) * cpr
+
         def whole(s, a, stream):
             if stream is None:
                 drv.memset_d32(a, 0, 4 * nj)
             else:
                 drv.memset_d32_async(a, 0, 4 * nj, stream)
-            launch(fn, (blocks, 1), block, stream, s, a, nj, eps2, g, h, chunk, cpr)
+            launch(fn, (blocks, 1), block, stream, s, a, nj, eps2, g, h, chunk, cpr, 0, tasks)
 
         if ni == nj:  # the evaluator checked that the targets lie within the sources: they are the sources
             def run(t, s, a, stream=None):
@@ -362,6 +365,33 @@ class N3LPolicy(GridPolicy):
                 drv.memcpy_dtod(a, scratch + (t - s), 16 * ni)
             else:
                 drv.memcpy_dtod_async(a, scratch + (t - s), 16 * ni, stream)
+        return run
+
+    def tiles(self, dev, tun: dict, n: int) -> PairTiles:
+        """The task grid a launch over n bodies with these tunables runs (app/decomposition.py)."""
+        ki, block = int(tun["ki"]), int(tun["block_size"])
+        chunk = int(tun.get("chunk", 0)) or auto_chunk(n, ki, dev.facts.sms)
+        chunk = n3l_geometry(n, ki, chunk, block)[0]
+        return PairTiles(int(n), 32 * ki, 64, chunk)
+
+    def plan_slice(self, dev, rec, tun: dict, args: tuple, n: int, task_lo: int, task_hi: int):
+        """A launch of the tasks [task_lo, task_hi) over all n bodies, adding into a zeroed acc: one
+        device's slice of a pair split. run(pos, acc, stream) zeroes acc (n rows) and launches."""
+        repulsion, soft, eps2, g, h = args
+        fn = self.function(dev, rec, repulsion, soft, tun)
+        block = int(tun["block_size"])
+        tiles = self.tiles(dev, tun, n)
+        blocks = max(1, ceil_div((task_hi - task_lo) * 32, block))
+        drv = dev.drv
+
+        def run(pos, acc, stream=None):
+            if stream is None:
+                drv.memset_d32(acc, 0, 4 * n)
+            else:
+                drv.memset_d32_async(acc, 0, 4 * n, stream)
+            if task_hi > task_lo:
+                launch(fn, (blocks, 1), block, stream, pos, acc, n, eps2, g, h, tiles.chunk,
+                       tiles.chunks_per_row, task_lo, task_hi)
         return run
 
     def candidates(self, rec, n, sms):

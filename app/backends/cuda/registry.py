@@ -26,6 +26,7 @@ from app.backends.cuda.policies import (
     block_size,
 )
 from app.backends.cuda.tree import WALK_SOURCE, TreePolicy
+from app.decomposition import DOMAINS, PAIRS
 from app.forces import ErrorBudget, FloatRange, IntChoice, KernelRecord
 
 INTEGRATE_SOURCE = "integrate.cu"
@@ -97,7 +98,8 @@ RECORDS: tuple[KernelRecord, ...] = (
             "added by atomics", "atomics_n3l.cu", "atomics_n3l_force", N3LPolicy(),
             "the symmetric-force trick of the brute-force write-ups; CUDA Handbook ch. 14 atomics",
             tunables=(block_size((64, 128), 128), IntChoice("ki", (2, 4), 4, "32-body rows per warp task"),
-                      IntChoice("chunk", CHUNKS, 0, "j-tiles per warp task (0: from N and the SM count)"))),
+                      IntChoice("chunk", CHUNKS, 0, "j-tiles per warp task (0: from N and the SM count)")),
+            decomposition=PAIRS),
     _record("streams-remainder", "check-free tiled kernel on floor(N/B)*B bodies plus a remainder kernel "
             "on a second stream", "streams_remainder.cu", "streams_remainder_force", StreamsPolicy(TILE),
             "the brute-force optimisation write-ups (remainder handling with CUDA streams)"),
@@ -125,5 +127,6 @@ RECORDS: tuple[KernelRecord, ...] = (
                 IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
                 IntChoice("group", (32, 64, 128), 64,
                           doc="targets walked together by one warp (consecutive in key order)")),
-            budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True),
+            budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True,
+            decomposition=DOMAINS),
 )

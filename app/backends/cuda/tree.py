@@ -63,6 +63,7 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_moments": "PiPPPPPPPP",
     "tree_pack": "iPiPPPPPPPPPddPPP",
     "tree_group_marks": "iiiPPPPP",
+    "tree_scatter": "PPiP",
 }
 MAX_LEVEL = 21  # kernels/tree/build.cu TREE_MAX_LEVEL: 63-bit keys, 21 levels below the root
 LEVEL_SLOTS = MAX_LEVEL + 3  # lvl[L] for L = 0 .. 23 (level 21's cells end at lvl[22]; lvl[23] closes it)
@@ -71,7 +72,7 @@ SCAN_THREADS = 1024  # kernels/tree/build.cu SCAN_THREADS: tree_level_scan is on
 CELL_LANES = 8  # kernels/tree/build.cu CELL_LANES: the split kernels' lanes per cell, one per octant
 EXTRA_LEVELS = 2  # levels queued past the previous build's depth before the host looks
 GROWTH = 1.5  # _buf allocates half again over what is asked, so that a slowly growing N reuses it
-WALK_ARGS = "PPPiiPPPPfffiPiPPPPP"
+WALK_ARGS = "PPPiiPPPPfffiPiPPPPPii"
 
 
 def cupy_module():
@@ -125,6 +126,7 @@ class TreeEvaluator(ForceEvaluator):
         self._stage_totals = dict.fromkeys(STAGES, 0.0)
         self._stack_cap = STACK_CAP
         self._events = None
+        self._settle_event = None
         self.levels: list[int] = []  # level_start of the last build (cells of level L: [ls[L], ls[L+1]))
         self._depth = MAX_LEVEL + 1  # levels of the last build: how many the next one queues before looking
         self.ngroups = 0
@@ -205,10 +207,32 @@ class TreeEvaluator(ForceEvaluator):
         pairs = int(targets.count) * int(sources.count)
         if targets.count == 0:
             return ForceWork(pair_equivalent=pairs, evaluations=1)
+        return self._guarded(int(pos), int(acc), targets, sources, stream, pairs, None)[0]
+
+    def evaluate_domain(self, pos, out, n: int, cuts, index: int, stream=None) -> tuple[ForceWork, list[int]]:
+        """One device's part of a domain split (app/decomposition.py): the tree of all n rows of `pos`,
+        the walk of the groups of key range `index` only, each of its bodies' accelerations written to
+        out[k] at its place k in key order (float4 rows). `cuts` (K + 1 bounds from 0 to n) are moved to
+        group starts; returns the work and those cuts. Every target's walk is the full evaluation's, so
+        the K ranges scattered back (`unsort`) are bitwise one device's accelerations."""
+        everyone = Span.all(n)
+        if n == 0:
+            return ForceWork(evaluations=1), [0] * len(cuts)
+        return self._guarded(int(pos), int(out), everyone, everyone, stream, 0, (list(cuts), int(index)))
+
+    def unsort(self, out, acc, n: int, stream=None) -> None:
+        """acc[state row] = out[key order] for the n bodies of the last `evaluate_domain`'s tree."""
+        if n:
+            with self.device.scope:
+                sorder = self._buffers["sorder"]
+                launch(self._fn("tree_scatter"), (ceil_div(n, BLOCK), 1), BLOCK, stream, int(out),
+                       sorder.data.ptr, n, int(acc))
+
+    def _guarded(self, pos: int, acc: int, targets: Span, sources: Span, stream, pairs: int, domain):
         cp = cupy_module()
         with self.device.scope:
             try:
-                return self._evaluate(int(pos), int(acc), targets, sources, stream, pairs)
+                return self._evaluate(pos, acc, targets, sources, stream, pairs, domain)
             except cp.cuda.memory.OutOfMemoryError as e:  # past _require_memory's estimate (the sort's
                 cp.get_default_memory_pool().free_all_blocks()  # scratch): the same message
                 raise self._out_of_memory(int(sources.count)) from e
@@ -234,7 +258,10 @@ class TreeEvaluator(ForceEvaluator):
             buf = self._buffers[key] = new
         return buf
 
-    def _evaluate(self, pos: int, acc: int, targets: Span, sources: Span, stream, pairs: int) -> ForceWork:
+    def _evaluate(self, pos: int, acc: int, targets: Span, sources: Span, stream, pairs: int,
+                  domain=None) -> tuple[ForceWork, list[int] | None]:
+        """The evaluation; `domain` (cuts, index): a domain split's part (evaluate_domain), else the
+        targets' rows. Returns the work and, for a domain, the aligned cuts."""
         cp = cupy_module()
         drv = self.device.drv
         nj = int(sources.count)
@@ -275,7 +302,7 @@ class TreeEvaluator(ForceEvaluator):
             del order
             levels, cells = self._build(stream, nj, leaf, skeys)
             ncell = levels[-1]
-            gstart = self._groups(run, nj, ncell, group, cells)
+            gstart = self._groups(run, nj, ncell, group, cells, stream)
             events[3].record(stream)
             # moments bottom up, then the rows the walk reads
             mass = self._buf("mass", ncell, np.float64)
@@ -294,14 +321,37 @@ class TreeEvaluator(ForceEvaluator):
                 box.data.ptr, mass.data.ptr, com.data.ptr, m2.data.ptr, theta, trace_factor, mac.data.ptr,
                 pack.data.ptr, links.data.ptr)
             events[4].record(stream)
+            groups, aligned = (0, self.ngroups), None
+            if domain is not None:  # this device's run of groups: the cuts moved to group starts
+                cuts, index = domain
+                starts = gstart[:self.ngroups + 1]
+                at = cp.minimum(cp.searchsorted(starts, cp.asarray(cuts, dtype=np.int32)), self.ngroups)
+                found = cp.concatenate([at.astype(np.int32), starts[at]])
+                self._settle(stream)
+                found = found.get()  # one small read
+                at, aligned = found[:len(cuts)], [int(a) for a in found[len(cuts):]]
+                groups = (int(at[index]), int(at[index + 1]))
+                pairs = (aligned[index + 1] - aligned[index]) * nj
             work = self._walk_all(repulsion, soft, group, gstart, targets, sources, spos, sorder, links, mac,
-                                  pack, out, eps2, g, h, stream)
+                                  pack, out, eps2, g, h, stream, groups, sorted_out=domain is not None)
             events[5].record(stream)
             events[5].synchronize()
         for k, name in enumerate(STAGES):
             self._stage_totals[name] += events[k + 1].time_since(events[k])
         self.levels = levels
-        return ForceWork(interactions=work[0], pair_equivalent=pairs, body_cell=work[1], evaluations=1)
+        work = ForceWork(interactions=work[0], pair_equivalent=pairs, body_cell=work[1], evaluations=1)
+        return work, aligned
+
+    def _settle(self, stream) -> None:
+        """Wait for the work queued so far before a host read, through a pycuda event, whose wait lets go
+        of the GIL: CuPy's reads wait holding it, so that with several GPUs driven from threads of one
+        process (the domain split) each device's waits stalled the others' Python and the GPUs took
+        turns (measured on two H100s: 9.5 ms for two half-walks that take 4.7 ms each alone)."""
+        event = self._settle_event
+        if event is None:
+            event = self._settle_event = self.device.drv.Event()
+        event.record(stream)
+        event.synchronize()
 
     def _per_level(self, symbol: str, stream, *args) -> None:
         """A per-level kernel on its fixed grid: it reads its level's range from the device."""
@@ -338,6 +388,7 @@ class TreeEvaluator(ForceEvaluator):
                            nchild, offs.data.ptr, cap, flag)
                     self._per_level("tree_split_write", stream, lvl.data.ptr, lv, nchild, offs.data.ptr,
                                     edges.data.ptr, start, count, child, flag)
+                self._settle(stream)
                 bounds = lvl[:LEVEL_SLOTS + 1].get()  # the host's one look at the build (usually)
                 if bounds[LEVEL_SLOTS] or stop > MAX_LEVEL or bounds[stop + 1] == bounds[stop]:
                     break  # overflowed, or every level queued, or the level after the last queued is empty
@@ -348,13 +399,14 @@ class TreeEvaluator(ForceEvaluator):
                 return levels, cells
             cap *= 2
 
-    def _groups(self, run, nj: int, ncell: int, group: int, cells: dict):
+    def _groups(self, run, nj: int, ncell: int, group: int, cells: dict, stream=None):
         """The groups' starts (int32, ngroups + 1 with nj last): group cells cut into runs of `group`."""
         cp = cupy_module()
         mark = self._buf("group-mark", nj, np.int32)
         mark[:nj].fill(0)
         run("tree_group_marks", ncell, ncell, GROUP_CELL_FACTOR * group, group, cells["start"].data.ptr,
             cells["count"].data.ptr, cells["child"].data.ptr, cells["nchild"].data.ptr, mark.data.ptr)
+        self._settle(stream)
         starts = cp.flatnonzero(mark[:nj])
         self.ngroups = ngroups = int(starts.size)
         gstart = self._buf("group-start", ngroups + 1, np.int32)
@@ -363,13 +415,14 @@ class TreeEvaluator(ForceEvaluator):
         return gstart
 
     def _walk_all(self, repulsion, soft, group, gstart, targets, sources, spos, sorder, links, mac, pack, out,
-                  eps2, g, h, stream) -> tuple[int, int]:
-        """Launch the walk over every group; re-run it with deeper stacks if one overflowed. Returns
-        (interactions, body-cell interactions)."""
+                  eps2, g, h, stream, groups: tuple[int, int], sorted_out: bool = False) -> tuple[int, int]:
+        """Launch the walk over the groups [groups[0], groups[1]); re-run it with deeper stacks if one
+        overflowed. Returns (interactions, body-cell interactions)."""
         fn = self._walk(repulsion, soft, group)
         ngroups = self.ngroups
-        blocks = min((ngroups + WALK_WARPS - 1) // WALK_WARPS,
-                     WALK_BLOCKS_PER_SM * int(self.device.facts.sms))
+        g_lo, g_hi = groups
+        blocks = max(1, min((g_hi - g_lo + WALK_WARPS - 1) // WALK_WARPS,
+                            WALK_BLOCKS_PER_SM * int(self.device.facts.sms)))
         t_lo = int(targets.start - sources.start)
         per_group = {k: self._buf(f"group-{k}", ngroups, np.int32) for k in ("nbody", "ncell", "nactive")}
         flags = self._buf("flags", 2, np.int32)
@@ -379,10 +432,12 @@ class TreeEvaluator(ForceEvaluator):
             flags.fill(0)
             totals.fill(0)
             args = (spos.data.ptr, sorder.data.ptr, gstart.data.ptr, t_lo, t_lo + int(targets.count),
-                    links.data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, ngroups,
+                    links.data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, g_hi,
                     stacks.data.ptr, self._stack_cap, flags.data.ptr, per_group["nbody"].data.ptr,
-                    per_group["ncell"].data.ptr, per_group["nactive"].data.ptr, totals.data.ptr)
+                    per_group["ncell"].data.ptr, per_group["nactive"].data.ptr, totals.data.ptr, g_lo,
+                    int(sorted_out))
             launch(fn, (blocks, 1), 32 * WALK_WARPS, stream, *args)
+            self._settle(stream)
             overflow = int(flags[1])
             if not overflow:
                 t = totals[:2].get()

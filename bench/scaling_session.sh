@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Issue 23's calls on a two-GPU machine (nvidia-h100-x2 / nvidia-h200-x2): one and two GPUs in the same run.
+#
+#   source .kit/setup.sh && bash bench/scaling_session.sh [tests|quick|scaling|view|all]
+#
+# tests    the gpu tests of the multi-device path and the tree (two-GPU tests included), then the whole gpu
+#          suite when `all`
+# quick    1M only, 3 timed steps: the tree (Plummer θ 0.6), best and shared on 1 and 2 GPUs (~1 minute)
+# scaling  the acceptance bench: the tree (Plummer and collision, θ 0.45 / 0.5 / 0.6) at 1M, 8M and 16M,
+#          best and shared at 1M, each on 1 and 2 GPUs; JSON + PNG named <gpu>x2-<day>-scaling
+# view     the viewer headless at 8M with the tree on 1 GPU and on --gpus 2 (per-frame CSVs), and at 1M
+# Results land in $OUT (the device tool brings them back).
+set -uo pipefail
+what=${1:-all}
+source "$(dirname "$0")/device_env.sh"  # out, gpu, day, clocks; PYTHONPATH, headless
+export NCCL_NVLS_ENABLE=0  # the device page: never NVLink multicast on these machines
+count=$(nvidia-smi --query-gpu=name --format=csv,noheader | wc -l)
+tag="${gpu}x${count}-${day}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,memory.total --format=csv | tee "$out/gpu.txt"
+nvidia-smi topo -m 2>/dev/null | head -8 | tee -a "$out/gpu.txt"
+
+if [[ $what == tests || $what == all ]]; then
+    timeout 400 python3 -m pytest -q -m gpu -p no:xvfb -p no:cacheprovider tests/test_cuda_multi.py \
+        tests/test_tree_gpu.py 2>&1 | tee "$out/multi-tests.log" | grep -E "passed|failed|^FAILED|^ERROR" | tail -30
+fi
+if [[ $what == suite ]]; then
+    timeout 560 python3 -m pytest -q -m gpu -p no:xvfb -p no:cacheprovider -x --durations=10 tests 2>&1 \
+        | tee "$out/gpu-suite.log" | grep -E "passed|failed|^FAILED|^ERROR" | tail -30
+fi
+if [[ $what == quick || $what == all ]]; then
+    echo "clocks before: $(clocks)"
+    python3 -m app bench --backend cuda --kernels tree,best,shared --n 1048576 --tunable theta=0.6 \
+        --gpus 1,2 --warmup 2 --repeats 3 --error-sample 1024 --no-progress \
+        --json "$out/$tag-quick.json" 2>&1 | tail -30
+fi
+if [[ $what == scaling || $what == all ]]; then
+    echo "clocks before: $(clocks)"
+    python3 -m app bench --backend cuda --kernels tree,best,shared --n 1048576,8388608,16777216 \
+        --scene plummer,collision --tunable theta=0.45,0.5,0.6 --gpus 1,2 --max-seconds 40 --no-progress \
+        --json "$out/$tag-scaling.json" --plot "$out/$tag-scaling.png" 2>&1 | tail -60
+    echo "clocks after: $(clocks)"
+fi
+if [[ $what == view || $what == all ]]; then
+    for n in 8388608 1048576; do
+        for g in 1 2; do
+            python3 -m app -q run plummer --n $n --frames 60 --headless --backend cuda --kernel tree \
+                --tunable theta=0.6 --steps-per-frame 1 --gpus $g \
+                --timings "$out/$tag-run-$n-tree-gpus$g-frames.csv" 2>&1 | tail -2
+        done
+    done
+    python3 bench/frames_compare.py "$out/$tag-run-8388608-tree-gpus1-frames.csv" \
+        "$out/$tag-run-8388608-tree-gpus2-frames.csv" 2>&1 | tail -8
+fi
