@@ -33,6 +33,7 @@ from functools import partial
 import numpy as np
 
 from app.bodies import Bodies
+from app.decomposition import TARGETS
 from app.decomposition import of as decomposition_of
 from app.errors import NonFiniteState, RuntimeFault, UserError
 from app.forces import Span
@@ -206,11 +207,7 @@ class MpiExchange:
         ranks' key ranges come from the same tree; they are checked to agree (one small allgather)."""
         (device,) = devices
         t = time.perf_counter()
-        cuts = list(device.domain_cuts)
-        every = self.comm.allgather(cuts)
-        if any(c != cuts for c in every):
-            raise RuntimeFault(f"the ranks disagree about their key ranges ({every}): their trees differ")
-        ranges = [Span(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+        ranges = agreed_ranges(self.comm, device)
         local = np.ascontiguousarray(device.rows("sacc", ranges[self.comm.rank]))
         width = int(np.prod(local.shape[1:], dtype=int))
         full = np.empty((self.n, *local.shape[1:]), dtype=local.dtype)
@@ -225,6 +222,16 @@ class MpiExchange:
         full, receive = self._layout(local)
         self.comm.Gatherv(local, receive if self.comm.rank == 0 else None, root=0)
         return full if self.comm.rank == 0 else None
+
+
+def agreed_ranges(comm, device) -> list[Span]:
+    """The key ranges of a domain split, from this rank's device, checked to be every rank's (one small
+    allgather): a rank that built another tree would exchange the wrong rows."""
+    cuts = list(device.domain_cuts)
+    every = comm.allgather(cuts)
+    if any(c != cuts for c in every):
+        raise RuntimeFault(f"the ranks disagree about their key ranges ({every}): their trees differ")
+    return [Span(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
 def _mpi_type(dtype):
@@ -245,6 +252,7 @@ class RankRun:
         self.comm, self.make_device = comm, make_device
         self.integrator = Integrator()
         self.physics = Physics()
+        self.decomposition = TARGETS  # the running record's (set by load)
         self.device = self.ops = None
         self.kernel, self.n = "", 0
         self.components = None
@@ -259,8 +267,13 @@ class RankRun:
         # the record's own split (app/decomposition.py): this rank is one device among the ranks' shares
         self.decomposition = decomposition_of(self.device.evaluator.record)
         self.device.integrate_all = self.decomposition.integrate_all
-        self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), MpiExchange(self.comm, shares),
-                                  self.decomposition, layout=(shares, self.comm.rank))
+        # a device that can reach the other ranks' devices directly says so (GPUs on one node: CUDA IPC);
+        # else rows go through host memory and MPI
+        direct = getattr(self.device, "rank_exchange", None)
+        exchange = direct(self.comm, shares) if direct is not None else None
+        exchange = exchange or MpiExchange(self.comm, shares)
+        self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), exchange, self.decomposition,
+                                  layout=(shares, self.comm.rank))
         self.integrator.invalidate()
 
     def step(self, steps: int = 1) -> StepTimings:
@@ -332,8 +345,12 @@ class RankRun:
 
     def state_on_root(self) -> Bodies | None:
         """The whole state on rank 0 (its own positions, every share's velocities gathered); None on the
-        other ranks. Collective."""
-        vel = self.ops.exchange.gather_to_root(self.device, "vel")
+        other ranks. Collective; where every rank integrates every body (a domain split) rank 0 holds
+        every velocity itself and nothing moves between ranks."""
+        if self.decomposition.integrate_all:
+            vel = self.device.rows("vel", Span.all(self.n)) if self.comm.rank == 0 else None
+        else:
+            vel = self.ops.exchange.gather_to_root(self.device, "vel")
         if self.comm.rank != 0:
             return None
         pos = self.positions()
@@ -362,6 +379,11 @@ class RankRun:
         return self.gathered("acc")[:, :3].astype(np.float64)
 
     def close(self) -> None:
+        if self.ops is not None:
+            close_exchange = getattr(self.ops.exchange, "close", None)  # CUDA IPC's opened handles
+            if close_exchange is not None:
+                close_exchange()
+            self.ops = None
         close = getattr(self.device, "close", None)
         if close is not None:
             close()

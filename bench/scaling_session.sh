@@ -9,6 +9,9 @@
 # scaling  the acceptance bench: the tree (Plummer and collision, θ 0.45 / 0.5 / 0.6) at 1M, 8M and 16M,
 #          best and shared at 1M, each on 1 and 2 GPUs; JSON + PNG named <gpu>x2-<day>-scaling
 # view     the viewer headless at 8M with the tree on 1 GPU and on --gpus 2 (per-frame CSVs), and at 1M
+# mpi      2 MPI ranks, a GPU each (MPICH from the carried .whl/): their gpu tests, then the bench of the
+#          tree at 1M and 8M and best at 1M (compare with the one-GPU rows of `scaling` from the same machine),
+#          and the rank-0 viewer at 1M with the tree beside one process (per-frame CSVs)
 # Results land in $OUT (the device tool brings them back).
 set -uo pipefail
 what=${1:-all}
@@ -39,6 +42,22 @@ if [[ $what == scaling || $what == all ]]; then
         --scene plummer,collision --tunable theta=0.45,0.5,0.6 --gpus 1,2 --max-seconds 40 --no-progress \
         --json "$out/$tag-scaling.json" --plot "$out/$tag-scaling.png" 2>&1 | tail -60
     echo "clocks after: $(clocks)"
+fi
+if [[ $what == mpi ]]; then
+    source "$(dirname "$0")/mpi_env.sh"
+    timeout 300 python3 -m pytest -q -p no:xvfb -p no:cacheprovider tests/test_mpi.py -m gpu 2>&1 \
+        | tee "$out/mpi-gpu-tests.log" | grep -E "passed|failed|^FAILED|^E " | tail -12
+    timeout 300 mpiexec -n 2 python3 -m app bench --backend cuda --kernels tree,best --n 1048576,8388608 \
+        --scene plummer,collision --tunable theta=0.45,0.5,0.6 --max-seconds 40 --no-progress \
+        --json "$out/$tag-mpi2.json" 2>&1 | tail -40
+    for r in 1 2; do
+        launch=(); [[ $r == 2 ]] && launch=(mpiexec -n 2)
+        timeout 120 "${launch[@]}" python3 -m app -q run plummer --n 1048576 --frames 120 --headless \
+            --backend cuda --kernel tree --tunable theta=0.6 --steps-per-frame 1 \
+            --timings "$out/$tag-run-1048576-tree-ranks$r-frames.csv" 2>&1 | tail -3
+    done
+    python3 bench/frames_compare.py "$out/$tag-run-1048576-tree-ranks1-frames.csv" \
+        "$out/$tag-run-1048576-tree-ranks2-frames.csv" 2>&1 | tail -6
 fi
 if [[ $what == view || $what == all ]]; then
     for n in 8388608 1048576; do

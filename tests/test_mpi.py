@@ -211,10 +211,11 @@ def test_info_reports_the_mpi_and_how_positions_travel():
 
 # --- GPU ranks (on the GPU machine: two ranks sharing its one GPU) ------------------------------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("kernel", ["shared", "best"])
+@pytest.mark.parametrize("kernel", ["shared", "best", "atomics-n3l", "tree"])  # targets, pairs, domains
 def test_two_gpu_ranks_give_one_ranks_accelerations_within_the_budget(tmp_path, kernel):
-    """Two ranks on one GPU (each takes the GPU of its local rank, round robin), each its share of the
-    targets against every source: the accelerations of one CUDA process within the record's fp32 budget."""
+    """Two ranks (each takes the GPU of its local rank, round robin: one GPU shared, or a GPU each), split
+    as the record says and exchanging GPU to GPU through CUDA IPC (cuda/ipc.py): the accelerations of one
+    CUDA process within the record's fp32 budget; the tree's bitwise, and its positions after 5 steps too."""
     from app.backends import backend_class
     from app.bench import bench_bodies
     from app.physics import relative_errors
@@ -225,8 +226,8 @@ def test_two_gpu_ranks_give_one_ranks_accelerations_within_the_budget(tmp_path, 
     n, out = 65536, tmp_path / "gpu-ranks.npz"
     job = ROOT / "tests" / "mpi_gpu_job.py"
     env = job_env()
-    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(job), str(out), kernel, str(n)],
-                          capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(job), str(out), kernel, str(n),
+                           "--steps", "5"], capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
     backend = cuda()
     try:
@@ -235,10 +236,15 @@ def test_two_gpu_ranks_give_one_ranks_accelerations_within_the_budget(tmp_path, 
         backend.load(bench_bodies(n), mpi_gpu_job.PHYSICS, kernel)
         one = backend.accelerations()
         budget = backend.record(kernel).error_budget
+        backend.step(5)
+        pos = backend.state().pos
     finally:
         backend.close()
-    rel = relative_errors(np.load(out)["acc"], one)
+    got = np.load(out)
+    rel = relative_errors(got["acc"], one)
     assert not budget.judge({"max": float(rel.max()), "p99": float(np.percentile(rel, 99))}), kernel
+    if kernel == "tree":  # every rank builds the same tree and walks its key range as one GPU does
+        assert np.array_equal(got["acc"], one) and np.array_equal(got["pos"], pos)
 
 
 @pytest.mark.gpu

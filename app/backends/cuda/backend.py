@@ -32,8 +32,8 @@ from app.backends.cuda.context import (
     CudaUnavailable,
     default_ordinal,
     device_facts,
-    driver,
     driver_why_not,
+    release_primary_contexts,
 )
 from app.backends.cuda.device import CudaDevice, compiled
 from app.backends.cuda.errors import KernelCompileError, NonFiniteState, out_of_memory
@@ -63,14 +63,7 @@ def _close_all_at_exit() -> None:
             backend.close()
         except Exception as e:  # pragma: no cover - best effort at exit
             log.debug("closing a CUDA backend at exit: %s", e)
-    try:
-        drv = driver()
-        for _ in range(32):
-            if drv.Context.get_current() is None:
-                break
-            drv.Context.pop()
-    except Exception:  # pragma: no cover
-        pass
+    release_primary_contexts()
 
 
 class CudaBackend(Backend):

@@ -14,6 +14,7 @@ is per process but the driver module itself and cached facts, both keyed by devi
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import os
@@ -244,11 +245,11 @@ class ContextScope:
     second thread run without the context; both made two-GPU runs fail with 'invalid device context' or
     'invalid resource handle'.
 
-    The scope holds the retained primary context; it is released when the scope is dropped."""
+    The context is the process's one retained wrapper of the GPU's primary context (`primary_context`)."""
 
     def __init__(self, ordinal: int):
         self.ordinal = int(ordinal)
-        self.ctx = driver().Device(self.ordinal).retain_primary_context()
+        self.ctx = primary_context(self.ordinal)
 
     def __enter__(self):
         self.ctx.push()
@@ -257,6 +258,39 @@ class ContextScope:
     def __exit__(self, *exc):
         driver().Context.pop()
         return False
+
+
+_PRIMARY: dict[int, object] = {}
+
+
+def primary_context(ordinal: int):
+    """The GPU's retained primary context: one pycuda wrapper per GPU for the life of the process.
+
+    A wrapper per device object, dropped with it, was released by the garbage collector at any moment,
+    and pycuda's release of a primary context makes it current on the collecting thread without undoing
+    that: collected while another GPU's scope was open (a two-GPU run's old devices, in a later run on the
+    calling thread), it left the wrong context current and the next launch failed with 'invalid resource
+    handle' (seen on two H100s; never with the garbage collector off). The CUDA runtime (CuPy, NCCL) keeps
+    the primary context retained for the process anyway. Released at exit (`release_primary_contexts`)."""
+    ctx = _PRIMARY.get(ordinal)
+    if ctx is None:
+        if not _PRIMARY:
+            atexit.register(release_primary_contexts)
+        ctx = _PRIMARY[ordinal] = driver().Device(ordinal).retain_primary_context()
+    return ctx
+
+
+def release_primary_contexts() -> None:
+    """At exit: drop the primary contexts, then empty this thread's context stack (else pycuda aborts)."""
+    _PRIMARY.clear()
+    try:
+        drv = driver()
+        for _ in range(32):
+            if drv.Context.get_current() is None:
+                break
+            drv.Context.pop()
+    except Exception:  # noqa: BLE001 - best effort at exit
+        pass
 
 
 @functools.lru_cache(maxsize=1)

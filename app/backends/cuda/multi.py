@@ -157,6 +157,22 @@ class CudaShareDevice:
             fn.prepared_call((ceil_div(span.count, 256), 1), (256, 1, 1), self.row_pointer(field, span), part,
                              span.count)
 
+    def rank_exchange(self, comm, shares: list[Span]):
+        """MPI ranks (app/distributed.py RankRun): a CUDA IPC exchange (ipc.py) where every rank of the job
+        is on this node, else None (host memory through MPI; one log line). Collective."""
+        from mpi4py import MPI
+
+        from app.backends.cuda.ipc import IpcExchange
+
+        node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+        together = node.size == comm.size
+        node.Free()
+        if not together:
+            if comm.rank == 0:
+                log.info("MPI ranks on several nodes: rows are exchanged through host memory (MPI)")
+            return None
+        return IpcExchange(comm, shares, self)
+
     def timed(self, category: str):
         """Its scope pushed and the work queued inside timed on its clock (the exchanges' copies)."""
         return _Timed(self.device.scope, self.timer, category)
@@ -247,6 +263,8 @@ class CudaShareDevice:
                 mark.close()
             self._check.forget()
         self._marks.clear()
+        self._share_ops = None  # it holds self.force: without this, only the garbage collector frees us
+        self._pair_plans.clear()
         self.device.close()
 
 
