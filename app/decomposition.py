@@ -45,6 +45,9 @@ from functools import cached_property
 
 import numpy as np
 
+from app.errors import RuntimeFault
+from app.forces import Span
+
 
 class Decomposition:
     """One way of splitting a force evaluation over K devices (see the module docstring)."""
@@ -125,6 +128,16 @@ def align_cuts(cuts: Sequence[int], boundaries: np.ndarray) -> list[int]:
     at = np.searchsorted(boundaries, np.asarray(cuts, dtype=boundaries.dtype), side="left")
     at = np.minimum(at, boundaries.shape[0] - 1)
     return [int(boundaries[i]) for i in at]
+
+
+def agreed_ranges(comm, device) -> list[Span]:
+    """MPI ranks: the key ranges of a domain split from this rank's device, checked to be every rank's
+    (one small allgather of the cuts): a rank that built another tree would exchange the wrong rows."""
+    cuts = list(device.domain_cuts)
+    every = comm.allgather(cuts)
+    if any(c != cuts for c in every):
+        raise RuntimeFault(f"the ranks disagree about their key ranges ({every}): their trees differ")
+    return [Span(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
 
 # --- the pair tiles of Newton's third law ------------------------------------------------------------------

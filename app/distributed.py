@@ -33,9 +33,9 @@ from functools import partial
 import numpy as np
 
 from app.bodies import Bodies
-from app.decomposition import TARGETS
+from app.decomposition import TARGETS, agreed_ranges
 from app.decomposition import of as decomposition_of
-from app.errors import NonFiniteState, RuntimeFault, UserError
+from app.errors import NonFiniteState, UserError
 from app.forces import Span
 from app.integrator import CHECK_EVERY, Integrator
 from app.multidevice import MultiDeviceOps, SingleDriver, split
@@ -224,16 +224,6 @@ class MpiExchange:
         return full if self.comm.rank == 0 else None
 
 
-def agreed_ranges(comm, device) -> list[Span]:
-    """The key ranges of a domain split, from this rank's device, checked to be every rank's (one small
-    allgather): a rank that built another tree would exchange the wrong rows."""
-    cuts = list(device.domain_cuts)
-    every = comm.allgather(cuts)
-    if any(c != cuts for c in every):
-        raise RuntimeFault(f"the ranks disagree about their key ranges ({every}): their trees differ")
-    return [Span(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
-
-
 def _mpi_type(dtype):
     from mpi4py import MPI
 
@@ -269,9 +259,9 @@ class RankRun:
         self.device.integrate_all = self.decomposition.integrate_all
         # a device that can reach the other ranks' devices directly says so (GPUs on one node: CUDA IPC);
         # else rows go through host memory and MPI
+        host = MpiExchange(self.comm, shares)
         direct = getattr(self.device, "rank_exchange", None)
-        exchange = direct(self.comm, shares) if direct is not None else None
-        exchange = exchange or MpiExchange(self.comm, shares)
+        exchange = (direct(self.comm, shares, host) if direct is not None else None) or host
         self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), exchange, self.decomposition,
                                   layout=(shares, self.comm.rank))
         self.integrator.invalidate()
@@ -336,8 +326,13 @@ class RankRun:
 
     def gathered(self, field: str) -> np.ndarray:
         """The whole of `field` on every rank."""
-        self.ops.exchange.gather([self.device], field)
+        self.gathered_on_device(field)
         return self.device.rows(field, Span.all(self.n)).copy()
+
+    def gathered_on_device(self, field: str) -> None:
+        """Every share's rows of `field` into this rank's device copy (collective; no host copy where the
+        exchange moves rows device to device)."""
+        self.ops.exchange.gather([self.device], field)
 
     def positions(self) -> np.ndarray:
         """This rank's copy of every position (N, 4): whole after each step's exchange."""

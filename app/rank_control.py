@@ -29,6 +29,7 @@ class Control:
     steps: int = 0  # 0: no step this frame (rank 0 is paused)
     load: bool = False  # new bodies follow in a second broadcast (reset, N, a preset)
     gather: bool = False  # rank 0 wants a new view (velocities gathered) after the step
+    speeds: bool = False  # rank 0 draws from its GPU: every share's speeds to it after the step
     quit: bool = False  # rank 0 is done: every rank's follow() returns
 
     def changes(self, before: Control) -> bool:

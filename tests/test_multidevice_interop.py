@@ -150,10 +150,10 @@ class TwinGpus:
     def exchange(self, name):
         return PeerExchange
 
-    def gl_target(self, position_vbo, speed_vbo, devices, n):
+    def gl_target(self, position_vbo, speed_vbo, devices, n, whole=False):
         target = GpuRenderTarget(FakeGLBuffers(n + self.slack), CountingScope(), self._copy)
         if devices:
-            target.publish(devices, n)
+            target.publish(devices, n, whole)
         self.targets.append(target)
         return target
 
@@ -169,9 +169,9 @@ def twin_backend(k: int, driver: str = "threads", kind: TwinGpus | None = None) 
     return cls()
 
 
-def single_cpu(bodies, physics, steps: int):
+def single_cpu(bodies, physics, steps: int, kernel: str = KERNEL):
     cpu = CPUBackend()
-    cpu.load(bodies, physics, KERNEL)
+    cpu.load(bodies, physics, kernel)
     if steps:
         cpu.step(steps)
     pos4, speed = cpu.host_render_arrays()
@@ -226,29 +226,34 @@ def test_too_small_buffers_are_a_fault_and_leave_them_unmapped():
 
 
 # --- the backend: VBOs hold the state after each step, no host read per frame ----------------------------
+@pytest.mark.parametrize("kernel", [KERNEL, "cpu-tree"])  # targets; domains (every device holds all rows)
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("k", [1, 3])
-def test_vbos_hold_the_single_device_state_after_every_step_without_host_reads(k, driver):
+def test_vbos_hold_the_single_device_state_after_every_step_without_host_reads(k, driver, kernel):
     bodies, physics = cloud(), Physics(softening=0.02, dt=2e-3)
     kind = TwinGpus()
     backend = twin_backend(k, driver, kind)
     try:
-        backend.load(bodies, physics, KERNEL)
+        backend.load(bodies, physics, kernel)
         assert backend.data_path == f"host upload from {k} twin GPUs"
         assert backend.attach_gl_buffers(7, 8)
         assert backend.data_path == f"{INTEROP_PATH} on GPU 0 from {k} twin GPUs"
         gl = backend.gl_buffers
-        want_pos, want_speed = single_cpu(bodies, physics, 0)
+        want_pos, want_speed = single_cpu(bodies, physics, 0, kernel)
         assert np.array_equal(gl.pos, want_pos) and np.array_equal(gl.speed, want_speed)  # filled on attach
         kind.reads["forbidden"] = True  # from here a host read fails the step (a DeviceFault)
         done = 0
         for steps in (1, 4, 5):
+            kind.copies.clear()
             timings = backend.step(steps)
             done += steps
             assert (timings.map_ms, timings.unmap_ms) == (gl.last_map_ms, gl.last_unmap_ms) != (0.0, 0.0)
-            want_pos, want_speed = single_cpu(bodies, physics, done)
+            want_pos, want_speed = single_cpu(bodies, physics, done, kernel)
             assert np.array_equal(gl.pos, want_pos), f"positions after {done} steps"
             assert np.array_equal(gl.speed, want_speed), f"speeds after {done} steps"
+            renders = [c for c in kind.copies if c[0] == "render"]
+            # a domain split: device 0 holds every speed, so two copies (no peer copy from the others)
+            assert len(renders) == (2 if kernel == "cpu-tree" else 1 + k)
         assert not gl.is_mapped
         assert {c[0] for c in kind.copies} == ({"render", "exchange"} if k > 1 else {"render"})
     finally:

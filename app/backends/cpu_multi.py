@@ -177,7 +177,7 @@ class CpuDevices:
         return lambda devices: HostExchange()
 
     @staticmethod
-    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int):
+    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int, whole: bool = False):
         """No interop on the host: the renderer uploads `host_render_arrays()` each frame."""
         return None
 

@@ -146,7 +146,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
                 log.info("N = %d: CUDA-GL buffers detached until attach_gl_buffers is called again", bodies.n)
                 self.detach_gl_buffers()
             else:  # same N (a kernel switch, new force parameters): the VBOs show the reloaded state
-                self._gl_target.publish(run.devices, self.n)
+                self._gl_target.publish(run.devices, self.n, run.decomposition.integrate_all)
 
     def _reload(self, physics: Physics, kernel: str) -> None:
         """The devices made again from the current state (a kernel or a force parameter changed)."""
@@ -209,7 +209,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         self._steps += steps
         map_ms = unmap_ms = 0.0
         if self._gl_target is not None and steps:  # after the last exchange: every position is on GPU 0
-            self._gl_target.publish(run.devices, self.n)
+            self._gl_target.publish(run.devices, self.n, run.decomposition.integrate_all)
             map_ms, unmap_ms = self._gl_target.map_ms, self._gl_target.unmap_ms
         lagged = self._gl_target is not None
         times = run.ops.take_times(lagged=lagged)
@@ -259,7 +259,8 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         (GPU 0's interop), False when the renderer must upload `host_render_arrays()` each frame."""
         self.detach_gl_buffers()
         devices = self._run.devices if self._run is not None else []
-        self._gl_target = self.kind.gl_target(position_vbo, speed_vbo, devices, self.n)
+        whole = self._run is not None and self._run.decomposition.integrate_all
+        self._gl_target = self.kind.gl_target(position_vbo, speed_vbo, devices, self.n, whole)
         return self._gl_target is not None
 
     def detach_gl_buffers(self) -> None:

@@ -96,6 +96,7 @@ class RanksBackend(TunablesPerKernel, Backend):
         self._view_read = True
         self._frames_since_view = 0
         self._n = 0
+        self._gl_target = None  # rank 0: the VBOs filled on its GPU (attach_gl_buffers), or None
         self.quit_seen = False
         self.splits: deque[tuple[list[float], list[float]]] = deque(maxlen=SPLIT_FRAMES)
         self.fingerprints: list[str] = []  # after each applied change: the same on every rank
@@ -137,7 +138,8 @@ class RanksBackend(TunablesPerKernel, Backend):
     def _wanted(self, steps: int) -> Control:
         due = self._view_read and self._frames_since_view + 1 >= max(int(self.gather_every), 1)
         return Control(kernel=self._kernel, tunables=self.tunables(), physics=self._physics.as_dict(),
-                       steps=int(steps), load=self._bodies is not None, gather=bool(due))
+                       steps=int(steps), load=self._bodies is not None, gather=bool(due),
+                       speeds=self._gl_target is not None)
 
     # --- the per-frame protocol (every rank, the same calls in the same order) --------------------------
     def step(self, steps: int = 1) -> StepTimings:
@@ -167,6 +169,8 @@ class RanksBackend(TunablesPerKernel, Backend):
             return StepTimings(kernel=self._kernel, steps=0, n=self._n)
         self._apply(control)
         step = self.run.step(control.steps) if control.steps else None
+        if step is not None and control.speeds:
+            self._draw_from_gpu()
         mine = (step.force_ms, step.extra["exchange_ms"], step.integrate_ms, step.interactions,
                 step.pair_equivalent) if step else (0.0, 0.0, 0.0, 0, 0)
         every = self.comm.allgather(mine)
@@ -204,6 +208,15 @@ class RanksBackend(TunablesPerKernel, Backend):
         self._applied = control
         if was is None or control.changes(was):
             self.fingerprints.append(self.fingerprint())
+
+    def _draw_from_gpu(self) -> None:
+        """Rank 0 draws from its GPU (interop): its positions are whole after every step; the speeds of
+        the other shares come to it first (collective), unless it integrates every body (a domain split)
+        and holds them already. Then rank 0's GPU fills the VBOs: no host round trip per frame."""
+        if not self.run.decomposition.integrate_all:
+            self.run.gathered_on_device("speed")
+        if self.lead and self._gl_target is not None:
+            self._gl_target.publish([self.run.device], self._n, whole=True)
 
     def _gather_view(self) -> None:
         view = self.run.state_on_root()
@@ -245,8 +258,31 @@ class RanksBackend(TunablesPerKernel, Backend):
         raise NotImplementedError("the accelerations of MPI ranks are gathered collectively "
                                   "(app.distributed.RankRun.accelerations), not by rank 0 alone")
 
+    # --- rank 0's VBOs through its GPU's CUDA-GL interop (GPU ranks) -------------------------------------
+    def attach_gl_buffers(self, position_vbo: int, speed_vbo: int) -> bool:
+        """Rank 0's renderer offers its VBOs: True when rank 0's device kind can fill them on the GPU (GPU
+        ranks: interop on rank 0's GPU 0), after which every frame's Control asks the ranks for what rank 0
+        draws (`_draw_from_gpu`); False (CPU ranks, no interop) keeps the host upload."""
+        self.detach_gl_buffers()
+        if not self.lead:
+            return False
+        from app.backends.multi import device_kind
+
+        device = self.run.device if self._applied is not None and self.run.n == self._n else None
+        whole = device is not None and self.run.decomposition.integrate_all
+        self._gl_target = device_kind(self.inner.name).gl_target(position_vbo, speed_vbo,
+                                                                 [device] if whole else [], self._n, whole)
+        return self._gl_target is not None
+
+    def detach_gl_buffers(self) -> None:
+        if self._gl_target is not None:
+            target, self._gl_target = self._gl_target, None
+            target.close()
+
     @property
     def data_path(self) -> str:
+        if self._gl_target is not None:
+            return f"CUDA-GL interop on rank 0's GPU, {self.ranks} MPI ranks"
         return f"host upload, {self.ranks} MPI ranks"
 
     def device_info(self) -> dict:
@@ -274,4 +310,5 @@ class RanksBackend(TunablesPerKernel, Backend):
 
     def close(self) -> None:
         """This rank's device; nothing collective (it also runs while an error unwinds)."""
+        self.detach_gl_buffers()
         self.run.close()

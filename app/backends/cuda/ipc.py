@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 
-from app.distributed import MpiExchange, agreed_ranges
+from app.decomposition import agreed_ranges
 from app.forces import Span
 
 EXPORTED = ("pos", "acc", "sacc", "vel", "speed")  # the device buffers other ranks read
@@ -33,11 +33,12 @@ EXPORTED = ("pos", "acc", "sacc", "vel", "speed")  # the device buffers other ra
 class IpcExchange:
     name = "cuda-ipc"
 
-    def __init__(self, comm, shares: list[Span], device):
+    def __init__(self, comm, shares: list[Span], device, host):
+        """`host`: the MPI exchange through host memory, for what goes to rank 0's host (gather_to_root)."""
         self.comm, self.shares, self.device = comm, list(shares), device
         self.n = sum(s.count for s in self.shares)
         self.ms = 0.0
-        self._host = MpiExchange(comm, shares)  # gather_to_root
+        self._host = host
         drv = device.device.drv
         with device.device.scope:
             mine = {field: bytes(drv.mem_get_ipc_handle(device.ptr[field])) for field in EXPORTED}

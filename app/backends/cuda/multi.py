@@ -157,9 +157,9 @@ class CudaShareDevice:
             fn.prepared_call((ceil_div(span.count, 256), 1), (256, 1, 1), self.row_pointer(field, span), part,
                              span.count)
 
-    def rank_exchange(self, comm, shares: list[Span]):
+    def rank_exchange(self, comm, shares: list[Span], host):
         """MPI ranks (app/distributed.py RankRun): a CUDA IPC exchange (ipc.py) where every rank of the job
-        is on this node, else None (host memory through MPI; one log line). Collective."""
+        is on this node, else None (the `host` exchange through MPI; one log line). Collective."""
         from mpi4py import MPI
 
         from app.backends.cuda.ipc import IpcExchange
@@ -171,7 +171,7 @@ class CudaShareDevice:
             if comm.rank == 0:
                 log.info("MPI ranks on several nodes: rows are exchanged through host memory (MPI)")
             return None
-        return IpcExchange(comm, shares, self)
+        return IpcExchange(comm, shares, self, host)
 
     def timed(self, category: str):
         """Its scope pushed and the work queued inside timed on its clock (the exchanges' copies)."""
@@ -419,11 +419,12 @@ class GpuDevices:
         return gpu_devices(list(range(k)))
 
     @staticmethod
-    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int):
-        """GPU 0's CUDA-GL interop for the renderer's VBOs (multi_interop.py), or None (it said why)."""
+    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int, whole: bool = False):
+        """GPU 0's CUDA-GL interop for the renderer's VBOs (multi_interop.py), or None (it said why);
+        `whole`: GPU 0 holds every body's speed."""
         from app.backends.cuda.multi_interop import attach_to_gpu0
 
-        return attach_to_gpu0(position_vbo, speed_vbo, devices, n)
+        return attach_to_gpu0(position_vbo, speed_vbo, devices, n, whole)
 
     @staticmethod
     def exchange(name: str):

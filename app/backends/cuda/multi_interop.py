@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 
 from app.backends.cuda.interop import GLBuffers, fall_back, register_gl_buffers
+from app.forces import Span
 from app.multidevice import queue_after, render_copies
 
 log = logging.getLogger(__name__)
@@ -33,13 +34,18 @@ class GpuRenderTarget:
     def __init__(self, gl: GLBuffers, scope, copy_async):
         self.gl, self.scope, self.copy_async = gl, scope, copy_async
 
-    def publish(self, devices, n: int) -> None:
+    def publish(self, devices, n: int, whole: bool = False) -> None:
         """The devices' current positions and speeds into the VBOs (RuntimeFault if they hold fewer
-        than n bodies). The copies are queued, not waited for."""
+        than n bodies). The copies are queued, not waited for. `whole`: the first device holds every
+        body's speed (a domain split integrates every body on every device; an MPI rank 0 that gathered
+        them), so every row comes from it and no other device is read."""
+        shares = [d.share for d in devices]
+        if whole:
+            shares = [Span.all(n)] + [Span(0, 0)] * (len(devices) - 1)
         with self.scope, self.gl.mapped_for(n) as mapped:
             base = {"pos": mapped.pos, "speed": mapped.speed}
             queue_after(devices[:1], devices, "speed-written")  # GPU 0 copies after every GPU's kick
-            for copy in render_copies([d.share for d in devices]):
+            for copy in render_copies(shares):
                 size = ROW_BYTES[copy.field]
                 source = devices[copy.device].row_pointer(copy.field, copy.span)
                 self.copy_async(base[copy.field] + size * copy.span.start, source, size * copy.span.count)
@@ -58,9 +64,11 @@ class GpuRenderTarget:
             self.gl.unregister()
 
 
-def attach_to_gpu0(position_vbo: int, speed_vbo: int, devices, n: int) -> GpuRenderTarget | None:
+def attach_to_gpu0(position_vbo: int, speed_vbo: int, devices, n: int,
+                   whole: bool = False) -> GpuRenderTarget | None:
     """The VBOs registered on GPU 0 and filled with the current state (`devices` empty: nothing loaded
-    yet), or None after one warning saying why interop cannot work (the renderer uploads from the host)."""
+    yet; `whole`: GPU 0 holds every speed, GpuRenderTarget.publish), or None after one warning saying why
+    interop cannot work (the renderer uploads from the host)."""
     from app.backends.cuda.context import ContextScope, driver
 
     scope = ContextScope(0)  # GPU 0's primary context: the one its CudaShareDevice works in
@@ -73,7 +81,7 @@ def attach_to_gpu0(position_vbo: int, speed_vbo: int, devices, n: int) -> GpuRen
     target = GpuRenderTarget(gl, scope, drv.memcpy_dtod_async)
     if devices:
         try:
-            target.publish(devices, n)
+            target.publish(devices, n, whole)
             with scope:
                 drv.Context.synchronize()  # a failing first copy is reported here, not on a later frame
         except Exception as e:
