@@ -104,8 +104,10 @@ def summary() -> str:
     library = " ".join(MPI.Get_library_version().split()[:3])
     launcher = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
     query = getattr(MPI, "Query_cuda_support", None)
-    aware = ("CUDA-aware: yes, positions could be exchanged from device memory" if query and query()
-             else "CUDA-aware: not reported by this MPI, positions are exchanged through host memory")
+    aware = ("CUDA-aware: yes (GPU ranks on one node exchange through CUDA IPC; across nodes through host "
+             "memory: device pointers to MPI are not built)" if query and query()
+             else "CUDA-aware: not reported by this MPI; GPU ranks on one node exchange device to device "
+             "through CUDA IPC, across nodes through host memory")
     return f"mpi4py {mpi4py.__version__}, {library}, mpiexec {launcher or 'not found'}; {aware}"
 
 
@@ -291,6 +293,7 @@ class RankRun:
         return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=times["force"][0],
                            integrate_ms=times["integrate"][0], interactions=work.interactions,
                            pair_equivalent=work.pair_equivalent, force_evals=work.evaluations,
+                           body_cell=work.body_cell,
                            extra={"exchange_ms": exchanged})
 
     def _check_finite(self) -> None:

@@ -1,10 +1,12 @@
 """Several devices, one simulation: the multi-device driver over the force seam, for any force method.
 
-Each device holds a full copy of the positions, evaluates the accelerations of its share of the targets
-against all sources (`ForceEvaluator.evaluate(pos, acc, share, everyone)`), updates its share's
-velocities and positions, and then the new positions are exchanged so that every copy is whole again.
-The driver never asks which force method runs: all-pairs records and a tree (every device building the
-whole tree from all positions and walking its own groups) go through it alike.
+Each device holds a full copy of the positions and a share of the bodies. How the force evaluation is
+split is the record's decomposition (app/decomposition.py), which the driver runs without asking which
+method it is: `targets` (each device its share of the targets against all sources, then its share's
+positions to every copy), `pairs` (each device a slice of the Newton-3 pair tiles into partial
+accelerations of every body, reduce-scattered onto the shares) and `domains` (each device the whole tree
+from all positions and the walk of its key range, the key-ordered results all-gathered; every device then
+integrates every body, so no positions move).
 
     run = MultiDeviceRun(cpu_devices, k=3, driver="threads")   # or GPUs: any factory of DeviceStates
     run.load(bodies, physics, "cpu-fp64")

@@ -62,6 +62,20 @@ def test_info_lists_backends_and_kernels(capsys):
     assert "physics.dt" in capsys.readouterr().out
 
 
+def test_info_kernels_says_how_several_devices_split_each_record(capsys):
+    assert main(["info", "--kernels"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    splits = {}
+    for i, ln in enumerate(lines):
+        if "on several devices (--gpus, MPI ranks):" in ln:
+            name = next(lines[j].split()[0] for j in range(i - 1, -1, -1) if not lines[j].startswith("   "))
+            splits[name] = ln.split("MPI ranks): ")[1].split(":")[0]
+    assert {k: splits[k] for k in ("cpu-simd", "cpu-fp64", "cpu-tree", "cpu-n3l")} == {
+        "cpu-simd": "targets", "cpu-fp64": "targets", "cpu-tree": "domains", "cpu-n3l": "pairs"}
+    assert {splits.get("atomics-n3l"), splits.get("tree"), splits.get("best")} == {
+        "pairs", "domains", "as the record it picks for N"}
+
+
 def test_info_kernels_states_the_memory_per_body_of_a_record_that_reports_it(capsys):
     assert main(["info", "--kernels"]) == 0
     lines = capsys.readouterr().out.splitlines()

@@ -246,6 +246,36 @@ def test_scaling_rows_compare_each_count_with_the_fewest():
         pytest.approx(8 / 5 / 2)
 
 
+def test_scaling_rows_never_compare_other_scenes_or_settings():
+    """Each series (kernel, scene, N, setting) against its own fewest-device row: a faster scene or θ on
+    one count must not stand in for another's (the first two-GPU run's table did exactly that)."""
+    from app.bench import scaling_at_budget, scaling_rows
+
+    def row(scene, theta, gpus, ms, p99):
+        return {"kernel": "tree", "scene": scene, "n": 10, "tunables": {"theta": theta}, "gpus": gpus,
+                "status": "ok", "median_ms": ms, "exchange_median_ms": 0.0, "step_median_ms": ms,
+                "error": {"p99": p99, "budget_p99": 1e-3}}
+
+    rows = [row("a", 0.5, 1, 8.0, 5e-4), row("a", 0.9, 1, 2.0, 5e-3), row("b", 0.5, 1, 4.0, 5e-4),
+            row("a", 0.5, 2, 5.0, 5e-4), row("a", 0.9, 2, 1.5, 5e-3), row("b", 0.5, 2, 2.0, 5e-4)]
+    got = {(r["scene"], r["tunables"]["theta"], r["gpus"]): r["speedup"] for r in scaling_rows(rows)}
+    assert got == {("a", 0.5, 1): 1.0, ("a", 0.5, 2): 8 / 5, ("a", 0.9, 1): 1.0, ("a", 0.9, 2): 2 / 1.5,
+                   ("b", 0.5, 1): 1.0, ("b", 0.5, 2): 2.0}
+    from app.bench_sweep import fastest_within_budget
+
+    result = {"gpu_counts": [1, 2], "scaling": scaling_rows(rows), "fastest_within_budget":
+              fastest_within_budget(rows)}
+    kept = {(r["scene"], r["tunables"]["theta"], r["gpus"]) for r in scaling_at_budget(result)}
+    assert kept == {("a", 0.5, 1), ("a", 0.5, 2), ("b", 0.5, 1), ("b", 0.5, 2)}  # θ 0.9 is over budget
+
+
+def test_bench_gpus_plots_step_time_and_speed_up(tmp_path):
+    out = tmp_path / "scaling.png"
+    rc = main(["bench", *CPU, "--kernels", "cpu-simd,cpu-n3l", "--n", "256,512", "--gpus", "1,2", "--warmup",
+               "1", "--repeats", "1", "--no-progress", "--plot", str(out)])
+    assert rc == 0 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
 def test_bench_gpus_writes_rows_per_count_and_scaling_rows(tmp_path, capsys):
     import json
 

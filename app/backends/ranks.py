@@ -172,7 +172,7 @@ class RanksBackend(TunablesPerKernel, Backend):
         if step is not None and control.speeds:
             self._draw_from_gpu()
         mine = (step.force_ms, step.extra["exchange_ms"], step.integrate_ms, step.interactions,
-                step.pair_equivalent) if step else (0.0, 0.0, 0.0, 0, 0)
+                step.pair_equivalent, step.body_cell) if step else (0.0, 0.0, 0.0, 0, 0, 0)
         every = self.comm.allgather(mine)
         force, exchange = [e[0] for e in every], [e[1] for e in every]
         if control.gather:
@@ -182,9 +182,12 @@ class RanksBackend(TunablesPerKernel, Backend):
         if self.lead:
             self.splits.append((force, exchange))
             self._frames_since_view += 1
+        drawn = self._gl_target if self.lead else None  # rank 0's map / unmap of the VBOs, as one GPU times
         return StepTimings(kernel=self.run.kernel, steps=control.steps, n=self._n, force_ms=max(force),
                            integrate_ms=max(e[2] for e in every), interactions=sum(e[3] for e in every),
-                           pair_equivalent=sum(e[4] for e in every), force_evals=step.force_evals,
+                           pair_equivalent=sum(e[4] for e in every), body_cell=sum(e[5] for e in every),
+                           force_evals=step.force_evals, map_ms=drawn.map_ms if drawn else 0.0,
+                           unmap_ms=drawn.unmap_ms if drawn else 0.0,
                            extra={"exchange_ms": max(exchange), **rank_entries(force, exchange)})
 
     def _apply(self, control: Control) -> None:

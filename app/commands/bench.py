@@ -41,11 +41,15 @@ is how a run keeps `best` at 1M and skips it at 8M (about 6 minutes there on an 
 the JSON.
 
 With --gpus 1,2 (or 1,all) every kernel and N is timed through the multi-device driver on each device
-count in turn (app/backends/multi.py, docs/multi-gpu.md): rows are labelled "kernel ×K", each with its
-devices' median force times and the median position exchange per step, and scaling rows give per kernel
-and N the speed-up of each count against the fewest (force + exchange per step) and the efficiency,
-speed-up × K_base / K. With --backend cpu the devices are CPU "devices" (shares of the host: a test of
-the path, not of scaling).
+count in turn (app/backends/multi.py, docs/multi-gpu.md), each kernel split as its record says
+(app/decomposition.py: targets, pairs for atomics-n3l and `best`'s pick of it, domains for the trees):
+rows are labelled "kernel ×K", each with its devices' median force times and the median exchange per
+step; interactions count only the work that was needed (each pair or tree interaction once, whichever
+device did it). Scaling rows give per kernel, scene, N and setting the speed-up of each count against the
+fewest (force + exchange per step) and the efficiency, speed-up × K_base / K; the table printed (and the
+JSON's scaling_at_budget) keeps a tree's fastest θ within its budget on the fewest devices, and --plot then
+draws step time and speed-up against N (app/scaling_plot.py). With --backend cpu the devices are CPU
+"devices" (shares of the host: a test of the path, not of scaling).
 
 examples:
   # the tree beside all-pairs `best` (issue 11's acceptance run; about 3 minutes on an H200)
@@ -122,7 +126,8 @@ def add_parser(sub) -> None:
     p.add_argument("--repeats", type=positive_int, default=10, metavar="K",
                    help="timed launches; the median is reported (10)")
     p.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
-    p.add_argument("--plot", type=Path, metavar="FILE.png", help="write interactions/s vs N as a PNG")
+    p.add_argument("--plot", type=Path, metavar="FILE.png",
+                   help="write interactions/s vs N as a PNG (with --gpus 1,2: step time and speed-up)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_gpu_options(p, gpus_help="comma-separated device counts, e.g. 1,2 or 1,all: every kernel and N on "
                                  "each count through the multi-device driver, plus scaling rows (speed-up "
@@ -178,7 +183,10 @@ def _bench(args, comm) -> int:
         bench.write_json(result, args.json)
         print(f"wrote {args.json}")
     if args.plot:
-        from app.bench_plot import plot
+        if len(result.get("gpu_counts") or []) > 1:  # what a second device buys
+            from app.scaling_plot import plot_scaling as plot
+        else:
+            from app.bench_plot import plot
 
         plot(result, args.plot)
         print(f"wrote {args.plot}")

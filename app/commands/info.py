@@ -6,6 +6,8 @@ import argparse
 import platform
 import sys
 
+from app.decomposition import of as decomposition_of
+
 HELP = "show Python, backends (available / why not), kernels, GL renderer, CUDA device, presets"
 DESCRIPTION = """\
 Print what NBody Live finds on this machine: Python and package versions, each backend with
@@ -16,10 +18,18 @@ a flag, list one table instead.
 
 examples:
   nbody-live info
-  nbody-live info --kernels      # every kernel record: precision, doc, error budget, tunables, and
-                                 # for a tree its memory per body
+  nbody-live info --kernels      # every kernel record: precision, doc, error budget, tunables, how
+                                 # several devices split it, and for a tree its memory per body
   nbody-live info --keys         # every scene key with its allowed values
 """
+
+
+def _split(rec) -> str:
+    """How several devices split a record (app/decomposition.py); `best` splits as the record it picks."""
+    if getattr(rec.policy, "resolves", False):
+        return "as the record it picks for N"
+    split = decomposition_of(rec)
+    return f"{split.name}: {split.doc}"
 
 
 def add_parser(sub) -> None:
@@ -100,6 +110,7 @@ def print_kernels() -> None:
                     where = "device" if cls.name == "cuda" else "host"
                     print(f"  {'':<24} {'':<5} memory {memory:,} bytes per body at N = {MEMORY_N:,} "
                           f"({where}, beside the state; default tunables)")
+                print(f"  {'':<24} {'':<5} on several devices (--gpus, MPI ranks): {_split(rec)}")
         finally:
             if backend is not None:
                 backend.close()

@@ -1,8 +1,12 @@
 """GPUs as devices of the multi-device driver (app/multidevice.py): one CudaShareDevice per GPU.
 
 Each GPU holds a full float4 copy of the positions and its share of the velocities, accelerations and
-speeds; `force` evaluates the current record over (share, all) with the GPU's CudaEvaluator, the
-updates are kernels/integrate.cu on the share's rows (the host offsets the pointers). Work is queued
+speeds (all of them for a domain split, whose devices integrate every body); the force is split as the
+record says (app/decomposition.py): `force` evaluates the record over (share, all) with the GPU's
+CudaEvaluator, `force_pairs` runs its slice of atomics-n3l's task grid into partial accelerations of every
+body, `force_domain` builds the whole tree and walks its key range into `sacc` (key order), `unsort`
+scatters the gathered key ranges back to state order. The updates are kernels/integrate.cu on the rows it
+integrates (the host offsets the pointers). Work is queued
 asynchronously on the legacy stream of the GPU's primary context and timed by the GPU's event clock
 (`CudaDevice.timer`), read without a wait while the viewer draws. Nothing waits on a GPU per step: the
 order between GPUs is events (`mark`) and cuStreamWaitEvent on the legacy stream (`wait_for`,
@@ -20,7 +24,8 @@ Rendering: GPU 0 holds the renderer's VBOs through CUDA–GL interop, and the GP
 each step (multi_interop.py); without interop the renderer reads the state back.
 
 fp32 records only: the fp64 record keeps a double state of its own (a ConfigError says so).
-Not yet run on several GPUs: the two-GPU issue measures it.
+Run on two H100s (NV18) on 2026-11-25: docs/multi-gpu.md, "Measured scaling". MPI ranks on one node use
+these devices with the CUDA IPC exchange of ipc.py (`rank_exchange`).
 """
 
 from __future__ import annotations
