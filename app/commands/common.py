@@ -75,8 +75,10 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
 
 
 GPUS_HELP = ("split the forces over N GPUs (or all) through the multi-device driver: each GPU holds every "
-             "position and computes its share of the targets (docs/multi-gpu.md); with --backend cpu, N CPU "
-             "\"devices\" (the CI twin). More than the machine has is an error")
+             "position and does its part as the kernel's record splits it (`info --kernels`: its share of "
+             "the targets, a slice of the Newton-3 pair tiles, or a key range of the tree's groups; "
+             "docs/multi-gpu.md); with --backend cpu, N CPU \"devices\" (the CI twin). More than the "
+             "machine has is an error")
 
 
 def add_gpu_options(p: argparse.ArgumentParser, gpus_help: str = GPUS_HELP) -> None:
@@ -89,9 +91,10 @@ def add_gpu_options(p: argparse.ArgumentParser, gpus_help: str = GPUS_HELP) -> N
                    help="threads: one host thread per GPU (default); single: one thread issues every GPU's "
                         "work asynchronously (neither waits on a GPU while stepping)")
     g.add_argument("--exchange", choices=EXCHANGES,
-                   help="how positions reach every GPU after each update: peer copies, an NCCL all-gather "
-                        "(nvidia-nccl-cu13), or through host memory; auto (default): peer where every pair "
-                        "of GPUs can reach each other, else host")
+                   help="how rows move between GPUs (positions; for Newton 3 the partial forces, for the "
+                        "tree the key ranges' forces): peer copies, NCCL (nvidia-nccl-cu13), or through host "
+                        "memory; auto (default): peer where every pair of GPUs can reach each other, else "
+                        "host")
 
 
 def is_snapshot(arg: str) -> bool:
