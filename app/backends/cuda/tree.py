@@ -344,9 +344,10 @@ class TreeEvaluator(ForceEvaluator):
 
     def _settle(self, stream) -> None:
         """Wait for the work queued so far before a host read, through a pycuda event, whose wait lets go
-        of the GIL: CuPy's reads wait holding it, so that with several GPUs driven from threads of one
-        process (the domain split) each device's waits stalled the others' Python and the GPUs took
-        turns (measured on two H100s: 9.5 ms for two half-walks that take 4.7 ms each alone)."""
+        of the GIL, so that the read itself finds the work done. Added when two devices driven from threads
+        of one process (the domain split) took turns on two H100s (9.5 ms for two half-walks that take
+        4.7 ms each alone); it did not change that (docs/multi-gpu.md, "Where the 1M tree's time goes":
+        the build's many small host calls are what the threads share), and it costs nothing measurable."""
         event = self._settle_event
         if event is None:
             event = self._settle_event = self.device.drv.Event()
