@@ -347,7 +347,7 @@ class TreeEvaluator(ForceEvaluator):
         of the GIL, so that the read itself finds the work done. Added when two devices driven from threads
         of one process (the domain split) took turns on two H100s (9.5 ms for two half-walks that take
         4.7 ms each alone); it did not change that (docs/multi-gpu.md, "Where the 1M tree's time goes":
-        the build's many small host calls are what the threads share), and it costs nothing measurable."""
+        the build's many small host calls are what the threads share); its own cost was not measured apart."""
         event = self._settle_event
         if event is None:
             event = self._settle_event = self.device.drv.Event()
