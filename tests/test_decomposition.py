@@ -198,3 +198,31 @@ def test_cuts_move_to_the_next_group_start():
     assert align_cuts([0, 100, 150, 300], starts) == [0, 128, 150, 300]
     assert align_cuts([0, 299, 300], starts) == [0, 300, 300]
     assert share_cuts([Span(0, 5), Span(5, 7), Span(12, 0)]) == [0, 5, 12, 12]
+
+
+# --- identity: a domain split never reorders the state ----------------------------------------------------
+def test_bodies_keep_their_ids_and_order_under_a_domain_split():
+    """The tree sorts its own copies and the key ranges' results come back in state order: after steps
+    (and a re-balance) `--gpus 3` hands back the bodies in the order they were loaded, with their ids,
+    bitwise one device's state, so colours, components, picks and snapshots follow the same bodies."""
+    from app.backends.multi import multi_backend_class
+
+    rng = np.random.default_rng(11)
+    bodies = cloud()
+    ids = rng.permutation(10 * N)[:N]  # file ids in no particular order
+    bodies = Bodies.from_arrays(bodies.pos, bodies.vel, bodies.mass, ids=ids)
+    multi = multi_backend_class(CPUBackend, 3, "threads")()
+    single = CPUBackend()
+    try:
+        multi.load(bodies, PHYSICS, "cpu-tree")
+        single.load(bodies, PHYSICS, "cpu-tree")
+        multi.step(5)
+        multi.rebalance()  # rows change hands: the state's order must not
+        multi.step(5)
+        single.step(10)
+        got, want = multi.state(), single.state()
+    finally:
+        multi.close()
+        single.close()
+    assert np.array_equal(got.ids, ids) and np.array_equal(got.pos, want.pos)
+    assert np.array_equal(got.vel, want.vel)

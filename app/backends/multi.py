@@ -248,6 +248,11 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
     def shares(self) -> list[Span]:
         return [d.share for d in self._require_state().devices]
 
+    def rebalance(self) -> list[Span]:
+        """Re-share now from each device's last measured force time (step() does it by itself when the
+        devices' times differ by more than REBALANCE_SPREAD); the state and its order are unchanged."""
+        return self._require_state().rebalance()
+
     # --- rendering, facts ------------------------------------------------------------------------
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         run = self._require_state()
