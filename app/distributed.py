@@ -37,7 +37,7 @@ from app.decomposition import TARGETS, agreed_ranges
 from app.decomposition import of as decomposition_of
 from app.errors import NonFiniteState, UserError
 from app.forces import Span
-from app.integrator import CHECK_EVERY, Integrator
+from app.integrator import CHECK_EVERY, Stepper
 from app.multidevice import MultiDeviceOps, SingleDriver, split
 from app.physics import Physics, diagnostics
 from app.timing import StepTimings
@@ -242,7 +242,7 @@ class RankRun:
     def __init__(self, comm, make_device):
         """`make_device(rank, bodies, physics, kernel, share)` builds this rank's DeviceState."""
         self.comm, self.make_device = comm, make_device
-        self.integrator = Integrator()
+        self.stepper = Stepper()  # the integrator and the checks' cadence, as a multi-device run's
         self.physics = Physics()
         self.decomposition = TARGETS  # the running record's (set by load)
         self.device = self.ops = None
@@ -251,7 +251,7 @@ class RankRun:
 
     def load(self, bodies: Bodies, physics: Physics, kernel: str) -> None:
         self.physics, self.kernel, self.n = physics, kernel, bodies.n
-        self._mass, self._ids, self._t0, self._steps = bodies.mass.copy(), bodies.ids, float(bodies.time), 0
+        self._mass, self._ids, self._t0 = bodies.mass.copy(), bodies.ids, float(bodies.time)
         self.components = bodies.components  # drawing only: the state (snapshots) carries them
         shares = split(bodies.n, [1.0] * self.comm.size)
         self.close()  # a reload (another kernel, new physics or bodies) replaces the device
@@ -266,28 +266,24 @@ class RankRun:
         exchange = (direct(self.comm, shares, host) if direct is not None else None) or host
         self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), exchange, self.decomposition,
                                   layout=(shares, self.comm.rank))
-        self.integrator.invalidate()
+        self.stepper.restart()
+
+    @property
+    def integrator(self):
+        return self.stepper.integrator
+
+    @property
+    def _steps(self) -> int:
+        """Steps since load (or since the time was last re-based): the time and the checks' cadence."""
+        return self.stepper.steps
 
     def step(self, steps: int = 1) -> StepTimings:
         """Advance; the timings and work are this rank's (its share of the forces, its device's own clock:
         CUDA events on a GPU); the position exchange is `extra["exchange_ms"]`, not part of integrate_ms."""
         exchange = self.ops.exchange
         before = exchange.ms
-        try:
-            done = 0
-            while done < steps:  # in chunks that end at each check step (every rank the same chunks)
-                chunk = steps - done
-                if self.check_every:
-                    chunk = min(chunk, self.check_every - self._steps % self.check_every)
-                self.integrator.step(self.ops, self.physics, chunk)
-                self._steps += chunk
-                done += chunk
-                if self.check_every and self._steps % self.check_every == 0:
-                    self._check_finite()
-            work = self.ops.finish()
-        except BaseException:
-            self.integrator.invalidate()
-            raise
+        self.stepper.advance(self.ops, self.physics, steps, self.check_every, self._check_finite)
+        work = self.ops.finish()
         times = self.ops.take_times()
         exchanged = exchange.ms - before
         return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=times["force"][0],
@@ -316,7 +312,8 @@ class RankRun:
         t0, steps, dt = self._t0, self._steps, self.physics.dt
         self.load(self.state(), physics, kernel)
         if physics.dt == dt:
-            self._t0, self._steps = t0, steps
+            self._t0 = t0
+            self.stepper.steps = steps
 
     def set_tunables(self, values: dict) -> None:
         """The current kernel's tunables, all of them (its defaults under `values`), from the next step."""

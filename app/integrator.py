@@ -102,6 +102,36 @@ class Integrator:
         return work
 
 
+class Stepper:
+    """The stepping loop of a run over devices (app/multidevice.py `MultiDeviceRun`: K devices of one
+    process; app/distributed.py `RankRun`: one device of each MPI rank): the one Integrator with its cached
+    a(x), the steps taken, and the cadence of the non-finite checks: `check()` runs after every
+    `check_every`-th step counted (0: never). Both runs step through it, so their checks fall on the
+    same steps."""
+
+    def __init__(self):
+        self.integrator = Integrator()
+        self.steps = 0  # since the state was loaded (a reload that keeps the time keeps the count)
+
+    def restart(self, steps: int = 0) -> None:
+        """A new state: its a(x) is not known; `steps` already taken."""
+        self.integrator.invalidate()
+        self.steps = int(steps)
+
+    def advance(self, ops: StateOps, physics: Physics, steps: int, check_every: int, check) -> None:
+        """`steps` steps, `check()` after each that completes a `check_every` block. An exception leaves
+        the cached a(x) invalid (a half-done step is not a state to start from)."""
+        try:
+            for _ in range(int(steps)):
+                self.integrator.step(ops, physics, 1)
+                self.steps += 1
+                if check_every and self.steps % check_every == 0:
+                    check()
+        except BaseException:
+            self.integrator.invalidate()
+            raise
+
+
 # --- the float64 reference -------------------------------------------------------------------------------
 class NumpyOps:
     """The float64 reference's StateOps: numpy updates on a `Bodies`, forces from

@@ -53,7 +53,7 @@ from app.decomposition import TARGETS
 from app.decomposition import of as decomposition_of
 from app.errors import ConfigError, RuntimeFault
 from app.forces import ForceWork, Span
-from app.integrator import CHECK_EVERY, Integrator
+from app.integrator import CHECK_EVERY, Stepper
 from app.physics import Physics
 
 DRIVERS = ("threads", "single")
@@ -486,9 +486,17 @@ class MultiDeviceRun:
         self.devices: list = []
         self.ops: MultiDeviceOps | None = None
         self.decomposition = TARGETS  # the running record's (set by load)
-        self.integrator = Integrator()
+        self.stepper = Stepper()  # the integrator and the non-finite checks' cadence (app/integrator.py)
         self.physics = Physics()
-        self.steps_done = 0  # since load: drives the non-finite checks' cadence
+
+    @property
+    def integrator(self):
+        return self.stepper.integrator
+
+    @property
+    def steps_done(self) -> int:
+        """Steps since load: the non-finite checks' cadence counts them."""
+        return self.stepper.steps
 
     def load(self, bodies: Bodies, physics: Physics, kernel: str) -> None:
         self.close()
@@ -500,19 +508,14 @@ class MultiDeviceRun:
             device.integrate_all = self.decomposition.integrate_all
         self.ops = MultiDeviceOps(self.devices, make_driver(self.driver_name, self.devices),
                                   self.make_exchange(self.devices), self.decomposition)
-        self.integrator.invalidate()
-        self.steps_done = 0
+        self.stepper.restart()
 
     def step(self, steps: int = 1) -> ForceWork:
         """Advance `steps` steps, each device queueing its non-finite check every `check_every` of them
         (read by `first_nonfinite`); returns the force work once every device has taken (queued) its part.
         A DeviceFault leaves the cached acceleration invalid."""
         try:
-            for _ in range(int(steps)):
-                self.integrator.step(self.ops, self.physics, 1)
-                self.steps_done += 1
-                if self.check_every and self.steps_done % self.check_every == 0:
-                    self.ops.launch_checks()
+            self.stepper.advance(self.ops, self.physics, steps, self.check_every, self.ops.launch_checks)
             return self.ops.finish()
         except BaseException:
             self.integrator.invalidate()

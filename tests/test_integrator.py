@@ -282,3 +282,44 @@ def test_physics_does_not_import_the_integrator():
     code = "import sys, app.physics; sys.exit('app.integrator' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(Path(app.__file__).resolve().parents[1])}
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
+
+
+# --- the stepping loop of runs over devices --------------------------------------------------------------
+def test_stepper_checks_every_kth_step_counted_across_calls_and_restarts():
+    """MultiDeviceRun and RankRun step through one Stepper: a check after every check_every-th step,
+    counted across advance() calls (so calls of 3 steps still check at 8, 16, ...), none with 0, the count
+    kept or reset by restart(), and an exception leaving the cached a(x) invalid."""
+    from app.integrator import Stepper
+
+    class Ops:
+        def __init__(self, fail_at=None):
+            self.forces, self.fail_at = 0, fail_at
+
+        def force(self):
+            self.forces += 1
+            if self.forces == self.fail_at:
+                raise RuntimeError("device lost")
+            return ForceWork()
+
+        def kick_drift(self, half_dt, dt):
+            pass
+
+        def kick(self, half_dt):
+            pass
+
+    stepper, checked = Stepper(), []
+    ops, physics = Ops(), Physics(dt=1e-3)
+    for _ in range(6):
+        stepper.advance(ops, physics, 3, 8, lambda: checked.append(stepper.steps))
+    assert checked == [8, 16] and stepper.steps == 18 and stepper.integrator.acc_valid
+    assert ops.forces == 19  # the first step's a(x), then one a step
+    stepper.advance(ops, physics, 5, 0, lambda: checked.append(-1))
+    assert checked == [8, 16]
+    stepper.restart(steps=7)
+    assert stepper.steps == 7 and not stepper.integrator.acc_valid
+    stepper.advance(ops, physics, 1, 8, lambda: checked.append(stepper.steps))
+    assert checked == [8, 16, 8]
+    broken = Ops(fail_at=3)
+    with pytest.raises(RuntimeError, match="device lost"):
+        stepper.advance(broken, physics, 4, 8, lambda: None)
+    assert not stepper.integrator.acc_valid
