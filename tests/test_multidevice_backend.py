@@ -209,7 +209,7 @@ def test_simulate_on_three_cpu_devices_writes_one_devices_trajectory(tmp_path, c
     common = ["simulate", "plummer", "--n", "300", "--steps", "30", "--kernel", "cpu-fp64", *CPU]
     assert main([*common, "--out", str(tmp_path / "one.npz")]) == 0
     assert main([*common, "--gpus", "3", "--gpu-driver", "single", "--out", str(tmp_path / "three.npz")]) == 0
-    assert "on 3 CPU devices (single driver, host exchange)" in capsys.readouterr().out
+    assert "on 3 CPU devices (single driver, host exchange, split by targets)" in capsys.readouterr().out
     a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "three.npz")
     assert all(np.array_equal(a[k], b[k]) for k in a.files)
 

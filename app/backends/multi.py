@@ -289,7 +289,12 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         names = self.device_names or self.kind.names(self.k)
         return {"name": " + ".join(names), "devices": names,
                 "gpus": self.k, "gpu_driver": self.driver, "exchange": self.exchange_name,
-                "backend": self.name}
+                "split": self.split_name, "backend": self.name}
+
+    @property
+    def split_name(self) -> str:
+        """How the running kernel's forces are split over the devices (app/decomposition.py), once loaded."""
+        return self._run.decomposition.name if self._run is not None else "?"
 
     @property
     def exchange_name(self) -> str:
@@ -315,7 +320,9 @@ def needs_rebalance(device_ms: list[float], spread: float = REBALANCE_SPREAD) ->
 
 
 def devices_line(backend) -> str:
-    """" on 2 GPUs (threads driver, peer exchange)" for a multi-device backend, "" for one device."""
+    """" on 2 GPUs (threads driver, peer exchange, split by domains)" for a multi-device backend, "" for one
+    device."""
     if not isinstance(backend, MultiDeviceBackend):
         return ""
-    return f" on {backend.k} {backend.kind.what} ({backend.driver} driver, {backend.exchange_name} exchange)"
+    return (f" on {backend.k} {backend.kind.what} ({backend.driver} driver, {backend.exchange_name} "
+            f"exchange, split by {backend.split_name})")
