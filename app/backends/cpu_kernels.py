@@ -177,8 +177,8 @@ _PAIRS = {}
 def pairs_kernel(repulsion: bool, skip_self: bool):
     """The compiled (lazily) pair-tile kernel: `kernel(pos4, acc4, ti, tj, chunk, lo, hi, eps2, G, H)`."""
     key = (bool(repulsion), bool(skip_self))
-    if key not in _PAIRS:
-        _PAIRS[key] = njit(cache=True)(_make_pairs(*key))
+    if key not in _PAIRS:  # nogil: the slices of several CPU devices run at once from their threads
+        _PAIRS[key] = njit(cache=True, nogil=True)(_make_pairs(*key))
     return _PAIRS[key]
 
 
