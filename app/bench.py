@@ -398,6 +398,11 @@ def step_ms(row: dict) -> float:
     return row["median_ms"] + row.get(EXCHANGE_FIELD, 0.0)
 
 
+def series_key(row: dict) -> tuple:
+    """(kernel, scene, N, setting): what a row of one device count is compared with on another."""
+    return row["kernel"], row.get("scene"), row["n"], format_tunables(row.get("tunables") or {})
+
+
 def scaling_rows(rows: list[dict]) -> list[dict]:
     """Per series (kernel, scene, N and the tunables the row set) measured on several device counts:
     speed-up of each count against the smallest (its force + exchange time per step, `step_ms`) and the
@@ -405,8 +410,7 @@ def scaling_rows(rows: list[dict]) -> list[dict]:
     ok: dict[tuple, dict[int, dict]] = {}
     for r in rows:
         if r.get("status") == "ok" and "gpus" in r:
-            key = (r["kernel"], r.get("scene"), r["n"], format_tunables(r.get("tunables") or {}))
-            ok.setdefault(key, {})[r["gpus"]] = r
+            ok.setdefault(series_key(r), {})[r["gpus"]] = r
     out = []
     for (kernel, scene, n, _setting), by_k in ok.items():
         base = min(by_k)
@@ -425,17 +429,15 @@ def scaling_at_budget(result: dict) -> list[dict]:
     approximate kernel (a tree) is run at, the fastest within its error budget on the fewest devices
     (`fastest_within_budget`; its accelerations are those of every device count: the domain split is
     bitwise one device's); a kernel without error samples has one setting."""
-    chosen = {}
-    counts = result.get("gpu_counts") or [1]
-    for entry in result.get("fastest_within_budget") or []:
-        if entry.get("gpus", counts[0]) == min(counts) and entry.get("tunables") is not None:
-            chosen[(entry["kernel"], entry.get("scene"), entry["n"])] = entry["tunables"]
+    fewest = min(result.get("gpu_counts") or [1])
+    entries = result.get("fastest_within_budget") or []
+    sampled = {(e["kernel"], e.get("scene"), e["n"]) for e in entries}
+    chosen = {(e["kernel"], e.get("scene"), e["n"]): e["tunables"] for e in entries
+              if e.get("gpus", fewest) == fewest and e.get("tunables") is not None}
     out = []
     for row in result.get("scaling") or []:
         key = (row["kernel"], row.get("scene"), row["n"])
-        sampled = any((e["kernel"], e.get("scene"), e["n"]) == key
-                      for e in result.get("fastest_within_budget") or [])
-        if not sampled or chosen.get(key) == row.get("tunables"):
+        if key not in sampled or chosen.get(key) == row.get("tunables"):
             out.append(row)
     return out
 

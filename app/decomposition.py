@@ -130,6 +130,11 @@ def align_cuts(cuts: Sequence[int], boundaries: np.ndarray) -> list[int]:
     return [int(boundaries[i]) for i in at]
 
 
+def cut_spans(cuts: Sequence[int]) -> list[Span]:
+    """The ranges between consecutive cuts: [cuts[0], cuts[1]), [cuts[1], cuts[2]), ..."""
+    return [Span(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
 def agreed_ranges(comm, device) -> list[Span]:
     """MPI ranks: the key ranges of a domain split from this rank's device, checked to be every rank's
     (one small allgather of the cuts): a rank that built another tree would exchange the wrong rows."""
@@ -137,7 +142,7 @@ def agreed_ranges(comm, device) -> list[Span]:
     every = comm.allgather(cuts)
     if any(c != cuts for c in every):
         raise RuntimeFault(f"the ranks disagree about their key ranges ({every}): their trees differ")
-    return [Span(a, b - a) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+    return cut_spans(cuts)
 
 
 # --- the pair tiles of Newton's third law ------------------------------------------------------------------

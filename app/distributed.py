@@ -170,12 +170,14 @@ class MpiExchange:
         self.n = sum(s.count for s in shares)
         self.ms = 0.0
 
-    def _layout(self, local: np.ndarray):
-        """(a whole-field buffer, the receive description) for share rows like `local`."""
+    def _layout(self, local: np.ndarray, spans: list[Span] | None = None):
+        """(a whole-field buffer, the receive description) for rows like `local` laid out as `spans`
+        (default: the shares)."""
+        spans = self.shares if spans is None else spans
         width = int(np.prod(local.shape[1:], dtype=int))
         full = np.empty((self.n, *local.shape[1:]), dtype=local.dtype)
-        counts = [s.count * width for s in self.shares]
-        starts = [s.start * width for s in self.shares]
+        counts = [s.count * width for s in spans]
+        starts = [s.start * width for s in spans]
         return full, [full, counts, starts, _mpi_type(local.dtype)]
 
     @staticmethod
@@ -211,10 +213,8 @@ class MpiExchange:
         t = time.perf_counter()
         ranges = agreed_ranges(self.comm, device)
         local = np.ascontiguousarray(device.rows("sacc", ranges[self.comm.rank]))
-        width = int(np.prod(local.shape[1:], dtype=int))
-        full = np.empty((self.n, *local.shape[1:]), dtype=local.dtype)
-        self.comm.Allgatherv(local, [full, [r.count * width for r in ranges],
-                                     [r.start * width for r in ranges], _mpi_type(local.dtype)])
+        full, receive = self._layout(local, ranges)
+        self.comm.Allgatherv(local, receive)
         device.set_rows("sacc", Span.all(self.n), full)
         self.ms += (time.perf_counter() - t) * 1e3
 

@@ -49,7 +49,7 @@ from typing import Protocol
 import numpy as np
 
 from app.bodies import Bodies
-from app.decomposition import TARGETS
+from app.decomposition import TARGETS, cut_spans
 from app.decomposition import of as decomposition_of
 from app.errors import ConfigError, RuntimeFault
 from app.forces import ForceWork, Span
@@ -324,10 +324,9 @@ def domain_spans(devices: Sequence[DeviceState]) -> list[Span]:
     cuts = [list(d.domain_cuts) for d in devices]
     if any(c != cuts[0] for c in cuts[1:]):
         raise RuntimeFault(f"the devices disagree about their key ranges ({cuts}): their trees differ")
-    c = cuts[0]
-    if len(c) != len(devices) + 1:
-        raise RuntimeFault(f"{len(devices)} devices but {len(c) - 1} key ranges ({c})")
-    return [Span(a, b - a) for a, b in zip(c[:-1], c[1:], strict=True)]
+    if len(cuts[0]) != len(devices) + 1:
+        raise RuntimeFault(f"{len(devices)} devices but {len(cuts[0]) - 1} key ranges ({cuts[0]})")
+    return cut_spans(cuts[0])
 
 
 # --- what reaches the renderer ------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from app.bench import series_key
 from app.bench_plot import COLORS, MARKERS, _n_label
-from app.forces import format_tunables
 
 SIZE_PX = (1300, 560)
 DPI = 100
@@ -31,30 +31,26 @@ def ranks_step_ms(row: dict) -> float:
 
 
 def series(result: dict, ranks: dict | None = None) -> dict[str, dict]:
-    """label -> {"setting", "points": {K or "ranks": [(N, step ms)]}, "speedup": {...: [(N, ×)]}} for each
+    """label -> {"points": {K or "ranks": [(N, step ms)]}, "speedup": {...: [(N, ×)]}} for each
     kernel and scene of `scaling_at_budget` (and the matching rows of `ranks`)."""
     out: dict[str, dict] = {}
     base: dict[tuple, float] = {}
     for r in result.get("scaling_at_budget") or []:
         label = f"{r['kernel']} · {r.get('scene')}"
-        entry = out.setdefault(label, {"points": {}, "speedup": {}, "settings": {}})
+        entry = out.setdefault(label, {"points": {}, "speedup": {}})
         entry["points"].setdefault(r["gpus"], []).append((r["n"], r["step_ms"]))
         entry["speedup"].setdefault(r["gpus"], []).append((r["n"], r["speedup"]))
-        entry["settings"][r["n"]] = format_tunables(r.get("tunables") or {})
         if r["gpus"] == r["baseline_gpus"]:
-            base[_key(r)] = r["step_ms"]
+            base[series_key(r)] = r["step_ms"]
     if ranks:
         count = ranks.get("ranks") or 2
         for r in ranks.get("results") or []:
-            if r.get("status") == "ok" and _key(r) in base:
+            if r.get("status") == "ok" and series_key(r) in base:
                 entry, how = out[f"{r['kernel']} · {r.get('scene')}"], f"{count} ranks"
                 entry["points"].setdefault(how, []).append((r["n"], ranks_step_ms(r)))
-                entry["speedup"].setdefault(how, []).append((r["n"], base[_key(r)] / ranks_step_ms(r)))
+                entry["speedup"].setdefault(how, []).append((r["n"], base[series_key(r)] / ranks_step_ms(r)))
     return out
 
-
-def _key(row: dict) -> tuple:
-    return row["kernel"], row.get("scene"), row["n"], format_tunables(row.get("tunables") or {})
 
 
 def scaling_figure(result: dict, ranks: dict | None = None) -> Figure:
@@ -79,7 +75,7 @@ def scaling_figure(result: dict, ranks: dict | None = None) -> Figure:
                        marker=marker, label=f"{label} · {how}")
     for ax in (times, gains):
         ax.set_xscale("log", base=2)
-        ticks = sorted({n for r in result.get("scaling_at_budget") or [] for n in [r["n"]]})
+        ticks = sorted({r["n"] for r in result.get("scaling_at_budget") or []})
         ax.set_xticks(ticks, [_n_label(n) for n in ticks])
         ax.set_xlabel("N (bodies)")
         ax.grid(True, which="both", alpha=0.3)

@@ -18,20 +18,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.forces import format_tunables  # noqa: E402
+from app.bench import series_key  # noqa: E402
 from app.scaling_plot import ranks_step_ms  # noqa: E402
-
-
-def key(row: dict) -> tuple:
-    return row["kernel"], row.get("scene"), row["n"], format_tunables(row.get("tunables") or {})
 
 
 def table(result: dict, ranks: dict | None = None) -> str:
     counts = sorted(result.get("gpu_counts") or [1])
     rows: dict[tuple, dict[int, dict]] = {}
     for r in result.get("scaling_at_budget") or []:
-        rows.setdefault(key(r), {})[r["gpus"]] = r
-    mpi = {key(r): r for r in (ranks or {}).get("results", []) if r.get("status") == "ok"}
+        rows.setdefault(series_key(r), {})[r["gpus"]] = r
+    mpi = {series_key(r): r for r in (ranks or {}).get("results", []) if r.get("status") == "ok"}
     head = ["kernel", "scene", "N", "setting", f"{counts[0]} GPU ms"]
     for k in counts[1:]:
         head += [f"{k} GPUs ms", "×"]

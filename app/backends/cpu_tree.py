@@ -251,11 +251,9 @@ class CpuTreeEvaluator(ForceEvaluator):
     def _walk(self, tree: Tree, tpos, trow, acc, theta: float, group: int, pairs: int,
               within: bool, gstart=None) -> ForceWork:
         nt = tpos.shape[0]
-        if gstart is not None:  # a domain's run of the groups
-            pass
-        elif within:
+        if gstart is None and within:  # (given: a domain's run of the groups)
             gstart = group_starts(tree.start, tree.count, tree.nchild, group)
-        else:
+        elif gstart is None:
             gstart = np.minimum(np.arange(0, nt + group, group, dtype=np.int64), nt)
             gstart = gstart[np.concatenate([[True], np.diff(gstart) > 0])]
         ngroup = gstart.shape[0] - 1

@@ -1,8 +1,9 @@
 """MPI ranks on one node, a GPU each: rows move GPU to GPU through CUDA IPC instead of host memory.
 
-The image's MPI (Open MPI 4.1, and MPICH's wheel) is not CUDA-aware (`info` says so: MPI.Query_cuda_support
-is absent or false), so MpiExchange stages every exchange through the host: at 8M bodies a domain split's
-all-gather of 128 MB of accelerations took longer than the half-walk it serves. Ranks on one node can do
+MpiExchange hands MPI host arrays (the image's Open MPI 4.1 reports no CUDA support to mpi4py; whether
+MPICH's wheel could take device pointers was not checked), so it stages every exchange through the host:
+at 8M bodies a domain split's all-gather of 128 MB of accelerations that way would take longer than the
+half-walk it serves. Ranks on one node can do
 without MPI for the data: each rank exports its device buffers once (cuIpcGetMemHandle), the handles are
 all-gathered through MPI at load, and every rank opens the others' (cuIpcOpenMemHandle: a pointer into
 the other GPU's memory, read over NVLink with peer access). An exchange is then
@@ -65,17 +66,18 @@ class IpcExchange:
         self.comm.Barrier()
 
     def _start(self) -> float:
-        """The exchange's clock starts once this rank's own queued work (its force) is done: what it then
-        measures is the wait for the other ranks and the copies, not this rank's force again."""
+        """This rank's queued work (its force) done, then every rank's; the exchange's clock starts in
+        between, so that it measures the wait for the other ranks and the copies, not this rank's force."""
         self.device.synchronize()
-        return time.perf_counter()
+        t = time.perf_counter()
+        self.comm.Barrier()
+        return t
 
     def _pull(self, field: str, spans: list[Span]) -> None:
         """Rows spans[r] of `field` from rank r's buffer into this rank's, for every other rank r."""
         t = self._start()
         size = self.device.row_bytes(field)
         drv = self.device.device.drv
-        self._settled()
         with self.device.timed("exchange"):
             for rank, span in enumerate(spans):
                 if rank != self.comm.rank and span.count:
@@ -98,7 +100,6 @@ class IpcExchange:
         device, span = self.device, self.device.share
         size = device.row_bytes(field)
         drv = device.device.drv
-        self._settled()
         with device.timed("exchange"):
             if span.count:
                 slot = device.device.scratch("reduce-slot", size * span.count)

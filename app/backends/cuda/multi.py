@@ -31,6 +31,7 @@ these devices with the CUDA IPC exchange of ipc.py (`rank_exchange`).
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 
 import numpy as np
 
@@ -178,9 +179,11 @@ class CudaShareDevice:
             return None
         return IpcExchange(comm, shares, self, host)
 
+    @contextmanager
     def timed(self, category: str):
         """Its scope pushed and the work queued inside timed on its clock (the exchanges' copies)."""
-        return _Timed(self.device.scope, self.timer, category)
+        with self.device.scope, self.timer.time(category):
+            yield
 
     def kick_drift(self, half_dt: float, dt: float) -> None:
         with self.device.scope, self.timer.time("integrate"):
@@ -271,30 +274,6 @@ class CudaShareDevice:
         self._share_ops = None  # it holds self.force: without this, only the garbage collector frees us
         self._pair_plans.clear()
         self.device.close()
-
-
-class _Timed:
-    """`with` a device's scope and its timer's category (CudaShareDevice.timed)."""
-
-    def __init__(self, scope, timer, category: str):
-        self.scope, self.timer, self.category = scope, timer, category
-        self._inner = None
-
-    def __enter__(self):
-        self.scope.__enter__()
-        try:
-            self._inner = self.timer.time(self.category)
-            self._inner.__enter__()
-        except BaseException:
-            self.scope.__exit__(None, None, None)
-            raise
-        return self
-
-    def __exit__(self, *exc):
-        try:
-            return self._inner.__exit__(*exc)
-        finally:
-            self.scope.__exit__(*exc)
 
 
 class PeerExchange:
