@@ -1,13 +1,16 @@
-"""MPI ranks through mpi4py: every rank owns a contiguous share of the bodies, exchanges positions with
-Allgatherv after each update, and runs the one integrator over the multi-device StateOps.
+"""MPI ranks through mpi4py: every rank owns a contiguous share of the bodies, splits the forces as the
+kernel's record says (app/decomposition.py), exchanges what that split moves, and steps through the one
+Stepper over the multi-device StateOps.
 
     mpiexec -n 3 nbody-live simulate plummer --n 65536 --steps 1000 --out run.npz
 
 A rank is one device of app/multidevice.py whose exchange is MPI: `RankRun` gives MultiDeviceOps this
-rank's device alone and an `MpiExchange` that all-gathers every rank's share rows. Shares are in index
-order for all-pairs (a tree code would order them along its space-filling curve). Every rank takes the
-same steps in the same order, so the state each rank holds after an exchange is bitwise the state one
-process would hold.
+rank's device alone, the ranks' shares as its layout, and an exchange: `MpiExchange` through host memory
+(Allgatherv of share rows or key ranges, Reduce_scatter of partial accelerations), or for GPU ranks that
+share a node the device-to-device `IpcExchange` of app/backends/cuda/ipc.py. Shares are in index order;
+a tree's domains are key ranges of its own sorted order. Every rank takes the same steps in the same
+order, so the state each rank holds after an exchange is bitwise the state one process would hold (a pair
+split: within the rounding of another summation order).
 
 Without mpiexec (no launcher variables in the environment) nothing here is imported and a run behaves
 as one process always did. The launcher is detected from its variables, not by importing mpi4py, so a

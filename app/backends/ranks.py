@@ -13,10 +13,13 @@ physics reloads the rank's device from the gathered state, changed tunables go t
 rank 0's panel sets (`set_kernel`, `set_tunables`, `set_physics`, `load`) is what it asks for, shown at
 once and applied by every rank at the next step.
 
-Every step's position exchange (RankRun: Allgatherv) already puts all positions on every rank, rank 0
-included, so rank 0 draws current positions every frame. Velocities live on their owners: every
-`gather_every` frames (a setting, in the panel) rank 0 gathers them (Gatherv) into its view, which gives
-the colours by speed and `state()` (the energy monitor, snapshots). A view is gathered only after the last
+Every step's exchange already leaves all positions on every rank, rank 0 included (an all-gather of
+positions, or a domain split whose ranks integrate every body), so rank 0 draws current positions every
+frame. GPU ranks draw through CUDA-GL interop on rank 0's GPU (`attach_gl_buffers`): each frame's Control
+then asks every rank to bring its share's speeds to the others (none on a domain split) and rank 0's GPU
+fills the VBOs. CPU ranks upload from the host, the speeds from rank 0's view: velocities live on their
+owners, and every `gather_every` frames (a setting, in the panel) rank 0 gathers them (Gatherv) into its
+view, which also gives `state()` (the energy monitor, snapshots). A view is gathered only after the last
 one was read, so `bench` (which never reads) never pays for it.
 
 Every `check_every` steps the ranks check their shares for non-finite bodies together (RankRun): every
