@@ -14,7 +14,8 @@ the other GPU's memory, read over NVLink with peer access). An exchange is then
     every rank: wait for its copies            -> MPI barrier   (nobody rewrites rows still being read)
 
 Two host waits and two barriers per exchange, and the bytes of the peer copies (DESIGN.md's peer copy of
-64 MB on NV18: 188 µs; the ranks' exchange measured 0.08–0.28 ms at 1M–8M, bench/results/*-mpi2.json). The same operations as every exchange (gather, reduce_scatter, gather_sorted: app/decomposition.py);
+64 MB on NV18: 188 µs; the ranks' exchange measured 0.08–0.28 ms at 1M–8M, bench/results/*-mpi2.json).
+The same operations as every exchange (gather, reduce_scatter, gather_sorted: app/decomposition.py);
 `gather_to_root` (a snapshot on rank 0, rare) goes through the host as before.
 
 Used by `RankRun` when every rank of the job is on this node (`CudaShareDevice.rank_exchange`); ranks on
