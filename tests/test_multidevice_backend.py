@@ -205,6 +205,17 @@ def test_cpu_devices_refuse_gpu_exchanges_and_unknown_drivers():
 
 
 # --- the command line -----------------------------------------------------------------------------------
+def test_a_snapshot_from_several_devices_keeps_the_bodies_components(tmp_path):
+    """The collision's two galaxies: `simulate --gpus 2` writes each body's component as one device does
+    (the tree split by domains, its positions bitwise one device's)."""
+    common = ["simulate", "collision", "--n", "4096", "--steps", "3", "--kernel", "cpu-tree", *CPU]
+    assert main([*common, "--out", str(tmp_path / "one.npz")]) == 0
+    assert main([*common, "--gpus", "2", "--out", str(tmp_path / "two.npz")]) == 0
+    a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
+    assert a.files == b.files and "component" in a.files
+    assert all(np.array_equal(a[k], b[k]) for k in a.files)
+
+
 def test_simulate_on_three_cpu_devices_writes_one_devices_trajectory(tmp_path, capsys):
     common = ["simulate", "plummer", "--n", "300", "--steps", "30", "--kernel", "cpu-fp64", *CPU]
     assert main([*common, "--out", str(tmp_path / "one.npz")]) == 0

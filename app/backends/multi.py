@@ -243,7 +243,8 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         run = self._require_state()
         return Bodies(pos=run.gathered("pos")[:, :3].astype(np.float64),
                       vel=run.gathered("vel")[:, :3].astype(np.float64), mass=self._mass.copy(),
-                      time=self.time, ids=None if self._ids is None else self._ids.copy())
+                      time=self.time, ids=None if self._ids is None else self._ids.copy(),
+                      components=self.components)
 
     def shares(self) -> list[Span]:
         return [d.share for d in self._require_state().devices]
