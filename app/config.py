@@ -133,8 +133,9 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                  "driver; with backend cpu: this many CPU \"devices\"; unset: one device, "
                                  "no driver",
                       optional=True),
-        "gpu_driver": Field("str", "several devices: one host thread per device (threads) or one thread "
-                                   "issuing every device's work (single)", choices=DRIVERS),
+        "gpu_driver": Field("str", "several devices: one host thread per device (threads), one thread "
+                                   "issuing every device's work (single), or the kernel's split's choice "
+                                   "(auto: single for the tree's domains, else threads)", choices=DRIVERS),
         "exchange": Field("str", "several devices: how positions are exchanged after each update (auto: "
                                  "peer copies where every pair of GPUs can, else host)", choices=EXCHANGES),
     },

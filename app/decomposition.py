@@ -57,6 +57,9 @@ class Decomposition:
     exchanges = ""  # what moves between devices after each force evaluation, in words
     integrate_all = False  # every device integrates every body (else: its share)
     exchanges_positions = True  # the new positions of each share go to every other device after a drift
+    # the multi-device driver `--gpu-driver auto` picks (app/multidevice.py DRIVERS): a host thread per
+    # device, where each device's part is queued without a host wait
+    driver = "threads"
 
     def force(self, ops) -> None:
         """Queue each device's part of a(x) and the exchange that completes it on the rows each device
@@ -95,9 +98,16 @@ class Domains(Decomposition):
     exchanges = "accelerations in key order (all-gather), scattered back to state order on each device"
     integrate_all = True
     exchanges_positions = False
+    # The tree's evaluation waits for its GPU twice (after the build, after the walk), between ~100
+    # small launches: from a thread per GPU the threads took turns on the GIL (1M on two H100s: 1.16x one
+    # GPU); one thread taking the devices' phases in turns gave 1.42x (docs/multi-gpu.md).
+    driver = "single"
 
     def force(self, ops) -> None:
-        ops.submit(lambda i, device: ops.add_work(i, device.force_domain()))
+        def build_and_walk(i, device):  # in phases: the single driver takes the devices' turns
+            ops.add_work(i, (yield from device.force_domain_phases()))
+
+        ops.submit(build_and_walk)
         if ops.exchange.moves_rows(ops.devices):
             ops.driver.finish()  # the devices' key ranges are known once each has built its tree
             ops.exchange.gather_sorted(ops.devices)

@@ -242,6 +242,17 @@ class KernelRecord:
 
 
 # --- the evaluator -----------------------------------------------------------------------------------------
+def drain(phases):
+    """Run an evaluation given in phases to its end: `phases` is a generator that yields where it would
+    wait for its device (before a host read) and returns the result. One caller drains it at once; the
+    single multi-device driver takes several devices' phases in turns instead (app/multidevice.py)."""
+    while True:
+        try:
+            next(phases)
+        except StopIteration as done:
+            return done.value
+
+
 class ForceEvaluator(ABC):
     """One record on one device: accelerations of targets against sources, written into acc[targets].
 

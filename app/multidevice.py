@@ -39,7 +39,9 @@ are checked bitwise against one device.
 
 from __future__ import annotations
 
+import inspect
 import sys
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
@@ -52,11 +54,12 @@ from app.bodies import Bodies
 from app.decomposition import TARGETS, cut_spans
 from app.decomposition import of as decomposition_of
 from app.errors import ConfigError, RuntimeFault
-from app.forces import ForceWork, Span
+from app.forces import ForceWork, Span, drain
 from app.integrator import CHECK_EVERY, Stepper
 from app.physics import Physics
 
-DRIVERS = ("threads", "single")
+POLL_S = 2e-5  # the single driver's sleep while no device's phase is ready (a tree phase is ~0.1-30 ms)
+DRIVERS = ("auto", "threads", "single")  # auto: the decomposition's (Decomposition.driver)
 EXCHANGES = ("auto", "peer", "nccl", "host")  # auto: peer copies where every pair can, else host
 SMOOTHING = 0.5  # weight of the newest speed measurement when shares are re-balanced
 # Python hands the GIL to a waiting thread only when the holder blocks or after the switch interval (5 ms
@@ -93,6 +96,7 @@ class DeviceState(Protocol):
     def force_pairs(self) -> ForceWork: ...
     # domains: the whole tree, the walk of this device's key range into 'sacc' (key order); sets domain_cuts
     def force_domain(self) -> ForceWork: ...
+    def force_domain_phases(self): ...  # force_domain as a generator of phases (SingleDriver takes turns)
     def unsort(self) -> None: ...  # domains: acc[state order] = sacc[key order], every row
     def timed(self, category: str): ...  # a context: work queued inside it timed on the device's clock
     def kick_drift(self, half_dt: float, dt: float) -> None: ...  # on the share, timed as "integrate"
@@ -191,7 +195,7 @@ class ThreadsDriver:
         if self._failures[i] is not None:  # the device failed earlier in this step: its state is not valid
             return
         try:
-            task()
+            drain_task(task)
         except BaseException as e:  # noqa: BLE001 - raised by finish(), naming the device
             self._failures[i] = e
 
@@ -211,7 +215,14 @@ class ThreadsDriver:
 
 
 class SingleDriver:
-    """The calling thread issues every device's work in turn (queued on GPUs: nothing waits here)."""
+    """The calling thread issues every device's work in turn (queued on GPUs: nothing waits here).
+
+    A task given in phases (a generator: `force_domain_phases`, the tree's evaluation) yields where it is
+    about to wait for its device, with a `ready()` test of the work it queued (None: nothing to wait for).
+    The thread takes a phase of whichever device is ready, in device order, and sleeps POLL_S when none
+    is: so one host thread queues every GPU's launches without the threads driver's turns on the GIL, and
+    a GPU held up (GPU 0 drawing the last frame) does not hold up the others' phases. A blocking wait on
+    each device in turn did: the viewer at 8M on two H100s took a GPU's whole step (docs/multi-gpu.md)."""
 
     name = "single"
     waits = 0  # the calling thread never waits for a device thread
@@ -220,17 +231,42 @@ class SingleDriver:
         self.devices = list(devices)
 
     def submit(self, tasks: Sequence[Callable]) -> None:
+        running = []  # [device index, phases, ready test of the phase it yielded]
         for i, task in enumerate(tasks):
             try:
-                task()
+                result = task()
             except BaseException as e:
                 raise DeviceFault(i, self.devices[i].name, e) from e
+            if inspect.isgenerator(result):
+                running.append([i, result, None])
+        while running:
+            moved = False
+            for entry in list(running):
+                i, phases, ready = entry
+                try:
+                    if ready is not None and not ready():
+                        continue
+                    entry[2] = next(phases)
+                except StopIteration:
+                    running.remove(entry)
+                except BaseException as e:
+                    raise DeviceFault(i, self.devices[i].name, e) from e
+                moved = True
+            if not moved:
+                time.sleep(POLL_S)
 
     def finish(self) -> None:
         """Every task ran when it was submitted (a failure was raised then)."""
 
     def close(self) -> None:
         pass
+
+
+def drain_task(task: Callable) -> None:
+    """Run a task whole: a task given in phases (a generator) to its end."""
+    result = task()
+    if inspect.isgenerator(result):
+        drain(result)
 
 
 def _raise_first(devices: Sequence[DeviceState], failures: list) -> None:
@@ -243,6 +279,7 @@ def _raise_first(devices: Sequence[DeviceState], failures: list) -> None:
 
 
 def make_driver(name: str, devices: Sequence[DeviceState]):
+    """The driver `name` names ("auto" is resolved before: MultiDeviceRun.driver_for)."""
     if name == "threads":
         return ThreadsDriver(devices)
     if name == "single":
@@ -473,7 +510,7 @@ class MultiDeviceRun:
 
     check_every = CHECK_EVERY
 
-    def __init__(self, make_devices: DeviceFactory, k: int, driver: str = "threads", weights=None,
+    def __init__(self, make_devices: DeviceFactory, k: int, driver: str = "auto", weights=None,
                  make_exchange: Callable[[list], object] = lambda devices: HostExchange()):
         if k < 1:
             raise ValueError(f"devices: {k} must be >= 1")
@@ -505,9 +542,13 @@ class MultiDeviceRun:
                                                       None))
         for device in self.devices:
             device.integrate_all = self.decomposition.integrate_all
-        self.ops = MultiDeviceOps(self.devices, make_driver(self.driver_name, self.devices),
-                                  self.make_exchange(self.devices), self.decomposition)
+        driver = make_driver(self.driver_for(self.decomposition), self.devices)
+        self.ops = MultiDeviceOps(self.devices, driver, self.make_exchange(self.devices), self.decomposition)
         self.stepper.restart()
+
+    def driver_for(self, decomposition) -> str:
+        """The driver that runs `decomposition`: the one asked for, or with `auto` the decomposition's."""
+        return decomposition.driver if self.driver_name == "auto" else self.driver_name
 
     def step(self, steps: int = 1) -> ForceWork:
         """Advance `steps` steps, each device queueing its non-finite check every `check_every` of them

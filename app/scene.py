@@ -56,7 +56,7 @@ class RunSettings:
     kernel: str = "auto"  # auto: the backend's default kernel (cuda: best, cpu: cpu-simd)
     steps_per_frame: int = 1
     gpus: int | str | None = None  # --gpus: a number of devices or "all"; None: one device, no driver
-    gpu_driver: str = "threads"  # several devices: threads | single (app.multidevice.DRIVERS)
+    gpu_driver: str = "auto"  # several devices: auto | threads | single (app.multidevice.DRIVERS)
     exchange: str = "auto"  # several devices: auto | peer | nccl | host
     tunables: dict = field(default_factory=dict)  # the kernel's (--tunable NAME=VALUE; not a TOML key)
 

@@ -1,7 +1,8 @@
 """Where a domain split's time goes on several GPUs (issue 23): the tree's evaluation on one GPU, one
-device's domain alone, and every device's domain at once from its own thread, as the threads driver runs
-them. Wall time (perf_counter, synchronised), each device's GPU span (its evaluator's stages) and the
-Python time spent issuing work, so that host-bound parts (the GIL between device threads) show.
+device's domain alone, every device's domain at once from its own thread, as the threads driver runs
+them, and from one thread taking the devices' phases in turns, as the single driver runs them.
+Wall time (perf_counter, synchronised) and each device's GPU span per stage (its evaluator's stages, host
+gaps included), so that host-bound parts (the GIL between device threads) show.
 
     python3 bench/tree_domains_probe.py [--n 1048576] [--theta 0.6] [--repeats 5]
 """
@@ -21,7 +22,7 @@ from app.backends.cuda.context import device_count  # noqa: E402
 from app.backends.cuda.multi import gpu_devices  # noqa: E402
 from app.bench import bench_bodies  # noqa: E402
 from app.decomposition import share_cuts  # noqa: E402
-from app.multidevice import SWITCH_INTERVAL_S, split  # noqa: E402
+from app.multidevice import SWITCH_INTERVAL_S, SingleDriver, split  # noqa: E402
 from app.physics import Physics  # noqa: E402
 
 
@@ -79,6 +80,20 @@ def main(argv=None) -> int:
         walls.append(((time.perf_counter() - t) * 1e3, out))
     print(f"{k} devices at once (a thread each): {statistics.median(w for w, _ in walls):.2f} ms wall; "
           f"per device {[round(statistics.median(o[i] for _, o in walls), 2) for i in range(k)]} ms; stages "
+          + "; ".join(f"{i}: {stages(d)}" for i, d in enumerate(devices)))
+    for d in devices:
+        d.evaluator.stage_ms()
+    turns = []
+    for _ in range(args.repeats):  # the single driver: one thread, the devices' phases in turns
+        t = time.perf_counter()
+        SingleDriver(devices).submit([lambda i=i, d=d: d.evaluator.domain_phases(
+            d.ptr["pos"], d.ptr["sacc"], args.n, cuts, i) for i, d in enumerate(devices)])
+        for d in devices:
+            with d.device.scope:
+                d.device.drv.Context.synchronize()
+        turns.append((time.perf_counter() - t) * 1e3)
+    print(f"{k} devices from one thread, their phases in turns: {statistics.median(turns):.2f} ms wall; "
+          "stages "
           + "; ".join(f"{i}: {stages(d)}" for i, d in enumerate(devices)))
     for d in devices:
         d.close()

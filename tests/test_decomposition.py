@@ -138,13 +138,12 @@ def test_a_domain_split_where_every_device_walks_the_first_range_is_caught(monke
     computed; the exchange copies what each device says is its range, and the answer is wrong."""
     from app.backends.cpu_tree import CpuTreeEvaluator
 
-    real = CpuTreeEvaluator.evaluate_domain
+    real = CpuTreeEvaluator.domain_phases
 
     def always_first(self, pos, out, cuts, index):
-        work, aligned = real(self, pos, out, cuts, 0)
-        return work, aligned
+        return (yield from real(self, pos, out, cuts, 0))
 
-    monkeypatch.setattr(CpuTreeEvaluator, "evaluate_domain", always_first)
+    monkeypatch.setattr(CpuTreeEvaluator, "domain_phases", always_first)
     acc, *_ = k_devices("cpu-tree", 2, "single", 0)
     want_acc, _want, _t = one_device("cpu-tree", 0)
     assert not np.array_equal(acc, want_acc)

@@ -133,3 +133,88 @@ def test_a_failing_device_stops_the_step_and_is_named(driver, monkeypatch):
         assert multi.integrator.acc_valid is False  # nothing half-done is taken for a valid a(x)
     finally:
         multi.close()
+
+
+# --- tasks in phases (the tree's evaluation: a generator yielding before each host read) -----------------
+def _phased_tasks(log: list, fail_at: tuple[int, int] | None = None):
+    def task(i):
+        for phase in range(3):
+            if (i, phase) == fail_at:
+                raise RuntimeError(f"injected failure in phase {phase}")
+            log.append((i, phase))
+            yield
+        log.append((i, "done"))
+    return [lambda i=i: task(i) for i in range(3)]
+
+
+def test_the_single_driver_takes_phased_tasks_in_turns():
+    """Device 0's first phase, device 1's, device 2's, then device 0's second ...: while the host waits
+    for one GPU, the others run what it queued (the tree on two H100s from one thread)."""
+    from app.multidevice import SingleDriver
+
+    log: list = []
+    SingleDriver([object()] * 3).submit(_phased_tasks(log))
+    assert log[:9] == [(i, p) for p in range(3) for i in range(3)]
+    assert sorted(x for x in log if x[1] == "done") == [(0, "done"), (1, "done"), (2, "done")]
+
+
+def test_the_threads_driver_runs_each_phased_task_to_its_end():
+    from app.multidevice import ThreadsDriver
+
+    log: list = []
+    driver = ThreadsDriver([object()] * 3)
+    try:
+        driver.submit(_phased_tasks(log))
+        driver.finish()
+    finally:
+        driver.close()
+    for i in range(3):
+        assert [x for x in log if x[0] == i] == [(i, 0), (i, 1), (i, 2), (i, "done")]
+
+
+class _Named:
+    def __init__(self, name):
+        self.name = name
+
+
+@pytest.mark.parametrize("driver", ["threads", "single"])
+def test_a_phase_that_fails_names_its_device(driver):
+    from app.multidevice import make_driver
+
+    devices = [_Named(f"gpu{i}") for i in range(3)]
+    run = make_driver(driver, devices)
+    try:
+        named = r"device 2 \(gpu2\): RuntimeError: injected failure in phase 1"
+        with pytest.raises(DeviceFault, match=named):
+            run.submit(_phased_tasks([], fail_at=(2, 1)))
+            run.finish()
+    finally:
+        run.close()
+
+
+def test_a_device_whose_work_is_not_ready_does_not_hold_up_the_others():
+    """Device 0's first phase queued behind other work (GPU 0 drawing the last frame): the single driver
+    takes device 1's phases meanwhile, and comes back to device 0 once its ready test says so."""
+    from app.multidevice import SingleDriver
+
+    log: list = []
+    polls = {"n": 0}
+
+    def held_up():
+        polls["n"] += 1
+        return "1 done" in log
+
+    def device0():
+        log.append("0 queued")
+        yield held_up
+        log.append("0 read")
+
+    def device1():
+        for phase in range(3):
+            log.append(f"1 phase {phase}")
+            yield lambda: True
+        log.append("1 done")
+
+    SingleDriver([_Named("gpu0"), _Named("gpu1")]).submit([device0, device1])
+    assert log == ["0 queued", "1 phase 0", "1 phase 1", "1 phase 2", "1 done", "0 read"]
+    assert polls["n"] >= 2  # asked, not waited on

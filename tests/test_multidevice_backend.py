@@ -338,3 +338,28 @@ def test_mpi_ranks_refuse_gpus():
     with pytest.raises(ConfigError, match="--gpus 2: under mpiexec each rank takes one GPU"):
         make_rank_run(None, load_scene("plummer", {"run.gpus": "2", "run.backend": "cpu"}))
 
+
+
+def test_the_auto_driver_is_the_kernels_split_choice_and_follows_a_kernel_switch():
+    """`--gpu-driver auto` (the default): one thread taking the devices' phases in turns for the tree's
+    domain split, a thread per device for the all-pairs splits; a kernel switch in the panel re-resolves it,
+    and the device line says which runs."""
+    from app.backends.multi import devices_line
+
+    cls = multi_backend_class(CPUBackend, 2)
+    assert cls.driver == "auto"
+    backend = cls()
+    try:
+        backend.load(cloud(), Physics(softening=0.02), "cpu-tree")
+        assert backend.driver_name == "single" and backend.device_info()["gpu_driver"] == "single"
+        assert "(single driver," in devices_line(backend)
+        backend.set_kernel("cpu-fp64")
+        assert backend.driver_name == "threads" and "split by targets" in devices_line(backend)
+    finally:
+        backend.close()
+    forced = multi_backend_class(CPUBackend, 2, "threads")()
+    try:
+        forced.load(cloud(), Physics(softening=0.02), "cpu-tree")
+        assert forced.driver_name == "threads"
+    finally:
+        forced.close()

@@ -16,7 +16,7 @@ from app.backends.cpu import DEFAULT_KERNEL, CPUBackend, CpuOps, exact_rows, fir
 from app.bodies import Bodies
 from app.decomposition import share_cuts
 from app.errors import ConfigError
-from app.forces import ForceWork, Span
+from app.forces import ForceWork, Span, drain
 from app.multidevice import HostExchange
 from app.physics import Physics
 from app.timing import HostTimer
@@ -72,10 +72,19 @@ class CpuDevice:
 
     def force_domain(self) -> ForceWork:
         """The whole tree, the walk of its key range into sacc (key order); the aligned cuts kept."""
-        with self.timer.time("force"):
-            work, self.domain_cuts = self.evaluator.evaluate_domain(self.pos, self.sacc,
-                                                                    share_cuts(self.shares), self.index)
-        return work
+        return drain(self.force_domain_phases())
+
+    def force_domain_phases(self):
+        """`force_domain` in the evaluator's phases (build, walk), each timed as "force"."""
+        phases = self.evaluator.domain_phases(self.pos, self.sacc, share_cuts(self.shares), self.index)
+        while True:
+            with self.timer.time("force"):
+                try:
+                    next(phases)
+                except StopIteration as done:
+                    work, self.domain_cuts = done.value
+                    return work
+            yield
 
     def unsort(self) -> None:
         with self.timer.time("force"):

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.decomposition import align_cuts
-from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span
+from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span, drain
 from app.physics import Physics
 from app.timing import HostTimer
 
@@ -222,6 +222,11 @@ class CpuTreeEvaluator(ForceEvaluator):
         out[k] at its position k in key order. `cuts` (K + 1 increasing bounds from 0 to n) are moved to
         group starts; returns the work and those aligned cuts. Every target's walk is the one the full
         evaluation does, so K domains scattered back (`unsort`) give bitwise its accelerations."""
+        return drain(self.domain_phases(pos, out, cuts, index))
+
+    def domain_phases(self, pos, out, cuts, index: int):
+        """`evaluate_domain` in two phases, as the GPU tree's (a generator yielding between the build and
+        the walk), so that CI runs the single driver's turns over CPU devices."""
         n = pos.shape[0]
         theta = float(self._tunables["theta"])
         leaf = int(self._tunables["leaf"])
@@ -231,6 +236,7 @@ class CpuTreeEvaluator(ForceEvaluator):
         clock = self._clock
         tree = build(pos, leaf, clock)
         self.last_tree = tree
+        yield
         with clock.time("walk"):
             gstart = group_starts(tree.start, tree.count, tree.nchild, group)
             aligned = align_cuts(cuts, gstart)

@@ -1,7 +1,7 @@
 """`--gpus N`: a Backend over K devices of one kind, so that run, simulate, record, bench and the panel
 drive several devices exactly as they drive one.
 
-    cls = multi_backend_class(select_backend("cuda"), k=2, driver="threads", exchange="auto")
+    cls = multi_backend_class(select_backend("cuda"), k=2, driver="auto", exchange="auto")
     backend = cls()                       # no arguments, like every backend class (bench makes its own)
     backend.load(bodies, physics, "shared")
     timings = backend.step(10)            # timings.devices: each device's force ms; timings.exchange_ms
@@ -66,7 +66,7 @@ def device_kind(backend_name: str):
     return KIND
 
 
-def multi_backend_class(base: type[Backend], k, driver: str = "threads", exchange: str = "auto"):
+def multi_backend_class(base: type[Backend], k, driver: str = "auto", exchange: str = "auto"):
     """A Backend class over `k` devices of `base`'s kind (`k` a number or "all"); ConfigError (exit 2)
     when more devices are asked for than exist, or for an unknown driver or exchange."""
     if driver not in DRIVERS:
@@ -89,7 +89,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
               "read a frame late while drawing")
     kind = None
     k = 1
-    driver = "threads"
+    driver = "auto"
     exchange = "auto"
     check_every = CHECK_EVERY  # steps between the devices' non-finite checks (0: never), as on one GPU
 
@@ -289,13 +289,18 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
     def device_info(self) -> dict:
         names = self.device_names or self.kind.names(self.k)
         return {"name": " + ".join(names), "devices": names,
-                "gpus": self.k, "gpu_driver": self.driver, "exchange": self.exchange_name,
+                "gpus": self.k, "gpu_driver": self.driver_name, "exchange": self.exchange_name,
                 "split": self.split_name, "backend": self.name}
 
     @property
     def split_name(self) -> str:
         """How the running kernel's forces are split over the devices (app/decomposition.py), once loaded."""
         return self._run.decomposition.name if self._run is not None else "?"
+
+    @property
+    def driver_name(self) -> str:
+        """The driver in use ("threads", "single"; auto resolved by the kernel's split), once loaded."""
+        return self._run.ops.driver.name if self._run and self._run.ops else self.driver
 
     @property
     def exchange_name(self) -> str:
@@ -325,5 +330,5 @@ def devices_line(backend) -> str:
     device."""
     if not isinstance(backend, MultiDeviceBackend):
         return ""
-    return (f" on {backend.k} {backend.kind.what} ({backend.driver} driver, {backend.exchange_name} "
+    return (f" on {backend.k} {backend.kind.what} ({backend.driver_name} driver, {backend.exchange_name} "
             f"exchange, split by {backend.split_name})")

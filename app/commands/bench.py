@@ -86,7 +86,7 @@ def _device_classes(cls, args) -> dict:
     classes = {}
     for text in args.gpus.split(","):
         parse_device_count(text, "--gpus")
-        multi = several_devices(cls, text, args.gpu_driver or "threads", args.exchange or "auto",
+        multi = several_devices(cls, text, args.gpu_driver or "auto", args.exchange or "auto",
                                 chosen=args.backend != "auto")
         classes.setdefault(multi.k, multi)
     return classes

@@ -88,8 +88,9 @@ def add_gpu_options(p: argparse.ArgumentParser, gpus_help: str = GPUS_HELP) -> N
     g = p.add_argument_group("several GPUs (scene keys run.gpus, run.gpu_driver, run.exchange)")
     g.add_argument("--gpus", type=str, metavar="N|all", help=gpus_help)
     g.add_argument("--gpu-driver", dest="gpu_driver", choices=DRIVERS,
-                   help="threads: one host thread per GPU (default); single: one thread issues every GPU's "
-                        "work asynchronously (neither waits on a GPU while stepping)")
+                   help="threads: one host thread per GPU; single: one thread issues every GPU's work, "
+                        "taking the tree's phases in turns; auto (default): single for a domain split (the "
+                        "tree), threads otherwise, as measured on two H100s (docs/multi-gpu.md)")
     g.add_argument("--exchange", choices=EXCHANGES,
                    help="how rows move between GPUs (positions; for Newton 3 the partial forces, for the "
                         "tree the key ranges' forces): peer copies, NCCL (nvidia-nccl-cu13), or through host "
@@ -209,7 +210,7 @@ def make_backend(scene, bodies=None, comm=None):
     return backend
 
 
-def several_devices(cls, gpus, driver: str = "threads", exchange: str = "auto", chosen: bool = True):
+def several_devices(cls, gpus, driver: str = "auto", exchange: str = "auto", chosen: bool = True):
     """The multi-device form of backend `cls` on `gpus` devices (app/backends/multi.py). `chosen`: the
     backend was named (or implied by the kernel); auto falling back to the CPU is not taken for CPU
     devices."""

@@ -199,39 +199,57 @@ extern "C" __global__ void tree_split_count(const int* __restrict__ lvl, int lev
     }
 }
 
-// One block of SCAN_THREADS: offs[c - a] = the exclusive prefix sum of nchild over the level's cells
-// [a, b) (where cell c's first child goes, counted from b), and lvl[level + 2] = b + the level's children.
-// Past the capacity `cap` of the cell arrays: *overflow = 1 and the next level is left empty (the host grows
-// the arrays and builds again). One launch per level, over the level alone: tiles of SCAN_ITEMS cells per
-// thread, each thread's cells consecutive (a warp reads contiguous memory), scanned across the block with
-// warp shuffles and carried from tile to tile, the next tile's loads issued before this one's scan. (One
-// thread per contiguous run, strided reads, made the 8M build 5.0 ms on the H200; tiles without the early
-// loads took 1.6 ms of a 2.7 ms build over its 13 levels: bench/tree_kernel_profile.py.)
-#define SCAN_THREADS 1024
-#define SCAN_ITEMS 8
-__device__ __forceinline__ void load_run(const int* __restrict__ nchild, int first, int b, int (&v)[SCAN_ITEMS]) {
-#pragma unroll
-    for (int j = 0; j < SCAN_ITEMS; ++j) v[j] = first + j < b ? nchild[first + j] : 0;
+// offs[c - a] = the exclusive prefix sum of nchild over the level's cells [a, b) (where cell c's first
+// child goes, counted from b), and lvl[level + 2] = b + the level's children. Past the capacity `cap` of the
+// cell arrays: *overflow = 1 and the next level is left empty (the host grows the arrays and builds again).
+//
+// A single-pass scan with decoupled look-back (Merrill and Garland, "Single-pass Parallel Prefix Scan with
+// Decoupled Look-back", NVIDIA 2016), on the per-level kernels' fixed grid: blocks take tiles of SCAN_TILE
+// cells in order from a ticket counter per level (tickets[level]), scan their tile, publish its total, and
+// add up their predecessors' published totals back to the first published prefix. A tile's predecessors
+// were taken by blocks already running that never wait for it, so no co-residency is assumed. The status
+// word of tile t (status[t]): bits 62-63 what it holds (1 the tile's total, 2 the inclusive prefix), bits
+// 32-37 level + 1 (a word of an earlier level of this build reads as "not yet"; the host zeroes status and
+// tickets before each build), bits 0-31 the value. It replaces one block of 1,024 threads carrying its sum
+// across the level, which was 1.6 ms of the 8M build on an H100 (issue 25's profile): a level of a million
+// cells was ~250 tiles in a row on one SM.
+#define SCAN_THREADS 256
+#define SCAN_ITEMS 16
+#define SCAN_TILE (SCAN_THREADS * SCAN_ITEMS)
+#define SCAN_TOTAL 1ull
+#define SCAN_PREFIX 2ull
+
+__device__ __forceinline__ unsigned long long scan_word(unsigned long long flag, int level, long long value) {
+    return (flag << 62) | ((unsigned long long)(level + 1) << 32) | (unsigned long long)(unsigned)value;
 }
 
 extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
 tree_level_scan(int* __restrict__ lvl, int level, const int* __restrict__ nchild, int* __restrict__ offs,
-                int cap, int* __restrict__ overflow) {
+                int cap, int* __restrict__ overflow, unsigned long long* __restrict__ status,
+                int* __restrict__ tickets) {
     __shared__ int warp_total[SCAN_THREADS / 32];
+    __shared__ int s_tile;
+    __shared__ long long s_prefix;
     const int a = lvl[level], b = lvl[level + 1];
+    const int tiles = (b - a + SCAN_TILE - 1) / SCAN_TILE;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int tile = SCAN_THREADS * SCAN_ITEMS;
-    long long carry = 0;
-    int v[SCAN_ITEMS], next[SCAN_ITEMS];
-    load_run(nchild, a + SCAN_ITEMS * threadIdx.x, b, v);
-    for (int base = a; base < b; base += tile) {
-        const int first = base + SCAN_ITEMS * threadIdx.x;
-        // the next tile's loads go out before this tile's scan: one block alone on a level of a million
-        // cells is bound by load latency, not bandwidth
-        load_run(nchild, first + tile, b, next);
+    if (tiles == 0) {  // an empty level: the next one is empty too
+        if (blockIdx.x == 0 && threadIdx.x == 0) lvl[level + 2] = b;
+        return;
+    }
+    for (;;) {
+        if (threadIdx.x == 0) s_tile = atomicAdd(&tickets[level], 1);
+        __syncthreads();
+        const int t = s_tile;
+        if (t >= tiles) break;
+        const int first = a + t * SCAN_TILE + SCAN_ITEMS * threadIdx.x;  // each thread's cells consecutive
+        int v[SCAN_ITEMS];
         int sum = 0;
 #pragma unroll
-        for (int j = 0; j < SCAN_ITEMS; ++j) sum += v[j];
+        for (int j = 0; j < SCAN_ITEMS; ++j) {
+            v[j] = first + j < b ? nchild[first + j] : 0;
+            sum += v[j];
+        }
         int incl = sum;  // inclusive scan of the threads' sums within the warp
 #pragma unroll
         for (int d = 1; d < 32; d <<= 1) {
@@ -240,34 +258,49 @@ tree_level_scan(int* __restrict__ lvl, int level, const int* __restrict__ nchild
         }
         if (lane == 31) warp_total[warp] = incl;
         __syncthreads();
-        if (warp == 0) {  // inclusive scan of the 32 warps' totals
-            int w = warp_total[lane];
+        if (warp == 0) {  // inclusive scan of the warps' totals (SCAN_THREADS / 32 of them)
+            int w = lane < SCAN_THREADS / 32 ? warp_total[lane] : 0;
 #pragma unroll
             for (int d = 1; d < 32; d <<= 1) {
                 const int y = __shfl_up_sync(0xffffffffu, w, d);
                 if (lane >= d) w += y;
             }
-            warp_total[lane] = w;
+            if (lane < SCAN_THREADS / 32) warp_total[lane] = w;
+            const long long total = __shfl_sync(0xffffffffu, w, SCAN_THREADS / 32 - 1);  // the tile's
+            if (lane == 0) {  // publish, then look back
+                long long prefix = 0;
+                if (t == 0) {
+                    atomicExch(&status[0], scan_word(SCAN_PREFIX, level, total));
+                } else {
+                    atomicExch(&status[t], scan_word(SCAN_TOTAL, level, total));
+                    for (int j = t - 1;;) {
+                        const unsigned long long s = atomicAdd(&status[j], 0ull);
+                        if ((int)((s >> 32) & 0x3f) != level + 1) continue;  // not yet published
+                        prefix += (long long)(unsigned)(s & 0xffffffffull);
+                        if ((s >> 62) == SCAN_PREFIX) break;
+                        --j;
+                    }
+                    atomicExch(&status[t], scan_word(SCAN_PREFIX, level, prefix + total));
+                }
+                s_prefix = prefix;
+                if (t == tiles - 1) {
+                    long long end = (long long)b + prefix + total;
+                    if (end > cap) {
+                        *overflow = 1;
+                        end = b;
+                    }
+                    lvl[level + 2] = (int)end;
+                }
+            }
         }
         __syncthreads();
-        int run = (int)carry + (warp > 0 ? warp_total[warp - 1] : 0) + incl - sum;
+        int run = (int)s_prefix + (warp > 0 ? warp_total[warp - 1] : 0) + incl - sum;
 #pragma unroll
         for (int j = 0; j < SCAN_ITEMS; ++j) {
             if (first + j < b) offs[first + j - a] = run;
             run += v[j];
         }
-        carry += warp_total[SCAN_THREADS / 32 - 1];
-        __syncthreads();  // warp_total is rewritten by the next tile
-#pragma unroll
-        for (int j = 0; j < SCAN_ITEMS; ++j) v[j] = next[j];
-    }
-    if (threadIdx.x == 0) {
-        long long end = (long long)b + carry;
-        if (end > cap) {
-            *overflow = 1;
-            end = b;
-        }
-        lvl[level + 2] = (int)end;
+        __syncthreads();  // s_tile, s_prefix and warp_total are rewritten by the next tile
     }
 }
 
@@ -307,11 +340,14 @@ extern "C" __global__ void tree_split_write(const int* __restrict__ lvl, int lev
 // mark[s] = 1 where a group starts: every group cell (at most `cap` bodies, or a leaf, with a parent of
 // more than `cap`; the root if it qualifies itself) cut into runs of `group` bodies (the CPU's
 // group_starts). One thread per cell marks the groups of its qualifying children.
-extern "C" __global__ void tree_group_marks(int ncell, int cap, int group, const int* __restrict__ cstart,
-                                            const int* __restrict__ ccount, const int* __restrict__ child,
-                                            const int* __restrict__ nchild, int* __restrict__ mark) {
+// The number of cells is read at *ncell_at (the level bounds on the device), so that the marks are queued
+// with the build before the host has looked at it; the grid covers the cell arrays' capacity.
+extern "C" __global__ void tree_group_marks(const int* __restrict__ ncell_at, int cap, int group,
+                                            const int* __restrict__ cstart, const int* __restrict__ ccount,
+                                            const int* __restrict__ child, const int* __restrict__ nchild,
+                                            int* __restrict__ mark) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= ncell) return;
+    if (c >= *ncell_at) return;
     const bool qualifies = ccount[c] <= cap || nchild[c] == 0;
     if (c == 0 && qualifies) {
         for (int s = cstart[0]; s < cstart[0] + ccount[0]; s += group) mark[s] = 1;
@@ -322,6 +358,38 @@ extern "C" __global__ void tree_group_marks(int ncell, int cap, int group, const
             for (int s = cstart[k]; s < cstart[k] + ccount[k]; s += group) mark[s] = 1;
         }
     }
+}
+
+// The groups' starts from the marks and their inclusive prefix sum `incl` (CuPy's device scan): group g
+// starts at gstart[g]; gstart[ngroups] = n closes the last, and *ngroups_at = ngroups, for the host's one
+// look after the build and for tree_domain_cuts (no host round trip between the marks and the walk).
+extern "C" __global__ void tree_group_starts(const int* __restrict__ mark, const int* __restrict__ incl, int n,
+                                             int* __restrict__ gstart, int* __restrict__ ngroups_at) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    if (mark[i]) gstart[incl[i] - 1] = i;
+    if (i == n - 1) {
+        gstart[incl[i]] = n;
+        *ngroups_at = incl[i];
+    }
+}
+
+// A domain split's cuts moved to group starts (app/decomposition.py align_cuts): for cut j, at = the first
+// group g in [0, ngroups] whose start gstart[g] >= cuts[j] (ngroups if none) and aligned = gstart[at];
+// out[j] = at, out[count + j] = aligned. One thread per cut.
+extern "C" __global__ void tree_domain_cuts(const int* __restrict__ gstart, const int* __restrict__ ngroups_at,
+                                            const int* __restrict__ cuts, int count, int* __restrict__ out) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= count) return;
+    const int ngroups = *ngroups_at;
+    int lo = 0, hi = ngroups;  // gstart[ngroups] = n >= every cut
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (gstart[mid] < cuts[j]) lo = mid + 1;
+        else hi = mid;
+    }
+    out[j] = lo;
+    out[count + j] = gstart[lo];
 }
 
 // --- moments, one level at a time from the deepest -------------------------------------------------------

@@ -46,7 +46,7 @@ from app.backends.cuda.state_ops import INTEGRATE_SOURCE, Fp32Ops
 from app.bodies import Bodies
 from app.decomposition import share_cuts
 from app.errors import ConfigError, RuntimeFault
-from app.forces import ForceWork, Span
+from app.forces import ForceWork, Span, drain
 from app.multidevice import HostExchange, domain_spans, queue_after
 from app.physics import Physics
 
@@ -146,9 +146,17 @@ class CudaShareDevice:
 
     def force_domain(self) -> ForceWork:
         """The whole tree from every position, the walk of its key range into sacc (key order)."""
-        with self.device.scope, self.timer.time("force"):
-            work, self.domain_cuts = self.evaluator.evaluate_domain(
-                self.ptr["pos"], self.ptr["sacc"], self.n, share_cuts(self.shares), self.index)
+        return drain(self.force_domain_phases())
+
+    def force_domain_phases(self):
+        """`force_domain` in the tree's phases (TreeEvaluator.domain_phases), timed as "force" from the
+        first phase's queue to the last's; each phase makes this GPU's context current itself."""
+        with self.device.scope:
+            start = self.timer.start()
+        work, self.domain_cuts = yield from self.evaluator.domain_phases(
+            self.ptr["pos"], self.ptr["sacc"], self.n, share_cuts(self.shares), self.index)
+        with self.device.scope:
+            self.timer.stop("force", start)
         return work
 
     def unsort(self) -> None:

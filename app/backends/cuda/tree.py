@@ -15,22 +15,25 @@ sort (CUB via Thrust) in the retained primary context that pycuda also uses, so 
 with no copy; cuda-cccl would be a second wheel to carry for the same CUB call. Its time is the `sort`
 stage of the split (`stage_ms`), measured by `bench`.
 
-Host round trips: one after the build, usually (the level ranges, which the per-level kernels read on the
-device, so every level is queued without waiting for the one before; a tree deeper than the last one
-queues a few more levels and looks again), one for the number of groups, and one
-after the walk (the interaction counts and the stack-overflow flag); an evaluation synchronises the
-stream.
+Host round trips, two per evaluation usually: one after the build, which reads the level ranges, the
+number of groups and a domain split's cuts at once (the groups and the cuts are found on the device behind
+the levels, reading their counts there; a tree deeper than the last one queues a few more levels and looks
+again), and one after the walk (the interaction counts and the stack-overflow flag); an evaluation
+synchronises the stream. The evaluation is a generator of phases that yields before each of them
+(`domain_phases`), so that one host thread can drive several GPUs' evaluations in turns.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import contextmanager
+from functools import partial
 
 import numpy as np
 
 from app.errors import ConfigError, RuntimeFault
-from app.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span
+from app.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span, drain
 from app.physics import Physics
 
 from ..cpu_tree import GROUP_CELL_FACTOR
@@ -58,21 +61,28 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_keys": "PiPP",
     "tree_gather": "PPPiPPP",
     "tree_split_count": "PiiPPPPP",
-    "tree_level_scan": "PiPPiP",
+    "tree_level_scan": "PiPPiPPP",
     "tree_split_write": "PiPPPPPPP",
     "tree_moments": "PiPPPPPPPP",
     "tree_pack": "iPiPPPPPPPPPddPPP",
-    "tree_group_marks": "iiiPPPPP",
+    "tree_group_marks": "PiiPPPPP",
+    "tree_group_starts": "PPiPP",
+    "tree_domain_cuts": "PPPiP",
     "tree_scatter": "PPiP",
 }
 MAX_LEVEL = 21  # kernels/tree/build.cu TREE_MAX_LEVEL: 63-bit keys, 21 levels below the root
 LEVEL_SLOTS = MAX_LEVEL + 3  # lvl[L] for L = 0 .. 23 (level 21's cells end at lvl[22]; lvl[23] closes it)
+NGROUPS_SLOT = 2 * LEVEL_SLOTS + 1  # in "levels", after the overflow flag and the scan's tickets (_build)
+CUTS_SLOT = NGROUPS_SLOT + 1
 LEVEL_BLOCKS_PER_SM = 4  # the per-level kernels' fixed grid (they loop over their level's cells)
-SCAN_THREADS = 1024  # kernels/tree/build.cu SCAN_THREADS: tree_level_scan is one block
+SCAN_THREADS = 256  # kernels/tree/build.cu SCAN_THREADS: tree_level_scan's block, on the per-level grid
+SCAN_TILE = SCAN_THREADS * 16  # kernels/tree/build.cu SCAN_TILE: cells per tile of the look-back scan
 CELL_LANES = 8  # kernels/tree/build.cu CELL_LANES: the split kernels' lanes per cell, one per octant
 EXTRA_LEVELS = 2  # levels queued past the previous build's depth before the host looks
 GROWTH = 1.5  # _buf allocates half again over what is asked, so that a slowly growing N reuses it
 WALK_ARGS = "PPPiiPPPPfffiPiPPPPPii"
+CELL_FIELDS = ("start", "count", "child", "nchild")  # the cell arrays of the build, int32 each
+GROUP_LISTS = ("nbody", "ncell", "nactive")  # per group of the last walk (last_groups)
 
 
 def cupy_module():
@@ -186,8 +196,9 @@ class TreeEvaluator(ForceEvaluator):
         per_body = 8 + 8 + 8 + 16 + 4  # keys, sorted keys, sort order (int64), sorted body, order (int32)
         # ints, level offsets, octant edges, mass/com/m2, mac, pack, links
         per_cell = 4 * 5 + 4 + 4 * CELL_LANES + 8 * 3 + 8 * 6 + 32 + 48 + 16
-        per_group = 4 * 4 / int(self._tunables["group"])  # at least one group per `group` bodies
-        return int(round(per_body + 4 + per_cell * cells + per_group))  # + 4: the group marks
+        per_group = 3 * 4 / int(self._tunables["group"])  # at least one group per `group` bodies
+        # + 12: the group marks, their prefix sum and the group starts (sized for a group per body)
+        return int(round(per_body + 12 + per_cell * cells + per_group))
 
     def _require_within(self, targets: Span, sources: Span) -> None:
         if not sources.contains(targets):
@@ -207,7 +218,7 @@ class TreeEvaluator(ForceEvaluator):
         pairs = int(targets.count) * int(sources.count)
         if targets.count == 0:
             return ForceWork(pair_equivalent=pairs, evaluations=1)
-        return self._guarded(int(pos), int(acc), targets, sources, stream, pairs, None)[0]
+        return drain(self._phases(int(pos), int(acc), targets, sources, stream, pairs, None))[0]
 
     def evaluate_domain(self, pos, out, n: int, cuts, index: int, stream=None) -> tuple[ForceWork, list[int]]:
         """One device's part of a domain split (app/decomposition.py): the tree of all n rows of `pos`,
@@ -215,10 +226,18 @@ class TreeEvaluator(ForceEvaluator):
         out[k] at its place k in key order (float4 rows). `cuts` (K + 1 bounds from 0 to n) are moved to
         group starts; returns the work and those cuts. Every target's walk is the full evaluation's, so
         the K ranges scattered back (`unsort`) are bitwise one device's accelerations."""
+        return drain(self.domain_phases(pos, out, n, cuts, index, stream))
+
+    def domain_phases(self, pos, out, n: int, cuts, index: int, stream=None):
+        """`evaluate_domain` in phases: a generator that queues work up to its next host read and yields
+        there, returning (work, cuts). Each phase makes the device's context current itself and leaves
+        nothing current across a yield, so one host thread can take several devices' evaluations in turns
+        (`multidevice.SingleDriver`): while it waits for one GPU, the others run what it queued."""
         everyone = Span.all(n)
         if n == 0:
             return ForceWork(evaluations=1), [0] * len(cuts)
-        return self._guarded(int(pos), int(out), everyone, everyone, stream, 0, (list(cuts), int(index)))
+        return (yield from self._phases(int(pos), int(out), everyone, everyone, stream, 0,
+                                        (list(cuts), int(index))))
 
     def unsort(self, out, acc, n: int, stream=None) -> None:
         """acc[state row] = out[key order] for the n bodies of the last `evaluate_domain`'s tree."""
@@ -228,14 +247,18 @@ class TreeEvaluator(ForceEvaluator):
                 launch(self._fn("tree_scatter"), (ceil_div(n, BLOCK), 1), BLOCK, stream, int(out),
                        sorder.data.ptr, n, int(acc))
 
-    def _guarded(self, pos: int, acc: int, targets: Span, sources: Span, stream, pairs: int, domain):
+    @contextmanager
+    def _on(self, stream, n: int):
+        """One phase on this device: its context, CuPy's device and the stream current; an allocation
+        past _require_memory's estimate (the sort's scratch) gives the same message."""
         cp = cupy_module()
-        with self.device.scope:
+        on_stream = cp.cuda.ExternalStream(int(stream.handle)) if stream is not None else cp.cuda.Stream.null
+        with self.device.scope, cp.cuda.Device(self.device.ordinal), on_stream:
             try:
-                return self._evaluate(pos, acc, targets, sources, stream, pairs, domain)
-            except cp.cuda.memory.OutOfMemoryError as e:  # past _require_memory's estimate (the sort's
-                cp.get_default_memory_pool().free_all_blocks()  # scratch): the same message
-                raise self._out_of_memory(int(sources.count)) from e
+                yield
+            except cp.cuda.memory.OutOfMemoryError as e:
+                cp.get_default_memory_pool().free_all_blocks()
+                raise self._out_of_memory(n) from e
 
     # --- the work ------------------------------------------------------------------------------------
     def _walk(self, repulsion: bool, soft: bool, group: int | None = None):
@@ -258,10 +281,11 @@ class TreeEvaluator(ForceEvaluator):
             buf = self._buffers[key] = new
         return buf
 
-    def _evaluate(self, pos: int, acc: int, targets: Span, sources: Span, stream, pairs: int,
-                  domain=None) -> tuple[ForceWork, list[int] | None]:
-        """The evaluation; `domain` (cuts, index): a domain split's part (evaluate_domain), else the
-        targets' rows. Returns the work and, for a domain, the aligned cuts."""
+    def _phases(self, pos: int, acc: int, targets: Span, sources: Span, stream, pairs: int,
+                domain=None):
+        """The evaluation as a generator that yields before each host read (`domain_phases`); `domain`
+        (cuts, index): a domain split's part (evaluate_domain), else the targets' rows. Returns the work
+        and, for a domain, the aligned cuts."""
         cp = cupy_module()
         drv = self.device.drv
         nj = int(sources.count)
@@ -271,15 +295,16 @@ class TreeEvaluator(ForceEvaluator):
         group = int(self._tunables["group"])
         src = pos + 16 * sources.start
         out = acc + 16 * targets.start
+        on = partial(self._on, stream, nj)
         if self._events is None:  # one set per evaluator: the stage clock of every evaluation
-            self._events = [drv.Event() for _ in range(len(STAGES) + 1)]
+            with self.device.scope:
+                self._events = [drv.Event() for _ in range(len(STAGES) + 1)]
         events = self._events
 
         def run(symbol, n, *args):  # one thread per element
             launch(self._fn(symbol), (ceil_div(n, BLOCK), 1), BLOCK, stream, *args)
 
-        on_stream = cp.cuda.ExternalStream(int(stream.handle)) if stream is not None else cp.cuda.Stream.null
-        with cp.cuda.Device(self.device.ordinal), on_stream:
+        with on():
             events[0].record(stream)
             # keys over the sources' bounding cube
             part = self._buf("part", 6 * BOUNDS_BLOCKS, np.float32)
@@ -300,16 +325,25 @@ class TreeEvaluator(ForceEvaluator):
             run("tree_gather", nj, src, keys.data.ptr, order.data.ptr, nj, spos.data.ptr, skeys.data.ptr,
                 sorder.data.ptr)
             del order
-            levels, cells = self._build(stream, nj, leaf, skeys)
-            ncell = levels[-1]
-            gstart = self._groups(run, nj, ncell, group, cells, stream)
-            events[3].record(stream)
+        cuts = None if domain is None else [int(c) for c in domain[0]]
+        levels, cells, look = yield from self._build(on, run, stream, nj, leaf, group, skeys, cuts)
+        ncell = levels[-1]
+        self.ngroups = int(look[NGROUPS_SLOT])
+        gstart = self._buffers["group-start"]
+        groups, aligned = (0, self.ngroups), None
+        if domain is not None:  # this device's run of groups: the cuts moved to group starts
+            index = domain[1]
+            found = look[CUTS_SLOT:CUTS_SLOT + 2 * len(cuts)]
+            at, aligned = found[:len(cuts)], [int(a) for a in found[len(cuts):]]
+            groups = (int(at[index]), int(at[index + 1]))
+            pairs = (aligned[index + 1] - aligned[index]) * nj
+        with on():
             # moments bottom up, then the rows the walk reads
             mass = self._buf("mass", ncell, np.float64)
             com = self._buf("com", 3 * ncell, np.float64)
             m2 = self._buf("m2", 6 * ncell, np.float64)
             lvl = self._buffers["levels"]
-            cell_ptrs = [cells[k].data.ptr for k in ("start", "count", "child", "nchild")]
+            cell_ptrs = [cells[k].data.ptr for k in CELL_FIELDS]
             for lv in range(len(levels) - 2, -1, -1):
                 self._per_level("tree_moments", stream, lvl.data.ptr, lv, spos.data.ptr, *cell_ptrs,
                                 mass.data.ptr, com.data.ptr, m2.data.ptr)
@@ -321,128 +355,140 @@ class TreeEvaluator(ForceEvaluator):
                 box.data.ptr, mass.data.ptr, com.data.ptr, m2.data.ptr, theta, trace_factor, mac.data.ptr,
                 pack.data.ptr, links.data.ptr)
             events[4].record(stream)
-            groups, aligned = (0, self.ngroups), None
-            if domain is not None:  # this device's run of groups: the cuts moved to group starts
-                cuts, index = domain
-                starts = gstart[:self.ngroups + 1]
-                at = cp.minimum(cp.searchsorted(starts, cp.asarray(cuts, dtype=np.int32)), self.ngroups)
-                found = cp.concatenate([at.astype(np.int32), starts[at]])
-                self._settle(stream)
-                found = found.get()  # one small read
-                at, aligned = found[:len(cuts)], [int(a) for a in found[len(cuts):]]
-                groups = (int(at[index]), int(at[index + 1]))
-                pairs = (aligned[index + 1] - aligned[index]) * nj
-            work = self._walk_all(repulsion, soft, group, gstart, targets, sources, spos, sorder, links, mac,
-                                  pack, out, eps2, g, h, stream, groups, sorted_out=domain is not None)
+        work = yield from self._walk_all(on, repulsion, soft, group, gstart, targets, sources, spos, sorder,
+                                         links, mac, pack, out, eps2, g, h, stream, groups,
+                                         sorted_out=domain is not None)
+        with on():
             events[5].record(stream)
             events[5].synchronize()
-        for k, name in enumerate(STAGES):
-            self._stage_totals[name] += events[k + 1].time_since(events[k])
+            for k, name in enumerate(STAGES):
+                self._stage_totals[name] += events[k + 1].time_since(events[k])
         self.levels = levels
         work = ForceWork(interactions=work[0], pair_equivalent=pairs, body_cell=work[1], evaluations=1)
         return work, aligned
 
-    def _settle(self, stream) -> None:
-        """Wait for the work queued so far before a host read, through a pycuda event, whose wait lets go
-        of the GIL, so that the read itself finds the work done. Added when two devices driven from threads
-        of one process (the domain split) took turns on two H100s (9.5 ms for two half-walks that take
-        4.7 ms each alone); it did not change that (docs/multi-gpu.md, "Where the 1M tree's time goes":
-        the build's many small host calls are what the threads share); its own cost was not measured apart."""
+    def _queued(self, stream) -> Queued:
+        """A mark after the work queued so far on `stream`, yielded by a phase before its host read: the
+        single driver tests it without waiting (`ready`), the phase then waits on it (`wait`)."""
         event = self._settle_event
         if event is None:
             event = self._settle_event = self.device.drv.Event()
         event.record(stream)
-        event.synchronize()
+        return Queued(event, self.device.scope)
 
-    def _per_level(self, symbol: str, stream, *args) -> None:
+    def _per_level(self, symbol: str, stream, *args, block: int = BLOCK) -> None:
         """A per-level kernel on its fixed grid: it reads its level's range from the device."""
         blocks = LEVEL_BLOCKS_PER_SM * max(int(self.device.facts.sms), 1)
-        launch(self._fn(symbol), (blocks, 1), BLOCK, stream, *args)
+        launch(self._fn(symbol), (blocks, 1), block, stream, *args)
 
-    def _build(self, stream, nj: int, leaf: int, skeys) -> tuple[list[int], dict]:
-        """The octree over the nj sorted keys, breadth first: level_start and the cell arrays.
+    def _build(self, on, run, stream, nj: int, leaf: int, group: int, skeys, cuts):
+        """The octree over the nj sorted keys, breadth first, and its groups (a generator of phases, as
+        `_phases`): returns level_start, the cell arrays and the host's copy of the "levels" buffer.
 
         Every level is queued without waiting for the previous one's size: the level ranges live in the
-        device buffer "levels" (slot LEVEL_SLOTS: the overflow flag), and each level is three launches
-        (count, scan, write) that read their range there. The host queues as many levels as the last
-        build had plus EXTRA_LEVELS, then reads the ranges once; a deeper tree queues more. A tree with more
-        cells than the arrays hold (a deep, thin one) is built again in arrays twice as large."""
+        device buffer "levels", and each level is three launches (count, scan, write) that read their range
+        there. The host queues as many levels as the last build had plus EXTRA_LEVELS and, behind them,
+        the groups (marks, CuPy's scan of them, starts) and a domain split's cuts, which read the number
+        of cells and groups on the device too; then it looks once (usually), at everything. A deeper tree
+        queues more levels and its groups again and looks again. A tree with more cells than the arrays
+        hold (a deep, thin one) is built again in arrays twice as large.
+
+        The "levels" buffer (int32): the level starts [0, LEVEL_SLOTS), the overflow flag (LEVEL_SLOTS),
+        the scan's ticket per level, the number of groups (NGROUPS_SLOT), and from CUTS_SLOT a domain's
+        cuts, the groups they fall at, and the aligned cuts (tree_domain_cuts)."""
+        cp = cupy_module()
         cap = _cell_capacity(nj, leaf)
+        ncuts = 0 if cuts is None else len(cuts)
         while True:
-            cells = {k: self._buf(f"cell-{k}", cap, np.int32) for k in ("start", "count", "child", "nchild")}
-            cap = min(int(c.size) for c in cells.values())  # what _buf holds (half again over the ask)
-            lvl = self._buf("levels", LEVEL_SLOTS + 1, np.int32)
-            offs = self._buf("offsets", cap, np.int32)
-            edges = self._buf("edges", CELL_LANES * cap, np.int32)  # a level's octant starts, 8 per cell
-            lvl[:LEVEL_SLOTS + 1].fill(0)
-            lvl[1:2].fill(1)  # level 0: the root, cell 0
-            cells["start"][0:1].fill(0)
-            cells["count"][0:1].fill(nj)
+            with on():
+                cells = {k: self._buf(f"cell-{k}", cap, np.int32) for k in CELL_FIELDS}
+                cap = min(int(c.size) for c in cells.values())  # what _buf holds (half again over the ask)
+                lvl = self._buf("levels", CUTS_SLOT + 3 * ncuts, np.int32)
+                offs = self._buf("offsets", cap, np.int32)
+                edges = self._buf("edges", CELL_LANES * cap, np.int32)  # a level's octant starts, 8 per cell
+                status = self._buf("scan-status", ceil_div(cap, SCAN_TILE) + 1, np.uint64)  # a word per tile
+                lvl[:CUTS_SLOT].fill(0)
+                status.fill(0)
+                lvl[1:2].fill(1)  # level 0: the root, cell 0
+                cells["start"][0:1].fill(0)
+                cells["count"][0:1].fill(nj)
+                if cuts is not None:
+                    lvl[CUTS_SLOT + 2 * ncuts:CUTS_SLOT + 3 * ncuts].set(np.asarray(cuts, dtype=np.int32))
+            tickets = lvl.data.ptr + 4 * (LEVEL_SLOTS + 1)
             flag = lvl.data.ptr + 4 * LEVEL_SLOTS
-            start, count, child, nchild = (cells[k].data.ptr for k in ("start", "count", "child", "nchild"))
+            start, count, child, nchild = (cells[k].data.ptr for k in CELL_FIELDS)
             level, stop = 0, min(self._depth + EXTRA_LEVELS, MAX_LEVEL + 1)
             while True:
-                for lv in range(level, stop):
-                    self._per_level("tree_split_count", stream, lvl.data.ptr, lv, leaf, skeys.data.ptr, start,
-                                    count, nchild, edges.data.ptr)
-                    launch(self._fn("tree_level_scan"), (1, 1), SCAN_THREADS, stream, lvl.data.ptr, lv,
-                           nchild, offs.data.ptr, cap, flag)
-                    self._per_level("tree_split_write", stream, lvl.data.ptr, lv, nchild, offs.data.ptr,
-                                    edges.data.ptr, start, count, child, flag)
-                self._settle(stream)
-                bounds = lvl[:LEVEL_SLOTS + 1].get()  # the host's one look at the build (usually)
-                if bounds[LEVEL_SLOTS] or stop > MAX_LEVEL or bounds[stop + 1] == bounds[stop]:
+                with on():
+                    for lv in range(level, stop):
+                        self._per_level("tree_split_count", stream, lvl.data.ptr, lv, leaf, skeys.data.ptr,
+                                        start, count, nchild, edges.data.ptr)
+                        self._per_level("tree_level_scan", stream, lvl.data.ptr, lv, nchild, offs.data.ptr,
+                                        cap, flag, status.data.ptr, tickets, block=SCAN_THREADS)
+                        self._per_level("tree_split_write", stream, lvl.data.ptr, lv, nchild, offs.data.ptr,
+                                        edges.data.ptr, start, count, child, flag)
+                    # the groups, as if the tree ended here (it usually does): every cell is in
+                    # [0, lvl[stop + 1]) then (level stop is empty and so are those after it)
+                    mark = self._buf("group-mark", nj, np.int32)
+                    incl = self._buf("group-incl", nj, np.int32)
+                    gstart = self._buf("group-start", nj + 1, np.int32)
+                    mark[:nj].fill(0)
+                    run("tree_group_marks", cap, lvl.data.ptr + 4 * (stop + 1), GROUP_CELL_FACTOR * group,
+                        group, start, count, child, nchild, mark.data.ptr)
+                    cp.cumsum(mark[:nj], dtype=np.int32, out=incl[:nj])
+                    ngroups_at = lvl.data.ptr + 4 * NGROUPS_SLOT
+                    run("tree_group_starts", nj, mark.data.ptr, incl.data.ptr, nj, gstart.data.ptr,
+                        ngroups_at)
+                    if cuts is not None:
+                        run("tree_domain_cuts", ncuts, gstart.data.ptr, ngroups_at,
+                            lvl.data.ptr + 4 * (CUTS_SLOT + 2 * ncuts), ncuts, lvl.data.ptr + 4 * CUTS_SLOT)
+                    self._events[3].record(stream)
+                    queued = self._queued(stream)
+                yield queued
+                with on():
+                    queued.wait()
+                    look = lvl[:CUTS_SLOT + 2 * ncuts].get()  # the host's one look at the build (usually)
+                if look[LEVEL_SLOTS] or stop > MAX_LEVEL or look[stop + 1] == look[stop]:
                     break  # overflowed, or every level queued, or the level after the last queued is empty
                 level, stop = stop, min(stop + EXTRA_LEVELS, MAX_LEVEL + 1)
-            if not bounds[LEVEL_SLOTS]:
-                levels = _levels(bounds[:LEVEL_SLOTS])
+            if not look[LEVEL_SLOTS]:
+                levels = _levels(look[:LEVEL_SLOTS])
                 self._depth = len(levels) - 1
-                return levels, cells
+                return levels, cells, look
             cap *= 2
 
-    def _groups(self, run, nj: int, ncell: int, group: int, cells: dict, stream=None):
-        """The groups' starts (int32, ngroups + 1 with nj last): group cells cut into runs of `group`."""
-        cp = cupy_module()
-        mark = self._buf("group-mark", nj, np.int32)
-        mark[:nj].fill(0)
-        run("tree_group_marks", ncell, ncell, GROUP_CELL_FACTOR * group, group, cells["start"].data.ptr,
-            cells["count"].data.ptr, cells["child"].data.ptr, cells["nchild"].data.ptr, mark.data.ptr)
-        self._settle(stream)
-        starts = cp.flatnonzero(mark[:nj])
-        self.ngroups = ngroups = int(starts.size)
-        gstart = self._buf("group-start", ngroups + 1, np.int32)
-        gstart[:ngroups] = starts
-        gstart[ngroups:ngroups + 1].fill(nj)
-        return gstart
-
-    def _walk_all(self, repulsion, soft, group, gstart, targets, sources, spos, sorder, links, mac, pack, out,
-                  eps2, g, h, stream, groups: tuple[int, int], sorted_out: bool = False) -> tuple[int, int]:
+    def _walk_all(self, on, repulsion, soft, group, gstart, targets, sources, spos, sorder, links, mac, pack,
+                  out, eps2, g, h, stream, groups: tuple[int, int], sorted_out: bool = False):
         """Launch the walk over the groups [groups[0], groups[1]); re-run it with deeper stacks if one
-        overflowed. Returns (interactions, body-cell interactions)."""
+        overflowed (a generator of phases, as `_phases`). Returns (interactions, body-cell interactions)."""
         fn = self._walk(repulsion, soft, group)
         ngroups = self.ngroups
         g_lo, g_hi = groups
         blocks = max(1, min((g_hi - g_lo + WALK_WARPS - 1) // WALK_WARPS,
                             WALK_BLOCKS_PER_SM * int(self.device.facts.sms)))
         t_lo = int(targets.start - sources.start)
-        per_group = {k: self._buf(f"group-{k}", ngroups, np.int32) for k in ("nbody", "ncell", "nactive")}
-        flags = self._buf("flags", 2, np.int32)
-        totals = self._buf("totals", 2, np.uint64)
         while True:
-            stacks = self._buf("stacks", blocks * WALK_WARPS * self._stack_cap, np.int32)
-            flags.fill(0)
-            totals.fill(0)
-            args = (spos.data.ptr, sorder.data.ptr, gstart.data.ptr, t_lo, t_lo + int(targets.count),
-                    links.data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, g_hi,
-                    stacks.data.ptr, self._stack_cap, flags.data.ptr, per_group["nbody"].data.ptr,
-                    per_group["ncell"].data.ptr, per_group["nactive"].data.ptr, totals.data.ptr, g_lo,
-                    int(sorted_out))
-            launch(fn, (blocks, 1), 32 * WALK_WARPS, stream, *args)
-            self._settle(stream)
-            overflow = int(flags[1])
-            if not overflow:
-                t = totals[:2].get()
-                return int(t[0]), int(t[1])
+            with on():
+                per_group = {k: self._buf(f"group-{k}", ngroups, np.int32) for k in GROUP_LISTS}
+                flags = self._buf("flags", 2, np.int32)
+                totals = self._buf("totals", 2, np.uint64)
+                stacks = self._buf("stacks", blocks * WALK_WARPS * self._stack_cap, np.int32)
+                flags.fill(0)
+                totals.fill(0)
+                args = (spos.data.ptr, sorder.data.ptr, gstart.data.ptr, t_lo, t_lo + int(targets.count),
+                        links.data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, g_hi,
+                        stacks.data.ptr, self._stack_cap, flags.data.ptr, per_group["nbody"].data.ptr,
+                        per_group["ncell"].data.ptr, per_group["nactive"].data.ptr, totals.data.ptr, g_lo,
+                        int(sorted_out))
+                launch(fn, (blocks, 1), 32 * WALK_WARPS, stream, *args)
+                queued = self._queued(stream)
+            yield queued
+            with on():
+                queued.wait()
+                overflow = int(flags[1])
+                if not overflow:
+                    t = totals[:2].get()
+                    return int(t[0]), int(t[1])
             if self._stack_cap >= 1 << 20:
                 raise RuntimeFault(f"{self.record.name}: the walk's stack overflowed at {self._stack_cap} "
                                    "cells per group; this tree is deeper than any the walk is made for")
@@ -453,9 +499,27 @@ class TreeEvaluator(ForceEvaluator):
     def last_groups(self) -> dict[str, np.ndarray]:
         """Of the last walk: the group starts (with the end) and per group the list lengths (nbody,
         ncell) and targets written (nactive)."""
-        out = {k: self._buffers[f"group-{k}"][:self.ngroups].get() for k in ("nbody", "ncell", "nactive")}
+        out = {k: self._buffers[f"group-{k}"][:self.ngroups].get() for k in GROUP_LISTS}
         out["start"] = self._buffers["group-start"][:self.ngroups + 1].get()
         return out
+
+
+class Queued:
+    """The work one phase queued on a GPU, marked by an event: `ready()` asks without waiting (the single
+    driver's test, in the GPU's context), `wait()` waits through a pycuda event, whose wait lets go of the
+    GIL, so that the host read after it finds the work done."""
+
+    def __init__(self, event, scope):
+        self.event, self.scope = event, scope
+
+    def ready(self) -> bool:
+        with self.scope:
+            return bool(self.event.query())
+
+    __call__ = ready
+
+    def wait(self) -> None:
+        self.event.synchronize()
 
 
 def _levels(bounds) -> list[int]:
