@@ -60,6 +60,9 @@ class Decomposition:
     # the multi-device driver `--gpu-driver auto` picks (app/multidevice.py DRIVERS): a host thread per
     # device, where each device's part is queued without a host wait
     driver = "threads"
+    # whether the devices keep the state in the force's own order (domains: the tree's key order, as
+    # Bonsai keeps it), re-sorted at each evaluation, where they can (DeviceState.keeps_key_order)
+    sorts_state = False
 
     def force(self, ops) -> None:
         """Queue each device's part of a(x) and the exchange that completes it on the rows each device
@@ -102,6 +105,7 @@ class Domains(Decomposition):
     # small launches: from a thread per GPU the threads took turns on the GIL (1M on two H100s: 1.16x one
     # GPU); one thread taking the devices' phases in turns gave 1.42x (docs/multi-gpu.md).
     driver = "single"
+    sorts_state = True
 
     def force(self, ops) -> None:
         def build_and_walk(i, device):  # in phases: the single driver takes the devices' turns
@@ -111,7 +115,10 @@ class Domains(Decomposition):
         if ops.exchange.moves_rows(ops.devices):
             ops.driver.finish()  # the devices' key ranges are known once each has built its tree
             ops.exchange.gather_sorted(ops.devices)
-        ops.submit(lambda i, device: device.unsort())
+        if ops.key_order:  # the state follows the tree: acc is sacc, pos/vel/speed/ids permuted alike
+            ops.submit(lambda i, device: device.take_key_order())
+        else:
+            ops.submit(lambda i, device: device.unsort())
 
 
 TARGETS, PAIRS, DOMAINS = Targets(), Pairs(), Domains()

@@ -97,7 +97,12 @@ class DeviceState(Protocol):
     # domains: the whole tree, the walk of this device's key range into 'sacc' (key order); sets domain_cuts
     def force_domain(self) -> ForceWork: ...
     def force_domain_phases(self): ...  # force_domain as a generator of phases (SingleDriver takes turns)
-    def unsort(self) -> None: ...  # domains: acc[state order] = sacc[key order], every row
+    def unsort(self) -> None: ...  # domains: acc[state row] = sacc[key order], every row
+    # domains: instead of `unsort`, the device moves its whole state into the last tree's key order
+    # (acc = sacc; pos, vel, speed and ids permuted alike) where `keeps_key_order` (CPU devices today)
+    keeps_key_order: bool
+    ids: np.ndarray | None  # with keeps_key_order: the body (load order) in each state row
+    def take_key_order(self) -> None: ...
     def timed(self, category: str): ...  # a context: work queued inside it timed on the device's clock
     def kick_drift(self, half_dt: float, dt: float) -> None: ...  # on the share, timed as "integrate"
     def kick(self, half_dt: float) -> None: ...
@@ -405,6 +410,9 @@ class MultiDeviceOps:
         self.devices, self.driver, self.exchange = list(devices), driver, exchange
         self.decomposition = decomposition
         self.layout = layout
+        # domains: the devices move their state into the tree's key order at each evaluation (set by
+        # MultiDeviceRun where every device can; an MPI rank's run keeps the load order for now)
+        self.key_order = False
         self._tell_shares()
         self.exchange_count = 0
         self._work = [ForceWork() for _ in self.devices]
@@ -544,7 +552,34 @@ class MultiDeviceRun:
             device.integrate_all = self.decomposition.integrate_all
         driver = make_driver(self.driver_for(self.decomposition), self.devices)
         self.ops = MultiDeviceOps(self.devices, driver, self.make_exchange(self.devices), self.decomposition)
+        self.ops.key_order = self.decomposition.sorts_state and all(d.keeps_key_order for d in self.devices)
         self.stepper.restart()
+
+    # --- the state in key order (domains): rows are not bodies -------------------------------------------
+    @property
+    def ids(self) -> np.ndarray | None:
+        """The body (load order) in each state row while the devices keep the tree's key order; None while
+        rows are bodies. Every device permutes alike (the same tree from the same positions), so device 0's
+        copy is every device's."""
+        return self.devices[0].ids if self.ops is not None and self.ops.key_order else None
+
+    def in_body_order(self, rows: np.ndarray) -> np.ndarray:
+        """An array of every state row's values (axis 0) in body (load) order."""
+        ids = self.ids
+        if ids is None:
+            return rows
+        out = np.empty_like(rows)
+        out[ids] = rows
+        return out
+
+    def state_rows(self, bodies: np.ndarray) -> np.ndarray:
+        """The state rows that hold the bodies `bodies` (load order indices)."""
+        ids = self.ids
+        if ids is None:
+            return bodies
+        where = np.empty_like(ids)
+        where[ids] = np.arange(ids.size, dtype=ids.dtype)
+        return where[bodies]
 
     def driver_for(self, decomposition) -> str:
         """The driver that runs `decomposition`: the one asked for, or with `auto` the decomposition's."""
@@ -568,11 +603,15 @@ class MultiDeviceRun:
         host wait: a GPU's comes a `step()` call or two after its check ran, as on one GPU. With `wait`
         the newest checks' answers, waiting for them (where the caller waits for the step anyway)."""
         found = [device.check_result(wait) for device in self.devices]  # every device: each is read once
-        return next(((i, body) for i, body in enumerate(found) if body >= 0), None)
+        first = next(((i, row) for i, row in enumerate(found) if row >= 0), None)
+        if first is None or self.ids is None:
+            return first
+        return first[0], int(self.ids[first[1]])  # the body in that row
 
     def accelerations(self) -> np.ndarray:
+        """a(x), float64 (N, 3), in body (load) order."""
         self._evaluate_forces()
-        return self.gathered("acc")[:, :3].astype(np.float64)
+        return self.in_body_order(self.gathered("acc")[:, :3].astype(np.float64))
 
     def _evaluate_forces(self) -> None:
         """a(x) of the current positions, each device its share's rows: the integrator's cache from now on."""
@@ -581,17 +620,19 @@ class MultiDeviceRun:
         self.integrator.acc_valid = True
 
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(approx, exact), float64 (K, 3), for the bodies `rows` (state indices, any order) at the current
-        positions: approx = each row's acceleration as the device owning it computed it (the integrator's
-        cached a(x); evaluated now, and cached, if it is not current), exact = device 0's all-pairs sum over
-        every position of its copy (whole after each exchange). Between `step()` calls: the devices have
-        finished (queued, on GPUs) their steps, and a GPU's reads come after its queued work."""
+        """(approx, exact), float64 (K, 3), for the bodies `rows` (load order indices, any order) at the
+        current positions: approx = each one's acceleration as the device owning its row computed it (the
+        integrator's cached a(x); evaluated now, and cached, if it is not current), exact = device 0's
+        all-pairs sum over every position of its copy (whole after each exchange). Between `step()` calls:
+        the devices have finished (queued, on GPUs) their steps, and a GPU's reads come after its queued
+        work."""
         rows = np.asarray(rows, dtype=np.int64)
         n = sum(d.share.count for d in self.devices)
         if rows.size and (rows.min() < 0 or rows.max() >= n):
             raise IndexError(f"force error sample: rows must lie in [0, {n}), not {rows.min()}..{rows.max()}")
         if not self.integrator.acc_valid:
             self._evaluate_forces()
+        rows = self.state_rows(rows)  # after the evaluation: it may re-sort the state
         approx = np.empty((rows.size, 3))
         for device in self.devices:
             mine = (rows >= device.share.start) & (rows < device.share.stop)
@@ -608,7 +649,8 @@ class MultiDeviceRun:
         return spans
 
     def gathered(self, field: str) -> np.ndarray:
-        """The whole of `field` on the host, each row from the device that owns it."""
+        """The whole of `field` on the host in state-row order, each row from the device that owns it
+        (`in_body_order` puts it in load order)."""
         return np.concatenate([d.rows(field, d.share) for d in self.devices])
 
     def close(self) -> None:

@@ -156,6 +156,23 @@ def test_record_honours_component_keys_from_set(gl_env, tmp_path):  # noqa: F811
     assert lit(g1)[:, 80:].sum() < 0.2 * lit(g1).sum()  # galaxy 1 starts at -x: the left of the picture
 
 
+def test_a_recording_on_cpu_devices_colours_the_bodies_as_one_device_through_the_trees_re_sorts(
+        gl_env, tmp_path):  # noqa: F811
+    """Under `--gpus` the tree keeps the state in key order, re-sorted every step; the frames (each body
+    coloured by its component, galaxy 2 hidden) are the one device's, byte for byte."""
+    from PIL import Image
+
+    from app.cli import main
+
+    common = ["record", "collision", "--n", "2000", "--backend", "cpu", "--kernel", "cpu-tree", "--size",
+              "160x96", "--fps", "10", "--still", "0.4", "--set", "render.color_by=component",
+              "--set", "render.components.galaxy2-*.visible=false", "--set", "camera.distance=14"]
+    assert main([*common, "--out", str(tmp_path / "one.png")]) == 0
+    assert main([*common, "--gpus", "2", "--out", str(tmp_path / "two.png")]) == 0
+    one, two = (np.asarray(Image.open(tmp_path / f"{n}.png").convert("RGB")) for n in ("one", "two"))
+    assert lit(one).sum() > 100 and np.array_equal(one, two)
+
+
 # --------------------------------------------------------------------------------------------------
 # the view fills the part of the window the panel leaves free
 

@@ -19,6 +19,7 @@ import pytest
 
 from app.backends.cpu import CPUBackend
 from app.backends.cpu_multi import cpu_devices
+from app.backends.cpu_tree import key_order
 from app.bodies import Bodies
 from app.decomposition import DOMAINS, PAIRS, TARGETS, PairTiles, align_cuts, of, share_cuts
 from app.forces import Span
@@ -53,9 +54,23 @@ def k_devices(kernel: str, k: int, driver: str, steps: int):
         run.load(cloud(), PHYSICS, kernel)
         acc = run.accelerations()
         work = run.step(steps)
-        return acc, run.gathered("pos")[:, :3].astype(np.float64), run.gathered("vel")[:, :3], work, run
+        pos, vel = (run.in_body_order(run.gathered(f)[:, :3]) for f in ("pos", "vel"))  # load order
+        run.copies = [whole_copy(d) for d in run.devices]
+        run.ids_at_close = None if run.ids is None else run.ids.copy()
+        return acc, pos.astype(np.float64), vel, work, run
     finally:
         run.close()
+
+
+def whole_copy(device) -> dict[str, np.ndarray]:
+    """Every row of a device's own pos, vel and acc, in load order (its `ids`): under a domain split every
+    device integrates every row, so each copy must be the whole answer."""
+    out = {}
+    for field in ("pos", "vel", "acc"):
+        rows = getattr(device, field)[:, :3]
+        out[field] = np.empty_like(rows)
+        out[field][device.ids] = rows
+    return out
 
 
 # --- which records split how -----------------------------------------------------------------------------
@@ -75,6 +90,15 @@ def test_tree_domains_are_bitwise_one_device(k, driver):
     want_acc, want, timings = one_device("cpu-tree", 20)
     assert np.array_equal(acc, want_acc)
     assert np.array_equal(pos, want.pos) and np.array_equal(vel, want.vel.astype(vel.dtype))
+    for copy in run.copies:  # every device integrates every row: each copy is the whole answer
+        assert np.array_equal(copy["pos"], want.pos)
+        assert np.array_equal(copy["vel"], want.vel.astype(vel.dtype))
+    # the state itself follows the tree (app/multidevice.py "key order"): its rows are the bodies in the
+    # Morton order of their positions, each body once
+    ids = run.ids_at_close
+    assert ids is not None and np.array_equal(np.sort(ids), np.arange(N))
+    order = key_order(want.pos[ids])[0]  # the rows' positions are in key order already
+    assert np.array_equal(order, np.arange(N)) and not np.array_equal(ids, np.arange(N))
     # the work of K key ranges is the work of one device: nothing counted twice
     assert work.interactions == timings.interactions and work.pair_equivalent == 20 * N * N
 
@@ -128,9 +152,12 @@ def test_a_domain_exchange_that_skips_a_range_is_caught(monkeypatch):
                     other.set_rows("sacc", span, owner.rows("sacc", span))
 
     monkeypatch.setattr(HostExchange, "gather_sorted", skip_the_last)
-    acc, *_ = k_devices("cpu-tree", 2, "single", 0)
+    # each share's rows come from their owner, who walked (about) them itself; but every device integrates
+    # every row, and device 0's copy of the last range is stale
+    *_, run = k_devices("cpu-tree", 2, "single", 0)
     want_acc, _want, _t = one_device("cpu-tree", 0)
-    assert not np.array_equal(acc, want_acc)
+    assert np.array_equal(run.copies[1]["acc"], want_acc)
+    assert not np.array_equal(run.copies[0]["acc"], want_acc)
 
 
 def test_a_domain_split_where_every_device_walks_the_first_range_is_caught(monkeypatch):

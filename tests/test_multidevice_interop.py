@@ -64,7 +64,10 @@ class FakeGpu:
 
 
 class TwinGpuDevice(CpuDevice):
-    """A CPU device addressed like a GPU's share device: `row_pointer`, host reads that can be forbidden."""
+    """A CPU device addressed like a GPU's share device: `row_pointer`, host reads that can be forbidden;
+    like the GPUs' (CudaShareDevice), it keeps its state in load order under a domain split."""
+
+    keeps_key_order = False
 
     def __init__(self, *args, copies: list, reads: dict):
         super().__init__(*args)

@@ -188,3 +188,34 @@ def test_the_viewer_pauses_naming_the_body_and_device():
     finally:
         viewer.close()
         backend.close()
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_under_a_domain_split_the_bad_body_is_named_by_its_load_order_index(k):
+    """The tree keeps the state in key order: rows are not bodies. A NaN in a row (on every device's copy,
+    as a real blow-up is: every device integrates every row) is reported as the body that row holds, in
+    load order, by the device whose share the row is in after the next re-sort."""
+    from app.decomposition import DOMAINS
+
+    backend = cpu_devices_backend(k, "single")
+    try:
+        backend.load(cloud(), EULER, "cpu-tree")
+        backend.step(CHECK_EVERY - 1)
+        run = backend._run
+        assert run.decomposition is DOMAINS and run.ids is not None
+        row = next(r for r in range(backend.n) if run.ids[r] != r)  # a row that holds another body
+        body = int(run.ids[row])
+        for device in run.devices:
+            values = np.array(device.rows("vel", Span(row, 1)))
+            values[0, 1] = np.nan
+            device.set_rows("vel", Span(row, 1), values)
+        with pytest.raises(NonFiniteState) as info:
+            backend.step(1)
+        now = int(np.flatnonzero(run.ids == body)[0])  # where the re-sort put it
+        shares = backend.shares()
+    finally:
+        backend.close()
+    e = info.value
+    assert e.index == body and e.step == CHECK_EVERY
+    assert shares[e.device].start <= now < shares[e.device].stop  # its row's owner reports it
+    assert f"body {body} on device {e.device}" in str(e)

@@ -29,6 +29,10 @@ class CpuDevice:
     """One CPU "device": full-size pos / vel / acc / speed arrays, current on its share (pos everywhere).
     `MultiDeviceRun(cpu_devices, k)` runs K of them."""
 
+    # A domain split (the tree) moves the state into the tree's key order at each evaluation, as Bonsai
+    # keeps its bodies; `ids` says which body each row holds (app/multidevice.py MultiDeviceRun.ids).
+    keeps_key_order = True
+
     def __init__(self, index: int, record_name: str, physics: Physics, bodies: Bodies, share: Span):
         record = CPUBackend.record(record_name)
         dtype = _DTYPES[record.precision]
@@ -40,6 +44,7 @@ class CpuDevice:
         self.acc = np.zeros_like(self.pos)
         self.sacc = np.zeros_like(self.pos)  # domains: accelerations in the tree's key order
         self.speed = np.linalg.norm(self.vel[:, :3], axis=1).astype(np.float32)
+        self.ids = np.arange(bodies.n, dtype=np.int64)  # the body (load order) in each row
         self.everyone = Span.all(bodies.n)
         self.integrate_all = False  # set by the run from its decomposition
         self.index, self.shares, self.domain_cuts = 0, [share], []
@@ -89,6 +94,16 @@ class CpuDevice:
     def unsort(self) -> None:
         with self.timer.time("force"):
             self.evaluator.unsort(self.sacc, self.acc)
+
+    def take_key_order(self) -> None:
+        """After a domain split's exchange: every row moves to its place in the last tree's key order, so
+        the accelerations in key order (sacc, whole after the exchange) are the state's as they are.
+        In place (the share's updates hold views of these arrays)."""
+        with self.timer.time("force"):
+            order = self.evaluator.last_tree.order  # key order -> the row it came from
+            for field in (self.pos, self.vel, self.speed, self.ids):
+                field[:] = field[order]
+            self.acc[:, :3] = self.sacc[:order.shape[0], :3]
 
     def kick_drift(self, half_dt: float, dt: float) -> None:
         with self.timer.time("integrate"):
@@ -140,9 +155,12 @@ class CpuDevice:
         return getattr(self, field)[rows]
 
     def exact_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Float64 (K, 3): the all-pairs accelerations of `rows` due to every position of this device's
-        copy, in its precision (the CPU backend's exact sum, cpu.exact_rows)."""
-        return exact_rows(self.pos, rows, self.physics)
+        """Float64 (K, 3): the all-pairs accelerations of `rows` (state rows) due to every position of this
+        device's copy, in its precision (the CPU backend's exact sum, cpu.exact_rows), summed over the
+        bodies in load order whatever order the state is in: the reference does not move with the tree."""
+        loaded = np.empty_like(self.pos)
+        loaded[self.ids] = self.pos
+        return exact_rows(loaded, self.ids[rows], self.physics)
 
 
 def cpu_devices(bodies: Bodies, physics: Physics, kernel: str, shares: list[Span]) -> list[CpuDevice]:

@@ -241,8 +241,9 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
 
     def state(self) -> Bodies:
         run = self._require_state()
-        return Bodies(pos=run.gathered("pos")[:, :3].astype(np.float64),
-                      vel=run.gathered("vel")[:, :3].astype(np.float64), mass=self._mass.copy(),
+        return Bodies(pos=run.in_body_order(run.gathered("pos")[:, :3].astype(np.float64)),
+                      vel=run.in_body_order(run.gathered("vel")[:, :3].astype(np.float64)),
+                      mass=self._mass.copy(),
                       time=self.time, ids=None if self._ids is None else self._ids.copy(),
                       components=self.components)
 
@@ -257,8 +258,9 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
     # --- rendering, facts ------------------------------------------------------------------------
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         run = self._require_state()
-        pos = np.ascontiguousarray(run.gathered("pos"), dtype=np.float32)
-        return pos, np.ascontiguousarray(run.gathered("speed"), dtype=np.float32).reshape(-1)
+        pos = np.ascontiguousarray(run.in_body_order(run.gathered("pos")), dtype=np.float32)
+        speed = run.in_body_order(run.gathered("speed").reshape(-1))
+        return pos, np.ascontiguousarray(speed, dtype=np.float32)
 
     def attach_gl_buffers(self, position_vbo: int, speed_vbo: int) -> bool:
         """The renderer's VBOs (GL context current): True when the devices keep them current themselves

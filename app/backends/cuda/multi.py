@@ -144,6 +144,12 @@ class CudaShareDevice:
             run(self.ptr["pos"], self.ptr["acc"])
         return work
 
+    # A domain split keeps this GPU's state in load order and scatters the key-ordered accelerations back
+    # (`unsort`); moving the state into key order (DeviceState.take_key_order, done by the CPU devices) is
+    # the next step for the GPUs (docs/multi-gpu.md, "The state in key order").
+    keeps_key_order = False
+    ids = None
+
     def force_domain(self) -> ForceWork:
         """The whole tree from every position, the walk of its key range into sacc (key order)."""
         return drain(self.force_domain_phases())
