@@ -41,7 +41,7 @@ from app.decomposition import of as decomposition_of
 from app.errors import NonFiniteState, UserError
 from app.forces import Span
 from app.integrator import CHECK_EVERY, Stepper
-from app.multidevice import MultiDeviceOps, SingleDriver, split
+from app.multidevice import MultiDeviceOps, SingleDriver, in_load_order, split
 from app.physics import Physics, diagnostics
 from app.timing import StepTimings
 
@@ -269,7 +269,15 @@ class RankRun:
         exchange = (direct(self.comm, shares, host) if direct is not None else None) or host
         self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), exchange, self.decomposition,
                                   layout=(shares, self.comm.rank))
+        # a domain split keeps the state in the tree's key order where the device can (CPU ranks today):
+        # every rank builds the same tree from the same positions, so every rank permutes alike
+        self.ops.key_order = self.decomposition.sorts_state and self.device.keeps_key_order
         self.stepper.restart()
+
+    @property
+    def ids(self) -> np.ndarray | None:
+        """The body (load order) in each state row while the state is in key order, else None."""
+        return self.device.ids if self.ops is not None and self.ops.key_order else None
 
     @property
     def integrator(self):
@@ -306,7 +314,8 @@ class RankRun:
         first = self.comm.allreduce(mine if mine >= 0 else self.n, op=_mpi_op("MIN"))
         if first < self.n:
             owner = next(r for r, s in enumerate(self.ops.exchange.shares) if s.contains(Span(first, 1)))
-            raise NonFiniteState(first, step=self._steps, time=self.time, rank=owner)
+            body = first if self.ids is None else int(self.ids[first])  # the body that row holds
+            raise NonFiniteState(body, step=self._steps, time=self.time, rank=owner)
 
     def reload(self, physics: Physics, kernel: str) -> None:
         """Another kernel or physics from the next step, the state kept (a device made again from the
@@ -328,9 +337,9 @@ class RankRun:
         return self._t0 + self._steps * self.physics.dt
 
     def gathered(self, field: str) -> np.ndarray:
-        """The whole of `field` on every rank."""
+        """The whole of `field` on every rank, in load order."""
         self.gathered_on_device(field)
-        return self.device.rows(field, Span.all(self.n)).copy()
+        return in_load_order(self.device.rows(field, Span.all(self.n)).copy(), self.ids)
 
     def gathered_on_device(self, field: str) -> None:
         """Every share's rows of `field` into this rank's device copy (collective; no host copy where the
@@ -338,15 +347,20 @@ class RankRun:
         self.ops.exchange.gather([self.device], field)
 
     def positions(self) -> np.ndarray:
-        """This rank's copy of every position (N, 4): whole after each step's exchange."""
-        return self.device.rows("pos", Span.all(self.n))
+        """This rank's copy of every position (N, 4) in load order: whole after each step's exchange."""
+        return in_load_order(self.device.rows("pos", Span.all(self.n)), self.ids)
+
+    def own_rows(self, field: str) -> np.ndarray:
+        """This rank's copy of every row of `field`, in load order (no exchange: whole where the rank
+        integrates every body)."""
+        return in_load_order(self.device.rows(field, Span.all(self.n)), self.ids)
 
     def state_on_root(self) -> Bodies | None:
         """The whole state on rank 0 (its own positions, every share's velocities gathered); None on the
         other ranks. Collective; where every rank integrates every body (a domain split) rank 0 holds
         every velocity itself and nothing moves between ranks."""
         if self.decomposition.integrate_all:
-            vel = self.device.rows("vel", Span.all(self.n)) if self.comm.rank == 0 else None
+            vel = self.own_rows("vel") if self.comm.rank == 0 else None
         else:
             vel = self.ops.exchange.gather_to_root(self.device, "vel")
         if self.comm.rank != 0:

@@ -391,6 +391,26 @@ def render_copies(shares: Sequence[Span]) -> list[RenderCopy]:
     return copies + [RenderCopy(i, "speed", s) for i, s in enumerate(shares) if s.count]
 
 
+# --- a state kept in another order than the load order (domains: the tree's key order) ---------------------
+def in_load_order(rows: np.ndarray, ids: np.ndarray | None) -> np.ndarray:
+    """Values of every state row (axis 0) put in load order: row r holds body ids[r] (None: rows are the
+    bodies already)."""
+    if ids is None:
+        return rows
+    out = np.empty_like(rows)
+    out[ids] = rows
+    return out
+
+
+def rows_holding(bodies: np.ndarray, ids: np.ndarray | None) -> np.ndarray:
+    """The state rows that hold the bodies `bodies` (load order indices)."""
+    if ids is None:
+        return bodies
+    where = np.empty_like(ids)
+    where[ids] = np.arange(ids.size, dtype=ids.dtype)
+    return where[bodies]
+
+
 # --- the integrator's StateOps over several devices ----------------------------------------------------
 TIMED = ("force", "integrate", "exchange")  # the categories a device's clock measures
 
@@ -565,21 +585,11 @@ class MultiDeviceRun:
 
     def in_body_order(self, rows: np.ndarray) -> np.ndarray:
         """An array of every state row's values (axis 0) in body (load) order."""
-        ids = self.ids
-        if ids is None:
-            return rows
-        out = np.empty_like(rows)
-        out[ids] = rows
-        return out
+        return in_load_order(rows, self.ids)
 
     def state_rows(self, bodies: np.ndarray) -> np.ndarray:
         """The state rows that hold the bodies `bodies` (load order indices)."""
-        ids = self.ids
-        if ids is None:
-            return bodies
-        where = np.empty_like(ids)
-        where[ids] = np.arange(ids.size, dtype=ids.dtype)
-        return where[bodies]
+        return rows_holding(bodies, self.ids)
 
     def driver_for(self, decomposition) -> str:
         """The driver that runs `decomposition`: the one asked for, or with `auto` the decomposition's."""

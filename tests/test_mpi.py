@@ -81,7 +81,8 @@ def test_ranks_step_bitwise_like_one_process(ranks, tmp_path):
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_ranks_split_the_tree_by_domains_bitwise_like_one_process(ranks, tmp_path):
     """cpu-tree over ranks (app/decomposition.py, domains): every rank builds the whole tree, walks its
-    key range, the ranges are all-gathered and every rank integrates every body: bitwise one process."""
+    key range, the ranges are all-gathered and every rank integrates every body, keeping the state in the
+    tree's key order (every rank the same rows): read back in load order, bitwise one process."""
     out = tmp_path / "job.npz"
     done = mpirun(ranks, out, "--kernel", "cpu-tree")
     assert done.returncode == 0, done.stderr
@@ -89,6 +90,9 @@ def test_ranks_split_the_tree_by_domains_bitwise_like_one_process(ranks, tmp_pat
     acc, pos, vel = one_process("cpu-tree")
     assert np.array_equal(got["acc"], acc)
     assert np.array_equal(got["pos"], pos) and np.array_equal(got["vel"], vel)
+    ids = got["ids"]
+    assert bool(got["ids_agree"]) and np.array_equal(np.sort(ids), np.arange(pos.shape[0]))
+    assert not np.array_equal(ids, np.arange(pos.shape[0]))  # really re-sorted
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

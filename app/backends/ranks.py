@@ -49,7 +49,6 @@ from app.backends.base import Backend, TunablesPerKernel, check_physics
 from app.bodies import Bodies
 from app.distributed import RankRun, device_maker
 from app.errors import BackendUnavailable, NonFiniteState
-from app.forces import Span
 from app.physics import Physics
 from app.rank_control import Channel, Control
 from app.timing import StepTimings, imbalance, rank_entries
@@ -251,7 +250,7 @@ class RanksBackend(TunablesPerKernel, Backend):
         """Current positions (rank 0 holds them all after each exchange); the speeds rank 0 holds where it
         integrates every body (a domain split: no view to gather for them), else those of the last view."""
         if self._applied is not None and self.run.decomposition.integrate_all:
-            speeds = np.asarray(self.run.device.rows("speed", Span.all(self._n)), dtype=np.float32)
+            speeds = np.asarray(self.run.own_rows("speed"), dtype=np.float32)
             return np.array(self.run.positions(), dtype=np.float32), speeds.reshape(-1)
         self._view_read = True
         v = self._view
