@@ -220,6 +220,7 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
                 entry.update(status="skipped", reason=why)
             else:
                 entry.update(_time_one(backend, rec, bodies, physics, setting, warmup, repeats, max_seconds))
+                entry.update(_how_split(backend))
             bar.update(1)
             if error_sample > 0 and name in approximate:
                 if entry["status"] == "ok":
@@ -233,6 +234,13 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
             backend.close()
     result["fastest_within_budget"] = fastest_within_budget(result["results"])
     return result
+
+
+def _how_split(backend) -> dict:
+    """Several devices: how the row ran, as the loaded backend says (its kernel's split and the driver
+    `auto` resolved to); {} for one device."""
+    info = device_info(backend)
+    return {key: info[key] for key in ("split", "gpu_driver") if key in info and "gpus" in info}
 
 
 def check_scene(scene: str) -> str:

@@ -302,6 +302,8 @@ def test_bench_gpus_writes_rows_per_count_and_scaling_rows(tmp_path, capsys):
     assert set(rows) == {(1, 256), (1, 512), (2, 256), (2, 512)}
     assert all(r["status"] == "ok" for r in rows.values())
     assert list(rows[2, 512]["devices_median_ms"]) == ["0 cpu0", "1 cpu1"]
+    # each row says how it ran: the kernel's split and the driver `auto` resolved to
+    assert {(r["split"], r["gpu_driver"]) for r in rows.values()} == {("targets", "threads")}
     for s in result["scaling"]:
         base, this = rows[1, s["n"]], rows[s["gpus"], s["n"]]
         expected = (base["median_ms"] + base["exchange_median_ms"]) / (this["median_ms"]
@@ -329,6 +331,7 @@ def test_bench_gpus_names_the_fastest_setting_within_the_budget_per_device_count
     printed = capsys.readouterr().out
     assert "cpu-tree · plummer · N = 2,048 · 1 GPU(s): fastest" in printed
     assert "N = 2,048 · 2 GPU(s)" in printed
+    assert {(r["split"], r["gpu_driver"]) for r in result["results"]} == {("domains", "single")}
 
 
 def test_mpi_ranks_refuse_gpus():
