@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Issue 23's calls on a two-GPU machine (nvidia-h100-x2 / nvidia-h200-x2): one and two GPUs in the same run.
 #
-#   source .kit/setup.sh && bash bench/scaling_session.sh [tests|quick|scaling|view|all]
+#   source .kit/setup.sh && bash bench/scaling_session.sh [tests|suite|quick|scaling|view|mpi-tree|mpi|all]
 #
 # tests    the gpu tests of the multi-device path and the tree (two-GPU tests included), then the whole gpu
 #          suite when `all`
+# suite    the whole gpu suite (-x; log in $OUT/gpu-suite.log): carry .devdata and set NBODY_SHARED_DATA so
+#          that nothing skips
 # quick    1M only, 3 timed steps: the tree (Plummer θ 0.6), best and shared on 1 and 2 GPUs (~1 minute)
 # scaling  the acceptance bench: the tree (Plummer and collision, θ 0.45 / 0.5 / 0.6) at 1M, 8M and 16M,
 #          best and shared at 1M, each on 1 and 2 GPUs; JSON + PNG named <gpu>x2-<day>-scaling
 # view     the viewer headless at 8M with the tree on 1 GPU and on --gpus 2 (per-frame CSVs), and at 1M
+# mpi-tree the tree at θ 0.6, 1M and 8M, Plummer and collision: one process, then 2 MPI ranks with a GPU
+#          each, in one call (JSONs <tag>-mpi-tree-ranks{1,2}; the committed MPI tree figures)
 # mpi      2 MPI ranks, a GPU each (MPICH from the carried .whl/): their gpu tests, then the bench of the
 #          tree at 1M and 8M and best at 1M (compare with the one-GPU rows of `scaling` from the same machine),
 #          and the rank-0 viewer at 1M with the tree beside one process (per-frame CSVs)
@@ -42,6 +46,15 @@ if [[ $what == scaling || $what == all ]]; then
         --scene plummer,collision --tunable theta=0.45,0.5,0.6 --gpus 1,2 --max-seconds 40 --no-progress \
         --json "$out/$tag-scaling.json" --plot "$out/$tag-scaling.png" 2>&1 | tail -60
     echo "clocks after: $(clocks)"
+fi
+if [[ $what == mpi-tree ]]; then
+    source "$(dirname "$0")/mpi_env.sh"
+    for r in 1 2; do
+        launch=(); [[ $r == 2 ]] && launch=(mpiexec -n 2)
+        timeout 140 "${launch[@]}" python3 -m app bench --backend cuda --kernels tree --n 1048576,8388608 \
+            --scene plummer,collision --tunable theta=0.6 --warmup 2 --repeats 5 --no-progress \
+            --json "$out/$tag-mpi-tree-ranks$r.json" 2>&1 | grep -E "^tree" | head -8
+    done
 fi
 if [[ $what == mpi ]]; then
     source "$(dirname "$0")/mpi_env.sh"
