@@ -269,15 +269,13 @@ class RankRun:
         exchange = (direct(self.comm, shares, host) if direct is not None else None) or host
         self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), exchange, self.decomposition,
                                   layout=(shares, self.comm.rank))
-        # a domain split keeps the state in the tree's key order where the device can (CPU ranks today):
-        # every rank builds the same tree from the same positions, so every rank permutes alike
-        self.ops.key_order = self.decomposition.sorts_state and self.device.keeps_key_order
         self.stepper.restart()
 
     @property
     def ids(self) -> np.ndarray | None:
-        """The body (load order) in each state row while the state is in key order, else None."""
-        return self.device.ids if self.ops is not None and self.ops.key_order else None
+        """The body (load order) in each state row (MultiDeviceOps.ids: a domain split on CPU ranks keeps
+        the tree's key order, every rank the same rows); None while rows are bodies."""
+        return self.ops.ids if self.ops is not None else None
 
     @property
     def integrator(self):

@@ -430,13 +430,20 @@ class MultiDeviceOps:
         self.devices, self.driver, self.exchange = list(devices), driver, exchange
         self.decomposition = decomposition
         self.layout = layout
-        # domains: the devices move their state into the tree's key order at each evaluation (set by
-        # MultiDeviceRun where every device can; an MPI rank's run keeps the load order for now)
-        self.key_order = False
+        # domains: the devices move their state into the tree's key order at each evaluation, where every
+        # one of them can (a GPU keeps the load order and scatters the accelerations back)
+        self.key_order = decomposition.sorts_state and all(d.keeps_key_order for d in self.devices)
         self._tell_shares()
         self.exchange_count = 0
         self._work = [ForceWork() for _ in self.devices]
         self._times = {category: [0.0] * len(self.devices) for category in TIMED}
+
+    @property
+    def ids(self) -> np.ndarray | None:
+        """The body (load order) in each state row while the state is in key order; None while rows are
+        bodies. Every device permutes alike (the same tree from the same positions: also every rank), so
+        the first device's copy is every device's."""
+        return self.devices[0].ids if self.key_order else None
 
     def _tell_shares(self) -> None:
         """Every device learns its index and every device's share: a pair slice or a key range is
@@ -572,16 +579,13 @@ class MultiDeviceRun:
             device.integrate_all = self.decomposition.integrate_all
         driver = make_driver(self.driver_for(self.decomposition), self.devices)
         self.ops = MultiDeviceOps(self.devices, driver, self.make_exchange(self.devices), self.decomposition)
-        self.ops.key_order = self.decomposition.sorts_state and all(d.keeps_key_order for d in self.devices)
         self.stepper.restart()
 
     # --- the state in key order (domains): rows are not bodies -------------------------------------------
     @property
     def ids(self) -> np.ndarray | None:
-        """The body (load order) in each state row while the devices keep the tree's key order; None while
-        rows are bodies. Every device permutes alike (the same tree from the same positions), so device 0's
-        copy is every device's."""
-        return self.devices[0].ids if self.ops is not None and self.ops.key_order else None
+        """The body (load order) in each state row (MultiDeviceOps.ids); None while rows are bodies."""
+        return self.ops.ids if self.ops is not None else None
 
     def in_body_order(self, rows: np.ndarray) -> np.ndarray:
         """An array of every state row's values (axis 0) in body (load) order."""
