@@ -33,6 +33,9 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--switch-interval", type=float, default=None,
                     help="sys.setswitchinterval for the threads (default: the multi-device driver's)")
+    ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
+                    help="after the turns, profile them (cProfile) and print the ROWS functions of most own "
+                         "time: where the host's part of a step goes")
     args = ap.parse_args(argv)
     sys.setswitchinterval(args.switch_interval or SWITCH_INTERVAL_S)
     k = device_count()
@@ -95,6 +98,21 @@ def main(argv=None) -> int:
     print(f"{k} devices from one thread, their phases in turns: {statistics.median(turns):.2f} ms wall; "
           "stages "
           + "; ".join(f"{i}: {stages(d)}" for i, d in enumerate(devices)))
+    if args.profile:
+        import cProfile
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        for _ in range(args.repeats):
+            SingleDriver(devices).submit([lambda i=i, d=d: d.evaluator.domain_phases(
+                d.ptr["pos"], d.ptr["sacc"], args.n, cuts, i) for i, d in enumerate(devices)])
+        profiler.disable()
+        for d in devices:
+            with d.device.scope:
+                d.device.drv.Context.synchronize()
+        print(f"host profile of {args.repeats} evaluations in turns (own time first):")
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(args.profile)
     for d in devices:
         d.close()
     return 0
