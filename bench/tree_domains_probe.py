@@ -96,8 +96,7 @@ def main(argv=None) -> int:
                 d.device.drv.Context.synchronize()
         turns.append((time.perf_counter() - t) * 1e3)
     print(f"{k} devices from one thread, their phases in turns: {statistics.median(turns):.2f} ms wall; "
-          "stages "
-          + "; ".join(f"{i}: {stages(d)}" for i, d in enumerate(devices)))
+          "stages " + "; ".join(f"{i}: {stages(d)}" for i, d in enumerate(devices)))
     if args.profile:
         import cProfile
         import pstats

@@ -9,7 +9,7 @@
 // Cells are stored breadth first: the cells of level L are the contiguous range [level_start[L],
 // level_start[L+1]); the children of a cell are contiguous, in octant order, in the next level's range.
 // The level ranges live on the device (lvl[L] = the first cell of level L), so the host queues every level
-// (tree_split_count, tree_level_scan, tree_split_write) and every moments pass without waiting for a
+// (tree_level_split) and every moments pass without waiting for a
 // level's size, and reads lvl once after the build. A round trip per level cost 1.5 to 2.4 ms of the 1M
 // step on H200 machines; queued with a CuPy prefix sum over all cells per level the build still took
 // 2.0 ms, bound by the host's calls: hence one scan launch per level, over the level alone, and only as
@@ -163,76 +163,60 @@ __device__ __forceinline__ int octant_bound(const unsigned long long* skeys, int
     for (int c = (lvl)[level] + blockIdx.x * blockDim.x + threadIdx.x, c##_end = (lvl)[(level) + 1];    \
          c < c##_end; c += gridDim.x * blockDim.x)
 
-// Eight lanes per cell (an aligned eighth of a warp): lane o finds where octant o starts in the cell's key
-// range by one binary search, so a level's longest chain of dependent loads is one search of the cell, not
-// eight in a row (the top levels, a few cells over a million keys, were serial chains of ~160 loads each,
-// twice: once to count, once to write). The grid-stride index i runs over 8 (b - a) lanes; the grid's
-// stride is a multiple of 32, so i & 7 is the lane's place in its eighth and every eighth enters or
-// leaves the loop whole (the shuffles and ballots below name only its own eight lanes).
-#define CELL_LANES 8
-#define FOR_LEVEL_LANES(i, a, b)                                                                          \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, i##_end = (long long)CELL_LANES * ((b) - (a)); \
-         i < i##_end; i += (long long)gridDim.x * blockDim.x)
-
-__device__ __forceinline__ unsigned eighth_mask() { return 0xffu << (threadIdx.x & 24); }
-
-// Level `level`: edges[8 (c - a) + o] = the first body of cell c whose octant is >= o (o = 0: the cell's
-// start), and nchild[c] = the number of non-empty octants of a cell that is split (more than `leaf` bodies
-// and level < 21), 0 for a leaf.
-extern "C" __global__ void tree_split_count(const int* __restrict__ lvl, int level, int leaf,
-                                            const unsigned long long* __restrict__ skeys,
-                                            const int* __restrict__ cstart, const int* __restrict__ ccount,
-                                            int* __restrict__ nchild, int* __restrict__ edges) {
-    const int a = lvl[level], b = lvl[level + 1];
-    const unsigned mask = eighth_mask();
-    FOR_LEVEL_LANES(i, a, b) {
-        const int c = a + (int)(i >> 3), o = (int)(i & 7);
-        const int s = cstart[c], e = s + ccount[c];
-        const bool split = e - s > leaf && level < TREE_MAX_LEVEL;
-        int edge = s;
-        if (split && o > 0) edge = octant_bound(skeys, s, e, 3 * (TREE_MAX_LEVEL - 1 - level), o);
-        int next = __shfl_down_sync(mask, edge, 1, CELL_LANES);
-        if (o == CELL_LANES - 1) next = e;
-        const unsigned nonempty = __ballot_sync(mask, split && next > edge);
-        if (o == 0) nchild[c] = __popc(nonempty & mask);
-        edges[CELL_LANES * (c - a) + o] = edge;
-    }
-}
-
-// offs[c - a] = the exclusive prefix sum of nchild over the level's cells [a, b) (where cell c's first
-// child goes, counted from b), and lvl[level + 2] = b + the level's children. Past the capacity `cap` of the
-// cell arrays: *overflow = 1 and the next level is left empty (the host grows the arrays and builds again).
+// One launch per level splits it: `tree_level_split` counts each cell's non-empty octants, places the
+// children by a prefix sum over the level, and writes them (it was three launches per level, count, scan
+// and write; the host's launches were the 1M step's bottleneck on two GPUs, whose builds one thread queues
+// in turns: docs/multi-gpu.md).
 //
-// A single-pass scan with decoupled look-back (Merrill and Garland, "Single-pass Parallel Prefix Scan with
-// Decoupled Look-back", NVIDIA 2016), on the per-level kernels' fixed grid: blocks take tiles of SCAN_TILE
-// cells in order from a ticket counter per level (tickets[level]), scan their tile, publish its total, and
-// add up their predecessors' published totals back to the first published prefix. A tile's predecessors
-// were taken by blocks already running that never wait for it, so no co-residency is assumed. The status
-// word of tile t (status[t]): bits 62-63 what it holds (1 the tile's total, 2 the inclusive prefix), bits
-// 32-37 level + 1 (a word of an earlier level of this build reads as "not yet"; the host zeroes status and
-// tickets before each build), bits 0-31 the value. It replaces one block of 1,024 threads carrying its sum
-// across the level, which was 1.6 ms of the 8M build on an H100 (issue 25's profile): a level of a million
-// cells was ~250 tiles in a row on one SM.
-#define SCAN_THREADS 256
-#define SCAN_ITEMS 16
-#define SCAN_TILE (SCAN_THREADS * SCAN_ITEMS)
+// The prefix sum is a single pass with decoupled look-back (Merrill and Garland, "Single-pass Parallel
+// Prefix Scan with Decoupled Look-back", NVIDIA 2016), on the per-level kernels' fixed grid: blocks take
+// tiles of SPLIT_TILE cells in order from a ticket counter per level (tickets[level]); for its tile a block
+//   1. counts: eight lanes per cell, lane o finds where octant o starts in the cell's key range by one
+//      binary search (a level's longest chain of dependent loads is one search of the cell, not eight in a
+//      row: the top levels are a few cells over a million keys), and keeps those edges for step 3;
+//   2. scans the tile's child counts, publishes the tile's total, and adds up its predecessors' published
+//      totals back to the first published prefix. A tile's predecessors were taken by blocks already
+//      running that never wait for it, so no co-residency is assumed;
+//   3. writes: a split cell's children go to [b + prefix, ...), one per non-empty octant in octant order
+//      (lane o writes octant o's child, placed by the non-empty lanes before it); child[c] = the first
+//      child's index, -1 for a leaf.
+// The status word of tile t (status[t]): bits 62-63 what it holds (1 the tile's total, 2 the inclusive
+// prefix), bits 32-37 level + 1 (a word of an earlier level of this build reads as "not yet"; the host
+// zeroes status and tickets before each build), bits 0-31 the value. The last tile sets
+// lvl[level + 2] = b + the level's children; past the capacity `cap` of the cell arrays it sets
+// *overflow = 1 and leaves the next level empty, and no child is written past `cap` (the host grows the
+// arrays and builds again). nchild[c] = the number of children of a split cell (more than `leaf` bodies
+// and level < 21), 0 for a leaf.
+#define CELL_LANES 8
+#define SPLIT_THREADS 256
+#define SPLIT_CELLS_PER_PASS (SPLIT_THREADS / CELL_LANES)
+#define SPLIT_TILE 256  // cells per tile: 8 passes of 32 cells; one per thread in the scan
+#define SPLIT_ITEMS (SPLIT_TILE / SPLIT_THREADS)
 #define SCAN_TOTAL 1ull
 #define SCAN_PREFIX 2ull
+
+__device__ __forceinline__ unsigned eighth_mask() { return 0xffu << (threadIdx.x & 24); }
 
 __device__ __forceinline__ unsigned long long scan_word(unsigned long long flag, int level, long long value) {
     return (flag << 62) | ((unsigned long long)(level + 1) << 32) | (unsigned long long)(unsigned)value;
 }
 
-extern "C" __global__ void __launch_bounds__(SCAN_THREADS)
-tree_level_scan(int* __restrict__ lvl, int level, const int* __restrict__ nchild, int* __restrict__ offs,
-                int cap, int* __restrict__ overflow, unsigned long long* __restrict__ status,
-                int* __restrict__ tickets) {
-    __shared__ int warp_total[SCAN_THREADS / 32];
+extern "C" __global__ void __launch_bounds__(SPLIT_THREADS)
+tree_level_split(int* __restrict__ lvl, int level, int leaf, const unsigned long long* __restrict__ skeys,
+                 int* __restrict__ cstart, int* __restrict__ ccount, int* __restrict__ child,
+                 int* __restrict__ nchild, int* __restrict__ edges, int cap, int* __restrict__ overflow,
+                 unsigned long long* __restrict__ status, int* __restrict__ tickets) {
+    __shared__ int s_count[SPLIT_TILE];   // the tile's child counts, then each cell's first child
+    __shared__ int warp_total[SPLIT_THREADS / 32];
     __shared__ int s_tile;
     __shared__ long long s_prefix;
     const int a = lvl[level], b = lvl[level + 1];
-    const int tiles = (b - a + SCAN_TILE - 1) / SCAN_TILE;
+    const int tiles = (b - a + SPLIT_TILE - 1) / SPLIT_TILE;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int o = threadIdx.x & (CELL_LANES - 1);
+    const unsigned mask = eighth_mask();
+    const bool can_split = level < TREE_MAX_LEVEL;
+    const int shift = 3 * (TREE_MAX_LEVEL - 1 - level);
     if (tiles == 0) {  // an empty level: the next one is empty too
         if (blockIdx.x == 0 && threadIdx.x == 0) lvl[level + 2] = b;
         return;
@@ -242,15 +226,35 @@ tree_level_scan(int* __restrict__ lvl, int level, const int* __restrict__ nchild
         __syncthreads();
         const int t = s_tile;
         if (t >= tiles) break;
-        const int first = a + t * SCAN_TILE + SCAN_ITEMS * threadIdx.x;  // each thread's cells consecutive
-        int v[SCAN_ITEMS];
+        const int tile0 = a + t * SPLIT_TILE;
+        // 1. count (the eight lanes of a cell enter and leave each pass together: the shuffles and the
+        // ballot name only their own eighth)
+        for (int k = threadIdx.x / CELL_LANES; k < SPLIT_TILE; k += SPLIT_CELLS_PER_PASS) {
+            const int c = tile0 + k;
+            if (c >= b) {
+                if (o == 0) s_count[k] = 0;
+                continue;
+            }
+            const int s0 = cstart[c], e = s0 + ccount[c];
+            const bool split = e - s0 > leaf && can_split;
+            int edge = s0;
+            if (split && o > 0) edge = octant_bound(skeys, s0, e, shift, o);
+            int next = __shfl_down_sync(mask, edge, 1, CELL_LANES);
+            if (o == CELL_LANES - 1) next = e;
+            const unsigned nonempty = __ballot_sync(mask, split && next > edge);
+            if (o == 0) s_count[k] = __popc(nonempty & mask);
+            edges[CELL_LANES * (c - a) + o] = edge;
+        }
+        __syncthreads();
+        // 2. the exclusive prefix of the counts: each thread's SPLIT_ITEMS consecutive cells, then the warps
+        int v[SPLIT_ITEMS];
         int sum = 0;
 #pragma unroll
-        for (int j = 0; j < SCAN_ITEMS; ++j) {
-            v[j] = first + j < b ? nchild[first + j] : 0;
+        for (int j = 0; j < SPLIT_ITEMS; ++j) {
+            v[j] = s_count[SPLIT_ITEMS * threadIdx.x + j];
             sum += v[j];
         }
-        int incl = sum;  // inclusive scan of the threads' sums within the warp
+        int incl = sum;
 #pragma unroll
         for (int d = 1; d < 32; d <<= 1) {
             const int y = __shfl_up_sync(0xffffffffu, incl, d);
@@ -258,15 +262,15 @@ tree_level_scan(int* __restrict__ lvl, int level, const int* __restrict__ nchild
         }
         if (lane == 31) warp_total[warp] = incl;
         __syncthreads();
-        if (warp == 0) {  // inclusive scan of the warps' totals (SCAN_THREADS / 32 of them)
-            int w = lane < SCAN_THREADS / 32 ? warp_total[lane] : 0;
+        if (warp == 0) {  // inclusive scan of the warps' totals (SPLIT_THREADS / 32 of them)
+            int w = lane < SPLIT_THREADS / 32 ? warp_total[lane] : 0;
 #pragma unroll
             for (int d = 1; d < 32; d <<= 1) {
                 const int y = __shfl_up_sync(0xffffffffu, w, d);
                 if (lane >= d) w += y;
             }
-            if (lane < SCAN_THREADS / 32) warp_total[lane] = w;
-            const long long total = __shfl_sync(0xffffffffu, w, SCAN_THREADS / 32 - 1);  // the tile's
+            if (lane < SPLIT_THREADS / 32) warp_total[lane] = w;
+            const long long total = __shfl_sync(0xffffffffu, w, SPLIT_THREADS / 32 - 1);  // the tile's
             if (lane == 0) {  // publish, then look back
                 long long prefix = 0;
                 if (t == 0) {
@@ -274,10 +278,10 @@ tree_level_scan(int* __restrict__ lvl, int level, const int* __restrict__ nchild
                 } else {
                     atomicExch(&status[t], scan_word(SCAN_TOTAL, level, total));
                     for (int j = t - 1;;) {
-                        const unsigned long long s = atomicAdd(&status[j], 0ull);
-                        if ((int)((s >> 32) & 0x3f) != level + 1) continue;  // not yet published
-                        prefix += (long long)(unsigned)(s & 0xffffffffull);
-                        if ((s >> 62) == SCAN_PREFIX) break;
+                        const unsigned long long st = atomicAdd(&status[j], 0ull);
+                        if ((int)((st >> 32) & 0x3f) != level + 1) continue;  // not yet published
+                        prefix += (long long)(unsigned)(st & 0xffffffffull);
+                        if ((st >> 62) == SCAN_PREFIX) break;
                         --j;
                     }
                     atomicExch(&status[t], scan_word(SCAN_PREFIX, level, prefix + total));
@@ -296,43 +300,31 @@ tree_level_scan(int* __restrict__ lvl, int level, const int* __restrict__ nchild
         __syncthreads();
         int run = (int)s_prefix + (warp > 0 ? warp_total[warp - 1] : 0) + incl - sum;
 #pragma unroll
-        for (int j = 0; j < SCAN_ITEMS; ++j) {
-            if (first + j < b) offs[first + j - a] = run;
+        for (int j = 0; j < SPLIT_ITEMS; ++j) {  // each cell's first child, counted from b
+            const int k = SPLIT_ITEMS * threadIdx.x + j;
+            if (tile0 + k < b) nchild[tile0 + k] = v[j];
+            s_count[k] = v[j] ? b + run : -1;
             run += v[j];
         }
-        __syncthreads();  // s_tile, s_prefix and warp_total are rewritten by the next tile
-    }
-}
-
-// Level `level`, eight lanes per cell as in tree_split_count: a split cell's children go to
-// [b + offs[c - a], ...), one per non-empty octant in octant order (lane o writes octant o's child, placed
-// by the non-empty lanes before it); child[c] = the first child's index, -1 for a leaf. Nothing is written
-// when a level overflowed (tree_level_scan).
-extern "C" __global__ void tree_split_write(const int* __restrict__ lvl, int level,
-                                            const int* __restrict__ nchild, const int* __restrict__ offs,
-                                            const int* __restrict__ edges, int* __restrict__ cstart,
-                                            int* __restrict__ ccount, int* __restrict__ child,
-                                            const int* __restrict__ overflow) {
-    const int a = lvl[level], b = lvl[level + 1];
-    const unsigned mask = eighth_mask();
-    const bool stop = *overflow != 0;
-    FOR_LEVEL_LANES(i, a, b) {
-        const int c = a + (int)(i >> 3), o = (int)(i & 7);
-        if (nchild[c] == 0 || stop) {  // the same for the cell's eight lanes
-            if (o == 0) child[c] = -1;
-            continue;
-        }
-        const int edge = edges[CELL_LANES * (c - a) + o];
-        const int next = o == CELL_LANES - 1 ? cstart[c] + ccount[c] : edges[CELL_LANES * (c - a) + o + 1];
-        const unsigned nonempty = __ballot_sync(mask, next > edge);
-        const int first = b + offs[c - a];
-        if (o == 0) child[c] = first;
-        if (next > edge) {
+        __syncthreads();
+        // 3. write (edges were written by this block in step 1: visible after the barriers)
+        for (int k = threadIdx.x / CELL_LANES; k < SPLIT_TILE; k += SPLIT_CELLS_PER_PASS) {
+            const int c = tile0 + k;
+            if (c >= b) continue;
+            const int first = s_count[k];
+            if (o == 0) child[c] = first;
+            if (first < 0) continue;  // a leaf: the same for the cell's eight lanes
+            const int edge = edges[CELL_LANES * (c - a) + o];
+            const int next = o == CELL_LANES - 1 ? cstart[c] + ccount[c] : edges[CELL_LANES * (c - a) + o + 1];
+            const unsigned nonempty = __ballot_sync(mask, next > edge);
             const int out = first + __popc(nonempty & mask & ((1u << (threadIdx.x & 31)) - 1u));
-            cstart[out] = edge;
-            ccount[out] = next - edge;
-            child[out] = -1;
+            if (next > edge && out < cap) {
+                cstart[out] = edge;
+                ccount[out] = next - edge;
+                child[out] = -1;
+            }
         }
+        __syncthreads();  // s_tile, s_prefix, s_count and warp_total are rewritten by the next tile
     }
 }
 

@@ -60,9 +60,7 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_bounds_finish": "PiP",
     "tree_keys": "PiPP",
     "tree_gather": "PPPiPPP",
-    "tree_split_count": "PiiPPPPP",
-    "tree_level_scan": "PiPPiPPP",
-    "tree_split_write": "PiPPPPPPP",
+    "tree_level_split": "PiiPPPPPPiPPP",
     "tree_moments": "PiPPPPPPPP",
     "tree_pack": "iPiPPPPPPPPPddPPP",
     "tree_group_marks": "PiiPPPPP",
@@ -75,9 +73,9 @@ LEVEL_SLOTS = MAX_LEVEL + 3  # lvl[L] for L = 0 .. 23 (level 21's cells end at l
 NGROUPS_SLOT = 2 * LEVEL_SLOTS + 1  # in "levels", after the overflow flag and the scan's tickets (_build)
 CUTS_SLOT = NGROUPS_SLOT + 1
 LEVEL_BLOCKS_PER_SM = 4  # the per-level kernels' fixed grid (they loop over their level's cells)
-SCAN_THREADS = 256  # kernels/tree/build.cu SCAN_THREADS: tree_level_scan's block, on the per-level grid
-SCAN_TILE = SCAN_THREADS * 16  # kernels/tree/build.cu SCAN_TILE: cells per tile of the look-back scan
-CELL_LANES = 8  # kernels/tree/build.cu CELL_LANES: the split kernels' lanes per cell, one per octant
+SPLIT_THREADS = 256  # kernels/tree/build.cu SPLIT_THREADS: tree_level_split's block, on the per-level grid
+SPLIT_TILE = 256  # kernels/tree/build.cu SPLIT_TILE: cells per tile of its look-back scan
+CELL_LANES = 8  # kernels/tree/build.cu CELL_LANES: the split's lanes per cell, one per octant
 EXTRA_LEVELS = 2  # levels queued past the previous build's depth before the host looks
 GROWTH = 1.5  # _buf allocates half again over what is asked, so that a slowly growing N reuses it
 WALK_ARGS = "PPPiiPPPPfffiPiPPPPPii"
@@ -194,8 +192,8 @@ class TreeEvaluator(ForceEvaluator):
         leaf = int(self._tunables["leaf"])
         cells = _cell_capacity(n, leaf) / max(n, 1)
         per_body = 8 + 8 + 8 + 16 + 4  # keys, sorted keys, sort order (int64), sorted body, order (int32)
-        # ints, level offsets, octant edges, mass/com/m2, mac, pack, links
-        per_cell = 4 * 5 + 4 + 4 * CELL_LANES + 8 * 3 + 8 * 6 + 32 + 48 + 16
+        # ints, octant edges, mass/com/m2, mac, pack, links
+        per_cell = 4 * 5 + 4 * CELL_LANES + 8 * 3 + 8 * 6 + 32 + 48 + 16
         per_group = 3 * 4 / int(self._tunables["group"])  # at least one group per `group` bodies
         # + 12: the group marks, their prefix sum and the group starts (sized for a group per body)
         return int(round(per_body + 12 + per_cell * cells + per_group))
@@ -376,6 +374,15 @@ class TreeEvaluator(ForceEvaluator):
         event.record(stream)
         return Queued(event, self.device.scope)
 
+    def _set32(self, ptr: int, value: int, count: int, stream) -> None:
+        """`count` 32-bit words at `ptr` set to `value`: one driver call (a CuPy fill is a kernel launch
+        through CuPy, about four times the host time, and the build does several per evaluation)."""
+        drv = self.device.drv
+        if stream is None:
+            drv.memset_d32_async(ptr, value, count)
+        else:
+            drv.memset_d32_async(ptr, value, count, stream)
+
     def _per_level(self, symbol: str, stream, *args, block: int = BLOCK) -> None:
         """A per-level kernel on its fixed grid: it reads its level's range from the device."""
         blocks = LEVEL_BLOCKS_PER_SM * max(int(self.device.facts.sms), 1)
@@ -386,12 +393,12 @@ class TreeEvaluator(ForceEvaluator):
         `_phases`): returns level_start, the cell arrays and the host's copy of the "levels" buffer.
 
         Every level is queued without waiting for the previous one's size: the level ranges live in the
-        device buffer "levels", and each level is three launches (count, scan, write) that read their range
-        there. The host queues as many levels as the last build had plus EXTRA_LEVELS and, behind them,
-        the groups (marks, CuPy's scan of them, starts) and a domain split's cuts, which read the number
-        of cells and groups on the device too; then it looks once (usually), at everything. A deeper tree
-        queues more levels and its groups again and looks again. A tree with more cells than the arrays
-        hold (a deep, thin one) is built again in arrays twice as large.
+        device buffer "levels", and each level is one launch (tree_level_split: count, scan, write) that
+        reads its range there. The host queues as many levels as the last build had plus EXTRA_LEVELS
+        and, behind them, the groups (marks, CuPy's scan of them, starts) and a domain split's cuts,
+        which read the number of cells and groups on the device too; then it looks once (usually), at
+        everything. A deeper tree queues more levels and its groups again and looks again. A tree with
+        more cells than the arrays hold (a deep, thin one) is built again in arrays twice as large.
 
         The "levels" buffer (int32): the level starts [0, LEVEL_SLOTS), the overflow flag (LEVEL_SLOTS),
         the scan's ticket per level, the number of groups (NGROUPS_SLOT), and from CUTS_SLOT a domain's
@@ -404,14 +411,13 @@ class TreeEvaluator(ForceEvaluator):
                 cells = {k: self._buf(f"cell-{k}", cap, np.int32) for k in CELL_FIELDS}
                 cap = min(int(c.size) for c in cells.values())  # what _buf holds (half again over the ask)
                 lvl = self._buf("levels", CUTS_SLOT + 3 * ncuts, np.int32)
-                offs = self._buf("offsets", cap, np.int32)
                 edges = self._buf("edges", CELL_LANES * cap, np.int32)  # a level's octant starts, 8 per cell
-                status = self._buf("scan-status", ceil_div(cap, SCAN_TILE) + 1, np.uint64)  # a word per tile
-                lvl[:CUTS_SLOT].fill(0)
-                status.fill(0)
-                lvl[1:2].fill(1)  # level 0: the root, cell 0
-                cells["start"][0:1].fill(0)
-                cells["count"][0:1].fill(nj)
+                status = self._buf("scan-status", ceil_div(cap, SPLIT_TILE) + 1, np.uint64)  # a word per tile
+                self._set32(lvl.data.ptr, 0, CUTS_SLOT, stream)
+                self._set32(status.data.ptr, 0, 2 * status.size, stream)  # uint64 words
+                self._set32(lvl.data.ptr + 4, 1, 1, stream)  # level 0: the root, cell 0
+                self._set32(cells["start"].data.ptr, 0, 1, stream)
+                self._set32(cells["count"].data.ptr, nj, 1, stream)
                 if cuts is not None:
                     lvl[CUTS_SLOT + 2 * ncuts:CUTS_SLOT + 3 * ncuts].set(np.asarray(cuts, dtype=np.int32))
             tickets = lvl.data.ptr + 4 * (LEVEL_SLOTS + 1)
@@ -421,18 +427,15 @@ class TreeEvaluator(ForceEvaluator):
             while True:
                 with on():
                     for lv in range(level, stop):
-                        self._per_level("tree_split_count", stream, lvl.data.ptr, lv, leaf, skeys.data.ptr,
-                                        start, count, nchild, edges.data.ptr)
-                        self._per_level("tree_level_scan", stream, lvl.data.ptr, lv, nchild, offs.data.ptr,
-                                        cap, flag, status.data.ptr, tickets, block=SCAN_THREADS)
-                        self._per_level("tree_split_write", stream, lvl.data.ptr, lv, nchild, offs.data.ptr,
-                                        edges.data.ptr, start, count, child, flag)
+                        self._per_level("tree_level_split", stream, lvl.data.ptr, lv, leaf, skeys.data.ptr,
+                                        start, count, child, nchild, edges.data.ptr, cap, flag,
+                                        status.data.ptr, tickets, block=SPLIT_THREADS)
                     # the groups, as if the tree ended here (it usually does): every cell is in
                     # [0, lvl[stop + 1]) then (level stop is empty and so are those after it)
                     mark = self._buf("group-mark", nj, np.int32)
                     incl = self._buf("group-incl", nj, np.int32)
                     gstart = self._buf("group-start", nj + 1, np.int32)
-                    mark[:nj].fill(0)
+                    self._set32(mark.data.ptr, 0, nj, stream)
                     run("tree_group_marks", cap, lvl.data.ptr + 4 * (stop + 1), GROUP_CELL_FACTOR * group,
                         group, start, count, child, nchild, mark.data.ptr)
                     cp.cumsum(mark[:nj], dtype=np.int32, out=incl[:nj])
@@ -473,8 +476,8 @@ class TreeEvaluator(ForceEvaluator):
                 flags = self._buf("flags", 2, np.int32)
                 totals = self._buf("totals", 2, np.uint64)
                 stacks = self._buf("stacks", blocks * WALK_WARPS * self._stack_cap, np.int32)
-                flags.fill(0)
-                totals.fill(0)
+                self._set32(flags.data.ptr, 0, 2, stream)
+                self._set32(totals.data.ptr, 0, 4, stream)  # two uint64
                 args = (spos.data.ptr, sorder.data.ptr, gstart.data.ptr, t_lo, t_lo + int(targets.count),
                         links.data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, g_hi,
                         stacks.data.ptr, self._stack_cap, flags.data.ptr, per_group["nbody"].data.ptr,
