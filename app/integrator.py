@@ -14,8 +14,15 @@ The float64 reference is this same integrator over `NumpyOps` (numpy updates on 
 is what every kernel's trajectory is measured against.
 
 The leapfrog needs a(x) at the start of a step; it is cached between steps and between `step()`
-calls. Whether it is still valid is decided here and nowhere else: `invalidate()` is called by the
-backend when anything it depends on changed (positions replaced, physics or kernel changed).
+calls. Whether it is still valid is decided here and nowhere else: the owner of the state calls its
+Stepper's `invalidate()` when anything it depends on changed (positions replaced, physics or kernel
+changed).
+
+`Stepper` is the one place that steps a state: it owns the one `Integrator` (its cached a(x)), counts
+the steps, runs the non-finite check every `check_every` of them and sums the force work. One backend's
+state (CPUBackend, CudaBackend), K devices of one process (MultiDeviceRun), one device of each MPI rank
+(RankRun) and the float64 reference (`integrate`) all step through one; no other class makes an
+Integrator (tests/test_integrator.py walks app/ to keep it so).
 """
 
 from __future__ import annotations
@@ -55,8 +62,15 @@ class _NoTimer:
         return nullcontext()
 
 
+def _check_integrator(physics: Physics) -> None:
+    if physics.integrator not in INTEGRATORS:
+        choices = ", ".join(INTEGRATORS)
+        raise ValueError(f"unknown integrator {physics.integrator!r}; choose from {choices}")
+
+
 class Integrator:
-    """Advances a StateOps by whole steps; owns the cached-acceleration bookkeeping."""
+    """Advances a StateOps by whole steps; owns the cached-acceleration bookkeeping. Made only by a
+    `Stepper`, through which everything steps (the module docstring says why)."""
 
     def __init__(self):
         self.acc_valid = False
@@ -76,9 +90,7 @@ class Integrator:
 
     def step(self, ops: StateOps, physics: Physics, steps: int = 1, timer=None) -> ForceWork:
         """Advance `steps` steps; brackets force and update work with `timer.time(category)`."""
-        if physics.integrator not in INTEGRATORS:
-            choices = ", ".join(INTEGRATORS)
-            raise ValueError(f"unknown integrator {physics.integrator!r}; choose from {choices}")
+        _check_integrator(physics)
         timer = timer or _NoTimer()
         work = ForceWork()
         dt = physics.dt
@@ -103,33 +115,62 @@ class Integrator:
 
 
 class Stepper:
-    """The stepping loop of a run over devices (app/multidevice.py `MultiDeviceRun`: K devices of one
-    process; app/distributed.py `RankRun`: one device of each MPI rank): the one Integrator with its cached
-    a(x), the steps taken, and the cadence of the non-finite checks: `check()` runs after every
-    `check_every`-th step counted (0: never). Both runs step through it, so their checks fall on the
-    same steps."""
+    """The one owner of an Integrator, and so the one stepping loop: a single backend's state
+    (CPUBackend, CudaBackend), K devices of one process (app/multidevice.py `MultiDeviceRun`), one
+    device of each MPI rank (app/distributed.py `RankRun`) and the float64 reference (`integrate`).
+
+    It holds the cached a(x) (`acc_valid`, `invalidate`, `ensure_acc`), the steps taken (`steps`), and
+    the cadence of the non-finite checks: `check()` runs after every `check_every`-th step counted
+    (0: never), counted across `advance()` calls, so every owner's checks fall on the same steps."""
 
     def __init__(self):
         self.integrator = Integrator()
-        self.steps = 0  # since the state was loaded (a reload that keeps the time keeps the count)
+        self.steps = 0  # counted by advance(); restart() sets it (its owner decides when a count starts)
 
+    # --- the cached a(x) ---------------------------------------------------------------------------------
+    @property
+    def acc_valid(self) -> bool:
+        """Whether the state's acceleration buffer holds a(x) of its current positions."""
+        return self.integrator.acc_valid
+
+    @acc_valid.setter
+    def acc_valid(self, valid: bool) -> None:
+        # for an owner that evaluated a(x) of the current state into that buffer itself (a backend's
+        # `accelerations()`), or knows it from elsewhere (`integrate(acc=...)`)
+        self.integrator.acc_valid = bool(valid)
+
+    def invalidate(self) -> None:
+        """The cached a(x) no longer matches the state or the physics: the next step recomputes it."""
+        self.integrator.invalidate()
+
+    def ensure_acc(self, ops: StateOps, timer=None) -> ForceWork:
+        """Make the state's a(x) current: one force evaluation, unless the cached one still is."""
+        return self.integrator.ensure_acc(ops, timer)
+
+    # --- stepping -----------------------------------------------------------------------------------------
     def restart(self, steps: int = 0) -> None:
         """A new state: its a(x) is not known; `steps` already taken."""
         self.integrator.invalidate()
         self.steps = int(steps)
 
-    def advance(self, ops: StateOps, physics: Physics, steps: int, check_every: int, check) -> None:
-        """`steps` steps, `check()` after each that completes a `check_every` block. An exception leaves
-        the cached a(x) invalid (a half-done step is not a state to start from)."""
+    def advance(self, ops: StateOps, physics: Physics, steps: int, check_every: int = 0, check=None,
+                timer=None) -> ForceWork:
+        """`steps` steps, `check()` after each that completes a `check_every` block; returns the force
+        work of the steps summed. With a `timer`, force and update work are bracketed by
+        `timer.time("force")` / `timer.time("integrate")`. An exception leaves the cached a(x) invalid (a
+        half-done step is not a state to start from) and `steps` counting the whole steps taken."""
+        _check_integrator(physics)
+        work = ForceWork()
         try:
             for _ in range(int(steps)):
-                self.integrator.step(ops, physics, 1)
+                work += self.integrator.step(ops, physics, 1, timer)
                 self.steps += 1
                 if check_every and self.steps % check_every == 0:
                     check()
         except BaseException:
             self.integrator.invalidate()
             raise
+        return work
 
 
 # --- the float64 reference -------------------------------------------------------------------------------
@@ -175,7 +216,7 @@ def integrate(bodies: Bodies, physics: Physics, steps: int, accel_fn=None, acc: 
     accelerations at the current positions) saves the leapfrog's first force evaluation.
     """
     ops = NumpyOps(bodies, physics, accel_fn, acc)
-    integrator = Integrator()
-    integrator.acc_valid = acc is not None
-    integrator.step(ops, physics, steps)
+    stepper = Stepper()
+    stepper.acc_valid = acc is not None
+    stepper.advance(ops, physics, steps)  # no non-finite checks: the caller reads the float64 state itself
     return ops.acc

@@ -353,3 +353,30 @@ def test_tunables_are_validated_stored_per_record_and_reach_the_evaluator(monkey
     assert backend.tunables() == {"unroll": 4}
     backend.clear_tunables()
     assert backend.tunables() == {"unroll": 1}
+
+
+@pytest.mark.parametrize("integrator", ["leapfrog", "euler-damped"])
+def test_fp64_steps_are_bitwise_the_reference_over_the_same_kernel(integrator):
+    """Both step through a Stepper (app/integrator.py) and round the updates alike: given the same
+    accelerations (cpu-fp64's kernel on both sides) the backend's trajectory is bitwise the float64
+    reference's, however the steps are cut into step() calls and across a physics change that keeps the
+    forces (a(x) stays cached) or changes them (evaluated again)."""
+    phys = physics_for("gravity", integrator, 0.05)
+    start = plummer_like(64, seed=3)
+    backend = CPUBackend()
+    backend.load(start, phys, kernel="cpu-fp64")
+    ref = start.copy()
+    leapfrog = integrator == "leapfrog"
+    acc = None
+    for steps, physics, evaluations in ((1, phys, 1 + leapfrog), (4, phys, 4), (0, phys, 0),
+                                        (3, phys.with_(dt=2e-3), 3),
+                                        (2, phys.with_(dt=2e-3, softening=0.07), 2 + leapfrog)):
+        if physics.softening != backend.physics.softening:
+            acc = None  # the reference's cached a(x) belongs to the old forces
+        backend.set_physics(physics)
+        timings = backend.step(steps)
+        acc = integrate(ref, physics, steps, accel_fn=cpu_accelerations_fp64, acc=acc)
+        got = backend.state()
+        assert np.array_equal(got.pos, ref.pos) and np.array_equal(got.vel, ref.vel), (steps, physics)
+        assert timings.force_evals == evaluations, (steps, physics)
+    assert got.time == pytest.approx(ref.time, rel=1e-12)

@@ -7,10 +7,13 @@
 2. The cached-acceleration bookkeeping: one force evaluation per leapfrog step after the first,
    `invalidate()` forces a recompute, euler-damped evaluates once per step.
 3. `integrate`, the reference stepping, and the import direction (app.physics never imports the integrator).
+4. `Stepper`, the one owner of an Integrator: the checks' cadence, the timer, the summed work, a failure
+   leaving a(x) invalid, and no other code under app/ making an Integrator.
 """
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -25,7 +28,7 @@ import app
 from app.backends.cpu import CPUBackend, CpuOps
 from app.bodies import Bodies
 from app.forces import ForceEvaluator, ForceWork, Span, all_pairs_work
-from app.integrator import Integrator, NumpyOps, integrate
+from app.integrator import Integrator, NumpyOps, Stepper, integrate
 from app.physics import Physics, accelerations
 from app.timing import HostTimer
 
@@ -289,8 +292,6 @@ def test_stepper_checks_every_kth_step_counted_across_calls_and_restarts():
     """MultiDeviceRun and RankRun step through one Stepper: a check after every check_every-th step,
     counted across advance() calls (so calls of 3 steps still check at 8, 16, ...), none with 0, the count
     kept or reset by restart(), and an exception leaving the cached a(x) invalid."""
-    from app.integrator import Stepper
-
     class Ops:
         def __init__(self, fail_at=None):
             self.forces, self.fail_at = 0, fail_at
@@ -323,3 +324,147 @@ def test_stepper_checks_every_kth_step_counted_across_calls_and_restarts():
     with pytest.raises(RuntimeError, match="device lost"):
         stepper.advance(broken, physics, 4, 8, lambda: None)
     assert not stepper.integrator.acc_valid
+
+
+def test_stepper_sums_the_work_and_brackets_each_launch_with_the_timer():
+    """The backends time force and update work through the stepper: every force evaluation inside
+    timer.time("force"), every update inside timer.time("integrate"), the work summed over the steps."""
+
+    class BracketTimer(HostTimer):
+        def __init__(self):
+            super().__init__()
+            self.brackets: list[str] = []
+
+        def time(self, category):
+            self.brackets.append(category)
+            return super().time(category)
+
+    ops, stepper, timer = Recorder(), Stepper(), BracketTimer()
+    work = stepper.advance(ops, LEAPFROG, 2, timer=timer)
+    assert work == ForceWork(interactions=30, pair_equivalent=36, evaluations=3)
+    assert timer.brackets == ["force"] + ["integrate", "force", "integrate"] * 2
+    assert set(timer.collect()) == {"force", "integrate"}
+    timer.brackets.clear()
+    assert stepper.advance(ops, EULER, 2, timer=timer).evaluations == 2
+    assert timer.brackets == ["force", "integrate"] * 2
+    assert stepper.advance(ops, LEAPFROG, 0, timer=timer) == ForceWork() and stepper.steps == 4
+
+
+def test_stepper_checks_on_the_same_steps_however_the_calls_are_cut():
+    """The cadence belongs to the steps, not to the calls: any cut of 40 steps into advance() calls checks
+    after steps 8, 16, 24, 32, 40, and check_every = 0 (the default) never checks."""
+    for cuts in ([40], [1] * 40, [3, 5, 7, 9, 16], [8, 8, 8, 8, 8], [0, 7, 1, 0, 32]):
+        stepper, checked = Stepper(), []
+        for steps in cuts:
+            stepper.advance(Recorder(), LEAPFROG, steps, 8, lambda s=stepper, c=checked: c.append(s.steps))
+        assert checked == [8, 16, 24, 32, 40], cuts
+    stepper = Stepper()
+    stepper.advance(Recorder(), LEAPFROG, 20)
+    assert stepper.steps == 20
+
+
+@pytest.mark.parametrize("fails_in", ["force", "kick", "euler_damped", "check"])
+def test_a_failure_mid_step_leaves_a_of_x_invalid(fails_in):
+    """Whatever raises inside a step (a launch, an update after the closing force evaluation had made
+    a(x) valid, the check), the stepper's a(x) is invalid afterwards and its count is the whole steps
+    taken; the next step evaluates a(x) again."""
+
+    class Failing(Recorder):
+        def __init__(self):
+            super().__init__()
+            self.armed = True
+
+        def _maybe_fail(self, name):
+            self.calls.append(name)
+            if self.armed and name == fails_in and self.calls.count(name) == 2:
+                raise RuntimeError(f"{name} failed")
+
+        def force(self):
+            self._maybe_fail("force")
+            return ForceWork(evaluations=1)
+
+        def kick(self, half_dt):
+            self._maybe_fail("kick")
+
+        def euler_damped(self, dt, damping):
+            self._maybe_fail("euler_damped")
+
+    physics = EULER if fails_in == "euler_damped" else LEAPFROG
+    ops, stepper = Failing(), Stepper()
+    with pytest.raises(RuntimeError, match="failed"):
+        stepper.advance(ops, physics, 5, 1, lambda: ops._maybe_fail("check"))
+    assert not stepper.acc_valid
+    assert stepper.steps == {"force": 0, "kick": 1, "euler_damped": 1, "check": 2}[fails_in]
+    ops.armed = False
+    ops.calls.clear()
+    assert stepper.advance(ops, LEAPFROG, 1).evaluations == 2  # a(x) of the current state, then the step
+    assert ops.calls[:2] == ["force", "kick_drift"]
+
+
+def test_stepper_owns_the_cached_acceleration():
+    ops, stepper = Recorder(), Stepper()
+    assert not stepper.acc_valid
+    assert stepper.ensure_acc(ops).evaluations == 1 and stepper.acc_valid
+    assert stepper.ensure_acc(ops) == ForceWork()
+    stepper.invalidate()
+    assert not stepper.acc_valid and stepper.ensure_acc(ops).evaluations == 1
+    stepper.acc_valid = False  # what an owner says after evaluating a(x) itself, or the opposite
+    assert stepper.advance(ops, LEAPFROG, 1).evaluations == 2
+    stepper.acc_valid = True
+    assert stepper.advance(ops, LEAPFROG, 1).evaluations == 1
+    stepper.restart(steps=3)
+    assert not stepper.acc_valid and stepper.steps == 3
+
+
+def test_stepper_rejects_an_unknown_integrator_before_any_step():
+    ops = Recorder()
+    with pytest.raises(ValueError, match="rk4"):
+        Stepper().advance(ops, Physics(integrator="rk4"), 0)
+    assert ops.calls == []
+
+
+def integrator_constructions(root: Path) -> list[tuple[str, str]]:
+    """(file under root, enclosing class or '<module>') of every call that makes an Integrator in the
+    sources under `root`, read with ast (comments and strings do not count): `Integrator(...)`, an
+    alias of it imported from app.integrator, or `<module>.Integrator(...)`."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        names = {"Integrator"} | {alias.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+                                  for alias in node.names if alias.name == "Integrator" and alias.asname}
+
+        def visit(node, owner, names=names, path=path):
+            if isinstance(node, ast.ClassDef):
+                owner = node.name
+            if isinstance(node, ast.Call):
+                func = node.func
+                if (isinstance(func, ast.Name) and func.id in names) or (
+                        isinstance(func, ast.Attribute) and func.attr == "Integrator"):
+                    found.append((path.relative_to(root.parent).as_posix(), owner))
+            for child in ast.iter_child_nodes(node):
+                visit(child, owner)
+
+        visit(tree, "<module>")
+    return found
+
+
+def test_only_the_stepper_makes_an_integrator(tmp_path):
+    """Issue 23 item 2: the backends, the runs over devices and the reference step through a Stepper; an
+    Integrator made anywhere else would be a second cached a(x) and a second cadence."""
+    assert integrator_constructions(Path(app.__file__).resolve().parent) == [("app/integrator.py", "Stepper")]
+    # the walker finds what it must (so that the assertion above can fail)
+    pkg = tmp_path / "app"
+    pkg.mkdir()
+    (pkg / "backend.py").write_text(
+        "import app.integrator as integ\n"
+        "from app.integrator import Integrator as Made\n"
+        "# Integrator() in a comment is not a call\n"
+        "class Backend:\n"
+        "    def __init__(self):\n"
+        "        self.a = Made()\n"
+        "        self.b = integ.Integrator()\n"
+        "        self.doc = 'Integrator()'\n"
+        "def reference():\n"
+        "    return Integrator()\n")
+    where = "app/backend.py"
+    assert integrator_constructions(pkg) == [(where, "Backend"), (where, "Backend"), (where, "<module>")]

@@ -2,9 +2,10 @@
 
 State: contiguous (N, 4) pos [x, y, z, m], (N, 4) vel [vx, vy, vz, 0] and (N, 4) acc in the precision of
 the kernel that last stepped them (float32 for `cpu-simd`, float64 for `cpu-fp64`), plus a float32 (N,)
-speed array that the update kernels keep current for the renderer. Whether acc still holds a(x) is the
-integrator's business (`Integrator.acc_valid`): the backend only calls `invalidate()` when the
-positions, the physics, the kernel or its tunables change.
+speed array that the update kernels keep current for the renderer. The state is stepped through a
+`Stepper` (app/integrator.py), as every state is; whether acc still holds a(x) is its business
+(`Stepper.acc_valid`): the backend only calls `invalidate()` when the positions, the physics, the
+kernel or its tunables change.
 
 The pieces, each a small object:
 - `NumbaAllPairs`, a record's policy: which numba kernel family (dtype, fastmath) evaluates it, and the
@@ -35,7 +36,7 @@ from app.bodies import Bodies
 from app.decomposition import DOMAINS, PAIRS, PairTiles
 from app.errors import ConfigError, NonFiniteState
 from app.forces import ErrorBudget, FloatRange, ForceEvaluator, ForceWork, IntChoice, Span, all_pairs_work
-from app.integrator import Integrator
+from app.integrator import Stepper
 from app.physics import Physics
 from app.timing import HostTimer, stage_entries
 
@@ -287,7 +288,7 @@ class CPUBackend(Backend):
         self._ids = None
         self._t0 = 0.0  # time at the last change of dt ...
         self._steps = 0  # ... plus steps taken since, times dt
-        self._integrator = Integrator()
+        self._stepper = Stepper()  # the integrator's cached a(x), stepping (app/integrator.py)
         self._timer = HostTimer()
         self._tunables: dict[str, dict] = {}  # record name -> values set (validated), over its defaults
 
@@ -321,7 +322,7 @@ class CPUBackend(Backend):
         self._speed = np.linalg.norm(self._vel[:, :3], axis=1).astype(np.float32)
         self._render_pos = None
         self._t0, self._steps = float(bodies.time), 0
-        self._integrator.invalidate()
+        self._stepper.restart()
 
     @property
     def kernel(self) -> str:
@@ -330,13 +331,13 @@ class CPUBackend(Backend):
     def set_kernel(self, name: str) -> None:
         name = self._resolve(name)
         if name != self._kernel:
-            self._integrator.invalidate()  # another kernel's a(x); the state is converted at the next step
+            self._stepper.invalidate()  # another kernel's a(x); the state is converted at the next step
         self._kernel = name
 
     def set_physics(self, physics: Physics) -> None:
         old = self._swap_physics(physics)
         if (physics.G, physics.softening, physics.h) != (old.G, old.softening, old.h):
-            self._integrator.invalidate()
+            self._stepper.invalidate()
 
     @property
     def n(self) -> int:
@@ -349,11 +350,11 @@ class CPUBackend(Backend):
     def set_tunables(self, **values) -> None:
         checked = _BY_NAME[self._kernel].validate_tunables(values)
         self._tunables[self._kernel] = {**self._tunables.get(self._kernel, {}), **checked}
-        self._integrator.invalidate()
+        self._stepper.invalidate()
 
     def clear_tunables(self) -> None:
         self._tunables.clear()
-        self._integrator.invalidate()
+        self._stepper.invalidate()
 
     # --- stepping --------------------------------------------------------------------------------
     @property
@@ -394,7 +395,7 @@ class CPUBackend(Backend):
             self._vel = self._vel.astype(dtype)
             self._acc = np.zeros_like(self._pos)
             self._render_pos = None
-            self._integrator.invalidate()
+            self._stepper.invalidate()
 
     def _warm_up(self, evaluator: CpuEvaluator) -> None:
         """Compile (or load from numba's cache) the kernels of one step outside the timed region."""
@@ -423,7 +424,11 @@ class CPUBackend(Backend):
         self._warm_up(evaluator)
         evaluator.stage_ms()  # (the warm-up's stages are not this step's)
         self._timer.reset()
-        work = self._integrator.step(self._ops(evaluator), self._physics, steps, self._timer)
+        # No checks from the stepper (check_every = 0): the host checks the whole state once per call,
+        # before the first step (a bad body spoils every force of the step) and after the last, and a
+        # pass over host arrays costs far less than a step, so there is no cadence to keep.
+        work = self._stepper.advance(self._ops(evaluator), self._physics, steps, check_every=0,
+                                     timer=self._timer)
         ms = self._timer.collect()
         self._steps += steps
         self._check_finite()
@@ -443,13 +448,13 @@ class CPUBackend(Backend):
         return self._current_acc()[:, :3].astype(np.float64)
 
     def _current_acc(self) -> np.ndarray:
-        """a(x) of the current state by the current kernel, (N, 4) in its dtype: the integrator's cached
+        """a(x) of the current state by the current kernel, (N, 4) in its dtype: the stepper's cached
         one (computed now, and cached, if not valid), or after a switch to a kernel of another precision
         not stepped yet, evaluated on a converted copy with the state untouched."""
         self._require_state()
         evaluator = self.evaluator()
         if self._pos.dtype == evaluator.dtype:  # a(x) of the state: the cached one, or cached from now on
-            self._integrator.ensure_acc(self._ops(evaluator))
+            self._stepper.ensure_acc(self._ops(evaluator))
             return self._acc
         pos = self._positions_in(evaluator.dtype)
         acc = np.zeros(pos.shape, evaluator.dtype)

@@ -6,10 +6,11 @@ accelerations float4 (the leapfrog's cached a(x)), speeds float (|v|, in the ren
 attached) and one int for the non-finite check; the fp64 record adds a double state. Nothing crosses
 to the host per step but the CUDA-event timings (and every `check_every` steps a 4-byte check result).
 
-A step is the shared integrator (app/integrator.py) over this backend's StateOps (state_ops.py), whose
-force is the current record's CudaEvaluator (evaluator.py) bound to the whole state. Every launch is
-bracketed by CUDA events of the device's timer (force_ms, integrate_ms); with interop, map_ms/unmap_ms
-are host perf_counter times of mapping the VBOs.
+A step is the shared integrator, through the backend's Stepper (app/integrator.py: the cached a(x), the
+steps counted, the non-finite check every `check_every` of them), over this backend's StateOps
+(state_ops.py), whose force is the current record's CudaEvaluator (evaluator.py) bound to the whole
+state. Every launch is bracketed by CUDA events of the device's timer (force_ms, integrate_ms); with
+interop, map_ms/unmap_ms are host perf_counter times of mapping the VBOs.
 
 The GPU is a CudaDevice (device.py): all driver work happens inside its scope (its primary context
 pushed for the call only), on the thread that made the backend. pycuda is imported on first use,
@@ -46,7 +47,7 @@ from app.backends.cuda.state_ops import BYTES_PER_BODY, INTEGRATE_SOURCE, Fp32Op
 from app.bodies import Bodies
 from app.errors import BackendUnavailable, ConfigError, RuntimeFault
 from app.forces import ForceEvaluator, Span
-from app.integrator import CHECK_EVERY, Integrator
+from app.integrator import CHECK_EVERY, Stepper
 from app.physics import Diagnostics, Physics
 from app.timing import stage_entries
 
@@ -121,13 +122,14 @@ class CudaBackend(Backend):
         self._physics = Physics()
         self._records = {r.name: r for r in self.kernels()}
         self._evaluators: dict[str, ForceEvaluator] = {}
-        self._integrator = Integrator()
+        # the integrator's cached a(x) and the steps since load, which drive the non-finite check cadence
+        # and name the step of a NonFiniteState (as in the runs over devices, app/multidevice.py)
+        self._stepper = Stepper()
         self._n = 0
         self._mass = np.zeros(0)
         self._ids = None
         self._t0 = 0.0
         self._steps = 0  # steps since _t0 (time = _t0 + _steps * dt)
-        self._steps_total = 0  # drives the non-finite check cadence
         self._alloc: dict[str, object] = {}
         self._gl: GLBuffers | None = None
         self._gl_reason: str | None = None  # why interop is not used (after an attach attempt)
@@ -213,7 +215,7 @@ class CudaBackend(Backend):
         ev.prepare(self._n)
         precision = ev.active(self._n)[0].precision
         if precision != self._precision:
-            self._integrator.invalidate()  # the cached acceleration belongs to the other precision
+            self._stepper.invalidate()  # the cached acceleration belongs to the other precision
             if precision == "fp64" and not self._fp64_valid:
                 self._promote_fp64()
             self._precision = precision
@@ -317,7 +319,7 @@ class CudaBackend(Backend):
             self._mass = bodies.mass.astype(np.float64, copy=True)
             self._ids = None if bodies.ids is None else bodies.ids.copy()
             self._t0, self._steps = float(bodies.time), 0
-            self._integrator.invalidate()
+            self._stepper.restart()
             self._check.prepare()  # a new state: the checks of the old one are dropped
             for ev in self._evaluators.values():
                 ev.forget()
@@ -347,7 +349,7 @@ class CudaBackend(Backend):
     def set_physics(self, physics: Physics) -> None:
         old = self._swap_physics(physics)
         if force_arguments(physics) != force_arguments(old) or physics.integrator != old.integrator:
-            self._integrator.invalidate()
+            self._stepper.invalidate()
 
     @property
     def n(self) -> int:
@@ -366,16 +368,14 @@ class CudaBackend(Backend):
             timer.reset()
             with self._device_arrays() as (pos, speed):
                 ops = self._ops(pos, speed)
-                for _ in range(steps):
-                    work = self._integrator.step(ops, self._physics, 1, timer)
-                    timings.interactions += work.interactions
-                    timings.pair_equivalent += work.pair_equivalent
-                    timings.force_evals += work.evaluations
-                    timings.body_cell += work.body_cell
-                    self._steps += 1
-                    self._steps_total += 1
-                    if self.check_every and self._steps_total % self.check_every == 0:
-                        self._launch_check(pos)
+                before = self._stepper.steps
+                try:
+                    work = self._stepper.advance(ops, self._physics, steps, self.check_every,
+                                                 lambda: self._launch_check(pos), timer)
+                finally:
+                    self._steps += self._stepper.steps - before  # the whole steps, also of a failed call
+            timings.interactions, timings.pair_equivalent = work.interactions, work.pair_equivalent
+            timings.force_evals, timings.body_cell = work.evaluations, work.body_cell
             if self._gl is not None:
                 # Live rendering: never wait on the GPU here (see app/timing.py); the numbers are those
                 # of the newest earlier step() the GPU has finished, usually the previous frame.
@@ -395,7 +395,7 @@ class CudaBackend(Backend):
             timings.map_ms = self._gl.last_map_ms
             timings.unmap_ms = self._gl.last_unmap_ms
         if bad >= 0:
-            raise NonFiniteState(bad, step=self._steps_total, time=self.time)
+            raise NonFiniteState(bad, step=self._stepper.steps, time=self.time)
         return timings
 
     def check_finite(self) -> None:
@@ -406,7 +406,7 @@ class CudaBackend(Backend):
                 self._launch_check(pos)
             bad = self._check.result(wait=True)
         if bad >= 0:
-            raise NonFiniteState(bad, step=self._steps_total, time=self.time)
+            raise NonFiniteState(bad, step=self._stepper.steps, time=self.time)
 
     def accelerations(self) -> np.ndarray:
         self._require_state()
@@ -423,12 +423,12 @@ class CudaBackend(Backend):
                     ev.evaluate(pos, self._ptr("acc"), everyone, everyone)
                 out = np.empty((self._n, 4), dtype=np.float32)
                 self._drv.memcpy_dtoh(out, self._ptr("acc"))
-        self._integrator.acc_valid = True  # a(x) of the current state is now in the buffer the step reads
+        self._stepper.acc_valid = True  # a(x) of the current state is now in the buffer the step reads
         return out[:, :3].astype(np.float64)
 
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(approx, exact), float64 (K, 3), for the bodies `rows` (original order) at the current positions:
-        approx = the running fp32 kernel's a(x) (the integrator's cached one; evaluated now if it is not
+        approx = the running fp32 kernel's a(x) (the stepper's cached one; evaluated now if it is not
         current), exact = the `shared` all-pairs kernel for those K targets against all N sources, on the
         device (force_sample.py, shared with the GPUs of --gpus)."""
         rows = np.asarray(rows, dtype=np.int64)
@@ -439,9 +439,9 @@ class CudaBackend(Backend):
         with self._scope:
             self._prepare()
             with self._device_arrays() as (pos, _speed):
-                if not self._integrator.acc_valid:
+                if not self._stepper.acc_valid:
                     self.evaluator().evaluate(pos, self._ptr("acc"), Span.all(n), Span.all(n))
-                    self._integrator.acc_valid = True
+                    self._stepper.acc_valid = True
                 approx = gather_rows(self.device, self._ptr("acc"), n, rows)
                 exact = exact_rows(self.device, self.evaluator(EXACT_KERNEL), pos, n, rows)
         return approx[:, :3].astype(np.float64), exact
