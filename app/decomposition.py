@@ -61,7 +61,7 @@ class Decomposition:
     # device, where each device's part is queued without a host wait
     driver = "threads"
     # whether the devices keep the state in the force's own order (domains: the tree's key order, as
-    # Bonsai keeps it), re-sorted at each evaluation, where they can (DeviceState.keeps_key_order)
+    # Bonsai keeps it), re-sorted at each evaluation (DeviceState.take_key_order; `ids` name the bodies)
     sorts_state = False
 
     def force(self, ops) -> None:
@@ -115,10 +115,8 @@ class Domains(Decomposition):
         if ops.exchange.moves_rows(ops.devices):
             ops.driver.finish()  # the devices' key ranges are known once each has built its tree
             ops.exchange.gather_sorted(ops.devices)
-        if ops.key_order:  # the state follows the tree: acc is sacc, pos/vel/speed/ids permuted alike
-            ops.submit(lambda i, device: device.take_key_order())
-        else:
-            ops.submit(lambda i, device: device.unsort())
+        # the state follows the tree: acc is sacc, pos/vel/speed/ids permuted alike on every device
+        ops.submit(lambda i, device: device.take_key_order())
 
 
 TARGETS, PAIRS, DOMAINS = Targets(), Pairs(), Domains()

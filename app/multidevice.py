@@ -97,12 +97,10 @@ class DeviceState(Protocol):
     # domains: the whole tree, the walk of this device's key range into 'sacc' (key order); sets domain_cuts
     def force_domain(self) -> ForceWork: ...
     def force_domain_phases(self): ...  # force_domain as a generator of phases (SingleDriver takes turns)
-    def unsort(self) -> None: ...  # domains: acc[state row] = sacc[key order], every row
-    # domains: instead of `unsort`, the device moves its whole state into the last tree's key order
-    # (acc = sacc; pos, vel, speed and ids permuted alike) where `keeps_key_order` (CPU devices today)
-    keeps_key_order: bool
-    ids: np.ndarray | None  # with keeps_key_order: the body (load order) in each state row
+    # domains: after the exchange the device moves its whole state into the last tree's key order
+    # (acc = sacc; pos, vel, speed and ids permuted alike), as Bonsai keeps its bodies
     def take_key_order(self) -> None: ...
+    ids: np.ndarray  # the body (load order) in each state row (on a GPU: a host copy of its device array)
     def timed(self, category: str): ...  # a context: work queued inside it timed on the device's clock
     def kick_drift(self, half_dt: float, dt: float) -> None: ...  # on the share, timed as "integrate"
     def kick(self, half_dt: float) -> None: ...
@@ -430,9 +428,8 @@ class MultiDeviceOps:
         self.devices, self.driver, self.exchange = list(devices), driver, exchange
         self.decomposition = decomposition
         self.layout = layout
-        # domains: the devices move their state into the tree's key order at each evaluation, where every
-        # one of them can (a GPU keeps the load order and scatters the accelerations back)
-        self.key_order = decomposition.sorts_state and all(d.keeps_key_order for d in self.devices)
+        # domains: the devices move their state into the tree's key order at each evaluation
+        self.key_order = decomposition.sorts_state
         self._tell_shares()
         self.exchange_count = 0
         self._work = [ForceWork() for _ in self.devices]

@@ -107,3 +107,54 @@ extern "C" __global__ void first_nonfinite(const float4* __restrict__ pos, const
         atomicMin(first, i);
     }
 }
+
+// A domain split keeps the state in the tree's key order (app/decomposition.py, Bonsai's layout): after
+// each evaluation the rows move to their place in the new order. Two passes, because a row's new place
+// may hold a row not yet read: the gather into scratch by the tree's order (order[k] = the row that goes
+// to k) ...
+extern "C" __global__ void key_order_gather(const int* __restrict__ order, const int n,
+                                            const float4* __restrict__ vel, const float* __restrict__ speed,
+                                            const int* __restrict__ ids, float4* __restrict__ svel,
+                                            float* __restrict__ sspeed, int* __restrict__ sids) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n) {
+        return;
+    }
+    const int i = order[k];
+    svel[k] = vel[i];
+    sspeed[k] = speed[i];
+    sids[k] = ids[i];
+}
+
+// ... then the state from it, with the positions the tree gathered in the same order (spos) and the
+// accelerations its walk wrote in key order (sacc, whole after the exchange).
+extern "C" __global__ void key_order_take(const int n, const float4* __restrict__ spos,
+                                          const float4* __restrict__ sacc, const float4* __restrict__ svel,
+                                          const float* __restrict__ sspeed, const int* __restrict__ sids,
+                                          float4* __restrict__ pos, float4* __restrict__ acc,
+                                          float4* __restrict__ vel, float* __restrict__ speed,
+                                          int* __restrict__ ids) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n) {
+        return;
+    }
+    pos[k] = spos[k];
+    acc[k] = sacc[k];
+    vel[k] = svel[k];
+    speed[k] = sspeed[k];
+    ids[k] = sids[k];
+}
+
+// The renderer's rows are bodies in load order (its colours and components are): row k of a state in key
+// order goes to the row of its body, ids[k].
+extern "C" __global__ void scatter_by_id(const int n, const int* __restrict__ ids,
+                                         const float4* __restrict__ pos, const float* __restrict__ speed,
+                                         float4* __restrict__ out_pos, float* __restrict__ out_speed) {
+    const int k = blockIdx.x * blockDim.x + threadIdx.x;
+    if (k >= n) {
+        return;
+    }
+    const int body = ids[k];
+    out_pos[body] = pos[k];
+    out_speed[body] = speed[k];
+}

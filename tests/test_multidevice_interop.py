@@ -64,10 +64,8 @@ class FakeGpu:
 
 
 class TwinGpuDevice(CpuDevice):
-    """A CPU device addressed like a GPU's share device: `row_pointer`, host reads that can be forbidden;
-    like the GPUs' (CudaShareDevice), it keeps its state in load order under a domain split."""
-
-    keeps_key_order = False
+    """A CPU device addressed like a GPU's share device: `row_pointer`, `render_rows`, host reads that can
+    be forbidden; like the GPUs' (CudaShareDevice), it keeps its state in key order under a domain split."""
 
     def __init__(self, *args, copies: list, reads: dict):
         super().__init__(*args)
@@ -76,6 +74,15 @@ class TwinGpuDevice(CpuDevice):
     def row_pointer(self, field: str, span: Span) -> int:
         array = getattr(self, field)
         return address(array) + array.strides[0] * span.start
+
+    def render_rows(self, pos: int, speed: int) -> None:
+        """The GPU's scatter_by_id: row k to the renderer's row ids[k] (the renderer's rows are bodies)."""
+        n = len(self.ids)
+        vbo_pos = np.ctypeslib.as_array((ctypes.c_float * (4 * n)).from_address(pos)).reshape(n, 4)
+        vbo_speed = np.ctypeslib.as_array((ctypes.c_float * n).from_address(speed))
+        vbo_pos[self.ids] = self.pos
+        vbo_speed[self.ids] = self.speed
+        self.device.drv.copies.append(("scatter", self.index, pos, speed))
 
     def rows(self, field, span):
         if self._reads["forbidden"]:
@@ -254,11 +261,14 @@ def test_vbos_hold_the_single_device_state_after_every_step_without_host_reads(k
             want_pos, want_speed = single_cpu(bodies, physics, done, kernel)
             assert np.array_equal(gl.pos, want_pos), f"positions after {done} steps"
             assert np.array_equal(gl.speed, want_speed), f"speeds after {done} steps"
-            renders = [c for c in kind.copies if c[0] == "render"]
-            # a domain split: device 0 holds every speed, so two copies (no peer copy from the others)
-            assert len(renders) == (2 if kernel == "cpu-tree" else 1 + k)
+            renders = [c for c in kind.copies if c[0] in ("render", "scatter")]
+            if kernel == "cpu-tree":  # a domain split: device 0 holds every body, in key order: one scatter
+                assert [c[:2] for c in renders] == [("scatter", 0)]
+            else:  # every position from device 0, each share's speeds from its device
+                assert len(renders) == 1 + k and {c[0] for c in renders} == {"render"}
         assert not gl.is_mapped
-        assert {c[0] for c in kind.copies} == ({"render", "exchange"} if k > 1 else {"render"})
+        drawn = "scatter" if kernel == "cpu-tree" else "render"
+        assert {c[0] for c in kind.copies} == ({drawn, "exchange"} if k > 1 else {drawn})
     finally:
         kind.reads["forbidden"] = False
         backend.close()

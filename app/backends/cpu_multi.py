@@ -29,10 +29,6 @@ class CpuDevice:
     """One CPU "device": full-size pos / vel / acc / speed arrays, current on its share (pos everywhere).
     `MultiDeviceRun(cpu_devices, k)` runs K of them."""
 
-    # A domain split (the tree) moves the state into the tree's key order at each evaluation, as Bonsai
-    # keeps its bodies; `ids` says which body each row holds (app/multidevice.py MultiDeviceRun.ids).
-    keeps_key_order = True
-
     def __init__(self, index: int, record_name: str, physics: Physics, bodies: Bodies, share: Span):
         record = CPUBackend.record(record_name)
         dtype = _DTYPES[record.precision]
@@ -90,10 +86,6 @@ class CpuDevice:
                     work, self.domain_cuts = done.value
                     return work
             yield
-
-    def unsort(self) -> None:
-        with self.timer.time("force"):
-            self.evaluator.unsort(self.sacc, self.acc)
 
     def take_key_order(self) -> None:
         """After a domain split's exchange: every row moves to its place in the last tree's key order, so

@@ -249,10 +249,6 @@ class CpuTreeEvaluator(ForceEvaluator):
                               gstart=gstart[g_lo:g_hi + 1])
         return work, aligned
 
-    def unsort(self, out, acc) -> None:
-        """acc[state row] = out[key order] for every body of the last `evaluate_domain`'s tree."""
-        order = self.last_tree.order
-        acc[order, :3] = out[:order.shape[0], :3]
 
     def _walk(self, tree: Tree, tpos, trow, acc, theta: float, group: int, pairs: int,
               within: bool, gstart=None) -> ForceWork:

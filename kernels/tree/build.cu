@@ -134,14 +134,6 @@ extern "C" __global__ void tree_gather(const float4* __restrict__ p, const unsig
     sorder[k] = i;
 }
 
-// A domain split's way back (app/decomposition.py): acc[sorder[k]] = sacc[k], from key order to the state's.
-extern "C" __global__ void tree_scatter(const float4* __restrict__ sacc, const int* __restrict__ sorder, int n,
-                                        float4* __restrict__ acc) {
-    const int k = blockIdx.x * blockDim.x + threadIdx.x;
-    if (k >= n) return;
-    acc[sorder[k]] = sacc[k];
-}
-
 // --- the octree, one level at a time --------------------------------------------------------------------
 // The octant of sorted key k at the next level; nondecreasing over a cell's range (a shared prefix).
 __device__ __forceinline__ int octant(const unsigned long long* skeys, int k, int shift) {

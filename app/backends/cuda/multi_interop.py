@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 
 from app.backends.cuda.interop import GLBuffers, fall_back, register_gl_buffers
-from app.forces import Span
 from app.multidevice import queue_after, render_copies
 
 log = logging.getLogger(__name__)
@@ -37,14 +36,15 @@ class GpuRenderTarget:
     def publish(self, devices, n: int, whole: bool = False) -> None:
         """The devices' current positions and speeds into the VBOs (RuntimeFault if they hold fewer
         than n bodies). The copies are queued, not waited for. `whole`: the first device holds every
-        body's speed (a domain split integrates every body on every device; an MPI rank 0 that gathered
-        them), so every row comes from it and no other device is read."""
+        body (a domain split integrates every body on every device, in the tree's key order), so every
+        row comes from it, scattered to its body's row (`render_rows`), and no other device is read."""
         shares = [d.share for d in devices]
-        if whole:
-            shares = [Span.all(n)] + [Span(0, 0)] * (len(devices) - 1)
         with self.scope, self.gl.mapped_for(n) as mapped:
             base = {"pos": mapped.pos, "speed": mapped.speed}
             queue_after(devices[:1], devices, "speed-written")  # GPU 0 copies after every GPU's kick
+            if whole:
+                devices[0].render_rows(mapped.pos, mapped.speed)
+                shares = []
             for copy in render_copies(shares):
                 size = ROW_BYTES[copy.field]
                 source = devices[copy.device].row_pointer(copy.field, copy.span)

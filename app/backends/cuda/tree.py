@@ -66,7 +66,6 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_group_marks": "PiiPPPPP",
     "tree_group_starts": "PPiPP",
     "tree_domain_cuts": "PPPiP",
-    "tree_scatter": "PPiP",
 }
 MAX_LEVEL = 21  # kernels/tree/build.cu TREE_MAX_LEVEL: 63-bit keys, 21 levels below the root
 LEVEL_SLOTS = MAX_LEVEL + 3  # lvl[L] for L = 0 .. 23 (level 21's cells end at lvl[22]; lvl[23] closes it)
@@ -237,13 +236,11 @@ class TreeEvaluator(ForceEvaluator):
         return (yield from self._phases(int(pos), int(out), everyone, everyone, stream, 0,
                                         (list(cuts), int(index))))
 
-    def unsort(self, out, acc, n: int, stream=None) -> None:
-        """acc[state row] = out[key order] for the n bodies of the last `evaluate_domain`'s tree."""
-        if n:
-            with self.device.scope:
-                sorder = self._buffers["sorder"]
-                launch(self._fn("tree_scatter"), (ceil_div(n, BLOCK), 1), BLOCK, stream, int(out),
-                       sorder.data.ptr, n, int(acc))
+    def last_order(self) -> tuple[int, int]:
+        """Device pointers of the last evaluation's key order: int32, the source row at each place; and
+        the sources' float4 rows in that order (a domain split moves its state into it, CudaShareDevice
+        .take_key_order)."""
+        return self._buffers["sorder"].data.ptr, self._buffers["spos"].data.ptr
 
     @contextmanager
     def _on(self, stream, n: int):
