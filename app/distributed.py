@@ -434,7 +434,8 @@ def device_maker(comm, cls, kernel: str | None):
         ordinal = local_rank() % device_count()
 
         def make(rank, bodies, physics, kernel, share):
-            return CudaShareDevice(ordinal, kernel, physics, bodies, share)
+            # `best` runs the tuning on as many GPUs as there are ranks (same splits, another exchange)
+            return CudaShareDevice(ordinal, kernel, physics, bodies, share, comm.size)
 
         return kernel or registry.DEFAULT_KERNEL, make
     from app.backends.cpu import DEFAULT_KERNEL

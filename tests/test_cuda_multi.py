@@ -97,7 +97,7 @@ def test_tree_domains_on_gpu0_are_bitwise_one_gpu(k, driver):
         assert run.decomposition is DOMAINS
         acc = run.accelerations()
         work = run.step(5)  # five evaluations: the first step starts from the cached a(x)
-        pos = run.gathered("pos")[:, :3].astype(np.float64)
+        pos = run.in_body_order(run.gathered("pos"))[:, :3].astype(np.float64)  # rows are in key order
     finally:
         run.close()
     single = CUDA()
@@ -147,6 +147,52 @@ def test_best_under_gpus_runs_its_pick_with_the_pick_s_decomposition():
         assert picked.name != "best" and run.decomposition is of(picked)
     finally:
         run.close()
+
+
+def test_best_under_gpus_2_reads_the_tuning_on_2_gpus(tmp_path, monkeypatch, caplog):
+    """`--gpus 2` (two devices on GPU 0 where there is one GPU): `best` on every device runs the cache's
+    tuning on 2 GPUs, split as that record says; without one, the one-GPU pick and one warning naming
+    `nbody-live tune --gpus 2` (said once for both devices)."""
+    import logging
+
+    from app.backends.cuda import evaluator
+    from app.backends.cuda import tuning_cache as cache
+    from app.backends.cuda.context import device_facts
+    from app.backends.cuda.multi import GpuDevices, gpu_devices
+    from app.backends.multi import multi_backend_class
+
+    monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(evaluator, "_SAID_FOR_DEVICES", {})
+    monkeypatch.setattr(GpuDevices, "count", staticmethod(lambda: max(2, _gpu_count())))
+    monkeypatch.setattr(GpuDevices, "factory", staticmethod(lambda k: gpu_devices([0] * k)))
+    facts, records = device_facts(0), {r.name: r for r in registry.RECORDS}
+    bodies, physics = bench_bodies(N), Physics(softening=0.01)
+    one_gpu = records["best"].policy.resolve(records, facts, N)[0]
+    backend = multi_backend_class(CUDA, 2, "threads", "auto")()
+    try:
+        with caplog.at_level(logging.INFO, logger="app"):
+            backend.load(bodies, physics, "best")
+        assert [d.evaluator.record.name for d in backend._run.devices] == [one_gpu.name] * 2
+        warned = [r.getMessage() for r in caplog.records
+                  if r.levelno == logging.WARNING and r.getMessage().startswith("best")]
+        assert len(warned) == 1 and "nbody-live tune --gpus 2" in warned[0], warned
+
+        cache.write_cache({"schema": cache.SCHEMA, "gpu": facts.name, "driver": facts.driver_version,
+                           "source_hash": cache.source_hash(registry.RECORDS), "gpus": 2,
+                           "best": [{"n": N, "variant": "multi-thread-per-body",
+                                     "tunables": {"q": 8, "block_size": 128}}]})
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="app"):
+            backend.load(bodies, physics, "best")
+        assert [d.evaluator.record.name for d in backend._run.devices] == ["multi-thread-per-body"] * 2
+        assert backend.split_name == "targets"
+        assert any(r.getMessage().startswith(f"best: tuned cache for {facts.name} on 2 GPUs: N = 3,001 -> "
+                                             "multi-thread-per-body block_size=128 q=8")
+                   for r in caplog.records)
+        worst, _ = relative_error(backend.accelerations(), _single(bodies, physics, "shared"))
+        assert worst <= 1e-4
+    finally:
+        backend.close()
 
 
 # --- non-finite bodies: cuda/nonfinite.py on each share (the CPU form: test_multidevice_nonfinite.py) ---
@@ -399,7 +445,7 @@ def test_two_devices_on_gpu_0_sample_the_trees_force_error_as_one_gpu(driver):
         run.step(3)
         assert all(any(d.share.start <= r < d.share.stop for r in rows) for d in run.devices)
         got = run.force_error_sample(rows)
-        pos, vel = (run.gathered(f)[:, :3].astype(np.float64) for f in ("pos", "vel"))
+        pos, vel = (run.in_body_order(run.gathered(f))[:, :3].astype(np.float64) for f in ("pos", "vel"))
     finally:
         run.close()
     state = Bodies(pos=pos, vel=vel, mass=bodies.mass.copy())
@@ -447,24 +493,29 @@ def test_gpus_1_vbos_hold_the_state_after_steps(egl_canvas, driver):
 
 @pytest.mark.gl
 @pytest.mark.parametrize("driver", DRIVERS)
-def test_two_devices_on_gpu_0_copy_their_slices_into_the_vbos(egl_canvas, driver):
-    """Two shares on one GPU: positions whole from device 0, each device's speed rows into their place."""
+@pytest.mark.parametrize("kernel", ["shared", "tree"])
+def test_two_devices_on_gpu_0_copy_their_slices_into_the_vbos(egl_canvas, driver, kernel):
+    """Two shares on one GPU: positions whole from device 0, each device's speed rows into their place;
+    under the tree's domain split device 0 holds every body in key order, scattered to the bodies' rows."""
     from app.backends.cuda.multi_interop import attach_to_gpu0
 
     bodies, physics = bench_bodies(N), Physics(softening=0.01, dt=1e-3)
     _keep, (pos_name, speed_name) = _gl_pair(egl_canvas, N)
-    run = _run("shared", driver)
+    run = _run(kernel, driver)
     target = None
+    whole = kernel == "tree"
     try:
-        run.load(bodies, physics, "shared")
-        target = attach_to_gpu0(pos_name, speed_name, run.devices, N)
+        run.load(bodies, physics, kernel)
+        target = attach_to_gpu0(pos_name, speed_name, run.devices, N, whole)
         assert target is not None
         run.step(10)
-        target.publish(run.devices, N)
+        target.publish(run.devices, N, whole)
         egl_canvas.set_current()
         gl_pos = read_gl(egl_canvas, pos_name, 16 * N).reshape(N, 4)
         gl_speed = read_gl(egl_canvas, speed_name, 4 * N)
-        want_pos, want_speed = run.gathered("pos"), run.gathered("speed")
+        if whole:  # re-sorted: the state's rows are not the bodies
+            assert not np.array_equal(run.ids, np.arange(N))
+        want_pos, want_speed = (run.in_body_order(run.gathered(f)) for f in ("pos", "speed"))
         assert [d.share.count for d in run.devices] == [N // 2 + 1, N // 2]
     finally:
         if target is not None:

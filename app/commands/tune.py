@@ -9,7 +9,8 @@ from pathlib import Path
 from app.commands.bench import _ns
 from app.commands.common import positive_int
 
-HELP = "time every CUDA variant's tunables per N on this GPU and cache the fastest for `best`"
+HELP = ("time every CUDA variant's tunables per N on this GPU (or on K GPUs: --gpus K) and cache the fastest "
+        "for `best`")
 DESCRIPTION = """\
 For each N: time every fp32 CUDA variant at its defaults (phase 1), then sweep the tunables (block
 size, bodies per thread K, threads per body q, j-slices, N3L chunk) of the three fastest (phase 2),
@@ -21,7 +22,18 @@ At small N (launches of tens of µs) every configuration gets more timed launche
 timed again in interleaved rounds, each on a fresh load; a variant at its defaults wins over a faster
 tuned configuration that is within the noise (docs/kernels.md, "Tuning").
 The cache is keyed by GPU name, driver and a hash of the kernel sources, in the user cache dir
-($NBODY_CACHE_DIR overrides); a stale or corrupt one is ignored and rewritten here.
+($NBODY_CACHE_DIR overrides); a stale or corrupt one is ignored and rewritten here. It holds a tuning
+per device count (--gpus); a run replaces its own and keeps the others.
+
+--gpus K (or all) times every variant through the multi-device driver on K GPUs, as `run --gpus K` runs
+it (docs/multi-gpu.md; auto driver and exchange), each split as its record says: a share of the targets
+(1/K of the work on each GPU) or, for atomics-n3l, a slice of the pair tiles. A step costs the slowest
+GPU's force time plus the exchange that completes it, and that is what is ranked (as `bench --gpus`
+scaling compares), so the winner is what scales on K GPUs, which need not be what is fastest on one. The
+accelerations of the K GPUs are checked against the float64 reference of one GPU. `best` under `--gpus
+K` runs this tuning on K GPUs; without one it runs the one-GPU pick and warns, naming `nbody-live tune
+--gpus K`. --gpus 1 (the default) is one GPU without the multi-device driver, as before. More GPUs than
+the machine has is an error (exit status 2).
 
 Without a cache, `best` (the CUDA default kernel) runs the committed picks of kernels/best_heuristic.json
 for this GPU (by name, else compute capability; nearest tuned N), else atomics-n3l at its defaults.
@@ -30,6 +42,7 @@ the JSON of a fresh tune and commit the table.
 
 examples:
   nbody-live tune --n 4096,16384,65536,131072,1048576 --budget-s 120
+  nbody-live tune --gpus 2 --n 65536,1048576 --budget-s 300    # the tuning `run --gpus 2` reads
   nbody-live tune --n 4096 --variants register-blocked,atomics-n3l --json tune-4096.json
   nbody-live tune --show
   nbody-live tune --update-heuristic bench/results/h200-2026-11-23-tune.json
@@ -48,8 +61,13 @@ def add_parser(sub) -> None:
     p.add_argument("--repeats", type=positive_int, default=3, metavar="K",
                    help="timed launches per configuration, at least; the median counts (3; up to 50 where "
                         "launches are short)")
+    p.add_argument("--gpus", default="1", metavar="N|all",
+                   help="time the variants split over N GPUs (or all) through the multi-device driver and "
+                        "cache the result as the tuning on N GPUs, which `best` under `--gpus N` reads "
+                        "(default 1: one GPU, without the driver)")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the full result here")
-    p.add_argument("--show", action="store_true", help="print the cache for this GPU and exit")
+    p.add_argument("--show", action="store_true",
+                   help="print the cache for this GPU (every device count's tuning) and exit")
     p.add_argument("--update-heuristic", type=Path, metavar="TUNE.json",
                    help="rewrite the GPU family of this tune result in kernels/best_heuristic.json (the "
                         "picks `best` runs without a cache) and exit; needs no GPU")
@@ -73,17 +91,20 @@ def main(args) -> int:
         from app.backends.cuda.context import device_facts
 
         gpu, driver = tuning_cache.device_key(device_facts())
-        data, why = tuning_cache.read_cache(gpu, driver, tuning_cache.source_hash(cls.kernels()))
+        data, why = tuning_cache.read_file(gpu, driver, tuning_cache.source_hash(cls.kernels()))
         if data is None:
             print(why)
             return 1
-        for e in data["best"]:
-            print(f"N = {e['n']:>9,}: {e['variant']} {format_tunables(e['tunables'])}: "
-                  f"{e['interactions_per_s'] / 1e9:,.0f} G interactions/s")
+        for k, result in data["tunings"].items():
+            print(f"on {tuning_cache.on_gpus(int(k))}:")
+            for e in result["best"]:
+                print(f"  N = {e['n']:>9,}: {e['variant']} {format_tunables(e['tunables'])}: "
+                      f"{e['interactions_per_s'] / 1e9:,.0f} G interactions/s")
         print(tuning_cache.cache_path(gpu, driver))
         return 0
     if args.budget_s <= 0:
         raise ConfigError(f"--budget-s: {args.budget_s} must be > 0")
+    cls = _on_gpus(cls, args.gpus)
     variants = args.variants.split(",") if args.variants else None
     result = tune.run_tune(cls, args.n, variants=variants, budget_s=args.budget_s, repeats=args.repeats)
     if args.json:
@@ -91,6 +112,15 @@ def main(args) -> int:
             f.write(json.dumps(result, indent=1, default=str) + "\n")
         print(f"wrote {args.json}")
     return 0 if result["best"] else 1
+
+
+def _on_gpus(cls, gpus: str):
+    """The backend class that times on `gpus` GPUs: `cls` itself for one, else its multi-device form
+    (the helper `run --gpus` uses: more GPUs than exist is a ConfigError, exit status 2)."""
+    from app.commands.common import several_devices
+
+    multi = several_devices(cls, gpus)
+    return multi if multi.k > 1 else cls
 
 
 def _update_heuristic(tune_json: Path) -> int:

@@ -24,6 +24,10 @@ from .policies import FORMS, force_arguments
 
 log = logging.getLogger(__name__)
 MAX_PLANS = 64
+# What `best` said for (GPU, N, K) when resolving for K > 1 devices: each of the K devices makes its own
+# evaluator, again at every load, so the process says it once for all of them (one GPU: the evaluator's
+# own memory, as before).
+_SAID_FOR_DEVICES: dict[tuple, tuple] = {}
 
 
 class CudaEvaluator(ForceEvaluator):
@@ -33,7 +37,7 @@ class CudaEvaluator(ForceEvaluator):
         self._records = records  # for `best`: the records it may resolve to
         self._args = force_arguments(Physics())
         self._plans: dict[tuple, Callable] = {}
-        self._resolved: dict[int, tuple[KernelRecord, dict]] = {}
+        self._resolved: dict[tuple[int, int], tuple[KernelRecord, dict]] = {}  # (N, devices) -> what runs
         self._said: dict[int, tuple] = {}  # N -> the (warning, line) last said of it; survives forget()
 
     def set_physics(self, physics: Physics) -> None:
@@ -49,21 +53,24 @@ class CudaEvaluator(ForceEvaluator):
         self._plans.clear()
 
     # --- which record and tunables run -------------------------------------------------------------
-    def active(self, n: int) -> tuple[KernelRecord, dict]:
-        """(record, tunables) a launch over n sources uses: `best` resolved for that N."""
+    def active(self, n: int, devices: int = 1) -> tuple[KernelRecord, dict]:
+        """(record, tunables) a launch over n sources uses: `best` resolved for that N, split over
+        `devices` GPUs (`--gpus K`: the tuning on K GPUs)."""
         policy = self.record.policy
         if not policy.resolves:
             return self.record, self._tunables
-        if n not in self._resolved:
-            rec, tun, source, warning = policy.resolve(self._records, self.device.facts, n)
+        if (n, devices) not in self._resolved:
+            rec, tun, source, warning = policy.resolve(self._records, self.device.facts, n, devices)
             line = f"best: {source}: N = {n:,} -> {rec.name} {format_tunables(tun)}".strip()
-            if self._said.get(n) != (warning, line):  # a reload resolves again: say it once, unless changed
+            said, key = (self._said, n) if devices == 1 else (_SAID_FOR_DEVICES,
+                                                              (self.device.facts.name, n, devices))
+            if said.get(key) != (warning, line):  # a reload resolves again: say it once, unless changed
                 if warning:
                     log.warning("%s", warning)
                 log.info("%s", line)
-                self._said[n] = (warning, line)
-            self._resolved[n] = (rec, tun)
-        return self._resolved[n]
+                said[key] = (warning, line)
+            self._resolved[n, devices] = (rec, tun)
+        return self._resolved[n, devices]
 
     def describe(self, n: int) -> str:
         """'register-blocked block_size=128 k=4 slices=0': what actually runs (useful for `best`)."""

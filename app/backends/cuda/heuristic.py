@@ -1,6 +1,6 @@
 """`best`'s measured heuristic: the committed table of tuned picks per GPU, for a GPU with no tuning cache.
 
-kernels/best_heuristic.json holds, per GPU, the winners of one `nbody-live tune` run on it (made by
+kernels/best_heuristic.json holds, per GPU, the winners of one `nbody-live tune` run on it (one GPU; made by
 `nbody-live tune --update-heuristic TUNE.json`, which replaces that GPU's family and keeps the others).
 A GPU is matched by its name, else by its compute capability (a family measured on the same
 architecture); the pick for N is the tuned N nearest in log space. A GPU the table does not know runs
@@ -17,7 +17,7 @@ import json
 import math
 from pathlib import Path
 
-from app.backends.cuda.tuning_cache import SCHEMA as TUNE_SCHEMA
+from app.backends.cuda import tuning_cache
 from app.errors import ConfigError
 from app.paths import KERNELS, ROOT
 
@@ -132,16 +132,25 @@ def nearest(picks: list[dict], n: int) -> dict:
 
 # --- making the table from a tune result ------------------------------------------------------------------
 def family_from_tune(tune: dict, records, source: str, previous: dict | None = None) -> dict:
-    """One family from a tune result (the cache file or `tune --json`): its GPU and its winners per N.
+    """One family from a tune result of one GPU (`tune --json`, or the cache file's tuning on one GPU):
+    its GPU and its winners per N. A tuning on several GPUs is refused: the table holds one GPU's picks.
 
     The compute capability comes from the tune result (written since tune records it), else from the
     family it replaces; without either the family matches its GPU by name only.
     """
     by_name = {r.name: r for r in records}
-    is_tune = isinstance(tune, dict) and tune.get("schema") == TUNE_SCHEMA
-    if not is_tune or not isinstance(tune.get("gpu"), str):
-        raise HeuristicTableError(f"{source} is not a tune result (schema {TUNE_SCHEMA} with a gpu): "
-                                  "give the file `nbody-live tune --json` wrote")
+    try:
+        layout = tuning_cache.as_file(tune)
+    except ValueError:
+        raise HeuristicTableError(f"{source} is not a tune result (schema {tuning_cache.SCHEMA} or "
+                                  f"{tuning_cache.SCHEMA_1} with a gpu): give the file `nbody-live tune "
+                                  "--json` wrote") from None
+    tunings = layout["tunings"]
+    if "1" not in tunings:
+        counts = ", ".join(tuning_cache.on_gpus(int(k)) for k in tunings)
+        raise HeuristicTableError(f"{source}: a tuning on {counts}, and the table holds the picks of one "
+                                  "GPU: give the JSON of `nbody-live tune` without --gpus")
+    tune = {**{k: layout.get(k) for k in tuning_cache.HEADER}, **tunings["1"]}
     best = tune.get("best")
     if not isinstance(best, list) or not best:
         raise HeuristicTableError(f"{source}: the tune result has no winners ('best' is empty)")

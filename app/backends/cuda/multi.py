@@ -4,10 +4,11 @@ Each GPU holds a full float4 copy of the positions and its share of the velociti
 speeds (all of them for a domain split, whose devices integrate every body); the force is split as the
 record says (app/decomposition.py): `force` evaluates the record over (share, all) with the GPU's
 CudaEvaluator, `force_pairs` runs its slice of atomics-n3l's task grid into partial accelerations of every
-body, `force_domain` builds the whole tree and walks its key range into `sacc` (key order), `unsort`
-scatters the gathered key ranges back to state order. The updates are kernels/integrate.cu on the rows it
-integrates (the host offsets the pointers). Work is queued
-asynchronously on the legacy stream of the GPU's primary context and timed by the GPU's event clock
+body, `force_domain` builds the whole tree and walks its key range into `sacc` (key order), and
+`take_key_order` moves the whole state into that order once the key ranges were gathered (`ids`: the body
+in each row; the renderer's copy is scattered back to load order through them, `render_rows`). The
+updates are kernels/integrate.cu on the rows it integrates (the host offsets the pointers). Work is
+queued asynchronously on the legacy stream of the GPU's primary context and timed by the GPU's event clock
 (`CudaDevice.timer`), read without a wait while the viewer draws. Nothing waits on a GPU per step: the
 order between GPUs is events (`mark`) and cuStreamWaitEvent on the legacy stream (`wait_for`,
 context.legacy_stream_wait), queued where one GPU reads what another wrote (app/multidevice.py,
@@ -51,15 +52,19 @@ from app.multidevice import HostExchange, domain_spans, queue_after
 from app.physics import Physics
 
 log = logging.getLogger(__name__)
-# bytes per row of each device buffer; sacc: a domain split's accelerations in the tree's key order
-FIELDS = {"pos": 16, "vel": 16, "acc": 16, "speed": 4, "sacc": 16}
+# bytes per row of each device buffer; sacc: a domain split's accelerations in the tree's key order; ids:
+# int32, the body (load order) in each row
+FIELDS = {"pos": 16, "vel": 16, "acc": 16, "speed": 4, "sacc": 16, "ids": 4}
 HOST_WIDTH = {"pos": 4, "vel": 4, "acc": 4, "speed": 1, "sacc": 4}  # float32 values per row
+KEY_ORDER_SCRATCH = ("vel", "speed", "ids")  # take_key_order's gather goes through scratch rows of these
 
 
 class CudaShareDevice:
     """One GPU of a multi-GPU run (see the module docstring)."""
 
-    def __init__(self, ordinal: int, record_name: str, physics: Physics, bodies: Bodies, share: Span):
+    def __init__(self, ordinal: int, record_name: str, physics: Physics, bodies: Bodies, share: Span,
+                 devices: int = 1):
+        """`devices`: how many devices the run has (its `best` runs the tuning on that many GPUs)."""
         records = self._records = {r.name: r for r in registry.RECORDS}
         record = records[record_name]
         if record.precision != "fp32":
@@ -73,7 +78,7 @@ class CudaShareDevice:
         self.evaluator = make_evaluator(record, self.device, records)
         self.evaluator.set_physics(physics)
         if record.policy.resolves:  # `best`: the record it picks for this N, whose decomposition the run uses
-            chosen, tunables = self.evaluator.active(self.n)
+            chosen, tunables = self.evaluator.active(self.n, devices)  # the tuning on K GPUs, if there is one
             self.evaluator = make_evaluator(chosen, self.device, records)
             self.evaluator.set_physics(physics)
             self.evaluator.set_tunables(**tunables)
@@ -98,9 +103,12 @@ class CudaShareDevice:
                                    f"but {free / 2**20:,.1f} MiB are free; use fewer bodies") from e
             vel4 = bodies.vel4(np.float32)
             speed = np.linalg.norm(vel4[:, :3], axis=1).astype(np.float32)
-            for field, values in (("pos", bodies.pos4(np.float32)), ("vel", vel4), ("speed", speed)):
+            body = np.arange(self.n, dtype=np.int32)  # rows are bodies until a domain split re-sorts them
+            for field, values in (("pos", bodies.pos4(np.float32)), ("vel", vel4), ("speed", speed),
+                                  ("ids", body)):
                 self.device.drv.memcpy_htod(self.ptr[field], values)
             self._check.prepare()
+        self._ids = body.astype(np.int64)  # the host's copy of "ids" (None: read it again)
 
     @staticmethod
     def row_bytes(field: str) -> int:
@@ -144,12 +152,6 @@ class CudaShareDevice:
             run(self.ptr["pos"], self.ptr["acc"])
         return work
 
-    # A domain split keeps this GPU's state in load order and scatters the key-ordered accelerations back
-    # (`unsort`); moving the state into key order (DeviceState.take_key_order, done by the CPU devices) is
-    # the next step for the GPUs (docs/multi-gpu.md, "The state in key order").
-    keeps_key_order = False
-    ids = None
-
     def force_domain(self) -> ForceWork:
         """The whole tree from every position, the walk of its key range into sacc (key order)."""
         return drain(self.force_domain_phases())
@@ -165,10 +167,46 @@ class CudaShareDevice:
             self.timer.stop("force", start)
         return work
 
-    def unsort(self) -> None:
-        """acc in state order from sacc in key order, every row (after the key ranges were gathered)."""
+    def take_key_order(self) -> None:
+        """After a domain split's exchange (sacc whole): every row moves to its place in the last tree's key
+        order, as Bonsai keeps its bodies, so that sacc is acc as it is: pos from the tree's gathered copy,
+        vel, speed and ids gathered through scratch rows (kernels/integrate.cu). Every GPU builds the same
+        tree from the same positions, so every copy is permuted alike and stays whole."""
+        n = self.n
+        if not n:
+            return
+        order, spos = self.evaluator.last_order()
+        scratch = {f: self.device.scratch(f"multi-s{f}", FIELDS[f] * n) for f in KEY_ORDER_SCRATCH}
+        grid = (ceil_div(n, 256), 1)
         with self.device.scope, self.timer.time("force"):
-            self.evaluator.unsort(self.ptr["sacc"], self.ptr["acc"], self.n)
+            gather = self.device.function(INTEGRATE_SOURCE, "key_order_gather", "PiPPPPPP")
+            gather.prepared_call(grid, (256, 1, 1), order, n, *(self.ptr[f] for f in KEY_ORDER_SCRATCH),
+                                 *(scratch[f] for f in KEY_ORDER_SCRATCH))
+            take = self.device.function(INTEGRATE_SOURCE, "key_order_take", "iPPPPPPPPPP")
+            take.prepared_call(grid, (256, 1, 1), n, spos, self.ptr["sacc"],
+                               *(scratch[f] for f in KEY_ORDER_SCRATCH), self.ptr["pos"], self.ptr["acc"],
+                               *(self.ptr[f] for f in KEY_ORDER_SCRATCH))
+        self._ids = None
+
+    @property
+    def ids(self) -> np.ndarray:
+        """The body (load order) in each row: the host's copy of the device's ids, read once per re-sort
+        and only when the host asks (a state read, a force-error sample; never per frame)."""
+        if self._ids is None:
+            out = np.empty(self.n, dtype=np.int32)
+            with self.device.scope:
+                self.device.drv.memcpy_dtoh(out, self.ptr["ids"])
+            self._ids = out.astype(np.int64)
+        return self._ids
+
+    def render_rows(self, pos: int, speed: int) -> None:
+        """Every row's position and speed into the renderer's buffers (device pointers on this GPU) at the
+        row of its body: the renderer's rows are bodies in load order (its colours and components are)."""
+        if self.n:
+            fn = self.device.function(INTEGRATE_SOURCE, "scatter_by_id", "iPPPPP")
+            with self.device.scope:
+                fn.prepared_call((ceil_div(self.n, 256), 1), (256, 1, 1), self.n, self.ptr["ids"],
+                                 self.ptr["pos"], self.ptr["speed"], pos, speed)
 
     def add_rows(self, field: str, span: Span, part: int) -> None:
         """rows `span` of `field` += the float4 rows at device pointer `part` (a reduce-scatter's sum)."""
@@ -374,7 +412,7 @@ def gpu_devices(ordinals: list[int]):
         devices = []
         try:
             for ordinal, share in zip(ordinals, shares, strict=True):
-                devices.append(CudaShareDevice(ordinal, kernel, physics, bodies, share))
+                devices.append(CudaShareDevice(ordinal, kernel, physics, bodies, share, len(shares)))
         except BaseException:  # one GPU failed (out of memory names it): release the others
             for device in devices:
                 device.close()

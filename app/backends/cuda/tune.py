@@ -1,4 +1,5 @@
-"""`nbody-live tune`: measure every fp32 CUDA variant's tunables per N on this GPU; `best` reads the result.
+"""`nbody-live tune`: measure every fp32 CUDA variant's tunables per N on this GPU (or on K of them);
+`best` reads the result.
 
 For each N: a seeded Plummer sphere (the bench's); the `fp64` kernel's accelerations as the reference;
 then phase 1 times every candidate variant at its default tunables (most promising first) and phase 2
@@ -18,7 +19,17 @@ The tunables swept are the records' own (typed, app/forces.py) and the settings 
 each record's launch policy (`policy.candidates`). The cache format and its checks are in
 tuning_cache.py.
 
+On K GPUs (`tune --gpus K`: the backend class is multi_backend_class's, app/backends/multi.py) the same
+phases, check and ranking run through the multi-device driver, each variant split as its record says
+(app/decomposition.py: a share of the targets, or a slice of atomics-n3l's pair tiles): a step's time is
+the slowest device's force time plus the exchange that completes it (StepTimings.exchange_ms), what
+`bench --gpus` scaling compares, so the winner is what scales on K devices, not what is fastest on one.
+The reference, the device facts and the source hash come from one GPU of the base backend (GPU 0; the
+fp64 kernel does not run on several GPUs); the accuracy check is of the K devices' accelerations. The
+result is cached as the tuning on K GPUs, beside the others.
+
     result = run_tune(CudaBackend, [4096, 16384, 131072])   # writes the cache, returns the dict
+    result = run_tune(multi_backend_class(CudaBackend, 2), [1048576])   # the tuning on 2 GPUs
 """
 
 from __future__ import annotations
@@ -32,6 +43,7 @@ from collections.abc import Callable
 
 from app.backends.cuda import heuristic, tuning_cache
 from app.backends.cuda.registry import BASELINE_KERNEL
+from app.decomposition import of as decomposition_of
 from app.forces import format_tunables
 
 log = logging.getLogger(__name__)
@@ -74,37 +86,62 @@ def repeats_for(launch_ms: float, repeats: int) -> int:
     return max(1, repeats, min(MAX_REPEATS, enough))
 
 
+def step_ms(timings) -> float:
+    """What one step costs in the ranking: the force time (CUDA events; on several devices the slowest
+    one's) plus the exchange that completes it (0 on one device), as `bench --gpus` scaling compares."""
+    return float(timings.force_ms) + float(timings.exchange_ms)
+
+
 def _measure(backend, repeats: int) -> dict:
-    """Median force time (CUDA events) of single steps after one warm-up step."""
-    repeats = repeats_for(float(backend.step(1).force_ms), repeats)
+    """Median step time (`step_ms`) of single steps after one warm-up step; on several devices also the
+    medians of its force and exchange parts (of this timing: the final rounds re-time median_ms only)."""
+    repeats = repeats_for(step_ms(backend.step(1)), repeats)
     steps = [backend.step(1) for _ in range(repeats)]
-    samples = [float(t.force_ms) for t in steps]
-    return {"median_ms": statistics.median(samples), "samples_ms": samples,
-            "interactions": steps[-1].interactions}
+    samples = [step_ms(t) for t in steps]
+    out = {"median_ms": statistics.median(samples), "samples_ms": samples,
+           "interactions": steps[-1].interactions}
+    if steps[-1].devices:  # what the time of a step over several devices is made of
+        out["force_median_ms"] = statistics.median(float(t.force_ms) for t in steps)
+        out["exchange_median_ms"] = statistics.median(float(t.exchange_ms) for t in steps)
+    return out
 
 
 def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budget_s: float = 120.0,
              repeats: int = 3, physics=None, seed: int = 42, write: bool = True,
              say: Callable[[str], None] = print) -> dict:
-    """Tune every variant at every N within `budget_s` seconds in all; write and return the cache dict."""
+    """Tune every variant at every N within `budget_s` seconds in all; write (as the tuning of its device
+    count) and return the result. `backend_cls`: one GPU's backend, or its form over K devices
+    (multi_backend_class: `base` and `k`), see the module doc."""
     from app.bench import bench_bodies
     from app.physics import Physics, relative_error
 
     physics = physics or Physics(integrator="leapfrog")
-    records = {r.name: r for r in backend_cls.kernels()}
-    tunable = candidates(records.values())
+    devices = int(getattr(backend_cls, "k", 1))
+    one_cls = getattr(backend_cls, "base", backend_cls)  # one device: facts, the reference, the source hash
+    records = {r.name: r for r in one_cls.kernels()}
+    runs = {r.name for r in backend_cls.kernels()}
+    tunable = [name for name in candidates(records.values()) if name in runs]
     names = [v for v in (variants or tunable) if v in tunable]
     unknown = [v for v in (variants or []) if v not in records]
     if unknown:
         from app.errors import ConfigError
 
         raise ConfigError(f"tune: unknown kernel(s) {', '.join(unknown)}; cuda kernels: {', '.join(records)}")
-    backend = backend_cls()
-    facts = backend.device.facts
+    one = one_cls()
+    try:
+        backend = backend_cls() if devices > 1 else one
+    except BaseException:
+        one.close()
+        raise
+    facts = one.device.facts
     gpu, driver = tuning_cache.device_key(facts)
+    on = f" on {tuning_cache.on_gpus(devices)}" if devices > 1 else ""
+    if devices > 1:
+        say(f"timing{on} through the multi-device driver (as `run --gpus {devices}` runs); the float64 "
+            f"reference on one GPU")
     data = {"schema": tuning_cache.SCHEMA, "gpu": gpu, "driver": driver,
             "compute_capability": heuristic.compute_capability(facts),
-            "source_hash": tuning_cache.source_hash(records.values()),
+            "source_hash": tuning_cache.source_hash(records.values()), "gpus": devices,
             "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
             "physics": physics.as_dict(), "seed": seed, "repeats": repeats, "budget_s": budget_s,
             "tolerance": TOLERANCE, "best": [], "measurements": []}
@@ -115,7 +152,7 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
         start = time.perf_counter()  # the budget is for timing: compiling (minutes when cold) is not in it
         for index, n in enumerate(ns):
             bodies = bench_bodies(n, seed)
-            reference, tolerance, baseline = _reference(backend, records, bodies, physics, relative_error)
+            reference, tolerance, baseline = _reference(one, records, bodies, physics, relative_error)
             left = budget_s - (time.perf_counter() - start)
             deadline = time.perf_counter() + max(left / (len(ns) - index), 1.0)
             rows: list[dict] = []
@@ -132,8 +169,9 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
                                  "reason": f"{type(e).__name__}: {e}"})
                     return
                 ips = m["interactions"] / (m["median_ms"] * 1e-3) if m["median_ms"] > 0 else 0.0
+                split = {"split": decomposition_of(records[name]).name} if devices > 1 else {}
                 rows.append({"n": n, "variant": name, "tunables": cfg, "status": "ok",
-                             "interactions_per_s": ips, **m})
+                             "interactions_per_s": ips, **split, **m})
 
             # phase 1: every variant at its defaults (the first three whatever the budget)
             for i, name in enumerate(names):
@@ -158,17 +196,21 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
             data.setdefault("references", []).append({"n": n, "tolerance": tolerance, **baseline})
             if winner is not None:
                 data["best"].append({k: winner[k] for k in ("n", "variant", "tunables", "interactions_per_s",
-                                                            "median_ms", "max_rel_err", "chosen_because")
+                                                            "median_ms", "max_rel_err", "chosen_because",
+                                                            "split", "force_median_ms", "exchange_median_ms")
                                      if k in winner})
                 rounds = len(winner.get("round_medians_ms", []))
-                say(f"N = {n:>9,}: {winner['variant']} {format_tunables(winner['tunables'])}: "
+                split = f" (split by {winner['split']})" if "split" in winner else ""
+                say(f"N = {n:>9,}{on}: {winner['variant']} {format_tunables(winner['tunables'])}{split}: "
                     f"{winner['interactions_per_s'] / 1e9:,.0f} G interactions/s "
                     f"({sum(r['status'] == 'ok' for r in rows)} configurations timed"
                     + (f"; the leaders again in {rounds} rounds)" if rounds else ")"))
             else:
-                say(f"N = {n:>9,}: no configuration ran correctly")
+                say(f"N = {n:>9,}{on}: no configuration ran correctly")
     finally:
-        backend.close()
+        if backend is not one:
+            backend.close()
+        one.close()
     data["elapsed_s"] = round(time.perf_counter() - begun, 1)
     if write:
         path = tuning_cache.write_cache(data)
