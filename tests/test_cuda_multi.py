@@ -363,15 +363,13 @@ def test_nccl_refuses_two_devices_on_one_gpu():
 
 
 def test_out_of_memory_on_one_gpu_names_it(monkeypatch):
-    from app.backends.cuda.device import CudaDevice
+    from app.backends.cuda.context import driver
     from app.errors import RuntimeFault
 
-    def full(self, key, nbytes):
-        raise self.drv.MemoryError("cuMemAlloc failed: out of memory")
-
-    monkeypatch.setattr(CudaDevice, "scratch", full)
+    monkeypatch.setattr(driver(), "mem_get_info", lambda: (1024, 80 * 2**30))  # a full GPU: 1 KiB free
     backend = _backend(1)
-    with pytest.raises(RuntimeFault, match=r"out of GPU memory on GPU 0 \(.*\): N = 3,001 bodies"):
+    with pytest.raises(RuntimeFault, match=r"out of GPU memory: N = 3,001 bodies need .* on GPU 0 \(.*\) "
+                                           r"but only 0\.0 MiB are free; at most N ≈ 18 fits"):
         backend.load(bench_bodies(N), Physics(), "shared")
     backend.close()
 

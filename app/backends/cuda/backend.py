@@ -37,13 +37,14 @@ from app.backends.cuda.context import (
     release_primary_contexts,
 )
 from app.backends.cuda.device import CudaDevice, compiled
-from app.backends.cuda.errors import KernelCompileError, NonFiniteState, out_of_memory
+from app.backends.cuda.errors import KernelCompileError, NonFiniteState
 from app.backends.cuda.evaluator import make_evaluator
-from app.backends.cuda.force_sample import EXACT_KERNEL, exact_rows, gather_rows
+from app.backends.cuda.force_sample import EXACT_KERNEL, exact_rows
 from app.backends.cuda.interop import GLBuffers, fall_back, register_gl_buffers
 from app.backends.cuda.nonfinite import NonFiniteCheck
 from app.backends.cuda.policies import ceil_div, force_arguments, suffix
-from app.backends.cuda.state_ops import BYTES_PER_BODY, INTEGRATE_SOURCE, Fp32Ops, Fp64Ops
+from app.backends.cuda.state import GpuState
+from app.backends.cuda.state_ops import INTEGRATE_SOURCE, Fp64Ops
 from app.bodies import Bodies
 from app.errors import BackendUnavailable, ConfigError, RuntimeFault
 from app.forces import ForceEvaluator, Span
@@ -130,7 +131,7 @@ class CudaBackend(Backend):
         self._ids = None
         self._t0 = 0.0
         self._steps = 0  # steps since _t0 (time = _t0 + _steps * dt)
-        self._alloc: dict[str, object] = {}
+        self._state = GpuState(self.device)  # the fp32 state, as every GPU of --gpus holds it (state.py)
         self._gl: GLBuffers | None = None
         self._gl_reason: str | None = None  # why interop is not used (after an attach attempt)
         self._warned_copy = False
@@ -155,9 +156,7 @@ class CudaBackend(Backend):
                 if self._gl is not None:
                     self._gl.unregister()
                     self._gl = None
-                for alloc in self._alloc.values():
-                    alloc.free()
-                self._alloc.clear()
+                self._state.free()
                 self._evaluators.clear()
                 self.diag_pending = None
                 self._check.forget()
@@ -229,14 +228,14 @@ class CudaBackend(Backend):
             force = ev.bind(pos64, acc64, everyone, everyone)
             return Fp64Ops(self.device, force, n, pos64, vel64, acc64, pos, vel, speed)
         self._fp64_valid = False  # the float32 state moves on without the double copy
-        return Fp32Ops(self.device, ev.bind(pos, acc, everyone, everyone), n, pos, vel, acc, speed)
+        return self._state.ops(ev.bind(pos, acc, everyone, everyone), everyone, pos, speed)
 
     # --- the non-finite check (nonfinite.py: the same check each GPU of --gpus runs on its share) ---------
     def _launch_check(self, pos: int) -> None:
         self._check.launch(pos, self._ptr("vel"), Span.all(self._n))
 
     def _ptr(self, name: str) -> int:
-        return int(self._alloc[name])
+        return self._state.pointer(name)
 
     @contextmanager
     def _device_arrays(self):
@@ -263,33 +262,14 @@ class CudaBackend(Backend):
 
     # --- memory ----------------------------------------------------------------------------------
     def _allocate(self, n: int, plain_render_buffers: bool) -> None:
-        """(Re)allocate the state buffers for n bodies; raises RuntimeFault saying which N fits."""
-        sizes = {"vel": 16 * n, "acc": 16 * n}
-        if plain_render_buffers:
-            sizes.update(pos=16 * n, speed=4 * n)
-        if self._alloc and self._n == n and set(self._alloc) == set(sizes):
-            return
-        held = self._n * BYTES_PER_BODY
-        for alloc in self._alloc.values():
-            alloc.free()
-        self._alloc.clear()
-        self._n = 0
-        need = sum(sizes.values())
-        free, _total = self._drv.mem_get_info()
-        if need > free:
-            raise self._oom(n, need, free, held)
+        """(Re)allocate the state buffers for n bodies (positions and speeds unless they live in the GL
+        buffers); raises RuntimeFault saying which N fits, the old state gone."""
+        fields = ("vel", "acc") + (("pos", "speed") if plain_render_buffers else ())
         try:
-            for key, size in sizes.items():
-                self._alloc[key] = self._drv.mem_alloc(max(size, 16))
-        except self._drv.MemoryError as e:
-            for alloc in self._alloc.values():
-                alloc.free()
-            self._alloc.clear()
-            free, _total = self._drv.mem_get_info()
-            raise self._oom(n, need, free, 0) from e
-
-    def _oom(self, n: int, need: int, free: int, held: int) -> RuntimeFault:
-        return out_of_memory(n, need, free, self.device.facts.name, BYTES_PER_BODY, held=held)
+            self._state.allocate(n, fields)
+        except BaseException:
+            self._n = 0
+            raise
 
     # --- state -----------------------------------------------------------------------------------
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
@@ -297,9 +277,6 @@ class CudaBackend(Backend):
         physics = check_physics(physics)
         name = self.record(kernel or registry.DEFAULT_KERNEL).name
         n = bodies.n
-        pos4 = np.ascontiguousarray(bodies.pos4(np.float32))
-        vel4 = np.ascontiguousarray(bodies.vel4(np.float32))
-        speed = np.linalg.norm(vel4[:, :3], axis=1).astype(np.float32)
         with self._scope:
             self.evaluator(name).prepare(n)  # compile first: a failure leaves the current state and kernel
             if self._gl is not None and (self._n != n if self._n else self._gl.capacity() < n):
@@ -310,10 +287,8 @@ class CudaBackend(Backend):
                 self._gl = None
             self._allocate(n, plain_render_buffers=self._gl is None)
             self._n = n
-            self._drv.memcpy_htod(self._ptr("vel"), vel4)
             with self._device_arrays() as (pos, spd):
-                self._drv.memcpy_htod(pos, pos4)
-                self._drv.memcpy_htod(spd, speed)
+                self._state.upload(bodies, pos, spd)
             self._kernel = name
             self._physics = physics
             self._mass = bodies.mass.astype(np.float64, copy=True)
@@ -442,17 +417,14 @@ class CudaBackend(Backend):
                 if not self._stepper.acc_valid:
                     self.evaluator().evaluate(pos, self._ptr("acc"), Span.all(n), Span.all(n))
                     self._stepper.acc_valid = True
-                approx = gather_rows(self.device, self._ptr("acc"), n, rows)
+                approx = self._state.rows_at("acc", rows)
                 exact = exact_rows(self.device, self.evaluator(EXACT_KERNEL), pos, n, rows)
         return approx[:, :3].astype(np.float64), exact
 
     def _read_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        pos4 = np.empty((self._n, 4), dtype=np.float32)
-        speed = np.empty(self._n, dtype=np.float32)
+        everyone = Span.all(self._n)
         with self._scope, self._device_arrays() as (pos, spd):
-            self._drv.memcpy_dtoh(pos4, pos)
-            self._drv.memcpy_dtoh(speed, spd)
-        return pos4, speed
+            return self._state.rows("pos", everyone, pos), self._state.rows("speed", everyone, spd)
 
     def state(self) -> Bodies:
         self._require_state()
@@ -466,10 +438,9 @@ class CudaBackend(Backend):
                 self._drv.memcpy_dtoh(v, vel64)
             return Bodies(pos=p[:, :3].copy(), vel=v[:, :3].copy(), mass=self._mass.copy(), time=self.time,
                           ids=ids, components=self.components)
-        vel4 = np.empty((self._n, 4), dtype=np.float32)
         pos4, _speed = self._read_render_arrays()
         with self._scope:
-            self._drv.memcpy_dtoh(vel4, self._ptr("vel"))
+            vel4 = self._state.rows("vel", Span.all(self._n))
         return Bodies(pos=pos4[:, :3].astype(np.float64), vel=vel4[:, :3].astype(np.float64),
                       mass=self._mass.copy(), time=self.time, ids=ids, components=self.components)
 
@@ -505,8 +476,7 @@ class CudaBackend(Backend):
     def _promote_fp64(self) -> None:
         """The double state from the float32 one (positions/velocities promoted, masses exact)."""
         pos4, _speed = self._read_render_arrays()
-        vel4 = np.empty((self._n, 4), dtype=np.float32)
-        self._drv.memcpy_dtoh(vel4, self._ptr("vel"))
+        vel4 = self._state.rows("vel", Span.all(self._n))
         self._upload_fp64(pos4[:, :3].astype(np.float64), vel4[:, :3].astype(np.float64), self._mass)
 
     # --- the interaction matrix ----------------------------------------------------------------------
@@ -577,7 +547,7 @@ class CudaBackend(Backend):
                     new.unregister()
                     return self._interop_off(str(e))
                 for key in ("pos", "speed"):
-                    self._alloc.pop(key).free()
+                    self._state.release(key)
             self._gl = new
             self._gl_reason = None
         log.info("CUDA-GL interop active: kernels write GL buffers %d (positions) and %d (speeds)",
@@ -607,7 +577,8 @@ class CudaBackend(Backend):
                     pos.free()
                     speed.free()
                     raise
-                self._alloc["pos"], self._alloc["speed"] = pos, speed
+                self._state.adopt("pos", pos)
+                self._state.adopt("speed", speed)
             gl.unregister()
             self._gl = None
 

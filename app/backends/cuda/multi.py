@@ -40,22 +40,22 @@ from app.backends.cuda import registry
 from app.backends.cuda.context import StreamMark, legacy_stream_wait
 from app.backends.cuda.device import CudaDevice
 from app.backends.cuda.evaluator import make_evaluator
-from app.backends.cuda.force_sample import EXACT_KERNEL, exact_rows, gather_rows
+from app.backends.cuda.force_sample import EXACT_KERNEL, exact_rows
 from app.backends.cuda.nonfinite import NonFiniteCheck
 from app.backends.cuda.policies import ceil_div, force_arguments
-from app.backends.cuda.state_ops import INTEGRATE_SOURCE, Fp32Ops
+from app.backends.cuda.state import ROW_BYTES, STATE, GpuState
+from app.backends.cuda.state_ops import INTEGRATE_SOURCE
 from app.bodies import Bodies
 from app.decomposition import share_cuts
-from app.errors import ConfigError, RuntimeFault
+from app.errors import ConfigError
 from app.forces import ForceWork, Span, drain
 from app.multidevice import HostExchange, domain_spans, queue_after
 from app.physics import Physics
 
 log = logging.getLogger(__name__)
-# bytes per row of each device buffer; sacc: a domain split's accelerations in the tree's key order; ids:
-# int32, the body (load order) in each row
-FIELDS = {"pos": 16, "vel": 16, "acc": 16, "speed": 4, "sacc": 16, "ids": 4}
-HOST_WIDTH = {"pos": 4, "vel": 4, "acc": 4, "speed": 1, "sacc": 4}  # float32 values per row
+# the state a GPU of a run holds (state.py, as the single-GPU backend's): sacc, a domain split's
+# accelerations in the tree's key order; ids, int32, the body (load order) in each row
+FIELDS = STATE + ("sacc", "ids")
 KEY_ORDER_SCRATCH = ("vel", "speed", "ids")  # take_key_order's gather goes through scratch rows of these
 
 
@@ -90,41 +90,34 @@ class CudaShareDevice:
         self._marks: dict[str, object] = {}
         self._share_ops, self._ops_share = None, None
         self._check = NonFiniteCheck(self.device)  # the single-GPU backend's check, on this share's rows
+        self.state = GpuState(self.device, self.name)  # the single-GPU backend's state class, + sacc, ids
         with self.device.scope:
-            self.evaluator.prepare(self.n)
-            n = max(self.n, 1)
             try:
-                self.ptr = {f: self.device.scratch(f"multi-{f}", size * n) for f, size in FIELDS.items()}
-            except self.device.drv.MemoryError as e:
-                free, _total = self.device.drv.mem_get_info()
+                self.evaluator.prepare(self.n)
+                self.state.allocate(self.n, FIELDS)
+            except BaseException:
+                self.state.free()
                 self.device.close()
-                raise RuntimeFault(f"out of GPU memory on {self.name}: N = {self.n:,} bodies need "
-                                   f"{sum(FIELDS.values()) * n / 2**20:,.1f} MiB for its copy of the state "
-                                   f"but {free / 2**20:,.1f} MiB are free; use fewer bodies") from e
-            vel4 = bodies.vel4(np.float32)
-            speed = np.linalg.norm(vel4[:, :3], axis=1).astype(np.float32)
-            body = np.arange(self.n, dtype=np.int32)  # rows are bodies until a domain split re-sorts them
-            for field, values in (("pos", bodies.pos4(np.float32)), ("vel", vel4), ("speed", speed),
-                                  ("ids", body)):
-                self.device.drv.memcpy_htod(self.ptr[field], values)
+                raise
+            self.state.upload(bodies)  # ids: rows are bodies until a domain split re-sorts them
             self._check.prepare()
-        self._ids = body.astype(np.int64)  # the host's copy of "ids" (None: read it again)
+        self.ptr = {f: self.state.pointer(f) for f in FIELDS}  # fixed for the run (the exchanges', IPC's)
+        self._ids = np.arange(self.n, dtype=np.int64)  # the host's copy of "ids" (None: read it again)
 
     @staticmethod
     def row_bytes(field: str) -> int:
-        return FIELDS[field]
+        return ROW_BYTES[field]
 
     def row_pointer(self, field: str, span: Span) -> int:
         """The device address of `span`'s first row of `field` in this GPU's buffers (the exchanges')."""
-        return self.ptr[field] + FIELDS[field] * span.start
+        return self.state.row_pointer(field, span)
 
-    def _ops(self) -> Fp32Ops:
+    def _ops(self):
         """The element-wise updates on the rows it integrates (its share, or every row for a domain
         split; the force is `force`, over the whole copy), made again only when those change."""
         s = self.everyone if self.integrate_all else self.share
         if self._ops_share != s:
-            rows = [self.row_pointer(field, s) for field in ("pos", "vel", "acc", "speed")]
-            self._share_ops = Fp32Ops(self.device, self.force, s.count, *rows)
+            self._share_ops = self.state.ops(self.force, s)
             self._ops_share = s
         return self._share_ops
 
@@ -176,7 +169,7 @@ class CudaShareDevice:
         if not n:
             return
         order, spos = self.evaluator.last_order()
-        scratch = {f: self.device.scratch(f"multi-s{f}", FIELDS[f] * n) for f in KEY_ORDER_SCRATCH}
+        scratch = {f: self.device.scratch(f"multi-s{f}", ROW_BYTES[f] * n) for f in KEY_ORDER_SCRATCH}
         grid = (ceil_div(n, 256), 1)
         with self.device.scope, self.timer.time("force"):
             gather = self.device.function(INTEGRATE_SOURCE, "key_order_gather", "PiPPPPPP")
@@ -193,10 +186,8 @@ class CudaShareDevice:
         """The body (load order) in each row: the host's copy of the device's ids, read once per re-sort
         and only when the host asks (a state read, a force-error sample; never per frame)."""
         if self._ids is None:
-            out = np.empty(self.n, dtype=np.int32)
             with self.device.scope:
-                self.device.drv.memcpy_dtoh(out, self.ptr["ids"])
-            self._ids = out.astype(np.int64)
+                self._ids = self.state.rows("ids", self.everyone).astype(np.int64)
         return self._ids
 
     def render_rows(self, pos: int, speed: int) -> None:
@@ -292,22 +283,17 @@ class CudaShareDevice:
             self.device.drv.Context.synchronize()
 
     def rows(self, field: str, span: Span) -> np.ndarray:
-        width = HOST_WIDTH[field]
-        out = np.empty((span.count, width) if width > 1 else span.count, dtype=np.float32)
-        if span.count:
-            with self.device.scope:
-                self.device.drv.memcpy_dtoh(out, self.row_pointer(field, span))
-        return out
+        with self.device.scope:
+            return self.state.rows(field, span)
 
     def set_rows(self, field: str, span: Span, values) -> None:
-        if span.count:
-            with self.device.scope:
-                self.device.drv.memcpy_htod(self.row_pointer(field, span), np.ascontiguousarray(values))
+        with self.device.scope:
+            self.state.set_rows(field, span, values)
 
     def rows_at(self, field: str, rows: np.ndarray) -> np.ndarray:
         """A host copy of the rows `rows` (state indices) of a float4 field, gathered on the GPU behind
         its queued work (force_sample.py, as one GPU reads its sample)."""
-        return gather_rows(self.device, self.ptr[field], self.n, rows)
+        return self.state.rows_at(field, rows)
 
     def exact_rows(self, rows: np.ndarray) -> np.ndarray:
         """Float64 (K, 3): `shared`'s all-pairs accelerations of `rows` due to every position of this GPU's
@@ -322,6 +308,7 @@ class CudaShareDevice:
             for mark in self._marks.values():
                 mark.close()
             self._check.forget()
+            self.state.free()
         self._marks.clear()
         self._share_ops = None  # it holds self.force: without this, only the garbage collector frees us
         self._pair_plans.clear()
