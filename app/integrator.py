@@ -6,9 +6,10 @@
 A backend supplies `StateOps` for its arrays in one precision: the three element-wise updates (numba
 on the CPU, kernels/integrate.cu or kernels/fp64.cu on the GPU, numpy for the float64 reference) and
 `force()`, which evaluates a = F(x) through the force seam (app/forces.py) and returns the work done.
-Every implementation of the updates computes v + h·a and x + dt·v with two roundings each (no fused
-multiply-add), so given the same accelerations the CPU, the GPU's fp64 path and the reference take
-bitwise-identical steps (tests/test_integrator.py).
+The CPU's updates, the GPU's fp64 ones (kernels/fp64.cu) and the reference compute v + h·a and x + dt·v
+with two roundings each (no fused multiply-add), so given the same accelerations they take
+bitwise-identical steps (tests/test_integrator.py); the GPU's fp32 updates (kernels/integrate.cu) use
+fmaf, one rounding each.
 
 The float64 reference is this same integrator over `NumpyOps` (numpy updates on a `Bodies`): `integrate`
 is what every kernel's trajectory is measured against.
