@@ -4,8 +4,10 @@ The single-GPU backend keeps its state in the VBOs themselves. A multi-GPU run k
 copy and a share of the speeds on every GPU (app/backends/cuda/multi.py), so after each `step()` call the
 VBOs, registered and mapped in GPU 0's primary context (interop.py, the same GLBuffers), are filled by
 device-to-device copies (`multidevice.render_copies` says which): all positions from GPU 0's own copy
-(it is whole after the exchange), and each GPU's speed rows by a peer copy into the mapped buffer. No
-byte crosses the host per frame; map/unmap are timed as on one GPU (`GLBuffers.last_map_ms`).
+(it is whole after the exchange), and each GPU's speed rows by a peer copy into the mapped buffer. Under
+a domain split GPU 0 holds every body in the tree's key order, and one kernel scatters its rows to the
+bodies' rows instead (`render_rows`). No byte crosses the host per frame; map/unmap are timed as on one
+GPU (`GLBuffers.last_map_ms`).
 
 Ordering, without a host wait: the copies are queued on GPU 0's default stream, so the unmap (which
 orders GL's later draws after CUDA's earlier work) and every later kernel on GPU 0 come after them.
