@@ -273,8 +273,8 @@ class RankRun:
 
     @property
     def ids(self) -> np.ndarray | None:
-        """The body (load order) in each state row (MultiDeviceOps.ids: a domain split on CPU ranks keeps
-        the tree's key order, every rank the same rows); None while rows are bodies."""
+        """The body (load order) in each state row (MultiDeviceOps.ids: a domain split keeps the tree's key
+        order on every rank, CPU or GPU, the same rows on each); None while rows are bodies."""
         return self.ops.ids if self.ops is not None else None
 
     @property
