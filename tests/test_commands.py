@@ -82,7 +82,7 @@ def test_info_kernels_states_the_memory_per_body_of_a_record_that_reports_it(cap
     tree = next(i for i, ln in enumerate(lines) if ln.strip().startswith("cpu-tree "))
     simd = next(i for i, ln in enumerate(lines) if ln.strip().startswith("cpu-simd "))
     memory = [ln for ln in lines if "bytes per body" in ln]
-    assert lines[tree + 2].split()[:5] == ["memory", "224", "bytes", "per", "body"]
+    assert lines[tree + 2].split()[:5] == ["memory", "135", "bytes", "per", "body"]
     assert "at N = 1,048,576 (host, beside the state" in lines[tree + 2]
     assert not lines[simd + 2].strip().startswith("memory") and len(memory) == 1  # all-pairs: none
 

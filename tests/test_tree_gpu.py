@@ -1,11 +1,12 @@
 """The GPU tree (`tree`, app/backends/cuda/tree.py, kernels/tree/) against its CPU twin `cpu-tree`.
 
-docs/tree.md specifies one algorithm; the GPU build evaluates the float64 cube, keys, moments and opening
-radii without FMA contraction, so both walks accept the same cells: the interaction counts must be equal,
-and the accelerations agree to float32 summation order: the lists are summed in another order (batches of
-32 from a stack), which on ~6,000 terms with cancellation moves the worst body by 5e-5 (ε = 0.01) to 1.2e-4
-(ε = 0, close pairs unsoftened), measured at N = 20,011: 2e-4 on the worst body and 1e-5 rms, five times
-below the tree's own error.
+docs/tree.md specifies one algorithm; the GPU build evaluates the float64 cube and keys and the float32
+moments and opening rows as the twin does, operation by operation without FMA contraction, and both walks
+make the same float32 opening test, so both accept the same cells: the rows are equal bit for bit, the
+interaction lists group by group, and the accelerations agree to float32 summation order: the lists are
+summed in another order (batches of 32 from a stack), which on ~6,000 terms with cancellation moves the
+worst body by 5e-5 (ε = 0.01) to 1.2e-4 (ε = 0, close pairs unsoftened), measured at N = 20,011: 2e-4 on
+the worst body and 1e-5 rms, five times below the tree's own error.
 Also: spans, θ -> 0 against all-pairs, the degenerate inputs of issue 11, body identity through the
 backend's steps, and a million bodies.
 """
@@ -83,6 +84,38 @@ def test_gpu_tree_matches_the_cpu_tree(device, physics, group, leaf, theta):
     assert (work.interactions, work.body_cell) == (cwork.interactions, cwork.body_cell)
     assert work.pair_equivalent == 20_011 ** 2
     agree(got, ref)
+
+
+@pytest.mark.parametrize("scene", ["plummer", "far-off-clump"])
+@pytest.mark.parametrize("physics", [SOFT, REPULSION], ids=["gravity", "repulsion"])
+def test_gpu_cells_and_lists_are_the_twins_bit_for_bit(device, physics, scene):
+    """The float32 opening rows (com, r_open^2) and interaction rows of every cell are the twin's bit for
+    bit, and so are the interaction lists, group by group (issue 25: a float32 opening test that keeps the
+    comparison exact). far-off-clump: a cloud 30 units off the origin with a dense clump, so that cells go
+    below level 15, where a float32 cube could not place their centres."""
+    from app.backends.cpu_tree_kernels import pack_cells
+
+    pos = cloud(20_011, seed=16)
+    if scene == "far-off-clump":
+        rng = np.random.default_rng(16)
+        pos[:2000, :3] = pos[0, :3] + rng.normal(scale=2e-4, size=(2000, 3)).astype(np.float32)
+        pos[:, :3] += np.float32(30.0)
+    tun = dict(group=64, leaf=16, theta=0.6)
+    _, work, ev = gpu_tree(device, pos, physics, **tun)
+    _, cwork, cev = cpu_tree(pos, physics, **tun)
+    tree = cev.last_tree
+    n = tree.ncell
+    assert ev.levels[-1] == n and (scene == "plummer" or tree.level.max() >= 15)
+    mac = ev._buffers["mac"][:4 * n].get().reshape(n, 4)
+    pack = ev._buffers["pack"][:12 * n].get().reshape(n, 12)
+    trace_factor = 1.0 if physics.h else float(np.float32(physics.softening ** 2))
+    want = pack_cells(tree.com, tree.mass, tree.quad, tree.trace, np.float32, trace_factor)
+    assert np.array_equal(mac.view(np.uint32), tree.mac(0.6).view(np.uint32))
+    assert np.array_equal(pack.view(np.uint32), want.view(np.uint32))
+    gpu, cpu = ev.last_groups(), cev.last_groups()
+    for key in ("start", "nbody", "ncell", "nactive"):
+        assert np.array_equal(gpu[key], cpu[key]), key
+    assert (work.interactions, work.body_cell) == (cwork.interactions, cwork.body_cell)
 
 
 def test_stages_and_groups(device):
@@ -211,7 +244,7 @@ def test_out_of_memory_names_the_tree_and_what_fits(monkeypatch):
 
         cupy_module().get_default_memory_pool().free_all_blocks()  # its unused blocks count as free
         room = 4096 * 52 * 2  # twice the fp32 state of 4,096 bodies, a third of the tree's buffers
-        monkeypatch.setattr(backend._drv, "mem_get_info", lambda: (room, 80 * 2**30))
+        monkeypatch.setattr(backend.device.drv, "mem_get_info", lambda: (room, 80 * 2**30))
         said = r"out of GPU memory: N = 4,096 .*the tree's buffers.*N ≈ [\d,]+ fits"
         with pytest.raises(RuntimeFault, match=said):
             backend.load(_normal_bodies(4096), SOFT, kernel="tree")
@@ -229,7 +262,7 @@ def test_out_of_memory_at_16m_with_the_device_nearly_full():
     eaten = []
     try:
         backend.load(_normal_bodies(64), SOFT, kernel="tree")
-        drv = backend._drv
+        drv = backend.device.drv
         n = 1 << 24
         with backend.device.scope:
             leave = n * 52 + (256 << 20)  # the fp32 state (52 B per body) and a little

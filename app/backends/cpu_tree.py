@@ -6,13 +6,14 @@ evaluation of acc[targets] = F(pos[targets]; pos[sources]):
 1. keys: 63-bit Morton keys (21 bits per axis) of the sources over their bounding cube (per-axis
    minimum, largest extent padded by 1e-6; coordinates clamped to [0, 2^21 - 1], NaN -> 0);
 2. sort: a stable argsort of the keys (ties keep the source order), and the source rows reordered
-   into float64 (moments) and the record's dtype (the walk) structure-of-arrays copies;
+   into float32 structure-of-arrays copies (the moments and the walk);
 3. tree: cells are key prefixes of 3 bits per level, a cell is a leaf when it holds <= `leaf` bodies or
    is at level 21;
-4. moments (float64, bottom up): mass, centre of mass, the traceless quadrupole about it and the trace
+4. moments (float32, bottom up): mass, centre of mass, the traceless quadrupole about it and the trace
    of the second moment (the trace keeps the softened expansion exact to second order);
 5. opening test (Bonsai's): a cell is accepted for a group of targets when the distance from the
-   group's bounding box to the cell's centre of mass exceeds side / theta + |com - geometric centre|;
+   group's bounding box to the cell's centre of mass exceeds side / theta + |com - geometric centre|
+   (float32, with r_open rounded outwards);
 6. groups: `group` consecutive targets in key order. When the targets lie within the sources (the
    integrator's case) the groups are chunks of the sources' sorted order and a target outside the span
    still shapes its group's box, so a span of targets gets bitwise the rows of the full evaluation; other
@@ -20,9 +21,11 @@ evaluation of acc[targets] = F(pos[targets]; pos[sources]):
 7. walk (numba prange over groups): accepted cells add monopole + quadrupole terms of the softened pair
    potential (gravity or gravity-repulsion), opened leaves add body-body interactions (app/physics.py).
 
-Arithmetic: the tree, the moments and the opening test in float64; the interactions in float32 with
-fastmath (the record's precision: positions are float32 and the GPU twin computes in float32; the
-rounding, ~1e-6, is far below the 1e-3 budget of the approximation).
+Arithmetic (docs/tree.md, step 7): the cube and the keys in float64; the moments and the opening test in
+float32, operation by operation as the GPU computes them, so that both trees accept the same cells (the
+float64 left is the cells' cubes, from which each r_open takes its centre offset); the interactions in
+float32 with fastmath (the record's precision: positions are float32; the rounding, ~1e-6, is far below
+the 1e-3 budget of the approximation).
 """
 
 from __future__ import annotations
@@ -55,9 +58,9 @@ def _kernels_module():
 
 @dataclass(frozen=True)
 class Tree:
-    """An octree over sorted sources (float64 positions x, y, z and masses m, in key order)."""
+    """An octree over sorted sources (float32 positions x, y, z and masses m, in key order)."""
 
-    lo: np.ndarray  # the key cube's corner (3,)
+    lo: np.ndarray  # the key cube's corner (3,), float64
     size: float  # and its side
     order: np.ndarray  # order[k] = the source-local index of the k-th body in key order
     keys: np.ndarray  # the sorted keys (int64)
@@ -71,9 +74,9 @@ class Tree:
     prefix: np.ndarray
     child: np.ndarray
     nchild: np.ndarray
-    centre: np.ndarray  # geometric centre (ncell, 3) and side (ncell,)
+    offset: np.ndarray  # the geometric centre relative to lo (ncell, 3) and the side (ncell,), float64
     side: np.ndarray
-    mass: np.ndarray  # moments: mass, centre of mass (ncell, 3), traceless quadrupole (ncell, 6:
+    mass: np.ndarray  # moments, float32: mass, centre of mass (ncell, 3), traceless quadrupole (ncell, 6:
     com: np.ndarray  # xx yy zz xy xz yz) about the com, trace sum m |y|^2 of the second moment
     quad: np.ndarray
     trace: np.ndarray
@@ -82,10 +85,10 @@ class Tree:
     def ncell(self) -> int:
         return int(self.start.shape[0])
 
-    def mac_radius2(self, theta: float) -> np.ndarray:
-        """(side / theta + |com - centre|)^2 per cell: accepted beyond this squared distance."""
-        delta = np.linalg.norm(self.com - self.centre, axis=1)
-        return (self.side / theta + delta) ** 2
+    def mac(self, theta: float) -> np.ndarray:
+        """(ncell, 4) float32 rows [com, r_open^2] of the opening test: a cell is accepted for a group
+        whose box is farther than r_open from its centre of mass (cpu_tree_kernels.opening_rows)."""
+        return _kernels_module().opening_rows(self.com, self.lo, self.offset, self.side, theta)
 
 
 def key_order(xyz: np.ndarray, clock=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -124,23 +127,24 @@ def group_starts(start: np.ndarray, count: np.ndarray, nchild: np.ndarray, group
 
 
 def build(pos: np.ndarray, leaf: int, clock=None) -> Tree:
-    """The tree over the (n, 4) [x, y, z, m] rows of `pos`; `clock` (an app.timing.HostTimer) times the
-    stages: keys, sort (with the reorder of the rows), build (cells and their cubes), moments."""
+    """The tree over the (n, 4) [x, y, z, m] rows of `pos`, read as float32 (the record's precision, and
+    the GPU state's); `clock` (an app.timing.HostTimer) times the stages: keys, sort (with the reorder of
+    the rows), build (cells and their cubes), moments."""
     k = _kernels_module()
     clock = clock or _NO_CLOCK
     with clock.time("keys"):
-        src = np.asarray(pos[:, :4], dtype=np.float64)
+        src = np.asarray(pos[:, :4], dtype=np.float32)
     order, keys, lo, size = key_order(src[:, :3], clock)
     with clock.time("sort"):
         s = src[order]
         x, y, z, m = (np.ascontiguousarray(s[:, i]) for i in range(4))
     with clock.time("build"):
         start, count, level, prefix, child, nchild = k.build_tree(keys, int(leaf))
-        centre, side = k.cell_centres(level, prefix, lo, float(size))
+        offset, side = k.cell_cubes(level, prefix, float(size))
     with clock.time("moments"):
         mass, com, quad, trace = k.moments(x, y, z, m, start, count, child, nchild)
     return Tree(lo, float(size), order, keys, x, y, z, m, start, count, level, prefix, child, nchild,
-                centre, side, mass, com, quad, trace)
+                offset, side, mass, com, quad, trace)
 
 
 @dataclass(frozen=True)
@@ -165,18 +169,24 @@ class CpuTreeEvaluator(ForceEvaluator):
         self._scalars = (eps2, self.dtype(physics.G), self.dtype(h))
         self._trace_factor = 1.0 if h != 0.0 else float(eps2)  # gravity walks take eps^2 tr, repulsion tr
         self.last_tree: Tree | None = None  # the tree of the last evaluation (diagnostics, tests)
+        self._groups: dict[str, np.ndarray] = {}  # the last walk's groups (last_groups)
         self._clock = HostTimer()  # perf_counter per stage, summed until stage_ms() takes them
 
     def stage_ms(self) -> dict[str, float]:
         """ms per stage since the last call: keys, sort, build, moments, walk (docs/tree.md)."""
         return self._clock.collect()
 
-    # host bytes per body of one evaluation: the Tree's order, keys and x, y, z, m (48), the float64 copy
-    # of the sources and its reordered copy (64), the walk's float32 columns (16), target positions and
-    # rows (40); per cell: structure (6 int64), centre, side, mass, com, quad, trace (120 in float64),
-    # the opening radius (8) and the packed float32 row (48)
-    BODY_BYTES = 48 + 64 + 16 + 40
-    CELL_BYTES = 48 + 120 + 8 + 48
+    def last_groups(self) -> dict[str, np.ndarray]:
+        """Of the last walk, as the GPU tree's `last_groups`: the group starts (with the end) and per group
+        the list lengths (nbody, ncell) and the targets written (nactive)."""
+        return self._groups
+
+    # host bytes per body of one evaluation: the Tree's order, keys and float32 x, y, z, m (32), the
+    # float32 copy of the sources and its reordered copy (32), the targets' rows (24); per cell: structure
+    # (6 int64), the cube's offset and side (32 in float64), mass, com, quad, trace (44 in float32), the
+    # opening test's row (16) and the packed float32 row (48)
+    BODY_BYTES = 32 + 32 + 24
+    CELL_BYTES = 48 + 32 + 44 + 16 + 48
     CELLS_PER_LEAF = 4.0  # cells ~ 4 n / leaf (measured 3.4-4.8 on Plummer spheres, leaf 8-64)
 
     def bytes_per_body(self, n: int) -> int | None:
@@ -204,14 +214,14 @@ class CpuTreeEvaluator(ForceEvaluator):
         within = sources.contains(targets)
         if within:  # the groups are runs of the sources' group cells
             with clock.time("walk"):
-                tpos = np.stack([tree.x, tree.y, tree.z], axis=1)
+                tpos = (tree.x, tree.y, tree.z)
                 trow = sources.start + tree.order
                 trow = np.where((trow >= targets.start) & (trow < targets.stop), trow, -1)
         else:  # targets keyed in their own cube
-            t64 = np.asarray(pos[rows, :3], dtype=np.float64)
-            order = key_order(t64, clock)[0]
+            t32 = np.asarray(pos[rows, :3], dtype=np.float32)
+            order = key_order(t32, clock)[0]
             with clock.time("sort"):
-                tpos = t64[order]
+                tpos = tuple(np.ascontiguousarray(t32[order, i]) for i in range(3))
                 trow = targets.start + order
         with clock.time("walk"):
             return self._walk(tree, tpos, trow, acc, theta, group, pairs, within)
@@ -242,17 +252,17 @@ class CpuTreeEvaluator(ForceEvaluator):
             aligned = align_cuts(cuts, gstart)
             lo, hi = aligned[index], aligned[index + 1]
             g_lo, g_hi = (int(np.searchsorted(gstart, c)) for c in (lo, hi))
-            tpos = np.stack([tree.x, tree.y, tree.z], axis=1)
             trow = np.full(n, -1, np.int64)
             trow[lo:hi] = np.arange(lo, hi)
-            work = self._walk(tree, tpos, trow, out, theta, group, (hi - lo) * n, True,
+            work = self._walk(tree, (tree.x, tree.y, tree.z), trow, out, theta, group, (hi - lo) * n, True,
                               gstart=gstart[g_lo:g_hi + 1])
         return work, aligned
 
 
     def _walk(self, tree: Tree, tpos, trow, acc, theta: float, group: int, pairs: int,
               within: bool, gstart=None) -> ForceWork:
-        nt = tpos.shape[0]
+        """The walk of the targets at float32 positions tpos = (x, y, z) in key order, trow their rows."""
+        nt = tpos[0].shape[0]
         if gstart is None and within:  # (given: a domain's run of the groups)
             gstart = group_starts(tree.start, tree.count, tree.nchild, group)
         elif gstart is None:
@@ -266,10 +276,9 @@ class CpuTreeEvaluator(ForceEvaluator):
         nbody = np.zeros(ngroup, np.int64)
         ncells = np.zeros(ngroup, np.int64)
         nactive = np.zeros(ngroup, np.int64)
-        self.kernel(np.ascontiguousarray(tpos[:, 0]), np.ascontiguousarray(tpos[:, 1]),
-                    np.ascontiguousarray(tpos[:, 2]), gstart, trow.astype(np.int64), tree.child, tree.nchild,
-                    tree.start, tree.count, tree.com, tree.mac_radius2(theta), cells, xs, ys, zs, ms,
-                    *self._scalars, acc, nbody, ncells, nactive)
+        self.kernel(*tpos, gstart, trow.astype(np.int64), tree.child, tree.nchild, tree.start, tree.count,
+                    tree.mac(theta), cells, xs, ys, zs, ms, *self._scalars, acc, nbody, ncells, nactive)
+        self._groups = {"start": gstart, "nbody": nbody, "ncell": ncells, "nactive": nactive}
         body_cell = int(np.dot(nactive, ncells))
         return ForceWork(interactions=int(np.dot(nactive, nbody)) + body_cell, pair_equivalent=pairs,
                          body_cell=body_cell, evaluations=1)

@@ -7,11 +7,20 @@ The algorithm, step by step, is specified in docs/tree.md; this module is its CP
 - `build_tree`: the octree of the sorted keys, breadth first; cells are key prefixes of 3 bits per
   level, a cell with <= `leaf` bodies or at level 21 is a leaf; children of a cell are contiguous;
 - `moments`: mass, centre of mass, traceless quadrupole and trace of the second moment, bottom up,
-  in float64;
+  in float32 (the GPU's operations in the GPU's order: kernels/tree/build.cu `cell_moments`);
+- `opening_rows`: per cell the float32 row [com, r_open^2] of the opening test (kernels/tree/build.cu
+  `tree_pack`), and `box_accepts`, the test itself in IEEE float32 (kernels/tree/walk.cu `accepted`);
 - `walk_kernel(dtype, repulsion, skip_self)`: numba-parallel over groups of consecutive targets: one
   depth-first walk per group against the group's bounding box gives a list of accepted cells and a
   list of opened leaves; both are copied into contiguous structure-of-arrays buffers, then every
   target of the group sums over them in two vectorisable loops (fastmath, like cpu-simd's).
+
+The GPU reproduces `moments`, `opening_rows` and `box_accepts` bit for bit. The numba ones say
+fastmath=False: numba then keeps every float32 operation as written, rounded to nearest, with no FMA
+contraction and no reassociation (build.cu is compiled with -fmad=false for the same reason; opening_rows
+is numpy, elementwise). Said explicitly, because a jitted function that leaves the flag unset inherits its
+caller's: `box_accepts`, called from the fastmath walk, was compiled (and cached) with fastmath while it
+left it unset.
 """
 
 from __future__ import annotations
@@ -22,6 +31,10 @@ from numba import njit, prange
 MAX_LEVEL = 21  # bits per axis
 KEY_CELLS = 1 << MAX_LEVEL  # integer coordinates per axis: [0, 2^21 - 1]
 STACK = 8 * (MAX_LEVEL + 2)  # a depth-first walk pushes at most 8 cells per level
+# r_open is multiplied by this (1 + 2^-19, exact in float32) before it is squared: 32 float32 units of
+# rounding, more than the roundings of r_open and of the test's d_box^2 add up to (opening_rows), so that
+# the float32 test accepts no cell that exact arithmetic would open. kernels/tree/build.cu TREE_MAC_SLACK.
+MAC_SLACK = np.float32(1.0 + 2.0 ** -19)
 
 
 # --- keys ------------------------------------------------------------------------------------------------
@@ -174,11 +187,12 @@ def build_tree(keys, leaf):
             child[:ncell].copy(), nchild[:ncell].copy())
 
 
-@njit(cache=True)
-def cell_centres(level, prefix, lo, size):
-    """(ncell, 3) float64 geometric centres and (ncell,) side lengths of the cells (key prefixes)."""
+@njit(cache=True, fastmath=False)
+def cell_cubes(level, prefix, size):
+    """The cells' cubes (key prefixes) in float64: (ncell, 3) geometric centres relative to the key cube's
+    corner `lo` (the centre is lo + offset) and (ncell,) side lengths."""
     ncell = level.shape[0]
-    centre = np.empty((ncell, 3))
+    offset = np.empty((ncell, 3))
     side = np.empty(ncell)
     for c in range(ncell):
         lv = level[c]
@@ -192,53 +206,63 @@ def cell_centres(level, prefix, lo, size):
             iz |= ((p >> (3 * b)) & 1) << b
         w = size / (1 << lv)
         side[c] = w
-        centre[c, 0] = lo[0] + (ix + 0.5) * w
-        centre[c, 1] = lo[1] + (iy + 0.5) * w
-        centre[c, 2] = lo[2] + (iz + 0.5) * w
-    return centre, side
+        offset[c, 0] = (ix + 0.5) * w
+        offset[c, 1] = (iy + 0.5) * w
+        offset[c, 2] = (iz + 0.5) * w
+    return offset, side
 
 
-@njit(cache=True)
+@njit(cache=True, fastmath=False)
 def moments(x, y, z, m, start, count, child, nchild):
-    """Bottom-up float64 moments of every cell over the sorted bodies (x, y, z, m): mass, centre of mass
-    (the mean position where the mass is 0), traceless quadrupole Q = sum m (3 y y^T - |y|^2 I) about the
-    centre of mass as (xx, yy, zz, xy, xz, yz), and the trace sum m |y|^2 of the second moment.
+    """Bottom-up float32 moments of every cell over the sorted float32 bodies (x, y, z, m): mass, centre of
+    mass (the mean position where the mass is 0), traceless quadrupole Q = sum m (3 y y^T - |y|^2 I) about
+    the centre of mass as (xx, yy, zz, xy, xz, yz), and the trace sum m |y|^2 of the second moment.
     Leaves sum their bodies (two passes: the centre of mass first); a parent combines its children by the
-    parallel-axis theorem."""
+    parallel-axis theorem.
+
+    float32, operation by operation as kernels/tree/build.cu `cell_moments` (float64 cost a desktop GPU
+    1/64 of its rate, per cell every step, and the walk reads float32 rows anyway). The centre of mass is
+    summed relative to a reference point inside the cell (the first body, or the first child's centre of
+    mass): sum m (x - x0) rounds relative to the cell's extent, where sum m x would round relative to |x|,
+    so an off-centre or far-off cloud keeps a centre of mass good to about one float32 unit of |x|."""
     ncell = start.shape[0]
-    mass = np.zeros(ncell)
-    com = np.zeros((ncell, 3))
-    m2 = np.zeros((ncell, 6))  # the second moment sum m y y^T about the com: xx yy zz xy xz yz
+    f0 = np.float32(0.0)
+    mass = np.zeros(ncell, np.float32)
+    com = np.zeros((ncell, 3), np.float32)
+    m2 = np.zeros((ncell, 6), np.float32)  # the second moment sum m y y^T about the com: xx yy zz xy xz yz
+    q = np.zeros(6, np.float32)
     for c in range(ncell - 1, -1, -1):
+        mt = f0
+        sx = f0
+        sy = f0
+        sz = f0
+        q[:] = f0
         if nchild[c] == 0:
             s = start[c]
             e = s + count[c]
-            mt = 0.0
-            sx = 0.0
-            sy = 0.0
-            sz = 0.0
+            x0 = x[s]
+            y0 = y[s]
+            z0 = z[s]
             for b in range(s, e):
                 mt += m[b]
-                sx += m[b] * x[b]
-                sy += m[b] * y[b]
-                sz += m[b] * z[b]
-            if mt != 0.0:
-                cx = sx / mt
-                cy = sy / mt
-                cz = sz / mt
-            else:
-                cx = 0.0
-                cy = 0.0
-                cz = 0.0
+                sx += m[b] * (x[b] - x0)
+                sy += m[b] * (y[b] - y0)
+                sz += m[b] * (z[b] - z0)
+            if mt != f0:
+                cx = x0 + sx / mt
+                cy = y0 + sy / mt
+                cz = z0 + sz / mt
+            else:  # massless: the mean position
+                sx = f0
+                sy = f0
+                sz = f0
                 for b in range(s, e):
-                    cx += x[b]
-                    cy += y[b]
-                    cz += z[b]
-                if e > s:
-                    cx /= e - s
-                    cy /= e - s
-                    cz /= e - s
-            q = np.zeros(6)
+                    sx += x[b] - x0
+                    sy += y[b] - y0
+                    sz += z[b] - z0
+                cx = x0 + sx / np.float32(e - s)
+                cy = y0 + sy / np.float32(e - s)
+                cz = z0 + sz / np.float32(e - s)
             for b in range(s, e):
                 dx = x[b] - cx
                 dy = y[b] - cy
@@ -251,31 +275,29 @@ def moments(x, y, z, m, start, count, child, nchild):
                 q[5] += m[b] * dy * dz
         else:
             f = child[c]
-            mt = 0.0
-            sx = 0.0
-            sy = 0.0
-            sz = 0.0
+            x0 = com[f, 0]
+            y0 = com[f, 1]
+            z0 = com[f, 2]
             for k in range(f, f + nchild[c]):
                 mt += mass[k]
-                sx += mass[k] * com[k, 0]
-                sy += mass[k] * com[k, 1]
-                sz += mass[k] * com[k, 2]
-            if mt != 0.0:
-                cx = sx / mt
-                cy = sy / mt
-                cz = sz / mt
+                sx += mass[k] * (com[k, 0] - x0)
+                sy += mass[k] * (com[k, 1] - y0)
+                sz += mass[k] * (com[k, 2] - z0)
+            if mt != f0:
+                cx = x0 + sx / mt
+                cy = y0 + sy / mt
+                cz = z0 + sz / mt
             else:  # massless: the mean of the children's centres, weighted by their body counts
-                cx = 0.0
-                cy = 0.0
-                cz = 0.0
+                sx = f0
+                sy = f0
+                sz = f0
                 for k in range(f, f + nchild[c]):
-                    cx += count[k] * com[k, 0]
-                    cy += count[k] * com[k, 1]
-                    cz += count[k] * com[k, 2]
-                cx /= count[c]
-                cy /= count[c]
-                cz /= count[c]
-            q = np.zeros(6)
+                    sx += np.float32(count[k]) * (com[k, 0] - x0)
+                    sy += np.float32(count[k]) * (com[k, 1] - y0)
+                    sz += np.float32(count[k]) * (com[k, 2] - z0)
+                cx = x0 + sx / np.float32(count[c])
+                cy = y0 + sy / np.float32(count[c])
+                cz = z0 + sz / np.float32(count[c])
             for k in range(f, f + nchild[c]):
                 dx = com[k, 0] - cx
                 dy = com[k, 1] - cy
@@ -294,26 +316,64 @@ def moments(x, y, z, m, start, count, child, nchild):
         for k in range(6):
             m2[c, k] = q[k]
     trace = m2[:, 0] + m2[:, 1] + m2[:, 2]
-    quad = 3.0 * m2
+    quad = np.float32(3.0) * m2
     for k in range(3):
         quad[:, k] -= trace
     return mass, com, quad, trace
+
+
+# --- the opening test ------------------------------------------------------------------------------------
+def opening_rows(com, lo, offset, side, theta: float) -> np.ndarray:
+    """(ncell, 4) float32 rows [com x y z, r_open^2] of the opening test, r_open = side / theta + |com -
+    centre| (docs/tree.md, step 5), exactly as kernels/tree/build.cu `tree_pack` computes them from the
+    float32 centres of mass `com`, the key cube's corner `lo` and the cells' float64 cubes (`cell_cubes`).
+
+    The com's offset from its cell's centre is taken in float64, as (com - lo) - offset: both terms are as
+    large as the key cube and their difference must be resolved to a fraction of a deep cell's side (2^-21
+    of the cube at level 21), where float32 resolves 2^-24 of the cube, an eighth of such a cell. Its
+    float64 error stays near 2^-52 of the cube. The rest is float32, rounded to nearest in numpy's
+    elementwise order. Then r_open is rounded outwards by MAC_SLACK (32 float32 units): its own roundings
+    (about 4 units) and those of the walk's d_box^2 (about 5 units of d_box^2, from correctly rounded
+    differences of float32 coordinates) are far below that, so a cell the float32 test accepts is one that
+    exact arithmetic on the same centre of mass accepts too. The slack moves the acceptance distance by
+    2e-6 of itself, as a change of theta by 2e-6 would."""
+    f = ((com.astype(np.float64) - lo) - offset).astype(np.float32)
+    delta = np.sqrt((f[:, 0] * f[:, 0] + f[:, 1] * f[:, 1]) + f[:, 2] * f[:, 2])
+    r = (side.astype(np.float32) / np.float32(theta) + delta) * MAC_SLACK
+    rows = np.empty((com.shape[0], 4), np.float32)
+    rows[:, :3] = com
+    rows[:, 3] = r * r
+    return rows
+
+
+@njit(cache=True, fastmath=False)
+def box_accepts(lox, loy, loz, hix, hiy, hiz, cx, cy, cz, r2):
+    """The opening test of a cell (float32 centre of mass cx, cy, cz and r_open^2) for a group's float32
+    box: d_box(com)^2 > r_open^2, in IEEE float32 in this order, as kernels/tree/walk.cu `accepted`. The
+    walk that calls it has fastmath, which it would inherit without fastmath=False (then fusing
+    dx dx + dy dy into an FMA, tests/test_cpu_tree.py shows). A cell it accepts has its centre of mass
+    strictly outside the box (d_box^2 > 0 needs a positive difference on some axis), so no target of the
+    group sits on it."""
+    zero = np.float32(0.0)
+    dx = max(max(lox - cx, zero), cx - hix)
+    dy = max(max(loy - cy, zero), cy - hiy)
+    dz = max(max(loz - cz, zero), cz - hiz)
+    return (dx * dx + dy * dy) + dz * dz > r2
 
 
 # --- the walk --------------------------------------------------------------------------------------------
 def _make_walk(ftype, repulsion: bool, skip_self: bool):
     """The walk for one dtype / model / softening-zero combination (flags are compile-time)."""
 
-    def walk(tx, ty, tz, gstart, trow, child, nchild, cstart, ccount, ccom, crmac2, cpack,
+    def walk(tx, ty, tz, gstart, trow, child, nchild, cstart, ccount, cmac, cpack,
              xs, ys, zs, ms, eps2, g, h, acc, nbody, ncells, nactive):
-        """For each group g of targets [gstart[g], gstart[g+1]) (positions tx, ty, tz in float64; a target
+        """For each group g of targets [gstart[g], gstart[g+1]) (float32 positions tx, ty, tz; a target
         with trow[t] >= 0 writes acc[trow[t], :3], one with -1 only shapes its group's box): walk the tree
         from the root; a cell is accepted when the squared distance from the group's box to its centre of
-        mass exceeds crmac2 (= (side / theta + |com - centre|)^2), an unaccepted leaf is opened (its bodies
-        xs, ys, zs, ms in sorted order are interacted body by body), other cells are descended. Records the
-        list lengths per group in nbody / ncells and the targets written in nactive. `cpack` holds per cell
-        the interaction's inputs in the walk's dtype (`pack_cells`), `ccom` the float64 centres of mass of
-        the opening test."""
+        mass exceeds its r_open^2 (`box_accepts` on its row of `cmac`, `opening_rows`), an unaccepted leaf
+        is opened (its bodies xs, ys, zs, ms in sorted order are interacted body by body), other cells are
+        descended. Records the list lengths per group in nbody / ncells and the targets written in nactive.
+        `cpack` holds per cell the interaction's inputs in the walk's dtype (`pack_cells`)."""
         ngroup = gstart.shape[0] - 1
         ncell_all = cstart.shape[0]
         zero = ftype(0.0)
@@ -359,13 +419,7 @@ def _make_walk(ftype, repulsion: bool, skip_self: bool):
             while top > 0:
                 top -= 1
                 c = stack[top]
-                cx = ccom[c, 0]
-                cy = ccom[c, 1]
-                cz = ccom[c, 2]
-                dx = max(lox - cx, 0.0, cx - hix)
-                dy = max(loy - cy, 0.0, cy - hiy)
-                dz = max(loz - cz, 0.0, cz - hiz)
-                if dx * dx + dy * dy + dz * dz > crmac2[c]:
+                if box_accepts(lox, loy, loz, hix, hiy, hiz, cmac[c, 0], cmac[c, 1], cmac[c, 2], cmac[c, 3]):
                     cells[nc] = c
                     nc += 1
                 elif nchild[c] == 0:

@@ -2,9 +2,23 @@
 // app/backends/cpu_tree_kernels.py implements the same): bounding cube, Morton keys, the gather into key
 // order, the octree level by level, moments bottom up and the packed cell rows the walk reads.
 //
-// Built with -fmad=false (app/backends/cuda/tree.py): every float64 expression here is evaluated as the
-// CPU twin writes it, operation by operation, without contraction into FMAs, so that the cube, the keys,
-// the moments and the opening radii are bitwise those of the CPU tree and both walks accept the same cells.
+// Built with -fmad=false and without --use_fast_math (app/backends/cuda/tree.py): every expression here is
+// evaluated as the CPU twin writes it, operation by operation, IEEE-rounded to nearest (divisions and
+// square roots included, denormals kept), without contraction into FMAs, so that the cube, the keys, the
+// moments and the opening rows are bitwise those of the CPU tree and both walks accept the same cells.
+//
+// Precision (docs/tree.md, step 7). The moments and the opening rows are float32: they are per cell every
+// step, and a desktop GPU runs float64 at 1/64 of its float32 rate. Float64 stays where float32 would
+// change the answer and the cost is small:
+//   - tree_bounds_finish: one thread per evaluation (the cube: numpy's float64 min / max arithmetic);
+//   - tree_keys: floor((x - lo) * 2^21 / size) needs the difference to 2^-21 of the cube and below, which
+//     float32 (24 bits, once rounded by the subtraction and again by the scale) gets wrong by one cell for
+//     bodies near a cell's face; a few float64 operations per coordinate in a kernel bound by its memory
+//     traffic (16 bytes read, 8 written per body);
+//   - tree_pack: the offset of a cell's centre of mass from its geometric centre, (com - lo) - (ijk + 1/2)
+//     side, a difference of two numbers as large as the cube resolved to a fraction of a deep cell's side
+//     (2^-21 of the cube at level 21: float32 resolves an eighth of that): about 20 float64 operations per
+//     cell, a cell per three or four bodies.
 //
 // Cells are stored breadth first: the cells of level L are the contiguous range [level_start[L],
 // level_start[L+1]); the children of a cell are contiguous, in octant order, in the next level's range.
@@ -68,7 +82,8 @@ extern "C" __global__ void __launch_bounds__(256) tree_bounds_partial(const floa
 
 // One thread: the cube from the blocks' partials, as the CPU's bounding_cube: lo = the per-axis minimum,
 // size = the largest extent x (1 + 1e-6); a zero or non-finite extent gives size 1 and a non-finite lo
-// component becomes 0. box = [lo.x, lo.y, lo.z, size] (double).
+// component becomes 0. box = [lo.x, lo.y, lo.z, size, 2^21 / size] (double; the last is the keys' scale,
+// divided once here rather than in every thread of tree_keys).
 extern "C" __global__ void tree_bounds_finish(const float* __restrict__ part, int blocks, double* __restrict__ box) {
     if (threadIdx.x != 0 || blockIdx.x != 0) return;
     float v[6];
@@ -90,6 +105,7 @@ extern "C" __global__ void tree_bounds_finish(const float* __restrict__ part, in
     if (nan || !(isfinite(size) && size > 0.0)) size = 1.0;
     for (int k = 0; k < 3; ++k) box[k] = isfinite((double)v[k]) ? (double)v[k] : 0.0;
     box[3] = size;
+    box[4] = TREE_KEY_CELLS / size;
 }
 
 // --- keys ---------------------------------------------------------------------------------------------
@@ -116,7 +132,7 @@ extern "C" __global__ void tree_keys(const float4* __restrict__ p, int n, const 
                                      unsigned long long* __restrict__ keys) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    const double scale = TREE_KEY_CELLS / box[3];
+    const double scale = box[4];
     const float4 q = p[i];
     keys[i] = (spread21(key_coord(q.x, box[0], scale)) << 2) | (spread21(key_coord(q.y, box[1], scale)) << 1) |
               spread21(key_coord(q.z, box[2], scale));
@@ -377,80 +393,80 @@ extern "C" __global__ void tree_domain_cuts(const int* __restrict__ gstart, cons
 }
 
 // --- moments, one level at a time from the deepest -------------------------------------------------------
-// The cells of level `level`: mass, centre of mass and the second moment sum m y y^T about it (xx yy zz xy xz yz), in
-// float64, exactly as app/backends/cpu_tree_kernels.py `moments` (leaves: two passes over their bodies;
-// parents: the parallel-axis theorem over their children).
+// The cells of level `level`: mass, centre of mass and the second moment sum m y y^T about it (xx yy zz xy xz
+// yz), in float32, exactly as app/backends/cpu_tree_kernels.py `moments` (leaves: two passes over their
+// bodies; parents: the parallel-axis theorem over their children). The centre of mass is summed relative to
+// a point of the cell (its first body, or its first child's centre of mass), so that its rounding is relative
+// to the cell's extent rather than to |x| (the CPU's docstring says more).
 __device__ void cell_moments(int c, const float4* __restrict__ spos, const int* __restrict__ cstart,
                              const int* __restrict__ ccount, const int* __restrict__ child,
-                             const int* __restrict__ nchild, double* __restrict__ mass,
-                             double* __restrict__ com, double* __restrict__ m2) {
-    double mt = 0.0, sx = 0.0, sy = 0.0, sz = 0.0, cx, cy, cz;
-    double q[6] = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0};
+                             const int* __restrict__ nchild, float* __restrict__ mass,
+                             float* __restrict__ com, float* __restrict__ m2) {
+    float mt = 0.0f, sx = 0.0f, sy = 0.0f, sz = 0.0f, cx, cy, cz;
+    float q[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (nchild[c] == 0) {
         const int s = cstart[c], e = s + ccount[c];
+        const float4 p0 = spos[s];
         for (int j = s; j < e; ++j) {
             const float4 p = spos[j];
-            const double m = p.w;
-            mt += m;
-            sx += m * (double)p.x;
-            sy += m * (double)p.y;
-            sz += m * (double)p.z;
+            mt += p.w;
+            sx += p.w * (p.x - p0.x);
+            sy += p.w * (p.y - p0.y);
+            sz += p.w * (p.z - p0.z);
         }
-        if (mt != 0.0) {
-            cx = sx / mt;
-            cy = sy / mt;
-            cz = sz / mt;
-        } else {
-            cx = cy = cz = 0.0;
+        if (mt != 0.0f) {
+            cx = p0.x + sx / mt;
+            cy = p0.y + sy / mt;
+            cz = p0.z + sz / mt;
+        } else {  // massless: the mean position
+            sx = sy = sz = 0.0f;
             for (int j = s; j < e; ++j) {
                 const float4 p = spos[j];
-                cx += (double)p.x;
-                cy += (double)p.y;
-                cz += (double)p.z;
+                sx += p.x - p0.x;
+                sy += p.y - p0.y;
+                sz += p.z - p0.z;
             }
-            if (e > s) {
-                cx /= (double)(e - s);
-                cy /= (double)(e - s);
-                cz /= (double)(e - s);
-            }
+            cx = p0.x + sx / (float)(e - s);
+            cy = p0.y + sy / (float)(e - s);
+            cz = p0.z + sz / (float)(e - s);
         }
         for (int j = s; j < e; ++j) {
             const float4 p = spos[j];
-            const double m = p.w;
-            const double dx = (double)p.x - cx, dy = (double)p.y - cy, dz = (double)p.z - cz;
-            q[0] += m * dx * dx;
-            q[1] += m * dy * dy;
-            q[2] += m * dz * dz;
-            q[3] += m * dx * dy;
-            q[4] += m * dx * dz;
-            q[5] += m * dy * dz;
+            const float dx = p.x - cx, dy = p.y - cy, dz = p.z - cz;
+            q[0] += p.w * dx * dx;
+            q[1] += p.w * dy * dy;
+            q[2] += p.w * dz * dz;
+            q[3] += p.w * dx * dy;
+            q[4] += p.w * dx * dz;
+            q[5] += p.w * dy * dz;
         }
     } else {
         const int f = child[c], e = f + nchild[c];
+        const float x0 = com[3 * f], y0 = com[3 * f + 1], z0 = com[3 * f + 2];
         for (int k = f; k < e; ++k) {
             mt += mass[k];
-            sx += mass[k] * com[3 * k];
-            sy += mass[k] * com[3 * k + 1];
-            sz += mass[k] * com[3 * k + 2];
+            sx += mass[k] * (com[3 * k] - x0);
+            sy += mass[k] * (com[3 * k + 1] - y0);
+            sz += mass[k] * (com[3 * k + 2] - z0);
         }
-        if (mt != 0.0) {
-            cx = sx / mt;
-            cy = sy / mt;
-            cz = sz / mt;
+        if (mt != 0.0f) {
+            cx = x0 + sx / mt;
+            cy = y0 + sy / mt;
+            cz = z0 + sz / mt;
         } else {  // massless: the children's centres weighted by their body counts
-            cx = cy = cz = 0.0;
+            sx = sy = sz = 0.0f;
             for (int k = f; k < e; ++k) {
-                cx += (double)ccount[k] * com[3 * k];
-                cy += (double)ccount[k] * com[3 * k + 1];
-                cz += (double)ccount[k] * com[3 * k + 2];
+                sx += (float)ccount[k] * (com[3 * k] - x0);
+                sy += (float)ccount[k] * (com[3 * k + 1] - y0);
+                sz += (float)ccount[k] * (com[3 * k + 2] - z0);
             }
-            cx /= (double)ccount[c];
-            cy /= (double)ccount[c];
-            cz /= (double)ccount[c];
+            cx = x0 + sx / (float)ccount[c];
+            cy = y0 + sy / (float)ccount[c];
+            cz = z0 + sz / (float)ccount[c];
         }
         for (int k = f; k < e; ++k) {
-            const double dx = com[3 * k] - cx, dy = com[3 * k + 1] - cy, dz = com[3 * k + 2] - cz;
-            const double mk = mass[k];
+            const float dx = com[3 * k] - cx, dy = com[3 * k + 1] - cy, dz = com[3 * k + 2] - cz;
+            const float mk = mass[k];
             q[0] += m2[6 * k] + mk * dx * dx;
             q[1] += m2[6 * k + 1] + mk * dy * dy;
             q[2] += m2[6 * k + 2] + mk * dz * dz;
@@ -469,28 +485,34 @@ __device__ void cell_moments(int c, const float4* __restrict__ spos, const int* 
 extern "C" __global__ void tree_moments(const int* __restrict__ lvl, int level, const float4* __restrict__ spos,
                                         const int* __restrict__ cstart, const int* __restrict__ ccount,
                                         const int* __restrict__ child, const int* __restrict__ nchild,
-                                        double* __restrict__ mass, double* __restrict__ com,
-                                        double* __restrict__ m2) {
+                                        float* __restrict__ mass, float* __restrict__ com,
+                                        float* __restrict__ m2) {
     FOR_LEVEL_CELLS(c, lvl, level) {
         cell_moments(c, spos, cstart, ccount, child, nchild, mass, com, m2);
     }
 }
 
 // --- what the walk reads ----------------------------------------------------------------------------------
-// Per cell: mac = [com x y z (double), r_open^2 = (side / theta + |com - centre|)^2] for the float64
-// opening test, and three float4 rows [com, M], [Qxx Qyy Qzz Qxy], [Qxz Qyz, trace_factor * T, 0] in
-// float32 for the interaction (Q = 3 M2 - T I, T = trace M2: the CPU's pack_cells). The centre and side
-// come from the level (found from the level ranges) and the key prefix of the cell's first body. And
-// links = [start, count, first child, children]: one 16-byte load where the walk, after the opening test,
-// read four arrays (a chain of dependent loads per tested cell).
+// r_open is multiplied by this before it is squared (1 + 2^-19, exact in float32): 32 float32 units, far more
+// than the roundings of r_open and of the walk's d_box^2 add up to, so that the float32 test never accepts a
+// cell that exact arithmetic on the same centre of mass would open (app/backends/cpu_tree_kernels.py
+// MAC_SLACK and opening_rows say more).
+#define TREE_MAC_SLACK 1.0000019073486328125f
+
+// Per cell: mac = [com, r_open^2 = (side / theta + |com - centre|)^2 x slack^2] for the walk's float32 opening
+// test, and three float4 rows [com, M], [Qxx Qyy Qzz Qxy], [Qxz Qyz, trace_factor * T, 0] for the interaction
+// (Q = 3 M2 - T I, T = trace M2: the CPU's pack_cells), all float32 as the CPU's opening_rows and pack_cells
+// compute them. The centre and side come from the level (found from the level ranges) and the key prefix of
+// the cell's first body. And links = [start, count, first child, children]: one 16-byte load where the walk,
+// after the opening test, read four arrays (a chain of dependent loads per tested cell).
 extern "C" __global__ void tree_pack(int ncell, const int* __restrict__ level_start, int nlevels,
                                      const unsigned long long* __restrict__ skeys,
                                      const int* __restrict__ cstart, const int* __restrict__ ccount,
                                      const int* __restrict__ child, const int* __restrict__ nchild,
                                      const double* __restrict__ box,
-                                     const double* __restrict__ mass, const double* __restrict__ com,
-                                     const double* __restrict__ m2, double theta, double trace_factor,
-                                     double4* __restrict__ mac, float4* __restrict__ pack,
+                                     const float* __restrict__ mass, const float* __restrict__ com,
+                                     const float* __restrict__ m2, float theta, float trace_factor,
+                                     float4* __restrict__ mac, float4* __restrict__ pack,
                                      int4* __restrict__ links) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= ncell) return;
@@ -504,18 +526,20 @@ extern "C" __global__ void tree_pack(int ncell, const int* __restrict__ level_st
         iy |= ((prefix >> (3 * b + 1)) & 1ull) << b;
         iz |= ((prefix >> (3 * b)) & 1ull) << b;
     }
-    const double w = box[3] / (double)(1ll << lv);
-    const double ctr[3] = {box[0] + ((double)ix + 0.5) * w, box[1] + ((double)iy + 0.5) * w,
-                           box[2] + ((double)iz + 0.5) * w};
-    const double X = com[3 * c], Y = com[3 * c + 1], Z = com[3 * c + 2];
-    const double dx = X - ctr[0], dy = Y - ctr[1], dz = Z - ctr[2];
-    const double delta = sqrt(dx * dx + dy * dy + dz * dz);
-    const double r = w / theta + delta;
-    mac[c] = make_double4(X, Y, Z, r * r);
-    const double* s = m2 + 6 * c;
-    const double tr = s[0] + s[1] + s[2];
-    pack[3 * c] = make_float4((float)X, (float)Y, (float)Z, (float)mass[c]);
-    pack[3 * c + 1] = make_float4((float)(3.0 * s[0] - tr), (float)(3.0 * s[1] - tr), (float)(3.0 * s[2] - tr),
-                                  (float)(3.0 * s[3]));
-    pack[3 * c + 2] = make_float4((float)(3.0 * s[4]), (float)(3.0 * s[5]), (float)(tr * trace_factor), 0.0f);
+    // the side, size / 2^lv: exact, as a product with 2^-lv made from its exponent bits (no float64 division)
+    const double w = box[3] * __longlong_as_double((long long)(1023 - lv) << 52);
+    const float X = com[3 * c], Y = com[3 * c + 1], Z = com[3 * c + 2];
+    // the centre of mass' offset from the centre, (com - lo) - (ijk + 1/2) side, in float64 (the header says
+    // why), then float32
+    const float ex = (float)(((double)X - box[0]) - ((double)ix + 0.5) * w);
+    const float ey = (float)(((double)Y - box[1]) - ((double)iy + 0.5) * w);
+    const float ez = (float)(((double)Z - box[2]) - ((double)iz + 0.5) * w);
+    const float delta = sqrtf((ex * ex + ey * ey) + ez * ez);
+    const float r = ((float)w / theta + delta) * TREE_MAC_SLACK;
+    mac[c] = make_float4(X, Y, Z, r * r);
+    const float* s = m2 + 6 * c;
+    const float tr = (s[0] + s[1]) + s[2];
+    pack[3 * c] = make_float4(X, Y, Z, mass[c]);
+    pack[3 * c + 1] = make_float4(3.0f * s[0] - tr, 3.0f * s[1] - tr, 3.0f * s[2] - tr, 3.0f * s[3]);
+    pack[3 * c + 2] = make_float4(3.0f * s[4], 3.0f * s[5], tr * trace_factor, 0.0f);
 }

@@ -4,9 +4,9 @@
 //   - groups are runs of at most 32 x TPL bodies inside one group cell (build.cu tree_group_marks), so a
 //     group's box stays inside a tree cell; the box is the tight box of its members (warp min / max);
 //   - the warp walks the octree from the root with a stack of cell indices in global memory: each pass
-//     pops up to 32 cells, one per lane, and tests them against the box in float64 (the CPU twin's test,
-//     bitwise: app/backends/cpu_tree_kernels.py); an accepted cell joins the cell list, an opened leaf's
-//     bodies join the body list, an opened inner cell pushes its children;
+//     pops up to 32 cells, one per lane, and tests them against the box in float32 (the CPU twin's test,
+//     bitwise: app/backends/cpu_tree_kernels.py box_accepts); an accepted cell joins the cell list, an
+//     opened leaf's bodies join the body list, an opened inner cell pushes its children;
 //   - both lists are compacted into shared memory with ballots / warp prefix sums and evaluated 32 entries
 //     at a time: each lane stages one entry in shared memory, then every lane sums all 32 for its TPL
 //     targets (LDS broadcasts; the group's TPL targets per lane share each load);
@@ -69,12 +69,36 @@ __device__ __forceinline__ float3 body_cell(float3 a, const float4 bi, const flo
     return a;
 }
 
-// The float64 opening test, bitwise the CPU's: d_box(com)^2 > r_open^2 (no FMA contraction).
-__device__ __forceinline__ bool accepted(const double4 m, const double lo[3], const double hi[3]) {
-    const double dx = fmax(fmax(__dadd_rn(lo[0], -m.x), 0.0), __dadd_rn(m.x, -hi[0]));
-    const double dy = fmax(fmax(__dadd_rn(lo[1], -m.y), 0.0), __dadd_rn(m.y, -hi[1]));
-    const double dz = fmax(fmax(__dadd_rn(lo[2], -m.z), 0.0), __dadd_rn(m.z, -hi[2]));
-    return __dadd_rn(__dadd_rn(__dmul_rn(dx, dx), __dmul_rn(dy, dy)), __dmul_rn(dz, dz)) > m.w;
+// IEEE binary32 operations, rounded to nearest, as numpy's: the .rn forbids contraction into an FMA, and
+// no .ftz keeps denormals. __fadd_rn & co. would not do: they follow --use_fast_math's -ftz=true, flushing
+// denormals that numpy keeps, and a flushed square or a flushed comparison could flip a decision the twin
+// makes (a group box within 1e-19 of a centre of mass, or r_open^2 below 1.2e-38 on a tiny cloud).
+#define TREE_IEEE_OP(name, instruction)                                   \
+    __device__ __forceinline__ float name(float a, float b) {             \
+        float r;                                                          \
+        asm(instruction " %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));       \
+        return r;                                                         \
+    }
+TREE_IEEE_OP(ieee_sub, "sub.rn.f32")
+TREE_IEEE_OP(ieee_add, "add.rn.f32")
+TREE_IEEE_OP(ieee_mul, "mul.rn.f32")
+TREE_IEEE_OP(ieee_min, "min.f32")
+TREE_IEEE_OP(ieee_max, "max.f32")
+__device__ __forceinline__ bool ieee_greater(float a, float b) {
+    unsigned r;
+    asm("{\n\t.reg .pred p;\n\tsetp.gt.f32 p, %1, %2;\n\tselp.u32 %0, 1, 0, p;\n\t}" : "=r"(r) : "f"(a), "f"(b));
+    return r != 0;
+}
+
+// The opening test, bitwise the CPU twin's box_accepts: d_box(com)^2 > r_open^2 in float32, m = [com,
+// r_open^2] (build.cu tree_pack rounds r_open outwards, so that the float32 test accepts only cells that exact
+// arithmetic accepts). An accepted cell's centre of mass lies strictly outside the box (a positive d_box^2
+// needs a positive difference on some axis): no target of the group sits on it.
+__device__ __forceinline__ bool accepted(const float4 m, const float lo[3], const float hi[3]) {
+    const float dx = ieee_max(ieee_max(ieee_sub(lo[0], m.x), 0.0f), ieee_sub(m.x, hi[0]));
+    const float dy = ieee_max(ieee_max(ieee_sub(lo[1], m.y), 0.0f), ieee_sub(m.y, hi[1]));
+    const float dz = ieee_max(ieee_max(ieee_sub(lo[2], m.z), 0.0f), ieee_sub(m.z, hi[2]));
+    return ieee_greater(ieee_add(ieee_add(ieee_mul(dx, dx), ieee_mul(dy, dy)), ieee_mul(dz, dz)), m.w);
 }
 
 struct WarpShared {
@@ -128,7 +152,7 @@ template <class Model, bool SOFT, int TPL>
 __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int* __restrict__ sorder,
                                      const int* __restrict__ gstart,
                                      int t_lo, int t_hi, const int4* __restrict__ links,
-                                     const double4* __restrict__ mac,
+                                     const float4* __restrict__ mac,
                                      const float4* __restrict__ pack, float4* __restrict__ acc, float eps2,
                                      float G, float H, int ngroups, int* __restrict__ stacks, int stack_cap,
                                      int* __restrict__ flags, int* __restrict__ nbody_out,
@@ -170,12 +194,12 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
                     row[t] = idx - t_lo;
                     ++active;
                 }
-                lo3[0] = fminf(lo3[0], bi[t].x);
-                lo3[1] = fminf(lo3[1], bi[t].y);
-                lo3[2] = fminf(lo3[2], bi[t].z);
-                hi3[0] = fmaxf(hi3[0], bi[t].x);
-                hi3[1] = fmaxf(hi3[1], bi[t].y);
-                hi3[2] = fmaxf(hi3[2], bi[t].z);
+                lo3[0] = ieee_min(lo3[0], bi[t].x);  // the box of the members' own coordinates (fminf
+                lo3[1] = ieee_min(lo3[1], bi[t].y);  // would flush a denormal one: the twin keeps it)
+                lo3[2] = ieee_min(lo3[2], bi[t].z);
+                hi3[0] = ieee_max(hi3[0], bi[t].x);
+                hi3[1] = ieee_max(hi3[1], bi[t].y);
+                hi3[2] = ieee_max(hi3[2], bi[t].z);
             }
         }
 #pragma unroll
@@ -183,8 +207,8 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
             active += __shfl_xor_sync(0xffffffffu, active, d);
 #pragma unroll
             for (int k = 0; k < 3; ++k) {
-                lo3[k] = fminf(lo3[k], __shfl_xor_sync(0xffffffffu, lo3[k], d));
-                hi3[k] = fmaxf(hi3[k], __shfl_xor_sync(0xffffffffu, hi3[k], d));
+                lo3[k] = ieee_min(lo3[k], __shfl_xor_sync(0xffffffffu, lo3[k], d));
+                hi3[k] = ieee_max(hi3[k], __shfl_xor_sync(0xffffffffu, hi3[k], d));
             }
         }
         if (active == 0) {
@@ -195,8 +219,6 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
             }
             continue;
         }
-        const double lo[3] = {lo3[0], lo3[1], lo3[2]};
-        const double hi[3] = {hi3[0], hi3[1], hi3[2]};
 
         float3 ai[TPL];
 #pragma unroll
@@ -217,7 +239,7 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
             int push = 0, first = 0, leaf_n = 0, leaf_s = 0;
             if (c >= 0) {
                 const int4 link = links[c];  // [start, count, first child, children], loaded beside mac
-                if (accepted(mac[c], lo, hi)) {
+                if (accepted(mac[c], lo3, hi3)) {
                     take = true;
                 } else if (link.w == 0) {
                     leaf_s = link.x;
@@ -292,7 +314,7 @@ __device__ __forceinline__ void walk_four_per_lane(A... a) { walk<Model, SOFT, 4
 
 #define TREE_WALK_PARAMS                                                                                    \
     (const float4* spos, const int* sorder, const int* gstart, int t_lo, int t_hi, const int4* links,              \
-     const double4* mac, const float4* pack, float4* acc, float eps2,                                            \
+     const float4* mac, const float4* pack, float4* acc, float eps2,                                            \
      float G, float H, int ngroups, int* stacks, int stack_cap, int* flags, int* nbody_out, int* ncell_out,  \
      int* nactive_out, unsigned long long* totals, int g_lo, int sorted_out)
 #define TREE_WALK_ARGS                                                                                      \

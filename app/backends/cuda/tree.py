@@ -45,8 +45,9 @@ log = logging.getLogger(__name__)
 
 BUILD_SOURCE = "tree/build.cu"
 WALK_SOURCE = "tree/walk.cu"
-# The build is compiled without FMA contraction: its float64 expressions are evaluated as the CPU twin
-# writes them, so that the cube, keys, moments and opening radii are bitwise the CPU's.
+# The build is compiled without FMA contraction and without fast math (IEEE division, square root and
+# denormals): its expressions are evaluated as the CPU twin writes them, so that the cube, keys, moments
+# and opening rows are bitwise the CPU's (kernels/tree/build.cu says which are float64 and why).
 BUILD_OPTIONS = ("-O3", "-std=c++17", "-lineinfo", "-fmad=false")
 WALK_WARPS = 4  # kernels/tree/walk.cu TREE_WARPS
 WALK_BLOCKS_PER_SM = 8
@@ -62,7 +63,7 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_gather": "PPPiPPP",
     "tree_level_split": "PiiPPPPPPiPPP",
     "tree_moments": "PiPPPPPPPP",
-    "tree_pack": "iPiPPPPPPPPPddPPP",
+    "tree_pack": "iPiPPPPPPPPPffPPP",
     "tree_group_marks": "PiiPPPPP",
     "tree_group_starts": "PPiPP",
     "tree_domain_cuts": "PPPiP",
@@ -191,8 +192,8 @@ class TreeEvaluator(ForceEvaluator):
         leaf = int(self._tunables["leaf"])
         cells = _cell_capacity(n, leaf) / max(n, 1)
         per_body = 8 + 8 + 8 + 16 + 4  # keys, sorted keys, sort order (int64), sorted body, order (int32)
-        # ints, octant edges, mass/com/m2, mac, pack, links
-        per_cell = 4 * 5 + 4 * CELL_LANES + 8 * 3 + 8 * 6 + 32 + 48 + 16
+        # ints, octant edges, mass/com/m2 (float32), mac, pack, links
+        per_cell = 4 * 5 + 4 * CELL_LANES + 4 * (1 + 3 + 6) + 16 + 48 + 16
         per_group = 3 * 4 / int(self._tunables["group"])  # at least one group per `group` bodies
         # + 12: the group marks, their prefix sum and the group starts (sized for a group per body)
         return int(round(per_body + 12 + per_cell * cells + per_group))
@@ -303,7 +304,7 @@ class TreeEvaluator(ForceEvaluator):
             events[0].record(stream)
             # keys over the sources' bounding cube
             part = self._buf("part", 6 * BOUNDS_BLOCKS, np.float32)
-            box = self._buf("box", 4, np.float64)
+            box = self._buf("box", 5, np.float64)  # lo, size and the keys' scale (tree_bounds_finish)
             launch(self._fn("tree_bounds_partial"), (BOUNDS_BLOCKS, 1), 256, stream, src, nj, part.data.ptr)
             launch(self._fn("tree_bounds_finish"), (1, 1), 1, stream, part.data.ptr, BOUNDS_BLOCKS,
                    box.data.ptr)
@@ -334,15 +335,15 @@ class TreeEvaluator(ForceEvaluator):
             pairs = (aligned[index + 1] - aligned[index]) * nj
         with on():
             # moments bottom up, then the rows the walk reads
-            mass = self._buf("mass", ncell, np.float64)
-            com = self._buf("com", 3 * ncell, np.float64)
-            m2 = self._buf("m2", 6 * ncell, np.float64)
+            mass = self._buf("mass", ncell, np.float32)
+            com = self._buf("com", 3 * ncell, np.float32)
+            m2 = self._buf("m2", 6 * ncell, np.float32)
             lvl = self._buffers["levels"]
             cell_ptrs = [cells[k].data.ptr for k in CELL_FIELDS]
             for lv in range(len(levels) - 2, -1, -1):
                 self._per_level("tree_moments", stream, lvl.data.ptr, lv, spos.data.ptr, *cell_ptrs,
                                 mass.data.ptr, com.data.ptr, m2.data.ptr)
-            mac = self._buf("mac", 4 * ncell, np.float64)
+            mac = self._buf("mac", 4 * ncell, np.float32)  # float4 per cell: com, r_open^2
             pack = self._buf("pack", 12 * ncell, np.float32)
             links = self._buf("links", 4 * ncell, np.int32)  # int4 per cell: start, count, child, nchild
             trace_factor = 1.0 if repulsion else float(np.float32(eps2))
