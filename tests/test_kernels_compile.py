@@ -1,5 +1,7 @@
 """Every kernels/*.cu compiles with nvcc for sm_90 without register spills or stack frames, and every
 force entry takes the parameters the host passes (the range ABI of kernels/common.cuh, read from the PTX).
+The GPU tree's walk has no float64 arithmetic in its PTX, and its build keeps float64 only where
+kernels/tree/build.cu says why (desktop GPUs run float64 at 1/64 of float32).
 
 Runs on the CPU-only CI machine: it needs nvcc, not a GPU (skipped, saying so, without nvcc). The
 registry checks and the ptxas-report parser need neither. If cuobjdump is found, the SASS of the
@@ -86,22 +88,28 @@ def test_compiles_without_spills_or_stack(cache, path):
 # --- the force ABI: the records' prepare strings against the kernels' own parameter lists ----------------
 _PTX_ENTRY = re.compile(r"\.entry\s+(\w+)\s*\(([^)]*)\)")
 _PTX_TYPE = {"u64": "P", "b64": "P", "u32": "i", "s32": "i", "b32": "i", "f32": "f", "f64": "d"}
-_PTX: dict[str, dict[str, str]] = {}
+_PTX: dict[tuple[str, tuple[str, ...]], str] = {}
+
+
+def ptx_of(source: str, options) -> str:
+    """The PTX of kernels/`source` from nvcc -ptx with `options` (None: NVCC_OPTIONS), as the launches
+    build the file (kernels/ on the include path)."""
+    options = tuple(options or NVCC_OPTIONS)
+    if (source, options) not in _PTX:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "k.ptx"
+            cmd = [find_nvcc(), "-ptx", f"-arch={ARCH}", *options, "-I", str(KERNELS), "-o", str(out),
+                   str(KERNELS / source)]
+            subprocess.run(cmd, check=True, capture_output=True, timeout=600)
+            _PTX[source, options] = out.read_text()
+    return _PTX[source, options]
 
 
 def ptx_parameters(source: str, options) -> dict[str, str]:
     """Entry name -> its parameter types as a prepare string (P pointer, i int, f float, d double),
     from nvcc -ptx with the options the launches build the file with."""
-    if source not in _PTX:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = Path(tmp) / "k.ptx"
-            cmd = [find_nvcc(), "-ptx", f"-arch={ARCH}", *(options or NVCC_OPTIONS), "-I", str(KERNELS),
-                   "-o", str(out), str(KERNELS / source)]
-            subprocess.run(cmd, check=True, capture_output=True, timeout=600)
-            ptx = out.read_text()
-        _PTX[source] = {name: "".join(_PTX_TYPE[t] for t in re.findall(r"\.param\s+\.(\w+)", params))
-                        for name, params in _PTX_ENTRY.findall(ptx)}
-    return _PTX[source]
+    return {name: "".join(_PTX_TYPE[t] for t in re.findall(r"\.param\s+\.(\w+)", params))
+            for name, params in _PTX_ENTRY.findall(ptx_of(source, options))}
 
 
 @needs_nvcc
@@ -124,6 +132,51 @@ def test_tree_build_prepare_strings_match_the_kernels():
     params = ptx_parameters(tree.BUILD_SOURCE, tree.BUILD_OPTIONS)
     for symbol, arg_types in tree.BUILD_KERNELS.items():
         assert params.get(symbol) == arg_types, f"{tree.BUILD_SOURCE}:{symbol} takes {params.get(symbol)}"
+
+
+# --- float64 in the GPU tree (issue 25): none in the walk, only the build's few, said and bounded ---------
+# An FP64 arithmetic instruction: the opcode with .f64 in its type (cvt from or to f64 too), maybe guarded.
+_FP64_OP = re.compile(r"^\s*(?:@!?%p\w+\s+)?(?:add|sub|mul|fma|mad|setp|min|max|cvt|div|neg|abs|sqrt|rcp|"
+                      r"rsqrt|selp|testp|copysign)(?:\.\w+)*\.f64\b", re.M)
+# The build's float64, per entry (kernels/tree/build.cu's header says why each stays): the cube (one thread
+# per evaluation), the keys (per body, a kernel bound by its memory traffic) and the opening rows' centre
+# offset (per cell). The bounds are about today's counts plus a margin (34, 18 and 23 with nvcc 13.0): the
+# moments (459 in float64) and the rest of tree_pack (26 more) must not come back.
+TREE_BUILD_FP64 = {"tree_bounds_finish": 48, "tree_keys": 24, "tree_pack": 30}
+
+
+def fp64_per_entry(source: str, options) -> dict[str, int]:
+    """Entry name -> the number of FP64 arithmetic instructions in its PTX."""
+    parts = re.split(r"(?m)^\.(?:visible\s+)?\.entry\s+(\w+)", ptx_of(source, options))
+    return {name: len(_FP64_OP.findall(body)) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
+
+
+def test_the_fp64_pattern_counts_instructions():
+    ptx = "\n".join(["\tcvt.f64.f32 \t%fd1, %f1;", "\tsub.rn.f64 \t%fd3, %fd1, %fd2;",
+                     "@%p1 setp.gt.f64 %p2, %fd3, 0d0;", "\tcvt.rn.f32.f64 %f2, %fd3;",
+                     "\tsub.rn.f32 %f3, %f2, %f1;", "\tld.global.f64 %fd4, [%rd1];", "\tmov.f64 %fd5, %fd4;"])
+    assert len(_FP64_OP.findall(ptx)) == 4  # arithmetic and conversions; loads and moves are not
+
+
+@needs_nvcc
+def test_the_tree_walk_has_no_fp64_arithmetic():
+    """The walk, 80% of a tree step, tests its cells in float32 (issue 25; before: 360 FP64 instructions,
+    the float64 opening test, 30 in each of its 12 entries)."""
+    from app.backends.cuda import tree
+
+    counts = fp64_per_entry(tree.WALK_SOURCE, tree.TreePolicy.nvcc_options)
+    assert len(counts) == 12 and not any(counts.values()), counts
+
+
+@needs_nvcc
+def test_the_tree_build_keeps_only_the_float64_it_explains():
+    from app.backends.cuda import tree
+
+    counts = fp64_per_entry(tree.BUILD_SOURCE, tree.BUILD_OPTIONS)
+    assert set(tree.BUILD_KERNELS) <= set(counts)
+    over = {k: v for k, v in counts.items() if v > TREE_BUILD_FP64.get(k, 0)}
+    assert not over, f"FP64 instructions beyond {TREE_BUILD_FP64}: {over}"
+    assert counts["tree_moments"] == 0
 
 
 def test_registry_records():
