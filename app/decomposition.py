@@ -28,9 +28,11 @@ after the force, and which rows each device integrates:
   Every device's tree and the walk of each group are those of one device, so K devices give bitwise one
   device's accelerations.
 
-The state stays in the order it was loaded: domains are ranges of the tree's own sorted order, so ids,
-colours, components, picks and snapshots follow their bodies without any bookkeeping (see
-docs/multi-gpu.md for why the state is not re-sorted physically yet).
+Under a domain split the devices keep the state itself in the tree's key order, re-sorted at each
+evaluation as Bonsai keeps its bodies (`sorts_state`, DeviceState.take_key_order), with `ids` naming
+the body in each row; whatever is read back (state, snapshots, the renderer's copy, picks) is put back in
+load order through them (docs/multi-gpu.md, "The state in key order"). One GPU is the K = 1 case of the
+same run, so all of this holds there too.
 
 Adding a decomposition: a class here with `force(ops)` (what each device computes and the exchange that
 completes a(x) on the rows it integrates), the device methods it calls (DeviceState in

@@ -25,6 +25,11 @@ class RuntimeFault(Exception):
     exit_code = 1
 
 
+class StateOutOfMemory(RuntimeFault):
+    """A device has too little free memory for the bodies' state. A backend whose current state still
+    holds memory there may give it back and try once more (the current state is then gone)."""
+
+
 class NonFiniteState(RuntimeFault):
     """A position, mass or velocity became NaN/inf; the viewer turns this into a pause.
 

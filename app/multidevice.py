@@ -97,6 +97,7 @@ class DeviceState(Protocol):
     # domains: the whole tree, the walk of this device's key range into 'sacc' (key order); sets domain_cuts
     def force_domain(self) -> ForceWork: ...
     def force_domain_phases(self): ...  # force_domain as a generator of phases (SingleDriver takes turns)
+    def set_physics(self, physics: Physics) -> None: ...  # new force parameters, in place
     # domains: after the exchange the device moves its whole state into the last tree's key order
     # (acc = sacc; pos, vel, speed and ids permuted alike), as Bonsai keeps its bodies
     def take_key_order(self) -> None: ...
@@ -239,7 +240,7 @@ class SingleDriver:
             try:
                 result = task()
             except BaseException as e:
-                raise DeviceFault(i, self.devices[i].name, e) from e
+                self._raise_fault(i, e)
             if inspect.isgenerator(result):
                 running.append([i, result, None])
         while running:
@@ -253,10 +254,17 @@ class SingleDriver:
                 except StopIteration:
                     running.remove(entry)
                 except BaseException as e:
-                    raise DeviceFault(i, self.devices[i].name, e) from e
+                    self._raise_fault(i, e)
                 moved = True
             if not moved:
                 time.sleep(POLL_S)
+
+    def _raise_fault(self, i: int, error: BaseException) -> None:
+        """A failed task: a DeviceFault naming the device among several; one device's own error as it is
+        (the single-GPU backend's errors stay those of its kernels)."""
+        if len(self.devices) == 1:
+            raise error
+        raise DeviceFault(i, self.devices[i].name, error) from error
 
     def finish(self) -> None:
         """Every task ran when it was submitted (a failure was raised then)."""
@@ -421,15 +429,16 @@ class MultiDeviceOps:
     `force()` returns: nothing here)."""
 
     def __init__(self, devices: Sequence[DeviceState], driver, exchange, decomposition=TARGETS,
-                 layout: tuple[list[Span], int] | None = None):
+                 layout: tuple[list[Span], int] | None = None, key_ordered: bool = False):
         """`layout`: (every participant's share, the first of these devices' index among them) where the
         devices are part of a larger run (an MPI rank's one device among the ranks' shares); None: these
-        devices are all of it."""
+        devices are all of it. `key_ordered`: the state is in a tree's key order already (one device that
+        ran a domain split before a kernel switch: MultiDeviceRun.use_kernel)."""
         self.devices, self.driver, self.exchange = list(devices), driver, exchange
         self.decomposition = decomposition
         self.layout = layout
         # domains: the devices move their state into the tree's key order at each evaluation
-        self.key_order = decomposition.sorts_state
+        self.key_order = decomposition.sorts_state or key_ordered
         self._tell_shares()
         self.exchange_count = 0
         self._work = [ForceWork() for _ in self.devices]
@@ -570,12 +579,8 @@ class MultiDeviceRun:
         self.close()
         self.physics = physics
         self.devices = self.make_devices(bodies, physics, kernel, split(bodies.n, self.weights))
-        self.decomposition = decomposition_of(getattr(getattr(self.devices[0], "evaluator", None), "record",
-                                                      None))
-        for device in self.devices:
-            device.integrate_all = self.decomposition.integrate_all
-        driver = make_driver(self.driver_for(self.decomposition), self.devices)
-        self.ops = MultiDeviceOps(self.devices, driver, self.make_exchange(self.devices), self.decomposition)
+        self._set_decomposition(decomposition_of(getattr(getattr(self.devices[0], "evaluator", None),
+                                                         "record", None)))
         self.stepper.restart()
 
     # --- the state in key order (domains): rows are not bodies -------------------------------------------
@@ -593,8 +598,55 @@ class MultiDeviceRun:
         return rows_holding(bodies, self.ids)
 
     def driver_for(self, decomposition) -> str:
-        """The driver that runs `decomposition`: the one asked for, or with `auto` the decomposition's."""
-        return decomposition.driver if self.driver_name == "auto" else self.driver_name
+        """The driver that runs `decomposition`: the one asked for, or with `auto` the decomposition's (the
+        calling thread for one device: a device thread would only add a hand-over per phase)."""
+        if self.driver_name != "auto":
+            return self.driver_name
+        return "single" if self.k == 1 else decomposition.driver
+
+    def use_kernel(self, kernel: str, mass: np.ndarray) -> None:
+        """Run another kernel on the same state, in place (one device: the single-GPU backend's kernel
+        switch; several devices load again instead, as their shares of the rows may differ by method).
+        The device compiles first, so a failure leaves the current kernel; `mass`: float64, load order
+        (a switch to fp64 promotes the state). The rows stay where they are: after a domain split they
+        stay in its key order, and `ids` keep naming the bodies."""
+        if self.k != 1:
+            raise ValueError("use_kernel: several devices load the state again for another kernel")
+        device = self.devices[0]
+        ids = self.ids
+        device.use_record(kernel, mass if ids is None else mass[ids])
+        self._set_decomposition(decomposition_of(device.evaluator.record), key_ordered=ids is not None)
+
+    def _set_decomposition(self, decomposition, key_ordered: bool = False) -> None:
+        """The record's decomposition, and the driver and ops that run it over these devices."""
+        exchange = self.ops.exchange if self.ops is not None else self.make_exchange(self.devices)
+        if self.ops is not None:
+            self.ops.driver.close()
+        self.decomposition = decomposition
+        for device in self.devices:
+            device.integrate_all = decomposition.integrate_all
+        driver = make_driver(self.driver_for(decomposition), self.devices)
+        self.ops = MultiDeviceOps(self.devices, driver, exchange, decomposition, key_ordered=key_ordered)
+        self.integrator.invalidate()
+
+    def set_physics(self, physics: Physics) -> None:
+        """New physics for the same state: the devices' evaluators take the force parameters in place; the
+        cached a(x) is dropped when they or the integrator change."""
+        old, self.physics = self.physics, physics
+        forces = (physics.G, physics.softening, physics.h, physics.model)
+        if forces != (old.G, old.softening, old.h, old.model):
+            for device in self.devices:
+                device.set_physics(physics)
+            self.integrator.invalidate()
+        elif physics.integrator != old.integrator:
+            self.integrator.invalidate()
+
+    @property
+    def render_whole(self) -> bool:
+        """The first device holds every body's current rows (a domain split, every body on it, or one
+        device), so that the renderer's buffers are filled from it alone, through `ids` once its rows
+        are not bodies (GpuRenderTarget.publish)."""
+        return self.decomposition.integrate_all or self.k == 1
 
     def step(self, steps: int = 1) -> ForceWork:
         """Advance `steps` steps, each device queueing its non-finite check every `check_every` of them

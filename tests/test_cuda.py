@@ -223,7 +223,7 @@ def test_finite_state_passes_checks(backend):
 
 def test_out_of_memory_says_what_fits(backend, monkeypatch):
     backend.load(bench_bodies(64), physics_for("gravity-soft"))  # compile/load modules first
-    monkeypatch.setattr(backend._drv, "mem_get_info", lambda: (10_000, 80 * 2**30))
+    monkeypatch.setattr(backend.device.drv, "mem_get_info", lambda: (10_000, 80 * 2**30))
     with pytest.raises(RuntimeFault, match=r"out of GPU memory.*N ≈ [\d,]+ fits"):
         backend.load(bench_bodies(4096), physics_for("gravity-soft"))
 
@@ -348,7 +348,7 @@ def test_mapping_released_when_a_kernel_raises(egl_canvas, backend, monkeypatch)
     def boom():
         raise RuntimeError("injected launch failure")
 
-    monkeypatch.setattr(backend.evaluator(), "bind", lambda *args, **kwargs: boom)  # the force launch raises
+    monkeypatch.setattr(backend._running, "evaluate", lambda *args, **kwargs: boom())  # the force raises
     with pytest.raises(RuntimeError, match="injected"):
         backend.step(3)
     assert backend.gl_buffers.is_mapped is False

@@ -260,8 +260,12 @@ def test_gpus_1_reports_a_nan_body_as_one_gpu_does_naming_the_gpu(driver):
     finally:
         backend.close()
     e = info.value
-    assert (e.index, e.device, e.step) == (1234, 0, backend.check_every)
-    assert "body 1234 on device 0 (GPU 0 (" in str(e) and "lower dt or raise the softening" in str(e)
+    if driver == "auto":  # --gpus 1 with the auto driver is the single-GPU backend: no device to name
+        assert isinstance(backend, CUDA) and (e.index, e.device, e.step) == (1234, None, backend.check_every)
+    else:
+        assert (e.index, e.device, e.step) == (1234, 0, backend.check_every)
+        assert "body 1234 on device 0 (GPU 0 (" in str(e)
+    assert "lower dt or raise the softening" in str(e)
 
 
 def test_fp64_is_refused_with_a_message():
@@ -319,6 +323,9 @@ def test_gpus_1_steps_bitwise_like_one_device_and_reports_its_gpu(driver):
     finally:
         backend.close()
     assert np.array_equal(pos, _single(bodies, physics, "shared", steps=20))
+    if driver == "auto":  # the single-GPU backend itself: no per-device bars
+        assert isinstance(backend, CUDA) and not timings[-1].devices and timings[-1].force_ms > 0
+        return
     (device,) = timings[-1].devices
     assert device.startswith("0 GPU 0 (")  # "<index> <CudaDevice.name>"
     assert all(ms > 0 for t in timings for ms in t.devices.values())
@@ -471,7 +478,9 @@ def test_gpus_1_vbos_hold_the_state_after_steps(egl_canvas, driver):
     try:
         backend.load(bodies, physics, "shared")
         assert backend.attach_gl_buffers(pos_name, speed_name), backend.data_path
-        assert backend.data_path == f"{INTEROP_PATH} on GPU 0 from 1 GPUs"
+        # (--gpus 1 with the auto driver is the single-GPU backend itself)
+        one_gpu = INTEROP_PATH if driver == "auto" else f"{INTEROP_PATH} on GPU 0 from 1 GPUs"
+        assert backend.data_path == one_gpu
         assert np.array_equal(read_gl(egl_canvas, pos_name, 16 * N).reshape(N, 4), bodies.pos4(np.float32))
         for _ in range(4):
             timings = backend.step(5)
@@ -495,7 +504,7 @@ def test_gpus_1_vbos_hold_the_state_after_steps(egl_canvas, driver):
 def test_two_devices_on_gpu_0_copy_their_slices_into_the_vbos(egl_canvas, driver, kernel):
     """Two shares on one GPU: positions whole from device 0, each device's speed rows into their place;
     under the tree's domain split device 0 holds every body in key order, scattered to the bodies' rows."""
-    from app.backends.cuda.multi_interop import attach_to_gpu0
+    from app.backends.cuda.multi_interop import attach_render_target
 
     bodies, physics = bench_bodies(N), Physics(softening=0.01, dt=1e-3)
     _keep, (pos_name, speed_name) = _gl_pair(egl_canvas, N)
@@ -504,7 +513,7 @@ def test_two_devices_on_gpu_0_copy_their_slices_into_the_vbos(egl_canvas, driver
     whole = kernel == "tree"
     try:
         run.load(bodies, physics, kernel)
-        target = attach_to_gpu0(pos_name, speed_name, run.devices, N, whole)
+        target = attach_render_target(pos_name, speed_name, run.devices, N, whole)
         assert target is not None
         run.step(10)
         target.publish(run.devices, N, whole)

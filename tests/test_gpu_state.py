@@ -1,9 +1,10 @@
 """GpuState (app/backends/cuda/state.py), the one GPU state class of CudaBackend and CudaShareDevice,
 over a fake device whose "device memory" is host memory: allocations are numpy buffers addressed by
 pointer and the driver's copies are memmoves. What it pins: the layout (float4 rows with the mass in w,
-float speeds, int32 ids), rows by span read and written at the right addresses, positions and speeds
-read from elsewhere (the GL buffers), the updates' row pointers, allocations kept or replaced, and the
-out-of-memory message naming the GPU and the N that fits. tests/test_cuda.py and test_cuda_multi.py run
+float speeds, int32 ids, the fp64 record's exact dvec4 rows), rows by span read and written at the right
+addresses, the double state added to a held one and promoted from its float rows, the updates' row
+pointers, allocations kept or replaced, and the out-of-memory message naming the GPU and the N that
+fits. tests/test_cuda.py and test_cuda_multi.py run
 it on a GPU."""
 
 from __future__ import annotations
@@ -79,17 +80,28 @@ def test_upload_lays_out_float4_rows_speeds_and_ids_and_reads_rows_back():
     assert state.row_pointer("speed", Span(5, 1)) == state.pointer("speed") + 4 * 5
 
 
-def test_positions_and_speeds_elsewhere_are_written_and_read_there():
-    """CudaBackend under interop: the state holds vel and acc; pos and speed are the mapped GL buffers."""
+def test_the_double_state_is_uploaded_exactly_and_promoted_from_the_float_rows():
+    """The fp64 record's state: exact doubles at load; after a run on the float rows, a switch to fp64
+    adds the double rows (the float ones kept) and promotes them, with the exact masses given."""
     b = bodies(6)
     state = GpuState(HostGpu())
-    state.allocate(6, ("vel", "acc"))
-    gl_pos, gl_speed = np.zeros((6, 4), np.float32), np.zeros(6, np.float32)
-    at = (gl_pos.__array_interface__["data"][0], gl_speed.__array_interface__["data"][0])
-    state.upload(b, *at)
-    assert np.array_equal(gl_pos, b.pos4(np.float32)) and gl_speed.any()
-    assert np.array_equal(state.rows("pos", Span(1, 3), at[0]), gl_pos[1:4])
-    assert not state.holds("pos") and state.holds("vel")
+    state.allocate(6, ("pos", "vel", "acc", "speed", "pos64", "vel64", "acc64"))
+    state.upload(b)
+    pos64 = state.rows("pos64", Span.all(6))
+    assert pos64.dtype == np.float64 and np.array_equal(pos64[:, :3], b.pos) and np.array_equal(pos64[:, 3],
+                                                                                                 b.mass)
+    assert np.array_equal(state.rows("vel64", Span(2, 3))[:, :3], b.vel[2:5])
+    floats = GpuState(HostGpu())
+    floats.allocate(6)
+    floats.upload(b)
+    before = floats.pointer("pos")
+    floats.extend(("pos64", "vel64", "acc64"))
+    assert floats.pointer("pos") == before and floats.holds("acc64")
+    mass = np.linspace(1.0, 2.0, 6) / 3.0  # not a float32 value: the promoted masses are these exactly
+    floats.promote(mass)
+    promoted = floats.rows("pos64", Span.all(6))
+    assert np.array_equal(promoted[:, :3], b.pos.astype(np.float32).astype(np.float64))
+    assert np.array_equal(promoted[:, 3], mass)
 
 
 def test_the_updates_address_the_rows_of_their_span(monkeypatch):
@@ -102,8 +114,12 @@ def test_the_updates_address_the_rows_of_their_span(monkeypatch):
     assert n == 5
     fields = ("pos", "vel", "acc", "speed")
     assert (pos, vel, acc, speed) == tuple(state.row_pointer(f, Span(3, 5)) for f in fields)
-    state.ops(None, Span(2, 4), pos=0x10000, speed=0x20000)  # the mapped buffers' bases
-    assert made[1][1][0] == 0x10000 + 16 * 2 and made[1][1][3] == 0x20000 + 4 * 2
+    monkeypatch.setattr(state_module, "Fp64Ops", lambda device, force, n, *ptrs: made.append((n, ptrs)))
+    state.extend(("pos64", "vel64", "acc64"))
+    state.ops64(None)  # every row: the double state, then the float rows it keeps current for drawing
+    n, ptrs = made[1]
+    assert n == 8 and ptrs == tuple(state.pointer(f) for f in ("pos64", "vel64", "acc64", "pos", "vel",
+                                                                   "speed"))
 
 
 def test_allocations_are_kept_for_the_same_n_and_fields_and_replaced_otherwise():

@@ -302,8 +302,9 @@ def test_bench_gpus_writes_rows_per_count_and_scaling_rows(tmp_path, capsys):
     assert set(rows) == {(1, 256), (1, 512), (2, 256), (2, 512)}
     assert all(r["status"] == "ok" for r in rows.values())
     assert list(rows[2, 512]["devices_median_ms"]) == ["0 cpu0", "1 cpu1"]
-    # each row says how it ran: the kernel's split and the driver `auto` resolved to
-    assert {(r["split"], r["gpu_driver"]) for r in rows.values()} == {("targets", "threads")}
+    # each row says how it ran: the kernel's split and the driver `auto` resolved to (none for one device)
+    assert {(k, r["split"], r["gpu_driver"]) for (k, _n), r in rows.items()} == {(1, "targets", "single"),
+                                                                               (2, "targets", "threads")}
     for s in result["scaling"]:
         base, this = rows[1, s["n"]], rows[s["gpus"], s["n"]]
         expected = (base["median_ms"] + base["exchange_median_ms"]) / (this["median_ms"]

@@ -75,9 +75,22 @@ class TwinGpuDevice(CpuDevice):
         array = getattr(self, field)
         return address(array) + array.strides[0] * span.start
 
+    key_ordered = False  # as the GPU's: rows are bodies until the first take_key_order
+
+    def take_key_order(self) -> None:
+        super().take_key_order()
+        self.key_ordered = True
+
     def render_rows(self, pos: int, speed: int) -> None:
-        """The GPU's scatter_by_id: row k to the renderer's row ids[k] (the renderer's rows are bodies)."""
+        """The GPU's: two copies while rows are bodies, else scatter_by_id (row k to the renderer's row
+        ids[k]: the renderer's rows are bodies)."""
         n = len(self.ids)
+        if not self.key_ordered:
+            for dst, field in ((pos, "pos"), (speed, "speed")):
+                array = getattr(self, field)
+                self.device.drv.copies.append(("render", dst, address(array), array.nbytes))
+                memmove(dst, address(array), array.nbytes)
+            return
         vbo_pos = np.ctypeslib.as_array((ctypes.c_float * (4 * n)).from_address(pos)).reshape(n, 4)
         vbo_speed = np.ctypeslib.as_array((ctypes.c_float * n).from_address(speed))
         vbo_pos[self.ids] = self.pos
@@ -98,6 +111,9 @@ class FakeGLBuffers:
         self.speed = np.full(capacity, np.nan, np.float32)
         self.is_mapped, self.maps, self.registered = False, 0, True
         self.last_map_ms, self.last_unmap_ms = 0.0, 0.0
+
+    def capacity(self) -> int:
+        return len(self.speed)
 
     @contextmanager
     def mapped_for(self, n: int):
@@ -160,7 +176,7 @@ class TwinGpus:
     def exchange(self, name):
         return PeerExchange
 
-    def gl_target(self, position_vbo, speed_vbo, devices, n, whole=False):
+    def gl_target(self, position_vbo, speed_vbo, devices, n, whole=False, ordinal=0):
         target = GpuRenderTarget(FakeGLBuffers(n + self.slack), CountingScope(), self._copy)
         if devices:
             target.publish(devices, n, whole)
@@ -284,7 +300,7 @@ def test_reload_with_the_same_n_keeps_the_vbos_a_new_n_detaches_them():
         assert backend.attach_gl_buffers(1, 2)
         gl = backend.gl_buffers
         backend.step(3)
-        backend.set_physics(Physics(G=2.0, softening=0.02, dt=2e-3))  # the devices are made again
+        backend.set_physics(Physics(G=2.0, softening=0.02, dt=2e-3))  # in place, on the same devices
         assert backend.gl_buffers is gl and gl.registered
         backend.step(1)
         state = backend.state()

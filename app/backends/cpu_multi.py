@@ -35,6 +35,7 @@ class CpuDevice:
         self.name = CpuDevices.names(index + 1)[index]
         self.share = share
         self.physics = physics
+        self.record = record
         self.evaluator = record.policy.evaluator(record, physics)
         self.pos, self.vel = bodies.pos4(dtype), bodies.vel4(dtype)
         self.acc = np.zeros_like(self.pos)
@@ -58,6 +59,12 @@ class CpuDevice:
                                self.speed[rows])
             self._ops_share = span
         return self._ops
+
+    def set_physics(self, physics: Physics) -> None:
+        """New force parameters: the record's evaluator made again with them (the updates hold it)."""
+        self.physics = physics
+        self.evaluator = self.record.policy.evaluator(self.record, physics)
+        self._ops, self._ops_share = None, None
 
     def timed(self, category: str):
         return self.timer.time(category)
@@ -196,7 +203,8 @@ class CpuDevices:
         return lambda devices: HostExchange()
 
     @staticmethod
-    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int, whole: bool = False):
+    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int, whole: bool = False,
+                  ordinal: int = 0):
         """No interop on the host: the renderer uploads `host_render_arrays()` each frame."""
         return None
 

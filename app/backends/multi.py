@@ -44,7 +44,7 @@ from app.backends.base import (
     check_physics,
 )
 from app.bodies import Bodies
-from app.errors import ConfigError, NonFiniteState
+from app.errors import ConfigError, NonFiniteState, StateOutOfMemory
 from app.forces import Span
 from app.integrator import CHECK_EVERY
 from app.multidevice import DRIVERS, EXCHANGES, MultiDeviceRun, resolve_device_count
@@ -76,6 +76,8 @@ def multi_backend_class(base: type[Backend], k, driver: str = "auto", exchange: 
     kind = device_kind(base.name)
     kind.check_exchange(exchange)
     count = resolve_device_count(k, kind.count(), kind.what)
+    if count == 1 and issubclass(base, MultiDeviceBackend) and (driver, exchange) == ("auto", "auto"):
+        return base  # one GPU is the K = 1 run already (app/backends/cuda/backend.py)
     return type(f"Multi{base.__name__}", (MultiDeviceBackend,),
                 {"base": base, "name": base.name, "kind": kind, "k": count, "driver": driver,
                  "exchange": exchange})
@@ -92,6 +94,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
     driver = "auto"
     exchange = "auto"
     check_every = CHECK_EVERY  # steps between the devices' non-finite checks (0: never), as on one GPU
+    render_ordinal = 0  # the device that holds the renderer's buffers (the run's first)
 
     @classmethod
     def why_not(cls) -> str | None:
@@ -130,11 +133,20 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
         physics = check_physics(physics)
         name = self.record(kernel or self.kind.default_kernel).name
-        run = MultiDeviceRun(self.kind.factory(self.k), self.k, self.driver,
+        run = MultiDeviceRun(self._factory(), self.k, self.driver,
                              make_exchange=self.kind.exchange(self.exchange))
         run.check_every = self.check_every
-        run.load(bodies, physics, name)
         previous_n = self.n if self._run is not None else 0
+        try:
+            run.load(bodies, physics, name)  # beside the current run: a failure leaves it as it is ...
+        except StateOutOfMemory:
+            if self._run is None:
+                raise
+            # ... except where the current state holds the memory the new one needs: given back first
+            log.warning("N = %d does not fit beside the current state: it is released to make room", bodies.n)
+            self._close_run()
+            self._mass = np.zeros(0)
+            run.load(bodies, physics, name)
         self._close_run()
         self._run, self._kernel, self._physics = run, name, physics
         self._mass = bodies.mass.astype(np.float64, copy=True)
@@ -142,11 +154,17 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         self._t0, self._steps = float(bodies.time), 0
         self._tunables_changed()
         if self._gl_target is not None:
-            if bodies.n != previous_n:  # the renderer resizes its buffers and attaches them again
+            # the same N (a reload), or buffers attached before the first load that hold it: they show the
+            # new state; else the renderer resizes its buffers and attaches them again
+            if bodies.n == previous_n or (not previous_n and self._gl_target.capacity() >= bodies.n):
+                self._gl_target.publish(run.devices, self.n, run.render_whole)
+            else:
                 log.info("N = %d: CUDA-GL buffers detached until attach_gl_buffers is called again", bodies.n)
                 self.detach_gl_buffers()
-            else:  # same N (a kernel switch, new force parameters): the VBOs show the reloaded state
-                self._gl_target.publish(run.devices, self.n, run.decomposition.integrate_all)
+
+    def _factory(self):
+        """The run's device factory (app/multidevice.py DeviceFactory): devices 0..k-1 of the kind."""
+        return self.kind.factory(self.k)
 
     def _reload(self, physics: Physics, kernel: str) -> None:
         """The devices made again from the current state (a kernel or a force parameter changed)."""
@@ -154,7 +172,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
 
     def _require_state(self) -> MultiDeviceRun:
         if self._run is None:
-            raise RuntimeError("MultiDeviceBackend: call load() before stepping or reading the state")
+            raise RuntimeError(f"{type(self).__name__}: call load() before stepping or reading the state")
         return self._run
 
     @property
@@ -168,16 +186,10 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         self._kernel = name
 
     def set_physics(self, physics: Physics) -> None:
-        old = self._swap_physics(physics)
-        if self._run is None:
-            return
-        if (physics.G, physics.softening, physics.h, physics.model) != (old.G, old.softening, old.h,
-                                                                        old.model):
-            self._reload(physics, self._kernel)  # every device's evaluator holds the force parameters
-        else:
-            self._run.physics = physics
-            if physics.integrator != old.integrator:
-                self._run.integrator.invalidate()
+        """In place: the devices' evaluators take new force parameters (MultiDeviceRun.set_physics)."""
+        self._swap_physics(physics)
+        if self._run is not None:
+            self._run.set_physics(self._physics)
 
     @property
     def n(self) -> int:
@@ -191,7 +203,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
     def _tunables_changed(self) -> None:
         if self._run is None:
             return
-        values = self.tunables()
+        values = TunablesPerKernel.tunables(self)  # the values set, over the record's defaults
         for device in self._run.devices:
             device.evaluator.set_tunables(**values)
         self._run.integrator.invalidate()
@@ -204,12 +216,15 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         if steps < 0:
             raise ValueError(f"steps must be >= 0, not {steps}")
         run = self._require_state()
-        run.physics = self._physics
-        work = run.step(steps)
-        self._steps += steps
+        run.check_every = self.check_every  # (set on the backend, or on its class, at any time)
+        before = run.steps_done
+        try:
+            work = run.step(steps)
+        finally:
+            self._steps += run.steps_done - before  # the whole steps, also of a failed call
         map_ms = unmap_ms = 0.0
         if self._gl_target is not None and steps:  # after the last exchange: every position is on GPU 0
-            self._gl_target.publish(run.devices, self.n, run.decomposition.integrate_all)
+            self._gl_target.publish(run.devices, self.n, run.render_whole)
             map_ms, unmap_ms = self._gl_target.map_ms, self._gl_target.unmap_ms
         lagged = self._gl_target is not None
         times = run.ops.take_times(lagged=lagged)
@@ -218,17 +233,24 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
                               integrate_ms=max(times["integrate"]), interactions=work.interactions,
                               pair_equivalent=work.pair_equivalent, force_evals=work.evaluations,
                               body_cell=work.body_cell, map_ms=map_ms, unmap_ms=unmap_ms,
-                              extra=device_entries(self.device_names, device_ms, max(times["exchange"])))
+                              extra=self._step_entries(device_ms, max(times["exchange"])))
         if lagged:
             timings.extra["timings_lagged"] = 1.0
         found = run.first_nonfinite(wait=not lagged)  # while drawing: the checks the devices have finished
         if found is not None:
-            device, body = found
-            raise NonFiniteState(body, step=self._steps, time=self.time, device=device,
-                                 device_name=run.devices[device].name)
+            raise self._nonfinite(*found)
         if needs_rebalance(device_ms):
             run.rebalance()
         return timings
+
+    def _step_entries(self, device_ms: list[float], exchange_ms: float) -> dict[str, float]:
+        """StepTimings.extra of a step: each device's force time and the exchange's."""
+        return device_entries(self.device_names, device_ms, exchange_ms)
+
+    def _nonfinite(self, device: int, body: int) -> NonFiniteState:
+        """What a non-finite body found by device `device` raises (the device named)."""
+        return NonFiniteState(body, step=self._steps, time=self.time, device=device,
+                              device_name=self._run.devices[device].name)
 
     def accelerations(self) -> np.ndarray:
         return self._require_state().accelerations()
@@ -267,8 +289,9 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         (GPU 0's interop), False when the renderer must upload `host_render_arrays()` each frame."""
         self.detach_gl_buffers()
         devices = self._run.devices if self._run is not None else []
-        whole = self._run is not None and self._run.decomposition.integrate_all
-        self._gl_target = self.kind.gl_target(position_vbo, speed_vbo, devices, self.n, whole)
+        whole = self._run is not None and self._run.render_whole
+        self._gl_target = self.kind.gl_target(position_vbo, speed_vbo, devices, self.n, whole,
+                                              self.render_ordinal)
         return self._gl_target is not None
 
     def detach_gl_buffers(self) -> None:
@@ -329,8 +352,8 @@ def needs_rebalance(device_ms: list[float], spread: float = REBALANCE_SPREAD) ->
 
 def devices_line(backend) -> str:
     """" on 2 GPUs (threads driver, peer exchange, split by domains)" for a multi-device backend, "" for one
-    device."""
-    if not isinstance(backend, MultiDeviceBackend):
-        return ""
+    device's own backend."""
+    if not isinstance(backend, MultiDeviceBackend) or isinstance(backend, backend.base):
+        return ""  # (one GPU, CudaBackend, is the K = 1 run: its own backend, not a form of it)
     return (f" on {backend.k} {backend.kind.what} ({backend.driver_name} driver, {backend.exchange_name} "
             f"exchange, split by {backend.split_name})")

@@ -10,12 +10,14 @@ Importable without pycuda (and without a GPU): pycuda is imported on first use, 
     registry.py      the CUDA kernel records (each its own descriptor, with its policy)
     evaluator.py     CudaEvaluator: one record on one device over spans of targets and sources
     state_ops.py     the integrator's element-wise updates on device arrays (fp32, fp64)
-    state.py         GpuState: one GPU's fp32 state (CudaBackend's and each GPU's of --gpus / MPI ranks)
+    state.py         GpuState: one GPU's state (every GPU of a run: one GPU's, --gpus K's, MPI ranks')
     nonfinite.py     NonFiniteCheck: the non-finite check over rows (all of one GPU's, a share of --gpus)
     interop.py       CUDA-registered GL buffers, mapped only inside `with`
     diagnostics.py   energies and momenta reduced on the device
     tuning_cache.py  the cache `best` reads; tune.py fills it (`nbody-live tune`)
-    backend.py       CudaBackend
+    multi.py         CudaShareDevice: one GPU of a run; the peer exchange; the GPU device kind
+    multi_interop.py the renderer's VBOs filled on the run's first GPU after each step
+    backend.py       CudaBackend: one GPU, the K = 1 run
     errors.py        NonFiniteState, KernelCompileError
 """
 

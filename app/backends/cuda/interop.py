@@ -1,17 +1,17 @@
 """CUDA–GL interop: the renderer's vertex buffers registered with CUDA, mapped only inside `with`.
 
-The position VBO (float4 [x, y, z, m]) is read *and* written by the kernels, so both buffers are
-registered with map flags NONE (WRITE_DISCARD would allow the driver to hand the kernels garbage).
+The position VBO (float4 [x, y, z, m]) and the speed VBO are written on the GPU after each step (the
+run's copies, multi_interop.py); both are registered with map flags NONE.
 `GLBuffers.mapped()` always unmaps, also when a launch inside it raises (NVIDIA Warp's pattern);
 nothing may draw while the buffers are mapped. Registration must be redone whenever the renderer
-reallocates a buffer (a new N): `CudaBackend.attach_gl_buffers` does that.
+reallocates a buffer (a new N): the backend's `attach_gl_buffers` does that.
 
 Needs the GL context current on the calling thread when registering (and, to be safe, when mapping).
 
 One implementation for every CUDA backend: `register_gl_buffers` (whether interop can work here, and the
 registration), `GLBuffers.mapped_for(n)` (mapped, with room for n bodies) and `fall_back` (the one
-warning when it cannot) serve the single-GPU backend, whose state lives in the VBOs, and the multi-GPU
-one (app/backends/cuda/multi_interop.py), which copies each step's state into them on GPU 0.
+warning when it cannot) serve every run on GPUs, one GPU's included (app/backends/cuda/multi_interop.py
+copies each step's state into them on the run's first GPU).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""GPUs as devices of the multi-device driver (app/multidevice.py): one CudaShareDevice per GPU.
+"""GPUs as devices of the multi-device driver (app/multidevice.py): one CudaShareDevice per GPU, of every
+run on GPUs: the single-GPU backend's one (backend.py, the K = 1 run), each of `--gpus K`, each MPI rank's.
 
 Each GPU holds a full float4 copy of the positions and its share of the velocities, accelerations and
 speeds (all of them for a domain split, whose devices integrate every body); the force is split as the
@@ -24,7 +25,8 @@ Exchanges of the share rows between GPUs (`--exchange`, `GpuDevices.exchange`):
 Rendering: GPU 0 holds the renderer's VBOs through CUDA–GL interop, and the GPUs copy into them after
 each step (multi_interop.py); without interop the renderer reads the state back.
 
-fp32 records only: the fp64 record keeps a double state of its own (a ConfigError says so).
+The fp64 record runs on a run of one GPU only (the single-GPU backend, backend.py): its double state is
+rows of the GPU's GpuState; several GPUs refuse it with a ConfigError.
 Run on two H100s (NV18) on 2026-11-25: docs/multi-gpu.md, "Measured scaling". MPI ranks on one node use
 these devices with the CUDA IPC exchange of ipc.py (`rank_exchange`).
 """
@@ -43,7 +45,7 @@ from app.backends.cuda.evaluator import make_evaluator
 from app.backends.cuda.force_sample import EXACT_KERNEL, exact_rows
 from app.backends.cuda.nonfinite import NonFiniteCheck
 from app.backends.cuda.policies import ceil_div, force_arguments
-from app.backends.cuda.state import ROW_BYTES, STATE, GpuState
+from app.backends.cuda.state import FP64, ROW_BYTES, STATE, GpuState
 from app.backends.cuda.state_ops import INTEGRATE_SOURCE
 from app.bodies import Bodies
 from app.decomposition import share_cuts
@@ -64,45 +66,93 @@ class CudaShareDevice:
 
     def __init__(self, ordinal: int, record_name: str, physics: Physics, bodies: Bodies, share: Span,
                  devices: int = 1):
-        """`devices`: how many devices the run has (its `best` runs the tuning on that many GPUs)."""
-        records = self._records = {r.name: r for r in registry.RECORDS}
-        record = records[record_name]
-        if record.precision != "fp32":
-            raise ConfigError(f"{record.name}: several GPUs run the fp32 records only")
+        """`devices`: how many devices the run has (its `best` runs the tuning on that many GPUs; the fp64
+        record runs on one only)."""
+        self._records = {r.name: r for r in registry.RECORDS}
+        self.devices_in_run = devices
         self.device = CudaDevice(ordinal)
         self.name = self.device.name
         self.share = share
         self.n = bodies.n
         self.everyone = Span.all(self.n)
         self.physics = physics
-        self.evaluator = make_evaluator(record, self.device, records)
-        self.evaluator.set_physics(physics)
-        if record.policy.resolves:  # `best`: the record it picks for this N, whose decomposition the run uses
-            chosen, tunables = self.evaluator.active(self.n, devices)  # the tuning on K GPUs, if there is one
-            self.evaluator = make_evaluator(chosen, self.device, records)
-            self.evaluator.set_physics(physics)
-            self.evaluator.set_tunables(**tunables)
         self.integrate_all = False  # set by the run from its decomposition
         self.index, self.shares, self.domain_cuts = 0, [share], []
         self._pair_plans: dict[tuple, object] = {}
         self._exact = None  # EXACT_KERNEL's evaluator, made by the first force-error sample
         self.timer = self.device.timer  # CUDA events on the GPU's legacy stream
         self._marks: dict[str, object] = {}
-        self._share_ops, self._ops_share = None, None
-        self._check = NonFiniteCheck(self.device)  # the single-GPU backend's check, on this share's rows
-        self.state = GpuState(self.device, self.name)  # the single-GPU backend's state class, + sacc, ids
+        self._share_ops, self._ops_key = None, None
+        self._check = NonFiniteCheck(self.device)  # the non-finite check, on this share's rows
+        self.state = GpuState(self.device, self.name)
         with self.device.scope:
             try:
+                self.evaluator = self._evaluator_for(record_name)
                 self.evaluator.prepare(self.n)
-                self.state.allocate(self.n, FIELDS)
+                self.state.allocate(self.n, FIELDS + (FP64 if self.fp64 else ()))
             except BaseException:
                 self.state.free()
                 self.device.close()
                 raise
             self.state.upload(bodies)  # ids: rows are bodies until a domain split re-sorts them
             self._check.prepare()
-        self.ptr = {f: self.state.pointer(f) for f in FIELDS}  # fixed for the run (the exchanges', IPC's)
+        self.fp64_current = self.fp64  # the double state is the state (else the float rows moved on)
+        self.ptr = {f: self.state.pointer(f) for f in self.state_fields}  # fixed (the exchanges', IPC's)
         self._ids = np.arange(self.n, dtype=np.int64)  # the host's copy of "ids" (None: read it again)
+        self.key_ordered = False  # rows are bodies until the first take_key_order
+
+    def _evaluator_for(self, record_name: str):
+        """The record's evaluator on this GPU with the run's physics; for `best`, that of the record it
+        picks for this N and device count (whose decomposition the run uses), with its tunables."""
+        record = self._records[record_name]
+        if record.precision != "fp32" and self.devices_in_run > 1:
+            raise ConfigError(f"{record.name}: several GPUs run the fp32 records only")
+        evaluator = make_evaluator(record, self.device, self._records)
+        evaluator.set_physics(self.physics)
+        if record.policy.resolves:
+            chosen, tunables = evaluator.active(self.n, self.devices_in_run)  # the tuning on K GPUs, if any
+            evaluator = make_evaluator(chosen, self.device, self._records)
+            evaluator.set_physics(self.physics)
+            evaluator.set_tunables(**tunables)
+        return evaluator
+
+    @property
+    def fp64(self) -> bool:
+        """The running record is the fp64 one (its double state is the state)."""
+        return self.evaluator.record.precision == "fp64"
+
+    @property
+    def state_fields(self) -> tuple[str, ...]:
+        return FIELDS + (FP64 if self.state.holds("pos64") else ())
+
+    def use_record(self, record_name: str, mass_rows: np.ndarray) -> None:
+        """Run another record on the same state (one GPU's kernel switch): compiled first, so that a
+        failure leaves the current one; a switch to fp64 promotes the float rows to the double state
+        (`mass_rows`: float64 masses in row order) unless that is still current."""
+        evaluator = self._evaluator_for(record_name)
+        with self.device.scope:
+            evaluator.prepare(self.n)
+            if evaluator.record.precision == "fp64" and not self.fp64_current:
+                self.state.extend(FP64)
+                self.ptr = {f: self.state.pointer(f) for f in self.state_fields}
+                self.state.promote(mass_rows)
+                self.fp64_current = True
+        self.evaluator = evaluator
+        self._share_ops, self._ops_key = None, None
+        self._pair_plans.clear()
+
+    def set_physics(self, physics: Physics) -> None:
+        """New force parameters for the evaluators (their cached launches are keyed by them)."""
+        self.physics = physics
+        for evaluator in (self.evaluator, self._exact):
+            if evaluator is not None:
+                evaluator.set_physics(physics)
+
+    def state_pointers(self) -> tuple[str, int, int]:
+        """(precision, positions, velocities) of the state: dvec4 rows for "fp64", float4 rows for "fp32"."""
+        if self.fp64:
+            return "fp64", self.ptr["pos64"], self.ptr["vel64"]
+        return "fp32", self.ptr["pos"], self.ptr["vel"]
 
     @staticmethod
     def row_bytes(field: str) -> int:
@@ -116,14 +166,20 @@ class CudaShareDevice:
         """The element-wise updates on the rows it integrates (its share, or every row for a domain
         split; the force is `force`, over the whole copy), made again only when those change."""
         s = self.everyone if self.integrate_all else self.share
-        if self._ops_share != s:
-            self._share_ops = self.state.ops(self.force, s)
-            self._ops_share = s
+        if self.fp64:
+            key = "fp64"  # (one GPU: every row)
+        else:
+            key = s
+            self.fp64_current = False  # the float32 state moves on without the double one
+        if self._ops_key != key:
+            self._share_ops = self.state.ops64(self.force) if self.fp64 else self.state.ops(self.force, s)
+            self._ops_key = key
         return self._share_ops
 
     def force(self) -> ForceWork:
+        pos, acc = ("pos64", "acc64") if self.fp64 else ("pos", "acc")
         with self.device.scope, self.timer.time("force"):
-            return self.evaluator.evaluate(self.ptr["pos"], self.ptr["acc"], self.share, self.everyone)
+            return self.evaluator.evaluate(self.ptr[pos], self.ptr[acc], self.share, self.everyone)
 
     def force_pairs(self) -> ForceWork:
         """Its slice of the pair tiles (app/decomposition.py): partial accelerations of every row into
@@ -180,6 +236,7 @@ class CudaShareDevice:
                                *(scratch[f] for f in KEY_ORDER_SCRATCH), self.ptr["pos"], self.ptr["acc"],
                                *(self.ptr[f] for f in KEY_ORDER_SCRATCH))
         self._ids = None
+        self.key_ordered = True
 
     @property
     def ids(self) -> np.ndarray:
@@ -192,8 +249,13 @@ class CudaShareDevice:
 
     def render_rows(self, pos: int, speed: int) -> None:
         """Every row's position and speed into the renderer's buffers (device pointers on this GPU) at the
-        row of its body: the renderer's rows are bodies in load order (its colours and components are)."""
-        if self.n:
+        row of its body: the renderer's rows are bodies in load order (its colours and components are).
+        Two copies while the rows are bodies, else one scatter through ids."""
+        if self.n and not self.key_ordered:
+            with self.device.scope:
+                self.device.drv.memcpy_dtod_async(pos, self.ptr["pos"], ROW_BYTES["pos"] * self.n)
+                self.device.drv.memcpy_dtod_async(speed, self.ptr["speed"], ROW_BYTES["speed"] * self.n)
+        elif self.n:
             fn = self.device.function(INTEGRATE_SOURCE, "scatter_by_id", "iPPPPP")
             with self.device.scope:
                 fn.prepared_call((ceil_div(self.n, 256), 1), (256, 1, 1), self.n, self.ptr["ids"],
@@ -283,6 +345,10 @@ class CudaShareDevice:
             self.device.drv.Context.synchronize()
 
     def rows(self, field: str, span: Span) -> np.ndarray:
+        """A host copy of rows `span` of `field`: positions, velocities and accelerations at the state's
+        precision (the double rows for the fp64 record)."""
+        if self.fp64 and field in ("pos", "vel", "acc"):
+            field += "64"
         with self.device.scope:
             return self.state.rows(field, span)
 
@@ -442,12 +508,13 @@ class GpuDevices:
         return gpu_devices(list(range(k)))
 
     @staticmethod
-    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int, whole: bool = False):
-        """GPU 0's CUDA-GL interop for the renderer's VBOs (multi_interop.py), or None (it said why);
-        `whole`: GPU 0 holds every body's speed."""
-        from app.backends.cuda.multi_interop import attach_to_gpu0
+    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int, whole: bool = False,
+                  ordinal: int = 0):
+        """CUDA-GL interop for the renderer's VBOs on the run's first GPU (`ordinal`; multi_interop.py),
+        or None (it said why); `whole`: that GPU holds every body's rows."""
+        from app.backends.cuda.multi_interop import attach_render_target
 
-        return attach_to_gpu0(position_vbo, speed_vbo, devices, n, whole)
+        return attach_render_target(position_vbo, speed_vbo, devices, n, whole, ordinal)
 
     @staticmethod
     def exchange(name: str):

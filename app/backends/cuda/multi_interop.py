@@ -1,13 +1,16 @@
-"""`--gpus N` with CUDA–GL interop: GPU 0 holds the renderer's VBOs, the other GPUs copy into them.
+"""CUDA–GL interop for a run on GPUs: the run's first GPU ("GPU 0") holds the renderer's VBOs, and every
+GPU of the run copies into them.
 
-The single-GPU backend keeps its state in the VBOs themselves. A multi-GPU run keeps a full position
-copy and a share of the speeds on every GPU (app/backends/cuda/multi.py), so after each `step()` call the
-VBOs, registered and mapped in GPU 0's primary context (interop.py, the same GLBuffers), are filled by
-device-to-device copies (`multidevice.render_copies` says which): all positions from GPU 0's own copy
-(it is whole after the exchange), and each GPU's speed rows by a peer copy into the mapped buffer. Under
-a domain split GPU 0 holds every body in the tree's key order, and one kernel scatters its rows to the
-bodies' rows instead (`render_rows`). No byte crosses the host per frame; map/unmap are timed as on one
-GPU (`GLBuffers.last_map_ms`).
+A run keeps its state in its own buffers (app/backends/cuda/multi.py): a full position copy and a share
+of the speeds on every GPU. After each `step()` call the VBOs, registered and mapped in GPU 0's primary
+context (interop.py, GLBuffers), are filled by device-to-device copies (`multidevice.render_copies` says
+which): all positions from GPU 0's own copy (it is whole after the exchange), and each GPU's speed rows
+by a peer copy into the mapped buffer. Where GPU 0 holds every body's rows (a domain split, or the one
+GPU of the single-GPU backend) and its rows are not bodies (the tree's key order), one kernel scatters
+them to the bodies' rows instead (`render_rows`). No byte crosses the host per frame; map/unmap are
+timed (`GLBuffers.last_map_ms`). On one GPU that is 20 bytes per body per frame, where the state used to
+live in the VBOs themselves; the viewer at 1M with the tree took 13.84 ms a frame against 14.10 ms
+before (one H200, docs/multi-gpu.md, "One engine").
 
 Ordering, without a host wait: the copies are queued on GPU 0's default stream, so the unmap (which
 orders GL's later draws after CUDA's earlier work) and every later kernel on GPU 0 come after them.
@@ -38,8 +41,8 @@ class GpuRenderTarget:
     def publish(self, devices, n: int, whole: bool = False) -> None:
         """The devices' current positions and speeds into the VBOs (RuntimeFault if they hold fewer
         than n bodies). The copies are queued, not waited for. `whole`: the first device holds every
-        body (a domain split integrates every body on every device, in the tree's key order), so every
-        row comes from it, scattered to its body's row (`render_rows`), and no other device is read."""
+        body's rows (MultiDeviceRun.render_whole), so every row comes from it, scattered to its body's
+        row (`render_rows`) once its rows are not bodies, and no other device is read."""
         shares = [d.share for d in devices]
         with self.scope, self.gl.mapped_for(n) as mapped:
             base = {"pos": mapped.pos, "speed": mapped.speed}
@@ -52,6 +55,11 @@ class GpuRenderTarget:
                 source = devices[copy.device].row_pointer(copy.field, copy.span)
                 self.copy_async(base[copy.field] + size * copy.span.start, source, size * copy.span.count)
             queue_after(devices[1:], devices[:1], "rendered")  # the others rewrite their speeds after these
+
+    def capacity(self) -> int:
+        """How many bodies the VBOs hold."""
+        with self.scope:
+            return self.gl.capacity()
 
     @property
     def map_ms(self) -> float:
@@ -66,14 +74,14 @@ class GpuRenderTarget:
             self.gl.unregister()
 
 
-def attach_to_gpu0(position_vbo: int, speed_vbo: int, devices, n: int,
-                   whole: bool = False) -> GpuRenderTarget | None:
-    """The VBOs registered on GPU 0 and filled with the current state (`devices` empty: nothing loaded
-    yet; `whole`: GPU 0 holds every speed, GpuRenderTarget.publish), or None after one warning saying why
-    interop cannot work (the renderer uploads from the host)."""
+def attach_render_target(position_vbo: int, speed_vbo: int, devices, n: int, whole: bool = False,
+                         ordinal: int = 0) -> GpuRenderTarget | None:
+    """The VBOs registered on the run's first GPU (`ordinal`) and filled with the current state
+    (`devices` empty: nothing loaded yet; `whole`: GpuRenderTarget.publish), or None after one warning
+    saying why interop cannot work (the renderer uploads from the host)."""
     from app.backends.cuda.context import ContextScope, driver
 
-    scope = ContextScope(0)  # GPU 0's primary context: the one its CudaShareDevice works in
+    scope = ContextScope(ordinal)  # the GPU's primary context: the one its CudaShareDevice works in
     with scope:
         gl, reason = register_gl_buffers(position_vbo, speed_vbo)
     if gl is None:
@@ -90,6 +98,6 @@ def attach_to_gpu0(position_vbo: int, speed_vbo: int, devices, n: int,
             target.close()
             fall_back(str(e))
             return None
-    log.info("CUDA-GL interop active on GPU 0: every GPU copies into GL buffers %d (positions) and %d "
-             "(speeds)", int(position_vbo), int(speed_vbo))
+    log.info("CUDA-GL interop active on GPU %d: the run's GPUs copy into GL buffers %d (positions) and %d "
+             "(speeds)", ordinal, int(position_vbo), int(speed_vbo))
     return target

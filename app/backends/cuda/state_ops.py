@@ -1,6 +1,6 @@
 """The integrator's element-wise updates on device arrays (app.integrator.StateOps), per precision.
 
-fp32: kernels/integrate.cu on float4 positions (the GL vertex buffer under interop), velocities and
+fp32: kernels/integrate.cu on float4 positions, velocities and
 accelerations. fp64: kernels/fp64.cu on dvec4 arrays, which also write the float copies the renderer
 draws (positions, velocities, speeds). `force` is a bound force evaluation (CudaEvaluator.bind): only
 the launches remain between the timing events.
