@@ -226,6 +226,25 @@ class CpuTreeEvaluator(ForceEvaluator):
         with clock.time("walk"):
             return self._walk(tree, tpos, trow, acc, theta, group, pairs, within)
 
+    def evaluate_rows(self, pos, acc, rows: np.ndarray) -> ForceWork:
+        """acc[rows] for an index array of `rows`, every body a source (block time steps' active targets,
+        app/blocksteps.py): the tree of all bodies, the walk of only the groups that hold an active row.
+        The groups are the full evaluation's (an inactive body still shapes its group's box), so each row
+        gets bitwise its value in the full evaluation. The work counts the active targets only."""
+        n = pos.shape[0]
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows.size == 0 or n == 0:
+            return ForceWork(evaluations=1)
+        clock = self._clock
+        tree = build(pos, int(self._tunables["leaf"]), clock)
+        self.last_tree = tree
+        with clock.time("walk"):
+            active = np.zeros(n, dtype=bool)
+            active[rows] = True
+            trow = np.where(active[tree.order], tree.order, -1)
+            return self._walk(tree, (tree.x, tree.y, tree.z), trow, acc, float(self._tunables["theta"]),
+                              int(self._tunables["group"]), int(rows.size) * n, True)
+
     def evaluate_domain(self, pos, out, cuts, index: int) -> tuple[ForceWork, list[int]]:
         """One device's part of a domain split (app/decomposition.py): the tree of every row of `pos`, the
         walk of the groups of key range `index` only, each of its bodies' accelerations written to

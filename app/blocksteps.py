@@ -1,0 +1,331 @@
+"""Hierarchical block time steps: power-of-two levels, "drift all, kick active" (docs/blocksteps.md).
+
+Levels: body i steps dt_i = dt_max / 2^l_i, l_i in [0, L] (dt_max = physics.dt, L = `max_level`); time
+is counted in ticks of dt_min = dt_max / 2^L, and a level-l step is 2^(L-l) ticks. Every step starts on
+a tick that is a multiple of its own length, so the bodies whose step ends at tick t (the *active* set)
+are exactly those with t % 2^(L-l_i) == 0, and every body ends its step at t = 2^L: velocities are
+synchronised at every dt_max boundary, as with the shared leapfrog (app/integrator.py).
+
+Criterion (GADGET-2, Springel 2005, MNRAS 364, 1105, eq. 34; GOTHIC, Miki & Umemura 2017, New Astron.
+52, 65, uses the same form): dt_i = sqrt(2 η ε / |a_i|), ε the softening, η the accuracy parameter; the
+wanted level is the smallest l with dt_max / 2^l <= dt_i, clamped to [0, L] (a = 0: level 0; ε = 0 or a
+non-finite a: level L).
+
+One max step (KDK per level, GADGET-2 / GOTHIC's "drift all, kick active"):
+
+    t = 0, active = everyone
+    while t < 2^L:
+        kick(active, a dt_i / 2)            the opening half-kick of each step starting at t
+        drift_all((t' - t) dt_min)          t' = the next tick at which some body's step ends
+        t = t'; active = {i : t % 2^(L - l_i) == 0}
+        force_active(active)                a(x) of the active targets against all sources
+        kick(active, a dt_i / 2)            the closing half-kick, with the step's own dt_i
+        l_i = new level of each active body (`relevel`)
+
+Level changes happen only at the end of a body's own step: to a finer level at any such tick (t is a
+multiple of every finer step, so the new step starts aligned), to a coarser one only where t is a
+multiple of the coarser step. With the levels frozen, each level's schedule is then a palindrome in time
+(t % s == 0 iff (2^L - t) % s == 0 for s dividing 2^L), and each body's KDK brackets its drifts with
+equal half-kicks, so a max step reversed retraces itself (tests/test_blocksteps.py). With L = 0 it is
+the shared leapfrog, operation for operation (bitwise, against `app.integrator.integrate`).
+
+The scheduler (`BlockSteps`) owns the levels and the schedule; a backend implements `BlockOps` (three
+updates and a force over an index array of rows). This module provides the float64 reference
+(`NumpyBlockOps`) and the CPU twin's (`TreeBlockOps`, cpu-tree walking only the groups that hold an
+active body). It is not a Stepper: the Stepper's one-step-one-force contract stays as it is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from app.bodies import Bodies
+from app.forces import ForceWork
+from app.physics import Physics, accelerations
+
+MODES = ("block", "shared", "frozen")  # per-body levels; one level for all (the finest wanted); fixed levels
+
+
+class BlockOps(Protocol):
+    """One backend's state under block steps: positions, velocities and a(x) per body (rows)."""
+
+    n: int
+
+    def drift_all(self, dt: float) -> None:
+        """x += v·dt for every body (and the state's clock += dt)."""
+
+    def force_active(self, rows: np.ndarray) -> ForceWork:
+        """acc[rows] = a(x) of the bodies `rows` (int64, increasing) against all sources; only those rows
+        count as targets in the work returned."""
+
+    def kick(self, rows: np.ndarray, half_dts: np.ndarray) -> None:
+        """v[rows] += acc[rows]·half_dts (one half step each, per row)."""
+
+    def acc_norms(self, rows: np.ndarray) -> np.ndarray:
+        """|acc[rows]| as float64 (the criterion's input)."""
+
+
+def wanted_levels(norms: np.ndarray, dt_max: float, max_level: int, eta: float,
+                  softening: float) -> np.ndarray:
+    """The criterion: the smallest l in [0, max_level] with dt_max / 2^l <= sqrt(2 η ε / |a|) (int32)."""
+    norms = np.asarray(norms, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dt = np.sqrt(2.0 * eta * softening / norms)  # inf where a = 0, nan where a is not finite
+    dt = np.where(np.isnan(dt), 0.0, dt)
+    steps = dt_max / np.exp2(np.arange(max_level + 1))  # exact: powers of two
+    level = np.searchsorted(-steps, -dt, side="left")  # the first l with steps[l] <= dt
+    return np.minimum(level, max_level).astype(np.int32)
+
+
+def aligned_level(t: int, max_level: int) -> int:
+    """The coarsest level whose steps are aligned with tick t (t a multiple of 2^(L - l)); 0 at t = 0."""
+    if t == 0:
+        return 0
+    trailing = (t & -t).bit_length() - 1  # the largest power of two dividing t
+    return max(0, max_level - trailing)
+
+
+def relevel(wanted: np.ndarray, t: int, max_level: int) -> np.ndarray:
+    """New levels of bodies whose steps end at tick t: the wanted level when it is finer than or equal to
+    the old one (t ends an old step, so it is a multiple of every finer step), else the coarsest level
+    between the wanted and the old one that tick t is aligned with. (A coarser step starting off its grid
+    would break the schedule's palindrome, and with it each level's time symmetry.) Since t ends a step
+    of the old level, aligned_level(t) <= old, and both cases are one max."""
+    return np.maximum(np.asarray(wanted, np.int32), np.int32(aligned_level(t, max_level)))
+
+
+@dataclass
+class BlockState:
+    """What resumes a run at a max-step boundary, beside the ops' state (x, v, a(x), time): the levels,
+    the max steps taken and the tick within the max step (always 0 at a boundary)."""
+
+    levels: np.ndarray
+    steps: int = 0
+    tick: int = 0
+
+
+@dataclass
+class MaxStepRecord:
+    """One max step's schedule: per substep its end tick and number of active targets."""
+
+    ticks: list[int] = field(default_factory=list)
+    active: list[int] = field(default_factory=list)
+    n: int = 0
+
+    @property
+    def targets(self) -> int:
+        """Active targets evaluated, summed over the substeps (the force work in target units)."""
+        return int(sum(self.active))
+
+    @property
+    def substep_fractions(self) -> list[float]:
+        return [a / self.n for a in self.active] if self.n else []
+
+    @property
+    def fraction(self) -> float:
+        """Active targets / (N · substeps): the mean active fraction of the max step's substeps."""
+        return self.targets / (self.n * len(self.active)) if self.active else 0.0
+
+
+class BlockSteps:
+    """The block time-step scheduler over a `BlockOps`: levels (int32, owned here), the schedule, the
+    criterion, and the counts. `mode`: "block" (per-body levels from the criterion), "shared" (every
+    body at the finest level any body wants: the shared-step comparison at the same η), "frozen" (the
+    levels given, never changed)."""
+
+    def __init__(self, physics: Physics, max_level: int, eta: float = 0.025, mode: str = "block",
+                 levels: np.ndarray | None = None):
+        if mode not in MODES:
+            raise ValueError(f"unknown block-step mode {mode!r}; choose from {', '.join(MODES)}")
+        if not 0 <= int(max_level) <= 30:
+            raise ValueError(f"max_level {max_level} is not in [0, 30]")
+        if physics.integrator != "leapfrog":
+            raise ValueError("block time steps are a leapfrog (KDK) scheme")
+        if mode == "frozen" and levels is None:
+            raise ValueError("frozen levels need `levels`")
+        self.physics = physics
+        self.max_level = int(max_level)
+        self.eta = float(eta)
+        self.mode = mode
+        self.dt_max = float(physics.dt)
+        self.dt_min = self.dt_max / (1 << self.max_level)
+        self.levels = None if levels is None else self._checked(levels)
+        self.steps = 0
+        self.ready = False  # a(x) of every body and the levels match the state (begin() makes them)
+        self.last = MaxStepRecord()
+        self.total = MaxStepRecord()  # every substep since begin()/resume(), for the counts
+        self.work = ForceWork()
+
+    def _checked(self, levels) -> np.ndarray:
+        levels = np.asarray(levels).astype(np.int32)
+        if levels.size and (levels.min() < 0 or levels.max() > self.max_level):
+            raise ValueError(f"levels outside [0, {self.max_level}]")
+        return levels.copy()
+
+    # --- state ------------------------------------------------------------------------------------------
+    @classmethod
+    def resume(cls, state: BlockState, physics: Physics, max_level: int, eta: float = 0.025,
+               mode: str = "block") -> BlockSteps:
+        """A scheduler continuing `state`; its ops must hold the checkpoint's x, v and a(x) (or have
+        recomputed a(x) with a force whose rows do not depend on which rows are asked: the tree's
+        active-group walk, the numba float64 sum)."""
+        if state.tick != 0:
+            raise ValueError("block steps resume only at a max-step boundary (tick 0)")
+        sched = cls(physics, max_level, eta, mode, levels=state.levels)
+        sched.steps = int(state.steps)
+        sched.ready = True
+        return sched
+
+    def state(self) -> BlockState:
+        if not self.ready:
+            raise ValueError("no state to checkpoint: begin() has not run, or a max step failed")
+        return BlockState(levels=self.levels.copy(), steps=self.steps, tick=0)
+
+    def histogram(self) -> np.ndarray:
+        """Bodies per level, levels 0..L."""
+        return np.bincount(self.levels, minlength=self.max_level + 1)
+
+    def step_ticks(self, levels: np.ndarray | None = None) -> np.ndarray:
+        """Ticks per step of each body (int64)."""
+        levels = self.levels if levels is None else levels
+        return np.left_shift(np.int64(1), self.max_level - levels.astype(np.int64))
+
+    def half_dts(self, rows: np.ndarray) -> np.ndarray:
+        return 0.5 * self.dt_max / np.exp2(self.levels[rows])  # exact: dt_max times a power of two
+
+    def _wanted(self, ops: BlockOps, rows: np.ndarray) -> np.ndarray:
+        p = self.physics
+        return wanted_levels(ops.acc_norms(rows), self.dt_max, self.max_level, self.eta, p.softening)
+
+    # --- stepping ---------------------------------------------------------------------------------------
+    def begin(self, ops: BlockOps) -> ForceWork:
+        """a(x) of every body, and the levels from the criterion (kept when frozen)."""
+        everyone = np.arange(ops.n, dtype=np.int64)
+        work = ops.force_active(everyone)
+        self._count(self.total, 0, ops.n)
+        if self.mode != "frozen":
+            self.levels = self._assign(self._wanted(ops, everyone), None, 0)
+        elif self.levels.shape != (ops.n,):
+            raise ValueError(f"{self.levels.shape[0]} levels for {ops.n} bodies")
+        self.ready = True
+        self.work += work
+        return work
+
+    def _assign(self, wanted: np.ndarray, rows: np.ndarray | None, t: int) -> np.ndarray:
+        """The levels after the bodies `rows` (None: all, at t = 0) ended their steps at tick t."""
+        if self.mode == "shared" and wanted.size:  # all bodies are active together: the finest wanted
+            wanted = np.full(wanted.shape, wanted.max(), np.int32)
+        new = relevel(wanted, t, self.max_level)
+        if rows is None:
+            return new
+        levels = self.levels.copy()
+        levels[rows] = new
+        return levels
+
+    def _count(self, record: MaxStepRecord, tick: int, active: int) -> None:
+        record.ticks.append(tick)
+        record.active.append(int(active))
+        record.n = self.levels.shape[0] if self.levels is not None else active
+
+    def max_step(self, ops: BlockOps) -> ForceWork:
+        """Advance one dt_max: the substeps of every level (the module docstring's loop). An exception
+        leaves the scheduler not ready: the next max step starts with begin() again."""
+        if not self.ready:
+            self.begin(ops)
+        self.ready = False
+        end = 1 << self.max_level
+        record = MaxStepRecord(n=ops.n)
+        work = ForceWork()
+        t = 0
+        rows = np.arange(ops.n, dtype=np.int64)  # everyone starts a step at a max-step boundary
+        ticks = self.step_ticks()
+        while t < end:
+            ops.kick(rows, self.half_dts(rows))  # opening half-kicks
+            t_next = t + int(ticks.min())  # t is a multiple of every step: the finest ends first
+            ops.drift_all((t_next - t) * self.dt_min)
+            t = t_next
+            rows = np.flatnonzero(t % ticks == 0)
+            work += ops.force_active(rows)
+            self._count(record, t, rows.size)
+            self._count(self.total, t, rows.size)
+            ops.kick(rows, self.half_dts(rows))  # closing half-kicks, with each step's own dt
+            if self.mode != "frozen":
+                self.levels = self._assign(self._wanted(ops, rows), rows, t)
+                ticks = self.step_ticks()
+        self.steps += 1
+        self.last = record
+        self.work += work
+        self.ready = True
+        return work
+
+    def advance(self, ops: BlockOps, steps: int) -> ForceWork:
+        work = ForceWork()
+        for _ in range(int(steps)):
+            work += self.max_step(ops)
+        return work
+
+
+# --- the float64 reference and the CPU twin -----------------------------------------------------------
+def numpy_rows(pos: np.ndarray, mass: np.ndarray, physics: Physics, rows: np.ndarray) -> np.ndarray:
+    """The float64 reference's forces on `rows` (app.physics.accelerations, all N bodies the sources)."""
+    return accelerations(pos, mass, physics, targets=rows)
+
+
+class NumpyBlockOps:
+    """The float64 reference's BlockOps: numpy updates on a `Bodies` (its clock advances with each drift),
+    forces of the active rows as probes of all sources from `rows_fn(pos, mass, physics, rows)` (default
+    `numpy_rows`; `app.backends.cpu.exact_rows`'s numba float64 sum is the fast one). The updates are
+    NumpyOps' (app/integrator.py) row for row, so with L = 0 the trajectory is integrate()'s, bitwise."""
+
+    def __init__(self, bodies: Bodies, physics: Physics, rows_fn=None, acc: np.ndarray | None = None):
+        self.bodies = bodies
+        self.physics = physics
+        self.rows_fn = rows_fn or numpy_rows
+        self.acc = np.zeros((bodies.n, 3)) if acc is None else np.array(acc, dtype=np.float64)
+        self.n = bodies.n
+
+    def drift_all(self, dt: float) -> None:
+        b = self.bodies
+        b.pos += dt * b.vel
+        b.time += dt
+
+    def force_active(self, rows: np.ndarray) -> ForceWork:
+        b = self.bodies
+        self.acc[rows] = self.rows_fn(b.pos, b.mass, self.physics, rows)
+        return ForceWork(interactions=rows.size * self.n, pair_equivalent=rows.size * self.n, evaluations=1)
+
+    def kick(self, rows: np.ndarray, half_dts: np.ndarray) -> None:
+        self.bodies.vel[rows] += self.acc[rows] * half_dts[:, None]
+
+    def acc_norms(self, rows: np.ndarray) -> np.ndarray:
+        return np.linalg.norm(self.acc[rows], axis=1)
+
+
+class TreeBlockOps(NumpyBlockOps):
+    """The CPU twin's BlockOps: float64 x and v, forces by `cpu-tree` walking only the groups that hold an
+    active body (CpuTreeEvaluator.evaluate_rows). Its groups are the full evaluation's, so a row's a(x)
+    does not depend on which rows are active: a checkpoint's a(x) can be recomputed bitwise from x."""
+
+    def __init__(self, bodies: Bodies, physics: Physics, tunables: dict | None = None,
+                 acc: np.ndarray | None = None):
+        from app.backends.cpu import CPUBackend  # lazy: numba
+
+        super().__init__(bodies, physics, acc=acc)
+        record = CPUBackend.record("cpu-tree")
+        self.evaluator = record.policy.evaluator(record, physics)
+        if tunables:
+            self.evaluator.set_tunables(**tunables)
+        self._pos4 = np.empty((self.n, 4))
+        self._acc32 = np.zeros((self.n, 4), np.float32)  # the walk's own precision (float32 rows)
+
+    def force_active(self, rows: np.ndarray) -> ForceWork:
+        b = self.bodies
+        self._pos4[:, :3] = b.pos
+        self._pos4[:, 3] = b.mass
+        work = self.evaluator.evaluate_rows(self._pos4, self._acc32, rows)
+        self.acc[rows] = self._acc32[rows, :3]  # float32 -> float64: exact
+        return work
+
