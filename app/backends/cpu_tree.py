@@ -187,7 +187,8 @@ class CpuTreeEvaluator(ForceEvaluator):
     # opening test's row (16) and the packed float32 row (48)
     BODY_BYTES = 32 + 32 + 24
     CELL_BYTES = 48 + 32 + 44 + 16 + 48
-    CELLS_PER_LEAF = 4.0  # cells ~ 4 n / leaf (measured 3.4-4.8 on Plummer spheres, leaf 8-64)
+    CELLS_PER_LEAF = 4.0  # cells ~ 4 n / leaf (3.3-4.2 on Plummer spheres, leaf 8-64:
+    # bench/results/cpu-2026-11-26-tree-twin-figures.txt)
 
     def bytes_per_body(self, n: int) -> int | None:
         """Host bytes per body that one evaluation allocates at N = n, beside the state: an estimate
