@@ -9,7 +9,9 @@ synchronised at every dt_max boundary, as with the shared leapfrog (app/integrat
 Criterion (GADGET-2, Springel 2005, MNRAS 364, 1105, eq. 34; GOTHIC, Miki & Umemura 2017, New Astron.
 52, 65, uses the same form): dt_i = sqrt(2 η ε / |a_i|), ε the softening, η the accuracy parameter; the
 wanted level is the smallest l with dt_max / 2^l <= dt_i, clamped to [0, L] (a = 0: level 0; ε = 0 or a
-non-finite a: level L).
+non-finite a: level L). Option `criterion="tidal"`: min of that and sqrt(2 η / ||T_i||), T the tidal tensor
+(`tidal_steps`; measured against GADGET-2's in docs/blocksteps.md: neither keeps block steps' energy
+within 2x of shared steps at ε = 0.01).
 
 One max step (KDK per level, GADGET-2 / GOTHIC's "drift all, kick active"):
 
@@ -47,6 +49,7 @@ from app.forces import ForceWork
 from app.physics import Physics, accelerations
 
 MODES = ("block", "shared", "frozen")  # per-body levels; one level for all (the finest wanted); fixed levels
+CRITERIA = ("gadget", "tidal")  # sqrt(2 η ε / |a|); its min with sqrt(2 η / |T|) (docs/blocksteps.md)
 
 
 class BlockOps(Protocol):
@@ -67,17 +70,39 @@ class BlockOps(Protocol):
     def acc_norms(self, rows: np.ndarray) -> np.ndarray:
         """|acc[rows]| as float64 (the criterion's input)."""
 
+    # Only for criterion "tidal" (ops without it raise there):
+    # def tidal_norms(self, rows) -> np.ndarray: ||T[rows]||, the Frobenius norm of the tidal tensor
+    #     T_ab = ∂a_a/∂x_b at the rows, from the last force_active (float64).
+
+
+def step_levels(dt: np.ndarray, dt_max: float, max_level: int) -> np.ndarray:
+    """The smallest l in [0, max_level] with dt_max / 2^l <= dt (int32); nan -> max_level, inf -> 0."""
+    dt = np.where(np.isnan(dt), 0.0, np.asarray(dt, dtype=np.float64))
+    steps = dt_max / np.exp2(np.arange(max_level + 1))  # exact: powers of two
+    level = np.searchsorted(-steps, -dt, side="left")  # the first l with steps[l] <= dt
+    return np.minimum(level, max_level).astype(np.int32)
+
+
+def gadget_steps(norms: np.ndarray, eta: float, softening: float) -> np.ndarray:
+    """GADGET-2's dt_i = sqrt(2 η ε / |a_i|): inf where a = 0, nan where a is not finite or ε = 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.sqrt(2.0 * eta * softening / np.asarray(norms, dtype=np.float64))
+
+
+def tidal_steps(norms: np.ndarray, tidal: np.ndarray, eta: float, softening: float) -> np.ndarray:
+    """min(GADGET-2's step, sqrt(2 η / ||T_i||)), ||T|| the tidal tensor's Frobenius norm (Grudić &
+    Hopkins 2020, MNRAS, arXiv:1910.06349: a dynamical time ||T||^(-1/2) that does not vanish where |a| does).
+    Both terms have the same η and agree in scale at the softening length (a pair at r = ε: |a| ≈
+    ||T|| ε), so `shared` at the same η is the same finest-level rule."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dyn = np.sqrt(2.0 * eta / np.asarray(tidal, dtype=np.float64))
+    return np.minimum(gadget_steps(norms, eta, softening), dyn) if softening > 0 else dyn
+
 
 def wanted_levels(norms: np.ndarray, dt_max: float, max_level: int, eta: float,
                   softening: float) -> np.ndarray:
     """The criterion: the smallest l in [0, max_level] with dt_max / 2^l <= sqrt(2 η ε / |a|) (int32)."""
-    norms = np.asarray(norms, dtype=np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        dt = np.sqrt(2.0 * eta * softening / norms)  # inf where a = 0, nan where a is not finite
-    dt = np.where(np.isnan(dt), 0.0, dt)
-    steps = dt_max / np.exp2(np.arange(max_level + 1))  # exact: powers of two
-    level = np.searchsorted(-steps, -dt, side="left")  # the first l with steps[l] <= dt
-    return np.minimum(level, max_level).astype(np.int32)
+    return step_levels(gadget_steps(norms, eta, softening), dt_max, max_level)
 
 
 def aligned_level(t: int, max_level: int) -> int:
@@ -137,9 +162,11 @@ class BlockSteps:
     levels given, never changed)."""
 
     def __init__(self, physics: Physics, max_level: int, eta: float = 0.025, mode: str = "block",
-                 levels: np.ndarray | None = None):
+                 levels: np.ndarray | None = None, criterion: str = "gadget"):
         if mode not in MODES:
             raise ValueError(f"unknown block-step mode {mode!r}; choose from {', '.join(MODES)}")
+        if criterion not in CRITERIA:
+            raise ValueError(f"unknown block-step criterion {criterion!r}; choose from {', '.join(CRITERIA)}")
         if not 0 <= int(max_level) <= 30:
             raise ValueError(f"max_level {max_level} is not in [0, 30]")
         if physics.integrator != "leapfrog":
@@ -150,6 +177,7 @@ class BlockSteps:
         self.max_level = int(max_level)
         self.eta = float(eta)
         self.mode = mode
+        self.criterion = criterion
         self.dt_max = float(physics.dt)
         self.dt_min = self.dt_max / (1 << self.max_level)
         self.levels = None if levels is None else self._checked(levels)
@@ -168,13 +196,13 @@ class BlockSteps:
     # --- state ------------------------------------------------------------------------------------------
     @classmethod
     def resume(cls, state: BlockState, physics: Physics, max_level: int, eta: float = 0.025,
-               mode: str = "block") -> BlockSteps:
+               mode: str = "block", criterion: str = "gadget") -> BlockSteps:
         """A scheduler continuing `state`; its ops must hold the checkpoint's x, v and a(x) (or have
         recomputed a(x) with a force whose rows do not depend on which rows are asked: the tree's
         active-group walk, the numba float64 sum)."""
         if state.tick != 0:
             raise ValueError("block steps resume only at a max-step boundary (tick 0)")
-        sched = cls(physics, max_level, eta, mode, levels=state.levels)
+        sched = cls(physics, max_level, eta, mode, levels=state.levels, criterion=criterion)
         sched.steps = int(state.steps)
         sched.ready = True
         return sched
@@ -197,8 +225,15 @@ class BlockSteps:
         return 0.5 * self.dt_max / np.exp2(self.levels[rows])  # exact: dt_max times a power of two
 
     def _wanted(self, ops: BlockOps, rows: np.ndarray) -> np.ndarray:
-        p = self.physics
-        return wanted_levels(ops.acc_norms(rows), self.dt_max, self.max_level, self.eta, p.softening)
+        eps = self.physics.softening
+        if self.criterion == "tidal":
+            if not hasattr(ops, "tidal_norms"):
+                raise ValueError(f"criterion 'tidal' needs ops with tidal_norms(); {type(ops).__name__} "
+                                 "has none")
+            dt = tidal_steps(ops.acc_norms(rows), ops.tidal_norms(rows), self.eta, eps)
+        else:
+            dt = gadget_steps(ops.acc_norms(rows), self.eta, eps)
+        return step_levels(dt, self.dt_max, self.max_level)
 
     # --- stepping ---------------------------------------------------------------------------------------
     def begin(self, ops: BlockOps) -> ForceWork:
@@ -274,18 +309,63 @@ def numpy_rows(pos: np.ndarray, mass: np.ndarray, physics: Physics, rows: np.nda
     return accelerations(pos, mass, physics, targets=rows)
 
 
+_TIDAL_KERNEL = None
+
+
+def tidal_rows(pos: np.ndarray, mass: np.ndarray, physics: Physics, rows: np.ndarray) -> np.ndarray:
+    """||T|| (Frobenius, float64) at the bodies `rows` from all the others: T_ab = Σ_j G m_j (3 d_a d_b /
+    s^5 − δ_ab / s^3), d = x_j − x_i, s² = |d|² + ε² (the softened potential's Hessian; the self term
+    and coincident bodies at ε = 0 left out). Gravity only. Numba, parallel over rows, compiled lazily."""
+    global _TIDAL_KERNEL
+    if physics.h:
+        raise ValueError("the tidal criterion is for pure gravity (no repulsion term)")
+    if _TIDAL_KERNEL is None:
+        import numba
+
+        @numba.njit(parallel=True, cache=True)
+        def kernel(pos, mass, rows, eps2, g):  # pragma: no cover - numba compiles it
+            out = np.empty(rows.size)
+            for q in numba.prange(rows.size):
+                i = rows[q]
+                xx = yy = zz = xy = xz = yz = 0.0
+                for j in range(pos.shape[0]):
+                    dx, dy, dz = pos[j, 0] - pos[i, 0], pos[j, 1] - pos[i, 1], pos[j, 2] - pos[i, 2]
+                    s2 = dx * dx + dy * dy + dz * dz + eps2
+                    if j == i or s2 == 0.0:
+                        continue
+                    inv2 = 1.0 / s2
+                    w = g * mass[j] * inv2 * np.sqrt(inv2)
+                    w5 = 3.0 * w * inv2
+                    xx += w5 * dx * dx - w
+                    yy += w5 * dy * dy - w
+                    zz += w5 * dz * dz - w
+                    xy += w5 * dx * dy
+                    xz += w5 * dx * dz
+                    yz += w5 * dy * dz
+                out[q] = np.sqrt(xx * xx + yy * yy + zz * zz + 2.0 * (xy * xy + xz * xz + yz * yz))
+            return out
+
+        _TIDAL_KERNEL = kernel
+    return _TIDAL_KERNEL(np.ascontiguousarray(pos, dtype=np.float64), np.ascontiguousarray(mass, np.float64),
+                         np.asarray(rows, dtype=np.int64), float(physics.softening) ** 2, float(physics.G))
+
+
 class NumpyBlockOps:
     """The float64 reference's BlockOps: numpy updates on a `Bodies` (its clock advances with each drift),
     forces of the active rows as probes of all sources from `rows_fn(pos, mass, physics, rows)` (default
     `numpy_rows`; `app.backends.cpu.exact_rows`'s numba float64 sum is the fast one). The updates are
-    NumpyOps' (app/integrator.py) row for row, so with L = 0 the trajectory is integrate()'s, bitwise."""
+    NumpyOps' (app/integrator.py) row for row, so with L = 0 the trajectory is integrate()'s, bitwise.
+    `tidal=True` also keeps ||T|| of the active rows (`tidal_rows`, one more O(rows · N) pass) for the
+    criterion "tidal"."""
 
-    def __init__(self, bodies: Bodies, physics: Physics, rows_fn=None, acc: np.ndarray | None = None):
+    def __init__(self, bodies: Bodies, physics: Physics, rows_fn=None, acc: np.ndarray | None = None,
+                 tidal: bool = False):
         self.bodies = bodies
         self.physics = physics
         self.rows_fn = rows_fn or numpy_rows
         self.acc = np.zeros((bodies.n, 3)) if acc is None else np.array(acc, dtype=np.float64)
         self.n = bodies.n
+        self.tidal = np.zeros(bodies.n) if tidal else None
 
     def drift_all(self, dt: float) -> None:
         b = self.bodies
@@ -295,6 +375,8 @@ class NumpyBlockOps:
     def force_active(self, rows: np.ndarray) -> ForceWork:
         b = self.bodies
         self.acc[rows] = self.rows_fn(b.pos, b.mass, self.physics, rows)
+        if self.tidal is not None:
+            self.tidal[rows] = tidal_rows(b.pos, b.mass, self.physics, rows)
         return ForceWork(interactions=rows.size * self.n, pair_equivalent=rows.size * self.n, evaluations=1)
 
     def kick(self, rows: np.ndarray, half_dts: np.ndarray) -> None:
@@ -302,6 +384,11 @@ class NumpyBlockOps:
 
     def acc_norms(self, rows: np.ndarray) -> np.ndarray:
         return np.linalg.norm(self.acc[rows], axis=1)
+
+    def tidal_norms(self, rows: np.ndarray) -> np.ndarray:
+        if self.tidal is None:
+            raise ValueError("criterion 'tidal' needs NumpyBlockOps(..., tidal=True)")
+        return self.tidal[rows]
 
 
 class TreeBlockOps(NumpyBlockOps):
@@ -328,4 +415,7 @@ class TreeBlockOps(NumpyBlockOps):
         work = self.evaluator.evaluate_rows(self._pos4, self._acc32, rows)
         self.acc[rows] = self._acc32[rows, :3]  # float32 -> float64: exact
         return work
+
+    def tidal_norms(self, rows: np.ndarray) -> np.ndarray:
+        raise ValueError("criterion 'tidal' needs ||T|| from the walk, which cpu-tree does not compute yet")
 

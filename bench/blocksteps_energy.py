@@ -1,7 +1,8 @@
-"""Block against shared time steps at the same η, on the float64 reference (docs/blocksteps.md cites the
-output): max |dE/E| over the max steps, the active targets evaluated, the levels at the end.
+"""Block against shared time steps at the same η and criterion, on the float64 reference (docs/blocksteps.md
+cites the output): max |dE/E| over the max steps, the active targets evaluated, the levels at the end.
 
-    .venv/bin/python bench/blocksteps_energy.py > bench/results/cpu-DATE-blocksteps-energy.txt
+    .venv/bin/python bench/blocksteps_energy.py [--criteria gadget,tidal] [--cases 0,1,2,3,4] \
+        > bench/results/cpu-DATE-blocksteps-criteria.txt
 
 "shared" is every body at the finest level any body wants (app.blocksteps mode "shared"); forces are the
 numba float64 direct sum of the active rows (app.backends.cpu.exact_rows).
@@ -9,13 +10,18 @@ numba float64 direct sum of the active rows (app.backends.cpu.exact_rows).
 
 from __future__ import annotations
 
+import argparse
 import copy
+import os
+import platform
+import subprocess
+import sys
 import time
 
 import numpy as np
 
 from app.backends.cpu import exact_rows
-from app.blocksteps import BlockSteps, NumpyBlockOps
+from app.blocksteps import CRITERIA, BlockSteps, NumpyBlockOps
 from app.ics import generate
 from app.physics import Physics, total_energy
 
@@ -35,11 +41,11 @@ def fast_rows(pos, mass, physics, rows):
     return exact_rows(pos4, rows, physics)
 
 
-def run(bodies, physics, L, eta, mode, steps):
+def run(bodies, physics, L, eta, mode, steps, criterion="gadget"):
     bodies = copy.deepcopy(bodies)
     e0 = total_energy(bodies, physics)
-    ops = NumpyBlockOps(bodies, physics, fast_rows)
-    sched = BlockSteps(physics, L, eta=eta, mode=mode)
+    ops = NumpyBlockOps(bodies, physics, fast_rows, tidal=criterion == "tidal")
+    sched = BlockSteps(physics, L, eta=eta, mode=mode, criterion=criterion)
     worst = 0.0
     for _ in range(steps):
         sched.max_step(ops)
@@ -47,21 +53,41 @@ def run(bodies, physics, L, eta, mode, steps):
     return worst, sched
 
 
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.machine()
+
+
 def main() -> None:
-    print("scene N seed dt_max L eta eps steps | mode max|dE/E| active_targets levels_at_end | seconds")
-    for scene, n, seed, dt, L, eta, eps, steps in CASES:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--criteria", default=",".join(CRITERIA), help="comma-separated: " + ", ".join(CRITERIA))
+    ap.add_argument("--cases", default=",".join(map(str, range(len(CASES)))), help="indices into CASES")
+    args = ap.parse_args()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    print(f"# command: {' '.join([sys.executable.rsplit('/', 1)[-1]] + sys.argv)}")
+    print(f"# machine: {cpu_name()}, {os.cpu_count()} cores; commit {commit.stdout.strip()} "
+          "(+ this change, uncommitted when run)")
+    print("criterion scene N seed dt_max L eta eps steps | mode max|dE/E| active_targets levels_at_end "
+          "| seconds")
+    for k in (int(c) for c in args.cases.split(",")):
+        scene, n, seed, dt, L, eta, eps, steps = CASES[k]
         bodies = generate(scene, n, seed)
         physics = Physics(dt=dt, softening=eps)
-        out = {}
-        for mode in ("block", "shared"):
-            t = time.perf_counter()
-            out[mode] = run(bodies, physics, L, eta, mode, steps)
-            de, sched = out[mode]
-            print(f"{scene} {n} {seed} {dt:g} {L} {eta:g} {eps:g} {steps} | {mode} {de:.3e} "
-                  f"{sched.total.targets:,} {sched.histogram().tolist()} | {time.perf_counter() - t:.1f}")
-        (b_de, b), (s_de, s) = out["block"], out["shared"]
-        print(f"  -> energy block/shared {b_de / s_de:.2f}x, forces shared/block "
-              f"{s.total.targets / b.total.targets:.2f}x")
+        for criterion in args.criteria.split(","):
+            out = {}
+            for mode in ("block", "shared"):
+                t = time.perf_counter()
+                out[mode] = run(bodies, physics, L, eta, mode, steps, criterion)
+                de, sched = out[mode]
+                print(f"{criterion} {scene} {n} {seed} {dt:g} {L} {eta:g} {eps:g} {steps} | {mode} {de:.3e} "
+                      f"{sched.total.targets:,} {sched.histogram().tolist()} | {time.perf_counter() - t:.1f}",
+                      flush=True)
+            (b_de, b), (s_de, s) = out["block"], out["shared"]
+            print(f"  -> {criterion}: energy block/shared {b_de / s_de:.2f}x, forces shared/block "
+                  f"{s.total.targets / b.total.targets:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
