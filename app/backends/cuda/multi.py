@@ -62,7 +62,7 @@ KEY_ORDER_SCRATCH = ("vel", "speed", "ids")  # take_key_order's gather goes thro
 
 
 class CudaShareDevice:
-    """One GPU of a multi-GPU run (see the module docstring)."""
+    """One GPU of a run: the single-GPU backend's one, each of --gpus K, each MPI rank's (module docstring)."""
 
     def __init__(self, ordinal: int, record_name: str, physics: Physics, bodies: Bodies, share: Span,
                  devices: int = 1):
@@ -475,7 +475,8 @@ def gpu_devices(ordinals: list[int]):
 
 
 class GpuDevices:
-    """`--backend cuda --gpus K`: GPUs 0..K-1, for app/backends/multi.py."""
+    """The GPU device kind of app/backends/multi.py: GPUs 0..K-1 for `--gpus K`; one GPU's backend
+    (backend.py) uses its own ordinal through `gpu_devices`."""
 
     what = "GPUs"
     default_kernel = registry.DEFAULT_KERNEL
