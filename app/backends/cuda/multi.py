@@ -62,7 +62,7 @@ KEY_ORDER_SCRATCH = ("vel", "speed", "ids")  # take_key_order's gather goes thro
 
 
 class CudaShareDevice:
-    """One GPU of a run: the single-GPU backend's one, each of --gpus K, each MPI rank's (module docstring)."""
+    """One GPU of a run: the single-GPU backend's one, each of --gpus K, each MPI rank's (module doc)."""
 
     def __init__(self, ordinal: int, record_name: str, physics: Physics, bodies: Bodies, share: Span,
                  devices: int = 1):
