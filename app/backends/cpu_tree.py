@@ -21,6 +21,12 @@ evaluation of acc[targets] = F(pos[targets]; pos[sources]):
 7. walk (numba prange over groups): accepted cells add monopole + quadrupole terms of the softened pair
    potential (gravity or gravity-repulsion), opened leaves add body-body interactions (app/physics.py).
 
+With the tunable rebuild_every = R > 1, steps 1-3 run every R-th evaluation only: in between, `refit`
+keeps the last build's topology (its key order, cells, body ranges and so the groups) and recomputes from
+the current positions the moments (step 4, the same float32 operations) and the cubes the opening test
+reads, each grown to hold its cell's current bodies (`refit_cubes`), so the test keeps its guarantee.
+R = 1 (the default) builds every evaluation, as before.
+
 Arithmetic (docs/tree.md, step 7): the cube and the keys in float64; the moments and the opening test in
 float32, operation by operation as the GPU computes them, so that both trees accept the same cells (the
 float64 left is the cells' cubes, from which each r_open takes its centre offset); the interactions in
@@ -147,6 +153,29 @@ def build(pos: np.ndarray, leaf: int, clock=None) -> Tree:
                 offset, side, mass, com, quad, trace)
 
 
+def refit(built: Tree, pos: np.ndarray, clock=None) -> tuple[Tree, int]:
+    """The tree of `built`'s topology over the current (n, 4) rows of `pos` (the same sources, same n),
+    and the number of cells whose cube grew (docs/tree.md, "Refit"): the bodies are gathered in the
+    build's key order (not re-sorted), the cells and their body ranges are kept, and what depends on the
+    positions is recomputed: the cubes the opening test reads, grown from the build's to hold the cells'
+    current bodies (`refit_cubes`), and the float32 moments (`moments`, the build's operations). The keys
+    stay the build's (they no longer describe the bodies). Stages: the gather under "sort", the cubes under
+    "build", the moments under "moments"."""
+    k = _kernels_module()
+    clock = clock or _NO_CLOCK
+    with clock.time("sort"):
+        s = np.asarray(pos[:, :4], dtype=np.float32)[built.order]
+        x, y, z, m = (np.ascontiguousarray(s[:, i]) for i in range(4))
+    with clock.time("build"):
+        offset, side, grown = k.refit_cubes(x, y, z, built.start, built.count, built.child, built.nchild,
+                                            built.lo, built.size, built.offset, built.side)
+    with clock.time("moments"):
+        mass, com, quad, trace = k.moments(x, y, z, m, built.start, built.count, built.child, built.nchild)
+    tree = Tree(built.lo, built.size, built.order, built.keys, x, y, z, m, built.start, built.count,
+                built.level, built.prefix, built.child, built.nchild, offset, side, mass, com, quad, trace)
+    return tree, int(grown)
+
+
 @dataclass(frozen=True)
 class NumbaTree:
     """`cpu-tree`'s policy: the walk's dtype, and the builder of its evaluator."""
@@ -171,6 +200,32 @@ class CpuTreeEvaluator(ForceEvaluator):
         self.last_tree: Tree | None = None  # the tree of the last evaluation (diagnostics, tests)
         self._groups: dict[str, np.ndarray] = {}  # the last walk's groups (last_groups)
         self._clock = HostTimer()  # perf_counter per stage, summed until stage_ms() takes them
+        # the refit (rebuild_every > 1): the last build's tree, what it was built over, the evaluations since
+        self._built: Tree | None = None
+        self._built_key: tuple | None = None
+        self.since_build = 0  # evaluations since the last build (0: the last evaluation built)
+        self.last_grown = 0  # cells whose cube the last refit grew (0 after a build)
+
+    def set_tunables(self, **values) -> None:
+        super().set_tunables(**values)
+        self._built = None  # a new leaf or rebuild_every: the next evaluation builds
+
+    def _tree(self, pos: np.ndarray, first: int, leaf: int) -> Tree:
+        """The sources' tree (rows pos of sources starting at row `first`): a build every `rebuild_every`
+        evaluations, a refit of the last build's topology in between (docs/tree.md, "Refit"). A build
+        when the sources (their count and first row) or the leaf changed since."""
+        every = int(self._tunables.get("rebuild_every", 1))
+        key = (int(pos.shape[0]), int(first), int(leaf))
+        if every > 1 and self._built is not None and self._built_key == key and self.since_build + 1 < every:
+            tree, self.last_grown = refit(self._built, pos, self._clock)
+            self.since_build += 1
+        else:
+            tree = build(pos, leaf, self._clock)
+            self._built, self._built_key = (tree, key) if every > 1 else (None, None)
+            self.since_build = 0
+            self.last_grown = 0
+        self.last_tree = tree
+        return tree
 
     def stage_ms(self) -> dict[str, float]:
         """ms per stage since the last call: keys, sort, build, moments, walk (docs/tree.md)."""
@@ -210,8 +265,7 @@ class CpuTreeEvaluator(ForceEvaluator):
             acc[rows, :3] = 0
             return ForceWork(pair_equivalent=0, evaluations=1)
         clock = self._clock
-        tree = build(pos[cols], leaf, clock)
-        self.last_tree = tree
+        tree = self._tree(pos[cols], sources.start, leaf)
         within = sources.contains(targets)
         if within:  # the groups are runs of the sources' group cells
             with clock.time("walk"):
@@ -237,8 +291,7 @@ class CpuTreeEvaluator(ForceEvaluator):
         if rows.size == 0 or n == 0:
             return ForceWork(evaluations=1)
         clock = self._clock
-        tree = build(pos, int(self._tunables["leaf"]), clock)
-        self.last_tree = tree
+        tree = self._tree(pos, 0, int(self._tunables["leaf"]))
         with clock.time("walk"):
             active = np.zeros(n, dtype=bool)
             active[rows] = True
@@ -264,8 +317,7 @@ class CpuTreeEvaluator(ForceEvaluator):
         if n == 0:
             return ForceWork(evaluations=1), [0] * len(cuts)
         clock = self._clock
-        tree = build(pos, leaf, clock)
-        self.last_tree = tree
+        tree = self._tree(pos, 0, leaf)
         yield
         with clock.time("walk"):
             gstart = group_starts(tree.start, tree.count, tree.nchild, group)

@@ -8,6 +8,8 @@ The algorithm, step by step, is specified in docs/tree.md; this module is its CP
   level, a cell with <= `leaf` bodies or at level 21 is a leaf; children of a cell are contiguous;
 - `moments`: mass, centre of mass, traceless quadrupole and trace of the second moment, bottom up,
   in float32 (the GPU's operations in the GPU's order: kernels/tree/build.cu `cell_moments`);
+- `refit_cubes`: between rebuilds, the build's cell cubes grown to hold the cells' current bodies (the
+  refit keeps the topology and recomputes `moments` and the opening rows from them: docs/tree.md);
 - `opening_rows`: per cell the float32 row [com, r_open^2] of the opening test (kernels/tree/build.cu
   `tree_pack`), and `box_accepts`, the test itself in IEEE float32 (kernels/tree/walk.cu `accepted`);
 - `walk_kernel(dtype, repulsion, skip_self)`: numba-parallel over groups of consecutive targets: one
@@ -210,6 +212,87 @@ def cell_cubes(level, prefix, size):
         offset[c, 1] = (iy + 0.5) * w
         offset[c, 2] = (iz + 0.5) * w
     return offset, side
+
+
+# the refit's tolerance: a body counts as inside its cell's cube when it is at most this fraction of the key
+# cube's side outside it (a body on a face may sit an ulp out after the float64 key and offset roundings);
+# far below MAC_SLACK's margin (2^-19 of r_open >= 2^-19 side / 1.5 >= 2^-40.6 of the key cube)
+REFIT_TOL = 2.0 ** -46
+
+
+@njit(cache=True, fastmath=False)
+def refit_cubes(x, y, z, start, count, child, nchild, lo, size, offset, side):
+    """The refit's opening cubes (docs/tree.md, "Refit"): per cell, its build cube (float64 `offset` from
+    `lo` and `side`, `cell_cubes`) grown to hold the cell's current bodies (sorted float32 x, y, z at the
+    build's order). Returns (offset, side) as float64 arrays like `cell_cubes`' and the number of cells
+    grown. A cell whose bodies all lie within its cube (to REFIT_TOL of the key cube) keeps offset and
+    side bit for bit; otherwise its box is the union of the cube and the bodies' bounding box, and its
+    new cube is centred on that box with the box's largest extent (plus 2 REFIT_TOL of the key cube) as
+    its side, so that every current body lies inside it. The bounding boxes are min / max (exact), bottom
+    up: a leaf over its bodies, a parent over its children."""
+    ncell = start.shape[0]
+    bmin = np.empty((ncell, 3), np.float32)
+    bmax = np.empty((ncell, 3), np.float32)
+    out_offset = offset.copy()
+    out_side = side.copy()
+    tol = size * REFIT_TOL
+    grown = 0
+    for c in range(ncell - 1, -1, -1):
+        if count[c] == 0:
+            continue
+        if nchild[c] == 0:
+            s = start[c]
+            lox = x[s]
+            hix = x[s]
+            loy = y[s]
+            hiy = y[s]
+            loz = z[s]
+            hiz = z[s]
+            for b in range(s + 1, s + count[c]):
+                lox = min(lox, x[b])
+                hix = max(hix, x[b])
+                loy = min(loy, y[b])
+                hiy = max(hiy, y[b])
+                loz = min(loz, z[b])
+                hiz = max(hiz, z[b])
+        else:
+            f = child[c]
+            lox = bmin[f, 0]
+            hix = bmax[f, 0]
+            loy = bmin[f, 1]
+            hiy = bmax[f, 1]
+            loz = bmin[f, 2]
+            hiz = bmax[f, 2]
+            for k in range(f + 1, f + nchild[c]):
+                lox = min(lox, bmin[k, 0])
+                hix = max(hix, bmax[k, 0])
+                loy = min(loy, bmin[k, 1])
+                hiy = max(hiy, bmax[k, 1])
+                loz = min(loz, bmin[k, 2])
+                hiz = max(hiz, bmax[k, 2])
+        bmin[c, 0] = lox
+        bmax[c, 0] = hix
+        bmin[c, 1] = loy
+        bmax[c, 1] = hiy
+        bmin[c, 2] = loz
+        bmax[c, 2] = hiz
+        half = side[c] * 0.5
+        out = False
+        for a in range(3):  # the bodies' box relative to lo, in float64, against the cube's faces
+            if np.float64(bmin[c, a]) - lo[a] < offset[c, a] - half - tol:
+                out = True
+            if np.float64(bmax[c, a]) - lo[a] > offset[c, a] + half + tol:
+                out = True
+        if out:
+            grown += 1
+            w = 0.0
+            for a in range(3):
+                blo = min(offset[c, a] - half, np.float64(bmin[c, a]) - lo[a])
+                bhi = max(offset[c, a] + half, np.float64(bmax[c, a]) - lo[a])
+                w = max(w, bhi - blo)
+                out_offset[c, a] = (blo + bhi) * 0.5
+            out_side[c] = w + 2.0 * tol
+    return out_offset, out_side, grown
 
 
 @njit(cache=True, fastmath=False)
