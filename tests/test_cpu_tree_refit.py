@@ -201,3 +201,28 @@ def test_the_refit_is_an_evaluation_without_keys():
     run(ev, pos)
     stages = ev.stage_ms()
     assert "keys" not in stages and {"sort", "build", "moments", "walk"} <= set(stages)
+
+
+def test_a_domain_split_builds_every_evaluation_whatever_rebuild_every():
+    """Under a domain split the devices move their state into each tree's key order, so a refit would
+    gather the rows through the build's order twice (cells holding the wrong bodies, cubes grown to
+    hold them): the split builds every time, and K devices stay bitwise one device's with R = 1."""
+    from app.backends.cpu import CPUBackend
+    from app.backends.multi import multi_backend_class
+    from app.bench import bench_bodies
+    from app.physics import Physics
+
+    bodies, physics = bench_bodies(2048), Physics(softening=0.01, dt=1e-3)
+    runs = []
+    for cls, every in ((CPUBackend, 1), (multi_backend_class(CPUBackend, 2, "single"), 4)):
+        backend = cls()
+        try:
+            backend.load(bodies, physics, "cpu-tree")
+            backend.set_tunables(rebuild_every=every)
+            backend.step(6)
+            if every > 1:
+                assert all(d.evaluator.since_build == 0 for d in backend._run.devices)  # built each time
+            runs.append(backend.state().pos)
+        finally:
+            backend.close()
+    assert np.array_equal(runs[0], runs[1])

@@ -25,7 +25,9 @@ With the tunable rebuild_every = R > 1, steps 1-3 run every R-th evaluation only
 keeps the last build's topology (its key order, cells, body ranges and so the groups) and recomputes from
 the current positions the moments (step 4, the same float32 operations) and the cubes the opening test
 reads, each grown to hold its cell's current bodies (`refit_cubes`), so the test keeps its guarantee.
-R = 1 (the default) builds every evaluation, as before.
+R = 1 (the default) builds every evaluation, as before. A domain split (`domain_phases`: several devices,
+MPI ranks) builds every evaluation whatever R: its devices move their state into each tree's key order
+(DeviceState.take_key_order), so a refit would gather the rows through the build's order a second time.
 
 Arithmetic (docs/tree.md, step 7): the cube and the keys in float64; the moments and the opening test in
 float32, operation by operation as the GPU computes them, so that both trees accept the same cells (the
@@ -210,11 +212,12 @@ class CpuTreeEvaluator(ForceEvaluator):
         super().set_tunables(**values)
         self._built = None  # a new leaf or rebuild_every: the next evaluation builds
 
-    def _tree(self, pos: np.ndarray, first: int, leaf: int) -> Tree:
+    def _tree(self, pos: np.ndarray, first: int, leaf: int, refits: bool = True) -> Tree:
         """The sources' tree (rows pos of sources starting at row `first`): a build every `rebuild_every`
         evaluations, a refit of the last build's topology in between (docs/tree.md, "Refit"). A build
-        when the sources (their count and first row) or the leaf changed since."""
-        every = int(self._tunables.get("rebuild_every", 1))
+        when the sources (their count and first row) or the leaf changed since, and always without
+        `refits` (a domain split: see the module docstring)."""
+        every = int(self._tunables.get("rebuild_every", 1)) if refits else 1
         key = (int(pos.shape[0]), int(first), int(leaf))
         if every > 1 and self._built is not None and self._built_key == key and self.since_build + 1 < every:
             tree, self.last_grown = refit(self._built, pos, self._clock)
@@ -317,7 +320,7 @@ class CpuTreeEvaluator(ForceEvaluator):
         if n == 0:
             return ForceWork(evaluations=1), [0] * len(cuts)
         clock = self._clock
-        tree = self._tree(pos, 0, leaf)
+        tree = self._tree(pos, 0, leaf, refits=False)  # the devices re-sort their state to each build
         yield
         with clock.time("walk"):
             gstart = group_starts(tree.start, tree.count, tree.nchild, group)
