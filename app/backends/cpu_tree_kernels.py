@@ -220,6 +220,23 @@ def cell_cubes(level, prefix, size):
 REFIT_TOL = 2.0 ** -46
 
 
+@njit(cache=True, inline="always")
+def points_box(x, y, z, a, b):
+    """(lox, loy, loz, hix, hiy, hiz): the bounding box of points [a, b) (b > a) of x, y, z; min / max,
+    so exact under any fastmath flags of the caller (a refit's leaf, a walk's group of targets)."""
+    lox = hix = x[a]
+    loy = hiy = y[a]
+    loz = hiz = z[a]
+    for i in range(a + 1, b):
+        lox = min(lox, x[i])
+        hix = max(hix, x[i])
+        loy = min(loy, y[i])
+        hiy = max(hiy, y[i])
+        loz = min(loz, z[i])
+        hiz = max(hiz, z[i])
+    return lox, loy, loz, hix, hiy, hiz
+
+
 @njit(cache=True, fastmath=False)
 def refit_cubes(x, y, z, start, count, child, nchild, lo, size, offset, side):
     """The refit's opening cubes (docs/tree.md, "Refit"): per cell, its build cube (float64 `offset` from
@@ -241,20 +258,7 @@ def refit_cubes(x, y, z, start, count, child, nchild, lo, size, offset, side):
         if count[c] == 0:
             continue
         if nchild[c] == 0:
-            s = start[c]
-            lox = x[s]
-            hix = x[s]
-            loy = y[s]
-            hiy = y[s]
-            loz = z[s]
-            hiz = z[s]
-            for b in range(s + 1, s + count[c]):
-                lox = min(lox, x[b])
-                hix = max(hix, x[b])
-                loy = min(loy, y[b])
-                hiy = max(hiy, y[b])
-                loz = min(loz, z[b])
-                hiz = max(hiz, z[b])
+            lox, loy, loz, hix, hiy, hiz = points_box(x, y, z, start[c], start[c] + count[c])
         else:
             f = child[c]
             lox = bmin[f, 0]
@@ -475,19 +479,7 @@ def _make_walk(ftype, repulsion: bool, skip_self: bool):
                 nbody[grp] = 0
                 ncells[grp] = 0
                 continue
-            lox = tx[a]
-            hix = tx[a]
-            loy = ty[a]
-            hiy = ty[a]
-            loz = tz[a]
-            hiz = tz[a]
-            for t in range(a + 1, b):
-                lox = min(lox, tx[t])
-                hix = max(hix, tx[t])
-                loy = min(loy, ty[t])
-                hiy = max(hiy, ty[t])
-                loz = min(loz, tz[t])
-                hiz = max(hiz, tz[t])
+            lox, loy, loz, hix, hiy, hiz = points_box(tx, ty, tz, a, b)
             # depth-first walk: accepted cells and opened leaves, in a fixed order
             cells = np.empty(ncell_all, np.int64)
             leaves = np.empty(ncell_all, np.int64)
