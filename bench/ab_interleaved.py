@@ -95,13 +95,14 @@ def main(argv=None) -> int:
         print(f"ab_interleaved: {e}", file=sys.stderr)
         return 1
     keys = sorted({k for runs in times.values() for run in runs for k in run})
+    ups_by_variant = {name: [speedups(run) for run in runs] for name, runs in times.items()}
     print("row (kernel, scene, N, setting, devices): per variant, median [range] over rounds of force + "
           "exchange ms; speed-up against the fewest devices")
     for key in keys:
         print(f"{key[0]} {key[1]} N={key[2]:,} {key[3]} x{key[4]}")
         for name, runs in times.items():
             ms = [run[key] for run in runs if key in run]
-            ups = [speedups(run)[key] for run in runs if key in speedups(run)]
+            ups = [ups_of_run[key] for ups_of_run in ups_by_variant[name] if key in ups_of_run]
             text = f"  {name:<12} {spread(ms, '.3f')} ms" if ms else f"  {name:<12} -"
             print(text + (f"   speed-up {spread(ups, '.2f')}" if ups else ""))
     return 0

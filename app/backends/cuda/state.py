@@ -79,8 +79,8 @@ class GpuState:
             raise self._oom(n, need, free, 0) from e
 
     def _oom(self, n: int, need: int, free: int, held: int) -> StateOutOfMemory:
-        said = out_of_memory(n, need, free, self.name or self.device.facts.name, BYTES_PER_BODY, held=held)
-        return StateOutOfMemory(str(said))
+        return out_of_memory(n, need, free, self.name or self.device.facts.name, BYTES_PER_BODY, held=held,
+                             error=StateOutOfMemory)
 
     def holds(self, field: str) -> bool:
         return field in self._alloc
