@@ -130,8 +130,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
                         "(the backend's default: best on cuda, cpu-simd on cpu)"),
         "steps_per_frame": Field("int", "simulation steps per rendered frame", lo=1, hi=10_000),
         "gpus": Field("devices", "run on this many GPUs (or all), the forces split by the multi-device "
-                                 "driver; with backend cpu: this many CPU \"devices\"; unset: one device, "
-                                 "no driver",
+                                 "driver; with backend cpu: this many CPU \"devices\"; unset: one device "
+                                 "(on cuda the same run with K = 1; on cpu the CPU backend itself)",
                       optional=True),
         "gpu_driver": Field("str", "several devices: one host thread per device (threads), one thread "
                                    "issuing every device's work (single), or the kernel's split's choice "

@@ -32,8 +32,8 @@ GPU's force time plus the exchange that completes it, and that is what is ranked
 scaling compares), so the winner is what scales on K GPUs, which need not be what is fastest on one. The
 accelerations of the K GPUs are checked against the float64 reference of one GPU. `best` under `--gpus
 K` runs this tuning on K GPUs; without one it runs the one-GPU pick and warns, naming `nbody-live tune
---gpus K`. --gpus 1 (the default) is one GPU without the multi-device driver, as before. More GPUs than
-the machine has is an error (exit status 2).
+--gpus K`. --gpus 1 (the default) is one GPU: the single-GPU backend, the same run with K = 1. More
+GPUs than the machine has is an error (exit status 2).
 
 Without a cache, `best` (the CUDA default kernel) runs the committed picks of kernels/best_heuristic.json
 for this GPU (by name, else compute capability; nearest tuned N), else atomics-n3l at its defaults.
@@ -64,7 +64,7 @@ def add_parser(sub) -> None:
     p.add_argument("--gpus", default="1", metavar="N|all",
                    help="time the variants split over N GPUs (or all) through the multi-device driver and "
                         "cache the result as the tuning on N GPUs, which `best` under `--gpus N` reads "
-                        "(default 1: one GPU, without the driver)")
+                        "(default 1: one GPU, the single-GPU backend)")
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the full result here")
     p.add_argument("--show", action="store_true",
                    help="print the cache for this GPU (every device count's tuning) and exit")
