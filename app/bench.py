@@ -10,7 +10,9 @@ by the 20-flops-per-interaction convention of GPU Gems 3 and the CUDA samples, a
 "equivalent all-pairs" rate (StepTimings.pair_equivalent over the same time) in a field and a column of
 its own, and its body-cell count; a kernel that reports its time split per stage (StepTimings.stages: a
 tree's keys, sort, build, moments, walk) gets the median of each stage in `stages_median_ms`. With the
-leapfrog's cached acceleration every step is exactly one force launch.
+leapfrog's cached acceleration every step is exactly one force launch. A method whose work repeats over a
+cycle of steps (KernelRecord.period_tunable: the tree's rebuild_every R, a build and R - 1 refits) is
+timed in whole cycles: each of the `repeats` samples is the mean step of R consecutive steps.
 
 Tunable lists sweep (app.bench_sweep: one row per value, recorded in the row's `tunables`). After its
 timing, a row of an approximate kernel (a tree) samples its force error: the median, p99 and max relative
@@ -45,7 +47,7 @@ from app.forces import format_tunables
 from app.ics import generate
 from app.paths import ROOT
 from app.physics import Physics
-from app.timing import FLOPS_PER_INTERACTION, imbalance, ranks_of, rate
+from app.timing import FLOPS_PER_INTERACTION, StepTimings, imbalance, ranks_of, rate
 
 SCHEMA = "nbody-live-bench/1"
 GFLOPS_FIELD = f"gflops_at_{FLOPS_PER_INTERACTION}_flops_per_interaction"
@@ -209,8 +211,9 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
             label = " ".join(filter(None, [name, format_tunables(setting), scene, f"N={n:,}"]))
             bar.set_postfix_str(f"{label}: timing")
             why = _why_not_run(backend_cls, reason, rec, name, n)
+            period = rec.period(setting) if rec is not None else 1
             if why is None and max_seconds is not None:
-                why = _predicted_over(result["results"], entry, warmup + repeats, max_seconds)
+                why = _predicted_over(result["results"], entry, warmup + repeats * period, max_seconds)
             if why is None:
                 try:
                     bodies = bodies_of(scene, n)
@@ -219,7 +222,8 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
             if why is not None:
                 entry.update(status="skipped", reason=why)
             else:
-                entry.update(_time_one(backend, rec, bodies, physics, setting, warmup, repeats, max_seconds))
+                entry.update(_time_one(backend, rec, bodies, physics, setting, warmup, repeats, max_seconds,
+                                       period))
                 entry.update(_how_split(backend))
             bar.update(1)
             if error_sample > 0 and name in approximate:
@@ -301,7 +305,10 @@ def _predicted_over(done: list[dict], entry: dict, steps: int, max_seconds: floa
 
 
 def _time_one(backend, rec, bodies: Bodies, physics: Physics, setting: dict, warmup: int, repeats: int,
-              max_seconds: float | None) -> dict:
+              max_seconds: float | None, period: int = 1) -> dict:
+    """One row: `warmup` untimed steps, then `repeats` samples of `period` single steps each (a method
+    whose work repeats over a cycle, KernelRecord.period_tunable: each sample is the mean step of one
+    whole cycle, so that the build of a tree refitted between builds counts at its share)."""
     from app.errors import RuntimeFault
 
     try:
@@ -310,15 +317,18 @@ def _time_one(backend, rec, bodies: Bodies, physics: Physics, setting: dict, war
             backend.set_tunables(**rec.with_tunables(setting))
     except (RuntimeFault, MemoryError) as e:
         return {"status": "skipped", "reason": f"load failed: {e}"}
-    total = warmup + repeats
-    steps = []
+    total = warmup + repeats * period
+    steps, cycle = [], []
     start = time.perf_counter()
     try:
         for done in range(1, total + 1):
             t0 = time.perf_counter()
             timings = backend.step(1)
             if done > warmup:
-                steps.append(timings)
+                cycle.append(timings)
+                if len(cycle) == period:
+                    steps.append(cycle_mean(cycle))
+                    cycle = []
             now = time.perf_counter()
             why = _running_over(done, total, now - start, now - t0, max_seconds)
             if why is not None:
@@ -364,6 +374,26 @@ def _time_one(backend, rec, bodies: Bodies, physics: Physics, setting: dict, war
         row["runs"] = runs
     row.update(rank_medians([ranks_of(t.extra) for t in steps]))
     return row
+
+
+def cycle_mean(steps: list[StepTimings]) -> StepTimings:
+    """The mean single step of consecutive single-step timings (a whole cycle of a periodic method):
+    every time, count and measured entry averaged (counts rounded to whole interactions)."""
+    k = len(steps)
+    if k == 1:
+        return steps[0]
+    extra: dict[str, float] = {}
+    for t in steps:
+        for key, value in t.extra.items():
+            extra[key] = extra.get(key, 0.0) + value / k
+    return StepTimings(
+        kernel=steps[0].kernel, steps=1, n=steps[0].n,
+        force_ms=sum(t.force_ms for t in steps) / k, integrate_ms=sum(t.integrate_ms for t in steps) / k,
+        map_ms=sum(t.map_ms for t in steps) / k, unmap_ms=sum(t.unmap_ms for t in steps) / k,
+        interactions=round(sum(t.interactions for t in steps) / k),
+        pair_equivalent=round(sum(t.pair_equivalent for t in steps) / k),
+        force_evals=round(sum(t.force_evals for t in steps) / k),
+        body_cell=round(sum(t.body_cell for t in steps) / k), extra=extra)
 
 
 def _running_over(done: int, total: int, elapsed: float, last: float,

@@ -217,10 +217,18 @@ class KernelRecord:
     policy: Any = field(default=None, compare=False, repr=False)  # the backend's launch policy object
     # how K devices split it (app/decomposition.py: targets, pairs, domains); None: targets
     decomposition: Any = field(default=None, compare=False, repr=False)
+    # the tunable whose value is the number of steps over which the method's work repeats (a tree's
+    # rebuild_every: one build, then refits): `bench` times such a method in whole cycles; None: every step
+    # does the same work
+    period_tunable: str | None = None
 
     @property
     def error_budget(self) -> ErrorBudget:
         return self.budget or _BUDGETS[self.precision]
+
+    def period(self, values: Mapping[str, Any]) -> int:
+        """Steps per cycle of its work at these tunable values (1 without a period tunable)."""
+        return int(self.with_tunables(values)[self.period_tunable]) if self.period_tunable else 1
 
     def tunable(self, name: str) -> Tunable:
         for spec in self.tunables:

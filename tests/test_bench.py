@@ -258,3 +258,30 @@ def test_a_tree_row_has_its_stages_body_cells_and_both_rates(tmp_path):
     path = tmp_path / "tree.json"
     bench.write_json(result, path)
     assert bench.load_json(path)["results"][1][bench.STAGES_FIELD] == stages
+
+
+def test_a_tree_refitted_between_builds_is_timed_in_whole_cycles(monkeypatch):
+    """rebuild_every = R (the record's period tunable): each sample is the mean of R consecutive steps,
+    one build and R - 1 refits, so the build counts at its share; R = 1 rows time single steps."""
+    cls = backend_class("cpu")
+    if cls.why_not():
+        pytest.skip(f"cpu backend unavailable: {cls.why_not()}")
+    seen = []
+    step = cls.step
+
+    def counted(self, steps=1):
+        timings = step(self, steps)
+        seen.append((self.tunables()["rebuild_every"], self.evaluator().since_build, timings.extra))
+        return timings
+
+    monkeypatch.setattr(cls, "step", counted)
+    result = bench.run_bench(cls, ["cpu-tree"], [2048], warmup=1, repeats=2, progress=False,
+                             tunables={"rebuild_every": [1, 4]})
+    one, four = (next(r for r in result["results"] if r["tunables"]["rebuild_every"] == e) for e in (1, 4))
+    assert len(one["samples_ms"]) == len(four["samples_ms"]) == 2
+    cycles = [s for e, s, _ in seen if e == 4]
+    assert len(cycles) == 1 + 2 * 4 and sorted(cycles[1:5]) == [0, 1, 2, 3]  # each sample: one build
+    builds = [x for e, s, x in seen[-8:] if s == 0]
+    keys_ms = sum(x["stage:keys"] for x in builds) / 8  # the refits have no keys stage: a build's share
+    assert four[bench.STAGES_FIELD]["keys"] == pytest.approx(keys_ms, rel=0.5)
+    assert four[bench.STAGES_FIELD]["keys"] < 0.5 * one[bench.STAGES_FIELD]["keys"]

@@ -37,14 +37,15 @@ def moved(pos: np.ndarray, vel: np.ndarray, t: float) -> np.ndarray:
     return out
 
 
-def test_the_tunable_defaults_to_a_build_every_evaluation_and_only_on_the_cpu_twin():
-    assert RECORD.default_tunables()["rebuild_every"] == 1
-    with pytest.raises(ConfigError, match=r"cpu-tree.rebuild_every: 3 is not one of 1, 2, 4, 8, 16"):
-        RECORD.validate_tunables({"rebuild_every": 3})
+def test_the_tunable_is_the_same_on_the_twin_and_the_gpu_tree():
     from app.backends.cuda.registry import RECORDS as GPU_RECORDS
 
     tree = next(r for r in GPU_RECORDS if r.name == "tree")
-    assert "rebuild_every" not in tree.default_tunables()  # the GPU cannot honour it yet
+    for record in (RECORD, tree):
+        assert record.default_tunables()["rebuild_every"] == 1
+        assert record.tunable("rebuild_every").values == (1, 2, 4, 8, 16)
+    with pytest.raises(ConfigError, match=r"cpu-tree.rebuild_every: 3 is not one of 1, 2, 4, 8, 16"):
+        RECORD.validate_tunables({"rebuild_every": 3})
 
 
 def test_rebuild_every_1_is_bitwise_a_fresh_build_at_every_evaluation():
@@ -203,26 +204,35 @@ def test_the_refit_is_an_evaluation_without_keys():
     assert "keys" not in stages and {"sort", "build", "moments", "walk"} <= set(stages)
 
 
-def test_a_domain_split_builds_every_evaluation_whatever_rebuild_every():
-    """Under a domain split the devices move their state into each tree's key order, so a refit would
-    gather the rows through the build's order twice (cells holding the wrong bodies, cubes grown to
-    hold them): the split builds every time, and K devices stay bitwise one device's with R = 1."""
+def test_a_domain_split_refits_its_rows_in_key_order_bitwise_as_one_device_gathers_them():
+    """Under a domain split the devices keep their state in the last tree's key order, so a refit takes
+    the rows as they are (`kept_order`, no gather, nothing to re-sort); one CPU backend (no split) gathers
+    them through the build's order. Same values in the same order: bitwise the same run, with the same
+    cadence (a build at evaluations 0 and 4, refits between)."""
     from app.backends.cpu import CPUBackend
     from app.backends.multi import multi_backend_class
     from app.bench import bench_bodies
     from app.physics import Physics
 
     bodies, physics = bench_bodies(2048), Physics(softening=0.01, dt=1e-3)
-    runs = []
-    for cls, every in ((CPUBackend, 1), (multi_backend_class(CPUBackend, 2, "single"), 4)):
+    runs, cadences = [], []
+    for cls in (CPUBackend, multi_backend_class(CPUBackend, 2, "single")):
         backend = cls()
         try:
             backend.load(bodies, physics, "cpu-tree")
-            backend.set_tunables(rebuild_every=every)
-            backend.step(6)
-            if every > 1:
-                assert all(d.evaluator.since_build == 0 for d in backend._run.devices)  # built each time
+            backend.set_tunables(rebuild_every=4)
+            evaluators = ([d.evaluator for d in backend._run.devices] if cls is not CPUBackend
+                          else [backend.evaluator()])
+            cadence = []
+            for _ in range(6):
+                backend.step(1)
+                cadence.append([(ev.since_build, ev.kept_order) for ev in evaluators])
+            cadences.append(cadence)
             runs.append(backend.state().pos)
         finally:
             backend.close()
+    # evaluations 0 (load) and 1-6 (steps): builds at 0 and 4
+    assert [c[0][0] for c in cadences[0]] == [1, 2, 3, 0, 1, 2]
+    assert not any(kept for c in cadences[0] for _, kept in c)  # no split: a gather, the order rebuilt
+    assert cadences[1] == [[(s, s > 0)] * 2 for s in (1, 2, 3, 0, 1, 2)]
     assert np.array_equal(runs[0], runs[1])

@@ -299,9 +299,9 @@ def test_bench_sweeps_the_tree_beside_all_pairs_with_its_error_sample():
     assert [e["scene"] for e in within] == ["plummer", "collision"] and all(e["tunables"] for e in within)
 
 
-def _evaluate_with(device, ev, pos, targets=None, sources=None):
-    """(acc rows float64 (N, 3), ForceWork) of an evaluator on positions `pos` (its buffers and depth
-    kept across calls); rows outside the targets stay NaN."""
+def on_device(device, pos, call):
+    """(acc rows float64 (N, 3), what `call(pos_ptr, acc_ptr)` returned): `pos` uploaded, acc NaN before
+    the call and read back after it."""
     n = pos.shape[0]
     host = np.full((n, 4), np.nan, np.float32)
     with device.scope:
@@ -309,9 +309,16 @@ def _evaluate_with(device, ev, pos, targets=None, sources=None):
         a = device.scratch("tree-test-acc", 16 * n)
         device.drv.memcpy_htod(p, np.ascontiguousarray(pos, np.float32))
         device.drv.memcpy_htod(a, host)
-        work = ev.evaluate(p, a, targets or Span.all(n), sources or Span.all(n))
+        result = call(p, a)
         device.drv.memcpy_dtoh(host, a)
-    return host[:, :3].astype(np.float64), work
+    return host[:, :3].astype(np.float64), result
+
+
+def _evaluate_with(device, ev, pos, targets=None, sources=None):
+    """(acc rows float64 (N, 3), ForceWork) of an evaluator on positions `pos` (its buffers and depth
+    kept across calls); rows outside the targets stay NaN."""
+    everyone = Span.all(pos.shape[0])
+    return on_device(device, pos, lambda p, a: ev.evaluate(p, a, targets or everyone, sources or everyone))
 
 
 def test_a_deeper_tree_than_the_last_build_queues_more_levels(device):

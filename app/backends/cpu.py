@@ -203,7 +203,7 @@ RECORDS = (
                       doc="build the tree every this many evaluations, refit its moments and cubes between"),
         ),
         budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), approximate=True,
-        policy=NumbaTree(np.float32), decomposition=DOMAINS),
+        policy=NumbaTree(np.float32), decomposition=DOMAINS, period_tunable="rebuild_every"),
     KernelRecord(
         name="cpu-n3l",
         doc="float64 Newton's third law over pair tiles (each pair once, the reaction to the source)",
@@ -286,6 +286,7 @@ class CPUBackend(Backend):
         self._pos = self._vel = self._acc = None
         self._speed = np.zeros(0, np.float32)
         self._render_pos = None
+        self._kept_evaluator = None
         self._mass = np.zeros(0)
         self._ids = None
         self._t0 = 0.0  # time at the last change of dt ...
@@ -323,6 +324,7 @@ class CPUBackend(Backend):
         self._ids = None if bodies.ids is None else bodies.ids.copy()
         self._speed = np.linalg.norm(self._vel[:, :3], axis=1).astype(np.float32)
         self._render_pos = None
+        self._kept_evaluator = None  # (key, evaluator) of `evaluator`: new bodies, new evaluator
         self._t0, self._steps = float(bodies.time), 0
         self._stepper.restart()
 
@@ -375,10 +377,18 @@ class CPUBackend(Backend):
 
     def evaluator(self, name: str | None = None) -> ForceEvaluator:
         """A record (default: the current kernel) with the current physics and the tunables set for it
-        (cheap: the compiled kernel is looked up, not rebuilt)."""
+        (cheap: the compiled kernel is looked up, not rebuilt). The same object while the state, kernel,
+        physics and tunables stay: an evaluator may carry work from one step() call to the next (the
+        tree's refit, rebuild_every)."""
         record = _BY_NAME[self._resolve(name or self._kernel)]
+        tunables = self._tunables.get(record.name, {})
+        key = (record.name, self._physics, tuple(sorted(tunables.items())))
+        kept = self._kept_evaluator
+        if kept is not None and kept[0] == key:
+            return kept[1]
         evaluator = record.policy.evaluator(record, self._physics)
-        evaluator.set_tunables(**self._tunables.get(record.name, {}))
+        evaluator.set_tunables(**tunables)
+        self._kept_evaluator = (key, evaluator)
         return evaluator
 
     def _ops(self, evaluator: CpuEvaluator) -> CpuOps:

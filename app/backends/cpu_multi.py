@@ -97,8 +97,12 @@ class CpuDevice:
     def take_key_order(self) -> None:
         """After a domain split's exchange: every row moves to its place in the last tree's key order, so
         the accelerations in key order (sacc, whole after the exchange) are the state's as they are.
-        In place (the share's updates hold views of these arrays)."""
+        In place (the share's updates hold views of these arrays). After a refit (rebuild_every > 1) the
+        rows are in the tree's order already: only sacc becomes acc."""
         with self.timer.time("force"):
+            if self.evaluator.kept_order:  # a refit: the rows are in its order already
+                self.acc[:, :3] = self.sacc[:self.acc.shape[0], :3]
+                return
             order = self.evaluator.last_tree.order  # key order -> the row it came from
             for field in (self.pos, self.vel, self.speed, self.ids):
                 field[:] = field[order]

@@ -25,9 +25,10 @@ With the tunable rebuild_every = R > 1, steps 1-3 run every R-th evaluation only
 keeps the last build's topology (its key order, cells, body ranges and so the groups) and recomputes from
 the current positions the moments (step 4, the same float32 operations) and the cubes the opening test
 reads, each grown to hold its cell's current bodies (`refit_cubes`), so the test keeps its guarantee.
-R = 1 (the default) builds every evaluation, as before. A domain split (`domain_phases`: several devices,
-MPI ranks) builds every evaluation whatever R: its devices move their state into each tree's key order
-(DeviceState.take_key_order), so a refit would gather the rows through the build's order a second time.
+R = 1 (the default) builds every evaluation, as before. A domain split (`domain_phases`: one device or
+several, MPI ranks) keeps its rows in the last tree's key order (DeviceState.take_key_order), so its refit
+takes the rows as they are, with no gather (`kept_order`: the devices have nothing to re-sort), as the
+GPU tree does.
 
 Arithmetic (docs/tree.md, step 7): the cube and the keys in float64; the moments and the opening test in
 float32, operation by operation as the GPU computes them, so that both trees accept the same cells (the
@@ -155,25 +156,29 @@ def build(pos: np.ndarray, leaf: int, clock=None) -> Tree:
                 offset, side, mass, com, quad, trace)
 
 
-def refit(built: Tree, pos: np.ndarray, clock=None) -> tuple[Tree, int]:
+def refit(built: Tree, pos: np.ndarray, clock=None, in_order: bool = False) -> tuple[Tree, int]:
     """The tree of `built`'s topology over the current (n, 4) rows of `pos` (the same sources, same n),
     and the number of cells whose cube grew (docs/tree.md, "Refit"): the bodies are gathered in the
     build's key order (not re-sorted), the cells and their body ranges are kept, and what depends on the
     positions is recomputed: the cubes the opening test reads, grown from the build's to hold the cells'
     current bodies (`refit_cubes`), and the float32 moments (`moments`, the build's operations). The keys
-    stay the build's (they no longer describe the bodies). Stages: the gather under "sort", the cubes under
-    "build", the moments under "moments"."""
+    stay the build's (they no longer describe the bodies). `in_order`: the rows of `pos` are in the build's
+    key order already (a domain split's state), so they are taken as they are and the tree's order is the
+    identity. Stages: the gather under "sort", the cubes under "build", the moments under "moments"."""
     k = _kernels_module()
     clock = clock or _NO_CLOCK
     with clock.time("sort"):
-        s = np.asarray(pos[:, :4], dtype=np.float32)[built.order]
+        s = np.asarray(pos[:, :4], dtype=np.float32)
+        order = np.arange(s.shape[0], dtype=built.order.dtype) if in_order else built.order
+        if not in_order:
+            s = s[order]
         x, y, z, m = (np.ascontiguousarray(s[:, i]) for i in range(4))
     with clock.time("build"):
         offset, side, grown = k.refit_cubes(x, y, z, built.start, built.count, built.child, built.nchild,
                                             built.lo, built.size, built.offset, built.side)
     with clock.time("moments"):
         mass, com, quad, trace = k.moments(x, y, z, m, built.start, built.count, built.child, built.nchild)
-    tree = Tree(built.lo, built.size, built.order, built.keys, x, y, z, m, built.start, built.count,
+    tree = Tree(built.lo, built.size, order, built.keys, x, y, z, m, built.start, built.count,
                 built.level, built.prefix, built.child, built.nchild, offset, side, mass, com, quad, trace)
     return tree, int(grown)
 
@@ -207,20 +212,25 @@ class CpuTreeEvaluator(ForceEvaluator):
         self._built_key: tuple | None = None
         self.since_build = 0  # evaluations since the last build (0: the last evaluation built)
         self.last_grown = 0  # cells whose cube the last refit grew (0 after a build)
+        self.kept_order = False  # the last evaluation refitted rows already in its key order (a domain's)
+        self._domain_cuts: list[int] = []  # the cuts of the last domain build, kept by its refits
 
     def set_tunables(self, **values) -> None:
         super().set_tunables(**values)
         self._built = None  # a new leaf or rebuild_every: the next evaluation builds
 
-    def _tree(self, pos: np.ndarray, first: int, leaf: int, refits: bool = True) -> Tree:
+    def _tree(self, pos: np.ndarray, first: int, leaf: int, domain: tuple | None = None) -> Tree:
         """The sources' tree (rows pos of sources starting at row `first`): a build every `rebuild_every`
         evaluations, a refit of the last build's topology in between (docs/tree.md, "Refit"). A build
-        when the sources (their count and first row) or the leaf changed since, and always without
-        `refits` (a domain split: see the module docstring)."""
-        every = int(self._tunables.get("rebuild_every", 1)) if refits else 1
-        key = (int(pos.shape[0]), int(first), int(leaf))
+        when the sources (their count and first row), the leaf or the kind of evaluation changed since.
+        `domain` (a domain split's device index) for a domain split's part, whose rows are in the last
+        tree's key order: its refit takes them as they are (`kept_order`)."""
+        every = int(self._tunables.get("rebuild_every", 1))
+        key = (int(pos.shape[0]), int(first), int(leaf), domain)
+        self.kept_order = False
         if every > 1 and self._built is not None and self._built_key == key and self.since_build + 1 < every:
-            tree, self.last_grown = refit(self._built, pos, self._clock)
+            tree, self.last_grown = refit(self._built, pos, self._clock, in_order=domain is not None)
+            self.kept_order = domain is not None
             self.since_build += 1
         else:
             tree = build(pos, leaf, self._clock)
@@ -320,7 +330,10 @@ class CpuTreeEvaluator(ForceEvaluator):
         if n == 0:
             return ForceWork(evaluations=1), [0] * len(cuts)
         clock = self._clock
-        tree = self._tree(pos, 0, leaf, refits=False)  # the devices re-sort their state to each build
+        tree = self._tree(pos, 0, leaf, domain=int(index))
+        if self.since_build == 0:  # a build takes the cuts; its refits keep them (the GPU's rule)
+            self._domain_cuts = [int(c) for c in cuts]
+        cuts = self._domain_cuts
         yield
         with clock.time("walk"):
             gstart = group_starts(tree.start, tree.count, tree.nchild, group)

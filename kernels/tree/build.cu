@@ -19,6 +19,9 @@
 //     side, a difference of two numbers as large as the cube resolved to a fraction of a deep cell's side
 //     (2^-21 of the cube at level 21: float32 resolves an eighth of that): about 20 float64 operations per
 //     cell, a cell per three or four bodies.
+//   - tree_refit (only between builds, rebuild_every > 1): a cell's cube against its bodies' box and the
+//     grown cube, relative to the same float64 corner for the same reason (the cube is a deep cell's to
+//     2^-21 of the key cube); about 60 float64 operations per cell.
 //
 // Cells are stored breadth first: the cells of level L are the contiguous range [level_start[L],
 // level_start[L+1]); the children of a cell are contiguous, in octant order, in the next level's range.
@@ -492,6 +495,108 @@ extern "C" __global__ void tree_moments(const int* __restrict__ lvl, int level, 
     }
 }
 
+// --- a cell's cube ----------------------------------------------------------------------------------------
+// centre (x, y, z) relative to the key cube's corner and side w, float64 (CUDA 13 deprecates double4)
+struct __align__(16) TreeCube {
+    double x, y, z, w;
+};
+
+// The build's cube of cell c at level lv: its centre relative to the key cube's corner (box[0..2]) and its
+// side, in float64, from the key prefix of its first body (app/backends/cpu_tree_kernels.py cell_cubes).
+__device__ __forceinline__ TreeCube build_cube(int c, int lv, const unsigned long long* __restrict__ skeys,
+                                              const int* __restrict__ cstart, const double* __restrict__ box) {
+    const unsigned long long prefix = skeys[cstart[c]] >> (3 * (TREE_MAX_LEVEL - lv));
+    unsigned long long ix = 0, iy = 0, iz = 0;
+    for (int b = 0; b < lv; ++b) {
+        ix |= ((prefix >> (3 * b + 2)) & 1ull) << b;
+        iy |= ((prefix >> (3 * b + 1)) & 1ull) << b;
+        iz |= ((prefix >> (3 * b)) & 1ull) << b;
+    }
+    // the side, size / 2^lv: exact, as a product with 2^-lv made from its exponent bits (no float64 division)
+    const double w = box[3] * __longlong_as_double((long long)(1023 - lv) << 52);
+    return TreeCube{((double)ix + 0.5) * w, ((double)iy + 0.5) * w, ((double)iz + 0.5) * w, w};
+}
+
+// --- the refit between rebuilds (rebuild_every > 1; docs/tree.md, "Refit") --------------------------------
+// The cube tolerance: a body at most this fraction of the key cube outside its cell's cube counts as inside
+// (cpu_tree_kernels.py REFIT_TOL, 2^-46).
+#define TREE_REFIT_TOL 1.4210854715202004e-14
+
+// One level of a refit, from the deepest: the cells keep the build's topology (body ranges, children) and
+// get the moments of their current bodies (cell_moments, as after a build) and an opening cube grown from
+// the build's to hold those bodies, as the CPU twin's refit_cubes computes it operation by operation: the
+// bodies' float32 bounding box bottom up (a leaf over its bodies, a parent over its children's boxes), in
+// float64 relative to lo against the build cube's faces with the tolerance, and for a cell with a body
+// outside, the union of cube and box: centre (lo + hi) / 2, side its largest extent + 2 tol. Always from the
+// build's cube, so a refit depends on the build and the current positions only. `lo3` / `hi3`: 3 floats per
+// cell; `cubes`: the cubes tree_pack reads; `grown`: cells grown, summed over the refit.
+extern "C" __global__ void tree_refit(const int* __restrict__ lvl, int level, const float4* __restrict__ spos,
+                                      const int* __restrict__ cstart, const int* __restrict__ ccount,
+                                      const int* __restrict__ child, const int* __restrict__ nchild,
+                                      const unsigned long long* __restrict__ skeys, const double* __restrict__ box,
+                                      float* __restrict__ mass, float* __restrict__ com, float* __restrict__ m2,
+                                      float* __restrict__ lo3, float* __restrict__ hi3,
+                                      TreeCube* __restrict__ cubes, int* __restrict__ grown) {
+    FOR_LEVEL_CELLS(c, lvl, level) {
+        cell_moments(c, spos, cstart, ccount, child, nchild, mass, com, m2);
+        const TreeCube cube = build_cube(c, level, skeys, cstart, box);
+        cubes[c] = cube;
+        if (ccount[c] == 0) continue;
+        float lo[3], hi[3];
+        if (nchild[c] == 0) {
+            const int s = cstart[c], e = s + ccount[c];
+            const float4 p0 = spos[s];
+            lo[0] = hi[0] = p0.x;
+            lo[1] = hi[1] = p0.y;
+            lo[2] = hi[2] = p0.z;
+            for (int j = s + 1; j < e; ++j) {
+                const float4 p = spos[j];
+                lo[0] = fminf(lo[0], p.x);
+                hi[0] = fmaxf(hi[0], p.x);
+                lo[1] = fminf(lo[1], p.y);
+                hi[1] = fmaxf(hi[1], p.y);
+                lo[2] = fminf(lo[2], p.z);
+                hi[2] = fmaxf(hi[2], p.z);
+            }
+        } else {
+            const int f = child[c], e = f + nchild[c];
+            for (int a = 0; a < 3; ++a) {
+                lo[a] = lo3[3 * f + a];
+                hi[a] = hi3[3 * f + a];
+            }
+            for (int k = f + 1; k < e; ++k) {
+                for (int a = 0; a < 3; ++a) {
+                    lo[a] = fminf(lo[a], lo3[3 * k + a]);
+                    hi[a] = fmaxf(hi[a], hi3[3 * k + a]);
+                }
+            }
+        }
+        for (int a = 0; a < 3; ++a) {
+            lo3[3 * c + a] = lo[a];
+            hi3[3 * c + a] = hi[a];
+        }
+        const double off[3] = {cube.x, cube.y, cube.z};
+        const double half = cube.w * 0.5;
+        const double tol = box[3] * TREE_REFIT_TOL;
+        bool out = false;
+        for (int a = 0; a < 3; ++a) {
+            if ((double)lo[a] - box[a] < off[a] - half - tol) out = true;
+            if ((double)hi[a] - box[a] > off[a] + half + tol) out = true;
+        }
+        if (out) {
+            atomicAdd(grown, 1);
+            double w = 0.0, centre[3];
+            for (int a = 0; a < 3; ++a) {
+                const double blo = fmin(off[a] - half, (double)lo[a] - box[a]);
+                const double bhi = fmax(off[a] + half, (double)hi[a] - box[a]);
+                w = fmax(w, bhi - blo);
+                centre[a] = (blo + bhi) * 0.5;
+            }
+            cubes[c] = TreeCube{centre[0], centre[1], centre[2], w + 2.0 * tol};
+        }
+    }
+}
+
 // --- what the walk reads ----------------------------------------------------------------------------------
 // r_open is multiplied by this before it is squared (1 + 2^-19, exact in float32): 32 float32 units, far more
 // than the roundings of r_open and of the walk's d_box^2 add up to, so that the float32 test never accepts a
@@ -502,40 +607,38 @@ extern "C" __global__ void tree_moments(const int* __restrict__ lvl, int level, 
 // Per cell: mac = [com, r_open^2 = (side / theta + |com - centre|)^2 x slack^2] for the walk's float32 opening
 // test, and three float4 rows [com, M], [Qxx Qyy Qzz Qxy], [Qxz Qyz, trace_factor * T, 0] for the interaction
 // (Q = 3 M2 - T I, T = trace M2: the CPU's pack_cells), all float32 as the CPU's opening_rows and pack_cells
-// compute them. The centre and side come from the level (found from the level ranges) and the key prefix of
-// the cell's first body. And links = [start, count, first child, children]: one 16-byte load where the walk,
-// after the opening test, read four arrays (a chain of dependent loads per tested cell).
+// compute them. The centre and side come from `cubes` after a refit, else from the level (found from the
+// level ranges) and the key prefix of the cell's first body. And links = [start, count, first child,
+// children]: one 16-byte load where the walk, after the opening test, read four arrays (a chain of dependent
+// loads per tested cell).
 extern "C" __global__ void tree_pack(int ncell, const int* __restrict__ level_start, int nlevels,
                                      const unsigned long long* __restrict__ skeys,
                                      const int* __restrict__ cstart, const int* __restrict__ ccount,
                                      const int* __restrict__ child, const int* __restrict__ nchild,
                                      const double* __restrict__ box,
                                      const float* __restrict__ mass, const float* __restrict__ com,
-                                     const float* __restrict__ m2, float theta, float trace_factor,
-                                     float4* __restrict__ mac, float4* __restrict__ pack,
-                                     int4* __restrict__ links) {
+                                     const float* __restrict__ m2, const TreeCube* __restrict__ cubes,
+                                     float theta, float trace_factor, float4* __restrict__ mac,
+                                     float4* __restrict__ pack, int4* __restrict__ links) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= ncell) return;
     links[c] = make_int4(cstart[c], ccount[c], child[c], nchild[c]);
-    int lv = 0;
-    while (lv + 1 < nlevels && level_start[lv + 1] <= c) ++lv;
-    const unsigned long long prefix = skeys[cstart[c]] >> (3 * (TREE_MAX_LEVEL - lv));
-    unsigned long long ix = 0, iy = 0, iz = 0;
-    for (int b = 0; b < lv; ++b) {
-        ix |= ((prefix >> (3 * b + 2)) & 1ull) << b;
-        iy |= ((prefix >> (3 * b + 1)) & 1ull) << b;
-        iz |= ((prefix >> (3 * b)) & 1ull) << b;
+    TreeCube cube;
+    if (cubes != nullptr) {  // a refit's (tree_refit)
+        cube = cubes[c];
+    } else {  // the build's, from the key prefix at the cell's level
+        int lv = 0;
+        while (lv + 1 < nlevels && level_start[lv + 1] <= c) ++lv;
+        cube = build_cube(c, lv, skeys, cstart, box);
     }
-    // the side, size / 2^lv: exact, as a product with 2^-lv made from its exponent bits (no float64 division)
-    const double w = box[3] * __longlong_as_double((long long)(1023 - lv) << 52);
     const float X = com[3 * c], Y = com[3 * c + 1], Z = com[3 * c + 2];
-    // the centre of mass' offset from the centre, (com - lo) - (ijk + 1/2) side, in float64 (the header says
-    // why), then float32
-    const float ex = (float)(((double)X - box[0]) - ((double)ix + 0.5) * w);
-    const float ey = (float)(((double)Y - box[1]) - ((double)iy + 0.5) * w);
-    const float ez = (float)(((double)Z - box[2]) - ((double)iz + 0.5) * w);
+    // the centre of mass' offset from the centre, (com - lo) - centre, in float64 (the header says why), then
+    // float32
+    const float ex = (float)(((double)X - box[0]) - cube.x);
+    const float ey = (float)(((double)Y - box[1]) - cube.y);
+    const float ez = (float)(((double)Z - box[2]) - cube.z);
     const float delta = sqrtf((ex * ex + ey * ey) + ez * ez);
-    const float r = ((float)w / theta + delta) * TREE_MAC_SLACK;
+    const float r = ((float)cube.w / theta + delta) * TREE_MAC_SLACK;
     mac[c] = make_float4(X, Y, Z, r * r);
     const float* s = m2 + 6 * c;
     const float tr = (s[0] + s[1]) + s[2];

@@ -220,9 +220,15 @@ class CudaShareDevice:
         """After a domain split's exchange (sacc whole): every row moves to its place in the last tree's key
         order, as Bonsai keeps its bodies, so that sacc is acc as it is: pos from the tree's gathered copy,
         vel, speed and ids gathered through scratch rows (kernels/integrate.cu). Every GPU builds the same
-        tree from the same positions, so every copy is permuted alike and stays whole."""
+        tree from the same positions, so every copy is permuted alike and stays whole. After a refit
+        (rebuild_every > 1) the rows are in the tree's order already: only sacc becomes acc."""
         n = self.n
         if not n:
+            return
+        if self.evaluator.kept_order:  # a refit: the rows are in its order already, sacc is acc
+            with self.device.scope, self.timer.time("force"):
+                self.device.drv.memcpy_dtod_async(self.ptr["acc"], self.ptr["sacc"], ROW_BYTES["acc"] * n)
+            self.key_ordered = True
             return
         order, spos = self.evaluator.last_order()
         scratch = {f: self.device.scratch(f"multi-s{f}", ROW_BYTES[f] * n) for f in KEY_ORDER_SCRATCH}

@@ -115,8 +115,9 @@ RECORDS: tuple[KernelRecord, ...] = (
             "committed measured picks for the GPU family", "register_blocked.cu", "register_blocked_force",
             BestPolicy(SAFE_PICK), "NBody Live autotuner (per GPU name, driver and kernel-source hash) and "
             "kernels/best_heuristic.json", tunables=(), tuned=False),
-    _record("tree", "Barnes-Hut octree rebuilt every step on the GPU (Morton keys, device sort, quadrupoles, "
-            "a warp per group of targets); approximate: judged on its 99th-percentile error",
+    _record("tree", "Barnes-Hut octree built on the GPU every step or every rebuild_every, refitted between "
+            "(Morton keys, device sort, quadrupoles, a warp per group of targets); approximate: judged on "
+            "its 99th-percentile error",
             WALK_SOURCE, "tree_walk", TreePolicy(),
             "Bonsai (Bedorf et al., arXiv:1106.1900) and Ryoanji (Keller et al., arXiv:2307.06345); "
             "docs/tree.md",
@@ -126,7 +127,10 @@ RECORDS: tuple[KernelRecord, ...] = (
                            "group"),
                 IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
                 IntChoice("group", (32, 64, 128), 64,
-                          doc="targets walked together by one warp (consecutive in key order)")),
+                          doc="targets walked together by one warp (consecutive in key order)"),
+                IntChoice("rebuild_every", (1, 2, 4, 8, 16), 1,
+                          doc="build the tree every this many evaluations, refit its moments and cubes "
+                          "between (docs/tree.md, Refit)")),
             budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True,
-            decomposition=DOMAINS),
+            decomposition=DOMAINS, period_tunable="rebuild_every"),
 )

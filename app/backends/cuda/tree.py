@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from functools import partial
 
 import numpy as np
@@ -63,7 +64,8 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_gather": "PPPiPPP",
     "tree_level_split": "PiiPPPPPPiPPP",
     "tree_moments": "PiPPPPPPPP",
-    "tree_pack": "iPiPPPPPPPPPffPPP",
+    "tree_refit": "Pi" + "P" * 14,
+    "tree_pack": "iPiPPPPPPPPPPffPPP",
     "tree_group_marks": "PiiPPPPP",
     "tree_group_starts": "PPiPP",
     "tree_domain_cuts": "PPPiP",
@@ -138,6 +140,17 @@ class TreeEvaluator(ForceEvaluator):
         self.levels: list[int] = []  # level_start of the last build (cells of level L: [ls[L], ls[L+1]))
         self._depth = MAX_LEVEL + 1  # levels of the last build: how many the next one queues before looking
         self.ngroups = 0
+        # the refit (rebuild_every > 1, domain evaluations only): the last domain build's topology on the
+        # device, its host facts here; the evaluations since; whether the last one kept its rows' order
+        self._built: _Built | None = None
+        self._last_groups_range = (0, 0)
+        self._stream = None
+        self.since_build = 0
+        self.kept_order = False
+
+    def set_tunables(self, **values) -> None:
+        super().set_tunables(**values)
+        self._built = None  # a new leaf, group or rebuild_every: the next evaluation builds
 
     # --- the evaluator contract --------------------------------------------------------------------
     def set_physics(self, physics: Physics) -> None:
@@ -152,7 +165,9 @@ class TreeEvaluator(ForceEvaluator):
 
     def describe(self, n: int) -> str:
         t = self._tunables
-        return f"{self.record.name} theta={t['theta']:g} leaf={t['leaf']} group={t['group']}"
+        every = int(t.get("rebuild_every", 1))
+        refit = f" rebuild_every={every}" if every > 1 else ""
+        return f"{self.record.name} theta={t['theta']:g} leaf={t['leaf']} group={t['group']}{refit}"
 
     def prepare(self, n: int) -> None:
         """Compile and load every kernel an evaluation may launch (build, sort, all walk forms)."""
@@ -192,8 +207,10 @@ class TreeEvaluator(ForceEvaluator):
         leaf = int(self._tunables["leaf"])
         cells = _cell_capacity(n, leaf) / max(n, 1)
         per_body = 8 + 8 + 8 + 16 + 4  # keys, sorted keys, sort order (int64), sorted body, order (int32)
-        # ints, octant edges, mass/com/m2 (float32), mac, pack, links
+        # ints, octant edges, mass/com/m2 (float32), mac, pack, links; a refit's boxes and cubes
         per_cell = 4 * 5 + 4 * CELL_LANES + 4 * (1 + 3 + 6) + 16 + 48 + 16
+        if int(self._tunables.get("rebuild_every", 1)) > 1:
+            per_cell += 4 * 6 + 8 * 4
         per_group = 3 * 4 / int(self._tunables["group"])  # at least one group per `group` bodies
         # + 12: the group marks, their prefix sum and the group starts (sized for a group per body)
         return int(round(per_body + 12 + per_cell * cells + per_group))
@@ -212,6 +229,8 @@ class TreeEvaluator(ForceEvaluator):
         return force
 
     def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
+        """acc[targets] from a build of the sources' tree (every time: a refit needs the rows in the
+        last build's key order, which only a domain split keeps; this build replaces that one)."""
         self._require_within(targets, sources)
         pairs = int(targets.count) * int(sources.count)
         if targets.count == 0:
@@ -230,12 +249,31 @@ class TreeEvaluator(ForceEvaluator):
         """`evaluate_domain` in phases: a generator that queues work up to its next host read and yields
         there, returning (work, cuts). Each phase makes the device's context current itself and leaves
         nothing current across a yield, so one host thread can take several devices' evaluations in turns
-        (`multidevice.SingleDriver`): while it waits for one GPU, the others run what it queued."""
+        (`multidevice.SingleDriver`): while it waits for one GPU, the others run what it queued.
+
+        With rebuild_every = R > 1, R - 1 evaluations of every R refit the last build (`_refit_phases`):
+        a domain split's devices keep their rows in the last tree's key order (take_key_order), so the
+        rows are the build's sorted bodies as they are (`kept_order`: the devices have nothing to
+        re-sort). A build happens every R-th evaluation and whenever N, the device's index or the tunables
+        changed; it takes the cuts given, and its refits keep them (new shares from a rebalance take effect
+        at the next build: the cuts are found on the device, behind the build)."""
         everyone = Span.all(n)
+        self.kept_order = False
         if n == 0:
             return ForceWork(evaluations=1), [0] * len(cuts)
-        return (yield from self._phases(int(pos), int(out), everyone, everyone, stream, 0,
-                                        (list(cuts), int(index))))
+        key = (int(n), int(index))
+        every = int(self._tunables.get("rebuild_every", 1))
+        built = self._built
+        if every > 1 and built is not None and built.key == key and self.since_build + 1 < every:
+            self.since_build += 1
+            self.kept_order = True
+            return (yield from self._refit_phases(int(pos), int(out), built, stream))
+        result = yield from self._phases(int(pos), int(out), everyone, everyone, stream, 0,
+                                         (list(cuts), int(index)))
+        if every > 1:
+            self._built = _Built(key, list(self.levels), self._last_groups_range, result[1])
+        self.since_build = 0
+        return result
 
     def last_order(self) -> tuple[int, int]:
         """Device pointers of the last evaluation's key order: int32, the source row at each place; and
@@ -285,8 +323,8 @@ class TreeEvaluator(ForceEvaluator):
         cp = cupy_module()
         drv = self.device.drv
         nj = int(sources.count)
-        repulsion, soft, eps2, g, h = self._args
-        theta = float(self._tunables["theta"])
+        self._built = None  # this build's buffers replace the last one's (domain_phases keeps a new one)
+        self._stream = stream
         leaf = int(self._tunables["leaf"])
         group = int(self._tunables["group"])
         src = pos + 16 * sources.start
@@ -333,6 +371,7 @@ class TreeEvaluator(ForceEvaluator):
             at, aligned = found[:len(cuts)], [int(a) for a in found[len(cuts):]]
             groups = (int(at[index]), int(at[index + 1]))
             pairs = (aligned[index + 1] - aligned[index]) * nj
+        self._last_groups_range = groups
         with on():
             # moments bottom up, then the rows the walk reads
             mass = self._buf("mass", ncell, np.float32)
@@ -343,25 +382,87 @@ class TreeEvaluator(ForceEvaluator):
             for lv in range(len(levels) - 2, -1, -1):
                 self._per_level("tree_moments", stream, lvl.data.ptr, lv, spos.data.ptr, *cell_ptrs,
                                 mass.data.ptr, com.data.ptr, m2.data.ptr)
-            mac = self._buf("mac", 4 * ncell, np.float32)  # float4 per cell: com, r_open^2
-            pack = self._buf("pack", 12 * ncell, np.float32)
-            links = self._buf("links", 4 * ncell, np.int32)  # int4 per cell: start, count, child, nchild
-            trace_factor = 1.0 if repulsion else float(np.float32(eps2))
-            run("tree_pack", ncell, ncell, lvl.data.ptr, len(levels) - 1, skeys.data.ptr, *cell_ptrs,
-                box.data.ptr, mass.data.ptr, com.data.ptr, m2.data.ptr, theta, trace_factor, mac.data.ptr,
-                pack.data.ptr, links.data.ptr)
+            mac, pack, links = self._pack(run, levels, cell_ptrs, 0)
             events[4].record(stream)
-        work = yield from self._walk_all(on, repulsion, soft, group, gstart, targets, sources, spos, sorder,
-                                         links, mac, pack, out, eps2, g, h, stream, groups,
+        work = yield from self._walk_all(on, group, gstart, targets, sources, spos.data.ptr,
+                                         sorder.data.ptr, links, mac, pack, out, stream, groups,
                                          sorted_out=domain is not None)
+        self.levels = levels
+        return self._finish(on, work, pairs), aligned
+
+    def _pack(self, run, levels: list[int], cell_ptrs: list[int], cubes: int):
+        """tree_pack: the walk's rows of every cell (mac, pack, links) from the moments; `cubes`: a refit's
+        cube per cell (tree_refit), or 0 for the build's (from the key prefixes)."""
+        repulsion, _soft, eps2, _g, _h = self._args
+        ncell = levels[-1]
+        mac = self._buf("mac", 4 * ncell, np.float32)  # float4 per cell: com, r_open^2
+        pack = self._buf("pack", 12 * ncell, np.float32)
+        links = self._buf("links", 4 * ncell, np.int32)  # int4 per cell: start, count, child, nchild
+        trace_factor = 1.0 if repulsion else float(np.float32(eps2))
+        b = self._buffers
+        run("tree_pack", ncell, ncell, b["levels"].data.ptr, len(levels) - 1, b["skeys"].data.ptr, *cell_ptrs,
+            b["box"].data.ptr, b["mass"].data.ptr, b["com"].data.ptr, b["m2"].data.ptr, cubes,
+            float(self._tunables["theta"]), trace_factor, mac.data.ptr, pack.data.ptr, links.data.ptr)
+        return mac, pack, links
+
+    def _finish(self, on, work: tuple[int, int], pairs: int) -> ForceWork:
+        """After the walk: the stage times of this evaluation added up, and its work."""
+        events = self._events
         with on():
-            events[5].record(stream)
+            events[5].record(self._stream)
             events[5].synchronize()
             for k, name in enumerate(STAGES):
                 self._stage_totals[name] += events[k + 1].time_since(events[k])
-        self.levels = levels
-        work = ForceWork(interactions=work[0], pair_equivalent=pairs, body_cell=work[1], evaluations=1)
-        return work, aligned
+        return ForceWork(interactions=work[0], pair_equivalent=pairs, body_cell=work[1], evaluations=1)
+
+    def _refit_phases(self, pos: int, out: int, built: _Built, stream):
+        """A refit of the last domain build (docs/tree.md, "Refit"): no keys, sort or build; the state's
+        rows, in that build's key order, are its sorted bodies as they are now. Per level from the
+        deepest, tree_refit recomputes the moments and grows each cell's build cube to hold its current
+        bodies; tree_pack makes the rows from those cubes; the walk takes the build's groups and cuts.
+        Stages: the refit under "moments" (keys, sort and build take no time)."""
+        n = built.key[0]
+        on = partial(self._on, stream, n)
+        self._stream = stream
+        levels = built.levels
+        ncell = levels[-1]
+        b = self._buffers
+        cell_ptrs = [b[f"cell-{k}"].data.ptr for k in CELL_FIELDS]
+        group = int(self._tunables["group"])
+
+        def run(symbol, count, *args):
+            launch(self._fn(symbol), (ceil_div(count, BLOCK), 1), BLOCK, stream, *args)
+
+        with on():
+            events = self._events
+            for k in range(4):  # keys, sort and build: empty
+                events[k].record(stream)
+            lo3 = self._buf("refit-lo", 3 * ncell, np.float32)
+            hi3 = self._buf("refit-hi", 3 * ncell, np.float32)
+            cubes = self._buf("refit-cubes", 4 * ncell, np.float64)
+            grown = self._buf("refit-grown", 1, np.int32)
+            self._set32(grown.data.ptr, 0, 1, stream)
+            for lv in range(len(levels) - 2, -1, -1):
+                self._per_level("tree_refit", stream, b["levels"].data.ptr, lv, pos, *cell_ptrs,
+                                b["skeys"].data.ptr, b["box"].data.ptr, b["mass"].data.ptr, b["com"].data.ptr,
+                                b["m2"].data.ptr, lo3.data.ptr, hi3.data.ptr, cubes.data.ptr, grown.data.ptr)
+            mac, pack, links = self._pack(run, levels, cell_ptrs, cubes.data.ptr)
+            events[4].record(stream)
+        everyone = Span.all(n)
+        work = yield from self._walk_all(on, group, b["group-start"], everyone, everyone, pos,
+                                         b["sorder"].data.ptr, links, mac, pack, out, stream, built.groups,
+                                         sorted_out=True)
+        index = built.key[1]
+        pairs = (built.aligned[index + 1] - built.aligned[index]) * n
+        return self._finish(on, work, pairs), list(built.aligned)
+
+    @property
+    def last_grown(self) -> int:
+        """Cells whose cube the last refit grew (0 after a build); a host read: for tests and diagnostics."""
+        if not self.kept_order:
+            return 0
+        with self.device.scope:
+            return int(self._buffers["refit-grown"][:1].get()[0])
 
     def _queued(self, stream) -> Queued:
         """A mark after the work queued so far on `stream`, yielded by a phase before its host read: the
@@ -458,10 +559,12 @@ class TreeEvaluator(ForceEvaluator):
                 return levels, cells, look
             cap *= 2
 
-    def _walk_all(self, on, repulsion, soft, group, gstart, targets, sources, spos, sorder, links, mac, pack,
-                  out, eps2, g, h, stream, groups: tuple[int, int], sorted_out: bool = False):
-        """Launch the walk over the groups [groups[0], groups[1]); re-run it with deeper stacks if one
-        overflowed (a generator of phases, as `_phases`). Returns (interactions, body-cell interactions)."""
+    def _walk_all(self, on, group, gstart, targets, sources, spos: int, sorder: int, links, mac, pack,
+                  out, stream, groups: tuple[int, int], sorted_out: bool = False):
+        """Launch the walk over the groups [groups[0], groups[1]) of the sorted bodies at `spos` (their
+        rows: `sorder`); re-run it with deeper stacks if one overflowed (a generator of phases, as
+        `_phases`). Returns (interactions, body-cell interactions)."""
+        repulsion, soft, eps2, g, h = self._args
         fn = self._walk(repulsion, soft, group)
         ngroups = self.ngroups
         g_lo, g_hi = groups
@@ -476,7 +579,7 @@ class TreeEvaluator(ForceEvaluator):
                 stacks = self._buf("stacks", blocks * WALK_WARPS * self._stack_cap, np.int32)
                 self._set32(flags.data.ptr, 0, 2, stream)
                 self._set32(totals.data.ptr, 0, 4, stream)  # two uint64
-                args = (spos.data.ptr, sorder.data.ptr, gstart.data.ptr, t_lo, t_lo + int(targets.count),
+                args = (spos, sorder, gstart.data.ptr, t_lo, t_lo + int(targets.count),
                         links.data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, g_hi,
                         stacks.data.ptr, self._stack_cap, flags.data.ptr, per_group["nbody"].data.ptr,
                         per_group["ncell"].data.ptr, per_group["nactive"].data.ptr, totals.data.ptr, g_lo,
@@ -503,6 +606,18 @@ class TreeEvaluator(ForceEvaluator):
         out = {k: self._buffers[f"group-{k}"][:self.ngroups].get() for k in GROUP_LISTS}
         out["start"] = self._buffers["group-start"][:self.ngroups + 1].get()
         return out
+
+
+@dataclass(frozen=True)
+class _Built:
+    """What a refit reuses of the last domain build besides its device buffers (cells, levels, sorted
+    keys, cube, groups): the evaluation it was for (n, the device's index), its level starts, this
+    device's run of groups and the aligned cuts."""
+
+    key: tuple
+    levels: list[int]
+    groups: tuple[int, int]
+    aligned: list[int]
 
 
 class Queued:

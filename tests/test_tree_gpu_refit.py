@@ -1,0 +1,154 @@
+"""The GPU tree's refit (rebuild_every > 1; kernels/tree/build.cu `tree_refit`, app/backends/cuda/tree.py
+`_refit_phases`, docs/tree.md "Refit") against the CPU twin's, gpu-marked.
+
+A domain split keeps the state in the last tree's key order, so a refit takes the rows as they are. Here
+both trees get the same evaluations: a build, then positions moved in its key order and refitted three
+times, then a build again (R = 4). At every refit the float32 opening and interaction rows of every cell
+are the twin's bit for bit (the grown cubes included, counted alike), and so are the interaction lists,
+group by group; the accelerations agree to float32 summation order. Through the engine, two devices on
+GPU 0 (and two GPUs where there are two) refitting are bitwise one GPU refitting, and R = 4 stays within
+the tree's own error of R = 1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from test_tree_gpu import CUDA, REASON, REPULSION, SOFT, agree, cloud, on_device
+
+from app.backends.cpu import _BY_NAME as CPU_RECORDS
+from app.backends.cpu_tree_kernels import pack_cells
+from app.bench import bench_bodies
+from app.physics import Physics, relative_error
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"CUDA unavailable: {REASON}")]
+TUNABLES = dict(group=64, leaf=16, theta=0.6, rebuild_every=4)
+
+
+@pytest.fixture(scope="module")
+def device():
+    from app.backends.cuda.device import CudaDevice
+
+    dev = CudaDevice(0)
+    yield dev
+    dev.close()
+
+
+def _gpu_domain(device, ev, pos, cuts):
+    """One domain evaluation (device 0 of `cuts`) of the GPU evaluator on host rows `pos`: the
+    accelerations in key order (float64 rows of the walked range, NaN elsewhere), the work, the cuts, and
+    after a build its key order."""
+    n = pos.shape[0]
+    acc, (work, aligned) = on_device(device, pos, lambda p, a: ev.evaluate_domain(p, a, n, cuts, 0))
+    with device.scope:
+        order = ev._buffers["sorder"][:n].get() if not ev.kept_order else None
+    return acc, work, aligned, order
+
+
+@pytest.mark.parametrize("physics", [SOFT, REPULSION], ids=["gravity", "repulsion"])
+def test_gpu_refits_are_the_twins_bit_for_bit(device, physics):
+    from app.backends.cuda.registry import RECORDS
+
+    record = next(r for r in RECORDS if r.name == "tree")
+    ev = record.policy.evaluator(record, device, {})
+    ev.set_physics(physics)
+    ev.set_tunables(**TUNABLES)
+    crec = CPU_RECORDS["cpu-tree"]
+    cev = crec.policy.evaluator(crec, physics)
+    cev.set_tunables(**TUNABLES)
+    n = 20_011
+    pos = cloud(n, seed=16)
+    rng = np.random.default_rng(5)
+    vel = rng.normal(scale=0.3, size=(n, 3))  # fast enough that cubes grow within a few steps
+    cuts = [0, n // 2, n]  # device 0 of two: half the groups
+    trace_factor = 1.0 if physics.h else float(np.float32(physics.softening ** 2))
+    grown = []
+    for evaluation in range(5):
+        got, work, aligned, order = _gpu_domain(device, ev, pos, cuts)
+        cacc = np.full((n, 4), np.nan, np.float32)
+        cwork, caligned = cev.evaluate_domain(pos.copy(), cacc, cuts, 0)
+        refit = evaluation % 4 != 0
+        assert ev.kept_order == cev.kept_order == refit, evaluation
+        assert ev.since_build == cev.since_build == evaluation % 4
+        assert aligned == caligned
+        tree = cev.last_tree
+        ncell = tree.ncell
+        assert ev.levels[-1] == ncell
+        mac = ev._buffers["mac"][:4 * ncell].get().reshape(ncell, 4)
+        pack = ev._buffers["pack"][:12 * ncell].get().reshape(ncell, 12)
+        want = pack_cells(tree.com, tree.mass, tree.quad, tree.trace, np.float32, trace_factor)
+        assert np.array_equal(mac.view(np.uint32), tree.mac(0.6).view(np.uint32)), evaluation
+        assert np.array_equal(pack.view(np.uint32), want.view(np.uint32)), evaluation
+        gpu, cpu = ev.last_groups(), cev.last_groups()
+        for key in ("nbody", "ncell", "nactive"):
+            assert np.array_equal(gpu[key][:len(cpu[key])], cpu[key]), (evaluation, key)
+        assert (work.interactions, work.body_cell) == (cwork.interactions, cwork.body_cell)
+        assert ev.last_grown == cev.last_grown
+        grown.append(cev.last_grown)
+        lo, hi = aligned[0], aligned[1]
+        agree(got[lo:hi], cacc[lo:hi, :3].astype(np.float64))
+        if not refit:  # the devices move their state into the build's key order (take_key_order)
+            assert np.array_equal(order, tree.order)
+            pos, vel = pos[order], vel[order]
+        # the integrator's drift, in key order
+        pos = pos.copy()
+        pos[:, :3] = (pos[:, :3].astype(np.float64) + 0.01 * vel).astype(np.float32)
+    assert grown[0] == grown[4] == 0 and 0 < grown[1] <= grown[2] <= grown[3]  # cubes grow, then rebuilt
+
+
+def _trajectory(every, k=1, steps=9, gpus=None):
+    """Positions (load order) after `steps` steps of the tree at rebuild_every = `every`, and each step's
+    evaluators' evaluations since their build: one GPU (the CUDA backend), k devices on GPU 0 (the
+    engine's run, single driver), or `gpus` = "all" through --gpus (peer exchange)."""
+    from app.backends.cuda.multi import gpu_devices, make_exchange
+    from app.backends.multi import multi_backend_class
+    from app.multidevice import MultiDeviceRun
+
+    bodies, physics = bench_bodies(3001), Physics(softening=0.01, dt=1e-3)
+    if k > 1:
+        run = MultiDeviceRun(gpu_devices([0] * k), k, "single", make_exchange=make_exchange)
+        try:
+            run.load(bodies, physics, "tree")
+            for d in run.devices:
+                d.evaluator.set_tunables(rebuild_every=every)
+            run.integrator.invalidate()
+            since = []
+            for _ in range(steps):
+                run.step(1)
+                since.append([d.evaluator.since_build for d in run.devices])
+            return run.in_body_order(run.gathered("pos"))[:, :3].astype(np.float64), since
+        finally:
+            run.close()
+    backend = CUDA() if gpus is None else multi_backend_class(CUDA, gpus, "single", "peer")()
+    try:
+        backend.load(bodies, physics, "tree")
+        backend.set_tunables(rebuild_every=every)
+        since = []
+        for _ in range(steps):
+            backend.step(1)
+            since.append([d.evaluator.since_build for d in backend._run.devices])
+        return backend.state().pos, since
+    finally:
+        backend.close()
+
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_k_devices_on_gpu0_refitting_are_bitwise_one_gpu_refitting(k):
+    one, since = _trajectory(4)
+    many, since_k = _trajectory(4, k)
+    assert [s[0] for s in since] == [1, 2, 3, 0, 1, 2, 3, 0, 1]  # evaluation 0 is the load's a(x)
+    assert since_k == [[s[0]] * k for s in since]
+    assert np.array_equal(one, many)
+    built, _ = _trajectory(1)
+    assert 0 < relative_error(one, built)[0] < 1e-4  # the refit moves the trajectory within the tree's error
+
+
+def test_two_gpus_refitting_are_bitwise_one_gpu_refitting():
+    from app.backends.cuda.context import device_count
+
+    if device_count() < 2:
+        pytest.skip("needs two GPUs")
+    one, _ = _trajectory(4)
+    two, since = _trajectory(4, gpus="all")
+    assert since[2] == [3, 3] and since[3] == [0, 0]
+    assert np.array_equal(one, two)
