@@ -56,6 +56,10 @@ GFLOPS_FIELD = f"gflops_at_{FLOPS_PER_INTERACTION}_flops_per_interaction"
 EQUIVALENT_FIELD = "equivalent_all_pairs_interactions_per_s"
 # the force evaluation's split per stage (a tree: keys, sort, build, moments, walk), median ms per step
 STAGES_FIELD = "stages_median_ms"
+# a tree's walk: its FP32 throughput, flops counted per interaction kind (KernelRecord.walk_flops, kept in
+# the row as "walk_flops") over the median walk stage, and its fraction of the device's FP32 peak (rows
+# with stages: one device)
+WALK_TFLOPS_FIELD = "walk_tflops"
 DEVICES_FIELD = "devices_median_ms"  # several devices: each device's own force time (median)
 EXCHANGE_FIELD = "exchange_median_ms"  # several devices: the position exchange of one step (median)
 # DESIGN.md: 12 FP32 instructions per interaction, 128 lanes x 132 SMs x 1.98 GHz (H100/H200).
@@ -224,6 +228,9 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
             else:
                 entry.update(_time_one(backend, rec, bodies, physics, setting, warmup, repeats, max_seconds,
                                        period))
+                peak = result["device"].get("fp32_peak_tflops")
+                if peak and entry.get(WALK_TFLOPS_FIELD):
+                    entry["walk_fp32_peak_fraction"] = entry[WALK_TFLOPS_FIELD] / peak
                 entry.update(_how_split(backend))
             bar.update(1)
             if error_sample > 0 and name in approximate:
@@ -365,6 +372,9 @@ def _time_one(backend, rec, bodies: Bodies, physics: Physics, setting: dict, war
     stages = stage_medians([t.stages for t in steps])
     if stages:
         row[STAGES_FIELD] = stages
+    if rec.walk_flops and stages.get("walk", 0) > 0 and "body_cell" in row:
+        row[WALK_TFLOPS_FIELD] = walk_tflops(rec.walk_flops, interactions, row["body_cell"], stages["walk"])
+        row["walk_flops"] = list(rec.walk_flops)
     devices = stage_medians([t.devices for t in steps])  # several devices: each one's force time
     if devices:
         row[DEVICES_FIELD] = devices
@@ -374,6 +384,11 @@ def _time_one(backend, rec, bodies: Bodies, physics: Physics, setting: dict, war
         row["runs"] = runs
     row.update(rank_medians([ranks_of(t.extra) for t in steps]))
     return row
+
+
+def walk_tflops(flops: tuple[int, int], interactions: int, body_cell: int, walk_ms: float) -> float:
+    """TFLOP/s of a tree walk: (body-body x flops[0] + body-cell x flops[1]) per walk_ms."""
+    return ((interactions - body_cell) * flops[0] + body_cell * flops[1]) / (walk_ms * 1e-3) * 1e-12
 
 
 def cycle_mean(steps: list[StepTimings]) -> StepTimings:
@@ -626,6 +641,12 @@ def _detail_lines(r: dict) -> list[str]:
     if r.get(STAGES_FIELD):
         split = " · ".join(f"{name} {ms:.3f}" for name, ms in r[STAGES_FIELD].items())
         out.append(f"{'':<16}   stages (median ms): {split}")
+    if r.get(WALK_TFLOPS_FIELD):
+        bb, bc = r["walk_flops"]
+        share = r.get("walk_fp32_peak_fraction")
+        peak = f", {100 * share:.0f}% of the device's FP32 peak" if share else ""
+        out.append(f"{'':<16}   walk {r[WALK_TFLOPS_FIELD]:.1f} TFLOP/s FP32 ({bb} flops per body-body, "
+                   f"{bc} per body-cell){peak}")
     if r.get(DEVICES_FIELD):
         split = " · ".join(f"{name} {ms:.3f}" for name, ms in r[DEVICES_FIELD].items())
         out.append(f"{'':<16}   devices (median force ms): {split}; exchange {r[EXCHANGE_FIELD]:.3f}")

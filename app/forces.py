@@ -195,6 +195,13 @@ FP64_BUDGET = ErrorBudget(max_rel=1e-10)
 _BUDGETS = {"fp32": FP32_BUDGET, "fp64": FP64_BUDGET}
 
 
+# A tree walk's flops, counted as Ryoanji counts its P2P (23 per body-body: arXiv:2307.06345's benchmark
+# driver) and, per body-cell, the operations of the softened monopole + quadrupole as written in
+# kernels/tree/walk.cu `body_cell` (gravity; an FMA counts 2, rsqrt 1): the offset 3, r^2 5, + eps^2 1,
+# rsqrt 1, inv^2 inv^3 inv^5 3, Q d 15, d.Q.d 5, the radial factor 6, the update 12 = 51.
+TREE_WALK_FLOPS = (23, 51)
+
+
 # --- the descriptor ----------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class KernelRecord:
@@ -221,6 +228,9 @@ class KernelRecord:
     # rebuild_every: one build, then refits): `bench` times such a method in whole cycles; None: every step
     # does the same work
     period_tunable: str | None = None
+    # a tree's walk: (flops per body-body, flops per body-cell interaction), so that `bench` reports the
+    # walk's FP32 throughput (docs/tree.md, "Counts"); None for a method without a walk stage
+    walk_flops: tuple[int, int] | None = None
 
     @property
     def error_budget(self) -> ErrorBudget:

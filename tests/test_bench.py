@@ -250,8 +250,15 @@ def test_a_tree_row_has_its_stages_body_cells_and_both_rates(tmp_path):
     assert sum(stages.values()) <= tree["max_ms"]
     assert 0 < tree["body_cell"] < tree["interactions"] < tree["pair_equivalent"] == 2048 ** 2
     assert tree[bench.EQUIVALENT_FIELD] == pytest.approx(2048 ** 2 / (tree["median_ms"] * 1e-3))
+    bb, bc = tree["walk_flops"]
+    assert (bb, bc) == (23, 51) and bench.WALK_TFLOPS_FIELD not in simd
+    want = ((tree["interactions"] - tree["body_cell"]) * bb + tree["body_cell"] * bc) / (stages["walk"] * 1e9)
+    assert tree[bench.WALK_TFLOPS_FIELD] == pytest.approx(want)
+    assert "walk_fp32_peak_fraction" not in tree  # the CPU states no FP32 peak
     table = bench.format_table(result)
     assert "stages (median ms): keys " in table and "· walk " in table
+    walk = f"walk {tree[bench.WALK_TFLOPS_FIELD]:.1f} TFLOP/s FP32 (23 flops per body-body, 51 per body-cell)"
+    assert walk in table
     per_body = tree["interactions"] / 2048
     assert f"{per_body:,.0f} interactions/body (body-body + body-cell" in table
     assert "equivalent all-pairs N²/t" in table
@@ -285,3 +292,18 @@ def test_a_tree_refitted_between_builds_is_timed_in_whole_cycles(monkeypatch):
     keys_ms = sum(x["stage:keys"] for x in builds) / 8  # the refits have no keys stage: a build's share
     assert four[bench.STAGES_FIELD]["keys"] == pytest.approx(keys_ms, rel=0.5)
     assert four[bench.STAGES_FIELD]["keys"] < 0.5 * one[bench.STAGES_FIELD]["keys"]
+
+
+def test_the_fp32_peak_is_every_lane_an_fma_per_cycle_at_the_max_clock():
+    from app.backends.cuda.context import DeviceFacts
+
+    def facts(cc, sms, mhz):
+        return DeviceFacts(ordinal=0, name="GPU", compute_capability=cc, sms=sms, total_memory=1,
+                           memory_clock_mhz=None, memory_bus_bits=None, sm_clock_max_mhz=mhz,
+                           sm_clock_mhz=None, driver_version=None, cuda_driver_api="13.0", pci_bus_id=None)
+
+    h200 = facts((9, 0), 132, 1980.0)
+    assert h200.fp32_peak_tflops == pytest.approx(66.9, abs=0.05)  # 128 lanes x 2 flops x 132 SMs x 1.98 GHz
+    assert h200.as_dict()["fp32_peak_tflops"] == h200.fp32_peak_tflops
+    assert facts((8, 0), 108, 1410.0).fp32_peak_tflops == pytest.approx(19.5, abs=0.05)  # A100: 64 lanes
+    assert facts((9, 0), 132, None).fp32_peak_tflops is None

@@ -41,8 +41,8 @@ def test_the_tunable_is_the_same_on_the_twin_and_the_gpu_tree():
     from app.backends.cuda.registry import RECORDS as GPU_RECORDS
 
     tree = next(r for r in GPU_RECORDS if r.name == "tree")
-    for record in (RECORD, tree):
-        assert record.default_tunables()["rebuild_every"] == 1
+    for record in (RECORD, tree):  # a build every 4 evaluations: docs/tree.md, "Refit", measured on both
+        assert record.default_tunables()["rebuild_every"] == 4
         assert record.tunable("rebuild_every").values == (1, 2, 4, 8, 16)
     with pytest.raises(ConfigError, match=r"cpu-tree.rebuild_every: 3 is not one of 1, 2, 4, 8, 16"):
         RECORD.validate_tunables({"rebuild_every": 3})
@@ -204,6 +204,12 @@ def test_the_refit_is_an_evaluation_without_keys():
     assert "keys" not in stages and {"sort", "build", "moments", "walk"} <= set(stages)
 
 
+def _evaluators(backend) -> list:
+    """The evaluators a CPU backend steps with: its own, or each device's under the multi-device run."""
+    run = getattr(backend, "_run", None)
+    return [d.evaluator for d in run.devices] if run is not None else [backend.evaluator()]
+
+
 def test_a_domain_split_refits_its_rows_in_key_order_bitwise_as_one_device_gathers_them():
     """Under a domain split the devices keep their state in the last tree's key order, so a refit takes
     the rows as they are (`kept_order`, no gather, nothing to re-sort); one CPU backend (no split) gathers
@@ -221,8 +227,7 @@ def test_a_domain_split_refits_its_rows_in_key_order_bitwise_as_one_device_gathe
         try:
             backend.load(bodies, physics, "cpu-tree")
             backend.set_tunables(rebuild_every=4)
-            evaluators = ([d.evaluator for d in backend._run.devices] if cls is not CPUBackend
-                          else [backend.evaluator()])
+            evaluators = _evaluators(backend)
             cadence = []
             for _ in range(6):
                 backend.step(1)
@@ -235,4 +240,33 @@ def test_a_domain_split_refits_its_rows_in_key_order_bitwise_as_one_device_gathe
     assert [c[0][0] for c in cadences[0]] == [1, 2, 3, 0, 1, 2]
     assert not any(kept for c in cadences[0] for _, kept in c)  # no split: a gather, the order rebuilt
     assert cadences[1] == [[(s, s > 0)] * 2 for s in (1, 2, 3, 0, 1, 2)]
+    assert np.array_equal(runs[0], runs[1])
+
+
+def test_new_force_parameters_build_and_keep_the_tunables_while_a_new_dt_keeps_refitting():
+    """The refit's cadence is the same on one CPU backend and on K CPU devices (what MPI ranks run), so
+    their runs stay bitwise equal through panel changes: new force parameters make the next evaluation
+    build (a new evaluator, with the tunables it had), a new dt does not."""
+    from app.backends.cpu import CPUBackend
+    from app.backends.multi import multi_backend_class
+    from app.bench import bench_bodies
+    from app.physics import Physics
+
+    bodies, physics = bench_bodies(2048), Physics(softening=0.01, dt=1e-3)
+    runs = []
+    for cls in (CPUBackend, multi_backend_class(CPUBackend, 2, "single")):
+        backend = cls()
+        try:
+            backend.load(bodies, physics, "cpu-tree")
+            backend.set_tunables(theta=0.6)
+            backend.step(2)
+            backend.set_physics(physics.with_(dt=2e-3))
+            backend.step(1)
+            assert all(ev.since_build == 3 for ev in _evaluators(backend))  # still refitting: the same one
+            backend.set_physics(physics.with_(dt=2e-3, softening=0.02))
+            backend.step(1)
+            assert all(ev.since_build == 1 and ev.tunables["theta"] == 0.6 for ev in _evaluators(backend))
+            runs.append(backend.state().pos)
+        finally:
+            backend.close()
     assert np.array_equal(runs[0], runs[1])

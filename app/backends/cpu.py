@@ -35,7 +35,16 @@ from app.backends.cpu_tree import NumbaTree
 from app.bodies import Bodies
 from app.decomposition import DOMAINS, PAIRS, PairTiles
 from app.errors import ConfigError, NonFiniteState
-from app.forces import ErrorBudget, FloatRange, ForceEvaluator, ForceWork, IntChoice, Span, all_pairs_work
+from app.forces import (
+    TREE_WALK_FLOPS,
+    ErrorBudget,
+    FloatRange,
+    ForceEvaluator,
+    ForceWork,
+    IntChoice,
+    Span,
+    all_pairs_work,
+)
 from app.integrator import Stepper
 from app.physics import Physics
 from app.timing import HostTimer, stage_entries
@@ -199,11 +208,12 @@ RECORDS = (
             IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
             IntChoice("group", (16, 32, 64, 128), 64,
                       doc="targets walked together (consecutive in key order)"),
-            IntChoice("rebuild_every", (1, 2, 4, 8, 16), 1,
+            IntChoice("rebuild_every", (1, 2, 4, 8, 16), 4,
                       doc="build the tree every this many evaluations, refit its moments and cubes between"),
         ),
         budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), approximate=True,
-        policy=NumbaTree(np.float32), decomposition=DOMAINS, period_tunable="rebuild_every"),
+        policy=NumbaTree(np.float32), decomposition=DOMAINS, period_tunable="rebuild_every",
+        walk_flops=TREE_WALK_FLOPS),
     KernelRecord(
         name="cpu-n3l",
         doc="float64 Newton's third law over pair tiles (each pair once, the reaction to the source)",
@@ -378,11 +388,12 @@ class CPUBackend(Backend):
     def evaluator(self, name: str | None = None) -> ForceEvaluator:
         """A record (default: the current kernel) with the current physics and the tunables set for it
         (cheap: the compiled kernel is looked up, not rebuilt). The same object while the state, kernel,
-        physics and tunables stay: an evaluator may carry work from one step() call to the next (the
-        tree's refit, rebuild_every)."""
+        force parameters and tunables stay: an evaluator may carry work from one step() call to the next
+        (the tree's refit, rebuild_every), as the devices' evaluators of the multi-device run do."""
         record = _BY_NAME[self._resolve(name or self._kernel)]
         tunables = self._tunables.get(record.name, {})
-        key = (record.name, self._physics, tuple(sorted(tunables.items())))
+        p = self._physics  # its force parameters (a new dt or integrator keeps the evaluator)
+        key = (record.name, p.G, p.softening, p.h, p.model, tuple(sorted(tunables.items())))
         kept = self._kept_evaluator
         if kept is not None and kept[0] == key:
             return kept[1]

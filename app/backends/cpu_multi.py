@@ -61,9 +61,12 @@ class CpuDevice:
         return self._ops
 
     def set_physics(self, physics: Physics) -> None:
-        """New force parameters: the record's evaluator made again with them (the updates hold it)."""
+        """New force parameters: the record's evaluator made again with them (the updates hold it), with
+        the tunables it had."""
         self.physics = physics
+        tunables = self.evaluator.tunables
         self.evaluator = self.record.policy.evaluator(self.record, physics)
+        self.evaluator.set_tunables(**tunables)
         self._ops, self._ops_share = None, None
 
     def timed(self, category: str):

@@ -148,11 +148,19 @@ class DeviceFacts:
             return None
         return fp32_lanes_per_sm(self.compute_capability) / 12 * self.sms * self.sm_clock_max_mhz * 1e6
 
+    @property
+    def fp32_peak_tflops(self) -> float | None:
+        """The FP32 peak at the max SM clock: every lane an FMA (2 flops) per cycle."""
+        if not self.sm_clock_max_mhz:
+            return None
+        return 2 * fp32_lanes_per_sm(self.compute_capability) * self.sms * self.sm_clock_max_mhz * 1e-6
+
     def as_dict(self) -> dict:
         d = asdict(self)
         d["compute_capability"] = f"{self.compute_capability[0]}.{self.compute_capability[1]}"
         d["arch"] = self.arch
         d["fp32_issue_limit_interactions_per_s"] = self.fp32_issue_limit
+        d["fp32_peak_tflops"] = self.fp32_peak_tflops
         return d
 
 

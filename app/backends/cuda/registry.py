@@ -27,7 +27,7 @@ from app.backends.cuda.policies import (
 )
 from app.backends.cuda.tree import WALK_SOURCE, TreePolicy
 from app.decomposition import DOMAINS, PAIRS
-from app.forces import ErrorBudget, FloatRange, IntChoice, KernelRecord
+from app.forces import TREE_WALK_FLOPS, ErrorBudget, FloatRange, IntChoice, KernelRecord
 
 INTEGRATE_SOURCE = "integrate.cu"
 BEST = "best"
@@ -128,9 +128,10 @@ RECORDS: tuple[KernelRecord, ...] = (
                 IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
                 IntChoice("group", (32, 64, 128), 64,
                           doc="targets walked together by one warp (consecutive in key order)"),
-                IntChoice("rebuild_every", (1, 2, 4, 8, 16), 1,
+                IntChoice("rebuild_every", (1, 2, 4, 8, 16), 4,
                           doc="build the tree every this many evaluations, refit its moments and cubes "
                           "between (docs/tree.md, Refit)")),
             budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True,
-            decomposition=DOMAINS, period_tunable="rebuild_every"),
+            decomposition=DOMAINS, period_tunable="rebuild_every",
+            walk_flops=TREE_WALK_FLOPS),
 )

@@ -156,6 +156,7 @@ class TreeEvaluator(ForceEvaluator):
     def set_physics(self, physics: Physics) -> None:
         self._args = force_arguments(physics)
         self._h = float(physics.h)
+        self._built = None  # new force parameters build next, as the CPU twin's new evaluator does
 
     def forget(self) -> None:
         pass
