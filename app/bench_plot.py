@@ -191,6 +191,14 @@ def _accuracy_panel(ax, result: dict) -> None:
     _legend(ax)
 
 
+def log2_axis(ax, ticks, labels, xlabel: str) -> None:
+    """A base-2 log x axis with these ticks and labels, and a light grid (the scaling and refit plots)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks, labels)
+    ax.set_xlabel(xlabel)
+    ax.grid(True, which="both", alpha=0.3)
+
+
 def _plain_log_labels(ax) -> None:
     """Plain numbers on a log y axis. Minor ticks: every one labelled over up to two decades, the 2s and
     5s labelled over up to four, none beyond (their labels would run into each other)."""

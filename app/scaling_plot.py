@@ -19,7 +19,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from app.bench import series_key
-from app.bench_plot import COLORS, MARKERS, _n_label
+from app.bench_plot import COLORS, MARKERS, _n_label, log2_axis
 
 SIZE_PX = (1300, 560)
 DPI = 100
@@ -73,12 +73,9 @@ def scaling_figure(result: dict, ranks: dict | None = None) -> Figure:
             how = f"{key} GPUs" if isinstance(key, int) else key
             gains.plot([n for n, _ in pts], [x for _, x in pts], styles.get(key, ":"), color=color,
                        marker=marker, label=f"{label} · {how}")
+    ticks = sorted({r["n"] for r in result.get("scaling_at_budget") or []})
     for ax in (times, gains):
-        ax.set_xscale("log", base=2)
-        ticks = sorted({r["n"] for r in result.get("scaling_at_budget") or []})
-        ax.set_xticks(ticks, [_n_label(n) for n in ticks])
-        ax.set_xlabel("N (bodies)")
-        ax.grid(True, which="both", alpha=0.3)
+        log2_axis(ax, ticks, [_n_label(n) for n in ticks], "N (bodies)")
     times.set_yscale("log")
     times.set_ylabel("ms per step (force + exchange)")
     times.set_title("step time; a tree at the fastest θ within p99 ≤ 1e-3 on one device", fontsize=10)

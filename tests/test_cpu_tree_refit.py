@@ -41,8 +41,8 @@ def test_the_tunable_is_the_same_on_the_twin_and_the_gpu_tree():
     from app.backends.cuda.registry import RECORDS as GPU_RECORDS
 
     tree = next(r for r in GPU_RECORDS if r.name == "tree")
-    for record in (RECORD, tree):  # a build every 4 evaluations: docs/tree.md, "Refit", measured on both
-        assert record.default_tunables()["rebuild_every"] == 4
+    for record in (RECORD, tree):  # a build every evaluation by default: docs/tree.md, "The GPU refit"
+        assert record.default_tunables()["rebuild_every"] == 1
         assert record.tunable("rebuild_every").values == (1, 2, 4, 8, 16)
     with pytest.raises(ConfigError, match=r"cpu-tree.rebuild_every: 3 is not one of 1, 2, 4, 8, 16"):
         RECORD.validate_tunables({"rebuild_every": 3})
@@ -258,7 +258,7 @@ def test_new_force_parameters_build_and_keep_the_tunables_while_a_new_dt_keeps_r
         backend = cls()
         try:
             backend.load(bodies, physics, "cpu-tree")
-            backend.set_tunables(theta=0.6)
+            backend.set_tunables(theta=0.6, rebuild_every=4)
             backend.step(2)
             backend.set_physics(physics.with_(dt=2e-3))
             backend.step(1)

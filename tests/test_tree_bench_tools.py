@@ -59,3 +59,37 @@ def test_walk_variants_rewrite_the_walk_as_it_is_today():
     entries = text.count(tree_walk_variants.LAUNCH_BOUNDS)
     assert entries >= 3 and out.count("__launch_bounds__(32 * TREE_WARPS, 5)") == entries
     assert tree_walk_variants.variant_source(text, 4, 0) == text
+
+
+def refit_row(every, ms, devices=1, p99=5e-4):
+    r = {"kernel": "tree", "scene": "plummer", "n": 1 << 20, "status": "ok", "median_ms": ms,
+         "tunables_used": {"theta": 0.6, "rebuild_every": every}, "error": {"p99": p99}}
+    if devices > 1:
+        r["devices_median_ms"] = {f"{k} GPU": ms for k in range(devices)}
+        r["exchange_median_ms"] = 0.04
+    return r
+
+
+def test_the_refit_plot_draws_each_device_count_and_the_p99_and_refuses_what_it_cannot(tmp_path, capsys):
+    import numpy as np
+    import refit_plot
+    from matplotlib.colors import to_rgb
+    from PIL import Image
+
+    from app.bench_plot import COLORS
+
+    results = [refit_row(1, 7.6), refit_row(4, 7.0), refit_row(1, 4.6, 2), refit_row(4, 4.0, 2),
+               {"kernel": "best", "scene": "plummer", "n": 1 << 20, "status": "ok", "median_ms": 416.0}]
+    rows = refit_plot.refit_rows(results)
+    assert list(rows) == [("plummer", 0.6, 1 << 20)] and sorted(rows[("plummer", 0.6, 1 << 20)]) == [1, 2]
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps({"results": results, "device": {"name": "GPU"}, "date": "today"}))
+    png = tmp_path / "refit.png"
+    assert refit_plot.main([str(path), "--png", str(png)]) == 0
+    pixels = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3).astype(int)
+    want = np.array([round(255 * c) for c in to_rgb(COLORS[0])])
+    assert (np.abs(pixels - want).sum(axis=1) < 30).sum() > 500  # the series' lines and markers are drawn
+    assert refit_plot.main([str(path), "--png", str(tmp_path / "no" / "refit.png")]) == 2
+    path.write_text(json.dumps({"results": results[-1:]}))
+    assert refit_plot.main([str(path), "--png", str(png)]) == 2
+    assert "no tree rows with rebuild_every" in capsys.readouterr().err

@@ -208,7 +208,7 @@ RECORDS = (
             IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
             IntChoice("group", (16, 32, 64, 128), 64,
                       doc="targets walked together (consecutive in key order)"),
-            IntChoice("rebuild_every", (1, 2, 4, 8, 16), 4,
+            IntChoice("rebuild_every", (1, 2, 4, 8, 16), 1,
                       doc="build the tree every this many evaluations, refit its moments and cubes between"),
         ),
         budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), approximate=True,

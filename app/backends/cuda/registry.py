@@ -128,7 +128,7 @@ RECORDS: tuple[KernelRecord, ...] = (
                 IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
                 IntChoice("group", (32, 64, 128), 64,
                           doc="targets walked together by one warp (consecutive in key order)"),
-                IntChoice("rebuild_every", (1, 2, 4, 8, 16), 4,
+                IntChoice("rebuild_every", (1, 2, 4, 8, 16), 1,
                           doc="build the tree every this many evaluations, refit its moments and cubes "
                           "between (docs/tree.md, Refit)")),
             budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True,
