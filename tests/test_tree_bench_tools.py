@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import tree_table  # noqa: E402
 
@@ -93,3 +95,33 @@ def test_the_refit_plot_draws_each_device_count_and_the_p99_and_refuses_what_it_
     path.write_text(json.dumps({"results": results[-1:]}))
     assert refit_plot.main([str(path), "--png", str(png)]) == 2
     assert "no tree rows with rebuild_every" in capsys.readouterr().err
+
+
+def test_the_refit_cost_model_and_the_accumulated_excess_rule():
+    import tree_refit_growth as g
+
+    curve = [0.0, 0.1, 0.3, 0.6, 1.0]  # the walk's growth k evaluations after the build
+    assert g.fixed_cost(curve, 1, 0.2) == pytest.approx(1.2)  # a build every step: the walk plus the build
+    assert g.fixed_cost(curve, 2, 0.2) == pytest.approx((0.2 + 1.0 + 1.1) / 2)
+    assert g.excess_rule_cycle(curve, 0.2) == 3  # 0.1 < 0.2 <= 0.1 + 0.3: the third evaluation builds
+    assert g.excess_rule_cycle(curve, 0.05) == 2
+    assert g.excess_rule_cycle([0.0, 0.01, 0.01], 0.5) == 3  # never reached: the curve's end
+    # predicted: after refit 1, 2 x 0.1 - 0 = 0.2 >= (0.2 + 0.1) / 2: evaluation 2 builds (the best cycle)
+    assert g.marginal_rule_cycle(curve, 0.2) == 2
+    assert g.marginal_rule_cycle(curve, 0.5) == 3  # 0.2 < 0.3; then 0.5 >= (0.5 + 0.4) / 3
+    assert g.marginal_rule_cycle([0.0, 0.01, 0.01], 0.5) == 3
+    lines = g.cost_lines(curve, 0.2)
+    assert "rebuild_every =  2: 0.958" in lines[2]
+    assert "accumulated excess >= b: a build every 3 evaluations, " in lines[-3]
+    assert "predicted growth >= mean extra cost: a build every 2 evaluations, " in lines[-2]
+    assert lines[-1].startswith("  best fixed cycle on this curve: 2,")  # 0.958 against 1.0 at 3
+
+
+def test_the_refit_growth_probe_runs_end_to_end(capsys):
+    import tree_refit_growth as g
+
+    assert g.main(["--scene", "plummer", "--n", "2048", "--steps", "2", "--theta", "0.6"]) == 0
+    out = capsys.readouterr().out
+    rows = [ln for ln in out.splitlines() if ln[:2].strip().isdigit()]
+    assert [int(r.split()[0]) for r in rows] == [1, 2]
+    assert "rebuild_every =  2:" in out and "accumulated excess >= b" in out
