@@ -47,7 +47,7 @@ from functools import cached_property
 
 import numpy as np
 
-from app.errors import RuntimeFault
+from app.errors import ConfigError, RuntimeFault
 from app.forces import Span
 
 
@@ -110,15 +110,35 @@ class Domains(Decomposition):
     sorts_state = True
 
     def force(self, ops) -> None:
+        counted: list[int] = [0] * len(ops.devices)
+
         def build_and_walk(i, device):  # in phases: the single driver takes the devices' turns
-            ops.add_work(i, (yield from device.force_domain_phases()))
+            work = yield from device.force_domain_phases()
+            counted[i] = work.interactions
+            ops.add_work(i, work)
 
         ops.submit(build_and_walk)
         if ops.exchange.moves_rows(ops.devices):
             ops.driver.finish()  # the devices' key ranges are known once each has built its tree
             ops.exchange.gather_sorted(ops.devices)
+        if any(device.evaluator.wants_totals() for device in ops.devices):
+            self._tell_total(ops, counted)
         # the state follows the tree: acc is sacc, pos/vel/speed/ids permuted alike on every device
         ops.submit(lambda i, device: device.take_key_order())
+
+    @staticmethod
+    def _tell_total(ops, counted: list[int]) -> None:
+        """Every device's evaluator learns the whole evaluation's interaction count (the devices' sum), so
+        that a decision taken on it (the tree's adaptive rebuild, app/refit_cadence.py) is every
+        device's: they keep building the same tree. MPI ranks would need the ranks' sum: refused."""
+        if ops.layout is not None:
+            raise ConfigError("rebuild_rule=adaptive decides on the whole evaluation's interaction count, "
+                              "which MPI ranks would have to sum every step: not built; use "
+                              "rebuild_rule=fixed with rebuild_every under mpiexec")
+        ops.driver.finish()  # (the threads driver: every device's walk counted)
+        total = sum(counted)
+        for device in ops.devices:
+            device.evaluator.observe_evaluation(total)
 
 
 TARGETS, PAIRS, DOMAINS = Targets(), Pairs(), Domains()

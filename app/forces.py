@@ -297,6 +297,15 @@ class ForceEvaluator(ABC):
     def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
         """acc[targets] = the accelerations of pos[targets] due to pos[sources] (asynchronous on a GPU)."""
 
+    def wants_totals(self) -> bool:
+        """Whether this evaluator decides something from the whole evaluation's interaction count
+        (a tree's adaptive rebuild, app/refit_cadence.py): under a domain split the run then sums the
+        devices' counts after each evaluation and gives it every device (`observe_evaluation`)."""
+        return False
+
+    def observe_evaluation(self, interactions: int) -> None:  # noqa: B027 - a hook: most evaluators ignore it
+        """The whole evaluation's interaction count, summed over the devices of a domain split."""
+
     def stage_ms(self) -> dict[str, float]:
         """Milliseconds per stage of the evaluations since the last call, then reset: a method with
         stages (a tree: `STAGES`, in that order, plus any of its own such as `gather`) reports them; the

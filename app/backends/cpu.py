@@ -37,6 +37,7 @@ from app.decomposition import DOMAINS, PAIRS, PairTiles
 from app.errors import ConfigError, NonFiniteState
 from app.forces import (
     TREE_WALK_FLOPS,
+    Choice,
     ErrorBudget,
     FloatRange,
     ForceEvaluator,
@@ -47,6 +48,7 @@ from app.forces import (
 )
 from app.integrator import Stepper
 from app.physics import Physics
+from app.refit_cadence import RULES
 from app.timing import HostTimer, stage_entries
 
 log = logging.getLogger(__name__)
@@ -210,6 +212,9 @@ RECORDS = (
                       doc="targets walked together (consecutive in key order)"),
             IntChoice("rebuild_every", (1, 2, 4, 8, 16), 1,
                       doc="build the tree every this many evaluations, refit its moments and cubes between"),
+            Choice("rebuild_rule", RULES, "fixed",
+                   doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and earlier "
+                   "once the refits' walks grow past what a build costs (app/refit_cadence.py)"),
         ),
         budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), approximate=True,
         policy=NumbaTree(np.float32), decomposition=DOMAINS, period_tunable="rebuild_every",

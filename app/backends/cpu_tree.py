@@ -47,6 +47,7 @@ import numpy as np
 from app.decomposition import align_cuts
 from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span, drain
 from app.physics import Physics
+from app.refit_cadence import RefitCadence
 from app.timing import HostTimer
 
 
@@ -210,7 +211,7 @@ class CpuTreeEvaluator(ForceEvaluator):
         # the refit (rebuild_every > 1): the last build's tree, what it was built over, the evaluations since
         self._built: Tree | None = None
         self._built_key: tuple | None = None
-        self.since_build = 0  # evaluations since the last build (0: the last evaluation built)
+        self._cadence = RefitCadence()  # when the next evaluation builds (rebuild_every, rebuild_rule)
         self.last_grown = 0  # cells whose cube the last refit grew (0 after a build)
         self.kept_order = False  # the last evaluation refitted rows already in its key order (a domain's)
         self._domain_cuts: list[int] = []  # the cuts of the last domain build, kept by its refits
@@ -218,6 +219,19 @@ class CpuTreeEvaluator(ForceEvaluator):
     def set_tunables(self, **values) -> None:
         super().set_tunables(**values)
         self._built = None  # a new leaf or rebuild_every: the next evaluation builds
+        t = self._tunables
+        self._cadence = RefitCadence(int(t.get("rebuild_every", 1)), t.get("rebuild_rule", "fixed"))
+
+    @property
+    def since_build(self) -> int:
+        """Evaluations since the last build (0: the last evaluation built)."""
+        return self._cadence.since_build
+
+    def wants_totals(self) -> bool:
+        return self._cadence.rule == "adaptive" and self._cadence.refits
+
+    def observe_evaluation(self, interactions: int) -> None:
+        self._cadence.observe(interactions)
 
     def _tree(self, pos: np.ndarray, first: int, leaf: int, domain: tuple | None = None) -> Tree:
         """The sources' tree (rows pos of sources starting at row `first`): a build every `rebuild_every`
@@ -225,17 +239,18 @@ class CpuTreeEvaluator(ForceEvaluator):
         when the sources (their count and first row), the leaf or the kind of evaluation changed since.
         `domain` (a domain split's device index) for a domain split's part, whose rows are in the last
         tree's key order: its refit takes them as they are (`kept_order`)."""
-        every = int(self._tunables.get("rebuild_every", 1))
+        cadence = self._cadence
         key = (int(pos.shape[0]), int(first), int(leaf), domain)
         self.kept_order = False
-        if every > 1 and self._built is not None and self._built_key == key and self.since_build + 1 < every:
+        same = self._built is not None and self._built_key == key
+        if cadence.refits and same and not cadence.next_builds():
             tree, self.last_grown = refit(self._built, pos, self._clock, in_order=domain is not None)
             self.kept_order = domain is not None
-            self.since_build += 1
+            cadence.refitted()
         else:
             tree = build(pos, leaf, self._clock)
-            self._built, self._built_key = (tree, key) if every > 1 else (None, None)
-            self.since_build = 0
+            self._built, self._built_key = (tree, key) if cadence.refits else (None, None)
+            cadence.built()
             self.last_grown = 0
         self.last_tree = tree
         return tree
@@ -292,7 +307,9 @@ class CpuTreeEvaluator(ForceEvaluator):
                 tpos = tuple(np.ascontiguousarray(t32[order, i]) for i in range(3))
                 trow = targets.start + order
         with clock.time("walk"):
-            return self._walk(tree, tpos, trow, acc, theta, group, pairs, within)
+            work = self._walk(tree, tpos, trow, acc, theta, group, pairs, within)
+        self._cadence.observe(work.interactions)  # this evaluator walked the evaluation: its own count
+        return work
 
     def evaluate_rows(self, pos, acc, rows: np.ndarray) -> ForceWork:
         """acc[rows] for an index array of `rows`, every body a source (block time steps' active targets,
