@@ -128,15 +128,16 @@ class Domains(Decomposition):
 
     @staticmethod
     def _tell_total(ops, counted: list[int]) -> None:
-        """Every device's evaluator learns the whole evaluation's interaction count (the devices' sum), so
-        that a decision taken on it (the tree's adaptive rebuild, app/refit_cadence.py) is every
-        device's: they keep building the same tree. MPI ranks would need the ranks' sum: refused."""
-        if ops.layout is not None:
-            raise ConfigError("rebuild_rule=adaptive decides on the whole evaluation's interaction count, "
-                              "which MPI ranks would have to sum every step: not built; use "
-                              "rebuild_rule=fixed with rebuild_every under mpiexec")
+        """Every device's evaluator learns the whole evaluation's interaction count (the devices' sum;
+        MPI ranks: one small allreduce, `ops.rank_sum`), so that a decision taken on it (the tree's
+        adaptive rebuild, app/refit_cadence.py) is every device's: they keep building the same tree."""
         ops.driver.finish()  # (the threads driver: every device's walk counted)
         total = sum(counted)
+        if ops.layout is not None:  # part of a larger run: the other participants' counts too
+            if ops.rank_sum is None:
+                raise ConfigError("rebuild_rule=adaptive needs the whole evaluation's interaction count, "
+                                  "and this run cannot sum it over its participants; use rebuild_rule=fixed")
+            total = ops.rank_sum(total)
         for device in ops.devices:
             device.evaluator.observe_evaluation(total)
 

@@ -268,8 +268,12 @@ class RankRun:
         direct = getattr(self.device, "rank_exchange", None)
         exchange = (direct(self.comm, shares, host) if direct is not None else None) or host
         self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), exchange, self.decomposition,
-                                  layout=(shares, self.comm.rank))
+                                  layout=(shares, self.comm.rank), rank_sum=self._rank_sum)
         self.stepper.restart()
+
+    def _rank_sum(self, count: int) -> int:
+        """A count summed over the ranks (every rank calls it at the same point of the same step)."""
+        return int(self.comm.allreduce(int(count), op=_mpi_op("SUM")))
 
     @property
     def ids(self) -> np.ndarray | None:

@@ -429,12 +429,15 @@ class MultiDeviceOps:
     `force()` returns: nothing here)."""
 
     def __init__(self, devices: Sequence[DeviceState], driver, exchange, decomposition=TARGETS,
-                 layout: tuple[list[Span], int] | None = None, key_ordered: bool = False):
+                 layout: tuple[list[Span], int] | None = None, key_ordered: bool = False,
+                 rank_sum: Callable[[int], int] | None = None):
         """`layout`: (every participant's share, the first of these devices' index among them) where the
         devices are part of a larger run (an MPI rank's one device among the ranks' shares); None: these
         devices are all of it. `key_ordered`: the state is in a tree's key order already (one device that
-        ran a domain split before a kernel switch: MultiDeviceRun.use_kernel)."""
+        ran a domain split before a kernel switch: MultiDeviceRun.use_kernel). `rank_sum`: with a layout,
+        the sum of a count over every participant (an MPI allreduce; Domains.force's whole evaluation)."""
         self.devices, self.driver, self.exchange = list(devices), driver, exchange
+        self.rank_sum = rank_sum
         self.decomposition = decomposition
         self.layout = layout
         # domains: the devices move their state into the tree's key order at each evaluation

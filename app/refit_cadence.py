@@ -10,8 +10,8 @@ of a cycle whose cost grows, looked at one evaluation ahead (bench/tree_refit_gr
 
 The counts must be the whole evaluation's: one evaluator that walked every target reports its own
 (`observe`); under a domain split each device walks its key range only, so the run sums the devices'
-counts and gives every evaluator the same total (Domains.force), and every device keeps building the
-same tree.
+counts (MPI ranks: one allreduce a step) and gives every evaluator the same total (Domains.force), and
+every device keeps building the same tree.
 """
 
 from __future__ import annotations

@@ -52,14 +52,24 @@ def mpirun(ranks: int, *args, timeout: float = 120) -> subprocess.CompletedProce
                           capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
 
 
-def one_process(kernel: str = "cpu-fp64"):
+def one_process(kernel: str = "cpu-fp64", tunables: dict | None = None, cadence: list | None = None,
+                physics: Physics | None = None):
+    """One CPU backend through the job's steps (one call; with `cadence`, a step() call per step and each
+    step's evaluations since the tree's build appended to it)."""
     import mpi_job
 
     backend = CPUBackend()
     try:
-        backend.load(mpi_job.cloud(), Physics(softening=0.02, dt=2e-3), kernel)
+        backend.load(mpi_job.cloud(), physics or Physics(softening=0.02, dt=2e-3), kernel)
+        if tunables:
+            backend.set_tunables(**tunables)
         acc = backend.accelerations()
-        backend.step(mpi_job.STEPS)
+        if cadence is None:
+            backend.step(mpi_job.STEPS)
+        else:
+            for _ in range(mpi_job.STEPS):
+                backend.step(1)
+                cadence.append(backend.evaluator().since_build)
         state = backend.state()
     finally:
         backend.close()
@@ -93,6 +103,25 @@ def test_ranks_split_the_tree_by_domains_bitwise_like_one_process(ranks, tmp_pat
     ids = got["ids"]
     assert bool(got["ids_agree"]) and np.array_equal(np.sort(ids), np.arange(pos.shape[0]))
     assert not np.array_equal(ids, np.arange(pos.shape[0]))  # really re-sorted
+
+
+@pytest.mark.parametrize("ranks", [2, 3])
+def test_ranks_refit_the_tree_under_the_adaptive_rule_bitwise_like_one_process(ranks, tmp_path):
+    """cpu-tree with rebuild_rule = adaptive over ranks: each rank walks its key range, the ranks sum their
+    interaction counts every step (one allreduce) so that every rank decides the same builds: the ranks'
+    cadence is one process's, early builds included, and so is the trajectory, bitwise."""
+    import mpi_job
+
+    out = tmp_path / "job.npz"
+    done = mpirun(ranks, out, "--kernel", "cpu-tree", "--adaptive")
+    assert done.returncode == 0, done.stderr
+    got = np.load(out)
+    cadence: list[int] = []
+    acc, pos, vel = one_process("cpu-tree", mpi_job.ADAPTIVE, cadence, mpi_job.FAST)
+    assert bool(got["since_agree"]) and list(got["since"]) == cadence
+    builds = [k for k, s in enumerate(cadence) if s == 0]
+    assert len(builds) > mpi_job.STEPS // 16 + 1  # the rule built before the cap of 16, more than once
+    assert np.array_equal(got["pos"], pos) and np.array_equal(got["vel"], vel)
 
 
 @pytest.mark.parametrize("ranks", [2, 3])

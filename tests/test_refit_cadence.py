@@ -89,12 +89,25 @@ def test_k_cpu_devices_decide_on_the_summed_counts_bitwise_as_one_cpu_backend():
     assert [c[0] for c in cadence] == list(range(1, 13))  # the control: no early build
 
 
-def test_adaptive_under_mpi_ranks_is_refused_with_what_to_use():
+def test_part_of_a_larger_run_sums_the_counts_over_its_participants_or_refuses():
+    """Under MPI a rank's devices are part of a larger run (`ops.layout`): the total is the ranks' sum
+    (`ops.rank_sum`, an allreduce; tests/test_mpi.py runs it), told to every evaluator; a run that cannot
+    sum refuses with what to use."""
     from types import SimpleNamespace
 
     from app.decomposition import Domains
     from app.errors import ConfigError
 
-    ops = SimpleNamespace(layout=([], 0), devices=[], driver=None)
-    with pytest.raises(ConfigError, match="rebuild_rule=fixed with rebuild_every under mpiexec"):
+    told = []
+    evaluator = SimpleNamespace(observe_evaluation=told.append)
+    driver = SimpleNamespace(finish=lambda: None)
+    ops = SimpleNamespace(layout=([], 1), devices=[SimpleNamespace(evaluator=evaluator)], driver=driver,
+                          rank_sum=lambda count: count + 1000)  # another rank walked 1,000 interactions
+    Domains._tell_total(ops, [234])
+    assert told == [1234]
+    ops.rank_sum = None
+    with pytest.raises(ConfigError, match="cannot sum it over its participants; use rebuild_rule=fixed"):
         Domains._tell_total(ops, [1])
+    ops.layout = None  # one process: the devices' own sum
+    Domains._tell_total(ops, [1, 2])
+    assert told == [1234, 3]

@@ -432,7 +432,11 @@ class CPUBackend(Backend):
             return
         t = time.perf_counter()
         one = np.zeros((1, 4), evaluator.dtype)
-        ops = CpuOps(evaluator, one, one.copy(), one.copy(), np.zeros(1, np.float32))
+        # a fresh evaluator of the same record: the run's own keeps work between steps (a tree's refit
+        # cadence), which a one-body evaluation would reset
+        spare = evaluator.record.policy.evaluator(evaluator.record, self._physics)
+        spare.set_tunables(**evaluator.tunables)
+        ops = CpuOps(spare, one, one.copy(), one.copy(), np.zeros(1, np.float32))
         k = ops._k
         with _announce_compiling((evaluator.kernel, k.kick_drift, k.kick, k.euler_damped)):
             ops.force()
