@@ -1,14 +1,20 @@
 """The GPU tree code: the `tree` record's policy and evaluator (docs/tree.md; kernels/tree/).
 
-Every evaluation rebuilds the tree of the sources on the device, in the order docs/tree.md specifies and
-the CPU twin (`cpu-tree`, app/backends/cpu_tree.py) implements:
+An evaluation builds the tree of the sources on the device, in the order docs/tree.md specifies and the
+CPU twin (`cpu-tree`, app/backends/cpu_tree.py) implements:
 
     bounds -> keys (kernels/tree/build.cu) -> sort (CuPy's device radix sort, sharing the primary context)
     -> gather into key order -> octree, level by level (count, prefix sum, write) -> moments bottom up
     -> packed cell rows -> walk (kernels/tree/walk.cu: a warp per group of targets)
 
-The state never moves: the tree works on sorted copies and the walk writes each target's original row,
-so colours, ids, picks, recordings and snapshots follow their bodies without any bookkeeping.
+or, with rebuild_every = R > 1, refits the last build between builds (`_refit_phases`: the moments and
+grown cubes of the build's cells over the current rows, then the rows and the walk; docs/tree.md, "The GPU
+refit").
+
+`evaluate` (a span of targets) works on sorted copies and writes each target's original row. A domain
+split (`domain_phases`, every run of the engine, one GPU included) writes key order instead, and its
+devices then move their state into that order (CudaShareDevice.take_key_order), with `ids` naming the
+bodies, so colours, picks, recordings and snapshots still follow their bodies.
 
 Why CuPy's sort: the GPU image carries CuPy (cupy-cuda13x), whose `argsort` runs a stable device radix
 sort (CUB via Thrust) in the retained primary context that pycuda also uses, so pointers pass both ways
