@@ -636,8 +636,7 @@ class MultiDeviceRun:
         """New physics for the same state: the devices' evaluators take the force parameters in place; the
         cached a(x) is dropped when they or the integrator change."""
         old, self.physics = self.physics, physics
-        forces = (physics.G, physics.softening, physics.h, physics.model)
-        if forces != (old.G, old.softening, old.h, old.model):
+        if physics.forces != old.forces:
             for device in self.devices:
                 device.set_physics(physics)
             self.integrator.invalidate()

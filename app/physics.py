@@ -46,6 +46,12 @@ class Physics:
         """The repulsion coefficient actually applied (zero for the pure-gravity model)."""
         return self.repulsion if self.model == "gravity-repulsion" else 0.0
 
+    @property
+    def forces(self) -> tuple:
+        """What the force evaluation depends on (G, softening, H, model): not dt, the integrator or the
+        damping. Equal forces: an evaluator and a cached a(x) stay valid."""
+        return (self.G, self.softening, self.h, self.model)
+
 
 _PAIRS_PER_CHUNK = 1 << 22  # (rows × N) pairs per chunk: ~100 MB per (rows, N, 3) float64 temporary
 

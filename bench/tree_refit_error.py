@@ -42,24 +42,55 @@ from app.scene import load_scene, make_bodies
 RECORD = _BY_NAME["cpu-tree"]
 
 
-def run(scene_name: str, n: int, theta: float, everies: list[int], steps: int, k: int) -> None:
+def scene_start(scene_name: str, n: int, softening: float | None = None, dt: float | None = None):
+    """(bodies, physics) of a scene at N = n: its own seed, G, softening and dt unless overridden."""
     scene = load_scene(scene_name, {"initial.n": n})
-    bodies = make_bodies(scene)
-    phys = scene.physics
-    physics = Physics(G=phys.G, softening=phys.softening, dt=phys.dt)
-    dt = physics.dt
+    p = scene.physics
+    physics = Physics(G=p.G, softening=p.softening if softening is None else softening,
+                      dt=p.dt if dt is None else dt)
+    return make_bodies(scene), physics
+
+
+def leapfrog_positions(bodies, physics: Physics, theta: float, steps: int):
+    """The float32 [x, y, z, m] rows at each force evaluation e = 0 .. steps of a leapfrog (KDK) trajectory
+    in float64 positions and velocities, driven by cpu-tree building every evaluation: yields (e, rows,
+    the driving evaluation's ForceWork), the rows before the step goes on."""
     n = bodies.n
     x = bodies.pos.astype(np.float64).copy()
     v = bodies.vel.astype(np.float64).copy()
     mass = bodies.mass.astype(np.float64)
+    driver = RECORD.policy.evaluator(RECORD, physics)
+    driver.set_tunables(theta=theta, rebuild_every=1)
+    everyone = Span.all(n)
+
+    def evaluate():
+        p = np.empty((n, 4), np.float32)
+        p[:, :3] = x
+        p[:, 3] = mass
+        acc = np.zeros_like(p)
+        work = driver.evaluate(p, acc, everyone, everyone)
+        return p, acc[:, :3].astype(np.float64), work
+
+    p, a, work = evaluate()
+    yield 0, p, work
+    for step in range(1, steps + 1):
+        v += 0.5 * physics.dt * a
+        x += physics.dt * v
+        p, a, work = evaluate()
+        v += 0.5 * physics.dt * a
+        yield step, p, work
+
+
+def run(scene_name: str, n: int, theta: float, everies: list[int], steps: int, k: int) -> None:
+    bodies, physics = scene_start(scene_name, n)
+    dt = physics.dt
+    n = bodies.n
     rows = np.sort(np.random.default_rng(0).choice(n, size=min(k, n), replace=False))
     evaluators = {}
     for r in everies:
         ev = RECORD.policy.evaluator(RECORD, physics)
         ev.set_tunables(theta=theta, rebuild_every=r)
         evaluators[r] = ev
-    driver = RECORD.policy.evaluator(RECORD, physics)
-    driver.set_tunables(theta=theta)
     everyone = Span.all(n)
     rel = {r: [] for r in everies}
     inter = {r: [] for r in everies}
@@ -70,17 +101,6 @@ def run(scene_name: str, n: int, theta: float, everies: list[int], steps: int, k
           f"{steps} KDK steps, {rows.size} sampled targets", flush=True)
     head = " ".join(f"R={r}:p99/max" for r in everies)
     print(f"eval | {head} | R={rmax}: grown cells, max side growth")
-
-    def pos4():
-        p = np.empty((n, 4), np.float32)
-        p[:, :3] = x
-        p[:, 3] = mass
-        return p
-
-    def accel(p):
-        acc = np.zeros_like(p)
-        driver.evaluate(p, acc, everyone, everyone)
-        return acc[:, :3].astype(np.float64)
 
     def measure(e: int, p: np.ndarray) -> None:
         exact = exact_rows(p.astype(np.float64), rows, physics)
@@ -102,16 +122,8 @@ def run(scene_name: str, n: int, theta: float, everies: list[int], steps: int, k
                 grown = ev.last_grown
         print(f"{e:>4} | {' '.join(cells)} | {grown:,} of {ev.last_tree.ncell:,}, {g:.3e}", flush=True)
 
-    p = pos4()
-    a = accel(p)
-    measure(0, p)
-    for step in range(1, steps + 1):
-        v += 0.5 * dt * a
-        x += dt * v
-        p = pos4()
-        a = accel(p)
-        v += 0.5 * dt * a
-        measure(step, p)
+    for e, p, _ in leapfrog_positions(bodies, physics, theta, steps):
+        measure(e, p)
     evals = steps + 1
     print("R | pooled p99 | pooled max | worst eval p99 | interactions/body | ms build eval | ms refit eval "
           "(median) | refit saving")

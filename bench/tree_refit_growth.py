@@ -34,52 +34,35 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere in the checkout
 
-from app.backends.cpu import _BY_NAME  # noqa: E402
+from tree_refit_error import RECORD, leapfrog_positions, scene_start  # noqa: E402 (bench/, this folder)
+
 from app.forces import Span  # noqa: E402
 from app.physics import Physics  # noqa: E402
-from app.scene import load_scene, make_bodies  # noqa: E402
 
-RECORD = _BY_NAME["cpu-tree"]
 FIXED = (1, 2, 4, 8, 16)
 
 
 def growth_curve(scene_name: str, n: int, theta: float, steps: int, softening: float | None,
                  dt: float | None, out=print) -> tuple[list[float], Physics]:
     """g_k for k = 0 .. steps (g_0 = 0: the build itself), printing a row per evaluation."""
-    scene = load_scene(scene_name, {"initial.n": n})
-    bodies = make_bodies(scene)
-    p = scene.physics
-    physics = Physics(G=p.G, softening=p.softening if softening is None else softening,
-                      dt=p.dt if dt is None else dt)
-    x, v = bodies.pos.astype(np.float64).copy(), bodies.vel.astype(np.float64).copy()
-    m = bodies.mass.astype(np.float64)
+    bodies, physics = scene_start(scene_name, n, softening, dt)
     n = bodies.n
-    built, refitted = (RECORD.policy.evaluator(RECORD, physics) for _ in range(2))
-    built.set_tunables(theta=theta, rebuild_every=1)
+    refitted = RECORD.policy.evaluator(RECORD, physics)
     refitted.set_tunables(theta=theta, rebuild_every=16)
-
-    def evaluate(ev):
-        pos = np.empty((n, 4), np.float32)
-        pos[:, :3], pos[:, 3] = x, m
-        acc = np.zeros((n, 4), np.float32)
-        work = ev.evaluate(pos, acc, Span.all(n), Span.all(n))
-        return acc[:, :3].astype(np.float64), work.interactions
-
+    everyone = Span.all(n)
     out(f"# {scene_name}, N = {n:,}, theta {theta:g}, softening {physics.softening:g}, dt {physics.dt:g}")
     out(" k  build I/n  refit I/n   growth  cells grown")
-    a, _ = evaluate(built)
-    evaluate(refitted)
-    curve = [0.0]
+    curve = []
     start = time.perf_counter()
-    for k in range(1, steps + 1):
-        v += 0.5 * physics.dt * a
-        x += physics.dt * v
-        a, i_build = evaluate(built)
-        _, i_refit = evaluate(refitted)
-        curve.append(i_refit / i_build - 1.0)
+    for k, pos, built in leapfrog_positions(bodies, physics, theta, steps):
+        i_refit = refitted.evaluate(pos, np.zeros_like(pos), everyone, everyone).interactions
+        if k == 0:  # the build both start from
+            curve.append(0.0)
+            continue
+        curve.append(i_refit / built.interactions - 1.0)
         grown = refitted.last_grown / refitted.last_tree.ncell
-        out(f"{k:2d} {i_build / n:10.1f} {i_refit / n:10.1f} {curve[-1]:+8.3f} {100 * grown:10.1f}%")
-        v += 0.5 * physics.dt * a
+        out(f"{k:2d} {built.interactions / n:10.1f} {i_refit / n:10.1f} {curve[-1]:+8.3f} "
+            f"{100 * grown:10.1f}%")
     out(f"# {steps} steps in {time.perf_counter() - start:.0f} s")
     return curve, physics
 

@@ -397,8 +397,8 @@ class CPUBackend(Backend):
         (the tree's refit, rebuild_every), as the devices' evaluators of the multi-device run do."""
         record = _BY_NAME[self._resolve(name or self._kernel)]
         tunables = self._tunables.get(record.name, {})
-        p = self._physics  # its force parameters (a new dt or integrator keeps the evaluator)
-        key = (record.name, p.G, p.softening, p.h, p.model, tuple(sorted(tunables.items())))
+        # the force parameters, not dt or the integrator: those keep the evaluator
+        key = (record.name, self._physics.forces, tuple(sorted(tunables.items())))
         kept = self._kept_evaluator
         if kept is not None and kept[0] == key:
             return kept[1]
