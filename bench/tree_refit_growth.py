@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -128,7 +129,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.steps < 1 or args.n < 2:
         ap.error("--steps must be >= 1 and --n >= 2")
-    curve, _ = growth_curve(args.scene, args.n, args.theta, args.steps, args.softening, args.dt)
+    # each row flushed as it is measured: a long run shows its progress, and Ctrl-C keeps what it printed
+    curve, _ = growth_curve(args.scene, args.n, args.theta, args.steps, args.softening, args.dt,
+                            out=partial(print, flush=True))
     for b in args.build_cost or [0.15]:
         print("\n".join(cost_lines(curve, b)))
     return 0
