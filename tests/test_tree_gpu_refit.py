@@ -152,3 +152,49 @@ def test_two_gpus_refitting_are_bitwise_one_gpu_refitting():
     two, since = _trajectory(4, gpus="all")
     assert since[2] == [3, 3] and since[3] == [0, 0]
     assert np.array_equal(one, two)
+
+
+def _collision_cadence(k: int, rule: str, steps: int = 12):
+    """Positions (load order) and each step's evaluations since the build of a fast collision (dt 0.02)
+    under rebuild_every 16 and `rule`: one GPU (k = 1, the CUDA backend) or k devices on GPU 0."""
+    from app.backends.cuda.multi import gpu_devices, make_exchange
+    from app.multidevice import MultiDeviceRun
+
+    bodies, physics = bench_bodies(4096, scene="collision"), Physics(softening=0.02, dt=0.02)
+    tunables = dict(rebuild_every=16, rebuild_rule=rule)
+    if k == 1:
+        backend = CUDA()
+        try:
+            backend.load(bodies, physics, "tree")
+            backend.set_tunables(**tunables)
+            since = []
+            for _ in range(steps):
+                backend.step(1)
+                since.append(backend._run.devices[0].evaluator.since_build)
+            return backend.state().pos, since
+        finally:
+            backend.close()
+    run = MultiDeviceRun(gpu_devices([0] * k), k, "single", make_exchange=make_exchange)
+    try:
+        run.load(bodies, physics, "tree")
+        for d in run.devices:
+            d.evaluator.set_tunables(**tunables)
+        run.integrator.invalidate()
+        since = []
+        for _ in range(steps):
+            run.step(1)
+            cadences = {d.evaluator.since_build for d in run.devices}
+            assert len(cadences) == 1  # every device builds the same tree
+            since.append(cadences.pop())
+        return run.in_body_order(run.gathered("pos"))[:, :3].astype(np.float64), since
+    finally:
+        run.close()
+
+
+def test_the_adaptive_rule_builds_early_and_k_devices_decide_on_their_summed_counts():
+    one, since = _collision_cadence(1, "adaptive")
+    assert 0 in since[1:] and max(since) < 12  # builds well before the cap of 16
+    two, since_two = _collision_cadence(2, "adaptive")  # each device counts its key range only
+    assert since_two == since and np.array_equal(one, two)
+    _, fixed = _collision_cadence(1, "fixed")
+    assert fixed == list(range(1, 13))

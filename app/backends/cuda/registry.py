@@ -27,7 +27,8 @@ from app.backends.cuda.policies import (
 )
 from app.backends.cuda.tree import WALK_SOURCE, TreePolicy
 from app.decomposition import DOMAINS, PAIRS
-from app.forces import TREE_WALK_FLOPS, ErrorBudget, FloatRange, IntChoice, KernelRecord
+from app.forces import TREE_WALK_FLOPS, Choice, ErrorBudget, FloatRange, IntChoice, KernelRecord
+from app.refit_cadence import RULES
 
 INTEGRATE_SOURCE = "integrate.cu"
 BEST = "best"
@@ -130,7 +131,10 @@ RECORDS: tuple[KernelRecord, ...] = (
                           doc="targets walked together by one warp (consecutive in key order)"),
                 IntChoice("rebuild_every", (1, 2, 4, 8, 16), 1,
                           doc="build the tree every this many evaluations, refit its moments and cubes "
-                          "between (docs/tree.md, Refit)")),
+                          "between (docs/tree.md, Refit)"),
+                Choice("rebuild_rule", RULES, "fixed",
+                       doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and "
+                       "earlier once the refits' walks grow past what a build costs (app/refit_cadence.py)")),
             budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True,
             decomposition=DOMAINS, period_tunable="rebuild_every",
             walk_flops=TREE_WALK_FLOPS),

@@ -42,6 +42,7 @@ import numpy as np
 from app.errors import ConfigError, RuntimeFault
 from app.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span, drain
 from app.physics import Physics
+from app.refit_cadence import RefitCadence
 
 from ..cpu_tree import GROUP_CELL_FACTOR
 from .errors import out_of_memory
@@ -151,12 +152,25 @@ class TreeEvaluator(ForceEvaluator):
         self._built: _Built | None = None
         self._last_groups_range = (0, 0)
         self._stream = None
-        self.since_build = 0
+        self._cadence = RefitCadence()  # when the next evaluation builds (rebuild_every, rebuild_rule)
         self.kept_order = False
 
     def set_tunables(self, **values) -> None:
         super().set_tunables(**values)
         self._built = None  # a new leaf, group or rebuild_every: the next evaluation builds
+        t = self._tunables
+        self._cadence = RefitCadence(int(t.get("rebuild_every", 1)), t.get("rebuild_rule", "fixed"))
+
+    @property
+    def since_build(self) -> int:
+        """Evaluations since the last build (0: the last evaluation built)."""
+        return self._cadence.since_build
+
+    def wants_totals(self) -> bool:
+        return self._cadence.rule == "adaptive" and self._cadence.refits
+
+    def observe_evaluation(self, interactions: int) -> None:
+        self._cadence.observe(interactions)
 
     # --- the evaluator contract --------------------------------------------------------------------
     def set_physics(self, physics: Physics) -> None:
@@ -258,28 +272,30 @@ class TreeEvaluator(ForceEvaluator):
         nothing current across a yield, so one host thread can take several devices' evaluations in turns
         (`multidevice.SingleDriver`): while it waits for one GPU, the others run what it queued.
 
-        With rebuild_every = R > 1, R - 1 evaluations of every R refit the last build (`_refit_phases`):
-        a domain split's devices keep their rows in the last tree's key order (take_key_order), so the
-        rows are the build's sorted bodies as they are (`kept_order`: the devices have nothing to
-        re-sort). A build happens every R-th evaluation and whenever N, the device's index or the tunables
-        changed; it takes the cuts given, and its refits keep them (new shares from a rebalance take effect
-        at the next build: the cuts are found on the device, behind the build)."""
+        With rebuild_every = R > 1, R - 1 evaluations of every R refit the last build (`_refit_phases`;
+        with rebuild_rule = adaptive at most R - 1, app/refit_cadence.py, on the whole evaluation's
+        interaction count that Domains.force tells every device): a domain split's devices keep their rows
+        in the last tree's key order (take_key_order), so the rows are the build's sorted bodies as they
+        are (`kept_order`: the devices have nothing to re-sort). A build happens when the cadence says so
+        and whenever N, the device's index or the tunables changed; it takes the cuts given, and its refits
+        keep them (new shares from a rebalance take effect at the next build: the cuts are found on the
+        device, behind the build)."""
         everyone = Span.all(n)
         self.kept_order = False
         if n == 0:
             return ForceWork(evaluations=1), [0] * len(cuts)
         key = (int(n), int(index))
-        every = int(self._tunables.get("rebuild_every", 1))
+        cadence = self._cadence
         built = self._built
-        if every > 1 and built is not None and built.key == key and self.since_build + 1 < every:
-            self.since_build += 1
+        if cadence.refits and built is not None and built.key == key and not cadence.next_builds():
+            cadence.refitted()
             self.kept_order = True
             return (yield from self._refit_phases(int(pos), int(out), built, stream))
         result = yield from self._phases(int(pos), int(out), everyone, everyone, stream, 0,
                                          (list(cuts), int(index)))
-        if every > 1:
+        if cadence.refits:
             self._built = _Built(key, list(self.levels), self._last_groups_range, result[1])
-        self.since_build = 0
+        cadence.built()
         return result
 
     def last_order(self) -> tuple[int, int]:
