@@ -13,6 +13,9 @@
 # view     the viewer headless at 8M with the tree on 1 GPU and on --gpus 2 (per-frame CSVs), and at 1M
 # mpi-tree the tree at θ 0.6, 1M and 8M, Plummer and collision: one process, then 2 MPI ranks with a GPU
 #          each, in one call (JSONs <tag>-mpi-tree-ranks{1,2}; the committed MPI tree figures)
+# refit    the refit's gpu tests, then the tree under rebuild_rule=adaptive (cap 16) on 1 and 2 GPUs at 1M and 8M,
+#          Plummer and collision, θ 0.45 / 0.5 / 0.6 (JSON <tag>-adaptive; compare with `scaling`, a build
+#          every step, from the same machine)
 # mpi      2 MPI ranks, a GPU each (MPICH from the carried .whl/): their gpu tests, then the bench of the
 #          tree at 1M and 8M and best at 1M (compare with the one-GPU rows of `scaling` from the same machine),
 #          and the rank-0 viewer at 1M with the tree beside one process (per-frame CSVs)
@@ -46,6 +49,13 @@ if [[ $what == scaling || $what == all ]]; then
         --scene plummer,collision --tunable theta=0.45,0.5,0.6 --gpus 1,2 --max-seconds 40 --no-progress \
         --json "$out/$tag-scaling.json" --plot "$out/$tag-scaling.png" 2>&1 | tail -60
     echo "clocks after: $(clocks)"
+fi
+if [[ $what == refit ]]; then
+    timeout 300 python3 -m pytest -q -m gpu -p no:xvfb -p no:cacheprovider tests/test_tree_gpu_refit.py \
+        tests/test_tree_gpu.py 2>&1 | tee "$out/refit-tests.log" | grep -E "passed|failed|^FAILED|^E " | tail -12
+    python3 -m app bench --backend cuda --kernels tree --n 1048576,8388608 --scene plummer,collision \
+        --tunable theta=0.45,0.5,0.6 --tunable rebuild_every=16 --tunable rebuild_rule=adaptive --gpus 1,2 \
+        --max-seconds 40 --no-progress --json "$out/$tag-adaptive.json" 2>&1 | grep -A24 "^scaling"
 fi
 if [[ $what == mpi-tree ]]; then
     source "$(dirname "$0")/mpi_env.sh"
