@@ -4,9 +4,20 @@ A build every `every` evaluations (`fixed`), or (`adaptive`) at most that, and e
 stop paying: after refit k, with g_k = I_k / I_0 - 1 the growth of its walk's interactions over the walk
 after the build, the next evaluation builds when the next growth, extrapolated from the last two
 (2 g_k - g_{k-1}), reaches the cycle's mean extra cost including this walk, (b + sum_{j<=k} g_j) / (k + 1),
-b being what a build costs beyond a refit, as a fraction of a walk. That is the optimal-stopping condition
-of a cycle whose cost grows, looked at one evaluation ahead (bench/tree_refit_growth.py measured it within
-0.7% of the best fixed cycle in five of six cases).
+b being what a build costs beyond a refit, as a fraction of the walk after it. That is the optimal-stopping
+condition of a cycle whose cost grows, looked at one evaluation ahead (bench/tree_refit_growth.py measured
+it within 0.7% of the best fixed cycle in five of six cases). Right after a build (k = 0) the condition is
+g_1 >= b, with g_1 taken from the last cycle that refitted: where one refit already costs more than a
+build (the 8M collision, whose first refit walks ~18% more), the tree builds every evaluation, and tries a
+refit again after `every` builds in a row in case the motion calmed.
+
+b is a model of the counts, not a timing, so that a run decides the same builds every time (recordings
+stay deterministic) and K devices decide as one: a build costs as much as walking BUILD_FIXED interactions
+plus BUILD_PER_BODY interactions per body, fitted to one H200's stage times (keys + sort + build against
+the walk's time per interaction, bench/results/h200x2-2026-11-26-fixed.json: 0.45 ms + 0.195 ns per body,
+1.45 ps per interaction). That makes b ~0.11 of a 1M Plummer walk at theta 0.6 and ~0.04 at 8M. The model
+is one device's: on K devices each builds the whole tree but walks 1/K of it, so a build weighs K times
+more there; the rule leaves that out to keep K devices bitwise one device.
 
 The counts must be the whole evaluation's: one evaluator that walked every target reports its own
 (`observe`); under a domain split each device walks its key range only, so the run sums the devices'
@@ -16,41 +27,75 @@ every device keeps building the same tree.
 
 from __future__ import annotations
 
-# what a build costs beyond a refit, as a fraction of the walk after it: the H200's stage times at 1M
-# (keys + sort + build + moments against the refit's levels: about 0.9 of a 6 ms walk; 0.04 at 8M)
-BUILD_COST = 0.15
+# what a build costs beyond a refit, in walk interactions (the module's docstring says where from)
+BUILD_FIXED = 3.1e8
+BUILD_PER_BODY = 135.0
+# b as a fixed fraction of a walk instead of the model, for every cadence made after it is set: the tests'
+# small clouds (a few thousand bodies, whose walks the model's fixed launch cost dwarfs) set it
+BUILD_COST: float | None = None
 RULES = ("fixed", "adaptive")
 
 
 class RefitCadence:
     """The build-or-refit decision of one tree evaluator, from the evaluations since its last build."""
 
-    def __init__(self, every: int = 1, rule: str = "fixed", build_cost: float = BUILD_COST):
+    def __init__(self, every: int = 1, rule: str = "fixed", build_cost: float | None = None):
+        """`build_cost`: b as a fixed fraction of a walk (the analyses); None: BUILD_COST if set, else the
+        model of the counts (BUILD_FIXED, BUILD_PER_BODY)."""
         if rule not in RULES:
             raise ValueError(f"rule must be one of {RULES}, not {rule!r}")
-        self.every, self.rule, self.build_cost = int(every), rule, float(build_cost)
+        self.every, self.rule = int(every), rule
+        build_cost = BUILD_COST if build_cost is None else build_cost
+        self.build_cost = None if build_cost is None else float(build_cost)
         self.since_build = 0  # evaluations since the last build (0: the last evaluation built)
+        self._bodies = 0  # N of the last build
         self._baseline = 0  # the interactions of the walk after the build
         self._growth: list[float] = []  # g_1 .. g_k of the refits since
+        self._first_growth: float | None = None  # g_1 of the last cycle that refitted
+        self._builds_in_a_row = 0  # builds since that cycle, each straight after the one before
+
+    @classmethod
+    def of(cls, tunables: dict) -> RefitCadence:
+        """The cadence a tree's tunables ask for (rebuild_every, rebuild_rule; the record's defaults when the
+        evaluator is made, then whatever set_tunables gives it)."""
+        return cls(int(tunables.get("rebuild_every", 1)), tunables.get("rebuild_rule", "fixed"))
 
     @property
     def refits(self) -> bool:
         """Whether this cadence ever refits (rebuild_every > 1)."""
         return self.every > 1
 
+    def build_fraction(self) -> float:
+        """b: what the next build costs beyond a refit, as a fraction of the walk after the last build."""
+        if self.build_cost is not None:
+            return self.build_cost
+        if self._baseline <= 0:
+            return float("inf")  # nothing walked: no walk to save, build
+        return (BUILD_FIXED + BUILD_PER_BODY * self._bodies) / self._baseline
+
     def next_builds(self) -> bool:
         """Whether the next evaluation builds (given a tree it could refit)."""
         if self.since_build + 1 >= self.every:
             return True
-        if self.rule != "adaptive" or not self._growth:
+        if self.rule != "adaptive":
             return False
         g = self._growth
+        if not g:  # right after a build: refit only if the last cycle's first refit cost less than a build
+            if self._first_growth is None or self._builds_in_a_row + 1 >= self.every:
+                return False  # never measured, or `every` builds in a row: try a refit again
+            return self._first_growth >= self.build_fraction()
         k = len(g)
         ahead = 2 * g[-1] - (g[-2] if k > 1 else 0.0)
-        return ahead >= (self.build_cost + sum(g)) / (k + 1)
+        return ahead >= (self.build_fraction() + sum(g)) / (k + 1)
 
-    def built(self) -> None:
+    def built(self, bodies: int = 0) -> None:
+        """The evaluation built the tree of `bodies` bodies."""
+        if self._growth:
+            self._first_growth, self._builds_in_a_row = self._growth[0], 0
+        elif self.since_build == 0 and self._baseline > 0:  # a build straight after a build
+            self._builds_in_a_row += 1
         self.since_build = 0
+        self._bodies = int(bodies)
         self._baseline = 0
         self._growth = []
 

@@ -85,8 +85,11 @@ def excess_rule_cycle(curve: list[float], b: float) -> int:
 
 
 def marginal_rule_cycle(curve: list[float], b: float) -> int:
-    """The cycle length of the predicted-marginal rule: after refit k, the next build comes at k + 1 if the
-    extrapolated next growth 2 g_k - g_{k-1} reaches (b + sum_{j<=k} g_j) / (k + 1)."""
+    """The cycle length of the predicted-marginal rule in steady state (every cycle on this curve): after
+    refit k, the next build comes at k + 1 if the extrapolated next growth 2 g_k - g_{k-1} reaches
+    (b + sum_{j<=k} g_j) / (k + 1); at k = 0 that is g_1 >= b, g_1 known from the cycle before."""
+    if len(curve) > 1 and curve[1] >= b:
+        return 1
     total = 0.0
     for k in range(1, len(curve)):
         total += curve[k]

@@ -106,12 +106,15 @@ def test_ranks_split_the_tree_by_domains_bitwise_like_one_process(ranks, tmp_pat
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
-def test_ranks_refit_the_tree_under_the_adaptive_rule_bitwise_like_one_process(ranks, tmp_path):
+def test_ranks_refit_the_tree_under_the_adaptive_rule_bitwise_like_one_process(ranks, tmp_path, monkeypatch):
     """cpu-tree with rebuild_rule = adaptive over ranks: each rank walks its key range, the ranks sum their
     interaction counts every step (one allreduce) so that every rank decides the same builds: the ranks'
     cadence is one process's, early builds included, and so is the trajectory, bitwise."""
     import mpi_job
 
+    from app import refit_cadence
+
+    monkeypatch.setattr(refit_cadence, "BUILD_COST", mpi_job.ADAPTIVE_BUILD_COST)  # as the job does
     out = tmp_path / "job.npz"
     done = mpirun(ranks, out, "--kernel", "cpu-tree", "--adaptive")
     assert done.returncode == 0, done.stderr

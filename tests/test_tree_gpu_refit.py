@@ -191,7 +191,10 @@ def _collision_cadence(k: int, rule: str, steps: int = 12):
         run.close()
 
 
-def test_the_adaptive_rule_builds_early_and_k_devices_decide_on_their_summed_counts():
+def test_the_adaptive_rule_builds_early_and_k_devices_decide_on_their_summed_counts(monkeypatch):
+    from app import refit_cadence
+
+    monkeypatch.setattr(refit_cadence, "BUILD_COST", 0.15)  # 4,096 bodies: the model's fixed cost dwarfs
     one, since = _collision_cadence(1, "adaptive")
     assert 0 in since[1:] and max(since) < 12  # builds well before the cap of 16
     two, since_two = _collision_cadence(2, "adaptive")  # each device counts its key range only
