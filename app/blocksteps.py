@@ -45,6 +45,7 @@ from typing import Protocol
 import numpy as np
 
 from app.bodies import Bodies
+from app.errors import ConfigError
 from app.forces import ForceWork
 from app.physics import Physics, accelerations
 
@@ -403,8 +404,13 @@ class TreeBlockOps(NumpyBlockOps):
         super().__init__(bodies, physics, acc=acc)
         record = CPUBackend.record("cpu-tree")
         self.evaluator = record.policy.evaluator(record, physics)
-        if tunables:
-            self.evaluator.set_tunables(**tunables)
+        tunables = dict(tunables or {})
+        if int(tunables.get("rebuild_every", 1)) != 1:
+            raise ConfigError("block steps build the tree at every evaluation (a refit's tree depends on "
+                              "the build before it, so a(x) would not follow from x alone, which a resume "
+                              "needs); drop rebuild_every")
+        # a build at every evaluation, whatever the record's default cadence
+        self.evaluator.set_tunables(**tunables, rebuild_every=1)
         self._pos4 = np.empty((self.n, 4))
         self._acc32 = np.zeros((self.n, 4), np.float32)  # the walk's own precision (float32 rows)
 

@@ -319,15 +319,26 @@ class RankRun:
             body = first if self.ids is None else int(self.ids[first])  # the body that row holds
             raise NonFiniteState(body, step=self._steps, time=self.time, rank=owner)
 
-    def reload(self, physics: Physics, kernel: str) -> None:
-        """Another kernel or physics from the next step, the state kept (a device made again from the
-        gathered state; collective). The time is re-based only at a dt change, as one process does
-        (Backend._swap_physics), so that it stays bitwise that process's time."""
+    def reload(self, physics: Physics, kernel: str) -> bool:
+        """Another kernel or physics from the next step, the state kept (collective): a device made again
+        from the gathered state (True), or, for dt or the integrator alone, the same device (False). The
+        time is re-based only at a dt change, as one process does (Backend._swap_physics), so that it stays
+        bitwise that process's time."""
         t0, steps, dt = self._t0, self._steps, self.physics.dt
+        if kernel == self.kernel and physics.forces == self.physics.forces:
+            # only dt or the integrator: the device keeps its evaluator (a tree keeps refitting its last
+            # build, as one process's does: MultiDeviceRun.set_physics, CPUBackend.evaluator)
+            old, self.physics = self.physics, physics
+            if physics.integrator != old.integrator:
+                self.integrator.invalidate()
+            if physics.dt != dt:
+                self._t0, self.stepper.steps = self.time_at(dt), 0
+            return False
         self.load(self.state(), physics, kernel)
         if physics.dt == dt:
             self._t0 = t0
             self.stepper.steps = steps
+        return True
 
     def set_tunables(self, values: dict) -> None:
         """The current kernel's tunables, all of them (its defaults under `values`), from the next step."""
@@ -336,7 +347,11 @@ class RankRun:
 
     @property
     def time(self) -> float:
-        return self._t0 + self._steps * self.physics.dt
+        return self.time_at(self.physics.dt)
+
+    def time_at(self, dt: float) -> float:
+        """The time after the steps since the last re-base, had they been of `dt`."""
+        return self._t0 + self._steps * dt
 
     def gathered(self, field: str) -> np.ndarray:
         """The whole of `field` on every rank, in load order."""

@@ -51,8 +51,8 @@ def test_a_swept_tunable_gives_one_row_per_value_and_only_to_kernels_that_have_i
         assert [r["tunables"] for r in tree] == [{"theta": 0.2}, {"theta": 0.5}, {"theta": 0.9}]
         for r in tree:  # the value recorded is the value run with; the other tunables at their defaults
             assert r["status"] == "ok" and r["tunables_used"] == {
-                "theta": r["tunables"]["theta"], "leaf": 16, "group": 64, "rebuild_every": 1,
-                "rebuild_rule": "fixed"}
+                "theta": r["tunables"]["theta"], "leaf": 16, "group": 64, "rebuild_every": 16,
+                "rebuild_rule": "adaptive"}
             assert r["step_median_ms"] >= r["median_ms"] > 0
     table = bench.format_table(sweep)
     assert "cpu-tree theta=0.2 collision" in " ".join(table.split())

@@ -41,10 +41,10 @@ def test_the_tunable_is_the_same_on_the_twin_and_the_gpu_tree():
     from app.backends.cuda.registry import RECORDS as GPU_RECORDS
 
     tree = next(r for r in GPU_RECORDS if r.name == "tree")
-    for record in (RECORD, tree):  # a build every evaluation by default: docs/tree.md, "The GPU refit"
-        assert record.default_tunables()["rebuild_every"] == 1
+    for record in (RECORD, tree):  # the adaptive rule capped at 16 by default: docs/tree.md
+        assert record.default_tunables()["rebuild_every"] == 16
         assert record.tunable("rebuild_every").values == (1, 2, 4, 8, 16)
-        assert record.default_tunables()["rebuild_rule"] == "fixed"
+        assert record.default_tunables()["rebuild_rule"] == "adaptive"
         assert record.tunable("rebuild_rule").options == ("fixed", "adaptive")
     with pytest.raises(ConfigError, match=r"cpu-tree.rebuild_every: 3 is not one of 1, 2, 4, 8, 16"):
         RECORD.validate_tunables({"rebuild_every": 3})

@@ -57,6 +57,7 @@ def k_devices(kernel: str, k: int, driver: str, steps: int):
         pos, vel = (run.in_body_order(run.gathered(f)[:, :3]) for f in ("pos", "vel"))  # load order
         run.copies = [whole_copy(d) for d in run.devices]
         run.ids_at_close = None if run.ids is None else run.ids.copy()
+        run.since_build_at_close = getattr(run.devices[0].evaluator, "since_build", None)
         return acc, pos.astype(np.float64), vel, work, run
     finally:
         run.close()
@@ -85,22 +86,26 @@ def test_every_cpu_record_declares_a_split_the_driver_knows():
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_tree_domains_are_bitwise_one_device(k, driver):
-    acc, pos, vel, work, run = k_devices("cpu-tree", k, driver, 20)
+    """16 steps at the tree's defaults (refits, up to 16 evaluations a build): a(x) and the trajectory of
+    K devices are one device's, bitwise; the 16th evaluation built, so the rows are in its key order."""
+    steps = 16
+    acc, pos, vel, work, run = k_devices("cpu-tree", k, driver, steps)
     assert run.decomposition is DOMAINS
-    want_acc, want, timings = one_device("cpu-tree", 20)
+    want_acc, want, timings = one_device("cpu-tree", steps)
     assert np.array_equal(acc, want_acc)
     assert np.array_equal(pos, want.pos) and np.array_equal(vel, want.vel.astype(vel.dtype))
     for copy in run.copies:  # every device integrates every row: each copy is the whole answer
         assert np.array_equal(copy["pos"], want.pos)
         assert np.array_equal(copy["vel"], want.vel.astype(vel.dtype))
-    # the state itself follows the tree (app/multidevice.py "key order"): its rows are the bodies in the
-    # Morton order of their positions, each body once
+    # the state itself follows the tree (app/multidevice.py "key order"): after a build its rows are the
+    # bodies in the Morton order of their positions, each body once (a refit keeps the build's order)
+    assert run.since_build_at_close == 0
     ids = run.ids_at_close
     assert ids is not None and np.array_equal(np.sort(ids), np.arange(N))
     order = key_order(want.pos[ids])[0]  # the rows' positions are in key order already
     assert np.array_equal(order, np.arange(N)) and not np.array_equal(ids, np.arange(N))
     # the work of K key ranges is the work of one device: nothing counted twice
-    assert work.interactions == timings.interactions and work.pair_equivalent == 20 * N * N
+    assert work.interactions == timings.interactions and work.pair_equivalent == steps * N * N
 
 
 def test_every_device_of_a_domain_split_integrates_every_body():

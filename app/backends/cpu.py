@@ -210,9 +210,9 @@ RECORDS = (
             IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
             IntChoice("group", (16, 32, 64, 128), 64,
                       doc="targets walked together (consecutive in key order)"),
-            IntChoice("rebuild_every", (1, 2, 4, 8, 16), 1,
+            IntChoice("rebuild_every", (1, 2, 4, 8, 16), 16,
                       doc="build the tree every this many evaluations, refit its moments and cubes between"),
-            Choice("rebuild_rule", RULES, "fixed",
+            Choice("rebuild_rule", RULES, "adaptive",
                    doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and earlier "
                    "once the refits' walks grow past what a build costs (app/refit_cadence.py)"),
         ),

@@ -211,7 +211,7 @@ class CpuTreeEvaluator(ForceEvaluator):
         # the refit (rebuild_every > 1): the last build's tree, what it was built over, the evaluations since
         self._built: Tree | None = None
         self._built_key: tuple | None = None
-        self._cadence = RefitCadence()  # when the next evaluation builds (rebuild_every, rebuild_rule)
+        self._cadence = RefitCadence.of(self._tunables)  # when the next evaluation builds
         self.last_grown = 0  # cells whose cube the last refit grew (0 after a build)
         self.kept_order = False  # the last evaluation refitted rows already in its key order (a domain's)
         self._domain_cuts: list[int] = []  # the cuts of the last domain build, kept by its refits
@@ -219,8 +219,7 @@ class CpuTreeEvaluator(ForceEvaluator):
     def set_tunables(self, **values) -> None:
         super().set_tunables(**values)
         self._built = None  # a new leaf or rebuild_every: the next evaluation builds
-        t = self._tunables
-        self._cadence = RefitCadence(int(t.get("rebuild_every", 1)), t.get("rebuild_rule", "fixed"))
+        self._cadence = RefitCadence.of(self._tunables)
 
     @property
     def since_build(self) -> int:
@@ -250,7 +249,7 @@ class CpuTreeEvaluator(ForceEvaluator):
         else:
             tree = build(pos, leaf, self._clock)
             self._built, self._built_key = (tree, key) if cadence.refits else (None, None)
-            cadence.built()
+            cadence.built(int(pos.shape[0]))
             self.last_grown = 0
         self.last_tree = tree
         return tree

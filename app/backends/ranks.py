@@ -199,13 +199,15 @@ class RanksBackend(TunablesPerKernel, Backend):
         physics = Physics(**control.physics)
         changed = control.load or was is None or (control.kernel, control.physics) != (was.kernel,
                                                                                         was.physics)
+        remade = control.load  # a device made again: it takes the tunables afresh
         if control.load:
             bodies = self.comm.bcast(self._bodies if self.lead else None, root=0)
             self._bodies = None
             self.run.load(bodies, physics, control.kernel)
         elif changed:
-            self.run.reload(physics, control.kernel)
-        if changed or control.tunables != was.tunables:
+            remade = self.run.reload(physics, control.kernel)
+        # (set again without a change they would restart a tree's refit cadence, which one process keeps)
+        if remade or control.tunables != was.tunables:
             self.run.set_tunables(control.tunables)
         if not self.lead:  # what rank 0 asked for is what this rank now runs
             self._kernel, self._physics, self._n = control.kernel, physics, self.run.n

@@ -35,6 +35,7 @@ import numpy as np
 from app.backends import all_kernel_records, backend_class
 from app.errors import ConfigError
 from app.force_error import ForceErrorProbe
+from app.forces import STAGES
 from app.render.live_recording import ViewRecorder
 from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord, History, StepTimings
 from app.ui.actions import Actions
@@ -453,13 +454,17 @@ class Controller(Actions):
 
     def live_stages(self) -> dict[str, float]:
         """The force evaluation's split (StepTimings.stages, ms per frame) of the current kernel: the
-        median per stage over the last frames that reported one; {} when the kernel reports none."""
+        mean per stage over the last frames that reported one, every one of a tree's STAGES in their
+        order, a stage a frame did not run counting 0 (a tree refitted between builds has no keys or sort
+        on most frames: the mean is what its builds cost a frame), then any of its own; {} when the
+        kernel reports none."""
         kernel = self.backend.kernel
         rows = [s for s in self._stages if s]
         if not rows or self._last_kernel != kernel:
             return {}
-        names = list(dict.fromkeys(name for s in rows for name in s))
-        return {name: float(np.median([s.get(name, 0.0) for s in rows])) for name in names}
+        seen = set().union(*rows)
+        names = list(STAGES) + sorted(seen.difference(STAGES))
+        return {name: float(np.mean([s.get(name, 0.0) for s in rows])) for name in names}
 
     def live_devices(self) -> tuple[dict[str, float], float]:
         """Several devices (--gpus): ({"<index> <name>": median force ms per frame}, median exchange ms

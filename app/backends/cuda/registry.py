@@ -129,10 +129,10 @@ RECORDS: tuple[KernelRecord, ...] = (
                 IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
                 IntChoice("group", (32, 64, 128), 64,
                           doc="targets walked together by one warp (consecutive in key order)"),
-                IntChoice("rebuild_every", (1, 2, 4, 8, 16), 1,
+                IntChoice("rebuild_every", (1, 2, 4, 8, 16), 16,
                           doc="build the tree every this many evaluations, refit its moments and cubes "
                           "between (docs/tree.md, Refit)"),
-                Choice("rebuild_rule", RULES, "fixed",
+                Choice("rebuild_rule", RULES, "adaptive",
                        doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and "
                        "earlier once the refits' walks grow past what a build costs (app/refit_cadence.py)")),
             budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True,

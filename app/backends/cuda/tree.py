@@ -152,14 +152,13 @@ class TreeEvaluator(ForceEvaluator):
         self._built: _Built | None = None
         self._last_groups_range = (0, 0)
         self._stream = None
-        self._cadence = RefitCadence()  # when the next evaluation builds (rebuild_every, rebuild_rule)
+        self._cadence = RefitCadence.of(self._tunables)  # when the next evaluation builds
         self.kept_order = False
 
     def set_tunables(self, **values) -> None:
         super().set_tunables(**values)
         self._built = None  # a new leaf, group or rebuild_every: the next evaluation builds
-        t = self._tunables
-        self._cadence = RefitCadence(int(t.get("rebuild_every", 1)), t.get("rebuild_rule", "fixed"))
+        self._cadence = RefitCadence.of(self._tunables)
 
     @property
     def since_build(self) -> int:
@@ -176,7 +175,8 @@ class TreeEvaluator(ForceEvaluator):
     def set_physics(self, physics: Physics) -> None:
         self._args = force_arguments(physics)
         self._h = float(physics.h)
-        self._built = None  # new force parameters build next, as the CPU twin's new evaluator does
+        self._built = None  # new force parameters build next, as the CPU twin's new evaluator does,
+        self._cadence = RefitCadence.of(self._tunables)  # on a cadence started afresh as its is
 
     def forget(self) -> None:
         pass
@@ -295,7 +295,7 @@ class TreeEvaluator(ForceEvaluator):
                                          (list(cuts), int(index)))
         if cadence.refits:
             self._built = _Built(key, list(self.levels), self._last_groups_range, result[1])
-        cadence.built()
+        cadence.built(int(n))
         return result
 
     def last_order(self) -> tuple[int, int]:
