@@ -21,9 +21,10 @@ tree) also gets its interactions per body (body-body plus body-cell, and the bod
 "equivalent all-pairs" rate N²/t, labelled as such, and a kernel that reports its time per stage (a tree:
 keys, sort, build, moments, walk) gets the median of each stage, printed under its row and in the JSON
 (stages_median_ms), and a tree its walk's FP32 throughput (walk_tflops: 23 flops per body-body, 51 per
-body-cell; on a GPU also its share of the FP32 peak). A tree refitted between builds (--tunable
-rebuild_every=4: a build, then three refits) is timed in whole cycles: each of the --repeats samples is
-the mean step of rebuild_every consecutive steps, so the build counts at its share. bench runs every
+body-cell; on a GPU also its share of the FP32 peak). A tree refitted between builds (its default:
+the adaptive rule capped at rebuild_every=16; --tunable rebuild_every=4 --tunable rebuild_rule=fixed: a
+build, then three refits) is timed in whole cycles: each of the --repeats samples is the mean step of
+rebuild_every consecutive steps, so the builds count at their share. bench runs every
 scene with one physics of its own (softening 0.01, dt 0.001, recorded in the JSON), not the scene file's:
 a refit's cost grows with the motion per step (docs/tree.md, "The GPU refit").
 
