@@ -5,7 +5,6 @@ import csv
 import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -214,19 +213,30 @@ def test_n_with_resume_is_refused(tmp_path, capsys, no_work):
     one_line_error(capsys, rc, 2, "--n", "--resume")
 
 
-def test_only_the_first_signal_is_caught():
-    import os
-
-    from app.commands.common import Interruption
-
-    with pytest.raises(KeyboardInterrupt), Interruption() as stop:
+ONLY_THE_FIRST = """
+import os, signal, time
+from app.commands.common import Interruption
+try:
+    with Interruption() as stop:
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(0.01)
         assert stop.signum == signal.SIGINT and stop.exit_code == 130
         os.kill(os.getpid(), signal.SIGINT)  # the default handler again: KeyboardInterrupt
-        for _ in range(500):  # short sleeps: the handler runs between them even where another thread
-            time.sleep(0.01)  # took the signal (the full suite's numba and GL threads); up to 5 s
+        time.sleep(5)
+except KeyboardInterrupt:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    print("interrupted")
+"""
+
+
+def test_only_the_first_signal_is_caught():
+    """In a process of its own: in the full suite's process the second SIGINT went unraised in three of
+    five local runs (never alone, never in CI; the cause in the state earlier tests leave was not found)."""
+    from pathlib import Path
+
+    done = subprocess.run([sys.executable, "-c", ONLY_THE_FIRST], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parent.parent)
+    assert done.returncode == 0 and done.stdout.strip() == "interrupted", (done.stdout, done.stderr)
 
 
 def test_resume_never_overwrites_a_log(tmp_path, capsys, no_work):
