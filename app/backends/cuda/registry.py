@@ -116,9 +116,9 @@ RECORDS: tuple[KernelRecord, ...] = (
             "committed measured picks for the GPU family", "register_blocked.cu", "register_blocked_force",
             BestPolicy(SAFE_PICK), "NBody Live autotuner (per GPU name, driver and kernel-source hash) and "
             "kernels/best_heuristic.json", tunables=(), tuned=False),
-    _record("tree", "Barnes-Hut octree built on the GPU every step or every rebuild_every, refitted between "
-            "(Morton keys, device sort, quadrupoles, a warp per group of targets); approximate: judged on "
-            "its 99th-percentile error",
+    _record("tree", "Barnes-Hut octree built on the GPU and refitted between builds (by default a build once "
+            "the refits stop paying, at least every rebuild_every steps; Morton keys, device sort, "
+            "quadrupoles, a warp per group of targets); approximate: judged on its 99th-percentile error",
             WALK_SOURCE, "tree_walk", TreePolicy(),
             "Bonsai (Bedorf et al., arXiv:1106.1900) and Ryoanji (Keller et al., arXiv:2307.06345); "
             "docs/tree.md",
