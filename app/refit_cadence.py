@@ -109,3 +109,29 @@ class RefitCadence:
             self._baseline = int(interactions)
         elif self._baseline > 0 and len(self._growth) < self.since_build:
             self._growth.append(int(interactions) / self._baseline - 1.0)
+
+
+class CadencedTree:
+    """What both tree evaluators (the CPU twin's and the GPU's) do with their RefitCadence: made from the
+    tunables (the record's defaults, then set_tunables), the evaluations since the build, and the whole
+    evaluation's counts under the adaptive rule. Listed before ForceEvaluator in their bases, whose
+    `wants_totals` and `observe_evaluation` it answers."""
+
+    _tunables: dict
+    _cadence: RefitCadence
+
+    def _restart_cadence(self) -> None:
+        """A cadence started afresh from the current tunables: the next evaluation that can refit decides
+        on nothing measured before."""
+        self._cadence = RefitCadence.of(self._tunables)
+
+    @property
+    def since_build(self) -> int:
+        """Evaluations since the last build (0: the last evaluation built)."""
+        return self._cadence.since_build
+
+    def wants_totals(self) -> bool:
+        return self._cadence.rule == "adaptive" and self._cadence.refits
+
+    def observe_evaluation(self, interactions: int) -> None:
+        self._cadence.observe(interactions)

@@ -47,7 +47,7 @@ import numpy as np
 from app.decomposition import align_cuts
 from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span, drain
 from app.physics import Physics
-from app.refit_cadence import RefitCadence
+from app.refit_cadence import CadencedTree
 from app.timing import HostTimer
 
 
@@ -194,7 +194,7 @@ class NumbaTree:
         return CpuTreeEvaluator(record, physics)
 
 
-class CpuTreeEvaluator(ForceEvaluator):
+class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
     """The tree code with one physics: acc[targets] from the sources' tree (numpy arrays)."""
 
     def __init__(self, record: KernelRecord, physics: Physics):
@@ -211,7 +211,7 @@ class CpuTreeEvaluator(ForceEvaluator):
         # the refit (rebuild_every > 1): the last build's tree, what it was built over, the evaluations since
         self._built: Tree | None = None
         self._built_key: tuple | None = None
-        self._cadence = RefitCadence.of(self._tunables)  # when the next evaluation builds
+        self._restart_cadence()  # when the next evaluation builds (refit_cadence.CadencedTree)
         self.last_grown = 0  # cells whose cube the last refit grew (0 after a build)
         self.kept_order = False  # the last evaluation refitted rows already in its key order (a domain's)
         self._domain_cuts: list[int] = []  # the cuts of the last domain build, kept by its refits
@@ -219,18 +219,7 @@ class CpuTreeEvaluator(ForceEvaluator):
     def set_tunables(self, **values) -> None:
         super().set_tunables(**values)
         self._built = None  # a new leaf or rebuild_every: the next evaluation builds
-        self._cadence = RefitCadence.of(self._tunables)
-
-    @property
-    def since_build(self) -> int:
-        """Evaluations since the last build (0: the last evaluation built)."""
-        return self._cadence.since_build
-
-    def wants_totals(self) -> bool:
-        return self._cadence.rule == "adaptive" and self._cadence.refits
-
-    def observe_evaluation(self, interactions: int) -> None:
-        self._cadence.observe(interactions)
+        self._restart_cadence()
 
     def _tree(self, pos: np.ndarray, first: int, leaf: int, domain: tuple | None = None) -> Tree:
         """The sources' tree (rows pos of sources starting at row `first`): a build every `rebuild_every`

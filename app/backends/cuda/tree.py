@@ -42,7 +42,7 @@ import numpy as np
 from app.errors import ConfigError, RuntimeFault
 from app.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span, drain
 from app.physics import Physics
-from app.refit_cadence import RefitCadence
+from app.refit_cadence import CadencedTree
 
 from ..cpu_tree import GROUP_CELL_FACTOR
 from .errors import out_of_memory
@@ -131,7 +131,7 @@ class TreePolicy:
         return [rec.default_tunables()]
 
 
-class TreeEvaluator(ForceEvaluator):
+class TreeEvaluator(CadencedTree, ForceEvaluator):
     """The GPU tree on one device: acc[targets] from the tree of the sources (targets within them)."""
 
     def __init__(self, record: KernelRecord, device):
@@ -152,31 +152,20 @@ class TreeEvaluator(ForceEvaluator):
         self._built: _Built | None = None
         self._last_groups_range = (0, 0)
         self._stream = None
-        self._cadence = RefitCadence.of(self._tunables)  # when the next evaluation builds
+        self._restart_cadence()  # when the next evaluation builds (refit_cadence.CadencedTree)
         self.kept_order = False
 
     def set_tunables(self, **values) -> None:
         super().set_tunables(**values)
         self._built = None  # a new leaf, group or rebuild_every: the next evaluation builds
-        self._cadence = RefitCadence.of(self._tunables)
-
-    @property
-    def since_build(self) -> int:
-        """Evaluations since the last build (0: the last evaluation built)."""
-        return self._cadence.since_build
-
-    def wants_totals(self) -> bool:
-        return self._cadence.rule == "adaptive" and self._cadence.refits
-
-    def observe_evaluation(self, interactions: int) -> None:
-        self._cadence.observe(interactions)
+        self._restart_cadence()
 
     # --- the evaluator contract --------------------------------------------------------------------
     def set_physics(self, physics: Physics) -> None:
         self._args = force_arguments(physics)
         self._h = float(physics.h)
         self._built = None  # new force parameters build next, as the CPU twin's new evaluator does,
-        self._cadence = RefitCadence.of(self._tunables)  # on a cadence started afresh as its is
+        self._restart_cadence()  # on a cadence started afresh, as its is
 
     def forget(self) -> None:
         pass
