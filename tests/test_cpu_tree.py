@@ -319,7 +319,7 @@ def test_a_body_escaping_to_1e6():
 # --- the record and the backend --------------------------------------------------------------------------
 def test_record_tunables():
     assert RECORD.default_tunables() == {"theta": 0.5, "leaf": 16, "group": 64, "rebuild_every": 16,
-                                         "rebuild_rule": "adaptive"}
+                                         "rebuild_rule": "adaptive", "opening": "cube"}
     with pytest.raises(ConfigError, match=r"cpu-tree.theta"):
         RECORD.validate_tunables({"theta": 0.0})
     with pytest.raises(ConfigError, match=r"cpu-tree.leaf: 12 is not one of 8, 16, 32, 64"):
@@ -405,7 +405,7 @@ def test_the_walk_evaluates_the_opening_test_in_ieee_float32(monkeypatch):
     for r2 in (written, np.nextafter(written, np.float32(0))):
         rows = tree.mac(0.5)
         rows[0, 3] = r2
-        monkeypatch.setattr(cpu_tree.Tree, "mac", lambda self, theta, rows=rows: rows)
+        monkeypatch.setattr(cpu_tree.Tree, "mac", lambda self, theta, opening="cube", rows=rows: rows)
         works.append(evaluate(pos, targets=Span(64, 1), sources=Span(0, 64), theta=0.5)[1])
     assert works[0].interactions > 1  # the root opened
     assert works[1].interactions == works[1].body_cell == 1  # the root accepted

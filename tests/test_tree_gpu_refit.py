@@ -45,17 +45,18 @@ def _gpu_domain(device, ev, pos, cuts):
     return acc, work, aligned, order
 
 
+@pytest.mark.parametrize("opening", ["cube", "bmax"])
 @pytest.mark.parametrize("physics", [SOFT, REPULSION], ids=["gravity", "repulsion"])
-def test_gpu_refits_are_the_twins_bit_for_bit(device, physics):
+def test_gpu_refits_are_the_twins_bit_for_bit(device, physics, opening):
     from app.backends.cuda.registry import RECORDS
 
     record = next(r for r in RECORDS if r.name == "tree")
     ev = record.policy.evaluator(record, device, {})
     ev.set_physics(physics)
-    ev.set_tunables(**TUNABLES)
+    ev.set_tunables(**TUNABLES, opening=opening)
     crec = CPU_RECORDS["cpu-tree"]
     cev = crec.policy.evaluator(crec, physics)
-    cev.set_tunables(**TUNABLES)
+    cev.set_tunables(**TUNABLES, opening=opening)
     n = 20_011
     pos = cloud(n, seed=16)
     rng = np.random.default_rng(5)
@@ -77,7 +78,7 @@ def test_gpu_refits_are_the_twins_bit_for_bit(device, physics):
         mac = ev._buffers["mac"][:4 * ncell].get().reshape(ncell, 4)
         pack = ev._buffers["pack"][:12 * ncell].get().reshape(ncell, 12)
         want = pack_cells(tree.com, tree.mass, tree.quad, tree.trace, np.float32, trace_factor)
-        assert np.array_equal(mac.view(np.uint32), tree.mac(0.6).view(np.uint32)), evaluation
+        assert np.array_equal(mac.view(np.uint32), tree.mac(0.6, opening).view(np.uint32)), evaluation
         assert np.array_equal(pack.view(np.uint32), want.view(np.uint32)), evaluation
         gpu, cpu = ev.last_groups(), cev.last_groups()
         for key in ("nbody", "ncell", "nactive"):

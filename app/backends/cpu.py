@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
-from app.backends.cpu_tree import NumbaTree
+from app.backends.cpu_tree import OPENINGS, NumbaTree
 from app.bodies import Bodies
 from app.decomposition import DOMAINS, PAIRS, PairTiles
 from app.errors import ConfigError, NonFiniteState
@@ -215,6 +215,10 @@ RECORDS = (
             Choice("rebuild_rule", RULES, "adaptive",
                    doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and earlier "
                    "once the refits' walks grow past what a build costs (app/refit_cadence.py)"),
+            Choice("opening", OPENINGS, "cube",
+                   doc="the opening test: cube, side / theta + |com - centre| of the cell's octree cube; "
+                   "bmax, b_max / theta with b_max the cell's bodies' farthest distance from its centre "
+                   "of mass (fewer interactions for the same error: docs/tree.md)"),
         ),
         budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), approximate=True,
         policy=NumbaTree(np.float32), decomposition=DOMAINS, period_tunable="rebuild_every",

@@ -90,15 +90,18 @@ class Tree:
     com: np.ndarray  # xx yy zz xy xz yz) about the com, trace sum m |y|^2 of the second moment
     quad: np.ndarray
     trace: np.ndarray
+    bmax: np.ndarray  # float32 bound of the distance from the centre of mass to the cell's bodies
 
     @property
     def ncell(self) -> int:
         return int(self.start.shape[0])
 
-    def mac(self, theta: float) -> np.ndarray:
-        """(ncell, 4) float32 rows [com, r_open^2] of the opening test: a cell is accepted for a group
-        whose box is farther than r_open from its centre of mass (cpu_tree_kernels.opening_rows)."""
-        return _kernels_module().opening_rows(self.com, self.lo, self.offset, self.side, theta)
+    def mac(self, theta: float, opening: str = "cube") -> np.ndarray:
+        """(ncell, 4) float32 rows [com, r_open^2] of the opening test `opening` ("cube" or "bmax"): a cell
+        is accepted for a group whose box is farther than r_open from its centre of mass
+        (cpu_tree_kernels.opening_rows)."""
+        return _kernels_module().opening_rows(self.com, self.lo, self.offset, self.side, theta, self.bmax,
+                                              opening)
 
 
 def key_order(xyz: np.ndarray, clock=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -115,6 +118,7 @@ def key_order(xyz: np.ndarray, clock=None) -> tuple[np.ndarray, np.ndarray, np.n
     return order, keys, lo, size
 
 
+OPENINGS = ("cube", "bmax")  # both trees' `opening` tunable (cpu_tree_kernels.opening_rows)
 GROUP_CELL_FACTOR = 8  # a group cell holds at most 8 groups' worth of bodies (docs/tree.md, step 5)
 
 
@@ -152,9 +156,9 @@ def build(pos: np.ndarray, leaf: int, clock=None) -> Tree:
         start, count, level, prefix, child, nchild = k.build_tree(keys, int(leaf))
         offset, side = k.cell_cubes(level, prefix, float(size))
     with clock.time("moments"):
-        mass, com, quad, trace = k.moments(x, y, z, m, start, count, child, nchild)
+        mass, com, quad, trace, bmax = k.moments(x, y, z, m, start, count, child, nchild)
     return Tree(lo, float(size), order, keys, x, y, z, m, start, count, level, prefix, child, nchild,
-                offset, side, mass, com, quad, trace)
+                offset, side, mass, com, quad, trace, bmax)
 
 
 def refit(built: Tree, pos: np.ndarray, clock=None, in_order: bool = False) -> tuple[Tree, int]:
@@ -178,9 +182,11 @@ def refit(built: Tree, pos: np.ndarray, clock=None, in_order: bool = False) -> t
         offset, side, grown = k.refit_cubes(x, y, z, built.start, built.count, built.child, built.nchild,
                                             built.lo, built.size, built.offset, built.side)
     with clock.time("moments"):
-        mass, com, quad, trace = k.moments(x, y, z, m, built.start, built.count, built.child, built.nchild)
+        mass, com, quad, trace, bmax = k.moments(x, y, z, m, built.start, built.count, built.child,
+                                                 built.nchild)
     tree = Tree(built.lo, built.size, order, built.keys, x, y, z, m, built.start, built.count,
-                built.level, built.prefix, built.child, built.nchild, offset, side, mass, com, quad, trace)
+                built.level, built.prefix, built.child, built.nchild, offset, side, mass, com, quad, trace,
+                bmax)
     return tree, int(grown)
 
 
@@ -370,7 +376,8 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
         ncells = np.zeros(ngroup, np.int64)
         nactive = np.zeros(ngroup, np.int64)
         self.kernel(*tpos, gstart, trow.astype(np.int64), tree.child, tree.nchild, tree.start, tree.count,
-                    tree.mac(theta), cells, xs, ys, zs, ms, *self._scalars, acc, nbody, ncells, nactive)
+                    tree.mac(theta, self._tunables.get("opening", "cube")), cells, xs, ys, zs, ms,
+                    *self._scalars, acc, nbody, ncells, nactive)
         self._groups = {"start": gstart, "nbody": nbody, "ncell": ncells, "nactive": nactive}
         body_cell = int(np.dot(nactive, ncells))
         return ForceWork(interactions=int(np.dot(nactive, nbody)) + body_cell, pair_equivalent=pairs,

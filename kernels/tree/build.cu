@@ -400,12 +400,15 @@ extern "C" __global__ void tree_domain_cuts(const int* __restrict__ gstart, cons
 // yz), in float32, exactly as app/backends/cpu_tree_kernels.py `moments` (leaves: two passes over their
 // bodies; parents: the parallel-axis theorem over their children). The centre of mass is summed relative to
 // a point of the cell (its first body, or its first child's centre of mass), so that its rounding is relative
-// to the cell's extent rather than to |x| (the CPU's docstring says more).
+// to the cell's extent rather than to |x| (the CPU's docstring says more). Also b_max, the bound on the
+// distance from the centre of mass to the cell's bodies that the `bmax` opening test reads: sqrt of the
+// largest ((dx dx + dy dy) + dz dz) over a leaf's bodies, the largest |com - com_child| + b_max_child over a
+// parent's children, float32 in that order as the CPU's.
 __device__ void cell_moments(int c, const float4* __restrict__ spos, const int* __restrict__ cstart,
                              const int* __restrict__ ccount, const int* __restrict__ child,
                              const int* __restrict__ nchild, float* __restrict__ mass,
-                             float* __restrict__ com, float* __restrict__ m2) {
-    float mt = 0.0f, sx = 0.0f, sy = 0.0f, sz = 0.0f, cx, cy, cz;
+                             float* __restrict__ com, float* __restrict__ m2, float* __restrict__ bmax) {
+    float mt = 0.0f, sx = 0.0f, sy = 0.0f, sz = 0.0f, cx, cy, cz, br = 0.0f;
     float q[6] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
     if (nchild[c] == 0) {
         const int s = cstart[c], e = s + ccount[c];
@@ -433,9 +436,11 @@ __device__ void cell_moments(int c, const float4* __restrict__ spos, const int* 
             cy = p0.y + sy / (float)(e - s);
             cz = p0.z + sz / (float)(e - s);
         }
+        float r2 = 0.0f;
         for (int j = s; j < e; ++j) {
             const float4 p = spos[j];
             const float dx = p.x - cx, dy = p.y - cy, dz = p.z - cz;
+            r2 = fmaxf(r2, (dx * dx + dy * dy) + dz * dz);
             q[0] += p.w * dx * dx;
             q[1] += p.w * dy * dy;
             q[2] += p.w * dz * dz;
@@ -443,6 +448,7 @@ __device__ void cell_moments(int c, const float4* __restrict__ spos, const int* 
             q[4] += p.w * dx * dz;
             q[5] += p.w * dy * dz;
         }
+        br = sqrtf(r2);
     } else {
         const int f = child[c], e = f + nchild[c];
         const float x0 = com[3 * f], y0 = com[3 * f + 1], z0 = com[3 * f + 2];
@@ -469,6 +475,7 @@ __device__ void cell_moments(int c, const float4* __restrict__ spos, const int* 
         }
         for (int k = f; k < e; ++k) {
             const float dx = com[3 * k] - cx, dy = com[3 * k + 1] - cy, dz = com[3 * k + 2] - cz;
+            br = fmaxf(br, sqrtf((dx * dx + dy * dy) + dz * dz) + bmax[k]);
             const float mk = mass[k];
             q[0] += m2[6 * k] + mk * dx * dx;
             q[1] += m2[6 * k + 1] + mk * dy * dy;
@@ -479,6 +486,7 @@ __device__ void cell_moments(int c, const float4* __restrict__ spos, const int* 
         }
     }
     mass[c] = mt;
+    bmax[c] = br;
     com[3 * c] = cx;
     com[3 * c + 1] = cy;
     com[3 * c + 2] = cz;
@@ -489,9 +497,9 @@ extern "C" __global__ void tree_moments(const int* __restrict__ lvl, int level, 
                                         const int* __restrict__ cstart, const int* __restrict__ ccount,
                                         const int* __restrict__ child, const int* __restrict__ nchild,
                                         float* __restrict__ mass, float* __restrict__ com,
-                                        float* __restrict__ m2) {
+                                        float* __restrict__ m2, float* __restrict__ bmax) {
     FOR_LEVEL_CELLS(c, lvl, level) {
-        cell_moments(c, spos, cstart, ccount, child, nchild, mass, com, m2);
+        cell_moments(c, spos, cstart, ccount, child, nchild, mass, com, m2, bmax);
     }
 }
 
@@ -535,10 +543,10 @@ extern "C" __global__ void tree_refit(const int* __restrict__ lvl, int level, co
                                       const int* __restrict__ child, const int* __restrict__ nchild,
                                       const unsigned long long* __restrict__ skeys, const double* __restrict__ box,
                                       float* __restrict__ mass, float* __restrict__ com, float* __restrict__ m2,
-                                      float* __restrict__ lo3, float* __restrict__ hi3,
+                                      float* __restrict__ bmax, float* __restrict__ lo3, float* __restrict__ hi3,
                                       TreeCube* __restrict__ cubes, int* __restrict__ grown) {
     FOR_LEVEL_CELLS(c, lvl, level) {
-        cell_moments(c, spos, cstart, ccount, child, nchild, mass, com, m2);
+        cell_moments(c, spos, cstart, ccount, child, nchild, mass, com, m2, bmax);
         const TreeCube cube = build_cube(c, level, skeys, cstart, box);
         cubes[c] = cube;
         if (ccount[c] == 0) continue;
@@ -604,8 +612,8 @@ extern "C" __global__ void tree_refit(const int* __restrict__ lvl, int level, co
 // MAC_SLACK and opening_rows say more).
 #define TREE_MAC_SLACK 1.0000019073486328125f
 
-// Per cell: mac = [com, r_open^2 = (side / theta + |com - centre|)^2 x slack^2] for the walk's float32 opening
-// test, and three float4 rows [com, M], [Qxx Qyy Qzz Qxy], [Qxz Qyz, trace_factor * T, 0] for the interaction
+// Per cell: mac = [com, r_open^2 x slack^2] for the walk's float32 opening test, r_open = side / theta +
+// |com - centre| (opening 0, "cube") or b_max / theta (opening 1, "bmax"; cell_moments' bound), and three float4 rows [com, M], [Qxx Qyy Qzz Qxy], [Qxz Qyz, trace_factor * T, 0] for the interaction
 // (Q = 3 M2 - T I, T = trace M2: the CPU's pack_cells), all float32 as the CPU's opening_rows and pack_cells
 // compute them. The centre and side come from `cubes` after a refit, else from the level (found from the
 // level ranges) and the key prefix of the cell's first body. And links = [start, count, first child,
@@ -617,28 +625,34 @@ extern "C" __global__ void tree_pack(int ncell, const int* __restrict__ level_st
                                      const int* __restrict__ child, const int* __restrict__ nchild,
                                      const double* __restrict__ box,
                                      const float* __restrict__ mass, const float* __restrict__ com,
-                                     const float* __restrict__ m2, const TreeCube* __restrict__ cubes,
-                                     float theta, float trace_factor, float4* __restrict__ mac,
+                                     const float* __restrict__ m2, const float* __restrict__ bmax,
+                                     const TreeCube* __restrict__ cubes, float theta, int opening,
+                                     float trace_factor, float4* __restrict__ mac,
                                      float4* __restrict__ pack, int4* __restrict__ links) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= ncell) return;
     links[c] = make_int4(cstart[c], ccount[c], child[c], nchild[c]);
-    TreeCube cube;
-    if (cubes != nullptr) {  // a refit's (tree_refit)
-        cube = cubes[c];
-    } else {  // the build's, from the key prefix at the cell's level
-        int lv = 0;
-        while (lv + 1 < nlevels && level_start[lv + 1] <= c) ++lv;
-        cube = build_cube(c, lv, skeys, cstart, box);
-    }
     const float X = com[3 * c], Y = com[3 * c + 1], Z = com[3 * c + 2];
-    // the centre of mass' offset from the centre, (com - lo) - centre, in float64 (the header says why), then
-    // float32
-    const float ex = (float)(((double)X - box[0]) - cube.x);
-    const float ey = (float)(((double)Y - box[1]) - cube.y);
-    const float ez = (float)(((double)Z - box[2]) - cube.z);
-    const float delta = sqrtf((ex * ex + ey * ey) + ez * ez);
-    const float r = ((float)cube.w / theta + delta) * TREE_MAC_SLACK;
+    float r;
+    if (opening == 1) {
+        r = (bmax[c] / theta) * TREE_MAC_SLACK;
+    } else {
+        TreeCube cube;
+        if (cubes != nullptr) {  // a refit's (tree_refit)
+            cube = cubes[c];
+        } else {  // the build's, from the key prefix at the cell's level
+            int lv = 0;
+            while (lv + 1 < nlevels && level_start[lv + 1] <= c) ++lv;
+            cube = build_cube(c, lv, skeys, cstart, box);
+        }
+        // the centre of mass' offset from the centre, (com - lo) - centre, in float64 (the header says why),
+        // then float32
+        const float ex = (float)(((double)X - box[0]) - cube.x);
+        const float ey = (float)(((double)Y - box[1]) - cube.y);
+        const float ez = (float)(((double)Z - box[2]) - cube.z);
+        const float delta = sqrtf((ex * ex + ey * ey) + ez * ez);
+        r = ((float)cube.w / theta + delta) * TREE_MAC_SLACK;
+    }
     mac[c] = make_float4(X, Y, Z, r * r);
     const float* s = m2 + 6 * c;
     const float tr = (s[0] + s[1]) + s[2];

@@ -13,6 +13,7 @@ one record here with an existing policy (GridPolicy for one thread per target). 
 
 from __future__ import annotations
 
+from app.backends.cpu_tree import OPENINGS
 from app.backends.cuda.policies import (
     SMALL_BLOCKS,
     BestPolicy,
@@ -134,7 +135,11 @@ RECORDS: tuple[KernelRecord, ...] = (
                           "between (docs/tree.md, Refit)"),
                 Choice("rebuild_rule", RULES, "adaptive",
                        doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and "
-                       "earlier once the refits' walks grow past what a build costs (app/refit_cadence.py)")),
+                       "earlier once the refits' walks grow past what a build costs (app/refit_cadence.py)"),
+                Choice("opening", OPENINGS, "cube",
+                       doc="the opening test: cube, side / theta + |com - centre| of the cell's octree cube; "
+                       "bmax, b_max / theta with b_max the cell's bodies' farthest distance from its "
+                       "centre of mass (fewer interactions for the same error: docs/tree.md)")),
             budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True,
             decomposition=DOMAINS, period_tunable="rebuild_every",
             walk_flops=TREE_WALK_FLOPS),

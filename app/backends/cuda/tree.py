@@ -44,7 +44,7 @@ from app.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span, dr
 from app.physics import Physics
 from app.refit_cadence import CadencedTree
 
-from ..cpu_tree import GROUP_CELL_FACTOR
+from ..cpu_tree import GROUP_CELL_FACTOR, OPENINGS
 from .errors import out_of_memory
 from .policies import FORMS, ceil_div, force_arguments, launch, suffix
 from .state_ops import BYTES_PER_BODY
@@ -70,9 +70,9 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_keys": "PiPP",
     "tree_gather": "PPPiPPP",
     "tree_level_split": "PiiPPPPPPiPPP",
-    "tree_moments": "PiPPPPPPPP",
-    "tree_refit": "Pi" + "P" * 14,
-    "tree_pack": "iPiPPPPPPPPPPffPPP",
+    "tree_moments": "PiPPPPPPPPP",
+    "tree_refit": "Pi" + "P" * 15,
+    "tree_pack": "iPiPPPPPPPPPPPfifPPP",
     "tree_group_marks": "PiiPPPPP",
     "tree_group_starts": "PPiPP",
     "tree_domain_cuts": "PPPiP",
@@ -389,11 +389,12 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             mass = self._buf("mass", ncell, np.float32)
             com = self._buf("com", 3 * ncell, np.float32)
             m2 = self._buf("m2", 6 * ncell, np.float32)
+            bmax = self._buf("bmax", ncell, np.float32)
             lvl = self._buffers["levels"]
             cell_ptrs = [cells[k].data.ptr for k in CELL_FIELDS]
             for lv in range(len(levels) - 2, -1, -1):
                 self._per_level("tree_moments", stream, lvl.data.ptr, lv, spos.data.ptr, *cell_ptrs,
-                                mass.data.ptr, com.data.ptr, m2.data.ptr)
+                                mass.data.ptr, com.data.ptr, m2.data.ptr, bmax.data.ptr)
             mac, pack, links = self._pack(run, levels, cell_ptrs, 0)
             events[4].record(stream)
         work = yield from self._walk_all(on, group, gstart, targets, sources, spos.data.ptr,
@@ -412,9 +413,11 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         links = self._buf("links", 4 * ncell, np.int32)  # int4 per cell: start, count, child, nchild
         trace_factor = 1.0 if repulsion else float(np.float32(eps2))
         b = self._buffers
+        opening = OPENINGS.index(self._tunables.get("opening", "cube"))  # tree_pack's 0: cube, 1: bmax
         run("tree_pack", ncell, ncell, b["levels"].data.ptr, len(levels) - 1, b["skeys"].data.ptr, *cell_ptrs,
-            b["box"].data.ptr, b["mass"].data.ptr, b["com"].data.ptr, b["m2"].data.ptr, cubes,
-            float(self._tunables["theta"]), trace_factor, mac.data.ptr, pack.data.ptr, links.data.ptr)
+            b["box"].data.ptr, b["mass"].data.ptr, b["com"].data.ptr, b["m2"].data.ptr, b["bmax"].data.ptr,
+            cubes, float(self._tunables["theta"]), opening, trace_factor, mac.data.ptr, pack.data.ptr,
+            links.data.ptr)
         return mac, pack, links
 
     def _finish(self, on, work: tuple[int, int], pairs: int) -> ForceWork:
@@ -457,7 +460,8 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             for lv in range(len(levels) - 2, -1, -1):
                 self._per_level("tree_refit", stream, b["levels"].data.ptr, lv, pos, *cell_ptrs,
                                 b["skeys"].data.ptr, b["box"].data.ptr, b["mass"].data.ptr, b["com"].data.ptr,
-                                b["m2"].data.ptr, lo3.data.ptr, hi3.data.ptr, cubes.data.ptr, grown.data.ptr)
+                                b["m2"].data.ptr, b["bmax"].data.ptr, lo3.data.ptr, hi3.data.ptr,
+                                cubes.data.ptr, grown.data.ptr)
             mac, pack, links = self._pack(run, levels, cell_ptrs, cubes.data.ptr)
             events[4].record(stream)
         everyone = Span.all(n)
