@@ -16,6 +16,8 @@
 # refit    the refit's gpu tests, then the tree under rebuild_rule=adaptive (cap 16) on 1 and 2 GPUs at 1M and 8M,
 #          Plummer and collision, θ 0.45 / 0.5 / 0.6 (JSON <tag>-adaptive; compare with `scaling`, a build
 #          every step, from the same machine)
+# opening  the opening tests' gpu tests (tree, refit), then the tree under opening = cube and bmax at θ 0.45 to
+#          0.6 on one GPU, 1M and 8M, Plummer and collision (JSON <tag>-opening; branch tree-bmax-opening)
 # mpi      2 MPI ranks, a GPU each (MPICH from the carried .whl/): their gpu tests, then the bench of the
 #          tree at 1M and 8M and best at 1M (compare with the one-GPU rows of `scaling` from the same machine),
 #          and the rank-0 viewer at 1M with the tree beside one process (per-frame CSVs)
@@ -56,6 +58,13 @@ if [[ $what == refit ]]; then
     python3 -m app bench --backend cuda --kernels tree --n 1048576,8388608 --scene plummer,collision \
         --tunable theta=0.45,0.5,0.6 --tunable rebuild_every=16 --tunable rebuild_rule=adaptive --gpus 1,2 \
         --max-seconds 40 --no-progress --json "$out/$tag-adaptive.json" 2>&1 | grep -A24 "^scaling"
+fi
+if [[ $what == opening ]]; then
+    timeout 300 python3 -m pytest -q -m gpu -p no:xvfb -p no:cacheprovider tests/test_tree_gpu.py \
+        tests/test_tree_gpu_refit.py 2>&1 | tee "$out/opening-tests.log" | grep -E "passed|failed|^FAILED|^E " | tail -12
+    python3 -m app bench --backend cuda --kernels tree --n 1048576,8388608 --scene plummer,collision \
+        --tunable theta=0.45,0.5,0.55,0.6 --tunable opening=cube,bmax --gpus 1 --max-seconds 40 --no-progress \
+        --json "$out/$tag-opening.json" 2>&1 | grep -E "fastest within"
 fi
 if [[ $what == mpi-tree ]]; then
     source "$(dirname "$0")/mpi_env.sh"
