@@ -17,6 +17,13 @@ centre of mass exceeds r_open; the twin's float32 test `box_accepts`, with its s
   bexact  r_open = b_max / theta with the exact largest distance from the centre of mass to a body of
           the cell: this study only (bench/results/cpu-2026-11-26-tree-mac-study-1m.txt calls it bmax,
           run before the trees had theirs; its bup rows are the trees' bmax computed in float64)
+  rel     a relative criterion in the manner of GADGET-2 (Springel 2005), for a quadrupole expansion: a
+          cell is accepted when M b_max^3 / d^5 <= alpha |a|, |a| the smallest acceleration of the group's
+          targets (here from a cube walk at theta 0.5; a run would take the last step's), and never
+          within b_max of the group's box. The parameter swept is alpha. The walk takes per-cell rows
+          only, so the groups are binned by that |a| (REL_BINS log bins, each held to its smallest) and
+          the tree is walked once per bin, each group's lists and forces taken from its bin's walk:
+          this study only
 
     python3 bench/tree_mac_study.py --n 1048576 --scene plummer,collision [--out FILE.txt]
 
@@ -41,7 +48,9 @@ from app.physics import Physics, accelerations, relative_errors  # noqa: E402
 
 B_THETAS = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8, 0.9, 1.0)
 THETAS = {"cube": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8), "bmax": B_THETAS,
-          "box": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9), "bexact": B_THETAS}
+          "box": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9), "bexact": B_THETAS,
+          "rel": (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)}  # rel: alpha
+REL_BINS = 16
 BUDGET_P99 = 1e-3
 
 
@@ -107,6 +116,47 @@ class _WithRows:
         return self._rows
 
 
+def group_of_rows(tree, gstart: np.ndarray) -> np.ndarray:
+    """The group (index into gstart's runs of key positions) of every original row."""
+    in_key_order = np.repeat(np.arange(gstart.size - 1), np.diff(gstart))
+    out = np.empty(tree.order.size, np.int64)
+    out[tree.order] = in_key_order
+    return out
+
+
+def relative_walk(evaluator, tree, group: int, n: int, rows: np.ndarray, alpha: float,
+                  amin: np.ndarray, groups_of: np.ndarray) -> tuple[int, int, np.ndarray]:
+    """The rel test at `alpha`: (interactions, body-cell interactions, float64 accelerations of `rows`),
+    each group's from the walk of its |a| bin (REL_BINS log bins over the groups' smallest |a|)."""
+    from app.backends.cpu_tree_kernels import MAC_SLACK
+
+    mass, b = tree.mass.astype(np.float64), tree.bmax.astype(np.float64)
+    la = np.log(amin)
+    edges = np.linspace(la.min(), la.max(), REL_BINS + 1)
+    bin_of = np.clip(np.searchsorted(edges, la, side="right") - 1, 0, REL_BINS - 1)
+    sample_bin = bin_of[groups_of[rows]]
+    approx = np.empty((rows.size, 3))
+    interactions = body_cell = 0
+    for k in range(REL_BINS):
+        members = bin_of == k
+        if not members.any():
+            continue
+        a_k = math.exp(edges[k])  # the bin's smallest |a|: every group in it gets at least its demand
+        r2 = np.maximum(b * b, (mass * b ** 3 / (alpha * a_k)) ** 0.4)  # d^5 >= M b^3 / (alpha a)
+        macs = np.empty((tree.ncell, 4), np.float32)
+        macs[:, :3] = tree.com
+        macs[:, 3] = r2 * float(MAC_SLACK) ** 2
+        acc = np.zeros((n, 4), np.float32)
+        evaluator._walk(_WithRows(tree, macs), (tree.x, tree.y, tree.z), tree.order, acc, 1.0, group, n * n,
+                        True)
+        g = evaluator._groups
+        interactions += int(np.dot(g["nactive"][members], g["nbody"][members] + g["ncell"][members]))
+        body_cell += int(np.dot(g["nactive"][members], g["ncell"][members]))
+        sel = sample_bin == k
+        approx[sel] = acc[rows[sel], :3]
+    return interactions, body_cell, approx
+
+
 def at_budget(points: list[tuple[float, float, float]]) -> tuple[float, float] | None:
     """(theta, interactions per body) where the p99 reaches BUDGET_P99: log-log interpolation between the
     two measured thetas around it; None when the sweep does not bracket it."""
@@ -136,25 +186,35 @@ def study(scene: str, n: int, sample: int, leaf: int, group: int, tests: list[st
     record = CPUBackend.record("cpu-tree")
     evaluator = record.policy.evaluator(record, physics)
     evaluator.set_tunables(leaf=leaf, group=group, rebuild_every=1, opening="cube")
+    if "rel" in tests:  # each group's smallest |a|, from a cube walk at theta 0.5
+        acc = np.zeros((n, 4), np.float32)
+        evaluator._walk(tree, (tree.x, tree.y, tree.z), tree.order, acc, 0.5, group, n * n, True)
+        gstart = evaluator._groups["start"]
+        groups_of = group_of_rows(tree, gstart)
+        amin = np.full(gstart.size - 1, np.inf)
+        np.minimum.at(amin, groups_of, np.linalg.norm(acc[:, :3].astype(np.float64), axis=1))
     emit("test  theta  interactions/body  body-cell  p99        median     max        walk s")
     for test in tests:
         points = []
         for theta in THETAS[test]:
-            macs = mac_rows(tree, extents, test, theta)
-            acc = np.zeros((n, 4), np.float32)
             t = time.perf_counter()
-            work = evaluator._walk(_WithRows(tree, macs), (tree.x, tree.y, tree.z), tree.order, acc, theta,
-                                   group, n * n, True)
+            if test == "rel":
+                interactions, cells, approx = relative_walk(evaluator, tree, group, n, rows, theta, amin,
+                                                            groups_of)
+            else:
+                acc = np.zeros((n, 4), np.float32)
+                work = evaluator._walk(_WithRows(tree, mac_rows(tree, extents, test, theta)),
+                                       (tree.x, tree.y, tree.z), tree.order, acc, theta, group, n * n, True)
+                interactions, cells, approx = work.interactions, work.body_cell, acc[rows, :3]
             walk_s = time.perf_counter() - t
-            err = relative_errors(acc[rows, :3].astype(np.float64), exact)
+            err = relative_errors(approx.astype(np.float64), exact)
             p99 = float(np.percentile(err, 99))
-            per_body = work.interactions / n
+            per_body = interactions / n
             points.append((theta, per_body, p99))
-            cell_share = work.body_cell / max(work.interactions, 1)
-            emit(f"{test:5s} {theta:5.2f}  {per_body:17.1f}  {cell_share:9.2f}"
+            emit(f"{test:5s} {theta:5.2g}  {per_body:17.1f}  {cells / max(interactions, 1):9.2f}"
                  f"  {p99:.3e}  {float(np.median(err)):.3e}  {float(err.max()):.3e}  {walk_s:6.1f}")
         found = at_budget(points)
-        emit(f"# {scene} {test}: " + (f"p99 = 1e-3 at theta {found[0]:.3f}, {found[1]:,.0f} interactions "
+        emit(f"# {scene} {test}: " + (f"p99 = 1e-3 at {found[0]:.3g}, {found[1]:,.0f} interactions "
                                        "a body" if found else "the sweep does not bracket p99 = 1e-3"))
 
 
@@ -162,7 +222,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=262144, help="bodies (default 262,144; the bench's: 1048576)")
     ap.add_argument("--scene", default="plummer,collision", help="comma-separated bench scenes")
-    ap.add_argument("--tests", default="cube,bmax,box,bexact", help="opening tests (default all four)")
+    ap.add_argument("--tests", default="cube,bmax,box,bexact,rel", help="opening tests (default all)")
     ap.add_argument("--sample", type=int, default=4096, help="targets in the error sample (default 4,096)")
     ap.add_argument("--leaf", type=int, default=16)
     ap.add_argument("--group", type=int, default=64)
