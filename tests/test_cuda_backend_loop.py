@@ -71,6 +71,7 @@ class FakeDevice:
             mem_get_info=lambda: (POOL["free"], 2**30),
             mem_alloc=lambda size: FakeAlloc(next(addresses), size),
             memcpy_htod=self._htod, memcpy_dtoh=lambda dst, src: None,
+            memset_d32=lambda dst, value, count: None,
             Context=SimpleNamespace(synchronize=lambda: None), MemoryError=MemoryError)
         self.uploads: list[tuple[int, np.ndarray]] = []
 

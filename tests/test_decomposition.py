@@ -172,8 +172,8 @@ def test_a_domain_split_where_every_device_walks_the_first_range_is_caught(monke
 
     real = CpuTreeEvaluator.domain_phases
 
-    def always_first(self, pos, out, cuts, index):
-        return (yield from real(self, pos, out, cuts, 0))
+    def always_first(self, pos, out, cuts, index, prev=None):
+        return (yield from real(self, pos, out, cuts, 0, prev))
 
     monkeypatch.setattr(CpuTreeEvaluator, "domain_phases", always_first)
     acc, *_ = k_devices("cpu-tree", 2, "single", 0)

@@ -39,24 +39,25 @@ def device():
     dev.close()
 
 
-def gpu_tree(device, pos, physics=SOFT, targets=None, sources=None, **tunables):
-    """(acc rows float64 (N, 3), ForceWork, evaluator); rows outside the targets stay NaN."""
+def gpu_tree(device, pos, physics=SOFT, targets=None, sources=None, acc=None, **tunables):
+    """(acc rows float64 (N, 3), ForceWork, evaluator); rows outside the targets stay NaN (or `acc`'s,
+    float32 rows of last accelerations that the relative test reads)."""
     from app.backends.cuda.registry import RECORDS
 
     record = next(r for r in RECORDS if r.name == "tree")
     ev = record.policy.evaluator(record, device, {})
     ev.set_physics(physics)
     ev.set_tunables(**tunables)
-    acc, work = _evaluate_with(device, ev, pos, targets, sources)
-    return acc, work, ev
+    out, work = _evaluate_with(device, ev, pos, targets, sources, acc)
+    return out, work, ev
 
 
-def cpu_tree(pos, physics=SOFT, targets=None, sources=None, **tunables):
+def cpu_tree(pos, physics=SOFT, targets=None, sources=None, last=None, **tunables):
     record = CPU_RECORDS["cpu-tree"]
     ev = record.policy.evaluator(record, physics)
     ev.set_tunables(**tunables)
     n = pos.shape[0]
-    acc = np.full((n, 4), np.nan, np.float32)
+    acc = np.full((n, 4), np.nan, np.float32) if last is None else np.array(last, np.float32)
     work = ev.evaluate(np.ascontiguousarray(pos, np.float32), acc, targets or Span.all(n),
                        sources or Span.all(n))
     return acc[:, :3].astype(np.float64), work, ev
@@ -86,7 +87,7 @@ def test_gpu_tree_matches_the_cpu_tree(device, physics, group, leaf, theta):
     agree(got, ref)
 
 
-@pytest.mark.parametrize("opening", ["cube", "bmax"])
+@pytest.mark.parametrize("opening", ["cube", "bmax", "rel"])
 @pytest.mark.parametrize("scene", ["plummer", "far-off-clump"])
 @pytest.mark.parametrize("physics", [SOFT, REPULSION], ids=["gravity", "repulsion"])
 def test_gpu_cells_and_lists_are_the_twins_bit_for_bit(device, physics, scene, opening):
@@ -94,8 +95,9 @@ def test_gpu_cells_and_lists_are_the_twins_bit_for_bit(device, physics, scene, o
     bit, and so are the interaction lists, group by group (issue 25: a float32 opening test that keeps the
     comparison exact), under either opening test (bmax: the bound cell_moments computes). far-off-clump: a
     cloud 30 units off the origin with a dense clump, so that cells go below level 15, where a float32 cube
-    could not place their centres."""
-    from app.backends.cpu_tree_kernels import pack_cells
+    could not place their centres. rel: both walks read the same last accelerations (the twin's, from a
+    bmax evaluation), and the relative rows [M b_max^3, guard^2] are the twin's too."""
+    from app.backends.cpu_tree_kernels import pack_cells, relative_rows
 
     pos = cloud(20_011, seed=16)
     if scene == "far-off-clump":
@@ -103,16 +105,25 @@ def test_gpu_cells_and_lists_are_the_twins_bit_for_bit(device, physics, scene, o
         pos[:2000, :3] = pos[0, :3] + rng.normal(scale=2e-4, size=(2000, 3)).astype(np.float32)
         pos[:, :3] += np.float32(30.0)
     tun = dict(group=64, leaf=16, theta=0.6, opening=opening)
-    _, work, ev = gpu_tree(device, pos, physics, **tun)
-    _, cwork, cev = cpu_tree(pos, physics, **tun)
+    last = None
+    if opening == "rel":
+        last = np.zeros((pos.shape[0], 4), np.float32)
+        last[:, :3], bwork, _ = cpu_tree(pos, physics, **{**tun, "opening": "bmax"})
+    _, work, ev = gpu_tree(device, pos, physics, acc=last, **tun)
+    _, cwork, cev = cpu_tree(pos, physics, last=last, **tun)
     tree = cev.last_tree
     n = tree.ncell
+    if opening == "rel":  # the relative test ran: other lists than bmax's
+        assert cwork.interactions != bwork.interactions
+        rel = ev._buffers["rel"][:2 * n].get().reshape(n, 2)
+        assert np.array_equal(rel.view(np.uint32), relative_rows(tree.mass, tree.bmax).view(np.uint32))
     assert ev.levels[-1] == n and (scene == "plummer" or tree.level.max() >= 15)
     mac = ev._buffers["mac"][:4 * n].get().reshape(n, 4)
     pack = ev._buffers["pack"][:12 * n].get().reshape(n, 12)
     trace_factor = 1.0 if physics.h else float(np.float32(physics.softening ** 2))
     want = pack_cells(tree.com, tree.mass, tree.quad, tree.trace, np.float32, trace_factor)
-    assert np.array_equal(mac.view(np.uint32), tree.mac(0.6, opening).view(np.uint32))
+    rows = tree.mac(0.6, "bmax" if opening == "rel" else opening)
+    assert np.array_equal(mac.view(np.uint32), rows.view(np.uint32))
     assert np.array_equal(pack.view(np.uint32), want.view(np.uint32))
     gpu, cpu = ev.last_groups(), cev.last_groups()
     for key in ("start", "nbody", "ncell", "nactive"):
@@ -301,11 +312,12 @@ def test_bench_sweeps_the_tree_beside_all_pairs_with_its_error_sample():
     assert [e["scene"] for e in within] == ["plummer", "collision"] and all(e["tunables"] for e in within)
 
 
-def on_device(device, pos, call):
+def on_device(device, pos, call, acc=None):
     """(acc rows float64 (N, 3), what `call(pos_ptr, acc_ptr)` returned): `pos` uploaded, acc NaN before
-    the call and read back after it."""
+    the call (or the float32 rows `acc`: the last accelerations the relative test reads) and read back
+    after it."""
     n = pos.shape[0]
-    host = np.full((n, 4), np.nan, np.float32)
+    host = np.full((n, 4), np.nan, np.float32) if acc is None else np.array(acc, np.float32)
     with device.scope:
         p = device.scratch("tree-test-pos", 16 * n)
         a = device.scratch("tree-test-acc", 16 * n)
@@ -316,11 +328,12 @@ def on_device(device, pos, call):
     return host[:, :3].astype(np.float64), result
 
 
-def _evaluate_with(device, ev, pos, targets=None, sources=None):
+def _evaluate_with(device, ev, pos, targets=None, sources=None, acc=None):
     """(acc rows float64 (N, 3), ForceWork) of an evaluator on positions `pos` (its buffers and depth
-    kept across calls); rows outside the targets stay NaN."""
+    kept across calls); rows outside the targets stay NaN (or `acc`'s, the last accelerations)."""
     everyone = Span.all(pos.shape[0])
-    return on_device(device, pos, lambda p, a: ev.evaluate(p, a, targets or everyone, sources or everyone))
+    return on_device(device, pos, lambda p, a: ev.evaluate(p, a, targets or everyone, sources or everyone),
+                     acc)
 
 
 def test_a_deeper_tree_than_the_last_build_queues_more_levels(device):

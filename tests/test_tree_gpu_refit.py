@@ -34,18 +34,25 @@ def device():
     dev.close()
 
 
-def _gpu_domain(device, ev, pos, cuts):
+def _gpu_domain(device, ev, pos, cuts, prev=None):
     """One domain evaluation (device 0 of `cuts`) of the GPU evaluator on host rows `pos`: the
     accelerations in key order (float64 rows of the walked range, NaN elsewhere), the work, the cuts, and
     after a build its key order."""
     n = pos.shape[0]
-    acc, (work, aligned) = on_device(device, pos, lambda p, a: ev.evaluate_domain(p, a, n, cuts, 0))
+    if prev is None:
+        acc, (work, aligned) = on_device(device, pos, lambda p, a: ev.evaluate_domain(p, a, n, cuts, 0))
+    else:  # the state's last accelerations, which the relative test reads at each body's row
+        with device.scope:
+            last = device.scratch("tree-test-prev", 16 * n)
+            device.drv.memcpy_htod(last, np.ascontiguousarray(prev, np.float32))
+        acc, (work, aligned) = on_device(device, pos,
+                                         lambda p, a: ev.evaluate_domain(p, a, n, cuts, 0, prev=int(last)))
     with device.scope:
         order = ev._buffers["sorder"][:n].get() if not ev.kept_order else None
     return acc, work, aligned, order
 
 
-@pytest.mark.parametrize("opening", ["cube", "bmax"])
+@pytest.mark.parametrize("opening", ["cube", "bmax", "rel"])
 @pytest.mark.parametrize("physics", [SOFT, REPULSION], ids=["gravity", "repulsion"])
 def test_gpu_refits_are_the_twins_bit_for_bit(device, physics, opening):
     from app.backends.cuda.registry import RECORDS
@@ -61,13 +68,17 @@ def test_gpu_refits_are_the_twins_bit_for_bit(device, physics, opening):
     pos = cloud(n, seed=16)
     rng = np.random.default_rng(5)
     vel = rng.normal(scale=0.3, size=(n, 3))  # fast enough that cubes grow within a few steps
+    prev = None  # rel: each body's last acceleration, at its state row (moved with it, as the state's acc)
+    if opening == "rel":
+        prev = np.zeros((n, 4), np.float32)
+        prev[:, :3] = rng.normal(size=(n, 3)) * 10.0 ** rng.uniform(-1, 2, (n, 1))
     cuts = [0, n // 2, n]  # device 0 of two: half the groups
     trace_factor = 1.0 if physics.h else float(np.float32(physics.softening ** 2))
     grown = []
     for evaluation in range(5):
-        got, work, aligned, order = _gpu_domain(device, ev, pos, cuts)
+        got, work, aligned, order = _gpu_domain(device, ev, pos, cuts, prev)
         cacc = np.full((n, 4), np.nan, np.float32)
-        cwork, caligned = cev.evaluate_domain(pos.copy(), cacc, cuts, 0)
+        cwork, caligned = cev.evaluate_domain(pos.copy(), cacc, cuts, 0, prev=prev)
         refit = evaluation % 4 != 0
         assert ev.kept_order == cev.kept_order == refit, evaluation
         assert ev.since_build == cev.since_build == evaluation % 4
@@ -78,7 +89,8 @@ def test_gpu_refits_are_the_twins_bit_for_bit(device, physics, opening):
         mac = ev._buffers["mac"][:4 * ncell].get().reshape(ncell, 4)
         pack = ev._buffers["pack"][:12 * ncell].get().reshape(ncell, 12)
         want = pack_cells(tree.com, tree.mass, tree.quad, tree.trace, np.float32, trace_factor)
-        assert np.array_equal(mac.view(np.uint32), tree.mac(0.6, opening).view(np.uint32)), evaluation
+        rows = tree.mac(0.6, "bmax" if opening == "rel" else opening)
+        assert np.array_equal(mac.view(np.uint32), rows.view(np.uint32)), evaluation
         assert np.array_equal(pack.view(np.uint32), want.view(np.uint32)), evaluation
         gpu, cpu = ev.last_groups(), cev.last_groups()
         for key in ("nbody", "ncell", "nactive"):
@@ -91,13 +103,14 @@ def test_gpu_refits_are_the_twins_bit_for_bit(device, physics, opening):
         if not refit:  # the devices move their state into the build's key order (take_key_order)
             assert np.array_equal(order, tree.order)
             pos, vel = pos[order], vel[order]
+            prev = None if prev is None else prev[order]
         # the integrator's drift, in key order
         pos = pos.copy()
         pos[:, :3] = (pos[:, :3].astype(np.float64) + 0.01 * vel).astype(np.float32)
     assert grown[0] == grown[4] == 0 and 0 < grown[1] <= grown[2] <= grown[3]  # cubes grow, then rebuilt
 
 
-def _trajectory(every, k=1, steps=9, gpus=None):
+def _trajectory(every, k=1, steps=9, gpus=None, opening="cube"):
     """Positions (load order) after `steps` steps of the tree at rebuild_every = `every`, and each step's
     evaluators' evaluations since their build: one GPU (the CUDA backend), k devices on GPU 0 (the
     engine's run, single driver), or `gpus` = "all" through --gpus (peer exchange)."""
@@ -111,7 +124,7 @@ def _trajectory(every, k=1, steps=9, gpus=None):
         try:
             run.load(bodies, physics, "tree")
             for d in run.devices:
-                d.evaluator.set_tunables(rebuild_every=every)
+                d.evaluator.set_tunables(rebuild_every=every, opening=opening)
             run.integrator.invalidate()
             since = []
             for _ in range(steps):
@@ -123,7 +136,7 @@ def _trajectory(every, k=1, steps=9, gpus=None):
     backend = CUDA() if gpus is None else multi_backend_class(CUDA, gpus, "single", "peer")()
     try:
         backend.load(bodies, physics, "tree")
-        backend.set_tunables(rebuild_every=every)
+        backend.set_tunables(rebuild_every=every, opening=opening)
         since = []
         for _ in range(steps):
             backend.step(1)
@@ -142,6 +155,24 @@ def test_k_devices_on_gpu0_refitting_are_bitwise_one_gpu_refitting(k):
     assert np.array_equal(one, many)
     built, _ = _trajectory(1)
     assert 0 < relative_error(one, built)[0] < 1e-4  # the refit moves the trajectory within the tree's error
+
+
+def test_the_relative_test_through_the_engine_is_bitwise_on_k_devices_and_near_the_cube_test():
+    """opening = rel through the engine: the walk reads the state's last accelerations (at each body's
+    sorted source row after a build, at its row after a refit). Two and three devices on GPU 0 are
+    bitwise alike, so are one GPU and two where there are two (each pair starts from the same history:
+    a(x) depends on the last accelerations), and the trajectory stays within the tree's error of the cube
+    test's."""
+    from app.backends.cuda.context import device_count
+
+    two = _trajectory(4, 2, opening="rel")[0]
+    assert np.array_equal(two, _trajectory(4, 3, opening="rel")[0])
+    one, _ = _trajectory(4, opening="rel")
+    if device_count() >= 2:
+        assert np.array_equal(one, _trajectory(4, gpus="all", opening="rel")[0])
+    cube, _ = _trajectory(4)
+    assert 0 < relative_error(one, cube)[0] < 1e-4
+    assert 0 < relative_error(two, cube)[0] < 1e-4
 
 
 def test_two_gpus_refitting_are_bitwise_one_gpu_refitting():

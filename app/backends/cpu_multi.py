@@ -87,7 +87,8 @@ class CpuDevice:
 
     def force_domain_phases(self):
         """`force_domain` in the evaluator's phases (build, walk), each timed as "force"."""
-        phases = self.evaluator.domain_phases(self.pos, self.sacc, share_cuts(self.shares), self.index)
+        phases = self.evaluator.domain_phases(self.pos, self.sacc, share_cuts(self.shares), self.index,
+                                              prev=self.acc)
         while True:
             with self.timer.time("force"):
                 try:

@@ -118,7 +118,18 @@ def key_order(xyz: np.ndarray, clock=None) -> tuple[np.ndarray, np.ndarray, np.n
     return order, keys, lo, size
 
 
-OPENINGS = ("cube", "bmax")  # both trees' `opening` tunable (cpu_tree_kernels.opening_rows)
+OPENINGS = ("cube", "bmax", "rel")  # both trees' `opening` (cpu_tree_kernels.opening_rows, relative_rows)
+
+
+def relative_scale(tunables: dict, g) -> np.float32:
+    """The relative test's alpha / G in float32, which both trees' walks multiply by a group's smallest
+    last |a| (`opening = rel`); 0 for another opening test, or with no attraction to scale it (G <= 0):
+    then every group tests the geometric rows."""
+    if tunables.get("opening") != "rel" or not float(g) > 0:
+        return np.float32(0.0)
+    return np.float32(float(tunables["alpha"]) / float(g))
+
+
 GROUP_CELL_FACTOR = 8  # a group cell holds at most 8 groups' worth of bodies (docs/tree.md, step 5)
 
 
@@ -323,15 +334,16 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
             return self._walk(tree, (tree.x, tree.y, tree.z), trow, acc, float(self._tunables["theta"]),
                               int(self._tunables["group"]), int(rows.size) * n, True)
 
-    def evaluate_domain(self, pos, out, cuts, index: int) -> tuple[ForceWork, list[int]]:
+    def evaluate_domain(self, pos, out, cuts, index: int, prev=None) -> tuple[ForceWork, list[int]]:
         """One device's part of a domain split (app/decomposition.py): the tree of every row of `pos`, the
         walk of the groups of key range `index` only, each of its bodies' accelerations written to
         out[k] at its position k in key order. `cuts` (K + 1 increasing bounds from 0 to n) are moved to
         group starts; returns the work and those aligned cuts. Every target's walk is the one the full
-        evaluation does, so K domains scattered back (`unsort`) give bitwise its accelerations."""
-        return drain(self.domain_phases(pos, out, cuts, index))
+        evaluation does, so K domains scattered back (`unsort`) give bitwise its accelerations. `prev`: the
+        rows' last accelerations (row order of `pos`), which the relative test reads (`opening = rel`)."""
+        return drain(self.domain_phases(pos, out, cuts, index, prev))
 
-    def domain_phases(self, pos, out, cuts, index: int):
+    def domain_phases(self, pos, out, cuts, index: int, prev=None):
         """`evaluate_domain` in two phases, as the GPU tree's (a generator yielding between the build and
         the walk), so that CI runs the single driver's turns over CPU devices."""
         n = pos.shape[0]
@@ -353,14 +365,19 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
             g_lo, g_hi = (int(np.searchsorted(gstart, c)) for c in (lo, hi))
             trow = np.full(n, -1, np.int64)
             trow[lo:hi] = np.arange(lo, hi)
+            prow = np.full(n, -1, np.int64)  # a body's last acceleration: at its row of pos (the tree order)
+            if prev is not None:
+                prow[lo:hi] = tree.order[lo:hi]
             work = self._walk(tree, (tree.x, tree.y, tree.z), trow, out, theta, group, (hi - lo) * n, True,
-                              gstart=gstart[g_lo:g_hi + 1])
+                              gstart=gstart[g_lo:g_hi + 1], prev=out if prev is None else prev, prow=prow)
         return work, aligned
 
 
     def _walk(self, tree: Tree, tpos, trow, acc, theta: float, group: int, pairs: int,
-              within: bool, gstart=None) -> ForceWork:
-        """The walk of the targets at float32 positions tpos = (x, y, z) in key order, trow their rows."""
+              within: bool, gstart=None, prev=None, prow=None) -> ForceWork:
+        """The walk of the targets at float32 positions tpos = (x, y, z) in key order, trow their rows.
+        prev[prow[t]]: target t's last acceleration, which the relative test's threshold reads (by default
+        acc[trow[t]], the row the walk will write)."""
         nt = tpos[0].shape[0]
         if gstart is None and within:  # (given: a domain's run of the groups)
             gstart = group_starts(tree.start, tree.count, tree.nchild, group)
@@ -375,9 +392,14 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
         nbody = np.zeros(ngroup, np.int64)
         ncells = np.zeros(ngroup, np.int64)
         nactive = np.zeros(ngroup, np.int64)
-        self.kernel(*tpos, gstart, trow.astype(np.int64), tree.child, tree.nchild, tree.start, tree.count,
-                    tree.mac(theta, self._tunables.get("opening", "cube")), cells, xs, ys, zs, ms,
-                    *self._scalars, acc, nbody, ncells, nactive)
+        opening = self._tunables.get("opening", "cube")
+        rel_scale = relative_scale(self._tunables, self._scalars[1])
+        crel = k.relative_rows(tree.mass, tree.bmax) if rel_scale > 0 else np.zeros((0, 2), np.float32)
+        trow = trow.astype(np.int64)
+        self.kernel(*tpos, gstart, trow, tree.child, tree.nchild, tree.start, tree.count,
+                    tree.mac(theta, "bmax" if opening == "rel" else opening), cells, xs, ys, zs, ms,
+                    *self._scalars, acc, nbody, ncells, nactive, acc if prev is None else prev,
+                    trow if prow is None else prow, crel, rel_scale)
         self._groups = {"start": gstart, "nbody": nbody, "ncell": ncells, "nactive": nactive}
         body_cell = int(np.dot(nactive, ncells))
         return ForceWork(interactions=int(np.dot(nactive, nbody)) + body_cell, pair_equivalent=pairs,

@@ -455,6 +455,59 @@ def opening_rows(com, lo, offset, side, theta: float, bmax=None, opening: str = 
     return rows
 
 
+def relative_rows(mass, bmax) -> np.ndarray:
+    """(ncell, 2) float32 rows [M b_max^3, guard^2] of the relative opening test (`opening = rel`,
+    docs/tree.md step 5), exactly as kernels/tree/build.cu `tree_pack` computes them: M b_max^3 as
+    ((b b) b) M, and the guard (b_max rounded outwards by MAC_SLACK)^2, within which no cell is accepted
+    whatever the group's acceleration (there the expansion does not converge). The walk accepts a cell
+    for a group of threshold t = rel_scale |a|_min when d^2 > guard^2 and (d^2 d^2) sqrt(d^2) t >=
+    M b_max^3 (`relative_accepts`): GADGET-2's criterion (Springel 2005) with the quadrupole expansion's
+    error term, G M b^3 / d^5 <= alpha |a|."""
+    b = bmax.astype(np.float32)
+    rows = np.empty((b.shape[0], 2), np.float32)
+    rows[:, 0] = ((b * b) * b) * mass.astype(np.float32)
+    guard = b * MAC_SLACK
+    rows[:, 1] = guard * guard
+    return rows
+
+
+@njit(cache=True, fastmath=False)
+def group_threshold(prev, prow, a, b, rel_scale):
+    """A group's relative threshold rel_scale |a|_min (float32) over its targets t in [a, b) (prow[t] >= 0,
+    the row of prev holding the target's last acceleration), |a| = sqrt((x x + y y) + z z) in float32 in
+    this order, as kernels/tree/walk.cu `group_threshold`; 0 when it cannot be used (no target, an |a| of 0
+    on every target as before a first step, a NaN or an inf): the group then takes the geometric rows."""
+    amin = np.float32(np.inf)
+    for t in range(a, b):
+        r = prow[t]
+        if r >= 0:
+            x = np.float32(prev[r, 0])  # (a float64 state holds the walk's float32 values exactly)
+            y = np.float32(prev[r, 1])
+            z = np.float32(prev[r, 2])
+            m = np.sqrt((x * x + y * y) + z * z)
+            if m < amin:
+                amin = m
+    tg = rel_scale * amin
+    if tg > np.float32(0.0) and tg < np.float32(np.inf):
+        return tg
+    return np.float32(0.0)
+
+
+@njit(cache=True, fastmath=False)
+def relative_accepts(lox, loy, loz, hix, hiy, hiz, cx, cy, cz, w, guard2, tg):
+    """The relative opening test of a cell (float32 centre of mass, w = M b_max^3 and guard^2 of
+    `relative_rows`) for a group's box and threshold tg: d_box^2 > guard^2 and (d^2 d^2) sqrt(d^2) tg >= w,
+    in IEEE float32 in this order, as kernels/tree/walk.cu `accepted_relative`."""
+    zero = np.float32(0.0)
+    dx = max(max(lox - cx, zero), cx - hix)
+    dy = max(max(loy - cy, zero), cy - hiy)
+    dz = max(max(loz - cz, zero), cz - hiz)
+    d2 = (dx * dx + dy * dy) + dz * dz
+    if not d2 > guard2:
+        return False
+    return ((d2 * d2) * np.sqrt(d2)) * tg >= w
+
+
 @njit(cache=True, fastmath=False)
 def box_accepts(lox, loy, loz, hix, hiy, hiz, cx, cy, cz, r2):
     """The opening test of a cell (float32 centre of mass cx, cy, cz and r_open^2) for a group's float32
@@ -475,14 +528,19 @@ def _make_walk(ftype, repulsion: bool, skip_self: bool):
     """The walk for one dtype / model / softening-zero combination (flags are compile-time)."""
 
     def walk(tx, ty, tz, gstart, trow, child, nchild, cstart, ccount, cmac, cpack,
-             xs, ys, zs, ms, eps2, g, h, acc, nbody, ncells, nactive):
+             xs, ys, zs, ms, eps2, g, h, acc, nbody, ncells, nactive, prev, prow, crel, rel_scale):
         """For each group g of targets [gstart[g], gstart[g+1]) (float32 positions tx, ty, tz; a target
         with trow[t] >= 0 writes acc[trow[t], :3], one with -1 only shapes its group's box): walk the tree
         from the root; a cell is accepted when the squared distance from the group's box to its centre of
         mass exceeds its r_open^2 (`box_accepts` on its row of `cmac`, `opening_rows`), an unaccepted leaf
         is opened (its bodies xs, ys, zs, ms in sorted order are interacted body by body), other cells are
         descended. Records the list lengths per group in nbody / ncells and the targets written in nactive.
-        `cpack` holds per cell the interaction's inputs in the walk's dtype (`pack_cells`)."""
+        `cpack` holds per cell the interaction's inputs in the walk's dtype (`pack_cells`).
+
+        The relative test (`opening = rel`) when rel_scale > 0: a group whose threshold (`group_threshold`
+        over prev[prow[t]], its targets' last accelerations) is usable tests its cells with
+        `relative_accepts` on their rows of `crel` (`relative_rows`); any other group, and every group when
+        rel_scale = 0, tests `cmac`."""
         ngroup = gstart.shape[0] - 1
         ncell_all = cstart.shape[0]
         zero = ftype(0.0)
@@ -502,6 +560,7 @@ def _make_walk(ftype, repulsion: bool, skip_self: bool):
                 ncells[grp] = 0
                 continue
             lox, loy, loz, hix, hiy, hiz = points_box(tx, ty, tz, a, b)
+            tg = group_threshold(prev, prow, a, b, rel_scale) if rel_scale > 0 else np.float32(0.0)
             # depth-first walk: accepted cells and opened leaves, in a fixed order
             cells = np.empty(ncell_all, np.int64)
             leaves = np.empty(ncell_all, np.int64)
@@ -516,7 +575,13 @@ def _make_walk(ftype, repulsion: bool, skip_self: bool):
             while top > 0:
                 top -= 1
                 c = stack[top]
-                if box_accepts(lox, loy, loz, hix, hiy, hiz, cmac[c, 0], cmac[c, 1], cmac[c, 2], cmac[c, 3]):
+                if tg > 0:
+                    take = relative_accepts(lox, loy, loz, hix, hiy, hiz, cmac[c, 0], cmac[c, 1], cmac[c, 2],
+                                            crel[c, 0], crel[c, 1], tg)
+                else:
+                    take = box_accepts(lox, loy, loz, hix, hiy, hiz, cmac[c, 0], cmac[c, 1], cmac[c, 2],
+                                       cmac[c, 3])
+                if take:
                     cells[nc] = c
                     nc += 1
                 elif nchild[c] == 0:

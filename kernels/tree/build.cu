@@ -612,13 +612,24 @@ extern "C" __global__ void tree_refit(const int* __restrict__ lvl, int level, co
 // MAC_SLACK and opening_rows say more).
 #define TREE_MAC_SLACK 1.0000019073486328125f
 
+// IEEE float32 multiply, rounded to nearest and keeping denormals as numpy does (--use_fast_math would
+// flush them): the relative test's rows of a tiny cell stay the twin's.
+__device__ __forceinline__ float pack_mul(float a, float b) {
+    float r;
+    asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+}
+
 // Per cell: mac = [com, r_open^2 x slack^2] for the walk's float32 opening test, r_open = side / theta +
-// |com - centre| (opening 0, "cube") or b_max / theta (opening 1, "bmax"; cell_moments' bound), and three float4 rows [com, M], [Qxx Qyy Qzz Qxy], [Qxz Qyz, trace_factor * T, 0] for the interaction
+// |com - centre| (opening 0, "cube") or b_max / theta (opening 1, "bmax"; cell_moments' bound; also opening
+// 2, "rel", for the groups that have no last acceleration), and three float4 rows [com, M], [Qxx Qyy Qzz Qxy],
+// [Qxz Qyz, trace_factor * T, 0] for the interaction
 // (Q = 3 M2 - T I, T = trace M2: the CPU's pack_cells), all float32 as the CPU's opening_rows and pack_cells
 // compute them. The centre and side come from `cubes` after a refit, else from the level (found from the
 // level ranges) and the key prefix of the cell's first body. And links = [start, count, first child,
 // children]: one 16-byte load where the walk, after the opening test, read four arrays (a chain of dependent
-// loads per tested cell).
+// loads per tested cell). With opening 2 also rel = [M b_max^3, (b_max x slack)^2], the relative test's rows
+// (walk.cu accepted_relative; the CPU's relative_rows).
 extern "C" __global__ void tree_pack(int ncell, const int* __restrict__ level_start, int nlevels,
                                      const unsigned long long* __restrict__ skeys,
                                      const int* __restrict__ cstart, const int* __restrict__ ccount,
@@ -627,15 +638,20 @@ extern "C" __global__ void tree_pack(int ncell, const int* __restrict__ level_st
                                      const float* __restrict__ mass, const float* __restrict__ com,
                                      const float* __restrict__ m2, const float* __restrict__ bmax,
                                      const TreeCube* __restrict__ cubes, float theta, int opening,
-                                     float trace_factor, float4* __restrict__ mac,
+                                     float trace_factor, float4* __restrict__ mac, float2* __restrict__ rel,
                                      float4* __restrict__ pack, int4* __restrict__ links) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= ncell) return;
     links[c] = make_int4(cstart[c], ccount[c], child[c], nchild[c]);
     const float X = com[3 * c], Y = com[3 * c + 1], Z = com[3 * c + 2];
     float r;
-    if (opening == 1) {
-        r = (bmax[c] / theta) * TREE_MAC_SLACK;
+    if (opening >= 1) {
+        const float b = bmax[c];
+        r = (b / theta) * TREE_MAC_SLACK;
+        if (opening == 2) {
+            const float guard = pack_mul(b, TREE_MAC_SLACK);
+            rel[c] = make_float2(pack_mul(pack_mul(pack_mul(b, b), b), mass[c]), pack_mul(guard, guard));
+        }
     } else {
         TreeCube cube;
         if (cubes != nullptr) {  // a refit's (tree_refit)

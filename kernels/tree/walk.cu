@@ -84,6 +84,11 @@ TREE_IEEE_OP(ieee_add, "add.rn.f32")
 TREE_IEEE_OP(ieee_mul, "mul.rn.f32")
 TREE_IEEE_OP(ieee_min, "min.f32")
 TREE_IEEE_OP(ieee_max, "max.f32")
+__device__ __forceinline__ float ieee_sqrt(float a) {
+    float r;
+    asm("sqrt.rn.f32 %0, %1;" : "=f"(r) : "f"(a));
+    return r;
+}
 __device__ __forceinline__ bool ieee_greater(float a, float b) {
     unsigned r;
     asm("{\n\t.reg .pred p;\n\tsetp.gt.f32 p, %1, %2;\n\tselp.u32 %0, 1, 0, p;\n\t}" : "=r"(r) : "f"(a), "f"(b));
@@ -99,6 +104,25 @@ __device__ __forceinline__ bool accepted(const float4 m, const float lo[3], cons
     const float dy = ieee_max(ieee_max(ieee_sub(lo[1], m.y), 0.0f), ieee_sub(m.y, hi[1]));
     const float dz = ieee_max(ieee_max(ieee_sub(lo[2], m.z), 0.0f), ieee_sub(m.z, hi[2]));
     return ieee_greater(ieee_add(ieee_add(ieee_mul(dx, dx), ieee_mul(dy, dy)), ieee_mul(dz, dz)), m.w);
+}
+
+// The relative test (opening "rel"), bitwise the twin's relative_accepts: d_box^2 > guard^2 and
+// (d^2 d^2) sqrt(d^2) tg >= M b_max^3, r = [M b_max^3, guard^2] (build.cu tree_pack), tg the group's
+// threshold (group_threshold). GADGET-2's criterion with the quadrupole's error term: G M b^3 / d^5 <= alpha
+// |a|min; the guard keeps every cell whose bodies may reach the box open.
+__device__ __forceinline__ bool accepted_relative(const float4 m, const float2 r, const float lo[3],
+                                                  const float hi[3], const float tg) {
+    const float dx = ieee_max(ieee_max(ieee_sub(lo[0], m.x), 0.0f), ieee_sub(m.x, hi[0]));
+    const float dy = ieee_max(ieee_max(ieee_sub(lo[1], m.y), 0.0f), ieee_sub(m.y, hi[1]));
+    const float dz = ieee_max(ieee_max(ieee_sub(lo[2], m.z), 0.0f), ieee_sub(m.z, hi[2]));
+    const float d2 = ieee_add(ieee_add(ieee_mul(dx, dx), ieee_mul(dy, dy)), ieee_mul(dz, dz));
+    if (!ieee_greater(d2, r.y)) return false;
+    return !ieee_greater(r.x, ieee_mul(ieee_mul(ieee_mul(d2, d2), ieee_sqrt(d2)), tg));
+}
+
+// |a| of one last acceleration, sqrt((x x + y y) + z z) in IEEE float32 (the twin's group_threshold).
+__device__ __forceinline__ float acceleration_norm(const float4 a) {
+    return ieee_sqrt(ieee_add(ieee_add(ieee_mul(a.x, a.x), ieee_mul(a.y, a.y)), ieee_mul(a.z, a.z)));
 }
 
 struct WarpShared {
@@ -157,7 +181,9 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
                                      float G, float H, int ngroups, int* __restrict__ stacks, int stack_cap,
                                      int* __restrict__ flags, int* __restrict__ nbody_out,
                                      int* __restrict__ ncell_out, int* __restrict__ nactive_out,
-                                     unsigned long long* __restrict__ totals, int g_lo, int sorted_out) {
+                                     unsigned long long* __restrict__ totals, int g_lo, int sorted_out,
+                                     const float2* __restrict__ rel, const float4* prev,  // prev may be acc
+                                     int prev_by_order, float rel_scale) {
     __shared__ WarpShared shared[TREE_WARPS];
     const int lane = threadIdx.x & 31;
     const int wib = threadIdx.x >> 5;
@@ -176,6 +202,7 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
         float4 bi[TPL];
         int row[TPL];
         int active = 0;
+        float amin = __int_as_float(0x7f800000);  // the relative test: the targets' smallest last |a|
         float lo3[3], hi3[3];
         lo3[0] = lo3[1] = lo3[2] = __int_as_float(0x7f800000);
         hi3[0] = hi3[1] = hi3[2] = __int_as_float(0xff800000);
@@ -194,6 +221,9 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
                     row[t] = idx - t_lo;
                     ++active;
                 }
+                if (rel_scale > 0.0f && row[t] >= 0) {  // min.f32 skips a NaN, as the twin's `m < amin`
+                    amin = ieee_min(amin, acceleration_norm(prev[prev_by_order ? idx : row[t]]));
+                }
                 lo3[0] = ieee_min(lo3[0], bi[t].x);  // the box of the members' own coordinates (fminf
                 lo3[1] = ieee_min(lo3[1], bi[t].y);  // would flush a denormal one: the twin keeps it)
                 lo3[2] = ieee_min(lo3[2], bi[t].z);
@@ -210,7 +240,11 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
                 lo3[k] = ieee_min(lo3[k], __shfl_xor_sync(0xffffffffu, lo3[k], d));
                 hi3[k] = ieee_max(hi3[k], __shfl_xor_sync(0xffffffffu, hi3[k], d));
             }
+            amin = ieee_min(amin, __shfl_xor_sync(0xffffffffu, amin, d));
         }
+        // the group's relative threshold, or 0: the geometric rows (no target, or no usable |a| yet)
+        float tg = ieee_mul(rel_scale, amin);
+        if (!(rel_scale > 0.0f && tg > 0.0f && tg < __int_as_float(0x7f800000))) tg = 0.0f;
         if (active == 0) {
             if (lane == 0) {
                 nbody_out[g] = 0;
@@ -239,7 +273,7 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
             int push = 0, first = 0, leaf_n = 0, leaf_s = 0;
             if (c >= 0) {
                 const int4 link = links[c];  // [start, count, first child, children], loaded beside mac
-                if (accepted(mac[c], lo3, hi3)) {
+                if (tg > 0.0f ? accepted_relative(mac[c], rel[c], lo3, hi3, tg) : accepted(mac[c], lo3, hi3)) {
                     take = true;
                 } else if (link.w == 0) {
                     leaf_s = link.x;
@@ -316,10 +350,12 @@ __device__ __forceinline__ void walk_four_per_lane(A... a) { walk<Model, SOFT, 4
     (const float4* spos, const int* sorder, const int* gstart, int t_lo, int t_hi, const int4* links,              \
      const float4* mac, const float4* pack, float4* acc, float eps2,                                            \
      float G, float H, int ngroups, int* stacks, int stack_cap, int* flags, int* nbody_out, int* ncell_out,  \
-     int* nactive_out, unsigned long long* totals, int g_lo, int sorted_out)
+     int* nactive_out, unsigned long long* totals, int g_lo, int sorted_out, const float2* rel,             \
+     const float4* prev, int prev_by_order, float rel_scale)
 #define TREE_WALK_ARGS                                                                                      \
     (spos, sorder, gstart, t_lo, t_hi, links, mac, pack, acc, eps2, G, H, ngroups,                              \
-     stacks, stack_cap, flags, nbody_out, ncell_out, nactive_out, totals, g_lo, sorted_out)
+     stacks, stack_cap, flags, nbody_out, ncell_out, nactive_out, totals, g_lo, sorted_out, rel, prev,      \
+     prev_by_order, rel_scale)
 
 // tree_walk_g32_<model>_<self> (groups of 32: one target per lane), tree_walk_g64_... (two per lane),
 // tree_walk_g128_... (four per lane: each entry staged in shared memory serves four targets per lane)

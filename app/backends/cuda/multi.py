@@ -211,7 +211,8 @@ class CudaShareDevice:
         with self.device.scope:
             start = self.timer.start()
         work, self.domain_cuts = yield from self.evaluator.domain_phases(
-            self.ptr["pos"], self.ptr["sacc"], self.n, share_cuts(self.shares), self.index)
+            self.ptr["pos"], self.ptr["sacc"], self.n, share_cuts(self.shares), self.index,
+            prev=self.ptr["acc"])
         with self.device.scope:
             self.timer.stop("force", start)
         return work

@@ -125,8 +125,8 @@ RECORDS: tuple[KernelRecord, ...] = (
             "docs/tree.md",
             tunables=(
                 FloatRange("theta", 0.0, 1.5, 0.5, lo_open=True,
-                           doc="opening angle: a cell is accepted beyond side/theta + |com - centre| of a "
-                           "group"),
+                           doc="opening angle: a cell is accepted for a group of targets beyond its opening "
+                           "radius, b_max/theta (opening=bmax) or side/theta + |com - centre| (cube)"),
                 IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
                 IntChoice("group", (32, 64, 128), 64,
                           doc="targets walked together by one warp (consecutive in key order)"),
@@ -139,7 +139,12 @@ RECORDS: tuple[KernelRecord, ...] = (
                 Choice("opening", OPENINGS, "cube",
                        doc="the opening test: cube, side / theta + |com - centre| of the cell's octree cube; "
                        "bmax, b_max / theta with b_max the cell's bodies' farthest distance from its "
-                       "centre of mass (fewer interactions for the same error: docs/tree.md)")),
+                       "centre of mass (fewer interactions for the same error: docs/tree.md); rel, the "
+                       "relative test of alpha, bmax's where a group has no last acceleration yet"),
+                FloatRange("alpha", 0.0, 0.1, 0.005, lo_open=True, log=True,
+                           doc="the relative test's accuracy (opening=rel): a cell is accepted for a group "
+                           "when G M b_max^3 / d^5 <= alpha |a|min, |a|min the smallest of its targets' last "
+                           "accelerations, and never within b_max of the group's box")),
             budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True,
             decomposition=DOMAINS, period_tunable="rebuild_every",
             walk_flops=TREE_WALK_FLOPS),

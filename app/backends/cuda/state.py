@@ -103,8 +103,13 @@ class GpuState:
     def upload(self, bodies: Bodies) -> None:
         """The bodies' positions (with their masses), velocities and speeds as float32 rows; the double
         state (when held) exactly; ids (when held) the rows' own indices: rows are bodies until a domain
-        split re-sorts them."""
+        split re-sorts them. The acceleration rows (acc, sacc) are zeroed: a run has no last acceleration
+        yet, and the tree's relative opening test reads them (zero: the geometric test), where memory
+        left by an earlier run would make the first step depend on it."""
         drv = self.device.drv
+        for field in ("acc", "sacc"):
+            if self.holds(field):
+                drv.memset_d32(self.pointer(field), 0, ROW_BYTES[field] * self.n // 4)
         vel4 = np.ascontiguousarray(bodies.vel4(np.float32))
         drv.memcpy_htod(self.pointer("pos"), np.ascontiguousarray(bodies.pos4(np.float32)))
         drv.memcpy_htod(self.pointer("vel"), vel4)

@@ -44,7 +44,7 @@ from app.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span, dr
 from app.physics import Physics
 from app.refit_cadence import CadencedTree
 
-from ..cpu_tree import GROUP_CELL_FACTOR, OPENINGS
+from ..cpu_tree import GROUP_CELL_FACTOR, OPENINGS, relative_scale
 from .errors import out_of_memory
 from .policies import FORMS, ceil_div, force_arguments, launch, suffix
 from .state_ops import BYTES_PER_BODY
@@ -72,7 +72,7 @@ BUILD_KERNELS = {  # symbol -> pycuda argument types
     "tree_level_split": "PiiPPPPPPiPPP",
     "tree_moments": "PiPPPPPPPPP",
     "tree_refit": "Pi" + "P" * 15,
-    "tree_pack": "iPiPPPPPPPPPPPfifPPP",
+    "tree_pack": "iPiPPPPPPPPPPPfifPPPP",
     "tree_group_marks": "PiiPPPPP",
     "tree_group_starts": "PPiPP",
     "tree_domain_cuts": "PPPiP",
@@ -87,7 +87,7 @@ SPLIT_TILE = 256  # kernels/tree/build.cu SPLIT_TILE: cells per tile of its look
 CELL_LANES = 8  # kernels/tree/build.cu CELL_LANES: the split's lanes per cell, one per octant
 EXTRA_LEVELS = 2  # levels queued past the previous build's depth before the host looks
 GROWTH = 1.5  # _buf allocates half again over what is asked, so that a slowly growing N reuses it
-WALK_ARGS = "PPPiiPPPPfffiPiPPPPPii"
+WALK_ARGS = "PPPiiPPPPfffiPiPPPPPiiPPif"
 CELL_FIELDS = ("start", "count", "child", "nchild")  # the cell arrays of the build, int32 each
 GROUP_LISTS = ("nbody", "ncell", "nactive")  # per group of the last walk (last_groups)
 
@@ -245,17 +245,21 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         pairs = int(targets.count) * int(sources.count)
         if targets.count == 0:
             return ForceWork(pair_equivalent=pairs, evaluations=1)
-        return drain(self._phases(int(pos), int(acc), targets, sources, stream, pairs, None))[0]
+        prev = int(acc) + 16 * int(targets.start)  # the relative test reads the targets' last rows
+        return drain(self._phases(int(pos), int(acc), targets, sources, stream, pairs, None, (prev, 0)))[0]
 
-    def evaluate_domain(self, pos, out, n: int, cuts, index: int, stream=None) -> tuple[ForceWork, list[int]]:
+    def evaluate_domain(self, pos, out, n: int, cuts, index: int, stream=None,
+                        prev: int = 0) -> tuple[ForceWork, list[int]]:
         """One device's part of a domain split (app/decomposition.py): the tree of all n rows of `pos`,
         the walk of the groups of key range `index` only, each of its bodies' accelerations written to
         out[k] at its place k in key order (float4 rows). `cuts` (K + 1 bounds from 0 to n) are moved to
         group starts; returns the work and those cuts. Every target's walk is the full evaluation's, so
-        the K ranges scattered back (`unsort`) are bitwise one device's accelerations."""
-        return drain(self.domain_phases(pos, out, n, cuts, index, stream))
+        the K ranges scattered back (`unsort`) are bitwise one device's accelerations. `prev`: the rows'
+        last accelerations (float4 rows in the order of `pos`: the state's acc), which the relative test
+        reads (`opening = rel`; 0: none, every group takes the geometric test)."""
+        return drain(self.domain_phases(pos, out, n, cuts, index, stream, prev))
 
-    def domain_phases(self, pos, out, n: int, cuts, index: int, stream=None):
+    def domain_phases(self, pos, out, n: int, cuts, index: int, stream=None, prev: int = 0):
         """`evaluate_domain` in phases: a generator that queues work up to its next host read and yields
         there, returning (work, cuts). Each phase makes the device's context current itself and leaves
         nothing current across a yield, so one host thread can take several devices' evaluations in turns
@@ -279,9 +283,11 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         if cadence.refits and built is not None and built.key == key and not cadence.next_builds():
             cadence.refitted()
             self.kept_order = True
-            return (yield from self._refit_phases(int(pos), int(out), built, stream))
+            # a refit's rows are its bodies in key order: a body's last row is its place
+            return (yield from self._refit_phases(int(pos), int(out), built, stream, (int(prev), 0)))
+        # a build's sorted body k was row sorder[k] of pos, and of prev
         result = yield from self._phases(int(pos), int(out), everyone, everyone, stream, 0,
-                                         (list(cuts), int(index)))
+                                         (list(cuts), int(index)), (int(prev), 1))
         if cadence.refits:
             self._built = _Built(key, list(self.levels), self._last_groups_range, result[1])
         cadence.built(int(n))
@@ -328,9 +334,10 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         return buf
 
     def _phases(self, pos: int, acc: int, targets: Span, sources: Span, stream, pairs: int,
-                domain=None):
+                domain=None, prev=(0, 0)):
         """The evaluation as a generator that yields before each host read (`domain_phases`); `domain`
-        (cuts, index): a domain split's part (evaluate_domain), else the targets' rows. Returns the work
+        (cuts, index): a domain split's part (evaluate_domain), else the targets' rows; `prev` (pointer,
+        by_order): where the walk reads its targets' last accelerations (`_walk_all`). Returns the work
         and, for a domain, the aligned cuts."""
         cp = cupy_module()
         drv = self.device.drv
@@ -395,30 +402,32 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             for lv in range(len(levels) - 2, -1, -1):
                 self._per_level("tree_moments", stream, lvl.data.ptr, lv, spos.data.ptr, *cell_ptrs,
                                 mass.data.ptr, com.data.ptr, m2.data.ptr, bmax.data.ptr)
-            mac, pack, links = self._pack(run, levels, cell_ptrs, 0)
+            mac, rel, pack, links = self._pack(run, levels, cell_ptrs, 0)
             events[4].record(stream)
         work = yield from self._walk_all(on, group, gstart, targets, sources, spos.data.ptr,
-                                         sorder.data.ptr, links, mac, pack, out, stream, groups,
-                                         sorted_out=domain is not None)
+                                         sorder.data.ptr, links, mac, rel, pack, out, stream, groups,
+                                         sorted_out=domain is not None, prev=prev)
         self.levels = levels
         return self._finish(on, work, pairs), aligned
 
     def _pack(self, run, levels: list[int], cell_ptrs: list[int], cubes: int):
-        """tree_pack: the walk's rows of every cell (mac, pack, links) from the moments; `cubes`: a refit's
-        cube per cell (tree_refit), or 0 for the build's (from the key prefixes)."""
+        """tree_pack: the walk's rows of every cell (mac, rel, pack, links) from the moments; `cubes`: a
+        refit's cube per cell (tree_refit), or 0 for the build's (from the key prefixes). rel (the relative
+        test's rows) is written under opening = rel only."""
         repulsion, _soft, eps2, _g, _h = self._args
         ncell = levels[-1]
         mac = self._buf("mac", 4 * ncell, np.float32)  # float4 per cell: com, r_open^2
+        rel = self._buf("rel", 2 * ncell, np.float32)  # float2 per cell: M b_max^3, guard^2
         pack = self._buf("pack", 12 * ncell, np.float32)
         links = self._buf("links", 4 * ncell, np.int32)  # int4 per cell: start, count, child, nchild
         trace_factor = 1.0 if repulsion else float(np.float32(eps2))
         b = self._buffers
-        opening = OPENINGS.index(self._tunables.get("opening", "cube"))  # tree_pack's 0: cube, 1: bmax
+        opening = OPENINGS.index(self._tunables.get("opening", "cube"))  # tree_pack's 0 cube, 1 bmax, 2 rel
         run("tree_pack", ncell, ncell, b["levels"].data.ptr, len(levels) - 1, b["skeys"].data.ptr, *cell_ptrs,
             b["box"].data.ptr, b["mass"].data.ptr, b["com"].data.ptr, b["m2"].data.ptr, b["bmax"].data.ptr,
-            cubes, float(self._tunables["theta"]), opening, trace_factor, mac.data.ptr, pack.data.ptr,
-            links.data.ptr)
-        return mac, pack, links
+            cubes, float(self._tunables["theta"]), opening, trace_factor, mac.data.ptr, rel.data.ptr,
+            pack.data.ptr, links.data.ptr)
+        return mac, rel, pack, links
 
     def _finish(self, on, work: tuple[int, int], pairs: int) -> ForceWork:
         """After the walk: the stage times of this evaluation added up, and its work."""
@@ -430,7 +439,7 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
                 self._stage_totals[name] += events[k + 1].time_since(events[k])
         return ForceWork(interactions=work[0], pair_equivalent=pairs, body_cell=work[1], evaluations=1)
 
-    def _refit_phases(self, pos: int, out: int, built: _Built, stream):
+    def _refit_phases(self, pos: int, out: int, built: _Built, stream, prev=(0, 0)):
         """A refit of the last domain build (docs/tree.md, "Refit"): no keys, sort or build; the state's
         rows, in that build's key order, are its sorted bodies as they are now. Per level from the
         deepest, tree_refit recomputes the moments and grows each cell's build cube to hold its current
@@ -462,12 +471,12 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
                                 b["skeys"].data.ptr, b["box"].data.ptr, b["mass"].data.ptr, b["com"].data.ptr,
                                 b["m2"].data.ptr, b["bmax"].data.ptr, lo3.data.ptr, hi3.data.ptr,
                                 cubes.data.ptr, grown.data.ptr)
-            mac, pack, links = self._pack(run, levels, cell_ptrs, cubes.data.ptr)
+            mac, rel, pack, links = self._pack(run, levels, cell_ptrs, cubes.data.ptr)
             events[4].record(stream)
         everyone = Span.all(n)
         work = yield from self._walk_all(on, group, b["group-start"], everyone, everyone, pos,
-                                         b["sorder"].data.ptr, links, mac, pack, out, stream, built.groups,
-                                         sorted_out=True)
+                                         b["sorder"].data.ptr, links, mac, rel, pack, out, stream,
+                                         built.groups, sorted_out=True, prev=prev)
         index = built.key[1]
         pairs = (built.aligned[index + 1] - built.aligned[index]) * n
         return self._finish(on, work, pairs), list(built.aligned)
@@ -575,12 +584,16 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
                 return levels, cells, look
             cap *= 2
 
-    def _walk_all(self, on, group, gstart, targets, sources, spos: int, sorder: int, links, mac, pack,
-                  out, stream, groups: tuple[int, int], sorted_out: bool = False):
+    def _walk_all(self, on, group, gstart, targets, sources, spos: int, sorder: int, links, mac, rel, pack,
+                  out, stream, groups: tuple[int, int], sorted_out: bool = False, prev=(0, 0)):
         """Launch the walk over the groups [groups[0], groups[1]) of the sorted bodies at `spos` (their
         rows: `sorder`); re-run it with deeper stacks if one overflowed (a generator of phases, as
-        `_phases`). Returns (interactions, body-cell interactions)."""
+        `_phases`). `prev` (pointer, by_order): the targets' last accelerations for the relative test, at
+        the row each writes (by_order 0) or at its source row sorder[k] (1); pointer 0: none. Returns
+        (interactions, body-cell interactions)."""
         repulsion, soft, eps2, g, h = self._args
+        prev_ptr, prev_by_order = prev
+        rel_scale = relative_scale(self._tunables, g) if prev_ptr else 0.0
         fn = self._walk(repulsion, soft, group)
         ngroups = self.ngroups
         g_lo, g_hi = groups
@@ -599,7 +612,7 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
                         links.data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, g_hi,
                         stacks.data.ptr, self._stack_cap, flags.data.ptr, per_group["nbody"].data.ptr,
                         per_group["ncell"].data.ptr, per_group["nactive"].data.ptr, totals.data.ptr, g_lo,
-                        int(sorted_out))
+                        int(sorted_out), rel.data.ptr, prev_ptr, int(prev_by_order), float(rel_scale))
                 launch(fn, (blocks, 1), 32 * WALK_WARPS, stream, *args)
                 queued = self._queued(stream)
             yield queued
