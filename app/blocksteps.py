@@ -409,8 +409,13 @@ class TreeBlockOps(NumpyBlockOps):
             raise ConfigError("block steps build the tree at every evaluation (a refit's tree depends on "
                               "the build before it, so a(x) would not follow from x alone, which a resume "
                               "needs); drop rebuild_every")
-        # a build at every evaluation, whatever the record's default cadence
-        self.evaluator.set_tunables(**tunables, rebuild_every=1)
+        opening = tunables.pop("opening", "cube")
+        if opening == "rel":
+            raise ConfigError("block steps take a geometric opening test (the relative one reads the last "
+                              "accelerations, so a(x) would not follow from x alone, which a resume needs); "
+                              "use opening=cube or bmax")
+        # a build at every evaluation and a geometric test, whatever the record's defaults
+        self.evaluator.set_tunables(**tunables, rebuild_every=1, opening=opening)
         self._pos4 = np.empty((self.n, 4))
         self._acc32 = np.zeros((self.n, 4), np.float32)  # the walk's own precision (float32 rows)
 

@@ -674,8 +674,11 @@ class MultiDeviceRun:
         return first[0], int(self.ids[first[1]])  # the body in that row
 
     def accelerations(self) -> np.ndarray:
-        """a(x), float64 (N, 3), in body (load) order."""
-        self._evaluate_forces()
+        """a(x), float64 (N, 3), in body (load) order: the integrator's cached one (evaluated now, and
+        cached, if it is not current), as one backend's; an evaluation again would differ under the tree's
+        relative opening test, which reads the last accelerations."""
+        if not self.integrator.acc_valid:
+            self._evaluate_forces()
         return self.in_body_order(self.gathered("acc")[:, :3].astype(np.float64))
 
     def _evaluate_forces(self) -> None:

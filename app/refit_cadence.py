@@ -27,6 +27,8 @@ every device keeps building the same tree.
 
 from __future__ import annotations
 
+import numpy as np
+
 # what a build costs beyond a refit, in walk interactions (the module's docstring says where from)
 BUILD_FIXED = 3.1e8
 BUILD_PER_BODY = 135.0
@@ -111,6 +113,15 @@ class RefitCadence:
             self._growth.append(int(interactions) / self._baseline - 1.0)
 
 
+def relative_scale(tunables: dict, g) -> np.float32:
+    """The relative test's alpha / G in float32, which both trees' walks multiply by a group's smallest
+    last |a| (`opening = rel`); 0 for another opening test, or with no attraction to scale it (G <= 0):
+    then every group tests the geometric rows."""
+    if tunables.get("opening") != "rel" or not float(g) > 0:
+        return np.float32(0.0)
+    return np.float32(float(tunables["alpha"]) / float(g))
+
+
 class CadencedTree:
     """What both tree evaluators (the CPU twin's and the GPU's) do with their RefitCadence: made from the
     tunables (the record's defaults, then set_tunables), the evaluations since the build, and the whole
@@ -122,8 +133,16 @@ class CadencedTree:
 
     def _restart_cadence(self) -> None:
         """A cadence started afresh from the current tunables: the next evaluation that can refit decides
-        on nothing measured before."""
+        on nothing measured before. Also the relative opening test's history: until this evaluator has
+        evaluated once, the acceleration rows may be another kernel's, settings' or state's, so its groups
+        take the geometric test (`relative_scale`), on every backend and device count alike."""
         self._cadence = RefitCadence.of(self._tunables)
+        self._evaluated = False
+
+    def _relative_scale(self, g) -> float:
+        """The walk's rel_scale (`relative_scale`), or 0 before this evaluator's first
+        evaluation since its start (the geometric test)."""
+        return relative_scale(self._tunables, g) if self._evaluated else 0.0
 
     @property
     def since_build(self) -> int:

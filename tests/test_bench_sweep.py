@@ -52,7 +52,7 @@ def test_a_swept_tunable_gives_one_row_per_value_and_only_to_kernels_that_have_i
         for r in tree:  # the value recorded is the value run with; the other tunables at their defaults
             assert r["status"] == "ok" and r["tunables_used"] == {
                 "theta": r["tunables"]["theta"], "leaf": 16, "group": 64, "rebuild_every": 16,
-                "rebuild_rule": "adaptive", "opening": "cube", "alpha": 0.005}
+                "rebuild_rule": "adaptive", "opening": "cube", "alpha": 0.001}
             assert r["step_median_ms"] >= r["median_ms"] > 0
     table = bench.format_table(sweep)
     assert "cpu-tree theta=0.2 collision" in " ".join(table.split())

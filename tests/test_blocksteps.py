@@ -214,6 +214,20 @@ def test_the_tree_walks_active_groups_with_the_full_evaluations_rows():
     assert work.interactions < full_work.interactions / 5  # only the active targets' lists counted
 
 
+def test_the_tree_s_block_ops_refuse_what_would_make_a_of_x_depend_on_history():
+    """A resume gets a(x) from x alone: a refit cadence or the relative opening test (which reads the last
+    accelerations) is refused with a message naming it; the geometric tests are taken."""
+    from app.errors import ConfigError
+
+    bodies, physics = generate("plummer", 512, 3), Physics(softening=0.01)
+    refused = (({"rebuild_every": 4}, "drop rebuild_every"), ({"opening": "rel"}, "use opening=cube or bmax"))
+    for tunables, named in refused:
+        with pytest.raises(ConfigError, match=named):
+            TreeBlockOps(bodies, physics, tunables)
+    assert TreeBlockOps(bodies, physics).evaluator.tunables["opening"] == "cube"
+    assert TreeBlockOps(bodies, physics, {"opening": "bmax"}).evaluator.tunables["opening"] == "bmax"
+
+
 # --- 5. the level rule and the active sets ------------------------------------------------------------
 def test_the_criterion_picks_the_largest_power_of_two_step_within_dt_i():
     rng = np.random.default_rng(4)

@@ -91,7 +91,7 @@ def test_validate_a_tree_prints_its_tunables_and_percentiles_and_judges_the_p99(
     args = ["validate", "plummer", "--n", "4096", "--backend", "cpu", "--kernel", "cpu-tree"]
     assert main([*args, "--tunable", "theta=0.3"]) == 0
     row = capsys.readouterr().out.splitlines()[-1]
-    assert "alpha=0.005 group=64 leaf=16 opening=cube rebuild_every=16 rebuild_rule=adaptive theta=0.3" in row
+    assert "alpha=0.001 group=64 leaf=16 opening=cube rebuild_every=16 rebuild_rule=adaptive theta=0.3" in row
     assert " median " in row and "p99 " in row and row.count("ok")
     median = float(row.split(" median ")[1].split()[0])
     p99 = float(row.split(" p99 ")[1].split()[0])

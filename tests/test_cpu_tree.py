@@ -319,7 +319,7 @@ def test_a_body_escaping_to_1e6():
 # --- the record and the backend --------------------------------------------------------------------------
 def test_record_tunables():
     assert RECORD.default_tunables() == {"theta": 0.5, "leaf": 16, "group": 64, "rebuild_every": 16,
-                                         "rebuild_rule": "adaptive", "opening": "cube", "alpha": 0.005}
+                                         "rebuild_rule": "adaptive", "opening": "cube", "alpha": 0.001}
     with pytest.raises(ConfigError, match=r"cpu-tree.theta"):
         RECORD.validate_tunables({"theta": 0.0})
     with pytest.raises(ConfigError, match=r"cpu-tree.leaf: 12 is not one of 8, 16, 32, 64"):

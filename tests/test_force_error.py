@@ -48,7 +48,8 @@ def test_euler_state_gets_its_tree_accelerations_evaluated_then_cached():
     backend = CPUBackend()
     backend.load(make_bodies(load_scene("plummer", {"initial.n": 1024})),
                  Physics(softening=0.01, dt=1e-3, integrator="euler-damped"), kernel="cpu-tree")
-    backend.set_tunables(rebuild_every=1)  # a build every evaluation: bitwise the fresh evaluator's
+    # a build every evaluation and the cube test (no history): bitwise the fresh evaluator's
+    backend.set_tunables(rebuild_every=1, opening="cube")
     backend.step(1)  # acc belongs to the previous positions now
     approx, _exact = backend.force_error_sample(np.arange(8))
     fresh = cpu_tree.NumbaTree().evaluator(backend.record("cpu-tree"), backend.physics)

@@ -142,8 +142,8 @@ def test_k_cpu_devices_sample_the_force_error_as_one_cpu_backend(kernel, k, driv
     backend = multi_backend_class(CPUBackend, k, driver)()
     try:
         backend.load(bodies, SAMPLE_PHYSICS, kernel)
-        if kernel == "cpu-tree":  # a build every evaluation, as the one-backend sample's fresh evaluation
-            backend.set_tunables(rebuild_every=1)
+        if kernel == "cpu-tree":  # a build every evaluation and a geometric opening test (no history), as
+            backend.set_tunables(rebuild_every=1, opening="cube")  # the one-backend sample's fresh evaluation
         backend.step(3)
         assert len({s.start for s in backend.shares() for r in rows if s.start <= r < s.stop}) == k
         evaluations = []

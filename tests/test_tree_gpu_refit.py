@@ -89,7 +89,7 @@ def test_gpu_refits_are_the_twins_bit_for_bit(device, physics, opening):
         mac = ev._buffers["mac"][:4 * ncell].get().reshape(ncell, 4)
         pack = ev._buffers["pack"][:12 * ncell].get().reshape(ncell, 12)
         want = pack_cells(tree.com, tree.mass, tree.quad, tree.trace, np.float32, trace_factor)
-        rows = tree.mac(0.6, "bmax" if opening == "rel" else opening)
+        rows = tree.mac(0.6, "cube" if opening == "rel" else opening)
         assert np.array_equal(mac.view(np.uint32), rows.view(np.uint32)), evaluation
         assert np.array_equal(pack.view(np.uint32), want.view(np.uint32)), evaluation
         gpu, cpu = ev.last_groups(), cev.last_groups()

@@ -107,26 +107,38 @@ def test_the_relative_rows_and_test_follow_their_float32_formula():
     assert min(checked.values()) > 50
 
 
-def _rel_evaluator(opening: str, physics, **tunables):
+def _rel_evaluator(opening: str, physics, primed_on=None, **tunables):
+    """A cpu-tree evaluator building every evaluation; `primed_on` (positions): it has evaluated once, so
+    that its next walk reads the acceleration rows it is given (a fresh evaluator's first walk takes the
+    geometric test whatever the rows hold)."""
     record = CPUBackend.record("cpu-tree")
     ev = record.policy.evaluator(record, physics)
     ev.set_tunables(opening=opening, rebuild_every=1, **tunables)
+    if primed_on is not None:
+        n = primed_on.shape[0]
+        ev.evaluate(primed_on, np.zeros((n, 4), np.float32), Span.all(n), Span.all(n))
     return ev
 
 
-def test_rel_takes_the_bmax_rows_where_a_group_has_no_last_acceleration():
-    """The relative test reads each group's targets' last accelerations from the rows it writes: zeros (a
-    first evaluation) or NaN leave it no threshold, and the group takes bmax at theta, bitwise."""
+def test_rel_takes_the_cube_rows_where_a_group_has_no_last_acceleration():
+    """The relative test reads each group's members' last accelerations from the rows it writes: zeros
+    or NaN leave it no threshold, and the group takes the cube test at theta, bitwise; so does a fresh
+    evaluator's first walk whatever the rows hold (they may be another kernel's)."""
     n = 6000
     pos4, _ = _pos4(n, "collision")
     pos = pos4.astype(np.float32)
     physics = Physics(softening=0.01)
     want = np.zeros((n, 4), np.float32)
-    wwork = _rel_evaluator("bmax", physics, theta=0.5).evaluate(pos, want, Span.all(n), Span.all(n))
+    wwork = _rel_evaluator("cube", physics, theta=0.5).evaluate(pos, want, Span.all(n), Span.all(n))
     for fill in (0.0, np.nan):
         acc = np.full((n, 4), fill, np.float32)
-        work = _rel_evaluator("rel", physics, theta=0.5).evaluate(pos, acc, Span.all(n), Span.all(n))
+        work = _rel_evaluator("rel", physics, pos, theta=0.5).evaluate(pos, acc, Span.all(n), Span.all(n))
         assert np.array_equal(acc[:, :3], want[:, :3]) and work == wwork
+    acc = want.copy()  # a fresh evaluator over rows full of accelerations: still the cube test
+    work = _rel_evaluator("rel", physics, theta=0.5).evaluate(pos, acc, Span.all(n), Span.all(n))
+    assert np.array_equal(acc[:, :3], want[:, :3]) and work == wwork
+    work = _rel_evaluator("rel", physics, pos, theta=0.5).evaluate(pos, acc, Span.all(n), Span.all(n))
+    assert work.interactions < wwork.interactions  # primed: the relative test
 
 
 def test_rel_needs_less_work_than_bmax_for_a_smaller_error_on_a_plummer_sphere():
@@ -149,7 +161,7 @@ def test_rel_needs_less_work_than_bmax_for_a_smaller_error_on_a_plummer_sphere()
         got[opening] = (work.interactions / n, p99, first.interactions / n)
     assert got["rel"][0] < 0.8 * got["bmax"][0], got
     assert got["rel"][1] < got["bmax"][1], got
-    assert got["rel"][2] != got["rel"][0]  # the first evaluation had no last acceleration: bmax at theta
+    assert got["rel"][2] != got["rel"][0]  # the first evaluation had no last acceleration: cube at theta
 
 
 def test_rel_over_a_domain_split_reads_each_body_s_own_last_acceleration():
@@ -165,9 +177,11 @@ def test_rel_over_a_domain_split_reads_each_body_s_own_last_acceleration():
     prev[:, :3] = rng.normal(size=(n, 3)) * 10.0 ** rng.uniform(-1, 2, (n, 1))
     ev = _rel_evaluator("rel", physics, alpha=0.003)
     ev.set_tunables(rebuild_every=2, rebuild_rule="fixed")
-    for evaluation in range(2):  # a build, then a refit of the rows in its key order
+    ev.evaluate_domain(pos, np.zeros((n, 4), np.float32), [0, n // 3, n], 0)  # primed by a build
+    pos, prev = pos[ev.last_tree.order], prev[ev.last_tree.order]  # the state moves into its key order
+    for evaluation in (1, 0):  # a refit of those rows, then a build
         whole = prev.copy()
-        _rel_evaluator("rel", physics, alpha=0.003).evaluate(pos, whole, Span.all(n), Span.all(n))
+        _rel_evaluator("rel", physics, pos, alpha=0.003).evaluate(pos, whole, Span.all(n), Span.all(n))
         out = np.full((n, 4), np.nan, np.float32)
         _, aligned = ev.evaluate_domain(pos, out, [0, n // 3, n], 0, prev=prev)
         assert ev.kept_order == (evaluation == 1)
@@ -177,7 +191,28 @@ def test_rel_over_a_domain_split_reads_each_body_s_own_last_acceleration():
         assert np.array_equal(out[lo:hi, :3], whole[order[lo:hi], :3]), evaluation
         # and not what a shuffled prev gives: the threshold is each group's own
         shuffled = np.full((n, 4), np.nan, np.float32)
-        other = _rel_evaluator("rel", physics, alpha=0.003)
+        other = _rel_evaluator("rel", physics, pos, alpha=0.003)
         other.evaluate_domain(pos, shuffled, [0, n // 3, n], 0, prev=prev[rng.permutation(n)])
         assert not np.array_equal(shuffled[lo:hi, :3], out[lo:hi, :3])
         pos, prev = pos[order], prev[order]  # the state moves into the build's key order
+
+
+def test_a_span_of_targets_gets_the_full_evaluation_s_rows_under_rel():
+    """The force seam's promise under the relative test: a group's threshold is its members' smallest last
+    |a|, targets of the span or not, so a span of targets evaluated from the same last accelerations gets
+    bitwise the rows of the full evaluation (a threshold over the span's targets only would differ at the
+    span's edges)."""
+    n = 7000
+    pos4, _ = _pos4(n, "plummer")
+    pos = pos4.astype(np.float32)
+    physics = Physics(softening=0.01)
+    last = np.zeros((n, 4), np.float32)
+    _rel_evaluator("cube", physics).evaluate(pos, last, Span.all(n), Span.all(n))
+    full = last.copy()
+    _rel_evaluator("rel", physics, pos).evaluate(pos, full, Span.all(n), Span.all(n))
+    assert not np.array_equal(full, last)
+    for span in (Span(0, 1), Span(1234, 777), Span(n - 65, 65)):
+        part = last.copy()
+        _rel_evaluator("rel", physics, pos).evaluate(pos, part, span, Span.all(n))
+        rows = span.as_slice()
+        assert np.array_equal(part[rows, :3], full[rows, :3]), span

@@ -121,15 +121,6 @@ def key_order(xyz: np.ndarray, clock=None) -> tuple[np.ndarray, np.ndarray, np.n
 OPENINGS = ("cube", "bmax", "rel")  # both trees' `opening` (cpu_tree_kernels.opening_rows, relative_rows)
 
 
-def relative_scale(tunables: dict, g) -> np.float32:
-    """The relative test's alpha / G in float32, which both trees' walks multiply by a group's smallest
-    last |a| (`opening = rel`); 0 for another opening test, or with no attraction to scale it (G <= 0):
-    then every group tests the geometric rows."""
-    if tunables.get("opening") != "rel" or not float(g) > 0:
-        return np.float32(0.0)
-    return np.float32(float(tunables["alpha"]) / float(g))
-
-
 GROUP_CELL_FACTOR = 8  # a group cell holds at most 8 groups' worth of bodies (docs/tree.md, step 5)
 
 
@@ -311,8 +302,9 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
             with clock.time("sort"):
                 tpos = tuple(np.ascontiguousarray(t32[order, i]) for i in range(3))
                 trow = targets.start + order
-        with clock.time("walk"):
-            work = self._walk(tree, tpos, trow, acc, theta, group, pairs, within)
+        with clock.time("walk"):  # the relative test reads every member's last row (a non-target's too)
+            prow = sources.start + tree.order if within else trow
+            work = self._walk(tree, tpos, trow, acc, theta, group, pairs, within, prow=prow)
         self._cadence.observe(work.interactions)  # this evaluator walked the evaluation: its own count
         return work
 
@@ -332,7 +324,7 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
             active[rows] = True
             trow = np.where(active[tree.order], tree.order, -1)
             return self._walk(tree, (tree.x, tree.y, tree.z), trow, acc, float(self._tunables["theta"]),
-                              int(self._tunables["group"]), int(rows.size) * n, True)
+                              int(self._tunables["group"]), int(rows.size) * n, True, prow=tree.order)
 
     def evaluate_domain(self, pos, out, cuts, index: int, prev=None) -> tuple[ForceWork, list[int]]:
         """One device's part of a domain split (app/decomposition.py): the tree of every row of `pos`, the
@@ -365,9 +357,7 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
             g_lo, g_hi = (int(np.searchsorted(gstart, c)) for c in (lo, hi))
             trow = np.full(n, -1, np.int64)
             trow[lo:hi] = np.arange(lo, hi)
-            prow = np.full(n, -1, np.int64)  # a body's last acceleration: at its row of pos (the tree order)
-            if prev is not None:
-                prow[lo:hi] = tree.order[lo:hi]
+            prow = tree.order if prev is not None else np.full(n, -1, np.int64)  # a body's row of pos
             work = self._walk(tree, (tree.x, tree.y, tree.z), trow, out, theta, group, (hi - lo) * n, True,
                               gstart=gstart[g_lo:g_hi + 1], prev=out if prev is None else prev, prow=prow)
         return work, aligned
@@ -376,8 +366,8 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
     def _walk(self, tree: Tree, tpos, trow, acc, theta: float, group: int, pairs: int,
               within: bool, gstart=None, prev=None, prow=None) -> ForceWork:
         """The walk of the targets at float32 positions tpos = (x, y, z) in key order, trow their rows.
-        prev[prow[t]]: target t's last acceleration, which the relative test's threshold reads (by default
-        acc[trow[t]], the row the walk will write)."""
+        prev[prow[t]]: member t's last acceleration, which the relative test's threshold reads (by default
+        acc[trow[t]], the row the walk will write; the callers pass every member's row)."""
         nt = tpos[0].shape[0]
         if gstart is None and within:  # (given: a domain's run of the groups)
             gstart = group_starts(tree.start, tree.count, tree.nchild, group)
@@ -393,13 +383,14 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
         ncells = np.zeros(ngroup, np.int64)
         nactive = np.zeros(ngroup, np.int64)
         opening = self._tunables.get("opening", "cube")
-        rel_scale = relative_scale(self._tunables, self._scalars[1])
+        rel_scale = np.float32(self._relative_scale(self._scalars[1]))
         crel = k.relative_rows(tree.mass, tree.bmax) if rel_scale > 0 else np.zeros((0, 2), np.float32)
         trow = trow.astype(np.int64)
         self.kernel(*tpos, gstart, trow, tree.child, tree.nchild, tree.start, tree.count,
-                    tree.mac(theta, "bmax" if opening == "rel" else opening), cells, xs, ys, zs, ms,
+                    tree.mac(theta, "cube" if opening == "rel" else opening), cells, xs, ys, zs, ms,
                     *self._scalars, acc, nbody, ncells, nactive, acc if prev is None else prev,
                     trow if prow is None else prow, crel, rel_scale)
+        self._evaluated = True  # the rows written are this evaluator's: the next walk may read them
         self._groups = {"start": gstart, "nbody": nbody, "ncell": ncells, "nactive": nactive}
         body_cell = int(np.dot(nactive, ncells))
         return ForceWork(interactions=int(np.dot(nactive, nbody)) + body_cell, pair_equivalent=pairs,

@@ -473,10 +473,11 @@ def relative_rows(mass, bmax) -> np.ndarray:
 
 @njit(cache=True, fastmath=False)
 def group_threshold(prev, prow, a, b, rel_scale):
-    """A group's relative threshold rel_scale |a|_min (float32) over its targets t in [a, b) (prow[t] >= 0,
-    the row of prev holding the target's last acceleration), |a| = sqrt((x x + y y) + z z) in float32 in
-    this order, as kernels/tree/walk.cu `group_threshold`; 0 when it cannot be used (no target, an |a| of 0
-    on every target as before a first step, a NaN or an inf): the group then takes the geometric rows."""
+    """A group's relative threshold rel_scale |a|_min (float32) over its members t in [a, b) (prow[t] >= 0,
+    the row of prev holding the member's last acceleration: every member, a target or not, so that a span
+    of targets gets the full evaluation's lists), |a| = sqrt((x x + y y) + z z) in float32 in this order,
+    as kernels/tree/walk.cu's first pass; 0 when it cannot be used (an |a| of 0, as before a first step,
+    or no member with a row, or an inf): the group then takes the geometric rows."""
     amin = np.float32(np.inf)
     for t in range(a, b):
         r = prow[t]
@@ -538,7 +539,7 @@ def _make_walk(ftype, repulsion: bool, skip_self: bool):
         `cpack` holds per cell the interaction's inputs in the walk's dtype (`pack_cells`).
 
         The relative test (`opening = rel`) when rel_scale > 0: a group whose threshold (`group_threshold`
-        over prev[prow[t]], its targets' last accelerations) is usable tests its cells with
+        over prev[prow[t]], its members' last accelerations) is usable tests its cells with
         `relative_accepts` on their rows of `crel` (`relative_rows`); any other group, and every group when
         rel_scale = 0, tests `cmac`."""
         ngroup = gstart.shape[0] - 1

@@ -621,8 +621,8 @@ __device__ __forceinline__ float pack_mul(float a, float b) {
 }
 
 // Per cell: mac = [com, r_open^2 x slack^2] for the walk's float32 opening test, r_open = side / theta +
-// |com - centre| (opening 0, "cube") or b_max / theta (opening 1, "bmax"; cell_moments' bound; also opening
-// 2, "rel", for the groups that have no last acceleration), and three float4 rows [com, M], [Qxx Qyy Qzz Qxy],
+// |com - centre| (opening 0, "cube"; also opening 2, "rel", for the groups that have no last acceleration)
+// or b_max / theta (opening 1, "bmax"; cell_moments' bound), and three float4 rows [com, M], [Qxx Qyy Qzz Qxy],
 // [Qxz Qyz, trace_factor * T, 0] for the interaction
 // (Q = 3 M2 - T I, T = trace M2: the CPU's pack_cells), all float32 as the CPU's opening_rows and pack_cells
 // compute them. The centre and side come from `cubes` after a refit, else from the level (found from the
@@ -645,13 +645,13 @@ extern "C" __global__ void tree_pack(int ncell, const int* __restrict__ level_st
     links[c] = make_int4(cstart[c], ccount[c], child[c], nchild[c]);
     const float X = com[3 * c], Y = com[3 * c + 1], Z = com[3 * c + 2];
     float r;
-    if (opening >= 1) {
+    if (opening == 2) {
         const float b = bmax[c];
-        r = (b / theta) * TREE_MAC_SLACK;
-        if (opening == 2) {
-            const float guard = pack_mul(b, TREE_MAC_SLACK);
-            rel[c] = make_float2(pack_mul(pack_mul(pack_mul(b, b), b), mass[c]), pack_mul(guard, guard));
-        }
+        const float guard = pack_mul(b, TREE_MAC_SLACK);
+        rel[c] = make_float2(pack_mul(pack_mul(pack_mul(b, b), b), mass[c]), pack_mul(guard, guard));
+    }
+    if (opening == 1) {
+        r = (bmax[c] / theta) * TREE_MAC_SLACK;
     } else {
         TreeCube cube;
         if (cubes != nullptr) {  // a refit's (tree_refit)

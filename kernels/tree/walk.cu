@@ -202,7 +202,7 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
         float4 bi[TPL];
         int row[TPL];
         int active = 0;
-        float amin = __int_as_float(0x7f800000);  // the relative test: the targets' smallest last |a|
+        float amin = __int_as_float(0x7f800000);  // the relative test: the members' smallest last |a|
         float lo3[3], hi3[3];
         lo3[0] = lo3[1] = lo3[2] = __int_as_float(0x7f800000);
         hi3[0] = hi3[1] = hi3[2] = __int_as_float(0xff800000);
@@ -221,8 +221,8 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
                     row[t] = idx - t_lo;
                     ++active;
                 }
-                if (rel_scale > 0.0f && row[t] >= 0) {  // min.f32 skips a NaN, as the twin's `m < amin`
-                    amin = ieee_min(amin, acceleration_norm(prev[prev_by_order ? idx : row[t]]));
+                if (rel_scale > 0.0f) {  // every member (a span's non-target too); min.f32 skips a NaN, as
+                    amin = ieee_min(amin, acceleration_norm(prev[prev_by_order ? idx : k]));  // the twin
                 }
                 lo3[0] = ieee_min(lo3[0], bi[t].x);  // the box of the members' own coordinates (fminf
                 lo3[1] = ieee_min(lo3[1], bi[t].y);  // would flush a denormal one: the twin keeps it)

@@ -140,10 +140,11 @@ RECORDS: tuple[KernelRecord, ...] = (
                        doc="the opening test: cube, side / theta + |com - centre| of the cell's octree cube; "
                        "bmax, b_max / theta with b_max the cell's bodies' farthest distance from its "
                        "centre of mass (fewer interactions for the same error: docs/tree.md); rel, the "
-                       "relative test of alpha, bmax's where a group has no last acceleration yet"),
-                FloatRange("alpha", 0.0, 0.1, 0.005, lo_open=True, log=True,
+                       "relative test of alpha, cube's where a group has no last "
+                       "acceleration yet"),
+                FloatRange("alpha", 0.0, 0.1, 0.001, lo_open=True, log=True,
                            doc="the relative test's accuracy (opening=rel): a cell is accepted for a group "
-                           "when G M b_max^3 / d^5 <= alpha |a|min, |a|min the smallest of its targets' last "
+                           "when G M b_max^3 / d^5 <= alpha |a|min, |a|min the smallest of its members' last "
                            "accelerations, and never within b_max of the group's box")),
             budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True,
             decomposition=DOMAINS, period_tunable="rebuild_every",

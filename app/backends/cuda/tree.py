@@ -44,7 +44,7 @@ from app.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span, dr
 from app.physics import Physics
 from app.refit_cadence import CadencedTree
 
-from ..cpu_tree import GROUP_CELL_FACTOR, OPENINGS, relative_scale
+from ..cpu_tree import GROUP_CELL_FACTOR, OPENINGS
 from .errors import out_of_memory
 from .policies import FORMS, ceil_div, force_arguments, launch, suffix
 from .state_ops import BYTES_PER_BODY
@@ -245,8 +245,8 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         pairs = int(targets.count) * int(sources.count)
         if targets.count == 0:
             return ForceWork(pair_equivalent=pairs, evaluations=1)
-        prev = int(acc) + 16 * int(targets.start)  # the relative test reads the targets' last rows
-        return drain(self._phases(int(pos), int(acc), targets, sources, stream, pairs, None, (prev, 0)))[0]
+        prev = int(acc) + 16 * int(sources.start)  # the relative test reads its members' last rows
+        return drain(self._phases(int(pos), int(acc), targets, sources, stream, pairs, None, (prev, 1)))[0]
 
     def evaluate_domain(self, pos, out, n: int, cuts, index: int, stream=None,
                         prev: int = 0) -> tuple[ForceWork, list[int]]:
@@ -588,12 +588,12 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
                   out, stream, groups: tuple[int, int], sorted_out: bool = False, prev=(0, 0)):
         """Launch the walk over the groups [groups[0], groups[1]) of the sorted bodies at `spos` (their
         rows: `sorder`); re-run it with deeper stacks if one overflowed (a generator of phases, as
-        `_phases`). `prev` (pointer, by_order): the targets' last accelerations for the relative test, at
-        the row each writes (by_order 0) or at its source row sorder[k] (1); pointer 0: none. Returns
-        (interactions, body-cell interactions)."""
+        `_phases`). `prev` (pointer, by_order): the members' last accelerations for the relative test, at
+        their place k (by_order 0: a refit's rows, in its key order) or at their source row sorder[k] (1);
+        pointer 0: none. Returns (interactions, body-cell interactions)."""
         repulsion, soft, eps2, g, h = self._args
         prev_ptr, prev_by_order = prev
-        rel_scale = relative_scale(self._tunables, g) if prev_ptr else 0.0
+        rel_scale = self._relative_scale(g) if prev_ptr else 0.0
         fn = self._walk(repulsion, soft, group)
         ngroups = self.ngroups
         g_lo, g_hi = groups
@@ -621,6 +621,7 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
                 overflow = int(flags[1])
                 if not overflow:
                     t = totals[:2].get()
+                    self._evaluated = True  # the rows written are this evaluator's: the next walk may read
                     return int(t[0]), int(t[1])
             if self._stack_cap >= 1 << 20:
                 raise RuntimeFault(f"{self.record.name}: the walk's stack overflowed at {self._stack_cap} "
