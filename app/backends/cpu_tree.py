@@ -11,9 +11,11 @@ evaluation of acc[targets] = F(pos[targets]; pos[sources]):
    is at level 21;
 4. moments (float32, bottom up): mass, centre of mass, the traceless quadrupole about it and the trace
    of the second moment (the trace keeps the softened expansion exact to second order);
-5. opening test (Bonsai's): a cell is accepted for a group of targets when the distance from the
-   group's bounding box to the cell's centre of mass exceeds side / theta + |com - geometric centre|
-   (float32, with r_open rounded outwards);
+5. opening test (the tunable `opening`; docs/tree.md step 5): a cell is accepted for a group of targets
+   when the distance from the group's bounding box to the cell's centre of mass exceeds its opening
+   radius, side / theta + |com - geometric centre| (cube, Bonsai's; the default) or b_max / theta (bmax),
+   float32 with r_open rounded outwards; or (rel, GADGET-2's relative test) when G M b_max^3 / d^5 <=
+   alpha |a|min of the group's members' last accelerations, beyond b_max;
 6. groups: `group` consecutive targets in key order. When the targets lie within the sources (the
    integrator's case) the groups are chunks of the sources' sorted order and a target outside the span
    still shapes its group's box, so a span of targets gets bitwise the rows of the full evaluation; other

@@ -5,8 +5,10 @@
 //     group's box stays inside a tree cell; the box is the tight box of its members (warp min / max);
 //   - the warp walks the octree from the root with a stack of cell indices in global memory: each pass
 //     pops up to 32 cells, one per lane, and tests them against the box in float32 (the CPU twin's test,
-//     bitwise: app/backends/cpu_tree_kernels.py box_accepts); an accepted cell joins the cell list, an
-//     opened leaf's bodies join the body list, an opened inner cell pushes its children;
+//     bitwise: app/backends/cpu_tree_kernels.py box_accepts, or relative_accepts under opening "rel",
+//     whose per-group threshold the first pass over the members takes from their last accelerations);
+//     an accepted cell joins the cell list, an opened leaf's bodies join the body list, an opened inner
+//     cell pushes its children;
 //   - both lists are compacted into shared memory with ballots / warp prefix sums and evaluated 32 entries
 //     at a time: each lane stages one entry in shared memory, then every lane sums all 32 for its TPL
 //     targets (LDS broadcasts; the group's TPL targets per lane share each load);
