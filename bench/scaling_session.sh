@@ -17,7 +17,8 @@
 #          Plummer and collision, θ 0.45 / 0.5 / 0.6 (JSON <tag>-adaptive; compare with `scaling`, a build
 #          every step, from the same machine)
 # opening  the opening tests' gpu tests (tree, refit), then the tree under opening = cube and bmax at θ 0.45 to
-#          0.6 on one GPU, 1M and 8M, Plummer and collision (JSON <tag>-opening; branch tree-bmax-opening)
+#          0.6 and under rel at α 0.001 to 0.004, on one GPU, 1M and 8M, Plummer and collision (JSONs
+#          <tag>-opening and <tag>-rel; docs/tree.md step 5)
 # mpi      2 MPI ranks, a GPU each (MPICH from the carried .whl/): their gpu tests, then the bench of the
 #          tree at 1M and 8M and best at 1M (compare with the one-GPU rows of `scaling` from the same machine),
 #          and the rank-0 viewer at 1M with the tree beside one process (per-frame CSVs)
@@ -65,6 +66,9 @@ if [[ $what == opening ]]; then
     python3 -m app bench --backend cuda --kernels tree --n 1048576,8388608 --scene plummer,collision \
         --tunable theta=0.45,0.5,0.55,0.6 --tunable opening=cube,bmax --gpus 1 --max-seconds 40 --no-progress \
         --json "$out/$tag-opening.json" 2>&1 | grep -E "fastest within"
+    python3 -m app bench --backend cuda --kernels tree --n 1048576,8388608 --scene plummer,collision \
+        --tunable opening=rel --tunable alpha=0.001,0.002,0.003,0.004 --gpus 1 --max-seconds 40 --no-progress \
+        --json "$out/$tag-rel.json" 2>&1 | grep -E "fastest within"
 fi
 if [[ $what == mpi-tree ]]; then
     source "$(dirname "$0")/mpi_env.sh"
