@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
-from app.backends.cpu_tree import OPENINGS, NumbaTree
+from app.backends.cpu_tree import OPENING_TUNABLES, THETA, NumbaTree
 from app.bodies import Bodies
 from app.decomposition import DOMAINS, PAIRS, PairTiles
 from app.errors import ConfigError, NonFiniteState
@@ -39,7 +39,6 @@ from app.forces import (
     TREE_WALK_FLOPS,
     Choice,
     ErrorBudget,
-    FloatRange,
     ForceEvaluator,
     ForceWork,
     IntChoice,
@@ -205,9 +204,7 @@ RECORDS = (
         entry="tree_walk_float32_*",
         origin="Bonsai (Bedorf et al., arXiv:1106.1900) and Ryoanji (arXiv:2307.06345); docs/tree.md",
         tunables=(
-            FloatRange("theta", 0.0, 1.5, 0.5, lo_open=True,
-                       doc="opening angle: a cell is accepted for a group of targets beyond its opening "
-                       "radius, b_max/theta (opening=bmax) or side/theta + |com - centre| (cube)"),
+            THETA,
             IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
             IntChoice("group", (16, 32, 64, 128), 64,
                       doc="targets walked together (consecutive in key order)"),
@@ -216,15 +213,7 @@ RECORDS = (
             Choice("rebuild_rule", RULES, "adaptive",
                    doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and earlier "
                    "once the refits' walks grow past what a build costs (app/refit_cadence.py)"),
-            Choice("opening", OPENINGS, "cube",
-                   doc="the opening test: cube, side / theta + |com - centre| of the cell's octree cube; "
-                   "bmax, b_max / theta with b_max the cell's bodies' farthest distance from its centre "
-                   "of mass (fewer interactions for the same error: docs/tree.md); rel, the relative test "
-                   "of alpha, cube's where a group has no last acceleration yet"),
-            FloatRange("alpha", 0.0, 0.1, 0.001, lo_open=True, log=True,
-                       doc="the relative test's accuracy (opening=rel): a cell is accepted for a group when "
-                       "G M b_max^3 / d^5 <= alpha |a|min, |a|min the smallest of its members' last "
-                       "accelerations, and never within b_max of the group's box"),
+            *OPENING_TUNABLES,
         ),
         budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), approximate=True,
         policy=NumbaTree(np.float32), decomposition=DOMAINS, period_tunable="rebuild_every",

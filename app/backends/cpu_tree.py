@@ -47,7 +47,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.decomposition import align_cuts
-from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span, drain
+from app.forces import Choice, FloatRange, ForceEvaluator, ForceWork, KernelRecord, Span, drain
 from app.physics import Physics
 from app.refit_cadence import CadencedTree
 from app.timing import HostTimer
@@ -121,6 +121,21 @@ def key_order(xyz: np.ndarray, clock=None) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 OPENINGS = ("cube", "bmax", "rel")  # both trees' `opening` (cpu_tree_kernels.opening_rows, relative_rows)
+# the opening test's tunables, the same on both tree records (cpu-tree and the GPU's tree)
+THETA = FloatRange("theta", 0.0, 1.5, 0.5, lo_open=True,
+                   doc="opening angle: a cell is accepted for a group of targets beyond its opening radius, "
+                   "b_max/theta (opening=bmax) or side/theta + |com - centre| (cube)")
+OPENING_TUNABLES = (
+    Choice("opening", OPENINGS, "cube",
+           doc="the opening test: cube, side / theta + |com - centre| of the cell's octree cube; bmax, "
+           "b_max / theta with b_max the cell's bodies' farthest distance from its centre of mass (fewer "
+           "interactions for the same error: docs/tree.md); rel, the relative test of alpha, cube's where a "
+           "group has no last acceleration yet"),
+    FloatRange("alpha", 0.0, 0.1, 0.001, lo_open=True, log=True,
+               doc="the relative test's accuracy (opening=rel): a cell is accepted for a group when "
+               "G M b_max^3 / d^5 <= alpha |a|min, |a|min the smallest of its members' last accelerations, "
+               "and never within b_max of the group's box"),
+)
 
 
 GROUP_CELL_FACTOR = 8  # a group cell holds at most 8 groups' worth of bodies (docs/tree.md, step 5)
@@ -361,7 +376,7 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
             trow[lo:hi] = np.arange(lo, hi)
             prow = tree.order if prev is not None else np.full(n, -1, np.int64)  # a body's row of pos
             work = self._walk(tree, (tree.x, tree.y, tree.z), trow, out, theta, group, (hi - lo) * n, True,
-                              gstart=gstart[g_lo:g_hi + 1], prev=out if prev is None else prev, prow=prow)
+                              gstart=gstart[g_lo:g_hi + 1], prev=prev, prow=prow)
         return work, aligned
 
 

@@ -13,7 +13,7 @@ one record here with an existing policy (GridPolicy for one thread per target). 
 
 from __future__ import annotations
 
-from app.backends.cpu_tree import OPENINGS
+from app.backends.cpu_tree import OPENING_TUNABLES, THETA
 from app.backends.cuda.policies import (
     SMALL_BLOCKS,
     BestPolicy,
@@ -28,7 +28,7 @@ from app.backends.cuda.policies import (
 )
 from app.backends.cuda.tree import WALK_SOURCE, TreePolicy
 from app.decomposition import DOMAINS, PAIRS
-from app.forces import TREE_WALK_FLOPS, Choice, ErrorBudget, FloatRange, IntChoice, KernelRecord
+from app.forces import TREE_WALK_FLOPS, Choice, ErrorBudget, IntChoice, KernelRecord
 from app.refit_cadence import RULES
 
 INTEGRATE_SOURCE = "integrate.cu"
@@ -124,9 +124,7 @@ RECORDS: tuple[KernelRecord, ...] = (
             "Bonsai (Bedorf et al., arXiv:1106.1900) and Ryoanji (Keller et al., arXiv:2307.06345); "
             "docs/tree.md",
             tunables=(
-                FloatRange("theta", 0.0, 1.5, 0.5, lo_open=True,
-                           doc="opening angle: a cell is accepted for a group of targets beyond its opening "
-                           "radius, b_max/theta (opening=bmax) or side/theta + |com - centre| (cube)"),
+                THETA,
                 IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
                 IntChoice("group", (32, 64, 128), 64,
                           doc="targets walked together by one warp (consecutive in key order)"),
@@ -136,16 +134,7 @@ RECORDS: tuple[KernelRecord, ...] = (
                 Choice("rebuild_rule", RULES, "adaptive",
                        doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and "
                        "earlier once the refits' walks grow past what a build costs (app/refit_cadence.py)"),
-                Choice("opening", OPENINGS, "cube",
-                       doc="the opening test: cube, side / theta + |com - centre| of the cell's octree cube; "
-                       "bmax, b_max / theta with b_max the cell's bodies' farthest distance from its "
-                       "centre of mass (fewer interactions for the same error: docs/tree.md); rel, the "
-                       "relative test of alpha, cube's where a group has no last "
-                       "acceleration yet"),
-                FloatRange("alpha", 0.0, 0.1, 0.001, lo_open=True, log=True,
-                           doc="the relative test's accuracy (opening=rel): a cell is accepted for a group "
-                           "when G M b_max^3 / d^5 <= alpha |a|min, |a|min the smallest of its members' last "
-                           "accelerations, and never within b_max of the group's box")),
+                *OPENING_TUNABLES),
             budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True,
             decomposition=DOMAINS, period_tunable="rebuild_every",
             walk_flops=TREE_WALK_FLOPS),
