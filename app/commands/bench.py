@@ -30,7 +30,9 @@ a refit's cost grows with the motion per step (docs/tree.md, "The GPU refit").
 
 --tunable NAME=V1,V2,... sweeps: one row per value (several swept tunables: every combination), applied
 to the selected kernels that have NAME; the others run once with their own settings (so `best` is never
-swept by theta). A tunable no selected kernel has is an error.
+swept by theta). A tunable no selected kernel has is an error. A tree's accuracy is theta under its
+default opening test (cube, or bmax) and alpha under the relative one (--tunable opening=rel), where
+theta shapes only a run's first step (docs/tree.md, step 5).
 
 After its timing, a row of an approximate kernel (a tree; `info --kernels`) samples its force error:
 the median, p99 and max relative acceleration error of --error-sample K random targets (the same targets
@@ -65,6 +67,9 @@ examples:
   nbody-live bench --backend cuda --kernels all --n 4096,16384,65536,131072,1048576 \\
       --json bench/results/h100-2026-11-21.json --plot bench/results/h100-2026-11-21.png
   nbody-live bench --backend cpu --kernels cpu-simd,cpu-tree --n 16384 --tunable theta=0.3,0.7
+  # the tree under the relative opening test, swept by alpha (issue 25's acceptance run; ~2 min, one H100)
+  nbody-live bench --backend cuda --kernels tree --n 1048576,8388608,16777216 --scene plummer,collision \\
+      --tunable opening=rel --tunable alpha=0.001,0.003 --max-seconds 30 --json rel.json --plot rel.png
   nbody-live bench --backend cuda --kernels shared --n 65536,1048576 --gpus 1,2 --exchange peer \\
       --json bench/results/h200x2-scaling.json
   mpiexec -n 3 nbody-live bench --backend cpu --kernels cpu-simd --n 65536   # per-rank force / exchange
