@@ -169,7 +169,8 @@ __device__ __forceinline__ void flush_cells(WarpShared& sh, const float4* __rest
 
 // spos/sorder: the sources in key order and their indices (relative to the sources' start); group g is
 // the sorted bodies [gstart[g], gstart[g + 1]); the walk takes the groups [g_lo, ngroups). A member
-// whose index lies in [t_lo, t_hi) is a target and writes acc[index - t_lo]; with sorted_out every member
+// whose index lies in [t_lo, t_hi) (and, with an active_mask, whose mask byte is set: block steps' active
+// rows) is a target and writes acc[index - t_lo]; with sorted_out every member
 // is a target and writes acc[k], k its place in key order (a domain of a multi-device split: its bodies'
 // accelerations in key order, app/decomposition.py). Per group: nbody, ncell
 // (list lengths) and nactive (targets written); totals[0] += nactive (nbody + ncell), totals[1] +=
@@ -185,7 +186,8 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
                                      int* __restrict__ ncell_out, int* __restrict__ nactive_out,
                                      unsigned long long* __restrict__ totals, int g_lo, int sorted_out,
                                      const float2* __restrict__ rel, const float4* prev,  // prev may be acc
-                                     int prev_by_order, float rel_scale) {
+                                     int prev_by_order, float rel_scale,
+                                     const unsigned char* __restrict__ active_mask) {
     __shared__ WarpShared shared[TREE_WARPS];
     const int lane = threadIdx.x & 31;
     const int wib = threadIdx.x >> 5;
@@ -219,8 +221,8 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
                 if (sorted_out) {
                     row[t] = k;
                     ++active;
-                } else if (idx >= t_lo && idx < t_hi) {
-                    row[t] = idx - t_lo;
+                } else if (idx >= t_lo && idx < t_hi && (active_mask == nullptr || active_mask[idx])) {
+                    row[t] = idx - t_lo;  // (block steps: only the masked rows; the others shape the box)
                     ++active;
                 }
                 if (rel_scale > 0.0f) {  // every member (a span's non-target too); min.f32 skips a NaN, as
@@ -353,11 +355,11 @@ __device__ __forceinline__ void walk_four_per_lane(A... a) { walk<Model, SOFT, 4
      const float4* mac, const float4* pack, float4* acc, float eps2,                                            \
      float G, float H, int ngroups, int* stacks, int stack_cap, int* flags, int* nbody_out, int* ncell_out,  \
      int* nactive_out, unsigned long long* totals, int g_lo, int sorted_out, const float2* rel,             \
-     const float4* prev, int prev_by_order, float rel_scale)
+     const float4* prev, int prev_by_order, float rel_scale, const unsigned char* active_mask)
 #define TREE_WALK_ARGS                                                                                      \
     (spos, sorder, gstart, t_lo, t_hi, links, mac, pack, acc, eps2, G, H, ngroups,                              \
      stacks, stack_cap, flags, nbody_out, ncell_out, nactive_out, totals, g_lo, sorted_out, rel, prev,      \
-     prev_by_order, rel_scale)
+     prev_by_order, rel_scale, active_mask)
 
 // tree_walk_g32_<model>_<self> (groups of 32: one target per lane), tree_walk_g64_... (two per lane),
 // tree_walk_g128_... (four per lane: each entry staged in shared memory serves four targets per lane)

@@ -87,7 +87,7 @@ SPLIT_TILE = 256  # kernels/tree/build.cu SPLIT_TILE: cells per tile of its look
 CELL_LANES = 8  # kernels/tree/build.cu CELL_LANES: the split's lanes per cell, one per octant
 EXTRA_LEVELS = 2  # levels queued past the previous build's depth before the host looks
 GROWTH = 1.5  # _buf allocates half again over what is asked, so that a slowly growing N reuses it
-WALK_ARGS = "PPPiiPPPPfffiPiPPPPPiiPPif"
+WALK_ARGS = "PPPiiPPPPfffiPiPPPPPiiPPifP"
 CELL_FIELDS = ("start", "count", "child", "nchild")  # the cell arrays of the build, int32 each
 GROUP_LISTS = ("nbody", "ncell", "nactive")  # per group of the last walk (last_groups)
 
@@ -248,6 +248,29 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         prev = int(acc) + 16 * int(sources.start)  # the relative test reads its members' last rows
         return drain(self._phases(int(pos), int(acc), targets, sources, stream, pairs, None, (prev, 1)))[0]
 
+    def evaluate_rows(self, pos, acc, n: int, rows: np.ndarray, stream=None) -> ForceWork:
+        """acc[rows] (float4 rows at device pointer `acc`) for an index array of `rows`, every one of the n
+        rows of `pos` a source (block time steps' active targets, app/blocksteps.py): a build of all
+        bodies, then the walk of the full evaluation's groups with only the rows of a device mask written
+        (an inactive body still shapes its group's box), so each row gets bitwise its value in the full
+        evaluation, as the twin's `evaluate_rows`. The work counts the active targets only. Builds every
+        time (block steps need a(x) from x alone); the relative opening test is refused for that reason."""
+        if self._tunables.get("opening") == "rel":
+            raise ConfigError(f"{self.record.name}: block steps take a geometric opening test (the relative "
+                              "one reads the last accelerations); use opening=cube or bmax")
+        rows = np.asarray(rows, dtype=np.int64)
+        n = int(n)
+        if rows.size == 0 or n == 0:
+            return ForceWork(evaluations=1)
+        cp = cupy_module()
+        everyone = Span.all(n)
+        with self._on(stream, n):
+            mask = self._buf("active-mask", n, np.uint8)
+            mask[:n] = 0
+            mask[cp.asarray(rows)] = 1
+        return drain(self._phases(int(pos), int(acc), everyone, everyone, stream, int(rows.size) * n, None,
+                                  (0, 0), mask.data.ptr))[0]
+
     def evaluate_domain(self, pos, out, n: int, cuts, index: int, stream=None,
                         prev: int = 0) -> tuple[ForceWork, list[int]]:
         """One device's part of a domain split (app/decomposition.py): the tree of all n rows of `pos`,
@@ -334,11 +357,12 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         return buf
 
     def _phases(self, pos: int, acc: int, targets: Span, sources: Span, stream, pairs: int,
-                domain=None, prev=(0, 0)):
+                domain=None, prev=(0, 0), mask: int = 0):
         """The evaluation as a generator that yields before each host read (`domain_phases`); `domain`
         (cuts, index): a domain split's part (evaluate_domain), else the targets' rows; `prev` (pointer,
-        by_order): where the walk reads its targets' last accelerations (`_walk_all`). Returns the work
-        and, for a domain, the aligned cuts."""
+        by_order): where the walk reads its targets' last accelerations (`_walk_all`); `mask`: a device
+        byte per source row, the targets written (`evaluate_rows`; 0: all of them). Returns the work and,
+        for a domain, the aligned cuts."""
         cp = cupy_module()
         drv = self.device.drv
         nj = int(sources.count)
@@ -406,7 +430,7 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             events[4].record(stream)
         work = yield from self._walk_all(on, group, gstart, targets, sources, spos.data.ptr,
                                          sorder.data.ptr, links, mac, rel, pack, out, stream, groups,
-                                         sorted_out=domain is not None, prev=prev)
+                                         sorted_out=domain is not None, prev=prev, mask=mask)
         self.levels = levels
         return self._finish(on, work, pairs), aligned
 
@@ -585,7 +609,7 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             cap *= 2
 
     def _walk_all(self, on, group, gstart, targets, sources, spos: int, sorder: int, links, mac, rel, pack,
-                  out, stream, groups: tuple[int, int], sorted_out: bool = False, prev=(0, 0)):
+                  out, stream, groups: tuple[int, int], sorted_out: bool = False, prev=(0, 0), mask: int = 0):
         """Launch the walk over the groups [groups[0], groups[1]) of the sorted bodies at `spos` (their
         rows: `sorder`); re-run it with deeper stacks if one overflowed (a generator of phases, as
         `_phases`). `prev` (pointer, by_order): the members' last accelerations for the relative test, at
@@ -612,7 +636,8 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
                         links.data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, g_hi,
                         stacks.data.ptr, self._stack_cap, flags.data.ptr, per_group["nbody"].data.ptr,
                         per_group["ncell"].data.ptr, per_group["nactive"].data.ptr, totals.data.ptr, g_lo,
-                        int(sorted_out), rel.data.ptr, prev_ptr, int(prev_by_order), float(rel_scale))
+                        int(sorted_out), rel.data.ptr, prev_ptr, int(prev_by_order), float(rel_scale),
+                        int(mask))
                 launch(fn, (blocks, 1), 32 * WALK_WARPS, stream, *args)
                 queued = self._queued(stream)
             yield queued

@@ -1,0 +1,125 @@
+"""Block time steps on one GPU: `BlockOps` (app/blocksteps.py) over device arrays, the GPU tree's forces.
+
+The scheduler (`BlockSteps`) stays on the host: it owns the levels, picks the active rows of each substep
+and asks these ops to drift every body, evaluate the active rows and kick them. As the CPU twin's
+`TreeBlockOps`, the state is float64 x and v (here CuPy arrays on the device: drift and kick are a few
+bytes per body, memory-bound, so float64 costs a desktop GPU nothing that matters) and the force is the
+tree's float32 walk from float32 rows made from x at each substep. The tree builds at every evaluation and
+walks only the groups that hold an active row (`TreeEvaluator.evaluate_rows`), so a row's a(x) does not
+depend on which rows are active. a(x) is kept in float64 (the float32 walk's values, exact), so the
+criterion reads what the twin's reads.
+
+Not bitwise the twin: the walk sums in another order (docs/tree.md, "What the GPU version must
+reproduce"), so trajectories part at float32 rounding; the lists of a substep are the twin's for the same
+positions (tests/test_blocksteps_gpu.py).
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+import numpy as np
+
+from app.bodies import Bodies
+from app.errors import ConfigError
+from app.forces import ForceWork
+from app.physics import Physics
+
+
+class CudaBlockOps:
+    """BlockOps on one GPU (`device`: an app.backends.cuda.device.CudaDevice) with the `tree` record's
+    evaluator at `tunables` (rebuild_every and the relative opening test refused: a(x) must follow from x
+    alone, which a resume needs)."""
+
+    def __init__(self, bodies: Bodies, physics: Physics, device, tunables: dict | None = None):
+        from app.backends.cuda.registry import RECORDS
+        from app.backends.cuda.tree import cupy_module
+
+        tunables = dict(tunables or {})
+        if int(tunables.get("rebuild_every", 1)) != 1:
+            raise ConfigError("block steps build the tree at every evaluation (a refit's tree depends on "
+                              "the build before it, so a(x) would not follow from x alone, which a resume "
+                              "needs); drop rebuild_every")
+        opening = tunables.pop("opening", "cube")
+        if opening == "rel":
+            raise ConfigError("block steps take a geometric opening test (the relative one reads the last "
+                              "accelerations, so a(x) would not follow from x alone, which a resume needs); "
+                              "use opening=cube or bmax")
+        self.cp = cp = cupy_module()
+        self.device = device
+        self.physics = physics
+        self.n = n = bodies.n
+        record = next(r for r in RECORDS if r.name == "tree")
+        self.evaluator = record.policy.evaluator(record, device, {})
+        self.evaluator.set_physics(physics)
+        self.evaluator.set_tunables(**tunables, rebuild_every=1, opening=opening)
+        with self._scope():
+            self.pos = cp.asarray(np.ascontiguousarray(bodies.pos, np.float64))
+            self.vel = cp.asarray(np.ascontiguousarray(bodies.vel, np.float64))
+            self.mass = cp.asarray(np.ascontiguousarray(bodies.mass, np.float32))  # the walk's rows' w
+            self.acc = cp.zeros((n, 3), np.float64)
+            self.rows32 = cp.empty((n, 4), np.float32)  # float32 [x, y, z, m] for the walk
+            self.acc32 = cp.zeros((n, 4), np.float32)
+        self.time = float(bodies.time)
+        self.diag_pending = None  # app.backends.cuda.diagnostics' surface (energy on the device)
+        self._mass64 = np.array(bodies.mass, dtype=np.float64)  # the state's own masses, for bodies()
+
+    def _scope(self):
+        """The device's context and CuPy's device current (CuPy allocates on the current device)."""
+        from contextlib import ExitStack
+
+        stack = ExitStack()
+        stack.enter_context(self.device.scope)
+        stack.enter_context(self.cp.cuda.Device(self.device.ordinal))
+        return stack
+
+    # --- BlockOps ----------------------------------------------------------------------------------
+    def drift_all(self, dt: float) -> None:
+        with self._scope():
+            self.pos += dt * self.vel  # as NumpyBlockOps: the product, then the sum (no contraction)
+        self.time += dt
+
+    def force_active(self, rows: np.ndarray) -> ForceWork:
+        rows = np.asarray(rows, dtype=np.int64)
+        with self._scope():
+            self.rows32[:, :3] = self.pos.astype(np.float32)
+            self.rows32[:, 3] = self.mass
+            work = self.evaluator.evaluate_rows(self.rows32.data.ptr, self.acc32.data.ptr, self.n, rows)
+            on = self.cp.asarray(rows)
+            self.acc[on] = self.acc32[on, :3].astype(np.float64)  # float32 -> float64: exact
+        return work
+
+    def kick(self, rows: np.ndarray, half_dts: np.ndarray) -> None:
+        with self._scope():
+            on = self.cp.asarray(np.asarray(rows, dtype=np.int64))
+            self.vel[on] += self.acc[on] * self.cp.asarray(np.asarray(half_dts, np.float64))[:, None]
+
+    def acc_norms(self, rows: np.ndarray) -> np.ndarray:
+        with self._scope():
+            on = self.cp.asarray(np.asarray(rows, dtype=np.int64))
+            return self.cp.linalg.norm(self.acc[on], axis=1).get()
+
+    def tidal_norms(self, rows: np.ndarray) -> np.ndarray:
+        raise ValueError("criterion 'tidal' needs ||T|| from the walk, which the GPU tree does not compute "
+                         "yet")
+
+    # --- the state ---------------------------------------------------------------------------------
+    @contextmanager
+    def state_arrays(self):
+        """(precision, pos, vel) pointers of float32 [x, y, z, m] / [vx, vy, vz, 0] rows made from the
+        float64 state, with the device current: what app.backends.cuda.diagnostics reads (its energy
+        sums each tile in float, then in double; enough for drifts far above 1e-7)."""
+        cp = self.cp
+        with self._scope():
+            self.rows32[:, :3] = self.pos.astype(np.float32)
+            self.rows32[:, 3] = self.mass
+            vel32 = cp.zeros((self.n, 4), np.float32)
+            vel32[:, :3] = self.vel.astype(np.float32)
+            yield "fp32", self.rows32.data.ptr, vel32.data.ptr
+
+
+    def bodies(self) -> Bodies:
+        """The state on the host (float64 x and v, the masses, the clock)."""
+        with self._scope():
+            pos, vel = self.pos.get(), self.vel.get()
+        return Bodies.from_arrays(pos, vel, self._mass64, time=self.time)

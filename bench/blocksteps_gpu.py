@@ -1,0 +1,107 @@
+"""Block against shared time steps on one GPU (app/backends/cuda/blockops.py): issue 25's item 3 measured at
+the size it names, the 1M collision over 2 time units.
+
+    python3 bench/blocksteps_gpu.py [--n 1048576] [--scene collision] [--t 2] [--dt 0.0625] [--levels 6] \\
+        [--eta 0.01] [--csv $OUT/blocksteps-gpu.csv]
+
+Each mode runs from the same bodies with the tree (cube test at --theta, a build every evaluation):
+"block" (per-body levels from GADGET-2's criterion) and "shared" (every body at the finest level any body
+wants: the shared-step comparison at the same η, app/blocksteps.py). After every max step the energy is
+reduced on the device (app/backends/cuda/diagnostics.py) and a CSV row written (mode, max step, time,
+wall seconds, E, |dE/E|, active fraction, bodies per level). The summary: simulated time per wall second
+of each mode and their ratio (the bar: >= 3x), the largest |dE/E| of each and their ratio (the bar:
+within 2x). Exit status 0 when it ran (the bars are reported, not judged), 2 bad input, 130 interrupted
+(the CSV keeps every row written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import sys
+import time
+from pathlib import Path
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap.add_argument("--n", type=int, default=1 << 20, help="bodies (default 1048576)")
+    ap.add_argument("--scene", default="collision", help="an app.ics generator (default collision)")
+    ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--t", type=float, default=2.0, help="time units to run each mode (default 2)")
+    ap.add_argument("--dt", type=float, default=1 / 16, help="dt_max, the max step (default 1/16)")
+    ap.add_argument("--levels", type=int, default=6, help="L: the finest step is dt / 2^L (default 6)")
+    ap.add_argument("--eta", type=float, default=0.01, help="the criterion's accuracy (default 0.01)")
+    ap.add_argument("--softening", type=float, default=0.01)
+    ap.add_argument("--theta", type=float, default=0.5, help="the tree's opening angle (cube test)")
+    ap.add_argument("--modes", default="block,shared", help="block, shared or both (default)")
+    ap.add_argument("--csv", type=Path, required=True, help="per max step rows (written as they come)")
+    args = ap.parse_args(argv)
+    modes = args.modes.split(",")
+    if args.n < 2 or args.t <= 0 or args.dt <= 0 or not 0 <= args.levels <= 20 or args.eta <= 0 \
+            or any(m not in ("block", "shared") for m in modes):
+        print("blocksteps_gpu: --n >= 2, --t, --dt and --eta > 0, 0 <= --levels <= 20, --modes of "
+              "block,shared", file=sys.stderr)
+        return 2
+    if not args.csv.parent.is_dir():
+        print(f"blocksteps_gpu: {args.csv.parent} is not a folder; make it or choose another --csv",
+              file=sys.stderr)
+        return 2
+    from app.backends.cuda.blockops import CudaBlockOps
+    from app.backends.cuda.device import CudaDevice
+    from app.backends.cuda.diagnostics import device_diagnostics
+    from app.blocksteps import BlockSteps
+    from app.ics import generate
+    from app.physics import Physics
+
+    physics = Physics(softening=args.softening, dt=args.dt)
+    bodies = generate(args.scene, args.n, args.seed)
+    steps = max(1, round(args.t / args.dt))
+    device = CudaDevice(0)
+    summary = {}
+    print(f"{device.facts.name}: {args.scene} N={args.n:,}, {steps} max steps of {args.dt:g} "
+          f"(L={args.levels}, eta={args.eta:g}, eps={args.softening:g}, theta={args.theta:g})", flush=True)
+    try:
+        with args.csv.open("w", newline="") as f:
+            out = csv.writer(f)
+            out.writerow(["mode", "max_step", "time", "wall_s", "energy", "rel_energy_error",
+                          "active_fraction", "levels"])
+            for mode in modes:
+                ops = CudaBlockOps(copy.deepcopy(bodies), physics, device, {"theta": args.theta})
+                sched = BlockSteps(physics, args.levels, eta=args.eta, mode=mode)
+                e0 = device_diagnostics(ops).energy
+                wall = worst = 0.0
+                for k in range(1, steps + 1):
+                    t0 = time.perf_counter()
+                    sched.max_step(ops)
+                    with ops._scope():
+                        ops.cp.cuda.Device().synchronize()
+                    wall += time.perf_counter() - t0
+                    e = device_diagnostics(ops).energy
+                    worst = max(worst, abs(e - e0) / abs(e0))
+                    out.writerow([mode, k, f"{ops.time:.6g}", f"{wall:.4f}", f"{e:.10e}",
+                                  f"{abs(e - e0) / abs(e0):.3e}", f"{sched.last.fraction:.4f}",
+                                  " ".join(map(str, sched.histogram()))])
+                    f.flush()
+                    print(f"  {mode:6} step {k:3}/{steps}: t={ops.time:.3f}, {wall:8.2f} s, "
+                          f"|dE/E| {abs(e - e0) / abs(e0):.2e}, active {sched.last.fraction:.3f}", flush=True)
+                summary[mode] = (steps * args.dt / wall, worst, sched.total.fraction)
+    except KeyboardInterrupt:
+        print(f"interrupted: {args.csv} keeps the rows written", file=sys.stderr)
+        return 130
+    finally:
+        device.close()
+    for mode, (rate, worst, fraction) in summary.items():
+        print(f"{mode:6}: {rate:.4f} time units per wall second, max |dE/E| {worst:.2e}, "
+              f"active fraction {fraction:.3f}")
+    if len(summary) == 2:
+        (rb, eb, _), (rs, es, _) = summary["block"], summary["shared"]
+        print(f"block / shared: {rb / rs:.2f}x simulated time per wall second (bar >= 3), "
+              f"energy {eb / es:.2f}x shared's (bar <= 2)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Block time steps on the GPU (app/backends/cuda/blockops.py, TreeEvaluator.evaluate_rows) against the CPU
+twin's (app/blocksteps.py TreeBlockOps, CpuTreeEvaluator.evaluate_rows), gpu-marked.
+
+- The GPU tree's walk of active groups: for the same float32 rows, each active row is bitwise the GPU's
+  full evaluation, the inactive rows are untouched, and the lists are the twin's group by group.
+- The scheduler on GPU ops: over two max steps of a 4,096-body collision the levels, active sets and
+  trajectory follow the twin's (the walks sum in another order, so within float32 rounding, not bitwise),
+  and a GPU resume from x, v and the levels continues bitwise.
+- The relative opening test and a refit cadence are refused (a(x) must follow from x alone).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+from test_tree_gpu import REASON, cloud, cpu_tree, on_device
+
+from app.blocksteps import BlockSteps, TreeBlockOps
+from app.errors import ConfigError
+from app.forces import Span
+from app.ics import generate
+from app.physics import Physics
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"CUDA unavailable: {REASON}")]
+SOFT = Physics(softening=0.01)
+
+
+@pytest.fixture(scope="module")
+def device():
+    from app.backends.cuda.device import CudaDevice
+
+    dev = CudaDevice(0)
+    yield dev
+    dev.close()
+
+
+def _gpu_evaluator(device, physics=SOFT, **tunables):
+    from app.backends.cuda.registry import RECORDS
+
+    record = next(r for r in RECORDS if r.name == "tree")
+    ev = record.policy.evaluator(record, device, {})
+    ev.set_physics(physics)
+    ev.set_tunables(rebuild_every=1, **tunables)
+    return ev
+
+
+def test_the_gpu_walks_active_groups_with_the_full_evaluation_s_rows_and_the_twin_s_lists(device):
+    n = 20_011
+    pos = cloud(n, seed=21)
+    rows = np.flatnonzero(np.random.default_rng(2).random(n) < 0.05)
+    ev = _gpu_evaluator(device)
+    full, _ = on_device(device, pos, lambda p, a: ev.evaluate(p, a, Span.all(n), Span.all(n)))
+    part, work = on_device(device, pos, lambda p, a: ev.evaluate_rows(p, a, n, rows))
+    assert np.array_equal(part[rows], full[rows])
+    untouched = np.setdiff1d(np.arange(n), rows)
+    assert np.isnan(part[untouched]).all()
+    assert work.pair_equivalent == rows.size * n
+    _, _, cev = cpu_tree(pos, rebuild_every=1)
+    cacc = np.full((n, 4), np.nan, np.float32)
+    cwork = cev.evaluate_rows(np.ascontiguousarray(pos, np.float32), cacc, rows)
+    gpu, cpu = ev.last_groups(), cev.last_groups()
+    for key in ("start", "nbody", "ncell", "nactive"):
+        assert np.array_equal(gpu[key], cpu[key]), key
+    assert (work.interactions, work.body_cell) == (cwork.interactions, cwork.body_cell)
+    assert gpu["nactive"].sum() == rows.size
+
+
+def test_the_scheduler_on_gpu_ops_follows_the_twin_and_resumes_bitwise_from_x_v_and_levels(device):
+    from app.backends.cuda.blockops import CudaBlockOps
+
+    physics = Physics(dt=1 / 32, softening=0.01)
+    bodies = generate("collision", 4096, 5)
+    gpu = CudaBlockOps(copy.deepcopy(bodies), physics, device)
+    twin = TreeBlockOps(copy.deepcopy(bodies), physics)
+    sched_gpu = BlockSteps(physics, max_level=5, eta=0.01)
+    sched_cpu = BlockSteps(physics, max_level=5, eta=0.01)
+    for _ in range(2):
+        sched_gpu.advance(gpu, 1)
+        sched_cpu.advance(twin, 1)
+        assert np.mean(sched_gpu.levels == sched_cpu.levels) >= 0.999
+    assert np.count_nonzero(sched_gpu.histogram()) >= 2  # levels really differ between bodies
+    assert sched_gpu.last.fraction < 0.9
+    state = gpu.bodies()
+    scale = np.abs(twin.bodies.pos).max()
+    assert np.abs(state.pos - twin.bodies.pos).max() <= 1e-5 * scale
+    # a resume from x, v and the levels (a(x) recomputed from x) continues bitwise
+    checkpoint, saved = sched_gpu.state(), gpu.bodies()
+    sched_gpu.advance(gpu, 1)
+    fresh = CudaBlockOps(saved, physics, device)
+    fresh.force_active(np.arange(4096))
+    resumed = BlockSteps.resume(checkpoint, physics, max_level=5, eta=0.01)
+    resumed.advance(fresh, 1)
+    assert np.array_equal(fresh.bodies().pos, gpu.bodies().pos)
+    assert np.array_equal(fresh.bodies().vel, gpu.bodies().vel)
+    assert np.array_equal(resumed.levels, sched_gpu.levels)
+
+
+def test_gpu_block_ops_refuse_what_would_make_a_of_x_depend_on_history(device):
+    from app.backends.cuda.blockops import CudaBlockOps
+
+    bodies = generate("plummer", 512, 3)
+    for tunables, named in (({"rebuild_every": 4}, "drop rebuild_every"),
+                            ({"opening": "rel"}, "use opening=cube or bmax")):
+        with pytest.raises(ConfigError, match=named):
+            CudaBlockOps(bodies, SOFT, device, tunables)
+    ev = _gpu_evaluator(device, opening="rel")
+    with pytest.raises(ConfigError, match="geometric opening test"):
+        on_device(device, cloud(512), lambda p, a: ev.evaluate_rows(p, a, 512, np.arange(8)))
