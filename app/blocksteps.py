@@ -39,6 +39,7 @@ active body). It is not a Stepper: the Stepper's one-step-one-force contract sta
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -57,6 +58,10 @@ class BlockOps(Protocol):
     """One backend's state under block steps: positions, velocities and a(x) per body (rows)."""
 
     n: int
+    # xp: the module of the ops' arrays (numpy when absent; CuPy for the GPU's): the scheduler keeps the
+    # levels there and passes the rows and half steps as its arrays, so a substep moves no index array
+    # between host and device. scope(): a context manager the scheduler holds around its work (the GPU's:
+    # its context current, which CuPy needs to launch the scheduler's own array kernels).
 
     def drift_all(self, dt: float) -> None:
         """x += v·dt for every body (and the state's clock += dt)."""
@@ -76,18 +81,32 @@ class BlockOps(Protocol):
     #     T_ab = ∂a_a/∂x_b at the rows, from the last force_active (float64).
 
 
+def array_module(a):
+    """numpy, or CuPy for a CuPy array (the GPU's ops keep the levels and the rows on the device)."""
+    if isinstance(a, np.ndarray) or not type(a).__module__.startswith("cupy"):
+        return np
+    import cupy  # only reached with a CuPy array in hand
+
+    return cupy
+
+
 def step_levels(dt: np.ndarray, dt_max: float, max_level: int) -> np.ndarray:
-    """The smallest l in [0, max_level] with dt_max / 2^l <= dt (int32); nan -> max_level, inf -> 0."""
-    dt = np.where(np.isnan(dt), 0.0, np.asarray(dt, dtype=np.float64))
-    steps = dt_max / np.exp2(np.arange(max_level + 1))  # exact: powers of two
-    level = np.searchsorted(-steps, -dt, side="left")  # the first l with steps[l] <= dt
-    return np.minimum(level, max_level).astype(np.int32)
+    """The smallest l in [0, max_level] with dt_max / 2^l <= dt (int32); nan -> max_level, inf -> 0.
+    `dt` may be a CuPy array (the result is then one too)."""
+    xp = array_module(dt)
+    dt = dt.astype(np.float64, copy=False) if xp is not np else np.asarray(dt, dtype=np.float64)
+    dt = xp.where(xp.isnan(dt), 0.0, dt)
+    steps = xp.asarray(dt_max / np.exp2(np.arange(max_level + 1)))  # exact: powers of two
+    level = xp.searchsorted(-steps, -dt, side="left")  # the first l with steps[l] <= dt
+    return xp.minimum(level, max_level).astype(np.int32)
 
 
 def gadget_steps(norms: np.ndarray, eta: float, softening: float) -> np.ndarray:
     """GADGET-2's dt_i = sqrt(2 η ε / |a_i|): inf where a = 0, nan where a is not finite or ε = 0."""
+    xp = array_module(norms)
+    norms = norms.astype(np.float64, copy=False) if xp is not np else np.asarray(norms, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.sqrt(2.0 * eta * softening / np.asarray(norms, dtype=np.float64))
+        return xp.sqrt(2.0 * eta * softening / norms)
 
 
 def tidal_steps(norms: np.ndarray, tidal: np.ndarray, eta: float, softening: float) -> np.ndarray:
@@ -120,7 +139,9 @@ def relevel(wanted: np.ndarray, t: int, max_level: int) -> np.ndarray:
     between the wanted and the old one that tick t is aligned with. (A coarser step starting off its grid
     would break the schedule's palindrome, and with it each level's time symmetry.) Since t ends a step
     of the old level, aligned_level(t) <= old, and both cases are one max."""
-    return np.maximum(np.asarray(wanted, np.int32), np.int32(aligned_level(t, max_level)))
+    xp = array_module(wanted)
+    wanted = wanted.astype(np.int32, copy=False) if xp is not np else np.asarray(wanted, np.int32)
+    return xp.maximum(wanted, np.int32(aligned_level(t, max_level)))
 
 
 @dataclass
@@ -189,8 +210,9 @@ class BlockSteps:
         self.work = ForceWork()
 
     def _checked(self, levels) -> np.ndarray:
-        levels = np.asarray(levels).astype(np.int32)
-        if levels.size and (levels.min() < 0 or levels.max() > self.max_level):
+        xp = array_module(levels)
+        levels = (levels if xp is not np else np.asarray(levels)).astype(np.int32)
+        if levels.size and (int(levels.min()) < 0 or int(levels.max()) > self.max_level):
             raise ValueError(f"levels outside [0, {self.max_level}]")
         return levels.copy()
 
@@ -211,19 +233,30 @@ class BlockSteps:
     def state(self) -> BlockState:
         if not self.ready:
             raise ValueError("no state to checkpoint: begin() has not run, or a max step failed")
-        return BlockState(levels=self.levels.copy(), steps=self.steps, tick=0)
+        return BlockState(levels=_host(self.levels).copy(), steps=self.steps, tick=0)
 
     def histogram(self) -> np.ndarray:
-        """Bodies per level, levels 0..L."""
-        return np.bincount(self.levels, minlength=self.max_level + 1)
+        """Bodies per level, levels 0..L (numpy; counted on the host wherever the levels live, so that it
+        needs no device context current)."""
+        return np.bincount(_host(self.levels), minlength=self.max_level + 1)
 
     def step_ticks(self, levels: np.ndarray | None = None) -> np.ndarray:
         """Ticks per step of each body (int64)."""
         levels = self.levels if levels is None else levels
-        return np.left_shift(np.int64(1), self.max_level - levels.astype(np.int64))
+        xp = array_module(levels)
+        return xp.left_shift(xp.ones(levels.shape, np.int64), self.max_level - levels.astype(np.int64))
 
     def half_dts(self, rows: np.ndarray) -> np.ndarray:
-        return 0.5 * self.dt_max / np.exp2(self.levels[rows])  # exact: dt_max times a power of two
+        # exact: dt_max times a power of two (ldexp, not exp2, which CUDA's libm does not promise exact)
+        return array_module(self.levels).ldexp(0.5 * self.dt_max, -self.levels[rows])
+
+    def _on(self, ops: BlockOps):
+        """The ops' array module (`ops.xp`, numpy by default), the levels moved there (a resume from a
+        host checkpoint onto the GPU's ops)."""
+        xp = getattr(ops, "xp", np)
+        if self.levels is not None and array_module(self.levels) is not xp:
+            self.levels = xp.asarray(_host(self.levels))
+        return xp
 
     def _wanted(self, ops: BlockOps, rows: np.ndarray) -> np.ndarray:
         eps = self.physics.softening
@@ -239,7 +272,11 @@ class BlockSteps:
     # --- stepping ---------------------------------------------------------------------------------------
     def begin(self, ops: BlockOps) -> ForceWork:
         """a(x) of every body, and the levels from the criterion (kept when frozen)."""
-        everyone = np.arange(ops.n, dtype=np.int64)
+        with _scope(ops):
+            return self._begin(ops)
+
+    def _begin(self, ops: BlockOps) -> ForceWork:
+        everyone = self._on(ops).arange(ops.n, dtype=np.int64)
         work = ops.force_active(everyone)
         self._count(self.total, 0, ops.n)
         if self.mode != "frozen":
@@ -253,7 +290,7 @@ class BlockSteps:
     def _assign(self, wanted: np.ndarray, rows: np.ndarray | None, t: int) -> np.ndarray:
         """The levels after the bodies `rows` (None: all, at t = 0) ended their steps at tick t."""
         if self.mode == "shared" and wanted.size:  # all bodies are active together: the finest wanted
-            wanted = np.full(wanted.shape, wanted.max(), np.int32)
+            wanted = array_module(wanted).full(wanted.shape, int(wanted.max()), np.int32)
         new = relevel(wanted, t, self.max_level)
         if rows is None:
             return new
@@ -269,21 +306,26 @@ class BlockSteps:
     def max_step(self, ops: BlockOps) -> ForceWork:
         """Advance one dt_max: the substeps of every level (the module docstring's loop). An exception
         leaves the scheduler not ready: the next max step starts with begin() again."""
+        with _scope(ops):
+            return self._max_step(ops)
+
+    def _max_step(self, ops: BlockOps) -> ForceWork:
         if not self.ready:
-            self.begin(ops)
+            self._begin(ops)
+        xp = self._on(ops)
         self.ready = False
         end = 1 << self.max_level
         record = MaxStepRecord(n=ops.n)
         work = ForceWork()
         t = 0
-        rows = np.arange(ops.n, dtype=np.int64)  # everyone starts a step at a max-step boundary
+        rows = xp.arange(ops.n, dtype=np.int64)  # everyone starts a step at a max-step boundary
         ticks = self.step_ticks()
         while t < end:
             ops.kick(rows, self.half_dts(rows))  # opening half-kicks
             t_next = t + int(ticks.min())  # t is a multiple of every step: the finest ends first
             ops.drift_all((t_next - t) * self.dt_min)
             t = t_next
-            rows = np.flatnonzero(t % ticks == 0)
+            rows = xp.flatnonzero(t % ticks == 0)
             work += ops.force_active(rows)
             self._count(record, t, rows.size)
             self._count(self.total, t, rows.size)
@@ -302,6 +344,16 @@ class BlockSteps:
         for _ in range(int(steps)):
             work += self.max_step(ops)
         return work
+
+
+def _scope(ops):
+    """The ops' scope() (BlockOps), or nothing to enter."""
+    scope = getattr(ops, "scope", None)
+    return scope() if scope is not None else nullcontext()
+
+
+def _host(a) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) else a.get()
 
 
 # --- the float64 reference and the CPU twin -----------------------------------------------------------

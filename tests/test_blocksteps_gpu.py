@@ -79,7 +79,8 @@ def test_the_scheduler_on_gpu_ops_follows_the_twin_and_resumes_bitwise_from_x_v_
     for _ in range(2):
         sched_gpu.advance(gpu, 1)
         sched_cpu.advance(twin, 1)
-        assert np.mean(sched_gpu.levels == sched_cpu.levels) >= 0.999
+        assert not isinstance(sched_gpu.levels, np.ndarray)  # the levels stay on the device (CuPy)
+        assert np.mean(sched_gpu.levels.get() == sched_cpu.levels) >= 0.999
     assert np.count_nonzero(sched_gpu.histogram()) >= 2  # levels really differ between bodies
     assert sched_gpu.last.fraction < 0.9
     state = gpu.bodies()
@@ -94,7 +95,8 @@ def test_the_scheduler_on_gpu_ops_follows_the_twin_and_resumes_bitwise_from_x_v_
     resumed.advance(fresh, 1)
     assert np.array_equal(fresh.bodies().pos, gpu.bodies().pos)
     assert np.array_equal(fresh.bodies().vel, gpu.bodies().vel)
-    assert np.array_equal(resumed.levels, sched_gpu.levels)
+    assert np.array_equal(resumed.levels.get(), sched_gpu.levels.get())
+    assert isinstance(checkpoint.levels, np.ndarray)  # a checkpoint's levels are on the host
 
 
 def test_gpu_block_ops_refuse_what_would_make_a_of_x_depend_on_history(device):

@@ -45,7 +45,7 @@ class CudaBlockOps:
             raise ConfigError("block steps take a geometric opening test (the relative one reads the last "
                               "accelerations, so a(x) would not follow from x alone, which a resume needs); "
                               "use opening=cube or bmax")
-        self.cp = cp = cupy_module()
+        self.cp = self.xp = cp = cupy_module()  # xp: the scheduler keeps levels and rows on the device
         self.device = device
         self.physics = physics
         self.n = n = bodies.n
@@ -53,7 +53,7 @@ class CudaBlockOps:
         self.evaluator = record.policy.evaluator(record, device, {})
         self.evaluator.set_physics(physics)
         self.evaluator.set_tunables(**tunables, rebuild_every=1, opening=opening)
-        with self._scope():
+        with self.scope():
             self.pos = cp.asarray(np.ascontiguousarray(bodies.pos, np.float64))
             self.vel = cp.asarray(np.ascontiguousarray(bodies.vel, np.float64))
             self.mass = cp.asarray(np.ascontiguousarray(bodies.mass, np.float32))  # the walk's rows' w
@@ -64,7 +64,7 @@ class CudaBlockOps:
         self.diag_pending = None  # app.backends.cuda.diagnostics' surface (energy on the device)
         self._mass64 = np.array(bodies.mass, dtype=np.float64)  # the state's own masses, for bodies()
 
-    def _scope(self):
+    def scope(self):
         """The device's context and CuPy's device current (CuPy allocates on the current device)."""
         from contextlib import ExitStack
 
@@ -75,29 +75,31 @@ class CudaBlockOps:
 
     # --- BlockOps ----------------------------------------------------------------------------------
     def drift_all(self, dt: float) -> None:
-        with self._scope():
+        with self.scope():
             self.pos += dt * self.vel  # as NumpyBlockOps: the product, then the sum (no contraction)
         self.time += dt
 
-    def force_active(self, rows: np.ndarray) -> ForceWork:
-        rows = np.asarray(rows, dtype=np.int64)
-        with self._scope():
+    def _rows(self, rows):
+        """`rows` on the device (the scheduler passes CuPy arrays, xp; a host array is copied)."""
+        return rows if not isinstance(rows, np.ndarray) else self.cp.asarray(rows.astype(np.int64))
+
+    def force_active(self, rows) -> ForceWork:
+        with self.scope():
+            rows = self._rows(rows)
             self.rows32[:, :3] = self.pos.astype(np.float32)
             self.rows32[:, 3] = self.mass
             work = self.evaluator.evaluate_rows(self.rows32.data.ptr, self.acc32.data.ptr, self.n, rows)
-            on = self.cp.asarray(rows)
-            self.acc[on] = self.acc32[on, :3].astype(np.float64)  # float32 -> float64: exact
+            self.acc[rows] = self.acc32[rows, :3].astype(np.float64)  # float32 -> float64: exact
         return work
 
-    def kick(self, rows: np.ndarray, half_dts: np.ndarray) -> None:
-        with self._scope():
-            on = self.cp.asarray(np.asarray(rows, dtype=np.int64))
-            self.vel[on] += self.acc[on] * self.cp.asarray(np.asarray(half_dts, np.float64))[:, None]
+    def kick(self, rows, half_dts) -> None:
+        with self.scope():
+            rows = self._rows(rows)
+            self.vel[rows] += self.acc[rows] * self.cp.asarray(half_dts, np.float64)[:, None]
 
-    def acc_norms(self, rows: np.ndarray) -> np.ndarray:
-        with self._scope():
-            on = self.cp.asarray(np.asarray(rows, dtype=np.int64))
-            return self.cp.linalg.norm(self.acc[on], axis=1).get()
+    def acc_norms(self, rows):
+        with self.scope():
+            return self.cp.linalg.norm(self.acc[self._rows(rows)], axis=1)  # stays on the device
 
     def tidal_norms(self, rows: np.ndarray) -> np.ndarray:
         raise ValueError("criterion 'tidal' needs ||T|| from the walk, which the GPU tree does not compute "
@@ -110,7 +112,7 @@ class CudaBlockOps:
         float64 state, with the device current: what app.backends.cuda.diagnostics reads (its energy
         sums each tile in float, then in double; enough for drifts far above 1e-7)."""
         cp = self.cp
-        with self._scope():
+        with self.scope():
             self.rows32[:, :3] = self.pos.astype(np.float32)
             self.rows32[:, 3] = self.mass
             vel32 = cp.zeros((self.n, 4), np.float32)
@@ -120,6 +122,6 @@ class CudaBlockOps:
 
     def bodies(self) -> Bodies:
         """The state on the host (float64 x and v, the masses, the clock)."""
-        with self._scope():
+        with self.scope():
             pos, vel = self.pos.get(), self.vel.get()
         return Bodies.from_arrays(pos, vel, self._mass64, time=self.time)

@@ -248,8 +248,9 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         prev = int(acc) + 16 * int(sources.start)  # the relative test reads its members' last rows
         return drain(self._phases(int(pos), int(acc), targets, sources, stream, pairs, None, (prev, 1)))[0]
 
-    def evaluate_rows(self, pos, acc, n: int, rows: np.ndarray, stream=None) -> ForceWork:
-        """acc[rows] (float4 rows at device pointer `acc`) for an index array of `rows`, every one of the n
+    def evaluate_rows(self, pos, acc, n: int, rows, stream=None) -> ForceWork:
+        """acc[rows] (float4 rows at device pointer `acc`) for an index array of `rows` (numpy or CuPy),
+        every one of the n
         rows of `pos` a source (block time steps' active targets, app/blocksteps.py): a build of all
         bodies, then the walk of the full evaluation's groups with only the rows of a device mask written
         (an inactive body still shapes its group's box), so each row gets bitwise its value in the full
@@ -258,16 +259,17 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         if self._tunables.get("opening") == "rel":
             raise ConfigError(f"{self.record.name}: block steps take a geometric opening test (the relative "
                               "one reads the last accelerations); use opening=cube or bmax")
-        rows = np.asarray(rows, dtype=np.int64)
+        cp = cupy_module()
+        if isinstance(rows, np.ndarray):
+            rows = rows.astype(np.int64, copy=False)
         n = int(n)
         if rows.size == 0 or n == 0:
             return ForceWork(evaluations=1)
-        cp = cupy_module()
         everyone = Span.all(n)
         with self._on(stream, n):
             mask = self._buf("active-mask", n, np.uint8)
             mask[:n] = 0
-            mask[cp.asarray(rows)] = 1
+            mask[cp.asarray(rows)] = 1  # (a no-op copy for device rows, the block-step scheduler's)
         return drain(self._phases(int(pos), int(acc), everyone, everyone, stream, int(rows.size) * n, None,
                                   (0, 0), mask.data.ptr))[0]
 
