@@ -346,6 +346,22 @@ class BlockSteps:
         return work
 
 
+def block_tunables(tunables: dict | None) -> dict:
+    """A tree's tunables for block steps: a build at every evaluation and a geometric opening test (cube
+    unless bmax is asked), whatever the record's defaults, so that a(x) follows from x alone, which a
+    resume needs; ConfigError naming the fix for rebuild_every > 1 or opening = rel."""
+    tunables = dict(tunables or {})
+    if int(tunables.get("rebuild_every", 1)) != 1:
+        raise ConfigError("block steps build the tree at every evaluation (a refit's tree depends on the "
+                          "build before it, so a(x) would not follow from x alone, which a resume needs); "
+                          "drop rebuild_every")
+    if tunables.get("opening") == "rel":
+        raise ConfigError("block steps take a geometric opening test (the relative one reads the last "
+                          "accelerations, so a(x) would not follow from x alone, which a resume needs); "
+                          "use opening=cube or bmax")
+    return {**tunables, "rebuild_every": 1, "opening": tunables.get("opening", "cube")}
+
+
 def _scope(ops):
     """The ops' scope() (BlockOps), or nothing to enter."""
     scope = getattr(ops, "scope", None)
@@ -438,6 +454,29 @@ class NumpyBlockOps:
     def acc_norms(self, rows: np.ndarray) -> np.ndarray:
         return np.linalg.norm(self.acc[rows], axis=1)
 
+    # --- the host's view, for a Backend (app/backends/block.py) ------------------------------------------
+    def synchronize(self) -> None:
+        """Nothing to wait for on the host."""
+
+    def host_state(self) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of x and v, float64 (N, 3)."""
+        return self.bodies.pos.copy(), self.bodies.vel.copy()
+
+    def host_acc(self) -> np.ndarray:
+        return self.acc.copy()
+
+    def render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """float32 [x, y, z, m] rows and speeds, what a renderer uploads."""
+        return self.bodies.pos4(np.float32), np.linalg.norm(self.bodies.vel, axis=1).astype(np.float32)
+
+    def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(a(x) kept for `rows`, their all-pairs accelerations at the same float32 positions by the CPU
+        backend's exact_rows: the live force error's halves, app/force_error.py). a(x) must be current."""
+        from app.backends.cpu import exact_rows
+
+        rows = np.asarray(rows, dtype=np.int64)
+        return self.acc[rows].copy(), exact_rows(self.bodies.pos4(np.float32), rows, self.physics)
+
     def tidal_norms(self, rows: np.ndarray) -> np.ndarray:
         if self.tidal is None:
             raise ValueError("criterion 'tidal' needs NumpyBlockOps(..., tidal=True)")
@@ -456,18 +495,7 @@ class TreeBlockOps(NumpyBlockOps):
         super().__init__(bodies, physics, acc=acc)
         record = CPUBackend.record("cpu-tree")
         self.evaluator = record.policy.evaluator(record, physics)
-        tunables = dict(tunables or {})
-        if int(tunables.get("rebuild_every", 1)) != 1:
-            raise ConfigError("block steps build the tree at every evaluation (a refit's tree depends on "
-                              "the build before it, so a(x) would not follow from x alone, which a resume "
-                              "needs); drop rebuild_every")
-        opening = tunables.pop("opening", "cube")
-        if opening == "rel":
-            raise ConfigError("block steps take a geometric opening test (the relative one reads the last "
-                              "accelerations, so a(x) would not follow from x alone, which a resume needs); "
-                              "use opening=cube or bmax")
-        # a build at every evaluation and a geometric test, whatever the record's defaults
-        self.evaluator.set_tunables(**tunables, rebuild_every=1, opening=opening)
+        self.evaluator.set_tunables(**block_tunables(tunables))
         self._pos4 = np.empty((self.n, 4))
         self._acc32 = np.zeros((self.n, 4), np.float32)  # the walk's own precision (float32 rows)
 

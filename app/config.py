@@ -15,7 +15,7 @@ from pathlib import Path
 
 from app.errors import ConfigError
 from app.multidevice import DRIVERS, EXCHANGES, parse_device_count
-from app.physics import INTEGRATORS, MODELS
+from app.physics import INTEGRATORS, MODELS, TIMESTEPS
 
 BACKEND_CHOICES = ("auto", "cpu", "cuda")
 COLOR_BY = ("speed", "mass", "none", "component", "component-speed", "component-mass")
@@ -88,6 +88,12 @@ SCHEMA: dict[str, dict[str, Field]] = {
                          hi=1),
         "model": Field("str", "gravity, or gravity-repulsion (G/r² minus H/r⁴)", choices=MODELS),
         "repulsion": Field("float", "H of the gravity-repulsion model", lo=0, hi=1e12),
+        "timesteps": Field("str", "shared (every body takes dt) or block (hierarchical levels: body i steps "
+                                  "dt / 2^l_i, dt the max step; leapfrog on the tree, one device)",
+                           choices=TIMESTEPS),
+        "block_levels": Field("int", "block steps: L, the finest step is dt / 2^L", lo=0, hi=20),
+        "block_eta": Field("float", "block steps: the accuracy η of the level criterion dt_i = sqrt(2 η ε "
+                                    "/ |a_i|) (smaller: finer levels)", lo=0, lo_open=True, hi=10),
     },
     "camera": {
         "azimuth": Field("float", "degrees around the z axis", lo=-360, hi=360),

@@ -10,6 +10,10 @@ Integrators, one step of size dt (stepped by app.integrator, which imports this 
 other way round; its `integrate` is the float64 reference stepping):
     leapfrog (kick-drift-kick):  v += a dt/2;  x += v dt;  a = A(x);  v += a dt/2
     euler-damped (the CUDA samples' integrateBodies):  a = A(x);  v = (v + a dt) · damping;  x += v dt
+
+Time steps: `shared` (every body takes dt) or `block` (leapfrog on hierarchical levels: body i steps
+dt / 2^l_i, l_i in [0, block_levels] from GADGET-2's criterion at accuracy block_eta; dt is then the max
+step; app/blocksteps.py, docs/blocksteps.md).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from app.bodies import Bodies
 
 INTEGRATORS = ("leapfrog", "euler-damped")
 MODELS = ("gravity", "gravity-repulsion")
+TIMESTEPS = ("shared", "block")
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,9 @@ class Physics:
     damping: float = 1.0
     model: str = "gravity"
     repulsion: float = 0.0  # H of the gravity-repulsion model
+    timesteps: str = "shared"  # or "block": hierarchical levels below dt (app/blocksteps.py)
+    block_levels: int = 6  # block steps: L, the finest step is dt / 2^L
+    block_eta: float = 0.025  # block steps: the criterion's accuracy η (GADGET-2's default)
 
     def with_(self, **changes) -> Physics:
         return replace(self, **changes)

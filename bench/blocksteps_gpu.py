@@ -6,13 +6,14 @@ the size it names, the 1M collision over 2 time units.
     python3 bench/blocksteps_gpu.py --replot --csv FILE.csv --plot FILE.png
 
 Each mode runs from the same bodies with the tree (cube test at --theta, a build every evaluation):
-"block" (per-body levels from GADGET-2's criterion) and "shared" (every body at the finest level any body
-wants: the shared-step comparison at the same η, app/blocksteps.py). After every max step the energy is
-reduced on the device (app/backends/cuda/diagnostics.py) and a CSV row written (mode, max step, time,
-wall seconds, E, |dE/E|, active fraction, bodies per level). The summary: simulated time per wall second
-of each mode and their ratio (the bar: >= 3x), the largest |dE/E| of each and their ratio (the bar:
-within 2x). Exit status 0 when it ran (the bars are reported, not judged), 2 bad input, 130 interrupted
-(the CSV keeps every row written).
+"block" (per-body levels from GADGET-2's criterion), "shared" (every body at the finest level any body
+wants: the shared-step comparison at the same η, app/blocksteps.py) and, when asked, "levelK" (every body
+at level K throughout: shared steps of dt/2^K, K chosen to cost what block costs). After every max step
+the energy is reduced on the device (app/backends/cuda/diagnostics.py) and a CSV row written (mode, max
+step, time, wall seconds, E, |dE/E|, active fraction, bodies per level). The summary: simulated time per
+wall second of each mode and their ratio (the bar: >= 3x), the largest |dE/E| of each and their ratio
+(the bar: within 2x). Exit status 0 when it ran (the bars are reported, not judged), 2 bad input, 130
+interrupted (the CSV keeps every row written).
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import csv
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 
 def main(argv=None) -> int:
@@ -37,7 +40,10 @@ def main(argv=None) -> int:
     ap.add_argument("--eta", type=float, default=0.01, help="the criterion's accuracy (default 0.01)")
     ap.add_argument("--softening", type=float, default=0.01)
     ap.add_argument("--theta", type=float, default=0.5, help="the tree's opening angle (cube test)")
-    ap.add_argument("--modes", default="block,shared", help="block, shared or both (default)")
+    ap.add_argument("--modes", default="block,shared",
+                    help="comma-separated: block, shared (every body at the finest level any body wants), "
+                         "levelK (every body at level K, never changed: shared steps of dt/2^K, e.g. the "
+                         "level whose cost equals block's); default block,shared")
     ap.add_argument("--csv", type=Path, required=True, help="per max step rows (written as they come)")
     ap.add_argument("--plot", type=Path, metavar="PNG",
                     help="|dE/E| and the active fraction against time, both modes, from the CSV")
@@ -51,9 +57,9 @@ def main(argv=None) -> int:
         return 0
     modes = args.modes.split(",")
     if args.n < 2 or args.t <= 0 or args.dt <= 0 or not 0 <= args.levels <= 20 or args.eta <= 0 \
-            or any(m not in ("block", "shared") for m in modes):
+            or any(_fixed_level(m, args.levels) is None and m not in ("block", "shared") for m in modes):
         print("blocksteps_gpu: --n >= 2, --t, --dt and --eta > 0, 0 <= --levels <= 20, --modes of "
-              "block,shared", file=sys.stderr)
+              "block, shared and levelK (0 <= K <= --levels)", file=sys.stderr)
         return 2
     if args.plot is not None and not args.plot.parent.is_dir():
         print(f"blocksteps_gpu: {args.plot.parent} is not a folder; make it or choose another --plot",
@@ -84,7 +90,10 @@ def main(argv=None) -> int:
                           "active_fraction", "levels"])
             for mode in modes:
                 ops = CudaBlockOps(copy.deepcopy(bodies), physics, device, {"theta": args.theta})
-                sched = BlockSteps(physics, args.levels, eta=args.eta, mode=mode)
+                level = _fixed_level(mode, args.levels)
+                sched = BlockSteps(physics, args.levels, eta=args.eta, mode=mode) if level is None else \
+                    BlockSteps(physics, args.levels, eta=args.eta, mode="frozen",
+                               levels=np.full(args.n, level, np.int32))
                 sched.begin(ops)  # a(x) and the levels, untimed: it also compiles the scheduler's kernels
                 e0 = device_diagnostics(ops).energy
                 wall = worst = 0.0
@@ -112,7 +121,7 @@ def main(argv=None) -> int:
     for mode, (rate, worst, fraction, targets) in summary.items():
         print(f"{mode:6}: {rate:.4f} time units per wall second, max |dE/E| {worst:.2e}, "
               f"active fraction {fraction:.3f}, {targets:,} targets evaluated")
-    if len(summary) == 2:
+    if "block" in summary and "shared" in summary:
         (rb, eb, _, tb), (rs, es, _, ts) = summary["block"], summary["shared"]
         print(f"block / shared: {rb / rs:.2f}x simulated time per wall second (bar >= 3), "
               f"energy {eb / es:.2f}x shared's (bar <= 2); {ts / tb:.2f}x fewer targets evaluated (the "
@@ -120,6 +129,13 @@ def main(argv=None) -> int:
     if args.plot is not None:
         plot(args.csv, args.plot)
     return 0
+
+
+def _fixed_level(mode: str, top: int) -> int | None:
+    """K of a mode "levelK" within [0, top], else None."""
+    if mode.startswith("level") and mode[5:].isdigit() and int(mode[5:]) <= top:
+        return int(mode[5:])
+    return None
 
 
 def plot(csv_path: Path, png: Path) -> None:

@@ -110,3 +110,39 @@ def test_gpu_block_ops_refuse_what_would_make_a_of_x_depend_on_history(device):
     ev = _gpu_evaluator(device, opening="rel")
     with pytest.raises(ConfigError, match="geometric opening test"):
         on_device(device, cloud(512), lambda p, a: ev.evaluate_rows(p, a, 512, np.arange(8)))
+
+
+def test_the_block_backend_on_a_gpu_resumes_bitwise_and_samples_its_force_error():
+    """`--timesteps block` on the cuda backend (app/backends/block.py over CudaBlockOps): 2 + 2 max steps
+    from a float64 state taken between them equal 4 straight, bitwise (levels from a(x), a(x) from x);
+    the live force error's halves at the synchronised state are within the tree's budget; the render
+    rows are the state in float32; kernels other than the tree are refused with the fix."""
+    from app.backends import backend_class
+    from app.backends.block import block_steps_backend_class
+
+    cls = block_steps_backend_class(backend_class("cuda"))
+    physics = Physics(softening=0.01, dt=1 / 32, timesteps="block", block_levels=4, block_eta=0.01)
+    a, b = cls(), cls()
+    try:
+        a.load(generate("collision", 8192, 3), physics)
+        timings = a.step(2)
+        assert 0 < timings.extra["active_fraction"] < 1 and np.count_nonzero(a.levels_histogram()) >= 2
+        mid = a.state()
+        a.step(2)
+        straight = a.state()
+        b.load(mid, physics)
+        b.step(2)
+        got = b.state()
+        assert got.time == straight.time == 4 / 32
+        assert np.array_equal(got.pos, straight.pos) and np.array_equal(got.vel, straight.vel)
+        approx, exact = a.force_error_sample(np.arange(0, 8192, 8))
+        rel = np.linalg.norm(approx - exact, axis=1) / np.linalg.norm(exact, axis=1)
+        assert 0 < np.percentile(rel, 99) <= 1e-3, np.percentile(rel, 99)
+        rows, speed = a.host_render_arrays()
+        assert np.array_equal(rows[:, :3], straight.pos.astype(np.float32))
+        assert np.allclose(speed, np.linalg.norm(straight.vel, axis=1), rtol=1e-6)
+        with pytest.raises(ConfigError, match="shared time steps run best"):
+            a.set_kernel("best")
+    finally:
+        a.close()
+        b.close()

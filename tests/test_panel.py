@@ -42,7 +42,7 @@ def gl_env():
 class UI:
     """A viewer with the panel, and a 'user' who moves the mouse, clicks and types through vispy events."""
 
-    def __init__(self, n: int = 512, backend=None, kernel: str = "auto"):
+    def __init__(self, n: int = 512, backend=None, kernel: str = "auto", height: int = H):
         from app.commands.common import make_backend
         from app.render.canvas import Viewer
         from app.scene import load_scene
@@ -50,7 +50,7 @@ class UI:
 
         self.scene = load_scene("plummer", {"initial.n": n, "run.backend": "cpu", "run.steps_per_frame": 1,
                                             "run.kernel": kernel})
-        self.viewer = Viewer(self.scene, backend or make_backend(self.scene), size=(W, H), headless=True)
+        self.viewer = Viewer(self.scene, backend or make_backend(self.scene), size=(W, height), headless=True)
         self.panel = Panel(self.viewer)
         self.ctl = self.panel.controller
         # rebuild the widgets every frame: what a test changes without input (a kernel, a failure) shows at
@@ -637,3 +637,66 @@ def test_several_devices_show_the_trees_live_force_error(devices_tree_ui):
     assert 0 < e.median <= e.p99 <= 1e-3 and e.within_budget, e
     assert 100 < probe.interactions_per_body < 4096
     assert "force_error" in ui.panel.item_rects and "device:1" in ui.panel.item_rects
+
+
+@pytest.fixture
+def block_ui(gl_env):
+    u = UI(n=2048, kernel="cpu-tree", height=1100)  # the tree's live rows push the tabs down: room for them
+    u.frame(3)  # the force error's row appears after the first frames: the layout settles first
+    yield u
+    u.close()
+
+
+def test_the_time_steps_combo_moves_the_run_to_block_steps_and_back_keeping_the_state(block_ui):
+    """Through real input: a max step wide enough for several levels (dt typed), then "block" in the time
+    steps combo moves the state into block steps on cpu-tree, x and v bitwise kept; the live row shows the
+    active fraction and the bodies per level, kernels other than the tree are greyed with the reason; L
+    typed applies from the next step; "shared" brings the shared-step backend back."""
+    from vispy.util import keys
+
+    ui = block_ui
+    ui.key(keys.SPACE, " ")
+    ui.tab("Simulation")
+    ui.click("physics.dt")
+    ui.type("0.03125")
+    ui.enter()
+    assert ui.backend.physics.dt == 0.03125, (ui.ctl.message, ui.panel.field_errors)
+    assert "physics.block_levels" in ui.panel.item_rects  # drawn (greyed: it applies to block steps)
+    pos0, vel0 = _state(ui.backend)
+    ui.click("physics.timesteps")
+    ui.click("physics.timesteps=block")
+    assert getattr(ui.backend, "timesteps", "shared") == "block", ui.ctl.message
+    assert ui.backend.kernel == "cpu-tree"
+    assert ui.ctl.message == "time steps: block (cpu-tree) from the next step"
+    pos1, vel1 = _state(ui.backend)
+    assert pos1.tobytes() == pos0.tobytes() and vel1.tobytes() == vel0.tobytes()
+    assert "block time steps walk the tree" in ui.ctl.why_not("cpu-simd")
+    t0 = ui.backend.time
+    ui.key(keys.SPACE, " ")
+    ui.frame(4)
+    assert ui.backend.time >= t0 + 4 * 0.03125  # one max step per step
+    fraction, levels = ui.ctl.live_block()
+    assert 0 < fraction < 1 and np.count_nonzero(levels) >= 2 and levels.sum() == 2048, (fraction, levels)
+    assert "block" in ui.panel.item_rects  # the live row
+    e = ui.ctl.force_error.latest  # the tree's a(x) against the all-pairs sum, as under shared steps
+    assert e is not None and e.kernel == "cpu-tree" and 0 < e.p99 <= 1e-3, (e, ui.ctl.force_error.note)
+    assert "tunable:theta" in ui.panel.item_rects and "tunable:rebuild_every" not in ui.panel.item_rects
+    assert ui.viewer.render_to_array()[:, W // 2:].any()  # the bodies are drawn (host upload)
+
+    ui.click("physics.block_levels")
+    ui.type("2")
+    ui.enter()
+    ui.frame(2)
+    assert ui.backend.physics.block_levels == 2 and ui.backend.levels_histogram().shape == (3,)
+
+    ui.key(keys.SPACE, " ")
+    pos2, vel2 = _state(ui.backend)
+    ui.click("physics.timesteps")
+    ui.click("physics.timesteps=shared")
+    assert not hasattr(ui.backend, "timesteps") and ui.backend.kernel == "cpu-tree", ui.ctl.message
+    pos3, vel3 = _state(ui.backend)  # cpu-tree's shared steps keep a float32 state: block's float64 rounded
+    assert np.array_equal(pos3, pos2.astype(np.float32)) and np.array_equal(vel3, vel2.astype(np.float32))
+    assert ui.ctl.live_block() is None
+    ui.key(keys.SPACE, " ")
+    ui.frame(2)
+    assert "block" not in ui.panel.item_rects

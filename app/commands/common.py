@@ -24,6 +24,9 @@ SHORTCUTS = {
     "model": "physics.model",
     "damping": "physics.damping",
     "repulsion": "physics.repulsion",
+    "timesteps": "physics.timesteps",
+    "block_levels": "physics.block_levels",
+    "block_eta": "physics.block_eta",
     "backend": "run.backend",
     "kernel": "run.kernel",
     "steps_per_frame": "run.steps_per_frame",
@@ -59,6 +62,16 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
     g.add_argument("--model", type=str, metavar="NAME", help="gravity | gravity-repulsion")
     g.add_argument("--damping", type=str, metavar="D", help="velocity damping per step, (0, 1]")
     g.add_argument("--repulsion", type=str, metavar="H", help="H of the gravity-repulsion model")
+    g.add_argument("--timesteps", type=str, metavar="MODE",
+                   help="shared (default: every body takes --dt) | block: hierarchical time steps, body i "
+                        "steps dt/2^l_i with l_i from GADGET-2's criterion sqrt(2 eta eps/|a_i|), so only "
+                        "the bodies that need short steps take them; --dt is then the max step and one "
+                        "step is one max step. Runs on the tree (kernel tree, or cpu-tree on the CPU), "
+                        "one device (docs/blocksteps.md)")
+    g.add_argument("--block-levels", dest="block_levels", type=str, metavar="L",
+                   help="block steps: levels below --dt, the finest step is dt/2^L (default 6)")
+    g.add_argument("--block-eta", dest="block_eta", type=str, metavar="ETA",
+                   help="block steps: the level criterion's accuracy (default 0.025; smaller is finer)")
     g.add_argument("--backend", type=str, metavar="NAME",
                    help=f"{' | '.join(BACKEND_CHOICES)} (default: auto = CUDA if it works, else CPU)")
     g.add_argument("--kernel", type=str, metavar="NAME",
@@ -187,7 +200,10 @@ def make_backend(scene, bodies=None, comm=None):
     cls = select_backend(scene.run.backend, kernel)
     if scene.run.backend == "auto":
         log.info("backend: %s", cls.name)
-    if scene.run.gpus is not None:
+    if scene.physics.timesteps == "block":
+        cls = block_steps_class(cls, scene, comm)
+        kernel = kernel or cls.tree_kernel()
+    elif scene.run.gpus is not None:
         cls = several_devices(cls, scene.run.gpus, scene.run.gpu_driver, scene.run.exchange,
                               chosen=scene.run.backend != "auto" or kernel is not None)
     if comm is not None:
@@ -210,6 +226,20 @@ def make_backend(scene, bodies=None, comm=None):
     return backend
 
 
+def block_steps_class(cls, scene, comm=None):
+    """The block-step form of backend `cls` (app/backends/block.py): one device, the tree; ConfigError
+    naming what to drop for several devices or MPI ranks."""
+    from app.backends.block import block_steps_backend_class
+
+    if scene.run.gpus is not None:
+        raise ConfigError(f"--gpus {scene.run.gpus}: block time steps run on one device (the active-group "
+                          "walk is not split across devices yet); drop --gpus, or use --timesteps shared")
+    if comm is not None:
+        raise ConfigError("block time steps run in one process on one device; run without mpiexec, or use "
+                          "--timesteps shared")
+    return block_steps_backend_class(cls)
+
+
 def several_devices(cls, gpus, driver: str = "auto", exchange: str = "auto", chosen: bool = True):
     """The multi-device form of backend `cls` on `gpus` devices (app/backends/multi.py). `chosen`: the
     backend was named (or implied by the kernel); auto falling back to the CPU is not taken for CPU
@@ -225,6 +255,8 @@ def several_devices(cls, gpus, driver: str = "auto", exchange: str = "auto", cho
 
 def make_rank_run(comm, scene, bodies=None):
     """This rank's RankRun for a scene: CPU shares, or one GPU per rank picked by local rank."""
+    if scene.physics.timesteps == "block":
+        block_steps_class(None, scene, comm)  # (ConfigError: one process, one device)
     if scene.run.gpus is not None:
         raise ConfigError(f"--gpus {scene.run.gpus}: under mpiexec each rank takes one GPU (of its local "
                           "rank); leave --gpus out, or run one process with --gpus")

@@ -43,6 +43,11 @@ the kernel) and takes --steps more steps; in float64 (.npz) the result is bitwis
 uninterrupted run gives. The log of a resumed run goes to a new file (an existing one is not
 overwritten) and starts again at step 0, with drifts relative to the resumed state.
 
+--timesteps block steps hierarchical time steps on the tree (one device): --dt is the max step, a step is
+one max step, and each body takes dt/2^l substeps, l from GADGET-2's criterion (--block-levels L, --block-eta
+ETA). Between two steps every body is synchronised and its level follows from x, so --resume from an .npz
+continues bitwise there too.
+
 --snapshot-every K --out-dir DIR writes a numbered series for a replay: DIR/snap_<step>.npz every K
 steps, from step 0 to the last step (which is always written), with the same atomic npz writer as --out
 (float64, the original body order, the time, the components), and DIR/series.json listing the complete
@@ -61,6 +66,8 @@ examples:
       --out out/nbabel.npz --log out/energy.csv --backend cpu --kernel cpu-fp64
   nbody-live simulate plummer --n 65536 --steps 100000 --out out/big.npz --checkpoint-every 1000
   nbody-live simulate plummer --n 65536 --steps 40000 --out out/big.npz --resume out/big.npz
+  nbody-live simulate collision --n 1048576 --timesteps block --dt 0.0625 --block-levels 6 \
+      --block-eta 0.01 --steps 32 --out out/collision-block.npz --checkpoint-every 4
 """
 
 LOG_COLUMNS = ["step", "time", "kinetic", "potential", "energy", "rel_energy_drift", "px", "py", "pz",
@@ -242,6 +249,8 @@ def _simulate(args, comm) -> int:
                 if series and done == args.steps:
                     series.finish(base + done, final)
             kernel = backend.kernel
+            if getattr(backend, "timesteps", "shared") == "block":
+                kernel += f", {backend.block_summary()}"
             devices = devices_line(backend)
             signum = distributed.any_rank(comm, stop.signum)
     finally:

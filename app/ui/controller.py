@@ -78,6 +78,7 @@ class Controller(Actions):
         self.energy = EnergyMonitor(every=energy_every)
         self.force_error = ForceErrorProbe()  # an approximate record's live force error (app/force_error.py)
         self._stages: deque[dict[str, float]] = deque(maxlen=LIVE_WINDOW)  # force split of the last frames
+        self._active: deque[float] = deque(maxlen=LIVE_WINDOW)  # block steps: active fraction per frame
         # several devices (--gpus): each device's force ms and the exchange ms of the last frames
         self._devices: deque[tuple[dict[str, float], float]] = deque(maxlen=LIVE_WINDOW)
         self.bench: Benchmark | None = None
@@ -120,6 +121,10 @@ class Controller(Actions):
         if reason:
             return reason
         rec = self.record(name)
+        if getattr(self.backend, "timesteps", "shared") == "block":
+            reason = type(self.backend).kernel_why_not(name)  # block steps walk the tree only
+            if reason:
+                return reason
         if self.backend.ranks > 1:
             if rec.backend != self.backend.name:
                 return (f"the {self.backend.ranks} MPI ranks run the {self.backend.name} backend (chosen at "
@@ -166,12 +171,14 @@ class Controller(Actions):
         self._ok(f"kernel: {name} from the next step{note}")
         return None
 
-    def _switch_backend(self, rec) -> None:
+    def _switch_backend(self, rec, cls=None, physics=None) -> None:
+        """The current state into a fresh backend of `cls` (default: the record's backend) running
+        `rec`, with `physics` (default: the current one)."""
         old = self.backend
         state = old.state()
-        new = backend_class(rec.backend)()
+        new = (cls or backend_class(rec.backend))()
         try:
-            new.load(state, old.physics, rec.name)
+            new.load(state, physics or old.physics, rec.name)
             new.components = old.components
         except Exception:
             new.close()
@@ -218,12 +225,32 @@ class Controller(Actions):
         with new bodies and buffers, and what every panel applies (render, camera) plus run."""
         if key == "initial.n":
             return self._set_n(trial)
+        if key == "physics.timesteps" and trial.physics.timesteps != self.backend.physics.timesteps:
+            return self._switch_timesteps(trial.physics)
         if key.split(".", 1)[0] == "physics":
             self.backend.set_physics(trial.physics)
             if key in ENERGY_RESET_KEYS:
                 self.energy.rebase()
             return None
         return super().apply_value(key, trial)
+
+    def _switch_timesteps(self, physics) -> str | None:
+        """Shared <-> block time steps from the next step: the state into the other form of the current
+        backend (block: app/backends/block.py, the tree on one device; shared: the backend itself, still
+        on the tree), every body's x and v kept."""
+        from app.backends.block import block_steps_backend_class
+
+        backend = self.backend
+        if physics.timesteps == "block":
+            if backend.ranks > 1 or getattr(backend, "k", 1) > 1:
+                raise ConfigError("block time steps run on one device; restart without --gpus or mpiexec")
+            cls = block_steps_backend_class(backend_class(backend.name))
+        else:
+            cls = backend_class(backend.name)
+        kernel = block_steps_backend_class(backend_class(backend.name)).tree_kernel()
+        self._switch_backend(self.record(kernel), cls, physics)
+        self.energy.rebase()
+        return f"time steps: {physics.timesteps} ({kernel}) from the next step"
 
     def _set_n(self, trial) -> str | None:
         from app.scene import make_bodies
@@ -278,13 +305,17 @@ class Controller(Actions):
         return None
 
     def load_preset(self, name: str) -> str | None:
-        """A preset's bodies, physics, camera and render settings; N, backend and kernel are kept."""
+        """A preset's bodies, physics, camera and render settings; N, backend, kernel and time steps
+        (shared or block, with L and η) are kept."""
         from app.scene import load_scene, make_bodies
 
         cur = self.scene
         try:
             new = load_scene(name, {"initial.n": cur.initial.n})
             new.run.backend, new.run.kernel = cur.run.backend, self.backend.kernel
+            ph = self.backend.physics
+            new.physics = new.physics.with_(timesteps=ph.timesteps, block_levels=ph.block_levels,
+                                            block_eta=ph.block_eta)
             bodies = make_bodies(new)
             self.backend.set_physics(new.physics)
             self.viewer.scene = new
@@ -420,6 +451,8 @@ class Controller(Actions):
                           python_ms=python_ms, interactions_per_s=rec.interactions_per_s)
         if rec.steps > 0 and step is not None and step.kernel == rec.kernel:
             self._stages.append(step.stages)
+            if "active_fraction" in step.extra:
+                self._active.append(step.extra["active_fraction"])
             if step.devices:
                 self._devices.append((step.devices, step.exchange_ms))
         if rec.steps > 0 and rec.frame_ms > 0:
@@ -465,6 +498,14 @@ class Controller(Actions):
         seen = set().union(*rows)
         names = list(STAGES) + sorted(seen.difference(STAGES))
         return {name: float(np.mean([s.get(name, 0.0) for s in rows])) for name in names}
+
+    def live_block(self) -> tuple[float, np.ndarray] | None:
+        """Block time steps: (the median active fraction of the last frames' max steps, bodies per level
+        now); None under shared steps."""
+        if getattr(self.backend, "timesteps", "shared") != "block":
+            return None
+        fraction = float(np.median(self._active)) if self._active else float("nan")
+        return fraction, self.backend.levels_histogram()
 
     def live_devices(self) -> tuple[dict[str, float], float]:
         """Several devices (--gpus): ({"<index> <name>": median force ms per frame}, median exchange ms

@@ -46,7 +46,7 @@ import numpy as np
 
 from app.backends.base import INTEROP_PATH
 from app.forces import FloatRange, IntChoice
-from app.physics import INTEGRATORS, MODELS
+from app.physics import INTEGRATORS, MODELS, TIMESTEPS
 from app.timing import FLOPS_PER_INTERACTION
 from app.ui.components_panel import components_section
 from app.ui.controller import HISTORY_S, LIVE_WINDOW, MEDIAN_EVERY_S, Controller
@@ -515,6 +515,7 @@ class Panel(OverlayPanel):
         imgui.same_line()
         imgui.text_disabled("(20 flops/interaction)")
         self._stages_row()
+        self._block_row()
         self._devices_rows()
         self._force_error_row()
         self._breakdown_bar(live)
@@ -531,6 +532,22 @@ class Panel(OverlayPanel):
         self._rect("stages")
         self._tooltip("the force time split per stage, ms per frame (median of the last frames), the "
                       "backend's own timer: Morton keys, sort and reorder, octree build, moments, walk")
+
+    def _block_row(self) -> None:
+        """Block time steps: the active fraction (targets walked / (N x substeps), median of the last
+        frames) and the bodies per level."""
+        block = self.controller.live_block()
+        if block is None:
+            return
+        fraction, levels = block
+        self.imgui.push_text_wrap_pos(0.0)
+        shown = "-" if fraction != fraction else f"{100 * fraction:.1f}%"
+        self._mono(f"block steps: active {shown} · levels " +
+                   " ".join(f"{lv}:{int(c):,}" for lv, c in enumerate(levels) if c))
+        self.imgui.pop_text_wrap_pos()
+        self._rect("block")
+        self._tooltip("the mean share of bodies walked per substep of the last max steps (1 = shared "
+                      "steps' cost), and how many bodies step dt / 2^level at each level now")
 
     def _devices_rows(self) -> None:
         """Several devices (--gpus): one bar per device, its force time against the slowest one's (a
@@ -760,6 +777,13 @@ class Panel(OverlayPanel):
         self._choice("force model", "physics.model", MODELS)
         self._field("repulsion H", "physics.repulsion",
                     None if phys.model == "gravity-repulsion" else "applies to the gravity-repulsion model")
+        self._choice("time steps", "physics.timesteps", TIMESTEPS)
+        self._tooltip("shared: every body takes dt. block: hierarchical levels, body i steps dt / 2^l_i "
+                      "(GADGET-2's criterion), only the active bodies are walked; dt is the max step; the "
+                      "tree on one device (docs/blocksteps.md)")
+        not_block = None if phys.timesteps == "block" else "applies to block time steps"
+        self._field("block levels L", "physics.block_levels", not_block)
+        self._field("block η", "physics.block_eta", not_block)
         self._field("steps / frame", "run.steps_per_frame")
 
     def _view_section(self) -> None:

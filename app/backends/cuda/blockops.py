@@ -20,8 +20,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from app.blocksteps import block_tunables
 from app.bodies import Bodies
-from app.errors import ConfigError
 from app.forces import ForceWork
 from app.physics import Physics
 
@@ -35,16 +35,7 @@ class CudaBlockOps:
         from app.backends.cuda.registry import RECORDS
         from app.backends.cuda.tree import cupy_module
 
-        tunables = dict(tunables or {})
-        if int(tunables.get("rebuild_every", 1)) != 1:
-            raise ConfigError("block steps build the tree at every evaluation (a refit's tree depends on "
-                              "the build before it, so a(x) would not follow from x alone, which a resume "
-                              "needs); drop rebuild_every")
-        opening = tunables.pop("opening", "cube")
-        if opening == "rel":
-            raise ConfigError("block steps take a geometric opening test (the relative one reads the last "
-                              "accelerations, so a(x) would not follow from x alone, which a resume needs); "
-                              "use opening=cube or bmax")
+        tunables = block_tunables(tunables)  # (ConfigError for rebuild_every > 1 or opening = rel)
         self.cp = self.xp = cp = cupy_module()  # xp: the scheduler keeps levels and rows on the device
         self.device = device
         self.physics = physics
@@ -52,7 +43,7 @@ class CudaBlockOps:
         record = next(r for r in RECORDS if r.name == "tree")
         self.evaluator = record.policy.evaluator(record, device, {})
         self.evaluator.set_physics(physics)
-        self.evaluator.set_tunables(**tunables, rebuild_every=1, opening=opening)
+        self.evaluator.set_tunables(**tunables)
         with self.scope():
             self.pos = cp.asarray(np.ascontiguousarray(bodies.pos, np.float64))
             self.vel = cp.asarray(np.ascontiguousarray(bodies.vel, np.float64))
@@ -61,6 +52,7 @@ class CudaBlockOps:
             self.rows32 = cp.empty((n, 4), np.float32)  # float32 [x, y, z, m] for the walk
             self.acc32 = cp.zeros((n, 4), np.float32)
         self.time = float(bodies.time)
+        self._exact = None  # the force error's all-pairs evaluator, made at its first sample
         self.diag_pending = None  # app.backends.cuda.diagnostics' surface (energy on the device)
         self._mass64 = np.array(bodies.mass, dtype=np.float64)  # the state's own masses, for bodies()
 
@@ -119,6 +111,47 @@ class CudaBlockOps:
             vel32[:, :3] = self.vel.astype(np.float32)
             yield "fp32", self.rows32.data.ptr, vel32.data.ptr
 
+
+    # --- the host's view, for a Backend (app/backends/block.py) --------------------------------------
+    def synchronize(self) -> None:
+        with self.scope():
+            self.cp.cuda.Device().synchronize()
+
+    def host_state(self) -> tuple[np.ndarray, np.ndarray]:
+        with self.scope():
+            return self.pos.get(), self.vel.get()
+
+    def host_acc(self) -> np.ndarray:
+        with self.scope():
+            return self.acc.get()
+
+    def render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """float32 [x, y, z, m] rows and speeds made on the device: 20 bytes a body cross to the host, not
+        the 48 of the float64 state."""
+        cp = self.cp
+        with self.scope():
+            rows = cp.empty((self.n, 4), np.float32)
+            rows[:, :3] = self.pos.astype(np.float32)
+            rows[:, 3] = self.mass
+            speed = cp.sqrt(cp.sum(self.vel * self.vel, axis=1)).astype(np.float32)
+            return rows.get(), speed.get()
+
+    def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(a(x) kept for `rows`, their all-pairs accelerations from the float32 rows the last walk read,
+        by the `shared` kernel on this GPU: app/backends/cuda/force_sample.py). a(x) must be current: the
+        rows are then the current positions (the last evaluation of a max step follows its last drift)."""
+        from app.backends.cuda.evaluator import make_evaluator
+        from app.backends.cuda.force_sample import EXACT_KERNEL, exact_rows
+        from app.backends.cuda.registry import RECORDS
+
+        if self._exact is None:
+            records = {r.name: r for r in RECORDS}
+            self._exact = make_evaluator(records[EXACT_KERNEL], self.device, records)
+            self._exact.set_physics(self.physics)
+        rows = np.asarray(rows, dtype=np.int64)
+        with self.scope():
+            approx = self.acc[self.cp.asarray(rows)].get()
+        return approx, exact_rows(self.device, self._exact, self.rows32.data.ptr, self.n, rows)
 
     def bodies(self) -> Bodies:
         """The state on the host (float64 x and v, the masses, the clock)."""

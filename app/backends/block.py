@@ -1,0 +1,250 @@
+"""`--timesteps block`: a Backend that steps hierarchical (block) time steps on the tree, so that run,
+simulate and the panel drive it as they drive the shared-step backends.
+
+    cls = block_steps_backend_class(select_backend("cuda"))   # or the CPU backend: the CPU twin
+    backend = cls()
+    backend.load(bodies, physics.with_(timesteps="block", dt=1/16, block_levels=6), "tree")
+    backend.step(4)                       # four max steps of physics.dt, each its substeps per level
+
+The scheduler is app/blocksteps.py's `BlockSteps`, over the device's ops: `CudaBlockOps` (one GPU, the
+`tree` record's walk of the active groups, the levels and rows on the device) or the CPU twin's
+`TreeBlockOps` (`cpu-tree`). One `step` is one max step (physics.dt): every body starts and ends it
+together, so between steps the state is synchronised (x, v and a(x) of every body at one time) and a
+snapshot of x and v is the whole state. At a max-step boundary every level is the criterion's of a(x)
+(`relevel`: every level is aligned there), and a(x) follows from x (the tree builds at every evaluation
+and a row's value does not depend on which rows are asked), so a run loaded from a float64 snapshot
+continues bitwise with no levels stored (tests/test_blocksteps_backend.py).
+
+Drawing needs no interpolation: the scheme drifts every body at every substep ("drift all, kick
+active"), so positions are current for every body whenever a frame is drawn.
+
+One device, the tree only: the block walk needs the tree's active-group walk and a(x) from x alone
+(a build at every evaluation, a geometric opening test), which the multi-device split and the relative
+test do not give (the ops refuse rebuild_every > 1 and opening = rel, naming the fix).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
+from app.blocksteps import BlockSteps, block_tunables
+from app.bodies import Bodies
+from app.errors import ConfigError
+from app.physics import Physics
+
+TREE_KERNEL = {"cuda": "tree", "cpu": "cpu-tree"}  # the record each backend's block steps walk with
+HOST_UPLOAD = "host upload (block steps)"
+
+
+def block_steps_backend_class(base: type[Backend]) -> type[BlockStepsBackend]:
+    """The block-step form of `base` (cuda or cpu); ConfigError for a backend without a tree."""
+    if base.name not in TREE_KERNEL:
+        raise ConfigError(f"--timesteps block: the {base.name} backend has no tree to walk active bodies "
+                          f"with; use --backend cuda or cpu")
+    return type(f"BlockSteps{base.__name__}", (BlockStepsBackend,), {"base": base, "name": base.name})
+
+
+class BlockStepsBackend(Backend):
+    """Block time steps on one device of `base` (made by block_steps_backend_class)."""
+
+    base: type[Backend]
+    timesteps = "block"  # what the panel and the controller ask a backend (shared ones have no attribute)
+
+    @classmethod
+    def why_not(cls) -> str | None:
+        return cls.base.why_not()
+
+    @classmethod
+    def tree_kernel(cls) -> str:
+        return TREE_KERNEL[cls.base.name]
+
+    @classmethod
+    def kernels(cls) -> list[KernelRecord]:
+        return [cls.base.record(cls.tree_kernel())]
+
+    @classmethod
+    def kernel_why_not(cls, name: str) -> str | None:
+        if name != cls.tree_kernel():
+            return (f"block time steps walk the tree ({cls.tree_kernel()}); shared time steps run {name} "
+                    "(--timesteps shared, or the panel's time steps)")
+        return cls.base.kernel_why_not(name)
+
+    @classmethod
+    def record(cls, name: str) -> KernelRecord:
+        reason = cls.kernel_why_not(name) if name != cls.tree_kernel() else None
+        if reason:
+            raise ConfigError(f"kernel: {reason}")
+        return cls.base.record(name)
+
+    def __init__(self):
+        self._ops = None
+        self._sched: BlockSteps | None = None
+        self._device = None
+        self._physics = Physics(timesteps="block")
+        self._t0, self._steps = 0.0, 0
+        self._mass = np.zeros(0)
+        self._ids = None
+        self._set: dict = {}  # tunables set on the tree record (validated), beside its defaults
+
+    # --- state -----------------------------------------------------------------------------------
+    def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
+        physics = self._checked(physics)
+        self.record(kernel or self.tree_kernel())
+        ops = self._make_ops(bodies, physics, self._set)
+        self._close_ops()
+        self._ops, self._sched, self._physics = ops, self._scheduler(physics), physics
+        self._t0, self._steps = float(bodies.time), 0
+        self._mass = bodies.mass.astype(np.float64, copy=True)
+        self._ids = None if bodies.ids is None else bodies.ids.copy()
+
+    @staticmethod
+    def _checked(physics: Physics) -> Physics:
+        physics = check_physics(physics)
+        if physics.timesteps != "block":
+            raise ConfigError("this backend steps block time steps; physics.timesteps is "
+                              f"{physics.timesteps!r} (the controller switches backends for shared steps)")
+        if physics.integrator != "leapfrog":
+            raise ConfigError("physics.integrator: block time steps are a leapfrog (kick-drift-kick) scheme; "
+                              "use --integrator leapfrog")
+        return physics
+
+    def _make_ops(self, bodies: Bodies, physics: Physics, tunables: dict):
+        copy = Bodies.from_arrays(bodies.pos, bodies.vel, bodies.mass, time=bodies.time)
+        if self.base.name == "cuda":
+            from app.backends.cuda.blockops import CudaBlockOps
+            from app.backends.cuda.device import CudaDevice
+
+            if self._device is None:
+                self._device = CudaDevice(0)
+            return CudaBlockOps(copy, physics, self._device, tunables)
+        from app.blocksteps import TreeBlockOps
+
+        return TreeBlockOps(copy, physics, tunables)
+
+    @staticmethod
+    def _scheduler(physics: Physics) -> BlockSteps:
+        """A scheduler whose first max step starts with a(x) of every body and the criterion's levels
+        (`begin`): what the uninterrupted run has at the same boundary, bit for bit."""
+        return BlockSteps(physics, physics.block_levels, physics.block_eta)
+
+    def _require(self):
+        if self._ops is None:
+            raise RuntimeError(f"{type(self).__name__}: call load() before stepping or reading the state")
+        return self._ops, self._sched
+
+    @property
+    def kernel(self) -> str:
+        return self.tree_kernel()
+
+    def set_kernel(self, name: str) -> None:
+        self.record(name)
+
+    # --- tunables of the tree ------------------------------------------------------------------
+    def tunables(self) -> dict:
+        record = self.base.record(self.tree_kernel())
+        return {**record.default_tunables(), "rebuild_every": 1, **self._set}
+
+    def set_tunables(self, **values) -> None:
+        record = self.base.record(self.tree_kernel())
+        self._use_tunables({**self._set, **record.validate_tunables(values)})
+
+    def clear_tunables(self) -> None:
+        self._use_tunables({})
+
+    def _use_tunables(self, values: dict) -> None:
+        """From the next step: new ops over the current state, a(x) and the levels from the new tunables
+        (the scheduler's begin). ConfigError, the old ones kept, for what breaks a(x) from x."""
+        block_tunables(values)
+        if self._ops is not None:
+            ops = self._make_ops(self.state(), self._physics, values)
+            self._close_ops()
+            self._ops = ops
+            self._sched.ready = False
+        self._set = values
+
+    def set_physics(self, physics: Physics) -> None:
+        """From the next step: new ops and scheduler from the current state (the levels from the
+        criterion again: dt, L or η may have changed what they mean)."""
+        physics = self._checked(physics)
+        if self._ops is None:
+            self._physics = physics
+            return
+        ops = self._make_ops(self.state(), physics, self._set)
+        self._close_ops()
+        self._swap_physics(physics)
+        self._ops, self._sched = ops, self._scheduler(physics)
+
+    @property
+    def n(self) -> int:
+        return int(self._mass.shape[0])
+
+    def step(self, steps: int = 1) -> StepTimings:
+        ops, sched = self._require()
+        t0 = time.perf_counter()
+        work = sched.advance(ops, steps)
+        ops.synchronize()
+        wall_ms = (time.perf_counter() - t0) * 1e3
+        self._steps += steps
+        last = sched.last
+        return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=wall_ms,
+                           interactions=work.interactions, pair_equivalent=work.pair_equivalent,
+                           force_evals=work.evaluations, body_cell=work.body_cell,
+                           extra={"active_fraction": last.fraction, "substeps": float(len(last.active))})
+
+    def block_summary(self) -> str:
+        """One line for a command's summary: the levels and the mean active fraction since the load."""
+        _, sched = self._require()
+        return (f"block steps L={sched.max_level} eta={sched.eta:g}: {100 * sched.total.fraction:.1f}% of "
+                f"the bodies active per substep")
+
+    def levels_histogram(self) -> np.ndarray:
+        """Bodies per level (0..L), for the panel."""
+        _, sched = self._require()
+        return sched.histogram() if sched.levels is not None else np.zeros(sched.max_level + 1, np.int64)
+
+    def accelerations(self) -> np.ndarray:
+        ops, sched = self._require()
+        if not sched.ready:
+            sched.begin(ops)
+        return np.array(ops.host_acc(), dtype=np.float64)
+
+    def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The tree's a(x) of `rows` at the current (synchronised) positions against their all-pairs sum
+        (the ops' force_error_sample); a(x) made first if no step has."""
+        ops, sched = self._require()
+        if not sched.ready:
+            sched.begin(ops)
+        return ops.force_error_sample(rows)
+
+    def tunable_specs(self):
+        """The tree's tunables that block steps can change: not the refit cadence (a build every
+        evaluation) nor the relative test's alpha (refused: a(x) must follow from x alone)."""
+        return tuple(s for s in self.base.record(self.tree_kernel()).tunables
+                     if s.name not in ("rebuild_every", "rebuild_rule", "alpha"))
+
+    def state(self) -> Bodies:
+        ops, sched = self._require()
+        pos, vel = ops.host_state()
+        bodies = Bodies.from_arrays(pos, vel, self._mass, time=self.time, ids=self._ids)
+        bodies.components = self.components
+        return bodies
+
+    @property
+    def data_path(self) -> str:
+        return HOST_UPLOAD
+
+    def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        ops, _ = self._require()
+        return ops.render_arrays()
+
+    def _close_ops(self) -> None:
+        self._ops = None
+
+    def close(self) -> None:
+        self._close_ops()
+        if self._device is not None:
+            self._device.close()
+            self._device = None

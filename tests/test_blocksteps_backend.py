@@ -1,0 +1,130 @@
+"""`--timesteps block` from the outside (app/backends/block.py): the scene keys and flags, simulate with
+a bitwise --resume, the refusals (several devices, MPI ranks, kernels other than the tree, tunables that
+make a(x) depend on history), and the backend's own surface. CPU (the twin, cpu-tree) here; the GPU's
+form is in tests/test_blocksteps_gpu.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import one_line_error
+
+from app import formats
+from app.backends import backend_class
+from app.backends.block import block_steps_backend_class
+from app.cli import main
+from app.errors import ConfigError
+from app.ics import generate
+from app.physics import Physics
+
+BLOCK = ["--backend", "cpu", "--no-progress", "--timesteps", "block", "--dt", "0.03125", "--block-levels",
+         "4", "--block-eta", "0.01"]
+PHYSICS = Physics(softening=0.01, dt=1 / 32, timesteps="block", block_levels=4, block_eta=0.01)
+
+
+def _cpu_block():
+    return block_steps_backend_class(backend_class("cpu"))()
+
+
+def test_simulate_block_steps_resumes_bitwise_from_a_checkpoint(tmp_path, capsys):
+    """8 max steps straight against 4 + a --resume of 4: bitwise x, v and time, with levels that differ
+    between bodies and change during the run (at a max-step boundary they are the criterion's of a(x),
+    which follows from x). The control: the same resume at another eta gives another trajectory."""
+    whole, half, other = tmp_path / "whole.npz", tmp_path / "half.npz", tmp_path / "other.npz"
+    scene = ["collision", "--n", "2048", "--seed", "3"]
+    assert main(["simulate", *scene, "--steps", "8", "--out", str(whole), *BLOCK]) == 0
+    said = capsys.readouterr().out
+    assert "with cpu-tree, block steps L=4 eta=0.01:" in said and "% of the bodies active" in said
+    assert main(["simulate", *scene, "--steps", "4", "--out", str(half), *BLOCK]) == 0
+    resume = ["simulate", "collision", "--steps", "4", "--resume", str(half), *BLOCK]
+    assert main([*resume, "--out", str(other), "--block-eta", "0.02"]) == 0
+    assert main([*resume, "--out", str(half)]) == 0
+    a, b, c = formats.read(whole), formats.read(half), formats.read(other)
+    assert a.time == b.time == c.time == 0.25
+    assert np.array_equal(a.pos, b.pos) and np.array_equal(a.vel, b.vel)
+    assert not np.array_equal(a.pos, c.pos)
+    levels = []
+    backend = _cpu_block()
+    backend.load(generate("collision", 2048, 3), PHYSICS)
+    for _ in range(2):
+        backend.step(4)
+        levels.append(backend.levels_histogram())
+    backend.close()
+    assert np.count_nonzero(levels[0]) >= 2 and not np.array_equal(levels[0], levels[1])
+
+
+@pytest.mark.parametrize("extra, named", [
+    (["--gpus", "2"], "--gpus 2: block time steps run on one device"),
+    (["--kernel", "cpu-simd"], "block time steps walk the tree (cpu-tree); shared time steps run cpu-simd"),
+    (["--tunable", "rebuild_every=4"], "drop rebuild_every"),
+    (["--tunable", "opening=rel"], "use opening=cube or bmax"),
+    (["--integrator", "euler-damped"], "block time steps are a leapfrog"),
+    (["--timesteps", "blocks"], "physics.timesteps = 'blocks' is not allowed; one of: shared, block"),
+    (["--block-levels", "21"], "physics.block_levels"),
+])
+def test_what_block_steps_cannot_do_is_refused_with_the_fix(tmp_path, capsys, extra, named):
+    rc = main(["simulate", "collision", "--n", "512", "--steps", "2", "--out", str(tmp_path / "o.npz"),
+               *BLOCK, *extra])
+    one_line_error(capsys, rc, 2, named)
+    assert not (tmp_path / "o.npz").exists()
+
+
+def test_block_steps_refuse_mpi_ranks():
+    from app.commands.common import make_rank_run
+    from app.scene import load_scene
+
+    scene = load_scene("collision", {"physics.timesteps": "block"})
+    with pytest.raises(ConfigError, match="one process on one device; run without mpiexec"):
+        make_rank_run(object(), scene)
+
+
+def test_a_scene_file_asks_for_block_steps(tmp_path):
+    from app.commands.common import make_backend
+    from app.scene import load_scene
+
+    path = tmp_path / "b.toml"
+    path.write_text('[initial]\ngenerator = "plummer"\nn = 256\n[physics]\ndt = 0.0625\ntimesteps = "block"\n'
+                    'block_levels = 3\nblock_eta = 0.02\n[run]\nbackend = "cpu"\n')
+    backend = make_backend(load_scene(str(path)))
+    try:
+        assert backend.timesteps == "block" and backend.kernel == "cpu-tree"
+        assert (backend.physics.block_levels, backend.physics.block_eta) == (3, 0.02)
+        backend.step(1)
+        assert backend.levels_histogram().shape == (4,) and backend.time == 0.0625
+    finally:
+        backend.close()
+
+
+def test_the_backend_surface(tmp_path):
+    """Kernels and tunables as the panel sees them; a(x) and the force error's halves at the synchronised
+    state; render arrays are the state in float32; a tunable or physics change re-derives the levels."""
+    backend = _cpu_block()
+    bodies = generate("collision", 1024, 2)
+    backend.set_tunables(theta=0.6)  # before a load: kept for it
+    backend.load(bodies, PHYSICS)
+    assert [r.name for r in backend.kernels()] == ["cpu-tree"] and backend.tunables()["theta"] == 0.6
+    names = [s.name for s in backend.tunable_specs()]
+    assert "theta" in names and "opening" in names and "rebuild_every" not in names
+    with pytest.raises(ConfigError, match="shared time steps run cpu-simd"):
+        backend.set_kernel("cpu-simd")
+    with pytest.raises(ConfigError, match="use opening=cube or bmax"):
+        backend.set_tunables(opening="rel")
+    assert backend.tunables()["opening"] == "cube"
+    timings = backend.step(2)
+    assert timings.steps == 2 and 0 < timings.extra["active_fraction"] < 1 and timings.interactions > 0
+    acc = backend.accelerations()
+    approx, exact = backend.force_error_sample(np.arange(0, 1024, 8))
+    assert np.array_equal(approx, acc[::8])
+    rel = np.linalg.norm(approx - exact, axis=1) / np.linalg.norm(exact, axis=1)
+    assert np.percentile(rel, 99) < 5e-3 and rel.max() > 0
+    rows, speed = backend.host_render_arrays()
+    state = backend.state()
+    assert np.array_equal(rows[:, :3], state.pos.astype(np.float32))
+    assert np.allclose(speed, np.linalg.norm(state.vel, axis=1), rtol=1e-6)
+    fine = backend.levels_histogram()
+    backend.set_physics(PHYSICS.with_(block_eta=0.04))  # a looser criterion: coarser levels
+    backend.step(1)
+    coarse = backend.levels_histogram()
+    assert backend.time == 3 / 32 and coarse.sum() == fine.sum() == 1024
+    assert coarse @ np.arange(5) < fine @ np.arange(5)
+    backend.close()
