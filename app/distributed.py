@@ -241,6 +241,7 @@ class RankRun:
     steps (0: never) the ranks check their shares for non-finite bodies together (`_check_finite`)."""
 
     check_every = CHECK_EVERY
+    timesteps = "shared"  # as a Backend's: MPI ranks step shared time steps (block steps refuse mpiexec)
 
     def __init__(self, comm, make_device):
         """`make_device(rank, bodies, physics, kernel, share)` builds this rank's DeviceState."""

@@ -3,7 +3,7 @@ the size it names, the 1M collision over 2 time units.
 
     python3 bench/blocksteps_gpu.py [--n 1048576] [--scene collision] [--t 2] [--dt 0.0625] [--levels 6] \\
         [--eta 0.01] --csv $OUT/blocksteps-gpu.csv [--plot $OUT/blocksteps-gpu.png]
-    python3 bench/blocksteps_gpu.py --replot --csv FILE.csv --plot FILE.png
+    python3 bench/blocksteps_gpu.py --replot --csv FILE.csv [--also OTHER.csv] --plot FILE.png
 
 Each mode runs from the same bodies with the tree (cube test at --theta, a build every evaluation):
 "block" (per-body levels from GADGET-2's criterion), "shared" (every body at the finest level any body
@@ -48,12 +48,16 @@ def main(argv=None) -> int:
     ap.add_argument("--plot", type=Path, metavar="PNG",
                     help="|dE/E| and the active fraction against time, both modes, from the CSV")
     ap.add_argument("--replot", action="store_true", help="only draw --plot from an existing --csv")
+    ap.add_argument("--also", type=Path, action="append", default=[], metavar="CSV",
+                    help="with --replot: another run's CSV drawn beside --csv's (e.g. its levelK modes)")
     args = ap.parse_args(argv)
     if args.replot:
-        if args.plot is None or not args.csv.is_file():
-            print("blocksteps_gpu: --replot needs an existing --csv and a --plot", file=sys.stderr)
+        missing = [str(p) for p in (args.csv, *args.also) if not p.is_file()]
+        if args.plot is None or missing:
+            print("blocksteps_gpu: --replot needs existing CSVs and a --plot (missing: "
+                  f"{', '.join(missing) or 'none'})", file=sys.stderr)
             return 2
-        plot(args.csv, args.plot)
+        plot([args.csv, *args.also], args.plot)
         return 0
     modes = args.modes.split(",")
     if args.n < 2 or args.t <= 0 or args.dt <= 0 or not 0 <= args.levels <= 20 or args.eta <= 0 \
@@ -72,7 +76,6 @@ def main(argv=None) -> int:
     from app.backends.cuda.blockops import CudaBlockOps
     from app.backends.cuda.device import CudaDevice
     from app.backends.cuda.diagnostics import device_diagnostics
-    from app.blocksteps import BlockSteps
     from app.ics import generate
     from app.physics import Physics
 
@@ -84,16 +87,19 @@ def main(argv=None) -> int:
     print(f"{device.facts.name}: {args.scene} N={args.n:,}, {steps} max steps of {args.dt:g} "
           f"(L={args.levels}, eta={args.eta:g}, eps={args.softening:g}, theta={args.theta:g})", flush=True)
     try:
+        # untimed: one max step of each mode on a small model first, so that CuPy's kernels (the
+        # scheduler's array work) are compiled before any mode's clock runs, not inside the first one's
+        small = generate(args.scene, 4096, args.seed)
+        for mode in modes:
+            warm = CudaBlockOps(copy.deepcopy(small), physics, device, {"theta": args.theta})
+            _schedule(mode, physics, args, small.n).max_step(warm)
         with args.csv.open("w", newline="") as f:
             out = csv.writer(f)
             out.writerow(["mode", "max_step", "time", "wall_s", "energy", "rel_energy_error",
                           "active_fraction", "levels"])
             for mode in modes:
                 ops = CudaBlockOps(copy.deepcopy(bodies), physics, device, {"theta": args.theta})
-                level = _fixed_level(mode, args.levels)
-                sched = BlockSteps(physics, args.levels, eta=args.eta, mode=mode) if level is None else \
-                    BlockSteps(physics, args.levels, eta=args.eta, mode="frozen",
-                               levels=np.full(args.n, level, np.int32))
+                sched = _schedule(mode, physics, args, args.n)
                 sched.begin(ops)  # a(x) and the levels, untimed: it also compiles the scheduler's kernels
                 e0 = device_diagnostics(ops).energy
                 wall = worst = 0.0
@@ -127,8 +133,18 @@ def main(argv=None) -> int:
               f"energy {eb / es:.2f}x shared's (bar <= 2); {ts / tb:.2f}x fewer targets evaluated (the "
               "speed-up if a substep cost only its active targets' walks)")
     if args.plot is not None:
-        plot(args.csv, args.plot)
+        plot([args.csv], args.plot)
     return 0
+
+
+def _schedule(mode: str, physics, args, n: int):
+    """The scheduler of a mode: block or shared, or levelK (every one of n bodies at level K, frozen)."""
+    from app.blocksteps import BlockSteps
+
+    level = _fixed_level(mode, args.levels)
+    if level is None:
+        return BlockSteps(physics, args.levels, eta=args.eta, mode=mode)
+    return BlockSteps(physics, args.levels, eta=args.eta, mode="frozen", levels=np.full(n, level, np.int32))
 
 
 def _fixed_level(mode: str, top: int) -> int | None:
@@ -138,17 +154,18 @@ def _fixed_level(mode: str, top: int) -> int | None:
     return None
 
 
-def plot(csv_path: Path, png: Path) -> None:
-    """Two panels from the CSV: |dE/E| against time per mode (log scale), and the mean active fraction
+def plot(csv_paths: list[Path], png: Path) -> None:
+    """Two panels from the CSVs: |dE/E| against time per mode (log scale), and the mean active fraction
     of each max step's substeps. Written atomically (a temporary file, then renamed)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     rows: dict[str, list[tuple[float, float, float]]] = {}
-    with csv_path.open() as f:
-        for r in csv.DictReader(f):
-            rows.setdefault(r["mode"], []).append((float(r["time"]), float(r["rel_energy_error"]),
-                                                   float(r["active_fraction"])))
+    for csv_path in csv_paths:
+        with csv_path.open() as f:
+            for r in csv.DictReader(f):
+                rows.setdefault(r["mode"], []).append((float(r["time"]), float(r["rel_energy_error"]),
+                                                       float(r["active_fraction"])))
     fig = Figure(figsize=(8, 6), layout="constrained")
     FigureCanvasAgg(fig)
     energy, active = fig.subplots(2, 1, sharex=True, height_ratios=(2, 1))
@@ -157,7 +174,7 @@ def plot(csv_path: Path, png: Path) -> None:
         energy.semilogy(t, de, marker="o", ms=3, label=mode)
         active.plot(t, fr, marker="o", ms=3, label=mode)
     energy.set_ylabel("|E(t) - E(0)| / |E(0)|")
-    energy.set_title(f"block against shared time steps ({csv_path.name})")
+    energy.set_title("block against shared time steps\n" + ", ".join(p.name for p in csv_paths), fontsize=9)
     energy.legend()
     energy.grid(True, which="both", alpha=0.3)
     active.set_ylabel("active fraction")

@@ -67,6 +67,10 @@ class Backend(ABC):
     # processes that share this state (the MPI ranks of app/backends/ranks.py): anything that would run a
     # copy of it on one process alone (the panel's benchmark, another backend's kernel) needs 1
     ranks = 1
+    devices = 1  # devices of one process that share this state (--gpus N: app/backends/multi.py)
+    # the time-step scheme: "shared" (every body takes dt), or "block" (app/backends/block.py, which also
+    # answers levels_histogram() and block_summary())
+    timesteps = "shared"
 
     # --- discovery -------------------------------------------------------------------------------
     @classmethod

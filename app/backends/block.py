@@ -51,7 +51,7 @@ class BlockStepsBackend(Backend):
     """Block time steps on one device of `base` (made by block_steps_backend_class)."""
 
     base: type[Backend]
-    timesteps = "block"  # what the panel and the controller ask a backend (shared ones have no attribute)
+    timesteps = "block"  # (Backend.timesteps: what the panel, the controller and simulate ask)
 
     @classmethod
     def why_not(cls) -> str | None:

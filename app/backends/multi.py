@@ -96,6 +96,10 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
     check_every = CHECK_EVERY  # steps between the devices' non-finite checks (0: never), as on one GPU
     render_ordinal = 0  # the device that holds the renderer's buffers (the run's first)
 
+    @property
+    def devices(self) -> int:
+        return self.k
+
     @classmethod
     def why_not(cls) -> str | None:
         return cls.base.why_not()

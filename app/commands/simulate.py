@@ -249,7 +249,7 @@ def _simulate(args, comm) -> int:
                 if series and done == args.steps:
                     series.finish(base + done, final)
             kernel = backend.kernel
-            if getattr(backend, "timesteps", "shared") == "block":
+            if backend.timesteps == "block":
                 kernel += f", {backend.block_summary()}"
             devices = devices_line(backend)
             signum = distributed.any_rank(comm, stop.signum)

@@ -121,7 +121,7 @@ class Controller(Actions):
         if reason:
             return reason
         rec = self.record(name)
-        if getattr(self.backend, "timesteps", "shared") == "block":
+        if self.backend.timesteps == "block":
             reason = type(self.backend).kernel_why_not(name)  # block steps walk the tree only
             if reason:
                 return reason
@@ -242,7 +242,7 @@ class Controller(Actions):
 
         backend = self.backend
         if physics.timesteps == "block":
-            if backend.ranks > 1 or getattr(backend, "k", 1) > 1:
+            if backend.ranks > 1 or backend.devices > 1:
                 raise ConfigError("block time steps run on one device; restart without --gpus or mpiexec")
             cls = block_steps_backend_class(backend_class(backend.name))
         else:
@@ -502,7 +502,7 @@ class Controller(Actions):
     def live_block(self) -> tuple[float, np.ndarray] | None:
         """Block time steps: (the median active fraction of the last frames' max steps, bodies per level
         now); None under shared steps."""
-        if getattr(self.backend, "timesteps", "shared") != "block":
+        if self.backend.timesteps != "block":
             return None
         fraction = float(np.median(self._active)) if self._active else float("nan")
         return fraction, self.backend.levels_histogram()
