@@ -38,6 +38,7 @@ class IntChoice:
     values: tuple[int, ...]
     default: int
     doc: str = ""
+    read_when: tuple[str, tuple] | None = None  # (another tunable, its values under which this one is read)
 
     def validate(self, value, owner: str = "") -> int:
         try:
@@ -64,6 +65,7 @@ class FloatRange:
     doc: str = ""
     lo_open: bool = False
     log: bool = False  # the slider moves logarithmically
+    read_when: tuple[str, tuple] | None = None  # (another tunable, its values under which this one is read)
 
     def validate(self, value, owner: str = "") -> float:
         try:
@@ -87,6 +89,7 @@ class Choice:
     options: tuple[str, ...]
     default: str
     doc: str = ""
+    read_when: tuple[str, tuple] | None = None  # (another tunable, its values under which this one is read)
 
     def validate(self, value, owner: str = "") -> str:
         if value not in self.options:
@@ -98,6 +101,17 @@ class Choice:
 
 
 Tunable = IntChoice | FloatRange | Choice
+
+
+def unread_reason(spec: Tunable, values: Mapping[str, Any]) -> str | None:
+    """Why `spec` does nothing at these tunable `values` (its read_when not met: the panel greys it), or
+    None when the kernel reads it."""
+    if spec.read_when is None:
+        return None
+    other, wanted = spec.read_when
+    if values.get(other) in wanted:
+        return None
+    return f"read only when {other} is {' or '.join(map(str, wanted))} (now {values.get(other)})"
 
 
 def format_tunables(values: Mapping[str, Any]) -> str:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.forces import Choice, IntChoice
+
 # what a build costs beyond a refit, in walk interactions (the module's docstring says where from)
 BUILD_FIXED = 3.1e8
 BUILD_PER_BODY = 135.0
@@ -36,6 +38,16 @@ BUILD_PER_BODY = 135.0
 # small clouds (a few thousand bodies, whose walks the model's fixed launch cost dwarfs) set it
 BUILD_COST: float | None = None
 RULES = ("fixed", "adaptive")
+# both trees' cadence tunables, defined once (the records of cpu-tree and tree list them)
+REFIT_TUNABLES = (
+    IntChoice("rebuild_every", (1, 2, 4, 8, 16), 16,
+              doc="build the tree every this many evaluations, refit its moments and cubes between "
+              "(docs/tree.md, Refit)"),
+    Choice("rebuild_rule", RULES, "adaptive",
+           doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and earlier once the "
+           "refits' walks grow past what a build costs (app/refit_cadence.py)",
+           read_when=("rebuild_every", (2, 4, 8, 16))),
+)
 
 
 class RefitCadence:

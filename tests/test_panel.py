@@ -665,7 +665,7 @@ def test_the_time_steps_combo_moves_the_run_to_block_steps_and_back_keeping_the_
     pos0, vel0 = _state(ui.backend)
     ui.click("physics.timesteps")
     ui.click("physics.timesteps=block")
-    assert getattr(ui.backend, "timesteps", "shared") == "block", ui.ctl.message
+    assert ui.backend.timesteps == "block", ui.ctl.message
     assert ui.backend.kernel == "cpu-tree"
     assert ui.ctl.message == "time steps: block (cpu-tree) from the next step"
     pos1, vel1 = _state(ui.backend)
@@ -693,10 +693,46 @@ def test_the_time_steps_combo_moves_the_run_to_block_steps_and_back_keeping_the_
     pos2, vel2 = _state(ui.backend)
     ui.click("physics.timesteps")
     ui.click("physics.timesteps=shared")
-    assert not hasattr(ui.backend, "timesteps") and ui.backend.kernel == "cpu-tree", ui.ctl.message
+    assert ui.backend.timesteps == "shared" and ui.backend.kernel == "cpu-tree", ui.ctl.message
     pos3, vel3 = _state(ui.backend)  # cpu-tree's shared steps keep a float32 state: block's float64 rounded
     assert np.array_equal(pos3, pos2.astype(np.float32)) and np.array_equal(vel3, vel2.astype(np.float32))
     assert ui.ctl.live_block() is None
     ui.key(keys.SPACE, " ")
     ui.frame(2)
     assert "block" not in ui.panel.item_rects
+
+
+def test_block_steps_are_refused_on_several_devices_and_the_run_goes_on(devices_ui):
+    ui = devices_ui
+    backend = ui.backend
+    assert ui.ctl.set_value("physics.timesteps", "block") is not None or ui.ctl.message
+    assert ui.backend is backend and ui.backend.timesteps == "shared"
+    assert "block time steps run on one device" in ui.ctl.message
+    assert ui.scene.physics.timesteps == "shared"
+    t0 = ui.backend.time
+    ui.frame(2)
+    assert ui.backend.time > t0
+
+
+def test_alpha_is_greyed_until_the_relative_opening_test_reads_it(tree_ui):
+    """cpu-tree's alpha is read by opening=rel only: under cube its slider is greyed and a click on it
+    changes nothing; choosing rel in the opening combo enables it, and a click then sets it."""
+    from vispy.util import keys
+
+    ui = tree_ui
+    ui.key(keys.SPACE, " ")
+    assert ui.backend.tunables()["opening"] == "cube"
+    assert ui.panel.unread["tunable:alpha"] == "read only when opening is rel (now cube)"
+    assert "tunable:theta" not in ui.panel.unread
+    x0, y0, x1, y1 = ui.panel.item_rects["tunable:alpha"]
+    ui.click((x0 + 0.8 * (x1 - x0), (y0 + y1) / 2))
+    assert ui.backend.tunables()["alpha"] == 0.001  # greyed: the click did nothing
+    ui.click("tunable:opening")
+    ui.click("tunable:opening=rel")
+    assert ui.backend.tunables()["opening"] == "rel", ui.ctl.message
+    assert "tunable:alpha" not in ui.panel.unread
+    x0, y0, x1, y1 = ui.panel.item_rects["tunable:alpha"]  # (the rows above it changed: read it again)
+    ui.click((x0 + 0.5 * (x1 - x0), (y0 + y1) / 2))
+    assert ui.backend.tunables()["alpha"] > 0.001, ui.ctl.message
+    # rebuild_rule is read only when the tree refits (rebuild_every > 1: the default 16)
+    assert "tunable:rebuild_rule" not in ui.panel.unread

@@ -37,7 +37,6 @@ from app.decomposition import DOMAINS, PAIRS, PairTiles
 from app.errors import ConfigError, NonFiniteState
 from app.forces import (
     TREE_WALK_FLOPS,
-    Choice,
     ErrorBudget,
     ForceEvaluator,
     ForceWork,
@@ -47,7 +46,7 @@ from app.forces import (
 )
 from app.integrator import Stepper
 from app.physics import Physics
-from app.refit_cadence import RULES
+from app.refit_cadence import REFIT_TUNABLES
 from app.timing import HostTimer, stage_entries
 
 log = logging.getLogger(__name__)
@@ -208,11 +207,7 @@ RECORDS = (
             IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
             IntChoice("group", (16, 32, 64, 128), 64,
                       doc="targets walked together (consecutive in key order)"),
-            IntChoice("rebuild_every", (1, 2, 4, 8, 16), 16,
-                      doc="build the tree every this many evaluations, refit its moments and cubes between"),
-            Choice("rebuild_rule", RULES, "adaptive",
-                   doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and earlier "
-                   "once the refits' walks grow past what a build costs (app/refit_cadence.py)"),
+            *REFIT_TUNABLES,
             *OPENING_TUNABLES,
         ),
         budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), approximate=True,

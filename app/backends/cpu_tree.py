@@ -134,7 +134,7 @@ OPENING_TUNABLES = (
     FloatRange("alpha", 0.0, 0.1, 0.001, lo_open=True, log=True,
                doc="the relative test's accuracy (opening=rel): a cell is accepted for a group when "
                "G M b_max^3 / d^5 <= alpha |a|min, |a|min the smallest of its members' last accelerations, "
-               "and never within b_max of the group's box"),
+               "and never within b_max of the group's box", read_when=("opening", ("rel",))),
 )
 
 

@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from app.backends.base import INTEROP_PATH
-from app.forces import FloatRange, IntChoice
+from app.forces import FloatRange, IntChoice, unread_reason
 from app.physics import INTEGRATORS, MODELS, TIMESTEPS
 from app.timing import FLOPS_PER_INTERACTION
 from app.ui.components_panel import components_section
@@ -111,6 +111,7 @@ class Panel(OverlayPanel):
         super().__init__(viewer, controller or Controller(viewer, frame_log), visible)
         self.field_text: dict[str, str] = {}  # what a field shows while edited or after a rejection
         self.field_errors: dict[str, str] = {}  # key -> why the typed value was rejected
+        self.unread: dict[str, str] = {}  # tunable key -> why the kernel does not read it now (greyed)
         self.red_fields: set[str] = set()  # fields drawn red in the last frame
         self.shown_frames = 0
         self.screenshot_dir = Path(screenshot_dir)
@@ -299,6 +300,9 @@ class Panel(OverlayPanel):
         for spec in backend.tunable_specs():
             key = f"tunable:{spec.name}"
             current = values.get(spec.name, spec.default)
+            unread = unread_reason(spec, values)  # greyed: the kernel does not read it at these values
+            if unread:
+                imgui.begin_disabled()
             imgui.set_next_item_width(150.0)
             if isinstance(spec, FloatRange):
                 lo, hi = _slider_ends(spec)
@@ -318,8 +322,13 @@ class Panel(OverlayPanel):
                 options = spec.values if isinstance(spec, IntChoice) else spec.options
                 self._combo(f"{spec.name}##{key}", key, options, current,
                             lambda c, key=key, name=spec.name: self._set_tunable(key, name, c))
+            if unread:
+                imgui.end_disabled()
+                self.unread[key] = unread
+            else:
+                self.unread.pop(key, None)
             self._tooltip(f"{spec.name}: {spec.doc + ' ' if spec.doc else ''}({spec.describe()}, default "
-                          f"{spec.default})")
+                          f"{spec.default})" + (f"\n{unread}" if unread else ""), disabled=bool(unread))
             if key in self.field_errors:
                 self._rejected(key, str(values.get(spec.name, spec.default)))
 

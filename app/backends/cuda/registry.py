@@ -28,8 +28,8 @@ from app.backends.cuda.policies import (
 )
 from app.backends.cuda.tree import WALK_SOURCE, TreePolicy
 from app.decomposition import DOMAINS, PAIRS
-from app.forces import TREE_WALK_FLOPS, Choice, ErrorBudget, IntChoice, KernelRecord
-from app.refit_cadence import RULES
+from app.forces import TREE_WALK_FLOPS, ErrorBudget, IntChoice, KernelRecord
+from app.refit_cadence import REFIT_TUNABLES
 
 INTEGRATE_SOURCE = "integrate.cu"
 BEST = "best"
@@ -128,12 +128,7 @@ RECORDS: tuple[KernelRecord, ...] = (
                 IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
                 IntChoice("group", (32, 64, 128), 64,
                           doc="targets walked together by one warp (consecutive in key order)"),
-                IntChoice("rebuild_every", (1, 2, 4, 8, 16), 16,
-                          doc="build the tree every this many evaluations, refit its moments and cubes "
-                          "between (docs/tree.md, Refit)"),
-                Choice("rebuild_rule", RULES, "adaptive",
-                       doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and "
-                       "earlier once the refits' walks grow past what a build costs (app/refit_cadence.py)"),
+                *REFIT_TUNABLES,
                 *OPENING_TUNABLES),
             budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), tuned=False, approximate=True,
             decomposition=DOMAINS, period_tunable="rebuild_every",
