@@ -177,6 +177,8 @@ def test_bad_series_are_one_line_naming_the_file(tmp_path, capsys):
     one_line_error(capsys, rc, 2, "matches no files", "quote it")
     rc = main(["run", str(empty), "--dt", "0.1", "--headless", "--frames", "2"])
     one_line_error(capsys, rc, 2, "--dt does not apply to a replay")
+    rc = main(["record", str(empty), "--timesteps", "block", "--frames", "2"])
+    one_line_error(capsys, rc, 2, "--timesteps does not apply to a replay")
     assert not (tmp_path / "x.mp4").exists()
 
 

@@ -65,9 +65,11 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
     g.add_argument("--timesteps", type=str, metavar="MODE",
                    help="shared (default: every body takes --dt) | block: hierarchical time steps, body i "
                         "steps dt/2^l_i with l_i from GADGET-2's criterion sqrt(2 eta eps/|a_i|), so only "
-                        "the bodies that need short steps take them; --dt is then the max step and one "
-                        "step is one max step. Runs on the tree (kernel tree, or cpu-tree on the CPU), "
-                        "one device (docs/blocksteps.md)")
+                        "the bodies that need short steps take them; --dt is then the max step (give it "
+                        "some multiple of a shared step, e.g. --dt 0.0625 for the collision: with the "
+                        "preset's 0.002 every body would stay at level 0) and one step is one max step. "
+                        "Runs on the tree (kernel tree, or cpu-tree on the CPU), one device "
+                        "(docs/blocksteps.md)")
     g.add_argument("--block-levels", dest="block_levels", type=str, metavar="L",
                    help="block steps: levels below --dt, the finest step is dt/2^L (default 6)")
     g.add_argument("--block-eta", dest="block_eta", type=str, metavar="ETA",

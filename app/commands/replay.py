@@ -6,14 +6,16 @@ from __future__ import annotations
 import argparse
 import logging
 
+from app.commands.common import SHORTCUTS
 from app.errors import ConfigError
 
 log = logging.getLogger("nbody-live")
 
 # scene flags that make a simulation: a replay's bodies and times come from its snapshots
-SIMULATION_FLAGS = ("n", "seed", "subsample", "dt", "softening", "G", "integrator", "model", "damping",
-                    "repulsion", "backend", "kernel", "steps_per_frame")
 REPLAY_SECTIONS = ("render", "camera", "scene")
+# every scene-override flag that makes a simulation (initial.*, physics.*, run.*): refused for a replay
+SIMULATION_FLAGS = tuple(attr for attr, key in SHORTCUTS.items()
+                         if key.split(".", 1)[0] not in REPLAY_SECTIONS)
 
 RUN_HELP = """\
 Replays: when SCENE is a snapshot series (a folder, e.g. one written by `simulate --snapshot-every K

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import time
 
 import numpy as np
 
 from app.commands.common import add_scene_options, check_fits, progress_bar, scene_from_args
+
+log = logging.getLogger("nbody-live")
 
 HELP = "compare a backend/kernel's accelerations with the float64 reference; exit 1 above --tol"
 DESCRIPTION = """\
@@ -111,6 +114,10 @@ def main(args) -> int:
     if want_all:
         args.kernel = None
     scene = scene_from_args(args)
+    if scene.physics.timesteps != "shared":
+        log.warning("physics.timesteps = %s: validate takes one force evaluation and no step, so time "
+                    "steps do not apply here (the tree's forces are the same under block steps)",
+                    scene.physics.timesteps)
     if want_all and scene.run.tunables:
         raise ConfigError("--tunable applies to one kernel: name it with --kernel, not all")
     records = _records(scene, want_all)
