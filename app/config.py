@@ -15,7 +15,7 @@ from pathlib import Path
 
 from app.errors import ConfigError
 from app.multidevice import DRIVERS, EXCHANGES, parse_device_count
-from app.physics import INTEGRATORS, MODELS, TIMESTEPS
+from app.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
 
 BACKEND_CHOICES = ("auto", "cpu", "cuda")
 COLOR_BY = ("speed", "mass", "none", "component", "component-speed", "component-mass")
@@ -94,6 +94,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "block_levels": Field("int", "block steps: L, the finest step is dt / 2^L", lo=0, hi=20),
         "block_eta": Field("float", "block steps: the accuracy η of the level criterion dt_i = sqrt(2 η ε "
                                     "/ |a_i|) (smaller: finer levels)", lo=0, lo_open=True, hi=10),
+        "block_coarsen": Field("str", "block steps: when a body's level may get coarser: boundary (only "
+                                      "between max steps; the default, better on softened models) or "
+                                      "aligned (at any tick aligned with the coarser step; better where "
+                                      "close encounters at small softening dominate)", choices=COARSEN),
     },
     "camera": {
         "azimuth": Field("float", "degrees around the z axis", lo=-360, hi=360),

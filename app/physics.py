@@ -12,8 +12,8 @@ other way round; its `integrate` is the float64 reference stepping):
     euler-damped (the CUDA samples' integrateBodies):  a = A(x);  v = (v + a dt) · damping;  x += v dt
 
 Time steps: `shared` (every body takes dt) or `block` (leapfrog on hierarchical levels: body i steps
-dt / 2^l_i, l_i in [0, block_levels] from GADGET-2's criterion at accuracy block_eta; dt is then the max
-step; app/blocksteps.py, docs/blocksteps.md).
+dt / 2^l_i, l_i in [0, block_levels] from GADGET-2's criterion at accuracy block_eta, coarser only as
+block_coarsen allows; dt is then the max step; app/blocksteps.py, docs/blocksteps.md).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from app.bodies import Bodies
 INTEGRATORS = ("leapfrog", "euler-damped")
 MODELS = ("gravity", "gravity-repulsion")
 TIMESTEPS = ("shared", "block")
+COARSEN = ("boundary", "aligned")  # block steps: coarser only between max steps; at any aligned tick
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Physics:
     timesteps: str = "shared"  # or "block": hierarchical levels below dt (app/blocksteps.py)
     block_levels: int = 6  # block steps: L, the finest step is dt / 2^L
     block_eta: float = 0.025  # block steps: the criterion's accuracy η (GADGET-2's default)
+    block_coarsen: str = "boundary"  # block steps: a level gets coarser only between max steps (or "aligned")
 
     def with_(self, **changes) -> Physics:
         return replace(self, **changes)

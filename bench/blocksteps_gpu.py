@@ -43,13 +43,18 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="block,shared",
                     help="comma-separated: block, shared (every body at the finest level any body wants), "
                          "levelK (every body at level K, never changed: shared steps of dt/2^K, e.g. the "
-                         "level whose cost equals block's); default block,shared")
+                         "level whose cost equals block's); block and shared take a suffix :aligned (the "
+                         "default) or :boundary, the rule for when a level may get coarser "
+                         "(app.blocksteps.relevel); default block,shared")
     ap.add_argument("--csv", type=Path, required=True, help="per max step rows (written as they come)")
     ap.add_argument("--plot", type=Path, metavar="PNG",
                     help="|dE/E| and the active fraction against time, both modes, from the CSV")
     ap.add_argument("--replot", action="store_true", help="only draw --plot from an existing --csv")
     ap.add_argument("--also", type=Path, action="append", default=[], metavar="CSV",
                     help="with --replot: another run's CSV drawn beside --csv's (e.g. its levelK modes)")
+    ap.add_argument("--label", action="append", default=[], metavar="MODE=LABEL",
+                    help="with --replot: draw --csv's MODE as LABEL (e.g. block=block:aligned, for a run "
+                         "made when aligned was the default rule)")
     args = ap.parse_args(argv)
     if args.replot:
         missing = [str(p) for p in (args.csv, *args.also) if not p.is_file()]
@@ -57,13 +62,14 @@ def main(argv=None) -> int:
             print("blocksteps_gpu: --replot needs existing CSVs and a --plot (missing: "
                   f"{', '.join(missing) or 'none'})", file=sys.stderr)
             return 2
-        plot([args.csv, *args.also], args.plot)
+        labels = dict(text.split("=", 1) for text in args.label if "=" in text)
+        plot([args.csv, *args.also], args.plot, labels)
         return 0
     modes = args.modes.split(",")
     if args.n < 2 or args.t <= 0 or args.dt <= 0 or not 0 <= args.levels <= 20 or args.eta <= 0 \
-            or any(_fixed_level(m, args.levels) is None and m not in ("block", "shared") for m in modes):
+            or any(_fixed_level(m, args.levels) is None and _adaptive(m) is None for m in modes):
         print("blocksteps_gpu: --n >= 2, --t, --dt and --eta > 0, 0 <= --levels <= 20, --modes of "
-              "block, shared and levelK (0 <= K <= --levels)", file=sys.stderr)
+              "block[:aligned|:boundary], shared[:...] and levelK (0 <= K <= --levels)", file=sys.stderr)
         return 2
     if args.plot is not None and not args.plot.parent.is_dir():
         print(f"blocksteps_gpu: {args.plot.parent} is not a folder; make it or choose another --plot",
@@ -127,11 +133,13 @@ def main(argv=None) -> int:
     for mode, (rate, worst, fraction, targets) in summary.items():
         print(f"{mode:6}: {rate:.4f} time units per wall second, max |dE/E| {worst:.2e}, "
               f"active fraction {fraction:.3f}, {targets:,} targets evaluated")
-    if "block" in summary and "shared" in summary:
-        (rb, eb, _, tb), (rs, es, _, ts) = summary["block"], summary["shared"]
-        print(f"block / shared: {rb / rs:.2f}x simulated time per wall second (bar >= 3), "
-              f"energy {eb / es:.2f}x shared's (bar <= 2); {ts / tb:.2f}x fewer targets evaluated (the "
-              "speed-up if a substep cost only its active targets' walks)")
+    for suffix in ("", ":aligned", ":boundary"):  # each rule's block against its shared, where both ran
+        block, shared = f"block{suffix}", f"shared{suffix}"
+        if block in summary and shared in summary:
+            (rb, eb, _, tb), (rs, es, _, ts) = summary[block], summary[shared]
+            print(f"{block} / {shared}: {rb / rs:.2f}x simulated time per wall second (bar >= 3), energy "
+                  f"{eb / es:.2f}x shared's (bar <= 2); {ts / tb:.2f}x fewer targets evaluated (the "
+                  "speed-up if a substep cost only its active targets' walks)")
     if args.plot is not None:
         plot([args.csv], args.plot)
     return 0
@@ -143,8 +151,18 @@ def _schedule(mode: str, physics, args, n: int):
 
     level = _fixed_level(mode, args.levels)
     if level is None:
-        return BlockSteps(physics, args.levels, eta=args.eta, mode=mode)
+        kind, coarsen = _adaptive(mode)
+        return BlockSteps(physics, args.levels, eta=args.eta, mode=kind, coarsen=coarsen)
     return BlockSteps(physics, args.levels, eta=args.eta, mode="frozen", levels=np.full(n, level, np.int32))
+
+
+def _adaptive(mode: str) -> tuple[str, str] | None:
+    """(block or shared, the coarsening rule) of a mode "block[:rule]" / "shared[:rule]", else None."""
+    from app.blocksteps import COARSEN
+
+    kind, _, coarsen = mode.partition(":")
+    coarsen = coarsen or "aligned"
+    return (kind, coarsen) if kind in ("block", "shared") and coarsen in COARSEN else None
 
 
 def _fixed_level(mode: str, top: int) -> int | None:
@@ -154,17 +172,18 @@ def _fixed_level(mode: str, top: int) -> int | None:
     return None
 
 
-def plot(csv_paths: list[Path], png: Path) -> None:
+def plot(csv_paths: list[Path], png: Path, labels: dict[str, str] | None = None) -> None:
     """Two panels from the CSVs: |dE/E| against time per mode (log scale), and the mean active fraction
     of each max step's substeps. Written atomically (a temporary file, then renamed)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
     rows: dict[str, list[tuple[float, float, float]]] = {}
-    for csv_path in csv_paths:
+    for i, csv_path in enumerate(csv_paths):
         with csv_path.open() as f:
             for r in csv.DictReader(f):
-                rows.setdefault(r["mode"], []).append((float(r["time"]), float(r["rel_energy_error"]),
+                mode = (labels or {}).get(r["mode"], r["mode"]) if i == 0 else r["mode"]
+                rows.setdefault(mode, []).append((float(r["time"]), float(r["rel_energy_error"]),
                                                        float(r["active_fraction"])))
     fig = Figure(figsize=(8, 6), layout="constrained")
     FigureCanvasAgg(fig)

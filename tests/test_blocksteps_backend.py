@@ -34,7 +34,8 @@ def test_simulate_block_steps_resumes_bitwise_from_a_checkpoint(tmp_path, capsys
     scene = ["collision", "--n", "2048", "--seed", "3"]
     assert main(["simulate", *scene, "--steps", "8", "--out", str(whole), *BLOCK]) == 0
     said = capsys.readouterr().out
-    assert "with cpu-tree, block steps L=4 eta=0.01:" in said and "% of the bodies active" in said
+    assert "with cpu-tree, block steps L=4 eta=0.01 coarsen=boundary:" in said
+    assert "% of the bodies active" in said
     assert main(["simulate", *scene, "--steps", "4", "--out", str(half), *BLOCK]) == 0
     resume = ["simulate", "collision", "--steps", "4", "--resume", str(half), *BLOCK]
     assert main([*resume, "--out", str(other), "--block-eta", "0.02"]) == 0
@@ -61,6 +62,7 @@ def test_simulate_block_steps_resumes_bitwise_from_a_checkpoint(tmp_path, capsys
     (["--integrator", "euler-damped"], "block time steps are a leapfrog"),
     (["--timesteps", "blocks"], "physics.timesteps = 'blocks' is not allowed; one of: shared, block"),
     (["--block-levels", "21"], "physics.block_levels"),
+    (["--block-coarsen", "never"], "block_coarsen = 'never' is not allowed; one of: boundary, aligned"),
 ])
 def test_what_block_steps_cannot_do_is_refused_with_the_fix(tmp_path, capsys, extra, named):
     rc = main(["simulate", "collision", "--n", "512", "--steps", "2", "--out", str(tmp_path / "o.npz"),
@@ -84,12 +86,13 @@ def test_a_scene_file_asks_for_block_steps(tmp_path):
 
     path = tmp_path / "b.toml"
     path.write_text('[initial]\ngenerator = "plummer"\nn = 256\n[physics]\ndt = 0.0625\ntimesteps = "block"\n'
-                    'block_levels = 3\nblock_eta = 0.02\n[run]\nbackend = "cpu"\n')
+                    'block_levels = 3\nblock_eta = 0.02\nblock_coarsen = "aligned"\n[run]\nbackend = "cpu"\n')
     backend = make_backend(load_scene(str(path)))
     try:
         assert backend.timesteps == "block" and backend.kernel == "cpu-tree"
         assert (backend.physics.block_levels, backend.physics.block_eta) == (3, 0.02)
         backend.step(1)
+        assert "coarsen=aligned" in backend.block_summary()
         assert backend.levels_histogram().shape == (4,) and backend.time == 0.0625
     finally:
         backend.close()

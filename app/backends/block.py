@@ -128,7 +128,7 @@ class BlockStepsBackend(Backend):
     def _scheduler(physics: Physics) -> BlockSteps:
         """A scheduler whose first max step starts with a(x) of every body and the criterion's levels
         (`begin`): what the uninterrupted run has at the same boundary, bit for bit."""
-        return BlockSteps(physics, physics.block_levels, physics.block_eta)
+        return BlockSteps(physics, physics.block_levels, physics.block_eta, coarsen=physics.block_coarsen)
 
     def _require(self):
         if self._ops is None:
@@ -197,8 +197,8 @@ class BlockStepsBackend(Backend):
     def block_summary(self) -> str:
         """One line for a command's summary: the levels and the mean active fraction since the load."""
         _, sched = self._require()
-        return (f"block steps L={sched.max_level} eta={sched.eta:g}: {100 * sched.total.fraction:.1f}% of "
-                f"the bodies active per substep")
+        return (f"block steps L={sched.max_level} eta={sched.eta:g} coarsen={sched.coarsen}: "
+                f"{100 * sched.total.fraction:.1f}% of the bodies active per substep")
 
     def levels_histogram(self) -> np.ndarray:
         """Bodies per level (0..L), for the panel."""

@@ -27,6 +27,7 @@ SHORTCUTS = {
     "timesteps": "physics.timesteps",
     "block_levels": "physics.block_levels",
     "block_eta": "physics.block_eta",
+    "block_coarsen": "physics.block_coarsen",
     "backend": "run.backend",
     "kernel": "run.kernel",
     "steps_per_frame": "run.steps_per_frame",
@@ -74,6 +75,10 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
                    help="block steps: levels below --dt, the finest step is dt/2^L (default 6)")
     g.add_argument("--block-eta", dest="block_eta", type=str, metavar="ETA",
                    help="block steps: the level criterion's accuracy (default 0.025; smaller is finer)")
+    g.add_argument("--block-coarsen", dest="block_coarsen", type=str, metavar="RULE",
+                   help="block steps: boundary (default: a level gets coarser only between max steps) | "
+                        "aligned (at any tick aligned with the coarser step; better where close "
+                        "encounters at small softening dominate)")
     g.add_argument("--backend", type=str, metavar="NAME",
                    help=f"{' | '.join(BACKEND_CHOICES)} (default: auto = CUDA if it works, else CPU)")
     g.add_argument("--kernel", type=str, metavar="NAME",

@@ -315,7 +315,7 @@ class Controller(Actions):
             new.run.backend, new.run.kernel = cur.run.backend, self.backend.kernel
             ph = self.backend.physics
             new.physics = new.physics.with_(timesteps=ph.timesteps, block_levels=ph.block_levels,
-                                            block_eta=ph.block_eta)
+                                            block_eta=ph.block_eta, block_coarsen=ph.block_coarsen)
             bodies = make_bodies(new)
             self.backend.set_physics(new.physics)
             self.viewer.scene = new

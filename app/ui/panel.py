@@ -46,7 +46,7 @@ import numpy as np
 
 from app.backends.base import INTEROP_PATH
 from app.forces import FloatRange, IntChoice, unread_reason
-from app.physics import INTEGRATORS, MODELS, TIMESTEPS
+from app.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
 from app.timing import FLOPS_PER_INTERACTION
 from app.ui.components_panel import components_section
 from app.ui.controller import HISTORY_S, LIVE_WINDOW, MEDIAN_EVERY_S, Controller
@@ -793,6 +793,7 @@ class Panel(OverlayPanel):
         not_block = None if phys.timesteps == "block" else "applies to block time steps"
         self._field("block levels L", "physics.block_levels", not_block)
         self._field("block η", "physics.block_eta", not_block)
+        self._choice("block coarsening", "physics.block_coarsen", COARSEN, not_block)
         self._field("steps / frame", "run.steps_per_frame")
 
     def _view_section(self) -> None:
