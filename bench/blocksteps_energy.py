@@ -2,10 +2,13 @@
 cites the output): max |dE/E| over the max steps, the active targets evaluated, the levels at the end.
 
     .venv/bin/python bench/blocksteps_energy.py [--criteria gadget,tidal] [--cases 0,1,2,3,4] \
-        > bench/results/cpu-DATE-blocksteps-criteria.txt
+        [--coarsen boundary,aligned] [--forces exact,tree] > bench/results/cpu-DATE-blocksteps-criteria.txt
 
 "shared" is every body at the finest level any body wants (app.blocksteps mode "shared"); forces are the
-numba float64 direct sum of the active rows (app.backends.cpu.exact_rows).
+numba float64 direct sum of the active rows (app.backends.cpu.exact_rows), or with --forces tree the
+CPU twin's cpu-tree (TreeBlockOps: θ 0.5, a build every evaluation; criterion gadget only). --coarsen:
+when a level may get coarser (app.blocksteps.relevel); the files of 2026-11-26 before the option were
+made under "aligned", the scheduler's rule then.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ import time
 import numpy as np
 
 from app.backends.cpu import exact_rows
-from app.blocksteps import CRITERIA, BlockSteps, NumpyBlockOps
+from app.blocksteps import CRITERIA, BlockSteps, NumpyBlockOps, TreeBlockOps
 from app.ics import generate
-from app.physics import Physics, total_energy
+from app.physics import COARSEN, Physics, total_energy
 
 # (scene, N, seed, dt_max, L, η, ε, max steps)
 CASES = (
@@ -32,6 +35,9 @@ CASES = (
     ("plummer", 2048, 3, 1 / 16, 6, 0.025, 0.01, 16),
     ("collision", 2048, 3, 1 / 32, 6, 0.01, 0.01, 16),
     ("collision", 4096, 3, 1 / 16, 8, 0.02, 0.001, 16),
+    ("collision", 4096, 5, 1 / 16, 6, 0.01, 0.01, 16),  # the 1M GPU run's parameters (blocksteps_gpu.py)
+    ("collision", 8192, 5, 1 / 16, 6, 0.01, 0.01, 16),
+    ("collision", 8192, 5, 1 / 16, 6, 0.01, 0.01, 32),  # 2 time units, as the 1M GPU run: the merger too
 )
 
 
@@ -41,11 +47,15 @@ def fast_rows(pos, mass, physics, rows):
     return exact_rows(pos4, rows, physics)
 
 
-def run(bodies, physics, L, eta, mode, steps, criterion="gadget"):
+def run(bodies, physics, L, eta, mode, steps, criterion="gadget", coarsen="boundary", forces="exact"):
     bodies = copy.deepcopy(bodies)
     e0 = total_energy(bodies, physics)
-    ops = NumpyBlockOps(bodies, physics, fast_rows, tidal=criterion == "tidal")
-    sched = BlockSteps(physics, L, eta=eta, mode=mode, criterion=criterion)
+    if forces == "tree":
+        ops = TreeBlockOps(bodies, physics)
+        bodies = ops.bodies
+    else:
+        ops = NumpyBlockOps(bodies, physics, fast_rows, tidal=criterion == "tidal")
+    sched = BlockSteps(physics, L, eta=eta, mode=mode, criterion=criterion, coarsen=coarsen)
     worst = 0.0
     for _ in range(steps):
         sched.max_step(ops)
@@ -65,29 +75,39 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--criteria", default=",".join(CRITERIA), help="comma-separated: " + ", ".join(CRITERIA))
     ap.add_argument("--cases", default=",".join(map(str, range(len(CASES)))), help="indices into CASES")
+    ap.add_argument("--coarsen", default=COARSEN[0], help="comma-separated: " + ", ".join(COARSEN))
+    ap.add_argument("--forces", default="exact", help="comma-separated: exact (float64 direct sum), tree "
+                    "(cpu-tree, criterion gadget)")
     args = ap.parse_args()
+    rules, kinds = args.coarsen.split(","), args.forces.split(",")
+    if any(r not in COARSEN for r in rules) or any(f not in ("exact", "tree") for f in kinds) or \
+            ("tree" in kinds and args.criteria != "gadget"):
+        ap.error(f"--coarsen of {', '.join(COARSEN)}; --forces of exact, tree (tree: --criteria gadget)")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print(f"# command: {' '.join([sys.executable.rsplit('/', 1)[-1]] + sys.argv)}")
     print(f"# machine: {cpu_name()}, {os.cpu_count()} cores; commit {commit.stdout.strip()} "
           "(+ this change, uncommitted when run)")
-    print("criterion scene N seed dt_max L eta eps steps | mode max|dE/E| active_targets levels_at_end "
-          "| seconds")
+    print("criterion coarsen forces scene N seed dt_max L eta eps steps | mode max|dE/E| active_targets "
+          "levels_at_end | seconds")
     for k in (int(c) for c in args.cases.split(",")):
         scene, n, seed, dt, L, eta, eps, steps = CASES[k]
         bodies = generate(scene, n, seed)
         physics = Physics(dt=dt, softening=eps)
         for criterion in args.criteria.split(","):
-            out = {}
-            for mode in ("block", "shared"):
-                t = time.perf_counter()
-                out[mode] = run(bodies, physics, L, eta, mode, steps, criterion)
-                de, sched = out[mode]
-                print(f"{criterion} {scene} {n} {seed} {dt:g} {L} {eta:g} {eps:g} {steps} | {mode} {de:.3e} "
-                      f"{sched.total.targets:,} {sched.histogram().tolist()} | {time.perf_counter() - t:.1f}",
-                      flush=True)
-            (b_de, b), (s_de, s) = out["block"], out["shared"]
-            print(f"  -> {criterion}: energy block/shared {b_de / s_de:.2f}x, forces shared/block "
-                  f"{s.total.targets / b.total.targets:.2f}x", flush=True)
+            for forces in kinds:
+                for rule in rules:
+                    out = {}
+                    tag = f"{criterion} {rule} {forces}"
+                    for mode in ("block", "shared"):
+                        t = time.perf_counter()
+                        out[mode] = run(bodies, physics, L, eta, mode, steps, criterion, rule, forces)
+                        de, sched = out[mode]
+                        print(f"{tag} {scene} {n} {seed} {dt:g} {L} {eta:g} {eps:g} {steps} | {mode} "
+                              f"{de:.3e} {sched.total.targets:,} {sched.histogram().tolist()} | "
+                              f"{time.perf_counter() - t:.1f}", flush=True)
+                    (b_de, b), (s_de, s) = out["block"], out["shared"]
+                    print(f"  -> {tag}: energy block/shared {b_de / s_de:.2f}x, forces shared/block "
+                          f"{s.total.targets / b.total.targets:.2f}x", flush=True)
 
 
 if __name__ == "__main__":
