@@ -142,12 +142,15 @@ def relevel(wanted: np.ndarray, t: int, max_level: int, old: np.ndarray | None =
     tick t is aligned with (a coarser step starting off its grid would break the schedule's palindrome,
     and with it each level's time symmetry; since t ends a step of the old level, aligned_level(t) <= old,
     and both cases are one max); with coarsen "boundary", the old level until t ends a max step, where
-    every level is aligned and the wanted one is taken. Measured (docs/blocksteps.md): "boundary" (the
+    every level is aligned and the wanted one is taken; "settled" is "boundary" with the wanted level
+    floored at the one wanted at the boundary before (`BlockSteps._assign`: a body gets coarser only to a
+    level it wanted at two boundaries in a row). Measured (docs/blocksteps.md): "boundary" (the
     scheduler's default) cut the energy drift 1.7-14x on softened models (the 1M collision 3.5x, at the
-    same cost); "aligned" does better where close encounters at small softening dominate."""
+    same cost); "settled" 3-4x more on the CPU twin (not yet on the GPU); "aligned" does better where
+    close encounters at small softening dominate."""
     xp = array_module(wanted)
     wanted = wanted.astype(np.int32, copy=False) if xp is not np else np.asarray(wanted, np.int32)
-    if coarsen == "boundary":
+    if coarsen in ("boundary", "settled"):
         if old is None or t % (1 << max_level) == 0:
             return wanted
         return xp.maximum(wanted, old.astype(np.int32, copy=False))
@@ -216,6 +219,7 @@ class BlockSteps:
         self.dt_max = float(physics.dt)
         self.dt_min = self.dt_max / (1 << self.max_level)
         self.levels = None if levels is None else self._checked(levels)
+        self.floor = None  # coarsen "settled": the levels wanted at the last max-step boundary
         self.steps = 0
         self.ready = False  # a(x) of every body and the levels match the state (begin() makes them)
         self.last = MaxStepRecord()
@@ -283,16 +287,20 @@ class BlockSteps:
         return step_levels(dt, self.dt_max, self.max_level)
 
     # --- stepping ---------------------------------------------------------------------------------------
-    def begin(self, ops: BlockOps) -> ForceWork:
-        """a(x) of every body, and the levels from the criterion (kept when frozen)."""
+    def begin(self, ops: BlockOps, keep_levels: bool = False) -> ForceWork:
+        """a(x) of every body, and the levels from the criterion (kept when frozen, or with keep_levels:
+        the levels given, e.g. a snapshot's, with the criterion's levels only remembered as "settled"'s
+        floor, which makes a resume bitwise under every rule)."""
         with _scope(ops):
-            return self._begin(ops)
+            return self._begin(ops, keep_levels)
 
-    def _begin(self, ops: BlockOps) -> ForceWork:
+    def _begin(self, ops: BlockOps, keep_levels: bool = False) -> ForceWork:
         everyone = self._on(ops).arange(ops.n, dtype=np.int64)
         work = ops.force_active(everyone)
         self._count(self.total, 0, ops.n)
-        if self.mode != "frozen":
+        if keep_levels and self.levels is not None and self.levels.shape == (ops.n,):
+            self.floor = self._wanted(ops, everyone)
+        elif self.mode != "frozen":
             self.levels = self._assign(self._wanted(ops, everyone), None, 0)
         elif self.levels.shape != (ops.n,):
             raise ValueError(f"{self.levels.shape[0]} levels for {ops.n} bodies")
@@ -304,6 +312,10 @@ class BlockSteps:
         """The levels after the bodies `rows` (None: all, at t = 0) ended their steps at tick t."""
         if self.mode == "shared" and wanted.size:  # all bodies are active together: the finest wanted
             wanted = array_module(wanted).full(wanted.shape, int(wanted.max()), np.int32)
+        if self.coarsen == "settled" and t % (1 << self.max_level) == 0:  # a boundary (every body ends)
+            floor, self.floor = self.floor, wanted.copy()
+            if floor is not None and rows is not None:
+                wanted = array_module(wanted).maximum(wanted, floor)
         new = relevel(wanted, t, self.max_level, None if rows is None else self.levels[rows], self.coarsen)
         if rows is None:
             return new

@@ -14,6 +14,20 @@ if TYPE_CHECKING:  # (app.components reads app.config, which reads app.physics, 
 
 
 @dataclass
+class StepLevels:
+    """Block time steps' per-body levels at a max-step boundary (app/blocksteps.py), kept with a snapshot:
+    body i steps dt_max / 2^levels[i]. Under the coarsening rules "boundary" and "aligned" they are the
+    criterion's of a(x) and a resume finds them again from x; under "settled" they also remember the
+    boundary before, and a bitwise resume needs them. They mean that only for the same dt_max, L
+    (max_level) and rule."""
+
+    levels: np.ndarray  # (N,) int32 in [0, max_level]
+    max_level: int
+    dt_max: float
+    coarsen: str
+
+
+@dataclass
 class Bodies:
     pos: np.ndarray  # (N, 3) float64
     vel: np.ndarray  # (N, 3) float64
@@ -21,6 +35,7 @@ class Bodies:
     time: float = 0.0
     ids: np.ndarray | None = field(default=None)  # (N,) int64, when the source carries particle IDs
     components: Components | None = field(default=None)  # which part each body is (drawing only)
+    step_levels: StepLevels | None = field(default=None)  # block time steps' levels (app/blocksteps.py)
 
     @property
     def n(self) -> int:

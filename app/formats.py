@@ -18,6 +18,7 @@ Formats and the choices made for them:
 * ``nemo`` (read): NEMO ASCII rows ``m x y z vx vy vz``, optionally preceded by an ``N t`` header line.
 * ``nbabel`` (read): the NBabel benchmark's rows ``id m x y z vx vy vz`` (NBabel itself writes -1 as id).
 * ``npz`` (read, write): numpy archive with keys pos, vel, mass, time and optional ids; exact in float64.
+  A block-step run adds its levels (step_levels, step_levels_max, step_levels_dt, step_levels_rule).
   Components (app.components) are kept as ``component`` (N,) and ``component_names`` (K,) texts.
 * ``csv`` (read, write): header ``m,x,y,z,vx,vy,vz`` (+ ``id``, + ``component``), floats written with 17
   significant digits so a round trip is exact in float64. A nonzero time is kept in a leading
@@ -53,9 +54,10 @@ from pathlib import Path
 import numpy as np
 
 from app import components
-from app.bodies import Bodies
+from app.bodies import Bodies, StepLevels
 from app.errors import ConfigError, InputFileError
 from app.outputs import atomic_write
+from app.physics import COARSEN
 
 log = logging.getLogger(__name__)
 
@@ -581,8 +583,41 @@ def read_npz(path) -> Bodies:
     if ids is not None and (ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer)):
         raise InputFileError(f"{path}: 'ids' has shape {ids.shape} and dtype {ids.dtype}; expected ({n},) "
                              "integers")
-    return _bodies(path, arrays["pos"], arrays["vel"], arrays["mass"], float(time.reshape(())), ids,
-                   lambda i: f"body {i} (row {i} of pos/vel/mass)", _npz_components(path, arrays, n))
+    bodies = _bodies(path, arrays["pos"], arrays["vel"], arrays["mass"], float(time.reshape(())), ids,
+                     lambda i: f"body {i} (row {i} of pos/vel/mass)", _npz_components(path, arrays, n))
+    bodies.step_levels = _npz_step_levels(path, arrays, n)
+    return bodies
+
+
+# npz: block time steps' levels, L, the max step and the coarsening rule (app.bodies.StepLevels)
+STEP_LEVEL_KEYS = ("step_levels", "step_levels_max", "step_levels_dt", "step_levels_rule")
+
+
+def _npz_step_levels(path: Path, arrays: dict, n: int) -> StepLevels | None:
+    """The block-step levels a block-step run wrote, checked: (N,) integers in [0, step_levels_max], one
+    max step > 0, one rule of COARSEN; None when the snapshot has none."""
+    present = [k for k in STEP_LEVEL_KEYS if k in arrays]
+    if not present:
+        return None
+    if len(present) != len(STEP_LEVEL_KEYS):
+        raise InputFileError(f"{path}: {', '.join(STEP_LEVEL_KEYS)} go together; found only "
+                             f"{', '.join(present)}")
+    levels, top, dt, rule = (arrays[k] for k in STEP_LEVEL_KEYS)
+    if levels.shape != (n,) or not np.issubdtype(levels.dtype, np.integer) or top.size != 1 \
+            or not np.issubdtype(top.dtype, np.integer) or dt.size != 1 or rule.size != 1 \
+            or rule.dtype.kind != "U":
+        raise InputFileError(f"{path}: 'step_levels' must be ({n},) integers, with one integer "
+                             "'step_levels_max', one number 'step_levels_dt' and one text "
+                             f"'step_levels_rule'; got {levels.dtype} {levels.shape}, {top.dtype} "
+                             f"{top.shape}, {dt.dtype} "
+                             f"{dt.shape}, {rule.dtype} {rule.shape}")
+    top, dt, rule = int(top.reshape(())), float(dt.reshape(())), str(rule.reshape(()))
+    low, high = (int(levels.min()), int(levels.max())) if n else (0, 0)
+    if not 0 <= top <= 30 or not (np.isfinite(dt) and dt > 0) or low < 0 or high > top or rule not in COARSEN:
+        raise InputFileError(f"{path}: block-step levels out of range: step_levels_max {top} (0..30), "
+                             f"step_levels_dt {dt} (> 0), levels in [{low}, {high}], step_levels_rule "
+                             f"{rule!r} (one of {', '.join(COARSEN)})")
+    return StepLevels(levels.astype(np.int32), top, dt, rule)
 
 
 def _npz_components(path: Path, arrays: dict, n: int):
@@ -614,6 +649,10 @@ def write_npz(path, bodies: Bodies) -> None:
     if bodies.components is not None:
         arrays["component"] = bodies.components.index
         arrays["component_names"] = np.array(bodies.components.names, dtype=str)
+    if bodies.step_levels is not None:
+        sl = bodies.step_levels
+        arrays.update(zip(STEP_LEVEL_KEYS, (np.asarray(sl.levels, np.int32), np.int32(sl.max_level),
+                                            np.float64(sl.dt_max), np.array(sl.coarsen)), strict=True))
     with atomic_write(path, "wb", what="snapshot") as f:
         np.savez(f, **arrays)  # uncompressed: positions barely compress and loading stays a memcpy
 
@@ -700,8 +739,15 @@ def output_format(path, format: str | None = None) -> str:
 
 
 def write(path, bodies: Bodies, format: str | None = None) -> None:
-    """Write npz, csv or tipsy (by `format` or the extension), atomically."""
-    _WRITERS[output_format(path, format)](Path(path), bodies)
+    """Write npz, csv or tipsy (by `format` or the extension), atomically. Block steps' levels are kept
+    by npz only: elsewhere, under the rule that needs them ("settled"), a warning says a run loaded from
+    the file is not a bitwise continuation."""
+    fmt = output_format(path, format)
+    sl = bodies.step_levels
+    if sl is not None and sl.coarsen == "settled" and fmt != "npz":
+        log.warning("%s: %s keeps no block-step levels, which coarsening rule settled needs for a bitwise "
+                    "resume; write .npz to keep them", path, fmt)
+    _WRITERS[fmt](Path(path), bodies)
 
 
 # ------------------------------------------------------------------------------------------- plumbing

@@ -28,7 +28,9 @@ from app.bodies import Bodies
 INTEGRATORS = ("leapfrog", "euler-damped")
 MODELS = ("gravity", "gravity-repulsion")
 TIMESTEPS = ("shared", "block")
-COARSEN = ("boundary", "aligned")  # block steps: coarser only between max steps; at any aligned tick
+# block steps: coarser only between max steps; at any aligned tick; between max steps and no coarser than
+# the level wanted at the boundary before (app.blocksteps.relevel)
+COARSEN = ("boundary", "aligned", "settled")
 
 
 @dataclass(frozen=True)

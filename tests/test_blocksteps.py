@@ -429,3 +429,24 @@ def test_the_tidal_criterion_refines_the_close_pairs_that_the_acceleration_misse
     assert refined.sum() >= 4, refined.sum()  # measured: 10
     assert np.median(nearest[refined]) < 0.3 * np.median(nearest), (np.median(nearest[refined]),
                                                                       np.median(nearest))  # 0.014 vs 0.091
+
+
+def test_settled_levels_coarsen_only_to_what_two_boundaries_wanted():
+    """Rule "settled": at a max-step boundary a body's level is the finer of the levels it wants there and
+    wanted at the boundary before (Spy's |a| are random, so the wanted levels jump about)."""
+    physics = Physics(dt=1.0, softening=1e-3)
+    L, n = 4, 64
+    spy = Spy(n, L, 11)
+    sched = BlockSteps(physics, L, eta=0.5, coarsen="settled")
+    spy.sched = sched
+    sched.begin(spy)
+    wanted_before = sched.floor.copy()
+    assert np.array_equal(sched.levels, wanted_before)  # begin: the criterion's levels
+    held = 0
+    for _ in range(4):
+        sched.max_step(spy)
+        wanted_now = sched.floor
+        assert np.array_equal(sched.levels, np.maximum(wanted_now, wanted_before))
+        held += int(np.count_nonzero(wanted_before > wanted_now))
+        wanted_before = wanted_now.copy()
+    assert held > 0  # the floor held some body finer than it wanted

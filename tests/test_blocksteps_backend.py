@@ -131,3 +131,55 @@ def test_the_backend_surface(tmp_path):
     assert backend.time == 3 / 32 and coarse.sum() == fine.sum() == 1024
     assert coarse @ np.arange(5) < fine @ np.arange(5)
     backend.close()
+
+
+def test_settled_levels_travel_with_the_npz_and_resume_bitwise(tmp_path, caplog):
+    """Coarsening rule "settled" remembers the boundary before, so its resume needs the levels: 8 max
+    steps straight against 4 + a resume of 4 from the npz (which keeps them) are bitwise; the control, the
+    same state through a csv (exact x and v, no levels), continues differently and the writer says why."""
+    import logging
+
+    settled = [*BLOCK, "--block-coarsen", "settled"]
+    scene = ["collision", "--n", "2048", "--seed", "3"]
+    whole, half, text = tmp_path / "whole.npz", tmp_path / "half.npz", tmp_path / "half.csv"
+    assert main(["simulate", *scene, "--steps", "8", "--out", str(whole), *settled]) == 0
+    assert main(["simulate", *scene, "--steps", "4", "--out", str(half), *settled]) == 0
+    mid = formats.read(half)
+    assert mid.step_levels is not None and mid.step_levels.coarsen == "settled"
+    assert (mid.step_levels.max_level, mid.step_levels.dt_max) == (4, 1 / 32)
+    with caplog.at_level(logging.WARNING):
+        formats.write(text, mid)
+    assert "keeps no block-step levels, which coarsening rule settled needs" in caplog.text
+    resume = ["simulate", "collision", "--steps", "4", *settled]
+    assert main([*resume, "--resume", str(text), "--out", str(tmp_path / "from-csv.npz")]) == 0
+    assert main([*resume, "--resume", str(half), "--out", str(half)]) == 0
+    a, b, c = formats.read(whole), formats.read(half), formats.read(tmp_path / "from-csv.npz")
+    assert np.array_equal(a.pos, b.pos) and np.array_equal(a.vel, b.vel)
+    assert np.array_equal(a.step_levels.levels, b.step_levels.levels)
+    assert not np.array_equal(a.pos, c.pos)  # without the levels: another continuation
+
+
+def test_step_levels_in_npz_round_trip_and_bad_forms_are_named(tmp_path):
+    from app.bodies import StepLevels
+    from app.errors import InputFileError
+
+    bodies = generate("plummer", 64, 1)
+    bodies.step_levels = StepLevels(np.arange(64, dtype=np.int32) % 5, 4, 0.125, "settled")
+    formats.write(tmp_path / "ok.npz", bodies)
+    back = formats.read_npz(tmp_path / "ok.npz").step_levels
+    assert np.array_equal(back.levels, bodies.step_levels.levels)
+    assert (back.max_level, back.dt_max, back.coarsen) == (4, 0.125, "settled")
+    base = {"pos": bodies.pos, "vel": bodies.vel, "mass": bodies.mass}
+    good = {"step_levels": np.zeros(64, np.int32), "step_levels_max": 4, "step_levels_dt": 0.1,
+            "step_levels_rule": np.array("settled")}
+    cases = [({"step_levels": np.zeros(64, np.int32)}, "go together; found only step_levels"),
+             ({**good, "step_levels": np.zeros(63, np.int32)}, "must be (64,) integers"),
+             ({**good, "step_levels": np.full(64, 5, np.int32)}, "levels in [5, 5]"),
+             ({**good, "step_levels_dt": -1.0}, "step_levels_dt -1.0 (> 0)"),
+             ({**good, "step_levels_rule": np.array("never")}, "step_levels_rule 'never'")]
+    for i, (arrays, named) in enumerate(cases):
+        path = tmp_path / f"bad{i}.npz"
+        np.savez(path, **base, **arrays)
+        with pytest.raises(InputFileError) as err:
+            formats.read_npz(path)
+        assert named in str(err.value), (named, str(err.value))

@@ -10,10 +10,12 @@ The scheduler is app/blocksteps.py's `BlockSteps`, over the device's ops: `CudaB
 `tree` record's walk of the active groups, the levels and rows on the device) or the CPU twin's
 `TreeBlockOps` (`cpu-tree`). One `step` is one max step (physics.dt): every body starts and ends it
 together, so between steps the state is synchronised (x, v and a(x) of every body at one time) and a
-snapshot of x and v is the whole state. At a max-step boundary every level is the criterion's of a(x)
-(`relevel`: every level is aligned there), and a(x) follows from x (the tree builds at every evaluation
-and a row's value does not depend on which rows are asked), so a run loaded from a float64 snapshot
-continues bitwise with no levels stored (tests/test_blocksteps_backend.py).
+snapshot of x and v is nearly the whole state. Under the coarsening rules "boundary" and "aligned" every
+level at a max-step boundary is the criterion's of a(x) (`relevel`), and a(x) follows from x (the tree
+builds at every evaluation and a row's value does not depend on which rows are asked), so a run loaded
+from a float64 snapshot continues bitwise from x and v alone. Under "settled" a level also remembers the
+boundary before: the snapshot keeps the levels (`Bodies.step_levels`, npz keys step_levels*), and a load
+of them with the same dt, L and rule continues bitwise (tests/test_blocksteps_backend.py).
 
 Drawing needs no interpolation: the scheme drifts every body at every substep ("drift all, kick
 active"), so positions are current for every body whenever a frame is drawn.
@@ -25,18 +27,20 @@ test do not give (the ops refuse rebuild_every > 1 and opening = rel, naming the
 
 from __future__ import annotations
 
+import logging
 import time
 
 import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
 from app.blocksteps import BlockSteps, block_tunables
-from app.bodies import Bodies
+from app.bodies import Bodies, StepLevels
 from app.errors import ConfigError
 from app.physics import Physics
 
 TREE_KERNEL = {"cuda": "tree", "cpu": "cpu-tree"}  # the record each backend's block steps walk with
 HOST_UPLOAD = "host upload (block steps)"
+log = logging.getLogger(__name__)
 
 
 def block_steps_backend_class(base: type[Backend]) -> type[BlockStepsBackend]:
@@ -94,8 +98,19 @@ class BlockStepsBackend(Backend):
         physics = self._checked(physics)
         self.record(kernel or self.tree_kernel())
         ops = self._make_ops(bodies, physics, self._set)
+        sched = self._scheduler(physics)
+        saved = bodies.step_levels
+        if saved is not None and (saved.levels.shape, saved.max_level, saved.dt_max, saved.coarsen) == \
+                ((bodies.n,), physics.block_levels, physics.dt, physics.block_coarsen):
+            sched.levels = sched._checked(saved.levels)
+            sched.begin(ops, keep_levels=True)  # a(x) from x; the snapshot's levels kept
+        elif saved is not None and physics.block_coarsen == "settled":
+            log.warning("the snapshot's block-step levels were taken with dt %g, L = %d, rule %s; this run "
+                        "has dt %g, L = %d, rule settled: its levels start from the criterion (not a "
+                        "bitwise continuation)", saved.dt_max, saved.max_level, saved.coarsen, physics.dt,
+                        physics.block_levels)
         self._close_ops()
-        self._ops, self._sched, self._physics = ops, self._scheduler(physics), physics
+        self._ops, self._sched, self._physics = ops, sched, physics
         self._t0, self._steps = float(bodies.time), 0
         self._mass = bodies.mass.astype(np.float64, copy=True)
         self._ids = None if bodies.ids is None else bodies.ids.copy()
@@ -230,6 +245,9 @@ class BlockStepsBackend(Backend):
         pos, vel = ops.host_state()
         bodies = Bodies.from_arrays(pos, vel, self._mass, time=self.time, ids=self._ids)
         bodies.components = self.components
+        if sched.ready and sched.levels is not None:
+            bodies.step_levels = StepLevels(sched.state().levels, sched.max_level, sched.dt_max,
+                                            sched.coarsen)
         return bodies
 
     @property
