@@ -218,7 +218,7 @@ class BlockSteps:
         self.coarsen = coarsen
         self.dt_max = float(physics.dt)
         self.dt_min = self.dt_max / (1 << self.max_level)
-        self.levels = None if levels is None else self._checked(levels)
+        self.levels = None if levels is None else self.checked_levels(levels)
         self.floor = None  # coarsen "settled": the levels wanted at the last max-step boundary
         self.steps = 0
         self.ready = False  # a(x) of every body and the levels match the state (begin() makes them)
@@ -226,7 +226,7 @@ class BlockSteps:
         self.total = MaxStepRecord()  # every substep since begin()/resume(), for the counts
         self.work = ForceWork()
 
-    def _checked(self, levels) -> np.ndarray:
+    def checked_levels(self, levels) -> np.ndarray:
         xp = array_module(levels)
         levels = (levels if xp is not np else np.asarray(levels)).astype(np.int32)
         if levels.size and (int(levels.min()) < 0 or int(levels.max()) > self.max_level):
@@ -291,7 +291,7 @@ class BlockSteps:
         """a(x) of every body, and the levels from the criterion (kept when frozen, or with keep_levels:
         the levels given, e.g. a snapshot's, with the criterion's levels only remembered as "settled"'s
         floor, which makes a resume bitwise under every rule)."""
-        with _scope(ops):
+        with ops_scope(ops):
             return self._begin(ops, keep_levels)
 
     def _begin(self, ops: BlockOps, keep_levels: bool = False) -> ForceWork:
@@ -331,7 +331,7 @@ class BlockSteps:
     def max_step(self, ops: BlockOps) -> ForceWork:
         """Advance one dt_max: the substeps of every level (the module docstring's loop). An exception
         leaves the scheduler not ready: the next max step starts with begin() again."""
-        with _scope(ops):
+        with ops_scope(ops):
             return self._max_step(ops)
 
     def _max_step(self, ops: BlockOps) -> ForceWork:
@@ -387,8 +387,8 @@ def block_tunables(tunables: dict | None) -> dict:
     return {**tunables, "rebuild_every": 1, "opening": tunables.get("opening", "cube")}
 
 
-def _scope(ops):
-    """The ops' scope() (BlockOps), or nothing to enter."""
+def ops_scope(ops):
+    """The ops' scope() (BlockOps: the GPU's context current), or nothing to enter."""
     scope = getattr(ops, "scope", None)
     return scope() if scope is not None else nullcontext()
 

@@ -33,7 +33,7 @@ import time
 import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
-from app.blocksteps import BlockSteps, block_tunables
+from app.blocksteps import BlockSteps, block_tunables, ops_scope
 from app.bodies import Bodies, StepLevels
 from app.errors import ConfigError
 from app.physics import Physics
@@ -102,7 +102,7 @@ class BlockStepsBackend(Backend):
         saved = bodies.step_levels
         if saved is not None and (saved.levels.shape, saved.max_level, saved.dt_max, saved.coarsen) == \
                 ((bodies.n,), physics.block_levels, physics.dt, physics.block_coarsen):
-            sched.levels = sched._checked(saved.levels)
+            sched.levels = sched.checked_levels(saved.levels)
             sched.begin(ops, keep_levels=True)  # a(x) from x; the snapshot's levels kept
         elif saved is not None and physics.block_coarsen == "settled":
             log.warning("the snapshot's block-step levels were taken with dt %g, L = %d, rule %s; this run "
@@ -246,8 +246,9 @@ class BlockStepsBackend(Backend):
         bodies = Bodies.from_arrays(pos, vel, self._mass, time=self.time, ids=self._ids)
         bodies.components = self.components
         if sched.ready and sched.levels is not None:
-            bodies.step_levels = StepLevels(sched.state().levels, sched.max_level, sched.dt_max,
-                                            sched.coarsen)
+            with ops_scope(ops):  # (the levels may be on the GPU: read with its context current)
+                levels = sched.state().levels
+            bodies.step_levels = StepLevels(levels, sched.max_level, sched.dt_max, sched.coarsen)
         return bodies
 
     @property
