@@ -43,9 +43,10 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="block,shared",
                     help="comma-separated: block, shared (every body at the finest level any body wants), "
                          "levelK (every body at level K, never changed: shared steps of dt/2^K, e.g. the "
-                         "level whose cost equals block's); block and shared take a suffix :aligned (the "
-                         "default) or :boundary, the rule for when a level may get coarser "
-                         "(app.blocksteps.relevel); default block,shared")
+                         "level whose cost equals block's); block and shared take a suffix :boundary "
+                         "(the scheduler's default, as without one), :settled or :aligned, the rule for when "
+                         "a level may get coarser (app.blocksteps.relevel; runs before 2026-11-26's change "
+                         "of default were aligned without a suffix); default block,shared")
     ap.add_argument("--csv", type=Path, required=True, help="per max step rows (written as they come)")
     ap.add_argument("--plot", type=Path, metavar="PNG",
                     help="|dE/E| and the active fraction against time, both modes, from the CSV")
@@ -69,7 +70,8 @@ def main(argv=None) -> int:
     if args.n < 2 or args.t <= 0 or args.dt <= 0 or not 0 <= args.levels <= 20 or args.eta <= 0 \
             or any(_fixed_level(m, args.levels) is None and _adaptive(m) is None for m in modes):
         print("blocksteps_gpu: --n >= 2, --t, --dt and --eta > 0, 0 <= --levels <= 20, --modes of "
-              "block[:aligned|:boundary], shared[:...] and levelK (0 <= K <= --levels)", file=sys.stderr)
+              "block[:boundary|:settled|:aligned], shared[:...] and levelK (0 <= K <= --levels)",
+              file=sys.stderr)
         return 2
     if args.plot is not None and not args.plot.parent.is_dir():
         print(f"blocksteps_gpu: {args.plot.parent} is not a folder; make it or choose another --plot",
@@ -133,7 +135,7 @@ def main(argv=None) -> int:
     for mode, (rate, worst, fraction, targets) in summary.items():
         print(f"{mode:6}: {rate:.4f} time units per wall second, max |dE/E| {worst:.2e}, "
               f"active fraction {fraction:.3f}, {targets:,} targets evaluated")
-    for suffix in ("", ":aligned", ":boundary"):  # each rule's block against its shared, where both ran
+    for suffix in ("", ":boundary", ":settled", ":aligned"):  # each rule's block against its shared
         block, shared = f"block{suffix}", f"shared{suffix}"
         if block in summary and shared in summary:
             (rb, eb, _, tb), (rs, es, _, ts) = summary[block], summary[shared]
@@ -158,10 +160,10 @@ def _schedule(mode: str, physics, args, n: int):
 
 def _adaptive(mode: str) -> tuple[str, str] | None:
     """(block or shared, the coarsening rule) of a mode "block[:rule]" / "shared[:rule]", else None."""
-    from app.blocksteps import COARSEN
+    from app.physics import COARSEN
 
     kind, _, coarsen = mode.partition(":")
-    coarsen = coarsen or "aligned"
+    coarsen = coarsen or COARSEN[0]  # the scheduler's default
     return (kind, coarsen) if kind in ("block", "shared") and coarsen in COARSEN else None
 
 
