@@ -146,8 +146,9 @@ def relevel(wanted: np.ndarray, t: int, max_level: int, old: np.ndarray | None =
     floored at the one wanted at the boundary before (`BlockSteps._assign`: a body gets coarser only to a
     level it wanted at two boundaries in a row). Measured (docs/blocksteps.md): "boundary" (the
     scheduler's default) cut the energy drift 1.7-14x on softened models (the 1M collision 3.5x, at the
-    same cost); "settled" 3-4x more on the CPU twin (not yet on the GPU); "aligned" does better where
-    close encounters at small softening dominate."""
+    same cost); "settled" cut it 3-4x again on the CPU twin's softened cases, collisions and an ε = 0.01
+    sphere (not yet measured on the GPU); "aligned" does better where close encounters at small softening
+    dominate."""
     xp = array_module(wanted)
     wanted = wanted.astype(np.int32, copy=False) if xp is not np else np.asarray(wanted, np.int32)
     if coarsen in ("boundary", "settled"):
