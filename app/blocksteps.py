@@ -95,7 +95,7 @@ def step_levels(dt: np.ndarray, dt_max: float, max_level: int) -> np.ndarray:
     """The smallest l in [0, max_level] with dt_max / 2^l <= dt (int32); nan -> max_level, inf -> 0.
     `dt` may be a CuPy array (the result is then one too)."""
     xp = array_module(dt)
-    dt = dt.astype(np.float64, copy=False) if xp is not np else np.asarray(dt, dtype=np.float64)
+    dt = xp.asarray(dt, dtype=np.float64)
     dt = xp.where(xp.isnan(dt), 0.0, dt)
     steps = xp.asarray(dt_max / np.exp2(np.arange(max_level + 1)))  # exact: powers of two
     level = xp.searchsorted(-steps, -dt, side="left")  # the first l with steps[l] <= dt
@@ -105,7 +105,7 @@ def step_levels(dt: np.ndarray, dt_max: float, max_level: int) -> np.ndarray:
 def gadget_steps(norms: np.ndarray, eta: float, softening: float) -> np.ndarray:
     """GADGET-2's dt_i = sqrt(2 η ε / |a_i|): inf where a = 0, nan where a is not finite or ε = 0."""
     xp = array_module(norms)
-    norms = norms.astype(np.float64, copy=False) if xp is not np else np.asarray(norms, dtype=np.float64)
+    norms = xp.asarray(norms, dtype=np.float64)
     with np.errstate(divide="ignore", invalid="ignore"):
         return xp.sqrt(2.0 * eta * softening / norms)
 
@@ -150,7 +150,7 @@ def relevel(wanted: np.ndarray, t: int, max_level: int, old: np.ndarray | None =
     sphere (not yet measured on the GPU); "aligned" does better where close encounters at small softening
     dominate."""
     xp = array_module(wanted)
-    wanted = wanted.astype(np.int32, copy=False) if xp is not np else np.asarray(wanted, np.int32)
+    wanted = xp.asarray(wanted, dtype=np.int32)
     if coarsen in ("boundary", "settled"):
         if old is None or t % (1 << max_level) == 0:
             return wanted
@@ -219,7 +219,7 @@ class BlockSteps:
         self.coarsen = coarsen
         self.dt_max = float(physics.dt)
         self.dt_min = self.dt_max / (1 << self.max_level)
-        self.levels = None if levels is None else self.checked_levels(levels)
+        self.levels = None if levels is None else self._checked(levels)
         self.floor = None  # coarsen "settled": the levels wanted at the last max-step boundary
         self.steps = 0
         self.ready = False  # a(x) of every body and the levels match the state (begin() makes them)
@@ -227,12 +227,11 @@ class BlockSteps:
         self.total = MaxStepRecord()  # every substep since begin()/resume(), for the counts
         self.work = ForceWork()
 
-    def checked_levels(self, levels) -> np.ndarray:
-        xp = array_module(levels)
-        levels = (levels if xp is not np else np.asarray(levels)).astype(np.int32)
+    def _checked(self, levels) -> np.ndarray:
+        levels = array_module(levels).array(levels, dtype=np.int32)  # (a copy, numpy or CuPy as given)
         if levels.size and (int(levels.min()) < 0 or int(levels.max()) > self.max_level):
             raise ValueError(f"levels outside [0, {self.max_level}]")
-        return levels.copy()
+        return levels
 
     # --- state ------------------------------------------------------------------------------------------
     @classmethod

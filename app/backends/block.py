@@ -98,17 +98,18 @@ class BlockStepsBackend(Backend):
         physics = self._checked(physics)
         self.record(kernel or self.tree_kernel())
         ops = self._make_ops(bodies, physics, self._set)
-        sched = self._scheduler(physics)
         saved = bodies.step_levels
         if saved is not None and (saved.levels.shape, saved.max_level, saved.dt_max, saved.coarsen) == \
                 ((bodies.n,), physics.block_levels, physics.dt, physics.block_coarsen):
-            sched.levels = sched.checked_levels(saved.levels)
+            sched = self._scheduler(physics, saved.levels)
             sched.begin(ops, keep_levels=True)  # a(x) from x; the snapshot's levels kept
-        elif saved is not None and physics.block_coarsen == "settled":
-            log.warning("the snapshot's block-step levels were taken with dt %g, L = %d, rule %s; this run "
-                        "has dt %g, L = %d, rule settled: its levels start from the criterion (not a "
-                        "bitwise continuation)", saved.dt_max, saved.max_level, saved.coarsen, physics.dt,
-                        physics.block_levels)
+        else:
+            sched = self._scheduler(physics)
+            if saved is not None and physics.block_coarsen == "settled":
+                log.warning("the snapshot's block-step levels were taken with dt %g, L = %d, rule %s; this "
+                            "run has dt %g, L = %d, rule settled: its levels start from the criterion (not a "
+                            "bitwise continuation)", saved.dt_max, saved.max_level, saved.coarsen, physics.dt,
+                            physics.block_levels)
         self._close_ops()
         self._ops, self._sched, self._physics = ops, sched, physics
         self._t0, self._steps = float(bodies.time), 0
@@ -140,10 +141,12 @@ class BlockStepsBackend(Backend):
         return TreeBlockOps(copy, physics, tunables)
 
     @staticmethod
-    def _scheduler(physics: Physics) -> BlockSteps:
+    def _scheduler(physics: Physics, levels=None) -> BlockSteps:
         """A scheduler whose first max step starts with a(x) of every body and the criterion's levels
-        (`begin`): what the uninterrupted run has at the same boundary, bit for bit."""
-        return BlockSteps(physics, physics.block_levels, physics.block_eta, coarsen=physics.block_coarsen)
+        (`begin`), or a snapshot's `levels` (then begun with them kept): what the uninterrupted run has at
+        the same boundary, bit for bit."""
+        return BlockSteps(physics, physics.block_levels, physics.block_eta, levels=levels,
+                          coarsen=physics.block_coarsen)
 
     def _require(self):
         if self._ops is None:

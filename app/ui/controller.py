@@ -241,13 +241,11 @@ class Controller(Actions):
         from app.backends.block import block_steps_backend_class
 
         backend = self.backend
-        if physics.timesteps == "block":
-            if backend.ranks > 1 or backend.devices > 1:
-                raise ConfigError("block time steps run on one device; restart without --gpus or mpiexec")
-            cls = block_steps_backend_class(backend_class(backend.name))
-        else:
-            cls = backend_class(backend.name)
-        kernel = block_steps_backend_class(backend_class(backend.name)).tree_kernel()
+        if physics.timesteps == "block" and (backend.ranks > 1 or backend.devices > 1):
+            raise ConfigError("block time steps run on one device; restart without --gpus or mpiexec")
+        block = block_steps_backend_class(backend_class(backend.name))
+        kernel = block.tree_kernel()  # the tree either way: block steps walk it, shared steps keep it
+        cls = block if physics.timesteps == "block" else backend_class(backend.name)
         self._switch_backend(self.record(kernel), cls, physics)
         self.energy.rebase()
         return f"time steps: {physics.timesteps} ({kernel}) from the next step"
