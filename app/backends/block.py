@@ -17,8 +17,9 @@ from a float64 snapshot continues bitwise from x and v alone. Under "settled" a 
 boundary before: the snapshot keeps the levels (`Bodies.step_levels`, npz keys step_levels*), and a load
 of them with the same dt, L and rule continues bitwise (tests/test_blocksteps_backend.py).
 
-Drawing needs no interpolation: the scheme drifts every body at every substep ("drift all, kick
-active"), so positions are current for every body whenever a frame is drawn.
+Drawing: the scheme drifts every body at every substep ("drift all, kick active"), so every position is
+current whenever a frame is drawn; frames come between max steps, so a long max step moves the picture
+in large jumps (smoothing between them is not built: docs/blocksteps.md, "What is left").
 
 One device, the tree only: the block walk needs the tree's active-group walk and a(x) from x alone
 (a build at every evaluation, a geometric opening test), which the multi-device split and the relative
