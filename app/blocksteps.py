@@ -27,10 +27,12 @@ One max step (KDK per level, GADGET-2 / GOTHIC's "drift all, kick active"):
 Level changes happen only at the end of a body's own step: to a finer level at any such tick (t is a
 multiple of every finer step, so the new step starts aligned), to a coarser one only where t is a
 multiple of the coarser step (`coarsen="aligned"`), or only at the end of a max step, where every level
-is aligned (`coarsen="boundary"`). With the levels frozen, each level's schedule is then a palindrome in time
-(t % s == 0 iff (2^L - t) % s == 0 for s dividing 2^L), and each body's KDK brackets its drifts with
-equal half-kicks, so a max step reversed retraces itself (tests/test_blocksteps.py). With L = 0 it is
-the shared leapfrog, operation for operation (bitwise, against `app.integrator.integrate`).
+is aligned (`coarsen="boundary"`; "settled", the default, also keeps a body at the finer of the levels
+it wants at this boundary and wanted at the one before). With the levels frozen, each level's schedule
+is then a palindrome in time (t % s == 0 iff (2^L - t) % s == 0 for s dividing 2^L), and each body's
+KDK brackets its drifts with equal half-kicks, so a max step reversed retraces itself
+(tests/test_blocksteps.py). With L = 0 it is the shared leapfrog, operation for operation (bitwise,
+against `app.integrator.integrate`).
 
 The scheduler (`BlockSteps`) owns the levels and the schedule; a backend implements `BlockOps` (three
 updates and a force over an index array of rows). This module provides the float64 reference
@@ -144,11 +146,11 @@ def relevel(wanted: np.ndarray, t: int, max_level: int, old: np.ndarray | None =
     and both cases are one max); with coarsen "boundary", the old level until t ends a max step, where
     every level is aligned and the wanted one is taken; "settled" is "boundary" with the wanted level
     floored at the one wanted at the boundary before (`BlockSteps._assign`: a body gets coarser only to a
-    level it wanted at two boundaries in a row). Measured (docs/blocksteps.md): "boundary" (the
-    scheduler's default) cut the energy drift 1.7-14x on softened models (the 1M collision 3.5x, at the
-    same cost); "settled" cut it 3-4x again on the CPU twin's softened cases, collisions and an ε = 0.01
-    sphere (not yet measured on the GPU); "aligned" does better where close encounters at small softening
-    dominate."""
+    level it wanted at two boundaries in a row). Measured (docs/blocksteps.md): "boundary" cut the energy
+    drift 1.7-14x against "aligned" on softened models (the 1M collision 3.5x, at the same cost);
+    "settled" (the scheduler's default) cut it again, 4.8x on the 1M collision on an H100, to 1.28x shared
+    steps', and 3-4x on the CPU twin's softened cases; "aligned" does better where close encounters at
+    small softening dominate."""
     xp = array_module(wanted)
     wanted = xp.asarray(wanted, dtype=np.int32)
     if coarsen in ("boundary", "settled"):
@@ -198,7 +200,7 @@ class BlockSteps:
     levels given, never changed)."""
 
     def __init__(self, physics: Physics, max_level: int, eta: float = 0.025, mode: str = "block",
-                 levels: np.ndarray | None = None, criterion: str = "gadget", coarsen: str = "boundary"):
+                 levels: np.ndarray | None = None, criterion: str = "gadget", coarsen: str = "settled"):
         if mode not in MODES:
             raise ValueError(f"unknown block-step mode {mode!r}; choose from {', '.join(MODES)}")
         if criterion not in CRITERIA:
@@ -236,10 +238,11 @@ class BlockSteps:
     # --- state ------------------------------------------------------------------------------------------
     @classmethod
     def resume(cls, state: BlockState, physics: Physics, max_level: int, eta: float = 0.025,
-               mode: str = "block", criterion: str = "gadget", coarsen: str = "boundary") -> BlockSteps:
+               mode: str = "block", criterion: str = "gadget", coarsen: str = "settled") -> BlockSteps:
         """A scheduler continuing `state`; its ops must hold the checkpoint's x, v and a(x) (or have
         recomputed a(x) with a force whose rows do not depend on which rows are asked: the tree's
-        active-group walk, the numba float64 sum)."""
+        active-group walk, the numba float64 sum). Under "settled" the first max step takes the floor
+        from that a(x) (`_max_step`)."""
         if state.tick != 0:
             raise ValueError("block steps resume only at a max-step boundary (tick 0)")
         sched = cls(physics, max_level, eta, mode, levels=state.levels, criterion=criterion, coarsen=coarsen)
@@ -310,8 +313,7 @@ class BlockSteps:
 
     def _assign(self, wanted: np.ndarray, rows: np.ndarray | None, t: int) -> np.ndarray:
         """The levels after the bodies `rows` (None: all, at t = 0) ended their steps at tick t."""
-        if self.mode == "shared" and wanted.size:  # all bodies are active together: the finest wanted
-            wanted = array_module(wanted).full(wanted.shape, int(wanted.max()), np.int32)
+        wanted = self._as_mode(wanted)
         if self.coarsen == "settled" and t % (1 << self.max_level) == 0:  # a boundary (every body ends)
             floor, self.floor = self.floor, wanted.copy()
             if floor is not None and rows is not None:
@@ -322,6 +324,11 @@ class BlockSteps:
         levels = self.levels.copy()
         levels[rows] = new
         return levels
+
+    def _as_mode(self, wanted: np.ndarray) -> np.ndarray:
+        if self.mode == "shared" and wanted.size:  # all bodies are active together: the finest wanted
+            return array_module(wanted).full(wanted.shape, int(wanted.max()), np.int32)
+        return wanted
 
     def _count(self, record: MaxStepRecord, tick: int, active: int) -> None:
         record.ticks.append(tick)
@@ -338,12 +345,16 @@ class BlockSteps:
         if not self.ready:
             self._begin(ops)
         xp = self._on(ops)
+        rows = xp.arange(ops.n, dtype=np.int64)  # everyone starts a step at a max-step boundary
+        if self.coarsen == "settled" and self.floor is None and self.mode != "frozen":
+            # after resume(): the floor is the criterion's level of the a(x) the ops hold, as at the
+            # boundary the checkpoint was taken at (a(x) follows from x), so the run continues bitwise
+            self.floor = self._as_mode(self._wanted(ops, rows))
         self.ready = False
         end = 1 << self.max_level
         record = MaxStepRecord(n=ops.n)
         work = ForceWork()
         t = 0
-        rows = xp.arange(ops.n, dtype=np.int64)  # everyone starts a step at a max-step boundary
         ticks = self.step_ticks()
         while t < end:
             ops.kick(rows, self.half_dts(rows))  # opening half-kicks

@@ -94,13 +94,13 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "block_levels": Field("int", "block steps: L, the finest step is dt / 2^L", lo=0, hi=20),
         "block_eta": Field("float", "block steps: the accuracy η of the level criterion dt_i = sqrt(2 η ε "
                                     "/ |a_i|) (smaller: finer levels)", lo=0, lo_open=True, hi=10),
-        "block_coarsen": Field("str", "block steps: when a body's level may get coarser: boundary (only "
-                                      "between max steps; the default, better on softened models), "
-                                      "settled (between max steps, and only to a level wanted at the "
-                                      "boundary before too; less drift still on the CPU twin, not yet "
-                                      "measured on a GPU) or aligned (at any tick aligned with the "
-                                      "coarser step; better where close encounters at small softening "
-                                      "dominate)", choices=COARSEN),
+        "block_coarsen": Field("str", "block steps: when a body's level may get coarser: settled (the "
+                                      "default: only between max steps, and only to a level wanted at "
+                                      "the boundary before too; the least drift on softened models, and "
+                                      "its snapshots keep the levels), boundary (only between max steps) "
+                                      "or aligned (at any tick aligned with the coarser step; better "
+                                      "where close encounters at small softening dominate)",
+                               choices=COARSEN),
     },
     "camera": {
         "azimuth": Field("float", "degrees around the z axis", lo=-360, hi=360),

@@ -28,9 +28,9 @@ from app.bodies import Bodies
 INTEGRATORS = ("leapfrog", "euler-damped")
 MODELS = ("gravity", "gravity-repulsion")
 TIMESTEPS = ("shared", "block")
-# block steps: coarser only between max steps; at any aligned tick; between max steps and no coarser than
-# the level wanted at the boundary before (app.blocksteps.relevel)
-COARSEN = ("boundary", "aligned", "settled")
+# block steps: coarser only between max steps and no coarser than the level wanted at the boundary before
+# (the default); only between max steps; at any aligned tick (app.blocksteps.relevel)
+COARSEN = ("settled", "boundary", "aligned")
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Physics:
     timesteps: str = "shared"  # or "block": hierarchical levels below dt (app/blocksteps.py)
     block_levels: int = 6  # block steps: L, the finest step is dt / 2^L
     block_eta: float = 0.025  # block steps: the criterion's accuracy η (GADGET-2's default)
-    block_coarsen: str = "boundary"  # block steps: a level gets coarser only between max steps (or "aligned")
+    block_coarsen: str = "settled"  # block steps: when a level may get coarser (COARSEN)
 
     def with_(self, **changes) -> Physics:
         return replace(self, **changes)

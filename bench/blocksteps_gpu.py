@@ -43,10 +43,11 @@ def main(argv=None) -> int:
     ap.add_argument("--modes", default="block,shared",
                     help="comma-separated: block, shared (every body at the finest level any body wants), "
                          "levelK (every body at level K, never changed: shared steps of dt/2^K, e.g. the "
-                         "level whose cost equals block's); block and shared take a suffix :boundary "
-                         "(the scheduler's default, as without one), :settled or :aligned, the rule for when "
-                         "a level may get coarser (app.blocksteps.relevel; runs before 2026-11-26's change "
-                         "of default were aligned without a suffix); default block,shared")
+                         "level whose cost equals block's); block and shared take a suffix :settled "
+                         "(the scheduler's default, as without one), :boundary or :aligned, the rule for "
+                         "when a level may get coarser (app.blocksteps.relevel; committed runs without a "
+                         "suffix were made while the default was aligned: the header says which); default "
+                         "block,shared")
     ap.add_argument("--csv", type=Path, required=True, help="per max step rows (written as they come)")
     ap.add_argument("--plot", type=Path, metavar="PNG",
                     help="|dE/E| and the active fraction against time, both modes, from the CSV")
@@ -54,16 +55,21 @@ def main(argv=None) -> int:
     ap.add_argument("--also", type=Path, action="append", default=[], metavar="CSV",
                     help="with --replot: another run's CSV drawn beside --csv's (e.g. its levelK modes)")
     ap.add_argument("--label", action="append", default=[], metavar="MODE=LABEL",
-                    help="with --replot: draw --csv's MODE as LABEL (e.g. block=block:aligned, for a run "
-                         "made when aligned was the default rule)")
+                    help="with --replot: draw MODE (in any of the CSVs) as LABEL (e.g. block=block:aligned, "
+                         "for a run made when aligned was the default rule); MODE= leaves it out (e.g. a "
+                         "second copy of the same shared run)")
     args = ap.parse_args(argv)
     if args.replot:
         missing = [str(p) for p in (args.csv, *args.also) if not p.is_file()]
+        unlabelled = [text for text in args.label if "=" not in text]
+        if unlabelled:
+            print(f"blocksteps_gpu: --label takes MODE=LABEL, not {unlabelled[0]!r}", file=sys.stderr)
+            return 2
         if args.plot is None or missing:
             print("blocksteps_gpu: --replot needs existing CSVs and a --plot (missing: "
                   f"{', '.join(missing) or 'none'})", file=sys.stderr)
             return 2
-        labels = dict(text.split("=", 1) for text in args.label if "=" in text)
+        labels = dict(text.split("=", 1) for text in args.label)
         plot([args.csv, *args.also], args.plot, labels)
         return 0
     modes = args.modes.split(",")
@@ -181,10 +187,12 @@ def plot(csv_paths: list[Path], png: Path, labels: dict[str, str] | None = None)
     from matplotlib.figure import Figure
 
     rows: dict[str, list[tuple[float, float, float]]] = {}
-    for i, csv_path in enumerate(csv_paths):
+    for csv_path in csv_paths:
         with csv_path.open() as f:
             for r in csv.DictReader(f):
-                mode = (labels or {}).get(r["mode"], r["mode"]) if i == 0 else r["mode"]
+                mode = (labels or {}).get(r["mode"], r["mode"])
+                if not mode:
+                    continue
                 rows.setdefault(mode, []).append((float(r["time"]), float(r["rel_energy_error"]),
                                                        float(r["active_fraction"])))
     fig = Figure(figsize=(8, 6), layout="constrained")
@@ -195,7 +203,7 @@ def plot(csv_paths: list[Path], png: Path, labels: dict[str, str] | None = None)
         energy.semilogy(t, de, marker="o", ms=3, label=mode)
         active.plot(t, fr, marker="o", ms=3, label=mode)
     energy.set_ylabel("|E(t) - E(0)| / |E(0)|")
-    energy.set_title("block against shared time steps\n" + ", ".join(p.name for p in csv_paths), fontsize=9)
+    energy.set_title("block against shared time steps: " + "\n".join(p.name for p in csv_paths), fontsize=8)
     energy.legend()
     energy.grid(True, which="both", alpha=0.3)
     active.set_ylabel("active fraction")

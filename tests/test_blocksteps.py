@@ -196,7 +196,7 @@ def test_a_checkpoint_resumes_bitwise():
 
 def test_the_tree_twin_resumes_bitwise_from_x_v_and_levels():
     """The cpu-tree's a(x) of a row does not depend on which rows are active, so a checkpoint needs no
-    a(x): it is recomputed from x (what a snapshot holds)."""
+    a(x): it is recomputed from x (what a snapshot holds), and so is the floor of the rule "settled"."""
     physics = Physics(dt=1 / 32, softening=0.001)
     ops = TreeBlockOps(generate("plummer", 2048, 7), physics)
     sched = BlockSteps(physics, max_level=6, eta=0.01)
@@ -212,6 +212,8 @@ def test_the_tree_twin_resumes_bitwise_from_x_v_and_levels():
     assert np.array_equal(fresh.bodies.pos, ops.bodies.pos)
     assert np.array_equal(fresh.bodies.vel, ops.bodies.vel)
     assert np.array_equal(resumed.levels, sched.levels)
+    # rule "settled" (the default): the resumed scheduler took its floor from the recomputed a(x)
+    assert sched.coarsen == "settled" and np.array_equal(resumed.floor, sched.floor)
 
 
 def test_the_tree_walks_active_groups_with_the_full_evaluations_rows():

@@ -28,13 +28,13 @@ def _cpu_block():
 
 def test_simulate_block_steps_resumes_bitwise_from_a_checkpoint(tmp_path, capsys):
     """8 max steps straight against 4 + a --resume of 4: bitwise x, v and time, with levels that differ
-    between bodies and change during the run (at a max-step boundary they are the criterion's of a(x),
-    which follows from x). The control: the same resume at another eta gives another trajectory."""
+    between bodies and change during the run (the npz keeps them, which the default rule "settled"
+    needs). The control: the same resume at another eta gives another trajectory."""
     whole, half, other = tmp_path / "whole.npz", tmp_path / "half.npz", tmp_path / "other.npz"
     scene = ["collision", "--n", "2048", "--seed", "3"]
     assert main(["simulate", *scene, "--steps", "8", "--out", str(whole), *BLOCK]) == 0
     said = capsys.readouterr().out
-    assert "with cpu-tree, block steps L=4 eta=0.01 coarsen=boundary:" in said
+    assert "with cpu-tree, block steps L=4 eta=0.01 coarsen=settled:" in said
     assert "% of the bodies active" in said
     assert main(["simulate", *scene, "--steps", "4", "--out", str(half), *BLOCK]) == 0
     resume = ["simulate", "collision", "--steps", "4", "--resume", str(half), *BLOCK]
@@ -62,7 +62,8 @@ def test_simulate_block_steps_resumes_bitwise_from_a_checkpoint(tmp_path, capsys
     (["--integrator", "euler-damped"], "block time steps are a leapfrog"),
     (["--timesteps", "blocks"], "physics.timesteps = 'blocks' is not allowed; one of: shared, block"),
     (["--block-levels", "21"], "physics.block_levels"),
-    (["--block-coarsen", "never"], "block_coarsen = 'never' is not allowed; one of: boundary, aligned"),
+    (["--block-coarsen", "never"],
+     "block_coarsen = 'never' is not allowed; one of: settled, boundary, aligned"),
 ])
 def test_what_block_steps_cannot_do_is_refused_with_the_fix(tmp_path, capsys, extra, named):
     rc = main(["simulate", "collision", "--n", "512", "--steps", "2", "--out", str(tmp_path / "o.npz"),

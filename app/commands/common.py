@@ -76,10 +76,11 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
     g.add_argument("--block-eta", dest="block_eta", type=str, metavar="ETA",
                    help="block steps: the level criterion's accuracy (default 0.025; smaller is finer)")
     g.add_argument("--block-coarsen", dest="block_coarsen", type=str, metavar="RULE",
-                   help="block steps: boundary (default: a level gets coarser only between max steps) | "
-                        "settled (between max steps, and only to a level also wanted at the boundary "
-                        "before; its snapshots keep the levels, .npz) | aligned (at any tick aligned with "
-                        "the coarser step; better where close encounters at small softening dominate)")
+                   help="block steps: settled (default: a level gets coarser only between max steps, and "
+                        "only to a level also wanted at the boundary before; its snapshots keep the "
+                        "levels, .npz) | boundary (only between max steps; x and v are the whole state) | "
+                        "aligned (at any tick aligned with the coarser step; better where close "
+                        "encounters at small softening dominate)")
     g.add_argument("--backend", type=str, metavar="NAME",
                    help=f"{' | '.join(BACKEND_CHOICES)} (default: auto = CUDA if it works, else CPU)")
     g.add_argument("--kernel", type=str, metavar="NAME",
