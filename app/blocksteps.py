@@ -42,6 +42,7 @@ active body). It is not a Stepper: the Stepper's one-step-one-force contract sta
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -193,6 +194,22 @@ class MaxStepRecord:
         return self.targets / (self.n * len(self.active)) if self.active else 0.0
 
 
+@dataclass(frozen=True)
+class Substep:
+    """Where a max step run by `BlockSteps.substeps` stands after a substep: every position is at tick
+    `t` and every velocity is the one its body drifts with until `t_next`, the next substep's end (the
+    opening half-kicks of the steps starting at t are applied), so a drawing at tick s in [t, t_next]
+    can predict x + v (s - t) dt_min exactly as the drift will make it (up to rounding). `work`: the
+    force work of this substep (none for the max step's opening). `done`: t ends the max step, and the
+    state is synchronised (velocities included)."""
+
+    t: int
+    t_next: int
+    work: ForceWork
+    active: int = 0  # the targets this substep evaluated
+    done: bool = False
+
+
 class BlockSteps:
     """The block time-step scheduler over a `BlockOps`: levels (int32, owned here), the schedule, the
     criterion, and the counts. `mode`: "block" (per-body levels from the criterion), "shared" (every
@@ -342,6 +359,18 @@ class BlockSteps:
             return self._max_step(ops)
 
     def _max_step(self, ops: BlockOps) -> ForceWork:
+        work = ForceWork()
+        for sub in self.substeps(ops):
+            work += sub.work
+        return work
+
+    def substeps(self, ops: BlockOps) -> Iterator[Substep]:
+        """One max step, a substep at a time (the module docstring's loop, its opening half-kicks moved
+        to the end of the substep before, which changes no operation's order): a `Substep` after the
+        opening half-kicks at t = 0, then one after every substep, the last with done=True. A caller
+        that draws between substeps (app/backends/block.py) runs each next() with ops_scope(ops) entered
+        and runs the generator to its done before it reads a synchronised state; `max_step` runs it
+        whole. Until done the scheduler is not ready: an abandoned max step starts again with begin()."""
         if not self.ready:
             self._begin(ops)
         xp = self._on(ops)
@@ -356,24 +385,31 @@ class BlockSteps:
         work = ForceWork()
         t = 0
         ticks = self.step_ticks()
-        while t < end:
-            ops.kick(rows, self.half_dts(rows))  # opening half-kicks
-            t_next = t + int(ticks.min())  # t is a multiple of every step: the finest ends first
+        ops.kick(rows, self.half_dts(rows))  # opening half-kicks
+        t_next = t + int(ticks.min())  # t is a multiple of every step: the finest ends first
+        yield Substep(t, t_next, ForceWork())
+        while True:
             ops.drift_all((t_next - t) * self.dt_min)
             t = t_next
             rows = xp.flatnonzero(t % ticks == 0)
-            work += ops.force_active(rows)
+            done = ops.force_active(rows)
+            work += done
             self._count(record, t, rows.size)
             self._count(self.total, t, rows.size)
             ops.kick(rows, self.half_dts(rows))  # closing half-kicks, with each step's own dt
             if self.mode != "frozen":
                 self.levels = self._assign(self._wanted(ops, rows), rows, t)
                 ticks = self.step_ticks()
+            if t == end:
+                break
+            ops.kick(rows, self.half_dts(rows))  # opening half-kicks of the steps starting at t
+            t_next = t + int(ticks.min())
+            yield Substep(t, t_next, done, int(rows.size))
         self.steps += 1
         self.last = record
         self.work += work
         self.ready = True
-        return work
+        yield Substep(t, t, done, int(rows.size), done=True)
 
     def advance(self, ops: BlockOps, steps: int) -> ForceWork:
         work = ForceWork()
@@ -501,9 +537,13 @@ class NumpyBlockOps:
     def host_acc(self) -> np.ndarray:
         return self.acc.copy()
 
-    def render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """float32 [x, y, z, m] rows and speeds, what a renderer uploads."""
-        return self.bodies.pos4(np.float32), np.linalg.norm(self.bodies.vel, axis=1).astype(np.float32)
+    def render_arrays(self, ahead: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+        """float32 [x, y, z, m] rows (x + v·ahead: a drawing predicted between substeps) and speeds, what
+        a renderer uploads."""
+        rows = self.bodies.pos4(np.float32)
+        if ahead:
+            rows[:, :3] = (self.bodies.pos + ahead * self.bodies.vel).astype(np.float32)
+        return rows, np.linalg.norm(self.bodies.vel, axis=1).astype(np.float32)
 
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a(x) kept for `rows`, their all-pairs accelerations at the same float32 positions by the CPU

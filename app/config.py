@@ -142,6 +142,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "kernel": Field("str", "kernel name from the registry (`nbody-live info --kernels`), or auto "
                         "(the backend's default: best on cuda, cpu-simd on cpu)"),
         "steps_per_frame": Field("int", "simulation steps per rendered frame", lo=1, hi=10_000),
+        "frames_per_step": Field("int", "block time steps: frames drawn inside each max step (K): a frame "
+                                        "advances steps_per_frame / K max steps, the bodies drawn at its "
+                                        "time (the substeps that end by then run, the others' positions "
+                                        "predicted along their drift); 1 draws between max steps only",
+                                 lo=1, hi=1024),
         "gpus": Field("devices", "run on this many GPUs (or all), the forces split by the multi-device "
                                  "driver; with backend cpu: this many CPU \"devices\"; unset: one device "
                                  "(on cuda the same run with K = 1; on cpu the CPU backend itself)",

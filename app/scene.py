@@ -55,6 +55,7 @@ class RunSettings:
     backend: str = "auto"  # auto | cpu | cuda
     kernel: str = "auto"  # auto: the backend's default kernel (cuda: best, cpu: cpu-simd)
     steps_per_frame: int = 1
+    frames_per_step: int = 1  # block time steps: frames drawn inside each max step (app/backends/block.py)
     gpus: int | str | None = None  # --gpus: a number of devices or "all"; None: one device, no driver
     gpu_driver: str = "auto"  # several devices: auto | threads | single (app.multidevice.DRIVERS)
     exchange: str = "auto"  # several devices: auto | peer | nccl | host

@@ -184,3 +184,85 @@ def test_step_levels_in_npz_round_trip_and_bad_forms_are_named(tmp_path):
         with pytest.raises(InputFileError) as err:
             formats.read_npz(path)
         assert named in str(err.value), (named, str(err.value))
+
+
+# --- frames inside a max step (step_parts, run.frames_per_step) -----------------------------------------
+def _drawn(backend) -> np.ndarray:
+    return backend.host_render_arrays()[0][:, :3].astype(np.float64)
+
+
+def test_frames_inside_a_max_step_leave_the_trajectory_as_it_is():
+    """K parts of a max step end where step(1) ends, bitwise, for K = 3 and 8: the state is never changed
+    for a drawing (and the load copies the bodies, which the CPU twin's ops step in place). Between parts
+    the drawn time is the part's and the state is not synchronised; a snapshot or a force error sample
+    asked for inside the max step leaves the trajectory alone too."""
+    bodies = generate("collision", 2048, 3)
+    whole = _cpu_block()
+    whole.load(bodies, PHYSICS)
+    whole.step(2)
+    want = whole.state()
+    assert np.array_equal(bodies.pos, generate("collision", 2048, 3).pos)  # load took a copy
+    for per_step in (3, 8):
+        parts = _cpu_block()
+        parts.load(bodies, PHYSICS)
+        for p in range(1, per_step):
+            timings = parts.step_parts(1, per_step)
+            assert not parts.synchronised and parts.time == pytest.approx(p / per_step * PHYSICS.dt)
+            assert timings.steps == 0
+        assert parts.step_parts(1, per_step).steps == 1 and parts.synchronised
+        parts.step_parts(2, per_step)
+        approx, exact = parts.force_error_sample(np.arange(0, 2048, 16))  # inside the second max step
+        rel = np.linalg.norm(approx - exact, axis=1) / np.linalg.norm(exact, axis=1)
+        assert np.percentile(rel, 99) < 5e-3
+        mid = parts.time
+        got = parts.state()  # runs the max step in flight to its end
+        assert parts.synchronised and got.time == want.time == 2 * PHYSICS.dt > mid
+        assert np.array_equal(got.pos, want.pos) and np.array_equal(got.vel, want.vel)
+        parts.close()
+    whole.close()
+
+
+def test_frames_inside_a_max_step_move_along_the_drift():
+    """64 frames per max step of 16 ticks (a frame every quarter tick): the drawn positions are predicted
+    along each body's drift, so they change direction only where a kick turns a velocity. The largest
+    second difference of the drawn positions over the frames is measured against the control, the same
+    frames drawn at the last substep's positions (which stand still between substep ends, then jump)."""
+    def second_differences(predict: bool) -> float:
+        backend = _cpu_block()
+        backend.load(generate("collision", 2048, 3), PHYSICS)
+        if not predict:
+            backend._ahead = lambda: 0.0
+        drawn = [_drawn(backend)]
+        for _ in range(64):
+            backend.step_parts(1, 64)
+            drawn.append(_drawn(backend))
+        backend.close()
+        d = np.asarray(drawn)
+        return float(np.abs(d[2:] - 2 * d[1:-1] + d[:-2]).max())
+
+    smooth, jumps = second_differences(True), second_differences(False)
+    assert smooth < 0.05 * jumps, (smooth, jumps)
+
+
+def test_the_energy_monitor_waits_for_the_end_of_a_max_step_drawn_in_parts():
+    from app.ui.energy import EnergyMonitor
+
+    backend = _cpu_block()
+    backend.load(generate("plummer", 512, 1), PHYSICS)
+    mon = EnergyMonitor(every=1)
+    backend.step_parts(1, 4)
+    mon.tick(backend)
+    mon.wait()
+    assert mon._base is None  # due, not taken: velocities are mid-step
+    backend.step_parts(3, 4)
+    mon.tick(backend)
+    mon.wait()
+    assert mon._base is not None
+    backend.close()
+
+
+def test_frames_per_step_needs_block_steps(tmp_path, capsys):
+    rc = main(["simulate", "plummer", "--n", "256", "--steps", "1", "--backend", "cpu", "--frames-per-step",
+               "4", "--out", str(tmp_path / "o.npz")])
+    one_line_error(capsys, rc, 2, "frames are drawn inside a step only with block time steps")
+    assert not (tmp_path / "o.npz").exists()

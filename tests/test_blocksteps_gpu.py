@@ -146,3 +146,31 @@ def test_the_block_backend_on_a_gpu_resumes_bitwise_and_samples_its_force_error(
     finally:
         a.close()
         b.close()
+
+
+def test_a_gpu_max_step_drawn_in_parts_ends_where_a_whole_one_does():
+    """step_parts (run.frames_per_step) on the cuda backend: 4 parts end bitwise where step(1) ends; the
+    drawing (x + v·ahead made on the device) moves at every part and at the last one is the state in
+    float32; between parts the state is not synchronised."""
+    from app.backends import backend_class
+    from app.backends.block import block_steps_backend_class
+
+    cls = block_steps_backend_class(backend_class("cuda"))
+    physics = Physics(softening=0.01, dt=1 / 32, timesteps="block", block_levels=4, block_eta=0.01)
+    a, b = cls(), cls()
+    try:
+        a.load(generate("collision", 8192, 3), physics)
+        a.step(1)
+        b.load(generate("collision", 8192, 3), physics)
+        drawn = []
+        for part in range(4):
+            b.step_parts(1, 4)
+            assert b.synchronised == (part == 3)
+            drawn.append(b.host_render_arrays()[0][:, :3].copy())
+        want, got = a.state(), b.state()
+        assert np.array_equal(got.pos, want.pos) and np.array_equal(got.vel, want.vel)
+        assert all(not np.array_equal(drawn[i], drawn[i + 1]) for i in range(3))
+        assert np.array_equal(drawn[-1], want.pos.astype(np.float32))
+    finally:
+        a.close()
+        b.close()

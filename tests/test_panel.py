@@ -442,6 +442,7 @@ def test_energy_monitor_matches_the_float64_reference():
     class Stub:
         physics = Physics(softening=0.05)
         n = b.n
+        synchronised = True  # (Backend.synchronised)
 
         def __init__(self):
             self.bodies = b.copy()
@@ -689,11 +690,27 @@ def test_the_time_steps_combo_moves_the_run_to_block_steps_and_back_keeping_the_
     ui.frame(2)
     assert ui.backend.physics.block_levels == 2 and ui.backend.levels_histogram().shape == (3,)
 
+    ui.click("run.frames_per_step")  # frames inside a max step: a frame advances steps/frame ÷ 4 of one
+    ui.type("4")
+    ui.enter()
+    assert ui.viewer.scene.run.frames_per_step == 4, (ui.ctl.message, ui.panel.field_errors)
+    spf = ui.viewer.scene.run.steps_per_frame
+    ui.frame(1)  # (the frame that applied the field may already have drawn a part)
+    t1 = ui.backend.time
+    ui.frame(1)
+    assert ui.backend.time == pytest.approx(t1 + spf * 0.03125 / 4)
+    if spf % 4:
+        assert not ui.backend.synchronised  # inside a max step
+
     ui.key(keys.SPACE, " ")
-    pos2, vel2 = _state(ui.backend)
+    pos2, vel2 = _state(ui.backend)  # (the max step in flight runs to its end)
     ui.click("physics.timesteps")
     ui.click("physics.timesteps=shared")
     assert ui.backend.timesteps == "shared" and ui.backend.kernel == "cpu-tree", ui.ctl.message
+    ui.click("run.frames_per_step")  # greyed under shared steps: the click does not focus it
+    ui.type("8")
+    ui.enter()
+    assert ui.viewer.scene.run.frames_per_step == 4
     pos3, vel3 = _state(ui.backend)  # cpu-tree's shared steps keep a float32 state: block's float64 rounded
     assert np.array_equal(pos3, pos2.astype(np.float32)) and np.array_equal(vel3, vel2.astype(np.float32))
     assert ui.ctl.live_block() is None

@@ -170,6 +170,31 @@ def test_frames_dir_and_still_follow_a_keyframed_camera(gl_env, tmp_path, capsys
 
 
 @pytest.mark.gl
+def test_block_steps_record_frames_inside_each_max_step(gl_env, tmp_path, capsys):
+    """--timesteps block --frames-per-step 4: every frame moves (the bodies drawn at a quarter max step
+    each), the HUD counts the time in quarters, and frame 4, after one whole max step, is pixel for pixel
+    frame 1 of the same recording with a frame per max step (drawing inside steps leaves the trajectory
+    as it is)."""
+    from PIL import Image
+
+    block = ["collision", "--backend", "cpu", "--n", "2048", "--size", "160x96", "--fps", "30",
+             "--no-progress", "--timesteps", "block", "--dt", "0.125", "--block-levels", "4",
+             "--block-eta", "0.01", "--steps-per-frame", "1", "--hud", "--camera", "static"]
+    quarters, wholes = tmp_path / "quarters", tmp_path / "wholes"
+    rc, _, _ = run_cli(capsys, *block, "--frames", "6", "--frames-per-step", "4", "--frames-dir",
+                       str(quarters))
+    assert rc == 0
+    rc, _, _ = run_cli(capsys, *block, "--frames", "2", "--frames-dir", str(wholes))
+    assert rc == 0
+    q = [np.asarray(Image.open(quarters / f"frame_{i:06d}.png")).astype(int) for i in range(6)]
+    w = [np.asarray(Image.open(wholes / f"frame_{i:06d}.png")).astype(int) for i in range(2)]
+    body = slice(30, None)  # below the HUD's two lines (which name the frame)
+    assert all(np.abs(q[i + 1][body] - q[i][body]).sum() > 0 for i in range(5))  # every frame moves
+    assert np.array_equal(q[4][body], w[1][body])
+    assert np.abs(q[2][body] - w[1][body]).sum() > 0  # (the control: half a max step is elsewhere)
+
+
+@pytest.mark.gl
 def test_pbo_readback_matches_the_viewers_own_readback(gl_env, tmp_path):
     """The ring's bottom-up copy flips rows exactly like vispy's read(); frames come out in order."""
     from app.commands.common import make_backend

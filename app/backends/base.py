@@ -71,6 +71,8 @@ class Backend(ABC):
     # the time-step scheme: "shared" (every body takes dt), or "block" (app/backends/block.py, which also
     # answers levels_histogram() and block_summary())
     timesteps = "shared"
+    # draws frames inside a step (`step_parts`, `synchronised`): block steps' max steps (run.frames_per_step)
+    draws_within_steps = False
 
     # --- discovery -------------------------------------------------------------------------------
     @classmethod
@@ -161,6 +163,16 @@ class Backend(ABC):
     @abstractmethod
     def step(self, steps: int = 1) -> StepTimings:
         """Advance by `steps` integrator steps with the current kernel and say what it cost."""
+
+    def step_parts(self, parts: int, per_step: int) -> StepTimings:
+        """Advance by `parts` / `per_step` steps, a frame drawn inside a step (draws_within_steps)."""
+        raise NotImplementedError(f"the {self.name} backend draws frames only between steps")
+
+    @property
+    def synchronised(self) -> bool:
+        """x, v and a(x) are at one time (what an energy sample needs): always, unless a step is part done
+        (step_parts)."""
+        return True
 
     def idle(self) -> None:  # noqa: B027 - a hook most backends leave empty
         """A frame passes without steps (the viewer is paused): a backend whose state other processes

@@ -18,8 +18,14 @@ boundary before: the snapshot keeps the levels (`Bodies.step_levels`, npz keys s
 of them with the same dt, L and rule continues bitwise (tests/test_blocksteps_backend.py).
 
 Drawing: the scheme drifts every body at every substep ("drift all, kick active"), so every position is
-current whenever a frame is drawn; frames come between max steps, so a long max step moves the picture
-in large jumps (smoothing between them is not built: docs/blocksteps.md, "What is left").
+current after each substep. `step_parts(parts, K)` (the viewer's run.frames_per_step = K) draws K frames
+per max step: it runs the substeps that end within the next parts/K of the max step (the scheduler's
+`substeps` generator, kept between frames) and draws x + v (s − t) at the frame's time s, t the last
+substep's end, v each body's drift velocity then (its opening half-kick applied): the position the drift
+will give, up to rounding, and the state itself untouched, so the trajectory does not depend on K. What
+needs a synchronised state (a snapshot, a change of physics or tunables, `step`, accelerations) first
+runs the max step in flight to its end; `synchronised` says when one is in flight (the energy monitor
+waits for its end).
 
 One device, the tree only: the block walk needs the tree's active-group walk and a(x) from x alone
 (a build at every evaluation, a geometric opening test), which the multi-device split and the relative
@@ -30,13 +36,15 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
-from app.blocksteps import BlockSteps, block_tunables, ops_scope
+from app.blocksteps import BlockSteps, Substep, block_tunables, ops_scope
 from app.bodies import Bodies, StepLevels
 from app.errors import ConfigError
+from app.forces import ForceWork
 from app.physics import Physics
 
 TREE_KERNEL = {"cuda": "tree", "cpu": "cpu-tree"}  # the record each backend's block steps walk with
@@ -57,6 +65,7 @@ class BlockStepsBackend(Backend):
 
     base: type[Backend]
     timesteps = "block"  # (Backend.timesteps: what the panel, the controller and simulate ask)
+    draws_within_steps = True  # step_parts: frames inside a max step
 
     @classmethod
     def why_not(cls) -> str | None:
@@ -93,10 +102,15 @@ class BlockStepsBackend(Backend):
         self._mass = np.zeros(0)
         self._ids = None
         self._set: dict = {}  # tunables set on the tree record (validated), beside its defaults
+        # a max step drawn in parts (step_parts): its substeps, the last one run, parts drawn of per_step
+        self._flight: Iterator[Substep] | None = None
+        self._at: Substep | None = None
+        self._part, self._per_step = 0, 1
 
     # --- state -----------------------------------------------------------------------------------
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
         physics = self._checked(physics)
+        self._drop_flight()
         self.record(kernel or self.tree_kernel())
         ops = self._make_ops(bodies, physics, self._set)
         saved = bodies.step_levels
@@ -129,7 +143,8 @@ class BlockStepsBackend(Backend):
         return physics
 
     def _make_ops(self, bodies: Bodies, physics: Physics, tunables: dict):
-        copy = Bodies.from_arrays(bodies.pos, bodies.vel, bodies.mass, time=bodies.time)
+        # a copy (Backend.load's contract): the CPU twin's ops step their Bodies' arrays in place
+        copy = Bodies.from_arrays(bodies.pos.copy(), bodies.vel.copy(), bodies.mass.copy(), time=bodies.time)
         if self.base.name == "cuda":
             from app.backends.cuda.blockops import CudaBlockOps
             from app.backends.cuda.device import CudaDevice
@@ -203,15 +218,89 @@ class BlockStepsBackend(Backend):
     def step(self, steps: int = 1) -> StepTimings:
         ops, sched = self._require()
         t0 = time.perf_counter()
-        work = sched.advance(ops, steps)
+        work = self._settle()
+        work += sched.advance(ops, steps)
         ops.synchronize()
-        wall_ms = (time.perf_counter() - t0) * 1e3
         self._steps += steps
         last = sched.last
+        return self._timings(steps, t0, work, last.fraction, len(last.active))
+
+    def step_parts(self, parts: int, per_step: int) -> StepTimings:
+        """Advance by `parts` / `per_step` max steps (per_step >= 1: run.frames_per_step): the substeps
+        that end by the next part's time run, the max step in flight kept between calls. The frame's
+        positions are predicted to its time (host_render_arrays). A change of per_step first finishes the
+        max step in flight."""
+        ops, sched = self._require()
+        parts, per_step = int(parts), int(per_step)
+        if parts < 1 or per_step < 1:
+            raise ValueError(f"step_parts({parts}, {per_step}): both must be >= 1")
+        t0 = time.perf_counter()
+        work = self._settle() if per_step != self._per_step else ForceWork()
+        self._per_step = per_step
+        end = 1 << sched.max_level
+        steps = substeps = active = 0
+        with ops_scope(ops):
+            for _ in range(parts):
+                self._part += 1
+                if self._flight is None:
+                    self._flight = sched.substeps(ops)
+                    self._at = next(self._flight)  # the opening half-kicks
+                # the substeps whose end tick s has s / end <= part / per_step (integers: exact)
+                while self._at.t_next * per_step <= self._part * end and not self._at.done:
+                    self._at = next(self._flight)
+                    work += self._at.work
+                    substeps += 1
+                    active += self._at.active
+                if self._at.done:
+                    self._flight, self._at, self._part = None, None, 0
+                    self._steps += 1
+                    steps += 1
+        ops.synchronize()
+        fraction = active / (self.n * substeps) if substeps and self.n else 0.0
+        return self._timings(steps, t0, work, fraction, substeps)
+
+    def _timings(self, steps: int, t0: float, work: ForceWork, fraction: float, substeps: int) -> StepTimings:
+        wall_ms = (time.perf_counter() - t0) * 1e3
         return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=wall_ms,
                            interactions=work.interactions, pair_equivalent=work.pair_equivalent,
                            force_evals=work.evaluations, body_cell=work.body_cell,
-                           extra={"active_fraction": last.fraction, "substeps": float(len(last.active))})
+                           extra={"active_fraction": fraction, "substeps": float(substeps)})
+
+    def _settle(self) -> ForceWork:
+        """Run the max step in flight (step_parts) to its end: the state is synchronised again."""
+        work = ForceWork()
+        if self._flight is None:
+            return work
+        ops, _ = self._require()
+        with ops_scope(ops):
+            while not self._at.done:
+                self._at = next(self._flight)
+                work += self._at.work
+        self._flight, self._at, self._part = None, None, 0
+        self._steps += 1
+        log.debug("block steps: the max step drawn in parts ran to its end (t = %g)", self.time)
+        return work
+
+    def _drop_flight(self) -> None:
+        """Forget a max step in flight (a load replaces the state it was advancing)."""
+        self._flight, self._at, self._part = None, None, 0
+
+    @property
+    def synchronised(self) -> bool:
+        return self._flight is None
+
+    @property
+    def time(self) -> float:
+        """The drawn time: inside a max step drawn in parts, the last part's."""
+        return super().time + self._part / self._per_step * self._physics.dt
+
+    def _ahead(self) -> float:
+        """How far the drawing is ahead of the state (time units): the last part's time minus the last
+        substep's end."""
+        if self._at is None:
+            return 0.0
+        end = 1 << self._sched.max_level
+        return (self._part * end / self._per_step - self._at.t) * self._sched.dt_min
 
     def block_summary(self) -> str:
         """One line for a command's summary: the levels and the mean active fraction since the load."""
@@ -226,15 +315,21 @@ class BlockStepsBackend(Backend):
 
     def accelerations(self) -> np.ndarray:
         ops, sched = self._require()
+        self._settle()
         if not sched.ready:
             sched.begin(ops)
         return np.array(ops.host_acc(), dtype=np.float64)
 
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The tree's a(x) of `rows` at the current (synchronised) positions against their all-pairs sum
-        (the ops' force_error_sample); a(x) made first if no step has."""
+        """The tree's a(x) of `rows` at the current positions against their all-pairs sum (the ops'
+        force_error_sample); a(x) made first if no step has. Inside a max step drawn in parts, the rows'
+        a(x) are evaluated at the positions of the last substep first: a body's a(x) is read only at the
+        end of its own step, where it is evaluated again, so the trajectory does not change."""
         ops, sched = self._require()
-        if not sched.ready:
+        if self._flight is not None:
+            with ops_scope(ops):
+                ops.force_active(np.asarray(rows, dtype=np.int64))
+        elif not sched.ready:
             sched.begin(ops)
         return ops.force_error_sample(rows)
 
@@ -245,7 +340,9 @@ class BlockStepsBackend(Backend):
                      if s.name not in ("rebuild_every", "rebuild_rule", "alpha"))
 
     def state(self) -> Bodies:
+        """The synchronised state: a max step in flight (step_parts) is run to its end first."""
         ops, sched = self._require()
+        self._settle()
         pos, vel = ops.host_state()
         bodies = Bodies.from_arrays(pos, vel, self._mass, time=self.time, ids=self._ids)
         bodies.components = self.components
@@ -261,9 +358,10 @@ class BlockStepsBackend(Backend):
 
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         ops, _ = self._require()
-        return ops.render_arrays()
+        return ops.render_arrays(self._ahead())
 
     def _close_ops(self) -> None:
+        self._drop_flight()
         self._ops = None
 
     def close(self) -> None:

@@ -31,6 +31,7 @@ SHORTCUTS = {
     "backend": "run.backend",
     "kernel": "run.kernel",
     "steps_per_frame": "run.steps_per_frame",
+    "frames_per_step": "run.frames_per_step",
     "gpus": "run.gpus",
     "gpu_driver": "run.gpu_driver",
     "exchange": "run.exchange",
@@ -88,6 +89,9 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
                         "cuda, cpu-simd on cpu)")
     g.add_argument("--steps-per-frame", dest="steps_per_frame", type=str, metavar="K",
                    help="simulation steps per rendered frame")
+    g.add_argument("--frames-per-step", dest="frames_per_step", type=str, metavar="K",
+                   help="block time steps: frames drawn inside each max step, so that a long --dt still "
+                        "moves smoothly: a frame advances steps-per-frame/K max steps (default 1)")
     g.add_argument("--tunable", dest="tunables", action="append", default=[], metavar="NAME=VALUE",
                    help="a tunable of the kernel, e.g. --tunable theta=0.7 for cpu-tree (repeatable; "
                         "`nbody-live info --kernels` lists each kernel's tunables and their ranges)")
@@ -212,6 +216,10 @@ def make_backend(scene, bodies=None, comm=None):
     if scene.physics.timesteps == "block":
         cls = block_steps_class(cls, scene, comm)
         kernel = kernel or cls.tree_kernel()
+    elif scene.run.frames_per_step != 1:
+        raise ConfigError(f"run.frames_per_step = {scene.run.frames_per_step}: frames are drawn inside a "
+                          "step only with block time steps (--timesteps block); with shared steps a frame "
+                          "comes after each step: lower --dt for smaller ones, or drop --frames-per-step")
     elif scene.run.gpus is not None:
         cls = several_devices(cls, scene.run.gpus, scene.run.gpu_driver, scene.run.exchange,
                               chosen=scene.run.backend != "auto" or kernel is not None)

@@ -189,6 +189,24 @@ def _interrupt_name(interrupted) -> str:
     return "the window was closed" if interrupted == "window" else signal.Signals(interrupted).name
 
 
+def _per_frame(scene) -> str:
+    """What a frame advances: steps, or parts of a block step's max step (run.frames_per_step)."""
+    spf, per_step = scene.run.steps_per_frame, scene.run.frames_per_step
+    if per_step > 1:
+        return f"{spf}/{per_step} of a max step per frame"
+    return f"{spf} steps per frame"
+
+
+def _frame_advance(scene, index: int) -> str:
+    """Where frame `index` of a simulated recording stands (as render.recorder.frame_info counts it)."""
+    parts = index * scene.run.steps_per_frame
+    per_step = scene.run.frames_per_step
+    if per_step > 1:
+        whole, part = divmod(parts, per_step)
+        return f"t = {parts / per_step * scene.physics.dt:g}, max step {whole} + {part}/{per_step}"
+    return f"step {parts}"
+
+
 def main(args) -> int:
     from app.render import camera_path
     from app.render.recorder import (
@@ -229,7 +247,7 @@ def main(args) -> int:
                   f"{out} was not written")
             return exit_status(res.interrupted)
         index = round(args.still * fps)
-        where = (f"step {index * scene.run.steps_per_frame}" if series is None
+        where = (_frame_advance(scene, index) if series is None
                  else f"of {frames}: {record_line(series, frames)}")
         print(f"wrote {out} ({res.size[0]}x{res.size[1]}, t = {args.still:g} s = frame {index}, {where})")
         return 0
@@ -249,8 +267,7 @@ def main(args) -> int:
         with InterruptGuard() as guard, _viewer(scene, size, args.window, replay()) as viewer:
             backend = viewer.backend
             path = camera_path.make_path(scene.camera, viewer.camera)
-            advance = (f"{scene.run.steps_per_frame} steps per frame" if series is None
-                       else record_line(series, frames))
+            advance = (_per_frame(scene) if series is None else record_line(series, frames))
             print(f"recording {what}: {frames} frames {size[0]}x{size[1]} at {fps:g} fps, "
                   f"{advance}, {path.describe()}, "
                   f"{viewer.stats.kernel or backend.kernel} N={backend.n:,} ({backend.data_path})",

@@ -145,15 +145,20 @@ class Viewer(app.Canvas):
         self.stats.upload_ms = (time.perf_counter() - t0) * 1e3
 
     def advance(self) -> None:
-        """One frame of simulation: scene.run.steps_per_frame backend steps (none while paused)."""
+        """One frame of simulation: scene.run.steps_per_frame backend steps (none while paused), or that
+        many 1/frames_per_step parts of a step on a backend that draws inside steps (block steps)."""
         self.set_current()
         self.sync_buffers()
         if self.paused:
             self.backend.idle()
             return
         steps = max(int(self.scene.run.steps_per_frame), 1)
+        per_step = max(int(self.scene.run.frames_per_step), 1)
         try:
-            self.stats.step = self.backend.step(steps)
+            if per_step > 1 and self.backend.draws_within_steps:  # (the panel greys K under shared steps)
+                self.stats.step = self.backend.step_parts(steps, per_step)
+            else:
+                self.stats.step = self.backend.step(steps)
         except NonFiniteState as e:
             # Keep the window alive on the last good frame: pause and say which body went bad.
             self.paused = self.stats.paused = True

@@ -405,10 +405,11 @@ def frame_info(viewer, index: int, fps: float) -> FrameInfo:
         return FrameInfo(index=index, t=index / fps, scene=viewer.scene.name, kernel=viewer.backend.kernel,
                          n=int(viewer.backend.n), steps=None, sim_time=viewer.backend.time)
     k = max(int(viewer.scene.run.steps_per_frame), 1)
-    steps = index * k
+    per_step = max(int(viewer.scene.run.frames_per_step), 1) if viewer.backend.draws_within_steps else 1
+    parts = index * k  # 1/per_step-ths of a step (block steps draw inside max steps: canvas.advance)
     return FrameInfo(index=index, t=index / fps, scene=viewer.scene.name,
                      kernel=viewer.stats.kernel or viewer.backend.kernel, n=int(viewer.backend.n),
-                     steps=steps, sim_time=steps * float(viewer.scene.physics.dt))
+                     steps=parts // per_step, sim_time=parts / per_step * float(viewer.scene.physics.dt))
 
 
 def record_scene(viewer, sink: _Sink, out, frames: int, camera=None, progress: bool = True,
@@ -416,7 +417,8 @@ def record_scene(viewer, sink: _Sink, out, frames: int, camera=None, progress: b
     """Record `frames` frames of `viewer` into `sink` (a Recorder or PngSequence; started at `out` here
     unless the caller already started it, e.g. to fail fast on an unwritable path before any setup).
 
-    Frame i: the state after i * steps_per_frame steps (frame 0 is the initial state), camera `camera`
+    Frame i: the state after i * steps_per_frame steps (frame 0 is the initial state; with block steps
+    drawn inside max steps, i * steps_per_frame / frames_per_step max steps), camera `camera`
     (a camera_path.CameraPath; None: the viewer's camera as it is) at t = i / sink.fps.
     `window`: also show each frame in the viewer's window (closing it stops the recording early).
     """

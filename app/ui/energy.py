@@ -103,6 +103,7 @@ class EnergyMonitor:
         self._future: Future | None = None
         self._generation = 0
         self._frames = 0
+        self._due = False  # a sample is due at the next frame whose state is synchronised
 
     def rebase(self) -> None:
         """The next sample becomes the baseline (new bodies, or physics that changes what E means)."""
@@ -110,6 +111,7 @@ class EnergyMonitor:
         self._base = None
         self.samples.clear()
         self._frames = 0
+        self._due = False
 
     def tick(self, backend) -> None:
         """Call once per frame: collects a finished sample, starts the next one every `every` frames."""
@@ -123,8 +125,13 @@ class EnergyMonitor:
                 if gen == self._generation:
                     self._record(*result)
         self._frames += 1
-        if self._frames % self.every != 1 and self.every > 1:
+        if self._frames % self.every == 1 or self.every == 1:
+            self._due = True
+        if not self._due:
             return
+        if not backend.synchronised:
+            return  # a max step drawn in parts: velocities are mid-step; sample at its end (still due)
+        self._due = False
         if self._future is not None:
             return  # the previous reduction is still running: skip this one
         physics = backend.physics

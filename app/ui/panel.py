@@ -73,7 +73,7 @@ BREAKDOWN = (("force_ms", "force", (1.00, 0.55, 0.15, 1.0)),
              ("energy_ms", "drift", (0.90, 0.45, 0.55, 1.0)),
              ("probe_ms", "error probe", (0.80, 0.60, 0.30, 1.0)),
              ("python_ms", "Python", (0.55, 0.58, 0.62, 1.0)))
-FIELD_FORMAT = {"initial.n": "{:d}", "run.steps_per_frame": "{:d}"}
+FIELD_FORMAT = {"initial.n": "{:d}", "run.steps_per_frame": "{:d}", "run.frames_per_step": "{:d}"}
 PRESET_KEYS_HELP = "Space pause · [ ] kernel · R reset · C camera · F fit · V record · Tab hide · Esc quit"
 REC_RED = (0.92, 0.16, 0.16, 1.0)
 
@@ -795,6 +795,10 @@ class Panel(OverlayPanel):
         self._field("block η", "physics.block_eta", not_block)
         self._choice("block coarsening", "physics.block_coarsen", COARSEN, not_block)
         self._field("steps / frame", "run.steps_per_frame")
+        self._field("frames / max step", "run.frames_per_step", not_block)
+        self._tooltip("block steps: frames drawn inside each max step, the bodies at the frame's time "
+                      "(substeps that end by then run, the others predicted along their drift); a frame "
+                      "advances steps/frame ÷ this many max steps")
 
     def _view_section(self) -> None:
         from app.config import COLOR_BY, COLORMAPS
