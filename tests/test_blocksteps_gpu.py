@@ -174,3 +174,54 @@ def test_a_gpu_max_step_drawn_in_parts_ends_where_a_whole_one_does():
     finally:
         a.close()
         b.close()
+
+
+@pytest.mark.gl
+def test_gpu_block_steps_write_the_drawn_rows_into_the_vbos(egl_canvas):
+    """CUDA–GL interop for block steps: after attach_gl_buffers (a headless NVIDIA EGL context) every step
+    and part writes the drawn rows (x + v·ahead, masses, speeds) into the VBOs on the device: inside a
+    max step drawn in parts they equal host_render_arrays bitwise, the map and unmap are timed, and the
+    data path says so; detached, the renderer is back to uploads."""
+    from conftest import gl_vbo, read_gl
+
+    from app.backends import backend_class
+    from app.backends.block import HOST_UPLOAD, INTEROP, block_steps_backend_class
+
+    n = 8192
+    cls = block_steps_backend_class(backend_class("cuda"))
+    physics = Physics(softening=0.01, dt=1 / 32, timesteps="block", block_levels=4, block_eta=0.01)
+    backend = cls()
+    _pos_vbo, pos_name = gl_vbo(egl_canvas, np.zeros((n, 4), np.float32))
+    _speed_vbo, speed_name = gl_vbo(egl_canvas, np.zeros((n, 1), np.float32))
+    try:
+        backend.load(generate("collision", n, 3), physics)
+        assert backend.attach_gl_buffers(pos_name, speed_name) and backend.data_path == INTEROP
+        timings = backend.step_parts(3, 8)
+        assert not backend.synchronised and timings.map_ms > 0 and timings.unmap_ms > 0
+        want_pos, want_speed = backend.host_render_arrays()
+        egl_canvas.set_current()
+        assert np.array_equal(read_gl(egl_canvas, pos_name, 16 * n).reshape(n, 4), want_pos)
+        assert np.array_equal(read_gl(egl_canvas, speed_name, 4 * n), want_speed)
+        backend.detach_gl_buffers()
+        assert backend.data_path == HOST_UPLOAD
+    finally:
+        backend.close()
+
+
+@pytest.mark.gl
+def test_the_viewer_draws_block_steps_through_interop(egl_canvas, tmp_path):
+    """`run --timesteps block --frames-per-step 4 --headless --timings`: nothing is uploaded from the host
+    and every frame maps and unmaps the VBOs."""
+    import csv
+
+    from app.cli import main
+
+    out = tmp_path / "frames.csv"
+    rc = main(["-q", "run", "collision", "--n", "8192", "--frames", "12", "--headless", "--backend", "cuda",
+               "--timesteps", "block", "--dt", "0.0625", "--frames-per-step", "4", "--no-panel", "--timings",
+               str(out)])
+    assert rc == 0
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 12
+    assert all(float(r["map_ms"]) > 0 and float(r["unmap_ms"]) > 0 for r in rows[1:])
+    assert all(float(r["upload_ms"]) == 0.0 for r in rows)

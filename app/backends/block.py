@@ -49,6 +49,7 @@ from app.physics import Physics
 
 TREE_KERNEL = {"cuda": "tree", "cpu": "cpu-tree"}  # the record each backend's block steps walk with
 HOST_UPLOAD = "host upload (block steps)"
+INTEROP = "CUDA-GL interop (block steps)"
 log = logging.getLogger(__name__)
 
 
@@ -106,6 +107,7 @@ class BlockStepsBackend(Backend):
         self._flight: Iterator[Substep] | None = None
         self._at: Substep | None = None
         self._part, self._per_step = 0, 1
+        self._gl = None  # the renderer's VBOs registered with the GPU's context (attach_gl_buffers)
 
     # --- state -----------------------------------------------------------------------------------
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
@@ -128,8 +130,12 @@ class BlockStepsBackend(Backend):
         self._close_ops()
         self._ops, self._sched, self._physics = ops, sched, physics
         self._t0, self._steps = float(bodies.time), 0
-        self._mass = bodies.mass.astype(np.float64, copy=True)
+        previous_n, self._mass = self.n, bodies.mass.astype(np.float64, copy=True)
         self._ids = None if bodies.ids is None else bodies.ids.copy()
+        if self._gl is not None and self.n != previous_n:
+            log.info("N = %d: CUDA-GL buffers detached until attach_gl_buffers is called again", self.n)
+            self.detach_gl_buffers()
+        self._publish()
 
     @staticmethod
     def _checked(physics: Physics) -> Physics:
@@ -260,8 +266,13 @@ class BlockStepsBackend(Backend):
         return self._timings(steps, t0, work, fraction, substeps)
 
     def _timings(self, steps: int, t0: float, work: ForceWork, fraction: float, substeps: int) -> StepTimings:
+        """The step's wall time (its force evaluations, drifts and kicks: all of it is the force method
+        here), then the drawn rows written into the VBOs where they are attached (map and unmap timed)."""
         wall_ms = (time.perf_counter() - t0) * 1e3
+        self._publish()
+        gl = self._gl
         return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=wall_ms,
+                           map_ms=gl.last_map_ms if gl else 0.0, unmap_ms=gl.last_unmap_ms if gl else 0.0,
                            interactions=work.interactions, pair_equivalent=work.pair_equivalent,
                            force_evals=work.evaluations, body_cell=work.body_cell,
                            extra={"active_fraction": fraction, "substeps": float(substeps)})
@@ -354,7 +365,50 @@ class BlockStepsBackend(Backend):
 
     @property
     def data_path(self) -> str:
-        return HOST_UPLOAD
+        return INTEROP if self._gl is not None else HOST_UPLOAD
+
+    def attach_gl_buffers(self, position_vbo: int, speed_vbo: int) -> bool:
+        """On a GPU: the renderer's VBOs registered with the GPU's context (the GL context current), and
+        filled on the device after every step (`_publish`: the drawn rows, x + v·ahead, made in place);
+        False (the renderer uploads host_render_arrays) on the CPU, before a load, or where interop
+        cannot work (one warning saying why)."""
+        from app.backends.cuda.interop import fall_back, register_gl_buffers
+
+        self.detach_gl_buffers()
+        if self.base.name != "cuda" or self._ops is None:
+            return False
+        with self._ops.scope():
+            gl, reason = register_gl_buffers(position_vbo, speed_vbo)
+        if gl is None:
+            return fall_back(reason)
+        self._gl = gl
+        try:
+            self._publish()
+        except Exception as e:  # a failing first write is reported here, not on a later frame
+            self.detach_gl_buffers()
+            return fall_back(str(e))
+        log.info("CUDA-GL interop active: block steps write GL buffers %d (positions) and %d (speeds)",
+                 int(position_vbo), int(speed_vbo))
+        return True
+
+    def detach_gl_buffers(self) -> None:
+        """The renderer is about to delete or resize its buffers."""
+        if self._gl is not None:
+            gl, self._gl = self._gl, None
+            if self._ops is not None:
+                with self._ops.scope():
+                    gl.unregister()
+            else:
+                gl.unregister()
+
+    def _publish(self) -> None:
+        """The drawn rows into the attached VBOs (mapped only here; synchronised before the unmap)."""
+        if self._gl is None or self._ops is None:
+            return
+        ops = self._ops
+        with ops.scope(), self._gl.mapped_for(self.n) as mapped:
+            ops.write_render_rows(mapped.pos, mapped.speed, self._ahead())
+            ops.synchronize()
 
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         ops, _ = self._require()
@@ -365,6 +419,7 @@ class BlockStepsBackend(Backend):
         self._ops = None
 
     def close(self) -> None:
+        self.detach_gl_buffers()
         self._close_ops()
         if self._device is not None:
             self._device.close()

@@ -136,6 +136,21 @@ class CudaBlockOps:
             speed = cp.sqrt(cp.sum(self.vel * self.vel, axis=1)).astype(np.float32)
             return rows.get(), speed.get()
 
+    def write_render_rows(self, pos_ptr: int, speed_ptr: int, ahead: float = 0.0) -> None:
+        """render_arrays' rows and speeds written into device buffers (the renderer's VBOs, mapped:
+        CUDA–GL interop), queued on the current stream; the caller synchronises before unmapping."""
+        cp = self.cp
+        with self.scope():
+            def over(ptr: int, shape: tuple[int, ...]):
+                nbytes = int(np.prod(shape)) * 4
+                memory = cp.cuda.UnownedMemory(int(ptr), nbytes, owner=self)
+                return cp.ndarray(shape, np.float32, cp.cuda.MemoryPointer(memory, 0))
+
+            rows, speed = over(pos_ptr, (self.n, 4)), over(speed_ptr, (self.n,))
+            rows[:, :3] = (self.pos + ahead * self.vel if ahead else self.pos).astype(np.float32)
+            rows[:, 3] = self.mass
+            speed[:] = cp.sqrt(cp.sum(self.vel * self.vel, axis=1)).astype(np.float32)
+
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a(x) kept for `rows`, their all-pairs accelerations from the float32 rows the last walk read,
         by the `shared` kernel on this GPU: app/backends/cuda/force_sample.py). a(x) must be current: the
