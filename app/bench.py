@@ -99,37 +99,27 @@ def git_commit() -> dict:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def device_info(backend) -> dict:
-    info = getattr(backend, "device_info", None)
-    if callable(info):
-        try:
-            return dict(info())
-        except Exception as e:  # facts are nice to have; the numbers still count
-            return {"name": f"unknown ({e})"}
-    return {"name": cpu_name(), "cores": os.cpu_count(), "backend": getattr(backend, "name", "?")}
+    """The backend's own device facts (Backend.device_info), or its name alone."""
+    try:
+        info = backend.device_info()
+    except Exception as e:  # facts are nice to have; the numbers still count
+        return {"name": f"unknown ({e})"}
+    return dict(info) if info is not None else {"name": f"unknown ({backend.name} says nothing)",
+                                                 "backend": backend.name}
 
 
-def reference_lines(backend: str, fp32_limit: float | None) -> list[dict]:
+def reference_lines(gpu: bool, fp32_limit: float | None) -> list[dict]:
     """What a result is compared with, stored in its JSON (`references`) and drawn dashed by the plot:
     `{"label", "interactions_per_s"}` is a constant, `{"label", "points": [[N, rate], ...]}` a series."""
     refs = []
     if fp32_limit:
         refs.append({"label": f"FP32 issue limit {fp32_limit / 1e9:,.0f} G/s (12 FP32 instr./interaction)",
                      "interactions_per_s": fp32_limit})
-    elif backend == "cuda":  # the device did not say: DESIGN.md's estimate for the GPUs we are lent
+    elif gpu:  # the device did not say: DESIGN.md's estimate for the GPUs we are lent
         refs.append({"label": f"FP32 issue limit H100/H200 ≈ {DEFAULT_GPU_FP32_LIMIT / 1e9:,.0f} G/s "
                               "(12 FP32 instr./interaction)", "interactions_per_s": DEFAULT_GPU_FP32_LIMIT})
-    if backend == "cuda":
+    if gpu:
         refs.append({"label": "CUDA samples nbody, H200 (DESIGN.md)",
                      "points": [[n, v] for n, v in sorted(CUDA_SAMPLES_H200.items())]})
     return refs
@@ -181,11 +171,7 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
         "repeats": repeats,
         "max_seconds": max_seconds,
         "statistic": "median",
-        "timing": getattr(backend_cls, "timing", None) or (
-            "time.perf_counter around each rank's force evaluation of its share; a step's time is the "
-            "slowest rank's" if getattr(backend_cls, "ranks", 1) > 1
-            else "CUDA events around each force launch" if backend_cls.name == "cuda"
-            else "time.perf_counter around each force evaluation"),
+        "timing": backend_cls.timing,
         "error_sample": int(error_sample),
         "error_reference": ERROR_REFERENCE,
         "flops_per_interaction": FLOPS_PER_INTERACTION,
@@ -208,7 +194,7 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
             result["fp32_issue_limit_interactions_per_s"] = result["device"].get(
                 "fp32_issue_limit_interactions_per_s")
         limit = result["fp32_issue_limit_interactions_per_s"]
-        result["references"] = reference_lines(backend_cls.name, limit)
+        result["references"] = reference_lines(backend_cls.memory == "device", limit)
         for scene, n, name, setting in plan:
             rec = records.get(name)
             entry = {"kernel": name, "scene": scene, "n": n, "tunables": dict(setting)}
@@ -379,7 +365,7 @@ def _time_one(backend, rec, bodies: Bodies, physics: Physics, setting: dict, war
     if devices:
         row[DEVICES_FIELD] = devices
         row[EXCHANGE_FIELD] = statistics.median(t.exchange_ms for t in steps)
-    runs = getattr(backend, "resolved_kernel", None)  # `best`: the variant and tunables it resolved to
+    runs = backend.resolved_kernel  # `best`: the variant and tunables it resolved to
     if runs and runs.split()[0] != rec.name:
         row["runs"] = runs
     row.update(rank_medians([ranks_of(t.extra) for t in steps]))

@@ -494,7 +494,7 @@ def tidal_rows(pos: np.ndarray, mass: np.ndarray, physics: Physics, rows: np.nda
 class NumpyBlockOps:
     """The float64 reference's BlockOps: numpy updates on a `Bodies` (its clock advances with each drift),
     forces of the active rows as probes of all sources from `rows_fn(pos, mass, physics, rows)` (default
-    `numpy_rows`; `app.backends.cpu.exact_rows`'s numba float64 sum is the fast one). The updates are
+    `numpy_rows`; `app.backends.cpu_forces.exact_rows`'s numba float64 sum is the fast one). The updates are
     NumpyOps' (app/integrator.py) row for row, so with L = 0 the trajectory is integrate()'s, bitwise.
     `tidal=True` also keeps ||T|| of the active rows (`tidal_rows`, one more O(rows · N) pass) for the
     criterion "tidal"."""
@@ -548,7 +548,7 @@ class NumpyBlockOps:
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a(x) kept for `rows`, their all-pairs accelerations at the same float32 positions by the CPU
         backend's exact_rows: the live force error's halves, app/force_error.py). a(x) must be current."""
-        from app.backends.cpu import exact_rows
+        from app.backends.cpu_forces import exact_rows
 
         rows = np.asarray(rows, dtype=np.int64)
         return self.acc[rows].copy(), exact_rows(self.bodies.pos4(np.float32), rows, self.physics)

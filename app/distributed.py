@@ -38,7 +38,7 @@ import numpy as np
 from app.bodies import Bodies
 from app.decomposition import TARGETS, agreed_ranges
 from app.decomposition import of as decomposition_of
-from app.errors import NonFiniteState, UserError
+from app.errors import ConfigError, NonFiniteState, UserError
 from app.forces import Span
 from app.integrator import CHECK_EVERY, Stepper
 from app.multidevice import MultiDeviceOps, SingleDriver, in_load_order, split
@@ -242,6 +242,7 @@ class RankRun:
 
     check_every = CHECK_EVERY
     timesteps = "shared"  # as a Backend's: MPI ranks step shared time steps (block steps refuse mpiexec)
+    reduces_diagnostics = True  # as a Backend's: rank 0 sums the float64 diagnostics (`diagnostics`)
 
     def __init__(self, comm, make_device):
         """`make_device(rank, bodies, physics, kernel, share)` builds this rank's DeviceState."""
@@ -420,50 +421,10 @@ class RankRun:
         self.device = None
 
 
-def local_rank() -> int:
-    """This rank's index among the ranks of its node (to pick a GPU), from the launcher's variables."""
-    for name in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
-        value = os.environ.get(name)
-        if value and value.isdigit():
-            return int(value)
-    return 0
-
-
-def share_cores(comm) -> int:
-    """Numba threads for this rank: the node's cores divided among the ranks on it (each rank would
-    otherwise start a thread per core, and R ranks on one node would fight over them: 3 ranks on 2 cores
-    took 20 ms a force evaluation of 512 bodies instead of 0.1 ms). NUMBA_NUM_THREADS, when set, wins."""
-    import numba
-    from mpi4py import MPI
-
-    on_node = comm.Split_type(MPI.COMM_TYPE_SHARED).size  # collective: every rank calls it
-    if "NUMBA_NUM_THREADS" not in os.environ:
-        numba.set_num_threads(max(1, numba.config.NUMBA_NUM_THREADS // on_node))
-    return numba.get_num_threads()
-
-
 def device_maker(comm, cls, kernel: str | None):
-    """(kernel, make_device) for RankRun on backend class `cls`: CPU shares (the node's cores shared
-    among its ranks), or one GPU per rank picked by its local rank (ranks beyond the node's GPUs share
-    them, round robin). Collective."""
-    if cls.name == "cuda":
-        from app.backends.cuda import registry
-        from app.backends.cuda.context import device_count
-        from app.backends.cuda.multi import CudaShareDevice
-
-        ordinal = local_rank() % device_count()
-
-        def make(rank, bodies, physics, kernel, share):
-            # `best` runs the tuning on as many GPUs as there are ranks (same splits, another exchange)
-            return CudaShareDevice(ordinal, kernel, physics, bodies, share, comm.size)
-
-        return kernel or registry.DEFAULT_KERNEL, make
-    from app.backends.cpu import DEFAULT_KERNEL
-    from app.backends.cpu_multi import CpuDevice
-
-    share_cores(comm)
-
-    def make(rank, bodies, physics, kernel, share):
-        return CpuDevice(rank, kernel, physics, bodies, share)
-
-    return kernel or DEFAULT_KERNEL, make
+    """(kernel, make_device) for RankRun on backend class `cls`: its device kind's rank devices (CPU: a
+    share of the node's cores each; GPUs: one per rank by local rank). Collective."""
+    kind = cls.device_kind()
+    if kind is None:
+        raise ConfigError(f"backend {cls.name!r} has no device form for MPI ranks; run it in one process")
+    return kernel or kind.default_kernel, kind.rank_maker(comm)

@@ -94,7 +94,7 @@ class ForceErrorProbe:
         self.interactions_per_body = timings.interactions_per_body if ours else 0.0
         key = (record.name, backend.n, tuple(sorted(backend.tunables().items())))
         now = self.clock()
-        sim_time = float(getattr(backend, "time", 0.0))
+        sim_time = float(backend.time)
         if key != self._key:
             self.latest = None  # another kernel, N or tunables: sample at once
         elif now - self._last_t < self.interval_s or sim_time == self._sim_time:
@@ -124,5 +124,5 @@ def measure(backend, k: int, rng: np.random.Generator) -> ForceErrorSample:
     record = backend.record(backend.kernel)
     return ForceErrorSample(kernel=record.name, n=n, k=int(rows.size), median=errors["median"],
                             p99=errors["p99"], max=errors["max"], budget_p99=record.error_budget.p99_rel,
-                            sim_time=float(getattr(backend, "time", 0.0)),
+                            sim_time=float(backend.time),
                             ms=(time.perf_counter() - t0) * 1e3)

@@ -5,7 +5,7 @@ cites the output): max |dE/E| over the max steps, the active targets evaluated, 
         [--coarsen boundary,aligned] [--forces exact,tree] > bench/results/cpu-DATE-blocksteps-criteria.txt
 
 "shared" is every body at the finest level any body wants (app.blocksteps mode "shared"); forces are the
-numba float64 direct sum of the active rows (app.backends.cpu.exact_rows), or with --forces tree the
+numba float64 direct sum of the active rows (app.backends.cpu_forces.exact_rows), or with --forces tree the
 CPU twin's cpu-tree (TreeBlockOps: θ 0.5, a build every evaluation; criterion gadget only). --coarsen:
 when a level may get coarser (app.blocksteps.relevel); the files of 2026-11-26 before the option were
 made under "aligned", the scheduler's rule then.
@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import copy
 import os
-import platform
 import subprocess
 import sys
 import time
 
 import numpy as np
 
-from app.backends.cpu import exact_rows
+from app.backends.cpu_forces import cpu_name, exact_rows
 from app.blocksteps import CRITERIA, BlockSteps, NumpyBlockOps, TreeBlockOps
 from app.ics import generate
 from app.physics import COARSEN, Physics, total_energy
@@ -61,14 +60,6 @@ def run(bodies, physics, L, eta, mode, steps, criterion="gadget", coarsen="bound
         sched.max_step(ops)
         worst = max(worst, abs(total_energy(bodies, physics) - e0) / abs(e0))
     return worst, sched
-
-
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.machine()
 
 
 def main() -> None:

@@ -17,12 +17,12 @@ import numpy as np
 
 from app.backends import cpu_tree
 from app.backends import cpu_tree_kernels as k
-from app.backends.cpu import _BY_NAME
+from app.backends.cpu_forces import BY_NAME
 from app.bench import bench_bodies
 from app.forces import Span
 from app.physics import Physics
 
-RECORD = _BY_NAME["cpu-tree"]
+RECORD = BY_NAME["cpu-tree"]
 
 
 def rows(n: int, seed: int = 42) -> np.ndarray:

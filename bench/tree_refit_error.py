@@ -9,9 +9,9 @@ leapfrog (KDK) trajectory of `--steps` steps, driven by today's tree (rebuild_ev
 positions and velocities. At every force evaluation (the initial one and one per step) each rebuild_every
 R in --every has its own evaluator evaluate all bodies at the same float32 positions: it built at the
 evaluations 0, R, 2R, ... and refits in between, so evaluation e is (e mod R) evaluations after its build.
-The same positions give one float64 reference per evaluation (app.backends.cpu.exact_rows, cpu-fp64, all N
-sources) on K sampled targets (numpy default_rng(seed 0), without replacement), and the relative errors
-are app.physics.relative_errors' (|a_exact| floored at 1e-3 of the sample's RMS).
+The same positions give one float64 reference per evaluation (app.backends.cpu_forces.exact_rows,
+cpu-fp64, all N sources) on K sampled targets (numpy default_rng(seed 0), without replacement), and the
+relative errors are app.physics.relative_errors' (|a_exact| floored at 1e-3 of the sample's RMS).
 
 Printed per (scene, theta):
 - per evaluation e: p99 and max for each R, and for R = max(--every) the cells whose cube the refit grew
@@ -32,14 +32,13 @@ import sys
 import time
 
 import numpy as np
-from blocksteps_energy import cpu_name  # bench/, the script's directory
 
-from app.backends.cpu import _BY_NAME, exact_rows
+from app.backends.cpu_forces import BY_NAME, cpu_name, exact_rows
 from app.forces import Span
 from app.physics import Physics, relative_errors
 from app.scene import load_scene, make_bodies
 
-RECORD = _BY_NAME["cpu-tree"]
+RECORD = BY_NAME["cpu-tree"]
 
 
 def scene_start(scene_name: str, n: int, softening: float | None = None, dt: float | None = None):

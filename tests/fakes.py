@@ -16,6 +16,7 @@ class BackendDouble(TunablesPerKernel):
     this in before `Backend`."""
 
     _physics = Physics()
+    _t0, _steps = 0.0, 0  # (Backend.time: t0 + steps * dt)
 
     def set_physics(self, physics) -> None:
         self._physics = physics

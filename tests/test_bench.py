@@ -172,7 +172,7 @@ def test_plot_is_a_log_log_png_of_every_kernel_with_the_references(tmp_path):
                              [16, 64, 256, 1000], warmup=1, repeats=3, progress=False)
     limit = result["references"][0]
     assert limit["interactions_per_s"] == 2.79e12 and "FP32 issue limit" in limit["label"]  # the device's
-    result["references"] += bench.reference_lines("cuda", None)  # the estimate and the CUDA samples series
+    result["references"] += bench.reference_lines(True, None)  # the estimate and the CUDA samples series
     fig = bench_figure(result)
     ax = fig.axes[0]
     assert (ax.get_xscale(), ax.get_yscale()) == ("log", "log")

@@ -52,7 +52,7 @@ def _write_cache(best):
 # --- the default ------------------------------------------------------------------------------------------
 def test_best_is_the_cuda_default_and_cpu_keeps_its_own():
     from app.backends import backend_class
-    from app.backends.cpu import DEFAULT_KERNEL as CPU_DEFAULT
+    from app.backends.cpu_forces import DEFAULT_KERNEL as CPU_DEFAULT
 
     assert registry.DEFAULT_KERNEL == "best"
     assert backend_class("cuda").record(registry.DEFAULT_KERNEL).name == "best"  # class level: no GPU

@@ -47,7 +47,7 @@ def cloud(n: int, seed: int) -> Bodies:
 def fast_rows(pos, mass, physics, rows):
     """The numba float64 direct sum of the active rows (each row summed alone: the same bits whatever
     the other rows are)."""
-    from app.backends.cpu import exact_rows
+    from app.backends.cpu_forces import exact_rows
 
     pos4 = np.empty((pos.shape[0], 4))
     pos4[:, :3], pos4[:, 3] = pos, mass

@@ -126,17 +126,22 @@ def test_info_names_the_device_a_backend_reports(capsys, monkeypatch):
         def device_info(self):
             raise RuntimeError("no context")
 
-    class Hostless(Device):  # no device_info: nothing to say about a device
+    class Hostless(Device):  # Backend.device_info's default: no facts to state
         name = "host"
-        device_info = None
+        device_info = Backend.device_info
+
+        @classmethod
+        def system_lines(cls):
+            return ["links: none"]
 
     classes = {"dev": Device, "broken": Broken, "host": Hostless}
     monkeypatch.setattr(backends, "backend_classes", lambda: classes)
     assert main(["info", "--no-gl"]) == 0
     out = capsys.readouterr().out
     assert "backend dev: available\n  device: Toy GPU (sm_90, 132 SMs, driver 580.1)\n" in out
-    assert "  device: unknown (RuntimeError: no context)" in out and Device.closed == 2
-    assert "backend host: available\nkernels:" in out
+    assert "  device: unknown (RuntimeError: no context)" in out and Device.closed == 3
+    assert ("backend host: available\n  device: (the backend states no device facts)\n  links: none\n"
+            "kernels:") in out
 
 
 @pytest.mark.gl

@@ -8,8 +8,9 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from app.backends import backend_class, cpu
-from app.backends.cpu import CPUBackend, cpu_accelerations_fp64
+from app.backends import backend_class, cpu, cpu_forces
+from app.backends.cpu import CPUBackend
+from app.backends.cpu_forces import cpu_accelerations_fp64
 from app.bodies import Bodies
 from app.errors import ConfigError
 from app.forces import IntChoice
@@ -318,7 +319,7 @@ def test_cpu_records_have_no_tunables_and_reject_any():
     assert backend.tunables() == {}
 
 
-class SpyPolicy(cpu.NumbaAllPairs):
+class SpyPolicy(cpu_forces.NumbaAllPairs):
     """NumbaAllPairs that remembers the evaluators it built."""
 
     built: list = []
@@ -332,10 +333,10 @@ class SpyPolicy(cpu.NumbaAllPairs):
 def test_tunables_are_validated_stored_per_record_and_reach_the_evaluator(monkeypatch):
     """With a tunable on cpu-simd (the CPU records have none of their own): set on one record, kept while
     another is current, applied from the next step, which recomputes A(x)."""
-    simd = replace(cpu._BY_NAME["cpu-simd"], tunables=(IntChoice("unroll", (1, 2, 4), 1),),
+    simd = replace(cpu.BY_NAME["cpu-simd"], tunables=(IntChoice("unroll", (1, 2, 4), 1),),
                    policy=SpyPolicy(np.float32, fastmath=True))
-    monkeypatch.setitem(cpu._BY_NAME, "cpu-simd", simd)
-    monkeypatch.setattr(cpu, "RECORDS", (simd, cpu._BY_NAME["cpu-fp64"]))
+    monkeypatch.setitem(cpu.BY_NAME, "cpu-simd", simd)
+    monkeypatch.setattr(cpu, "RECORDS", (simd, cpu.BY_NAME["cpu-fp64"]))
     backend = CPUBackend()
     backend.load(plummer_like(16), Physics(), kernel="cpu-simd")
     assert backend.tunable_specs() == simd.tunables and backend.tunables() == {"unroll": 1}

@@ -15,13 +15,14 @@ from test_cpu_backend import plummer_like
 
 from app.backends import cpu_tree
 from app.backends import cpu_tree_kernels as k
-from app.backends.cpu import _BY_NAME, CPUBackend
+from app.backends.cpu import CPUBackend
+from app.backends.cpu_forces import BY_NAME
 from app.errors import ConfigError
 from app.forces import Span
 from app.paths import KERNELS
 from app.physics import Physics, accelerations, relative_errors
 
-RECORD = _BY_NAME["cpu-tree"]
+RECORD = BY_NAME["cpu-tree"]
 SOFT = Physics(softening=0.01)
 
 
@@ -506,5 +507,5 @@ def test_bytes_per_body_covers_the_tree_arrays():
     assert held < estimate < 3 * held, (held, estimate)  # the tree, plus the evaluation's transient copies
     evaluator.set_tunables(leaf=64)
     assert evaluator.bytes_per_body(n) < estimate  # fewer cells
-    simd = _BY_NAME["cpu-simd"]
+    simd = BY_NAME["cpu-simd"]
     assert simd.policy.evaluator(simd, SOFT).bytes_per_body(n) is None  # all-pairs holds nothing extra

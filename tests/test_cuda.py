@@ -64,7 +64,7 @@ def reference_acc(n: int, config: str) -> np.ndarray:
         b = as_fp32(bench_bodies(n))
         phys = physics_for(config)
         try:
-            from app.backends.cpu import cpu_accelerations_fp64
+            from app.backends.cpu_forces import cpu_accelerations_fp64
 
             _REF[key] = cpu_accelerations_fp64(b.pos, b.mass, phys)
         except Exception:

@@ -137,6 +137,10 @@ def test_energy_monitor_uses_device_diagnostics_and_angular_scale():
     class Stub:
         physics = Physics()
         calls = 0
+        synchronised, reduces_diagnostics = True, True  # (as a Backend's)
+
+        def diagnostics_async(self):  # (Backend's default: no asynchronous form)
+            return None
 
         def diagnostics(self):
             self.calls += 1

@@ -25,7 +25,8 @@ import numpy as np
 import pytest
 
 import app
-from app.backends.cpu import CPUBackend, CpuOps
+from app.backends.cpu import CPUBackend
+from app.backends.cpu_forces import CpuOps
 from app.bodies import Bodies
 from app.forces import ForceEvaluator, ForceWork, Span, all_pairs_work
 from app.integrator import Integrator, NumpyOps, Stepper, integrate

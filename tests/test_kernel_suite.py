@@ -380,7 +380,7 @@ def _reference(n: int, config: str, exact: bool = False) -> np.ndarray:
         pos = b.pos if exact else b.pos.astype(np.float32).astype(np.float64)
         mass = b.mass if exact else b.mass.astype(np.float32).astype(np.float64)
         try:
-            from app.backends.cpu import cpu_accelerations_fp64
+            from app.backends.cpu_forces import cpu_accelerations_fp64
 
             _REF[key] = cpu_accelerations_fp64(pos, mass, _physics(config))
         except Exception:
@@ -616,6 +616,7 @@ def test_tune_applies_every_swept_configuration_and_picks_the_fastest(tmp_path, 
         return made[-1]
 
     factory.kernels = _TunedStandIn.kernels
+    factory.k, factory.base = 1, None  # (Backend's: one device, no wrapped backend)
     data = tune.run_tune(factory, [256], variants=["atomics-n3l", "naive"], budget_s=30, repeats=1,
                          say=lambda _line: None)
     ran = made[0].ran

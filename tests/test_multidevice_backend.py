@@ -135,7 +135,7 @@ def test_k_cpu_devices_sample_the_force_error_as_one_cpu_backend(kernel, k, driv
     the same state and kernel, bitwise (every row is summed by the same kernel over the same sources; the
     tree gives a span of targets bitwise the rows of the full evaluation), with no new force evaluation."""
     from app.backends import cpu_tree
-    from app.backends.cpu import CpuEvaluator
+    from app.backends.cpu_forces import CpuEvaluator
 
     bodies = make_plummer(2048)
     rows = sample_rows(bodies.n)

@@ -16,7 +16,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from app.backends.cpu import first_nonfinite
+from app.backends.cpu_forces import first_nonfinite
 from app.backends.cuda.nonfinite import INT_MAX, NonFiniteCheck
 from app.backends.cuda.state_ops import BLOCK, INTEGRATE_SOURCE
 from app.forces import Span

@@ -442,7 +442,7 @@ def test_energy_monitor_matches_the_float64_reference():
     class Stub:
         physics = Physics(softening=0.05)
         n = b.n
-        synchronised = True  # (Backend.synchronised)
+        synchronised, reduces_diagnostics, uses_all_cores = True, False, False  # (as a Backend's)
 
         def __init__(self):
             self.bodies = b.copy()

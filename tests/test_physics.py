@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from conftest import shared_file
 
-from app.backends.cpu import CPUBackend, cpu_accelerations_fp64
+from app.backends.cpu import CPUBackend
+from app.backends.cpu_forces import cpu_accelerations_fp64
 from app.bodies import Bodies
 from app.formats import read
 from app.integrator import integrate

@@ -12,7 +12,7 @@ import pytest
 from conftest import one_line_error
 
 from app import formats, ics
-from app.backends import cpu
+from app.backends import cpu_forces as cpu
 from app.backends.cuda import context
 from app.cli import main
 
@@ -49,7 +49,7 @@ def test_compile_notice_only_when_numba_compiles(monkeypatch, caplog, misses, sa
     caplog.set_level(logging.INFO, logger=cpu.log.name)
     import time
 
-    with cpu._announce_compiling([_Dispatcher({}), _Dispatcher(misses)], poll_s=0.01):
+    with cpu.announce_compiling([_Dispatcher({}), _Dispatcher(misses)], poll_s=0.01):
         time.sleep(0.1)  # the "compile"
     assert ("compiling CPU kernels" in caplog.text) == said
 

@@ -56,6 +56,8 @@ def test_energy_is_computed_only_for_the_log(monkeypatch, tmp_path):
 
 def test_device_diagnostics_are_used_when_the_backend_has_them():
     class Device:
+        reduces_diagnostics = True  # (Backend.reduces_diagnostics)
+
         def diagnostics(self):
             return "on the device"
     assert simulate._measure(Device(), None)() == "on the device"

@@ -18,7 +18,7 @@ import pytest
 from test_cpu_backend import plummer_like
 
 from app.backends import backend_class
-from app.backends.cpu import _BY_NAME as CPU_RECORDS
+from app.backends.cpu_forces import BY_NAME as CPU_RECORDS
 from app.errors import RuntimeFault
 from app.forces import Span
 from app.physics import Physics, accelerations, relative_errors

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from test_tree_gpu import CUDA, REASON, REPULSION, SOFT, agree, cloud, on_device
 
-from app.backends.cpu import _BY_NAME as CPU_RECORDS
+from app.backends.cpu_forces import BY_NAME as CPU_RECORDS
 from app.backends.cpu_tree_kernels import pack_cells
 from app.bench import bench_bodies
 from app.physics import Physics, relative_error

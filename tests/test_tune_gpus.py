@@ -239,10 +239,18 @@ class FakeCuda:
     """The `cuda` backend class as far as `tune`'s command sees it (no GPU here)."""
 
     name = "cuda"
+    memory = "device"  # (Backend.memory: a GPU's)
+    uses_all_cores = False
 
     @classmethod
     def kernels(cls):
         return list(registry.RECORDS)
+
+    @classmethod
+    def device_kind(cls):  # (Backend.device_kind: GPUs)
+        from app.backends.cuda.multi import KIND
+
+        return KIND
 
 
 @pytest.fixture
@@ -305,7 +313,7 @@ FAKE_GPU = SimpleNamespace(name="Stand-in GPU", driver_version="1.0", compute_ca
 class FakeGpu:
     """One GPU: the records of the CUDA registry, accelerations -pos (fp64 exactly, fp32 within 1e-6)."""
 
-    name, k = "cuda", 1
+    name, k, base = "cuda", 1, None  # (Backend's: one device, no wrapped backend)
     loads: list[tuple[int, str]] = []
 
     def __init__(self):

@@ -68,11 +68,59 @@ class Backend(ABC):
     # copy of it on one process alone (the panel's benchmark, another backend's kernel) needs 1
     ranks = 1
     devices = 1  # devices of one process that share this state (--gpus N: app/backends/multi.py)
+    k = 1  # the same, known to the class (a multi-device form's K)
+    base: type[Backend] | None = None  # the one-device backend a multi-device or block-step form wraps
     # the time-step scheme: "shared" (every body takes dt), or "block" (app/backends/block.py, which also
     # answers levels_histogram() and block_summary())
     timesteps = "shared"
     # draws frames inside a step (`step_parts`, `synchronised`): block steps' max steps (run.frames_per_step)
     draws_within_steps = False
+
+    # --- what callers ask of a backend: capabilities with their defaults, never its name (issue 26) ------
+    default_kernel = ""  # the kernel a load without one runs
+    # where the state and the kernels' work live: "host" (main memory) or "device" (a GPU's)
+    memory = "host"
+    # how StepTimings.force_ms is measured (bench's JSON "timing")
+    timing = "time.perf_counter around each force evaluation"
+    # the kernels run on every core of the host, so that a host thread working beside them (the energy
+    # monitor's O(N²) sum) takes half of the cores
+    uses_all_cores = False
+    # a series replay (app/backends/replay.py): its time comes from the snapshots, no steps are made
+    replays = False
+
+    @classmethod
+    def device_kind(cls):
+        """The kind of device `--gpus K` and MPI ranks split this backend over (app/backends/multi.py:
+        count, names, factory, exchanges, render target, rank devices), or None: one device only."""
+        return None
+
+    @classmethod
+    def system_lines(cls) -> list[str]:
+        """Lines `info` prints under the backend: its devices and links (GPUs: topology, NCCL)."""
+        return []
+
+    def device_info(self) -> dict | None:
+        """Facts of the device the state lives on ("name", and what else the device knows), or None."""
+        return None
+
+    @property
+    def resolved_kernel(self) -> str | None:
+        """What actually runs when the kernel chooses among variants (`best`), else None."""
+        return None
+
+    # diagnostics() reduces the energies and momenta where the state lives (a GPU: ten doubles come back,
+    # never the state); without it the caller sums them on the host from state()
+    reduces_diagnostics = False
+
+    def diagnostics(self):
+        """Energies and momenta (app.physics.Diagnostics) reduced where the state lives
+        (reduces_diagnostics)."""
+        raise NotImplementedError(f"the {self.name} backend reduces no diagnostics; use state()")
+
+    def diagnostics_async(self):
+        """diagnostics() started without waiting: a handle with done() and result(), or None when the
+        backend has no such form (then diagnostics() answers at once)."""
+        return None
 
     # --- discovery -------------------------------------------------------------------------------
     @classmethod

@@ -58,7 +58,9 @@ def block_steps_backend_class(base: type[Backend]) -> type[BlockStepsBackend]:
     if base.name not in TREE_KERNEL:
         raise ConfigError(f"--timesteps block: the {base.name} backend has no tree to walk active bodies "
                           f"with; use --backend cuda or cpu")
-    return type(f"BlockSteps{base.__name__}", (BlockStepsBackend,), {"base": base, "name": base.name})
+    return type(f"BlockSteps{base.__name__}", (BlockStepsBackend,),
+                {"base": base, "name": base.name, "memory": base.memory,
+                 "uses_all_cores": base.uses_all_cores})
 
 
 class BlockStepsBackend(Backend):

@@ -10,9 +10,11 @@ by the same kernel over the same sources in the same order, whoever computes it)
 
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 
-from app.backends.cpu import DEFAULT_KERNEL, CPUBackend, CpuOps, exact_rows, first_nonfinite
+from app.backends.cpu_forces import DEFAULT_KERNEL, CpuOps, cpu_name, cpu_record, exact_rows, first_nonfinite
 from app.bodies import Bodies
 from app.decomposition import share_cuts
 from app.errors import ConfigError
@@ -29,8 +31,9 @@ class CpuDevice:
     """One CPU "device": full-size pos / vel / acc / speed arrays, current on its share (pos everywhere).
     `MultiDeviceRun(cpu_devices, k)` runs K of them."""
 
-    def __init__(self, index: int, record_name: str, physics: Physics, bodies: Bodies, share: Span):
-        record = CPUBackend.record(record_name)
+    def __init__(self, index: int, record_name: str, physics: Physics, bodies: Bodies, share: Span,
+                 lookup=cpu_record):
+        record = lookup(record_name)  # (the backend's records: CpuDevices.lookup)
         dtype = _DTYPES[record.precision]
         self.name = CpuDevices.names(index + 1)[index]
         self.share = share
@@ -170,16 +173,37 @@ class CpuDevice:
         return exact_rows(loaded, self.ids[rows], self.physics)
 
 
-def cpu_devices(bodies: Bodies, physics: Physics, kernel: str, shares: list[Span]) -> list[CpuDevice]:
-    """A MultiDeviceRun factory: one CpuDevice per share."""
-    return [CpuDevice(i, kernel, physics, bodies, share) for i, share in enumerate(shares)]
+def cpu_devices(bodies: Bodies, physics: Physics, kernel: str, shares: list[Span],
+                lookup=cpu_record) -> list[CpuDevice]:
+    """A MultiDeviceRun factory: one CpuDevice per share (`lookup`: record name -> the backend's record)."""
+    return [CpuDevice(i, kernel, physics, bodies, share, lookup) for i, share in enumerate(shares)]
+
+
+def share_cores(comm) -> int:
+    """Numba threads for this rank: the node's cores divided among the ranks on it (each rank would
+    otherwise start a thread per core, and R ranks on one node would fight over them: 3 ranks on 2 cores
+    took 20 ms a force evaluation of 512 bodies instead of 0.1 ms). NUMBA_NUM_THREADS, when set, wins."""
+    import os
+
+    import numba
+    from mpi4py import MPI
+
+    on_node = comm.Split_type(MPI.COMM_TYPE_SHARED).size  # collective: every rank calls it
+    if "NUMBA_NUM_THREADS" not in os.environ:
+        numba.set_num_threads(max(1, numba.config.NUMBA_NUM_THREADS // on_node))
+    return numba.get_num_threads()
 
 
 class CpuDevices:
-    """`--backend cpu --gpus K`: K CPU "devices" (the CI twin of K GPUs), for app/backends/multi.py."""
+    """`--backend cpu --gpus K`: K CPU "devices" (the CI twin of K GPUs), for app/backends/multi.py and
+    MPI ranks. `lookup` (record name -> record) and `default_kernel` are the backend's: any backend whose
+    records have host evaluators (`record.policy.evaluator(record, physics)`, as cpu_forces.py's) splits
+    over these devices by returning `CpuDevices(its lookup, its default)` from `device_kind`."""
 
     what = "CPU devices"
-    default_kernel = DEFAULT_KERNEL
+
+    def __init__(self, lookup=cpu_record, default_kernel: str = DEFAULT_KERNEL):
+        self.lookup, self.default_kernel = lookup, default_kernel
 
     @staticmethod
     def count() -> int:
@@ -193,6 +217,21 @@ class CpuDevices:
         return [f"cpu{i}" for i in range(k)]
 
     @staticmethod
+    def rank_device_name() -> str:
+        """What each MPI rank's device is: a share of its node's cores."""
+        return cpu_name()
+
+    def rank_maker(self, comm):
+        """make_device(rank, bodies, physics, kernel, share) for this MPI rank (app/distributed.py's
+        RankRun): a CpuDevice on a share of its node's cores. Collective (share_cores)."""
+        share_cores(comm)
+
+        def make(rank, bodies, physics, kernel, share):
+            return CpuDevice(rank, kernel, physics, bodies, share, self.lookup)
+
+        return make
+
+    @staticmethod
     def why_not(record) -> str | None:
         return None
 
@@ -202,9 +241,8 @@ class CpuDevices:
             raise ConfigError(f"--exchange {name}: CPU devices share host memory; use --exchange host "
                               "(or auto), or --backend cuda for peer copies and NCCL")
 
-    @staticmethod
-    def factory(k: int):
-        return cpu_devices
+    def factory(self, k: int):
+        return partial(cpu_devices, lookup=self.lookup)
 
     @staticmethod
     def exchange(name: str):
@@ -216,5 +254,3 @@ class CpuDevices:
         """No interop on the host: the renderer uploads `host_render_arrays()` each frame."""
         return None
 
-
-KIND = CpuDevices()

@@ -55,17 +55,6 @@ log = logging.getLogger(__name__)
 REBALANCE_SPREAD = 1.10  # slowest / fastest device force time above which the shares are re-balanced
 
 
-def device_kind(backend_name: str):
-    """The devices a backend splits into: GPUs for cuda, CPU "devices" for cpu (each module's KIND)."""
-    if backend_name == "cuda":
-        from app.backends.cuda.multi import KIND
-    elif backend_name == "cpu":
-        from app.backends.cpu_multi import KIND
-    else:
-        raise ConfigError(f"--gpus: backend {backend_name!r} has no multi-device form; use cuda or cpu")
-    return KIND
-
-
 def multi_backend_class(base: type[Backend], k, driver: str = "auto", exchange: str = "auto"):
     """A Backend class over `k` devices of `base`'s kind (`k` a number or "all"); ConfigError (exit 2)
     when more devices are asked for than exist, or for an unknown driver or exchange."""
@@ -73,14 +62,16 @@ def multi_backend_class(base: type[Backend], k, driver: str = "auto", exchange: 
         raise ConfigError(f"--gpu-driver {driver!r}: choose from {', '.join(DRIVERS)}")
     if exchange not in EXCHANGES:
         raise ConfigError(f"--exchange {exchange!r}: choose from {', '.join(EXCHANGES)}")
-    kind = device_kind(base.name)
+    kind = base.device_kind()
+    if kind is None:
+        raise ConfigError(f"--gpus: backend {base.name!r} has no multi-device form; use one device")
     kind.check_exchange(exchange)
     count = resolve_device_count(k, kind.count(), kind.what)
     if count == 1 and issubclass(base, MultiDeviceBackend) and (driver, exchange) == ("auto", "auto"):
         return base  # one GPU is the K = 1 run already (app/backends/cuda/backend.py)
     return type(f"Multi{base.__name__}", (MultiDeviceBackend,),
                 {"base": base, "name": base.name, "kind": kind, "k": count, "driver": driver,
-                 "exchange": exchange})
+                 "exchange": exchange, "memory": base.memory, "uses_all_cores": base.uses_all_cores})
 
 
 class MultiDeviceBackend(TunablesPerKernel, Backend):

@@ -61,10 +61,13 @@ def ranks_backend_class(comm, inner: type[Backend], gather_every: int = 1) -> ty
     (bench makes its own)."""
     return type(f"Ranks{inner.__name__}", (RanksBackend,),
                 {"comm": comm, "inner": inner, "name": inner.name, "ranks": comm.size,
-                 "gather_every": gather_every})
+                 "gather_every": gather_every, "memory": inner.memory,
+                 "uses_all_cores": inner.uses_all_cores})
 
 
 class RanksBackend(TunablesPerKernel, Backend):
+    timing = ("time.perf_counter around each rank's force evaluation of its share; a step's time is the "
+              "slowest rank's")
     comm = None
     inner: type[Backend] = Backend
     gather_every = 1  # frames between rank 0's gathers of the velocities (the view)
@@ -273,12 +276,10 @@ class RanksBackend(TunablesPerKernel, Backend):
         self.detach_gl_buffers()
         if not self.lead:
             return False
-        from app.backends.multi import device_kind
-
         device = self.run.device if self._applied is not None and self.run.n == self._n else None
         whole = device is not None and self.run.decomposition.integrate_all
-        self._gl_target = device_kind(self.inner.name).gl_target(position_vbo, speed_vbo,
-                                                                 [device] if whole else [], self._n, whole)
+        self._gl_target = self.inner.device_kind().gl_target(position_vbo, speed_vbo,
+                                                             [device] if whole else [], self._n, whole)
         return self._gl_target is not None
 
     def detach_gl_buffers(self) -> None:
@@ -293,9 +294,7 @@ class RanksBackend(TunablesPerKernel, Backend):
         return f"host upload, {self.ranks} MPI ranks"
 
     def device_info(self) -> dict:
-        from app.bench import cpu_name
-
-        name = cpu_name() if self.inner.name == "cpu" else f"GPU by local rank ({self.inner.name})"
+        name = self.inner.device_kind().rank_device_name()
         return {"name": f"{self.ranks} MPI ranks, each: {name}", "ranks": self.ranks,
                 "backend": self.inner.name}
 

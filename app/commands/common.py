@@ -261,12 +261,14 @@ def several_devices(cls, gpus, driver: str = "auto", exchange: str = "auto", cho
     """The multi-device form of backend `cls` on `gpus` devices (app/backends/multi.py). `chosen`: the
     backend was named (or implied by the kernel); auto falling back to the CPU is not taken for CPU
     devices."""
-    from app.backends import backend_class
+    from app.backends import backend_classes
     from app.backends.multi import multi_backend_class
 
-    if cls.name != "cuda" and not chosen:
-        raise ConfigError(f"--gpus {gpus}: no GPU is usable here ({backend_class('cuda').why_not()}); "
-                          "--backend cpu --gpus N splits the CPU backend into N devices instead")
+    if cls.memory != "device" and not chosen:  # auto fell back to a backend on the host
+        why = "; ".join(f"{name}: {other.why_not()}" for name, other in backend_classes().items()
+                        if other.why_not())
+        raise ConfigError(f"--gpus {gpus}: no GPU is usable here ({why}); --backend {cls.name} --gpus N "
+                          f"splits the {cls.name} backend into N devices instead")
     return multi_backend_class(cls, gpus, driver, exchange)
 
 

@@ -70,6 +70,8 @@ def _device_line(cls) -> str:
             backend.close()
     except Exception as e:  # noqa: BLE001 - info reports whatever breaks, it never crashes on it
         return f"unknown ({type(e).__name__}: {e})"
+    if d is None:
+        return "(the backend states no device facts)"
     facts = ", ".join(text.format(d[key]) for key, text in DEVICE_FACTS if d.get(key))
     return str(d.get("name", "?")) + (f" ({facts})" if facts else "")
 
@@ -107,7 +109,7 @@ def print_kernels() -> None:
                       + (f"; tunables: {tunables}" if tunables else ""))
                 memory = _memory(backend, rec.name) if why is None else None
                 if memory is not None:
-                    where = "device" if cls.name == "cuda" else "host"
+                    where = cls.memory
                     print(f"  {'':<24} {'':<5} memory {memory:,} bytes per body at N = {MEMORY_N:,} "
                           f"({where}, beside the state; default tunables)")
                 print(f"  {'':<24} {'':<5} on several devices (--gpus, MPI ranks): {_split(rec)}")
@@ -145,19 +147,6 @@ def print_scenes() -> None:
         print(f"{name:<12} N={s.initial.n:<8} {s.description}")
 
 
-def _print_gpus() -> None:
-    """Every GPU, the peer-access matrix and the links (several GPUs: --gpus), and the NCCL found."""
-    try:
-        from app.backends.cuda.nccl import summary
-        from app.backends.cuda.topology import format_topology, query_topology
-
-        for line in format_topology(query_topology()):
-            print(f"  {line}")
-        print(f"  NCCL (--exchange nccl): {summary()}")
-    except Exception as e:  # noqa: BLE001 - info reports whatever breaks, it never crashes on it
-        print(f"  GPUs: unknown ({type(e).__name__}: {e})")
-
-
 def main(args) -> int:
     if args.kernels:
         print_kernels()
@@ -178,10 +167,10 @@ def main(args) -> int:
     for name, cls in backend_classes().items():
         reason = cls.why_not()
         print(f"backend {name}: {'available' if reason is None else 'unavailable: ' + reason}")
-        if reason is None and callable(getattr(cls, "device_info", None)):
+        if reason is None:
             print(f"  device: {_device_line(cls)}")
-        if reason is None and name == "cuda":
-            _print_gpus()
+            for line in cls.system_lines():
+                print(f"  {line}")
     if not args.no_gl:
         try:
             from app.render.gl_setup import display_problem, gl_info

@@ -267,12 +267,10 @@ def _follow(scene, comm) -> int:
 
 def _device_name(backend, panel) -> str:
     """The GPU (CUDA backend) or the GL renderer, for measurement lines."""
-    info = getattr(backend, "device_info", None)
-    if callable(info):
-        try:
-            name = info().get("name")
-            if name:
-                return str(name)
-        except Exception:  # noqa: BLE001 - a name is a nicety
-            pass
+    try:
+        name = (backend.device_info() or {}).get("name")
+    except Exception:  # noqa: BLE001 - a name is a nicety
+        name = None
+    if name:
+        return str(name)
     return f"GL {panel.gl.get('renderer', '?')}"

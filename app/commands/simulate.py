@@ -126,7 +126,7 @@ def _csv_line(values) -> str:
 def _measure(backend, args, stop=None):
     """A function returning the float64 Diagnostics of the backend's current state: reduced on the
     device when the backend can (CUDA), else on the host with a progress bar when N is large."""
-    if hasattr(backend, "diagnostics"):
+    if backend.reduces_diagnostics:
         return backend.diagnostics
     from functools import partial
 

@@ -125,7 +125,7 @@ class Viewer(app.Canvas):
             self.interop = bool(self.backend.attach_gl_buffers(*self.renderer.gl_names()))
             self._host_frame = 0
             self._components = False  # (not any Components: set below)
-        comp = getattr(self.backend, "components", None)
+        comp = self.backend.components
         if comp is not self._components:
             self._components = comp
             if comp is not None and comp.n != n:

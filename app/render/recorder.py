@@ -245,7 +245,7 @@ class _Sink:
 
             self._capture = PboCapture(viewer, self.size, self.ring)
         if info is None:
-            sim_time = getattr(viewer.backend, "time", None)
+            sim_time = viewer.backend.time
             info = FrameInfo(index=self._capture.captured, t=self._capture.captured / self.fps,
                              scene=getattr(viewer.scene, "name", ""), kernel=viewer.stats.kernel,
                              n=viewer.stats.n, sim_time=sim_time if isinstance(sim_time, float) else None)
@@ -401,7 +401,7 @@ class PngSequence(_Sink):
 
 
 def frame_info(viewer, index: int, fps: float) -> FrameInfo:
-    if getattr(viewer.backend, "replays", False):  # a series replay: its own time, no steps
+    if viewer.backend.replays:  # a series replay: its own time, no steps
         return FrameInfo(index=index, t=index / fps, scene=viewer.scene.name, kernel=viewer.backend.kernel,
                          n=int(viewer.backend.n), steps=None, sim_time=viewer.backend.time)
     k = max(int(viewer.scene.run.steps_per_frame), 1)

@@ -135,12 +135,13 @@ class EnergyMonitor:
         if self._future is not None:
             return  # the previous reduction is still running: skip this one
         physics = backend.physics
-        if hasattr(backend, "diagnostics"):
+        if backend.reduces_diagnostics:
             self.source = "device diagnostics()"
             self.note = ""
             try:
-                if hasattr(backend, "diagnostics_async"):  # read a frame or two later: no wait on the GPU
-                    self._future = _DeviceSample(backend.diagnostics_async(), self._generation)
+                pending = backend.diagnostics_async()  # read a frame or two later: no wait on the GPU
+                if pending is not None:
+                    self._future = _DeviceSample(pending, self._generation)
                     return
                 d = _as_diagnostics(backend.diagnostics())
             except Exception as e:  # noqa: BLE001 - a failed reduction costs one drift sample, not the run
@@ -155,7 +156,7 @@ class EnergyMonitor:
         self.note = "" if with_energy else (f"N = {bodies.n:,} > {HOST_MAX_N:,}: the host O(N²) energy is "
                                             "off (needs the device-side reduction)")
         gen = self._generation
-        parallel = getattr(backend, "name", "") != "cpu"  # the CPU backend's kernels use every core
+        parallel = not backend.uses_all_cores  # (else its kernels and this sum would fight over the cores)
         fut: Future = Future()
 
         def work():  # a daemon thread: a long O(N²) sum never holds up the app's exit

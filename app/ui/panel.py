@@ -371,7 +371,7 @@ class Panel(OverlayPanel):
         if bold is not None:
             imgui.pop_font()
         imgui.same_line()
-        t = getattr(b, "time", 0.0)
+        t = b.time
         imgui.text_disabled(f"  {self.viewer.scene.name}  ·  N = {b.n:,}  ·  t = {t:.3f}")
         state = "PAUSED" if self.viewer.paused else "running"
         imgui.text_colored(imgui.ImVec4(*(WARN_TEXT if self.viewer.paused else OK_TEXT)), state)
@@ -886,13 +886,12 @@ class Panel(OverlayPanel):
         b = ctl.backend
         rows = [("backend", b.name), ("data path", b.data_path), ("GL", self.gl["renderer"]),
                 ("GL version", self.gl["version"]), ("window", self.bridge.backend)]
-        info = getattr(b, "device_info", None)
-        if callable(info):
-            try:
-                d = info()
-                rows.append(("device", str(d.get("name", d))))
-            except Exception:  # noqa: BLE001
-                pass
+        try:
+            d = b.device_info()
+        except Exception:  # noqa: BLE001 - a name is a nicety
+            d = None
+        if d is not None:
+            rows.append(("device", str(d.get("name", d))))
         br = self.bridge
         gpu = f"{br.gpu_ms:.3f} ms GPU" if br.gpu_timed else "GPU: no timer queries"
         rows.append(("panel cost", f"{self.cost_ms:.2f} ms CPU · {gpu}"))

@@ -71,6 +71,23 @@ class CudaBackend(MultiDeviceBackend):
     kind = KIND
     k = 1
     timing = "CUDA events around each launch on the GPU; read a frame late while drawing"
+    memory = "device"
+    reduces_diagnostics = True
+
+    @classmethod
+    def device_kind(cls):
+        return KIND
+
+    @classmethod
+    def system_lines(cls) -> list[str]:
+        """Every GPU, the peer-access matrix and the links (several GPUs: --gpus), and the NCCL found."""
+        try:
+            from app.backends.cuda.nccl import summary
+            from app.backends.cuda.topology import format_topology, query_topology
+
+            return [*format_topology(query_topology()), f"NCCL (--exchange nccl): {summary()}"]
+        except Exception as e:  # noqa: BLE001 - info reports whatever breaks, it never crashes on it
+            return [f"GPUs: unknown ({type(e).__name__}: {e})"]
 
     # --- discovery -------------------------------------------------------------------------------
     @classmethod

@@ -481,6 +481,17 @@ def gpu_devices(ordinals: list[int]):
     return make
 
 
+def local_rank() -> int:
+    """This rank's index among the ranks of its node (to pick a GPU), from the launcher's variables."""
+    import os
+
+    for name in ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"):
+        value = os.environ.get(name)
+        if value and value.isdigit():
+            return int(value)
+    return 0
+
+
 class GpuDevices:
     """The GPU device kind of app/backends/multi.py: GPUs 0..K-1 for `--gpus K`; one GPU's backend
     (backend.py) uses its own ordinal through `gpu_devices`."""
@@ -500,6 +511,26 @@ class GpuDevices:
         from app.backends.cuda.device import device_name
 
         return [device_name(i) for i in range(k)]
+
+    @staticmethod
+    def rank_device_name() -> str:
+        """What each MPI rank's device is: one of its node's GPUs, by its local rank."""
+        return "GPU by local rank (cuda)"
+
+    @staticmethod
+    def rank_maker(comm):
+        """make_device(rank, bodies, physics, kernel, share) for this MPI rank (app/distributed.py's
+        RankRun): one GPU per rank, picked by its local rank (ranks beyond the node's GPUs share them,
+        round robin)."""
+        from app.backends.cuda.context import device_count
+
+        ordinal = local_rank() % device_count()
+
+        def make(rank, bodies, physics, kernel, share):
+            # `best` runs the tuning on as many GPUs as there are ranks (same splits, another exchange)
+            return CudaShareDevice(ordinal, kernel, physics, bodies, share, comm.size)
+
+        return make
 
     @staticmethod
     def why_not(record) -> str | None:

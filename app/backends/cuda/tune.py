@@ -116,8 +116,8 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
     from app.physics import Physics, relative_error
 
     physics = physics or Physics(integrator="leapfrog")
-    devices = int(getattr(backend_cls, "k", 1))
-    one_cls = getattr(backend_cls, "base", backend_cls)  # one device: facts, the reference, the source hash
+    devices = int(backend_cls.k)
+    one_cls = backend_cls.base or backend_cls  # one device: facts, the reference, the source hash
     records = {r.name: r for r in one_cls.kernels()}
     runs = {r.name for r in backend_cls.kernels()}
     tunable = [name for name in candidates(records.values()) if name in runs]
