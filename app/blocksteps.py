@@ -51,7 +51,7 @@ import numpy as np
 
 from app.bodies import Bodies
 from app.errors import ConfigError
-from app.forces import ForceWork
+from app.forces import ForceWork, with_role
 from app.physics import COARSEN, Physics, accelerations
 
 MODES = ("block", "shared", "frozen")  # per-body levels; one level for all (the finest wanted); fixed levels
@@ -569,7 +569,7 @@ class TreeBlockOps(NumpyBlockOps):
         from app.backends.cpu import CPUBackend  # lazy: numba
 
         super().__init__(bodies, physics, acc=acc)
-        record = CPUBackend.record("cpu-tree")
+        record = with_role(CPUBackend.kernels(), "block-steps")  # cpu-tree
         self.evaluator = record.policy.evaluator(record, physics)
         self.evaluator.set_tunables(**block_tunables(tunables))
         self._pos4 = np.empty((self.n, 4))

@@ -217,6 +217,18 @@ TREE_WALK_FLOPS = (23, 51)
 
 
 # --- the descriptor ----------------------------------------------------------------------------------------
+# What a record is for beside being a force method of its own (KernelRecord.roles): a caller asks a
+# backend's records for a role, never for a name
+ROLES = {
+    "default": "the backend's kernel when none is named",
+    "exact": "the all-pairs sum in its precision that the live force error judges approximate records "
+             "against",
+    "reference": "the float64 all-pairs sum: validate's reference on this backend",
+    "baseline": "NVIDIA's CUDA samples kernel: what speed-ups are quoted against, tune's fp32 check",
+    "block-steps": "the tree block time steps walk (only the active groups)",
+}
+
+
 @dataclass(frozen=True)
 class KernelRecord:
     """One selectable force variant (REBOUND's integrator-table pattern), its own descriptor."""
@@ -245,6 +257,14 @@ class KernelRecord:
     # a tree's walk: (flops per body-body, flops per body-cell interaction), so that `bench` reports the
     # walk's FP32 throughput (docs/tree.md, "Counts"); None for a method without a walk stage
     walk_flops: tuple[int, int] | None = None
+    roles: frozenset[str] = frozenset()  # ROLES it plays for its backend
+    # `tune`'s phase-1 order among the swept records (0 first: the most promising); None: after them
+    tune_rank: int | None = None
+
+    def __post_init__(self):
+        unknown = sorted(set(self.roles) - set(ROLES))
+        if unknown:
+            raise ValueError(f"{self.name}: unknown roles {unknown}; the roles are {', '.join(ROLES)}")
 
     @property
     def error_budget(self) -> ErrorBudget:
@@ -271,6 +291,22 @@ class KernelRecord:
     def with_tunables(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The defaults overridden by validated `values`."""
         return {**self.default_tunables(), **self.validate_tunables(values)}
+
+
+def target_chunks(k: int, size: int):
+    """Spans of at most `size` targets covering [0, k) (evaluations in pieces, so a progress bar moves)."""
+    for start in range(0, k, size):
+        yield Span(start, min(size, k - start))
+
+
+def with_role(records, role: str, precision: str | None = None) -> KernelRecord:
+    """The record among `records` that plays `role` (in `precision`, when given); ConfigError when none
+    does (a backend without, e.g., a tree for block steps)."""
+    for rec in records:
+        if role in rec.roles and (precision is None or rec.precision == precision):
+            return rec
+    where = f" in {precision}" if precision else ""
+    raise ConfigError(f"no kernel plays the role {role!r}{where} ({ROLES[role]})")
 
 
 # --- the evaluator -----------------------------------------------------------------------------------------

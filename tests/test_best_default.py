@@ -17,6 +17,7 @@ from app.backends.cuda import heuristic, registry, tune
 from app.backends.cuda import tuning_cache as cache
 from app.backends.cuda.policies import BestPolicy
 from app.cli import main
+from app.forces import with_role
 from app.paths import ROOT
 
 RECORDS = {r.name: r for r in registry.RECORDS}
@@ -57,7 +58,9 @@ def test_best_is_the_cuda_default_and_cpu_keeps_its_own():
     assert registry.DEFAULT_KERNEL == "best"
     assert backend_class("cuda").record(registry.DEFAULT_KERNEL).name == "best"  # class level: no GPU
     assert CPU_DEFAULT == "cpu-simd"
-    assert registry.BASELINE_KERNEL == "shared"  # what tune checks fp32 sums against did not move
+    # what tune checks fp32 sums against, and the live force error's exact sum, did not move
+    baseline, exact = (with_role(registry.RECORDS, role).name for role in ("baseline", "exact"))
+    assert baseline == exact == "shared"
 
 
 def test_scene_and_cli_defaults_leave_the_kernel_to_the_backend():

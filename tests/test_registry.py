@@ -27,6 +27,35 @@ def plummer_like(n: int, seed: int) -> Bodies:
     return Bodies.from_arrays(r[:, None] * direction, vel, np.full(n, 1.0 / n))
 
 
+@pytest.mark.parametrize("backend", BACKEND_NAMES)
+def test_each_backend_has_one_record_per_role_it_is_asked_for(backend):
+    """Callers ask a backend's records for a role, never a name (app.forces.ROLES): each role is played
+    by at most one record per precision, "default" and "reference" by exactly one, a role's precision is
+    the one it promises (reference: fp64), and the tune order is a permutation of 0..k-1 over the swept
+    records that have one."""
+    from app.forces import ROLES, with_role
+
+    records = [r for r in RECORDS if r.backend == backend]
+    for role in ROLES:
+        for precision in ("fp32", "fp64"):
+            players = [r.name for r in records if role in r.roles and r.precision == precision]
+            assert len(players) <= 1, f"{backend}: {role} in {precision} played by {players}"
+    assert with_role(records, "default").name and with_role(records, "reference").precision == "fp64"
+    ranks = sorted(r.tune_rank for r in records if r.tune_rank is not None)
+    assert ranks == list(range(len(ranks)))
+    assert all(r.tuned for r in records if r.tune_rank is not None)
+
+
+def test_an_unknown_role_or_a_missing_one_is_an_error():
+    from app.errors import ConfigError
+    from app.forces import KernelRecord, with_role
+
+    with pytest.raises(ValueError, match="unknown roles \\['fastest'\\]"):
+        KernelRecord(name="x", doc="x", backend="cpu", roles=frozenset({"fastest"}))
+    with pytest.raises(ConfigError, match="no kernel plays the role 'block-steps'"):
+        with_role([KernelRecord(name="x", doc="x", backend="cpu")], "block-steps")
+
+
 def test_registry_is_well_formed():
     assert RECORDS, "no kernel records at all"
     names = [r.name for r in RECORDS]

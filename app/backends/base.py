@@ -18,6 +18,7 @@ from app.physics import INTEGRATORS, MODELS, Physics
 from app.timing import StepTimings  # noqa: F401  (re-exported: backends build it)
 
 INTEROP_PATH = "CUDA-GL interop"  # data_path's start when a backend writes the renderer's VBOs itself
+REFERENCE_ROWS = 1024  # targets per evaluation of reference_rows, so that a progress bar moves
 
 
 def check_physics(physics: Physics) -> Physics:
@@ -111,6 +112,12 @@ class Backend(ABC):
     # diagnostics() reduces the energies and momenta where the state lives (a GPU: ten doubles come back,
     # never the state); without it the caller sums them on the host from state()
     reduces_diagnostics = False
+
+    def reference_rows(self, stacked: np.ndarray, k: int, physics: Physics, progress) -> np.ndarray:
+        """Float64 (k, 3) accelerations of the first k rows of `stacked` ((k + N, 4) float64 [x, y, z, m])
+        due to the N rows after them, by this backend's record in the role "reference" (validate's
+        float64 reference: app/commands/reference.py), `progress(rows)` after each piece of targets."""
+        raise NotImplementedError(f"the {self.name} backend has no float64 reference")
 
     def diagnostics(self):
         """Energies and momenta (app.physics.Diagnostics) reduced where the state lives

@@ -44,20 +44,21 @@ from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
 from app.blocksteps import BlockSteps, Substep, block_tunables, ops_scope
 from app.bodies import Bodies, StepLevels
 from app.errors import ConfigError
-from app.forces import ForceWork
+from app.forces import ForceWork, with_role
 from app.physics import Physics
 
-TREE_KERNEL = {"cuda": "tree", "cpu": "cpu-tree"}  # the record each backend's block steps walk with
 HOST_UPLOAD = "host upload (block steps)"
 INTEROP = "CUDA-GL interop (block steps)"
 log = logging.getLogger(__name__)
 
 
 def block_steps_backend_class(base: type[Backend]) -> type[BlockStepsBackend]:
-    """The block-step form of `base` (cuda or cpu); ConfigError for a backend without a tree."""
-    if base.name not in TREE_KERNEL:
+    """The block-step form of `base` (cuda or cpu: a backend with a record in the role "block-steps");
+    ConfigError for a backend without one (one that cannot run here says so through why_not)."""
+    if base.why_not() is None and not any("block-steps" in r.roles for r in base.kernels()):
         raise ConfigError(f"--timesteps block: the {base.name} backend has no tree to walk active bodies "
-                          f"with; use --backend cuda or cpu")
+                          "with (no kernel in the role block-steps); use a backend that has one "
+                          "(`nbody-live info --kernels`)")
     return type(f"BlockSteps{base.__name__}", (BlockStepsBackend,),
                 {"base": base, "name": base.name, "memory": base.memory,
                  "uses_all_cores": base.uses_all_cores})
@@ -76,7 +77,8 @@ class BlockStepsBackend(Backend):
 
     @classmethod
     def tree_kernel(cls) -> str:
-        return TREE_KERNEL[cls.base.name]
+        """The base backend's record in the role "block-steps" (tree, cpu-tree)."""
+        return with_role(cls.base.kernels(), "block-steps").name
 
     @classmethod
     def kernels(cls) -> list[KernelRecord]:

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
+from app.backends.base import REFERENCE_ROWS, Backend, KernelRecord, StepTimings, check_physics
 from app.backends.cpu_forces import (
     BY_NAME,
     DEFAULT_KERNEL,
@@ -36,10 +36,7 @@ from app.backends.cpu_forces import (
 from app.backends.cpu_multi import CpuDevices
 from app.bodies import Bodies
 from app.errors import ConfigError, NonFiniteState
-from app.forces import (
-    ForceEvaluator,
-    Span,
-)
+from app.forces import ForceEvaluator, Span, target_chunks, with_role
 from app.integrator import Stepper
 from app.physics import Physics
 from app.timing import HostTimer, stage_entries
@@ -60,6 +57,16 @@ class CPUBackend(Backend):
 
     def device_info(self) -> dict:
         return {"name": cpu_name(), "cores": os.cpu_count(), "backend": self.name}
+
+    def reference_rows(self, stacked: np.ndarray, k: int, physics: Physics, progress) -> np.ndarray:
+        record = with_role(RECORDS, "reference")  # cpu-fp64: numba, parallel over the targets
+        evaluator = record.policy.evaluator(record, physics)
+        acc = np.zeros((k, 3))
+        sources = Span(k, stacked.shape[0] - k)
+        for targets in target_chunks(k, REFERENCE_ROWS):
+            evaluator.evaluate(stacked, acc, targets, sources)
+            progress(targets.count)
+        return acc
     _warm: set = set()  # (record, force kernel) combinations already compiled / loaded in this process
 
     def __init__(self):

@@ -35,6 +35,7 @@ from app.forces import (
     IntChoice,
     Span,
     all_pairs_work,
+    with_role,
 )
 from app.physics import Physics
 from app.refit_cadence import REFIT_TUNABLES
@@ -180,12 +181,13 @@ RECORDS = (
         name="cpu-simd",
         doc="fp32 all-pairs, numba parallel over targets + fastmath SIMD over sources (SoA copies)",
         backend="cpu", precision="fp32", source=_SOURCE, entry="accel_float32_*", origin=_ORIGIN,
-        policy=NumbaAllPairs(np.float32, fastmath=True)),
+        policy=NumbaAllPairs(np.float32, fastmath=True), roles=frozenset({"default", "exact"})),
     KernelRecord(
         name="cpu-fp64",
         doc="float64 all-pairs, numba parallel without fastmath: the accurate CPU path",
         backend="cpu", precision="fp64", source=_SOURCE, entry="accel_float64_*", origin=_ORIGIN,
-        tuned=False, policy=NumbaAllPairs(np.float64, fastmath=False)),
+        tuned=False, policy=NumbaAllPairs(np.float64, fastmath=False),
+        roles=frozenset({"exact", "reference"})),
     KernelRecord(
         name="cpu-tree",
         doc="Barnes-Hut octree (Morton keys, quadrupoles, group walk), numba parallel over target groups",
@@ -202,7 +204,7 @@ RECORDS = (
         ),
         budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), approximate=True,
         policy=NumbaTree(np.float32), decomposition=DOMAINS, period_tunable="rebuild_every",
-        walk_flops=TREE_WALK_FLOPS),
+        walk_flops=TREE_WALK_FLOPS, roles=frozenset({"block-steps"})),
     KernelRecord(
         name="cpu-n3l",
         doc="float64 Newton's third law over pair tiles (each pair once, the reaction to the source)",
@@ -211,7 +213,7 @@ RECORDS = (
         tuned=False, policy=NumbaPairs(), decomposition=PAIRS),
 )
 BY_NAME = {rec.name: rec for rec in RECORDS}
-DEFAULT_KERNEL = "cpu-simd"
+DEFAULT_KERNEL = with_role(RECORDS, "default").name  # cpu-simd
 
 
 def cpu_record(name: str) -> KernelRecord:
@@ -231,7 +233,7 @@ def cpu_accelerations_fp64(pos: np.ndarray, mass: np.ndarray, physics: Physics) 
     pos4[:, :3] = pos
     pos4[:, 3] = mass
     acc = np.empty((n, 3))
-    record = BY_NAME["cpu-fp64"]
+    record = with_role(RECORDS, "reference")
     record.policy.evaluator(record, physics).evaluate(pos4, acc, Span.all(n), Span.all(n))
     return acc
 
@@ -241,7 +243,7 @@ def exact_rows(pos: np.ndarray, rows: np.ndarray, physics: Physics) -> np.ndarra
     them, summed in pos's precision: cpu-simd's kernel for float32 (fastmath: ~1e-6 relative), cpu-fp64's
     for float64. The exact half of the live force error (`force_error_sample`), for this backend and for
     the CPU devices of --gpus (cpu_multi.py), each over its own full copy of the positions."""
-    record = BY_NAME["cpu-simd" if pos.dtype == np.float32 else "cpu-fp64"]
+    record = with_role(RECORDS, "exact", "fp32" if pos.dtype == np.float32 else "fp64")
     evaluator = record.policy.evaluator(record, physics)
     targets = np.ascontiguousarray(pos[np.asarray(rows, dtype=np.int64)])
     acc = np.zeros(targets.shape, evaluator.dtype)

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from app.backends.base import INTEROP_PATH, Backend, KernelRecord
+from app.backends.base import INTEROP_PATH, REFERENCE_ROWS, Backend, KernelRecord
 from app.backends.cuda import registry
 from app.backends.cuda.compile import find_nvcc, nvcc_version
 from app.backends.cuda.context import (
@@ -44,8 +44,8 @@ from app.backends.cuda.policies import ceil_div, force_arguments, suffix
 from app.backends.cuda.state_ops import INTEGRATE_SOURCE
 from app.backends.multi import MultiDeviceBackend
 from app.errors import BackendUnavailable, ConfigError
-from app.forces import ForceEvaluator
-from app.physics import Diagnostics
+from app.forces import ForceEvaluator, Span, target_chunks, with_role
+from app.physics import Diagnostics, Physics
 from app.timing import stage_entries
 
 log = logging.getLogger(__name__)
@@ -256,6 +256,26 @@ class CudaBackend(MultiDeviceBackend):
         run = self._require_state()
         with self.device.scope:  # (device work queued later on its stream comes after the steps)
             yield run.devices[0].state_pointers()
+
+    def reference_rows(self, stacked: np.ndarray, k: int, physics: Physics, progress) -> np.ndarray:
+        """The record in the role "reference" (fp64, float64 throughout) on this GPU, over scratch copies
+        of `stacked`, a piece of targets a launch."""
+        device = self.device
+        evaluator = self.evaluator(with_role(self.kernels(), "reference").name)
+        evaluator.set_physics(physics)
+        row = stacked.strides[0]  # 32 bytes: the fp64 record's dvec4 rows
+        with device.scope:
+            pos = device.scratch("reference-pos", stacked.nbytes)
+            acc = device.scratch("reference-acc", row * k)
+            device.drv.memcpy_htod(pos, stacked)
+            sources = Span(k, stacked.shape[0] - k)
+            for targets in target_chunks(k, REFERENCE_ROWS):
+                evaluator.evaluate(pos, acc, targets, sources)
+                device.drv.Context.synchronize()
+                progress(targets.count)
+            out = np.empty((k, 4))
+            device.drv.memcpy_dtoh(out, acc)
+        return out[:, :3].copy()
 
     def diagnostics(self) -> Diagnostics:
         """Energies and momenta reduced on the device (kernels/diagnostics.cu): ten doubles come back,

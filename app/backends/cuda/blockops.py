@@ -22,7 +22,7 @@ import numpy as np
 
 from app.blocksteps import block_tunables
 from app.bodies import Bodies
-from app.forces import ForceWork
+from app.forces import ForceWork, with_role
 from app.physics import Physics
 
 
@@ -40,7 +40,7 @@ class CudaBlockOps:
         self.device = device
         self.physics = physics
         self.n = n = bodies.n
-        record = next(r for r in RECORDS if r.name == "tree")
+        record = with_role(RECORDS, "block-steps")
         self.evaluator = record.policy.evaluator(record, device, {})
         self.evaluator.set_physics(physics)
         self.evaluator.set_tunables(**tunables)
@@ -156,12 +156,12 @@ class CudaBlockOps:
         by the `shared` kernel on this GPU: app/backends/cuda/force_sample.py). a(x) must be current: the
         rows are then the current positions (the last evaluation of a max step follows its last drift)."""
         from app.backends.cuda.evaluator import make_evaluator
-        from app.backends.cuda.force_sample import EXACT_KERNEL, exact_rows
+        from app.backends.cuda.force_sample import exact_rows
         from app.backends.cuda.registry import RECORDS
 
         if self._exact is None:
             records = {r.name: r for r in RECORDS}
-            self._exact = make_evaluator(records[EXACT_KERNEL], self.device, records)
+            self._exact = make_evaluator(with_role(RECORDS, "exact"), self.device, records)
             self._exact.set_physics(self.physics)
         rows = np.asarray(rows, dtype=np.int64)
         with self.scope():

@@ -18,8 +18,6 @@ from app.forces import ForceEvaluator, Span
 
 from .tree import cupy_module
 
-EXACT_KERNEL = "shared"  # the live force error's exact sum: the suite's reference-reproducing kernel
-
 
 def _unowned(cp, ptr: int, nbytes: int, owner):
     """A CuPy memory pointer onto device memory pycuda owns (the state, the VBO while mapped)."""
@@ -39,8 +37,9 @@ def gather_rows(device, ptr: int, n: int, rows: np.ndarray) -> np.ndarray:
 
 def exact_rows(device, evaluator: ForceEvaluator, pos: int, n: int, rows: np.ndarray) -> np.ndarray:
     """Float64 (K, 3): the accelerations of the bodies `rows` of the n float4 positions at `pos` due to
-    all n, by `evaluator` (EXACT_KERNEL's on `device`, with the run's physics). The K targets are copied
-    in front of a copy of the sources, so that one launch over (targets, sources) spans computes them."""
+    all n, by `evaluator` (the record with the role "exact", `shared`, on `device`, with the run's
+    physics). The K targets are copied in front of a copy of the sources, so that one launch over
+    (targets, sources) spans computes them."""
     cp = cupy_module()
     rows = np.asarray(rows, dtype=np.int64)
     k = int(rows.size)

@@ -42,7 +42,7 @@ from app.backends.cuda import registry
 from app.backends.cuda.context import StreamMark, legacy_stream_wait
 from app.backends.cuda.device import CudaDevice
 from app.backends.cuda.evaluator import make_evaluator
-from app.backends.cuda.force_sample import EXACT_KERNEL, exact_rows
+from app.backends.cuda.force_sample import exact_rows
 from app.backends.cuda.nonfinite import NonFiniteCheck
 from app.backends.cuda.policies import ceil_div, force_arguments
 from app.backends.cuda.state import FP64, ROW_BYTES, STATE, GpuState
@@ -50,7 +50,7 @@ from app.backends.cuda.state_ops import INTEGRATE_SOURCE
 from app.bodies import Bodies
 from app.decomposition import share_cuts
 from app.errors import ConfigError
-from app.forces import ForceWork, Span, drain
+from app.forces import ForceWork, Span, drain, with_role
 from app.multidevice import HostExchange, domain_spans, queue_after
 from app.physics import Physics
 
@@ -79,7 +79,7 @@ class CudaShareDevice:
         self.integrate_all = False  # set by the run from its decomposition
         self.index, self.shares, self.domain_cuts = 0, [share], []
         self._pair_plans: dict[tuple, object] = {}
-        self._exact = None  # EXACT_KERNEL's evaluator, made by the first force-error sample
+        self._exact = None  # the "exact" record's evaluator, made by the first force-error sample
         self.timer = self.device.timer  # CUDA events on the GPU's legacy stream
         self._marks: dict[str, object] = {}
         self._share_ops, self._ops_key = None, None
@@ -372,7 +372,8 @@ class CudaShareDevice:
         """Float64 (K, 3): `shared`'s all-pairs accelerations of `rows` due to every position of this GPU's
         copy (whole after each exchange), behind its queued work: one GPU's exact sum (force_sample.py)."""
         if self._exact is None:
-            self._exact = make_evaluator(self._records[EXACT_KERNEL], self.device, self._records)
+            exact = with_role(self._records.values(), "exact")
+            self._exact = make_evaluator(exact, self.device, self._records)
             self._exact.set_physics(self.physics)
         return exact_rows(self.device, self._exact, self.ptr["pos"], self.n, rows)
 

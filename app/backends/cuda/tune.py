@@ -42,9 +42,9 @@ import time
 from collections.abc import Callable
 
 from app.backends.cuda import heuristic, tuning_cache
-from app.backends.cuda.registry import BASELINE_KERNEL
 from app.decomposition import of as decomposition_of
-from app.forces import format_tunables
+from app.errors import ConfigError
+from app.forces import format_tunables, with_role
 
 log = logging.getLogger(__name__)
 
@@ -62,18 +62,13 @@ FINALISTS = 4
 FINAL_ROUNDS = 5
 FINAL_MAX_S = 3.0
 NOISE = 0.03  # within 3% of the fastest, a variant at its defaults wins over a tuned configuration
-# Phase 1 order, most promising first (the first three are timed whatever the budget); records with
-# `tuned` set that are not named here come after, in registry order.
-PHASE1_ORDER = ("register-blocked", "atomics-n3l", "block-template", "shared-unroll", "shared",
-                "shared-ptx-fma", "multi-thread-per-body", "streams-remainder", "warp-shuffle",
-                "gpu5-branchy", "naive")
-
-
 def candidates(records) -> list[str]:
-    """The names of the records `tune` sweeps, in phase-1 order."""
-    tuned = [r.name for r in records if r.tuned]
-    rank = {name: i for i, name in enumerate(PHASE1_ORDER)}
-    return sorted(tuned, key=lambda name: rank.get(name, len(rank)))
+    """The names of the records `tune` sweeps, in phase-1 order: each record's `tune_rank`, most promising
+    first (the first three are timed whatever the budget); swept records without one come after, in
+    registry order."""
+    tuned = [r for r in records if r.tuned]
+    last = len(tuned)
+    return [r.name for r in sorted(tuned, key=lambda r: last if r.tune_rank is None else r.tune_rank)]
 
 
 # --- measuring --------------------------------------------------------------------------------------------
@@ -222,19 +217,22 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
 def _reference(backend, records, bodies, physics, relative_error) -> tuple:
     """(float64 reference accelerations, tolerance, facts) for one N.
 
-    The reference is the fp64 kernel's (float64 throughout; the CPU's float64 path would take minutes
-    at N ~ 10^6), else `shared`'s. The tolerance is 1e-4, or twice `shared`'s own error where fp32
-    summation of N terms already costs more than that.
+    The reference is the record with the role "reference" (fp64: float64 throughout; the CPU's float64
+    path would take minutes at N ~ 10^6), else the "baseline"'s (`shared`). The tolerance is 1e-4, or
+    twice the baseline's own error where fp32 summation of N terms already costs more than that.
     """
-    backend.load(bodies, physics, kernel=BASELINE_KERNEL)
+    baseline = with_role(records.values(), "baseline").name
+    backend.load(bodies, physics, kernel=baseline)
     base = backend.accelerations()
-    if "fp64" not in records:
-        return base, TOLERANCE, {"reference": BASELINE_KERNEL}
-    backend.load(bodies, physics, kernel="fp64")
+    try:
+        exact = with_role(records.values(), "reference").name
+    except ConfigError:  # (several GPUs run the fp32 records only)
+        return base, TOLERANCE, {"reference": baseline}
+    backend.load(bodies, physics, kernel=exact)
     reference = backend.accelerations()
     base_err, _ = relative_error(base, reference)
     tolerance = max(TOLERANCE, 2.0 * base_err)
-    return reference, tolerance, {"reference": "fp64", "shared_max_rel_err": base_err}
+    return reference, tolerance, {"reference": exact, f"{baseline}_max_rel_err": base_err}
 
 
 def _compile_first(backend, names, bodies, physics, say) -> None:
