@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import math
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.backend_table import backend_choices
 from app.errors import ConfigError
 from app.multidevice import DRIVERS, EXCHANGES, parse_device_count
 from app.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
 
-BACKEND_CHOICES = ("auto", "cpu", "cuda")
+BACKEND_CHOICES = backend_choices  # auto, then app/backend_table.py's names (read when asked)
 COLOR_BY = ("speed", "mass", "none", "component", "component-speed", "component-mass")
 COLORMAPS = ("inferno", "magma", "plasma", "viridis", "white")
 FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")
@@ -33,16 +35,20 @@ class Field:
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False  # lo itself not allowed
-    choices: tuple | None = None
+    choices: tuple | Callable[[], tuple] | None = None  # a callable: read when asked (the backends' table)
     optional: bool = False  # may be left unset (None): e.g. camera.distance = fit
 
     def _limit(self, value: float) -> str:
         """An int key's limit as the integer it is (16777216, not 1.67772e+07)."""
         return str(int(value)) if self.kind == "int" else f"{value:g}"
 
+    def allowed(self) -> tuple | None:
+        """The values it takes, when it is a choice."""
+        return self.choices() if callable(self.choices) else self.choices
+
     def describe(self) -> str:
         if self.choices:
-            return "one of: " + ", ".join(map(str, self.choices))
+            return "one of: " + ", ".join(map(str, self.allowed()))
         if self.kind in ("vec3", "color"):
             rng = f" each in [{self.lo:g}, {self.hi:g}]" if self.lo is not None else ""
             return f"three numbers{rng}"
@@ -243,7 +249,7 @@ def coerce(key: str, value, f: Field):
         return out
     if not isinstance(value, str):
         raise ConfigError(f"{key} = {value!r}: expected text ({f.describe()})")
-    if f.choices and value not in f.choices:
+    if f.choices and value not in f.allowed():
         raise ConfigError(f"{key} = {value!r} is not allowed; {f.describe()}")
     return value
 

@@ -52,7 +52,7 @@ class RenderSettings:
 
 @dataclass
 class RunSettings:
-    backend: str = "auto"  # auto | cpu | cuda
+    backend: str = "auto"  # auto, or a name of app/backend_table.py
     kernel: str = "auto"  # auto: the backend's default kernel (cuda: best, cpu: cpu-simd)
     steps_per_frame: int = 1
     frames_per_step: int = 1  # block time steps: frames drawn inside each max step (app/backends/block.py)

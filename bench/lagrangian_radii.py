@@ -34,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere in the checkout
 
-from app.backends import BACKEND_NAMES, backend_class  # noqa: E402
+from app.backends import backend_class, backend_names  # noqa: E402
 from app.commands.common import Interruption, parse_tunables, positive_float, positive_int  # noqa: E402
 from app.errors import RuntimeFault, UserError  # noqa: E402
 from app.forces import format_tunables  # noqa: E402
@@ -115,7 +115,7 @@ class Records:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="lagrangian_radii.py", description=__doc__, epilog=EPILOG,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", default="cuda", choices=BACKEND_NAMES, help="cuda (default) or cpu")
+    p.add_argument("--backend", default="cuda", choices=backend_names(), help="cuda (default) or cpu")
     p.add_argument("--kernel", default="tree", help="a kernel of the backend (default tree; the CPU twin: "
                                                     "cpu-tree)")
     p.add_argument("--n", type=positive_int, default=1 << 20, help="bodies (default 1048576)")

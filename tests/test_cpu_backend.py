@@ -333,10 +333,10 @@ class SpyPolicy(cpu_forces.NumbaAllPairs):
 def test_tunables_are_validated_stored_per_record_and_reach_the_evaluator(monkeypatch):
     """With a tunable on cpu-simd (the CPU records have none of their own): set on one record, kept while
     another is current, applied from the next step, which recomputes A(x)."""
-    simd = replace(cpu.BY_NAME["cpu-simd"], tunables=(IntChoice("unroll", (1, 2, 4), 1),),
+    simd = replace(cpu_forces.BY_NAME["cpu-simd"], tunables=(IntChoice("unroll", (1, 2, 4), 1),),
                    policy=SpyPolicy(np.float32, fastmath=True))
-    monkeypatch.setitem(cpu.BY_NAME, "cpu-simd", simd)
-    monkeypatch.setattr(cpu, "RECORDS", (simd, cpu.BY_NAME["cpu-fp64"]))
+    monkeypatch.setitem(cpu_forces.BY_NAME, "cpu-simd", simd)
+    monkeypatch.setattr(cpu, "RECORDS", (simd, cpu_forces.BY_NAME["cpu-fp64"]))  # (the backend's kernels())
     backend = CPUBackend()
     backend.load(plummer_like(16), Physics(), kernel="cpu-simd")
     assert backend.tunable_specs() == simd.tunables and backend.tunables() == {"unroll": 1}

@@ -1,4 +1,4 @@
-"""Backend discovery: the one table the CLI, the panel and the tests walk.
+"""Backend discovery over the one table (app/backend_table.py), which the CLI, the panel and the tests walk.
 
 `cuda` is imported lazily so that machines without pycuda never touch it; its absence becomes a
 `why_not`, not an ImportError.
@@ -9,14 +9,12 @@ from __future__ import annotations
 import importlib
 import logging
 
+from app.backend_table import backend_module, backend_names, register_backend
 from app.backends.base import Backend, KernelRecord, StepTimings
 from app.errors import BackendUnavailable, ConfigError
 
 log = logging.getLogger(__name__)
 
-# Best first: "auto" picks the first available one.
-_BACKEND_MODULES = {"cuda": "app.backends.cuda", "cpu": "app.backends.cpu"}
-BACKEND_NAMES = tuple(_BACKEND_MODULES)
 
 
 class _Missing(Backend):
@@ -37,21 +35,25 @@ class _Missing(Backend):
 
 
 def backend_class(name: str) -> type[Backend]:
-    if name not in _BACKEND_MODULES:
-        raise ConfigError(f"unknown backend {name!r}; choose from auto, {', '.join(BACKEND_NAMES)}")
+    module_name = backend_module(name)
+    if module_name is None:
+        raise ConfigError(f"unknown backend {name!r}; choose from auto, {', '.join(backend_names())}")
     try:
-        module = importlib.import_module(_BACKEND_MODULES[name])
+        module = importlib.import_module(module_name)
     except ImportError as e:
         return type(f"Missing_{name}", (_Missing,), {"name": name, "reason": f"cannot import: {e}"})
     cls = getattr(module, "BACKEND", None)
     if cls is None:
         return type(f"Missing_{name}", (_Missing,),
                     {"name": name, "reason": f"{module.__name__} defines no BACKEND (incomplete install?)"})
+    if cls.name != name:
+        reason = f"{module.__name__}.BACKEND is named {cls.name!r}, not {name!r}"
+        return type(f"Missing_{name}", (_Missing,), {"name": name, "reason": reason})
     return cls
 
 
 def backend_classes() -> dict[str, type[Backend]]:
-    return {name: backend_class(name) for name in BACKEND_NAMES}
+    return {name: backend_class(name) for name in backend_names()}
 
 
 def all_kernel_records() -> list[KernelRecord]:
@@ -84,7 +86,7 @@ def select_backend(name: str = "auto", kernel: str | None = None) -> type[Backen
         if reason:
             raise BackendUnavailable(f"backend {name!r} is not available: {reason}")
         return cls
-    for cand in BACKEND_NAMES:
+    for cand in backend_names():
         cls = backend_class(cand)
         reason = cls.why_not()
         if reason is None:
@@ -93,5 +95,5 @@ def select_backend(name: str = "auto", kernel: str | None = None) -> type[Backen
     raise BackendUnavailable("no backend is available (the cpu backend needs numba)")
 
 
-__all__ = ["Backend", "KernelRecord", "StepTimings", "BACKEND_NAMES", "backend_class", "backend_classes",
-           "all_kernel_records", "find_kernel", "select_backend"]
+__all__ = ["Backend", "KernelRecord", "StepTimings", "backend_names", "register_backend", "backend_class",
+           "backend_classes", "all_kernel_records", "find_kernel", "select_backend"]

@@ -23,7 +23,6 @@ import numpy as np
 
 from app.backends.base import REFERENCE_ROWS, Backend, KernelRecord, StepTimings, check_physics
 from app.backends.cpu_forces import (
-    BY_NAME,
     DEFAULT_KERNEL,
     RECORDS,
     CpuEvaluator,
@@ -35,7 +34,7 @@ from app.backends.cpu_forces import (
 )
 from app.backends.cpu_multi import CpuDevices
 from app.bodies import Bodies
-from app.errors import ConfigError, NonFiniteState
+from app.errors import NonFiniteState
 from app.forces import ForceEvaluator, Span, target_chunks, with_role
 from app.integrator import Stepper
 from app.physics import Physics
@@ -95,12 +94,13 @@ class CPUBackend(Backend):
 
     @classmethod
     def kernels(cls) -> list[KernelRecord]:
-        return list(RECORDS)
+        return list(RECORDS)  # (a subclass with kernels of its own overrides this)
 
     @classmethod
     def kernel_why_not(cls, name: str) -> str | None:
-        if name not in BY_NAME:
-            return f"{name!r} is not a cpu kernel (choose from {', '.join(BY_NAME)})"
+        names = [r.name for r in cls.kernels()]
+        if name not in names:
+            return f"{name!r} is not a {cls.name} kernel (choose from {', '.join(names)})"
         return cls.why_not()
 
     # --- state -----------------------------------------------------------------------------------
@@ -138,10 +138,10 @@ class CPUBackend(Backend):
 
     # --- tunables --------------------------------------------------------------------------------
     def tunables(self) -> dict:
-        return BY_NAME[self._kernel].with_tunables(self._tunables.get(self._kernel, {}))
+        return self.record(self._kernel).with_tunables(self._tunables.get(self._kernel, {}))
 
     def set_tunables(self, **values) -> None:
-        checked = BY_NAME[self._kernel].validate_tunables(values)
+        checked = self.record(self._kernel).validate_tunables(values)
         self._tunables[self._kernel] = {**self._tunables.get(self._kernel, {}), **checked}
         self._stepper.invalidate()
 
@@ -152,13 +152,10 @@ class CPUBackend(Backend):
     # --- stepping --------------------------------------------------------------------------------
     @property
     def _dtype(self):
-        return BY_NAME[self._kernel].policy.dtype
+        return self.record(self._kernel).policy.dtype
 
     def _resolve(self, name: str | None) -> str:
-        name = name or self.default_kernel
-        if name not in BY_NAME:
-            raise ConfigError(f"kernel: {name!r} is not a cpu kernel; choose from {', '.join(BY_NAME)}")
-        return name
+        return self.record(name or self.default_kernel).name  # (ConfigError naming this backend's kernels)
 
     def _require_state(self):
         if self._pos is None:
@@ -169,7 +166,7 @@ class CPUBackend(Backend):
         (cheap: the compiled kernel is looked up, not rebuilt). The same object while the state, kernel,
         force parameters and tunables stay: an evaluator may carry work from one step() call to the next
         (the tree's refit, rebuild_every), as the devices' evaluators of the multi-device run do."""
-        record = BY_NAME[self._resolve(name or self._kernel)]
+        record = self.record(name or self._kernel)
         tunables = self._tunables.get(record.name, {})
         # the force parameters, not dt or the integrator: those keep the evaluator
         key = (record.name, self._physics.forces, tuple(sorted(tunables.items())))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from app.backend_table import backend_choices
 from app.bench import DEFAULT_ERROR_SAMPLE, DEFAULT_SCENE
 from app.commands.common import add_gpu_options, non_negative_int, positive_float, positive_int
 from app.ics import GENERATORS
@@ -115,7 +116,8 @@ def _scenes(text: str) -> list[str]:
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help=HELP, description=DESCRIPTION,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", default="auto", metavar="NAME", help="auto | cpu | cuda (default auto)")
+    p.add_argument("--backend", default="auto", metavar="NAME",
+                   help=f"{' | '.join(backend_choices())} (default auto: the first that works)")
     p.add_argument("--kernels", default="all", metavar="LIST",
                    help="comma-separated kernel names, or all (default: all kernels of the backend)")
     p.add_argument("--n", type=_ns, default=[4096, 16384, 65536], metavar="LIST",

@@ -83,7 +83,8 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
                         "aligned (at any tick aligned with the coarser step; better where close "
                         "encounters at small softening dominate)")
     g.add_argument("--backend", type=str, metavar="NAME",
-                   help=f"{' | '.join(BACKEND_CHOICES)} (default: auto = CUDA if it works, else CPU)")
+                   help=f"{' | '.join(BACKEND_CHOICES())} (default: auto = the first that works, best "
+                        "first: CUDA, else the CPU)")
     g.add_argument("--kernel", type=str, metavar="NAME",
                    help="kernel from `nbody-live info --kernels` (default: the backend's default: best on "
                         "cuda, cpu-simd on cpu)")
