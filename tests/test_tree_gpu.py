@@ -13,6 +13,8 @@ backend's steps, and a million bodies.
 
 from __future__ import annotations
 
+import gc
+
 import numpy as np
 import pytest
 from test_cpu_backend import plummer_like
@@ -256,17 +258,26 @@ def _normal_bodies(n: int, seed: int = 0):
 def test_out_of_memory_names_the_tree_and_what_fits(monkeypatch):
     """Too little free memory for the tree's buffers: all-pairs' message, said before any work, and the
     backend keeps its state."""
+    from app.backends.cuda.tree import cupy_module
+
+    pool = cupy_module().get_default_memory_pool()
+    gc.collect()
+    pool.free_all_blocks()  # CuPy's unused blocks count as free
     backend = CUDA()
     try:
         backend.load(_normal_bodies(64), SOFT, kernel="tree")
-        from app.backends.cuda.tree import cupy_module
-
-        cupy_module().get_default_memory_pool().free_all_blocks()  # its unused blocks count as free
-        room = 4096 * 52 * 2  # twice the fp32 state of 4,096 bodies, a third of the tree's buffers
+        pool.free_all_blocks()
+        # A free block inside a chunk that also holds a live array cannot be released: earlier tests can
+        # leave megabytes so (2.4 MB after tests/test_blocksteps_gpu.py on an H200, held by two arrays that
+        # no Python object refers to), which would cover the few MB a small N's tree needs. At N = 65,536
+        # the tree's buffers (about 20 MB) are far beyond them.
+        n = 1 << 16
+        room = n * 52 * 2  # twice the fp32 state (which fits), a third of the tree's buffers
+        assert pool.free_bytes() < room, pool.free_bytes()
         monkeypatch.setattr(backend.device.drv, "mem_get_info", lambda: (room, 80 * 2**30))
-        said = r"out of GPU memory: N = 4,096 .*the tree's buffers.*N ≈ [\d,]+ fits"
+        said = r"out of GPU memory: N = 65,536 .*the tree's buffers.*N ≈ [\d,]+ fits"
         with pytest.raises(RuntimeFault, match=said):
-            backend.load(_normal_bodies(4096), SOFT, kernel="tree")
+            backend.load(_normal_bodies(n), SOFT, kernel="tree")
         monkeypatch.undo()
         assert backend.n == 64
         backend.step(1)
