@@ -23,7 +23,8 @@ import time
 import numpy as np
 
 from app.backends.cpu_forces import cpu_name, exact_rows
-from app.blocksteps import CRITERIA, BlockSteps, NumpyBlockOps, TreeBlockOps
+from app.blocksteps import CRITERIA, BlockSteps
+from app.blocksteps_ops import NumpyBlockOps, TreeBlockOps
 from app.ics import generate
 from app.physics import COARSEN, Physics, total_energy
 

@@ -21,16 +21,14 @@ import pytest
 from app.blocksteps import (
     BlockState,
     BlockSteps,
-    NumpyBlockOps,
-    TreeBlockOps,
     aligned_level,
     gadget_steps,
     relevel,
     step_levels,
-    tidal_rows,
     tidal_steps,
     wanted_levels,
 )
+from app.blocksteps_ops import NumpyBlockOps, TreeBlockOps, tidal_rows
 from app.bodies import Bodies
 from app.forces import ForceWork, Span
 from app.ics import generate

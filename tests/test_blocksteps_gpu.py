@@ -1,5 +1,5 @@
 """Block time steps on the GPU (app/backends/cuda/blockops.py, TreeEvaluator.evaluate_rows) against the CPU
-twin's (app/blocksteps.py TreeBlockOps, CpuTreeEvaluator.evaluate_rows), gpu-marked.
+twin's (app/blocksteps_ops.py TreeBlockOps, CpuTreeEvaluator.evaluate_rows), gpu-marked.
 
 - The GPU tree's walk of active groups: for the same float32 rows, each active row is bitwise the GPU's
   full evaluation, the inactive rows are untouched, and the lists are the twin's group by group.
@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 from test_tree_gpu import REASON, cloud, cpu_tree, on_device
 
-from app.blocksteps import BlockSteps, TreeBlockOps
+from app.blocksteps import BlockSteps
+from app.blocksteps_ops import TreeBlockOps
 from app.errors import ConfigError
 from app.forces import Span
 from app.ics import generate

@@ -162,7 +162,7 @@ class BlockStepsBackend(Backend):
             if self._device is None:
                 self._device = CudaDevice(0)
             return CudaBlockOps(copy, physics, self._device, tunables)
-        from app.blocksteps import TreeBlockOps
+        from app.blocksteps_ops import TreeBlockOps
 
         return TreeBlockOps(copy, physics, tunables)
 
