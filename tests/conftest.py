@@ -1,5 +1,6 @@
-"""Shared test helpers: the published data sets in ../shared/data (skipped cleanly when absent), and an
-NVIDIA EGL context with VBOs for the CUDA-GL interop tests (and reading them back)."""
+"""Shared test helpers: the GPU skip (every `gpu`-marked test skips with the CUDA backend's own reason
+where it cannot run: written once, here), the published data sets in ../shared/data (skipped cleanly
+when absent), and an NVIDIA EGL context with VBOs for the CUDA-GL interop tests (and reading them back)."""
 
 import os
 from pathlib import Path
@@ -8,6 +9,19 @@ import numpy as np
 import pytest
 
 from app.paths import SHARED_DATA
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu`-marked tests skip, with the reason the CUDA backend gives, where it cannot run."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    from app.backends import backend_class
+
+    reason = backend_class("cuda").why_not()
+    if reason is not None:
+        for item in gpu:
+            item.add_marker(pytest.mark.skip(reason=f"CUDA unavailable: {reason}"))
 
 
 @pytest.fixture

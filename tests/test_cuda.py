@@ -29,8 +29,7 @@ from app.paths import SHARED_DATA
 from app.physics import Physics, accelerations, relative_error, relative_errors
 
 CUDA = backend_class("cuda")
-REASON = CUDA.why_not()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"CUDA unavailable: {REASON}")]
+pytestmark = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)
 
 NS = (1, 2, 31, 1000, 4097, 16384)
 RECORDS = [r.name for r in CUDA.kernels()]

@@ -36,13 +36,9 @@ from app.physics import (
 from app.ui.energy import potential_energy as numba_potential
 
 CUDA = backend_class("cuda")
-REASON = CUDA.why_not()
 
 
-def _gpu(fn):
-    """Marks a test `gpu` and skips it with the backend's why_not."""
-    fn = pytest.mark.skipif(REASON is not None, reason=f"CUDA unavailable: {REASON}")(fn)
-    return pytest.mark.gpu(fn)
+_gpu = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)
 
 
 NS = (1, 2, 31, 4097, 16384)

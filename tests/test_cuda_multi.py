@@ -30,7 +30,7 @@ from app.physics import Physics, relative_error
 
 CUDA = backend_class("cuda")
 REASON = CUDA.why_not()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"CUDA unavailable: {REASON}")]
+pytestmark = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)
 N = 3001
 
 

@@ -24,8 +24,7 @@ from app.forces import Span
 from app.physics import Physics, accelerations, relative_error
 
 CUDA = backend_class("cuda")
-REASON = CUDA.why_not()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"CUDA unavailable: {REASON}")]
+pytestmark = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)
 
 N = 1000
 SPANS = [(0, 1), (7, 333), (999, 1), (0, 1000), (129, 257)]

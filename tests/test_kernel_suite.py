@@ -345,12 +345,9 @@ def test_tune_command_is_registered():
 
 # --- on the GPU ---------------------------------------------------------------------------------------------
 CUDA = backend_class("cuda")
-REASON = CUDA.why_not()
 
 
-def on_gpu(test):
-    """Marked `gpu`, skipped with the backend's why_not where CUDA cannot run."""
-    return pytest.mark.gpu(pytest.mark.skipif(REASON is not None, reason=f"CUDA unavailable: {REASON}")(test))
+on_gpu = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)
 
 CONFIGS = {
     "gravity-soft": ("gravity", 0.01, 0.0),

@@ -195,7 +195,6 @@ CUDA = backend_class("cuda")
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(CUDA.why_not() is not None, reason=f"CUDA unavailable: {CUDA.why_not()}")
 def test_cuda_log_uses_device_energy(monkeypatch, tmp_path):
     import app.physics
 

@@ -26,8 +26,7 @@ from app.forces import Span
 from app.physics import Physics, accelerations, relative_errors
 
 CUDA = backend_class("cuda")
-REASON = CUDA.why_not()
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"CUDA unavailable: {REASON}")]
+pytestmark = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)
 SOFT = Physics(softening=0.01)
 REPULSION = Physics(softening=0.05, model="gravity-repulsion", repulsion=0.1)
 

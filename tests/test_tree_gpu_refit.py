@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_tree_gpu import CUDA, REASON, REPULSION, SOFT, agree, cloud, on_device
+from test_tree_gpu import CUDA, REPULSION, SOFT, agree, cloud, on_device
 
 from app.backends.cpu_forces import BY_NAME as CPU_RECORDS
 from app.backends.cpu_tree_kernels import pack_cells
 from app.bench import bench_bodies
 from app.physics import Physics, relative_error
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(REASON is not None, reason=f"CUDA unavailable: {REASON}")]
+pytestmark = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)
 TUNABLES = dict(group=64, leaf=16, theta=0.6, rebuild_every=4)
 
 

@@ -95,7 +95,6 @@ CUDA = backend_class("cuda")
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(CUDA.why_not() is not None, reason=f"CUDA unavailable: {CUDA.why_not()}")
 @pytest.mark.parametrize("physics", PHYSICS)
 def test_cuda_reference_on_sampled_rows(physics):
     pos, mass = _cloud(5000)
