@@ -53,3 +53,29 @@ def test_file_and_generator_params_conflict(tmp_path):
     f.write_bytes(b"")
     with pytest.raises(ConfigError):
         load_scene("plummer", {"initial.file": str(f), "initial.generator": None, "initial.scale": 2.0})
+
+
+def test_the_settings_table_and_the_scene_dataclasses_agree():
+    """app/config.py's SCHEMA describes every scene setting once; app/scene.py's dataclasses hold them.
+    Every key has a field and every field a key (except the three that are not scalar keys: generator
+    parameters, `--tunable` values and [[components]] tables), and each default passes its own key's
+    validation unchanged (its type and range are the table's)."""
+    from dataclasses import fields, is_dataclass
+
+    from app import config
+    from app.scene import Scene
+
+    not_keys = {("initial", "params"), ("run", "tunables"), ("scene", "components")}
+    scene = Scene()
+    sections = {f.name for f in fields(scene) if is_dataclass(getattr(scene, f.name))}
+    assert set(config.SCHEMA) == {"scene"} | sections
+    for section, keys in config.SCHEMA.items():
+        holder = scene if section == "scene" else getattr(scene, section)
+        names = {f.name for f in fields(holder)} - (sections if section == "scene" else set())
+        assert names - set(keys) == {n for s, n in not_keys if s == section}, section
+        assert set(keys) <= names, (section, set(keys) - names)
+        for name, field in keys.items():
+            default = getattr(holder, name)
+            if (default is None and field.optional) or (field.kind in ("keys", "components") and not default):
+                continue  # (unset: nothing to validate)
+            assert config.coerce(f"{section}.{name}", default, field) == default, f"{section}.{name}"
