@@ -30,7 +30,7 @@ class Field:
     """One setting: its type, allowed values and a line of help."""
 
     kind: str  # float | int | str | bool | vec3 | color | keys (camera keyframe tables) | components |
-    #            devices (a number of devices >= 1, or "all")
+    #            devices (a number of devices >= 1, or "all") | tunables (a table of NAME = VALUE)
     doc: str
     lo: float | None = None
     hi: float | None = None
@@ -60,6 +60,8 @@ class Field:
             return "tables per component name"
         if self.kind == "devices":
             return "a whole number >= 1, or all"
+        if self.kind == "tunables":
+            return "a [run.tunables] table of NAME = VALUE"
         parts = []
         if self.lo is not None:
             parts.append(f"{'>' if self.lo_open else '>='} {self._limit(self.lo)}")
@@ -162,6 +164,10 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                    "(auto: single for the tree's domains, else threads)", choices=DRIVERS),
         "exchange": Field("str", "several devices: how positions are exchanged after each update (auto: "
                                  "peer copies where every pair of GPUs can, else host)", choices=EXCHANGES),
+        "tunables": Field("tunables", "the kernel's tunables, e.g. theta = 0.6 (`nbody-live info --kernels` "
+                                      "lists each kernel's); checked against the kernel the run takes, when "
+                                      "it is assembled; --tunable NAME=VALUE and --set run.tunables.NAME=V "
+                                      "add to them"),
     },
 }
 
@@ -225,6 +231,8 @@ def coerce(key: str, value, f: Field):
         return parse_keys(value, key)
     if f.kind == "devices":
         return parse_device_count(value, key)
+    if f.kind == "tunables":
+        return tunables_table(key, value)
     if f.kind in ("float", "int"):
         v = _number(key, value, f.kind == "int")
         _in_range(key, v, f)
@@ -252,6 +260,31 @@ def coerce(key: str, value, f: Field):
     if f.choices and value not in f.allowed():
         raise ConfigError(f"{key} = {value!r} is not allowed; {f.describe()}")
     return value
+
+
+def tunables_table(key: str, value) -> dict:
+    """A [run.tunables] table: names to whole numbers, numbers or text (a string from the command line
+    becomes the first of those it reads as). The kernel's own record validates the values, once the run
+    knows which kernel it takes (KernelRecord.validate_tunables, naming record.key and the range)."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key} = {value!r}: expected a table of NAME = VALUE, e.g. [run.tunables] "
+                          "theta = 0.6")
+    out = {}
+    for name, item in value.items():
+        if isinstance(item, bool) or not isinstance(item, int | float | str):
+            raise ConfigError(f"{key}.{name} = {item!r}: expected a number or text")
+        out[str(name)] = scalar_value(item) if isinstance(item, str) else item
+    return out
+
+
+def scalar_value(text: str):
+    """A whole number, else a number, else the text itself (a Choice's option)."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 # --- camera keyframes: the [[camera.keys]] tables (messages name the key: camera.keys[2].fov, or

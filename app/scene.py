@@ -59,7 +59,7 @@ class RunSettings:
     gpus: int | str | None = None  # --gpus: a number of devices or "all"; None: one device, no driver
     gpu_driver: str = "auto"  # several devices: auto | threads | single (app.multidevice.DRIVERS)
     exchange: str = "auto"  # several devices: auto | peer | nccl | host
-    tunables: dict = field(default_factory=dict)  # the kernel's (--tunable NAME=VALUE; not a TOML key)
+    tunables: dict = field(default_factory=dict)  # the kernel's: [run.tunables], --tunable NAME=VALUE
 
 
 @dataclass
@@ -174,6 +174,10 @@ def set_value(scene: Scene, key: str, value, origin: str = "") -> None:
     prefix = f"{origin}: " if origin else ""
     if section == "initial" and name not in config.SCHEMA["initial"]:
         scene.initial.params[name] = value  # checked against the generator's own spec in validate()
+        return
+    if section == "run" and name.startswith("tunables."):  # --set run.tunables.theta=0.6: one of the table
+        typed = config.tunables_table(key.rpartition(".")[0], {name.split(".", 1)[1]: value})
+        scene.run.tunables = {**scene.run.tunables, **typed}
         return
     if section == "render" and name.split(".", 1)[0] == "components":
         from app.components import set_style

@@ -57,15 +57,15 @@ def test_file_and_generator_params_conflict(tmp_path):
 
 def test_the_settings_table_and_the_scene_dataclasses_agree():
     """app/config.py's SCHEMA describes every scene setting once; app/scene.py's dataclasses hold them.
-    Every key has a field and every field a key (except the three that are not scalar keys: generator
-    parameters, `--tunable` values and [[components]] tables), and each default passes its own key's
+    Every key has a field and every field a key (except the two that are not keys of the table: generator
+    parameters, checked by their generator, and [[components]] tables), and each default passes its own key's
     validation unchanged (its type and range are the table's)."""
     from dataclasses import fields, is_dataclass
 
     from app import config
     from app.scene import Scene
 
-    not_keys = {("initial", "params"), ("run", "tunables"), ("scene", "components")}
+    not_keys = {("initial", "params"), ("scene", "components")}
     scene = Scene()
     sections = {f.name for f in fields(scene) if is_dataclass(getattr(scene, f.name))}
     assert set(config.SCHEMA) == {"scene"} | sections
@@ -79,3 +79,30 @@ def test_the_settings_table_and_the_scene_dataclasses_agree():
             if (default is None and field.optional) or (field.kind in ("keys", "components") and not default):
                 continue  # (unset: nothing to validate)
             assert config.coerce(f"{section}.{name}", default, field) == default, f"{section}.{name}"
+
+
+def test_a_scene_file_carries_the_kernels_tunables(tmp_path, capsys):
+    """[run.tunables] in a scene file reaches the backend; --tunable and --set run.tunables.NAME add to it
+    (the command line over the file); the kernel's record validates the values once the run is assembled,
+    naming record.key, before any work."""
+    from app.cli import build_parser, main
+    from app.commands.common import make_backend, scene_from_args
+
+    path = tmp_path / "tree.toml"
+    path.write_text('[initial]\ngenerator = "plummer"\nn = 512\n[run]\nbackend = "cpu"\nkernel = "cpu-tree"\n'
+                    '[run.tunables]\ntheta = 0.9\nopening = "bmax"\n')
+    args = build_parser().parse_args(["simulate", str(path), "--steps", "1", "--out", str(tmp_path / "o.npz"),
+                                      "--tunable", "leaf=32", "--set", "run.tunables.theta=0.7"])
+    scene = scene_from_args(args)
+    assert scene.run.tunables == {"theta": 0.7, "opening": "bmax", "leaf": 32}
+    backend = make_backend(scene)
+    try:
+        assert {k: backend.tunables()[k] for k in ("theta", "opening", "leaf")} == scene.run.tunables
+    finally:
+        backend.close()
+    path.write_text(path.read_text().replace("theta = 0.9", "theta = 9.0"))
+    assert main(["simulate", str(path), "--steps", "1", "--out", str(tmp_path / "bad.npz")]) == 2
+    assert "cpu-tree.theta" in capsys.readouterr().err and not (tmp_path / "bad.npz").exists()
+    path.write_text(path.read_text().replace("theta = 9.0", "theta = [0.5, 0.6]"))
+    assert main(["simulate", str(path), "--steps", "1", "--out", str(tmp_path / "bad.npz")]) == 2
+    assert "run.tunables.theta = [0.5, 0.6]: expected a number or text" in capsys.readouterr().err

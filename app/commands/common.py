@@ -7,7 +7,7 @@ import logging
 import math
 from pathlib import Path
 
-from app.config import BACKEND_CHOICES, parse_assignment
+from app.config import BACKEND_CHOICES, parse_assignment, scalar_value
 from app.errors import ConfigError
 
 log = logging.getLogger("nbody-live")
@@ -157,7 +157,8 @@ def scene_from_args(args: argparse.Namespace):
                           "for a random subset of K of its bodies")
     if scene_arg is None and scene.initial.file:
         scene.name = Path(scene.initial.file).name
-    scene.run.tunables = parse_tunables(getattr(args, "tunables", None) or [])
+    # --tunable over the scene's [run.tunables]
+    scene.run.tunables = {**scene.run.tunables, **parse_tunables(getattr(args, "tunables", None) or [])}
     if scene.run.tunables and scene.run.kernel != "auto":
         from app.backends import find_kernel
 
@@ -168,7 +169,7 @@ def scene_from_args(args: argparse.Namespace):
 def parse_tunables(texts: list[str]) -> dict[str, object]:
     """['theta=0.7', 'leaf=32'] -> {'theta': 0.7, 'leaf': 32}: each value a whole number, else a number,
     else text, for the record to validate (KernelRecord.validate_tunables names record.key and the range)."""
-    return {name: tunable_value(value) for name, value in map(split_tunable, texts)}
+    return {name: scalar_value(value) for name, value in map(split_tunable, texts)}
 
 
 def parse_tunable_lists(texts: list[str]) -> dict[str, list[object]]:
@@ -181,7 +182,7 @@ def parse_tunable_lists(texts: list[str]) -> dict[str, list[object]]:
         if not all(items):
             raise ConfigError(f"--tunable {text!r}: an empty value in the list; expected NAME=V1,V2,..., "
                               "e.g. --tunable theta=0.3,0.5")
-        out[name] = [tunable_value(v) for v in items]
+        out[name] = [scalar_value(v) for v in items]
     return out
 
 
@@ -192,16 +193,6 @@ def split_tunable(text: str) -> tuple[str, str]:
     if not eq or not name or not value:
         raise ConfigError(f"--tunable {text!r}: expected NAME=VALUE, e.g. --tunable theta=0.7")
     return name, value
-
-
-def tunable_value(text: str) -> object:
-    """A whole number, else a number, else the text itself (a Choice's option)."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            continue
-    return text
 
 
 def make_backend(scene, bodies=None, comm=None):
