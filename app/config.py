@@ -22,7 +22,7 @@ from app.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
 BACKEND_CHOICES = backend_choices  # auto, then app/backend_table.py's names (read when asked)
 COLOR_BY = ("speed", "mass", "none", "component", "component-speed", "component-mass")
 COLORMAPS = ("inferno", "magma", "plasma", "viridis", "white")
-FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")
+FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")  # snapshot formats: the one list (app/formats.py)
 
 
 @dataclass(frozen=True)

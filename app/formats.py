@@ -55,13 +55,14 @@ import numpy as np
 
 from app import components
 from app.bodies import Bodies, StepLevels
+from app.config import FORMAT_CHOICES
 from app.errors import ConfigError, InputFileError
 from app.outputs import atomic_write
 from app.physics import COARSEN
 
 log = logging.getLogger(__name__)
 
-FORMATS = ("tipsy", "nemo", "nbabel", "npz", "csv")
+FORMATS = FORMAT_CHOICES  # the settings' one list (initial.format, --format)
 
 _EXTENSIONS = {
     ".tipsy": "tipsy", ".std": "tipsy", ".tip": "tipsy",

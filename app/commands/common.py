@@ -7,7 +7,7 @@ import logging
 import math
 from pathlib import Path
 
-from app.config import BACKEND_CHOICES, parse_assignment, scalar_value
+from app.config import BACKEND_CHOICES, FORMAT_CHOICES, parse_assignment, scalar_value
 from app.errors import ConfigError
 
 log = logging.getLogger("nbody-live")
@@ -55,7 +55,7 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
     g.add_argument("--seed", type=str, metavar="S", help="random seed of the generator (and of --subsample)")
     g.add_argument("--subsample", type=str, metavar="K",
                    help="a snapshot SCENE only: a seeded random subset of K bodies, the total mass kept")
-    g.add_argument("--format", choices=("tipsy", "nemo", "nbabel", "npz", "csv"),
+    g.add_argument("--format", choices=FORMAT_CHOICES,
                    help="format of a snapshot SCENE (default: from the extension or content)")
     g.add_argument("--dt", type=str, metavar="DT", help="time step (> 0)")
     g.add_argument("--softening", type=str, metavar="EPS", help="Plummer softening length (>= 0)")
