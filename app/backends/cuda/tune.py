@@ -150,58 +150,13 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
             reference, tolerance, baseline = _reference(one, records, bodies, physics, relative_error)
             left = budget_s - (time.perf_counter() - start)
             deadline = time.perf_counter() + max(left / (len(ns) - index), 1.0)
-            rows: list[dict] = []
-
-            def measure(name: str, cfg: dict, n=n, bodies=bodies, rows=rows) -> None:
-                try:
-                    if backend.kernel != name or backend.n != n:
-                        backend.load(bodies, physics, kernel=name)
-                    backend.clear_tunables()
-                    backend.set_tunables(**cfg)
-                    m = _measure(backend, repeats)
-                except Exception as e:  # recorded: one broken variant must not stop the sweep
-                    rows.append({"n": n, "variant": name, "tunables": cfg, "status": "failed",
-                                 "reason": f"{type(e).__name__}: {e}"})
-                    return
-                ips = m["interactions"] / (m["median_ms"] * 1e-3) if m["median_ms"] > 0 else 0.0
-                split = {"split": decomposition_of(records[name]).name} if devices > 1 else {}
-                rows.append({"n": n, "variant": name, "tunables": cfg, "status": "ok",
-                             "interactions_per_s": ips, **split, **m})
-
-            # phase 1: every variant at its defaults (the first three whatever the budget)
-            for i, name in enumerate(names):
-                if i >= 3 and time.perf_counter() > deadline:
-                    rows.append({"n": n, "variant": name, "status": "skipped", "reason": "time budget"})
-                    continue
-                measure(name, records[name].default_tunables())
-            ok = [r for r in rows if r["status"] == "ok"]
-            leaders = []
-            for r in sorted(ok, key=lambda r: -r["interactions_per_s"]):
-                if r["variant"] not in leaders:
-                    leaders.append(r["variant"])
-            # phase 2: the tunables of the three fastest variants, best first, until the deadline
-            for name in leaders[:3]:
-                for cfg in records[name].policy.candidates(records[name], n, facts.sms)[1:]:
-                    if time.perf_counter() > deadline:
-                        break
-                    measure(name, cfg)
+            sweep = _Sweep(backend, records, physics, repeats, devices)
+            rows = sweep.at(n, bodies, names, facts.sms, deadline)
             order = final_order(rows, records, _retimer(backend, bodies, physics, repeats))
             winner = _validated_winner(backend, order, bodies, physics, reference, tolerance, relative_error)
             data["measurements"].extend(rows)
             data.setdefault("references", []).append({"n": n, "tolerance": tolerance, **baseline})
-            if winner is not None:
-                data["best"].append({k: winner[k] for k in ("n", "variant", "tunables", "interactions_per_s",
-                                                            "median_ms", "max_rel_err", "chosen_because",
-                                                            "split", "force_median_ms", "exchange_median_ms")
-                                     if k in winner})
-                rounds = len(winner.get("round_medians_ms", []))
-                split = f" (split by {winner['split']})" if "split" in winner else ""
-                say(f"N = {n:>9,}{on}: {winner['variant']} {format_tunables(winner['tunables'])}{split}: "
-                    f"{winner['interactions_per_s'] / 1e9:,.0f} G interactions/s "
-                    f"({sum(r['status'] == 'ok' for r in rows)} configurations timed"
-                    + (f"; the leaders again in {rounds} rounds)" if rounds else ")"))
-            else:
-                say(f"N = {n:>9,}{on}: no configuration ran correctly")
+            _keep_winner(data, winner, n, rows, on, say)
     finally:
         if backend is not one:
             backend.close()
@@ -212,6 +167,66 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
         data["path"] = str(path)
         say(f"wrote {path}")
     return data
+
+
+class _Sweep:
+    """One N's timings on `backend`: phase 1, every variant at its defaults (the first three whatever the
+    budget); phase 2, the tunables of the three fastest, best first, until the deadline. A variant that
+    fails is recorded with its reason: one broken variant must not stop the sweep."""
+
+    def __init__(self, backend, records: dict, physics, repeats: int, devices: int):
+        self.backend, self.records, self.physics = backend, records, physics
+        self.repeats, self.devices = repeats, devices
+
+    def at(self, n: int, bodies, names: list[str], sms: int, deadline: float) -> list[dict]:
+        rows: list[dict] = []
+        for i, name in enumerate(names):
+            if i >= 3 and time.perf_counter() > deadline:
+                rows.append({"n": n, "variant": name, "status": "skipped", "reason": "time budget"})
+                continue
+            rows.append(self.measure(n, bodies, name, self.records[name].default_tunables()))
+        leaders: list[str] = []
+        for r in sorted((r for r in rows if r["status"] == "ok"), key=lambda r: -r["interactions_per_s"]):
+            if r["variant"] not in leaders:
+                leaders.append(r["variant"])
+        for name in leaders[:3]:
+            for cfg in self.records[name].policy.candidates(self.records[name], n, sms)[1:]:
+                if time.perf_counter() > deadline:
+                    break
+                rows.append(self.measure(n, bodies, name, cfg))
+        return rows
+
+    def measure(self, n: int, bodies, name: str, cfg: dict) -> dict:
+        backend = self.backend
+        try:
+            if backend.kernel != name or backend.n != n:
+                backend.load(bodies, self.physics, kernel=name)
+            backend.clear_tunables()
+            backend.set_tunables(**cfg)
+            m = _measure(backend, self.repeats)
+        except Exception as e:  # recorded: one broken variant must not stop the sweep
+            return {"n": n, "variant": name, "tunables": cfg, "status": "failed",
+                    "reason": f"{type(e).__name__}: {e}"}
+        ips = m["interactions"] / (m["median_ms"] * 1e-3) if m["median_ms"] > 0 else 0.0
+        split = {"split": decomposition_of(self.records[name]).name} if self.devices > 1 else {}
+        return {"n": n, "variant": name, "tunables": cfg, "status": "ok", "interactions_per_s": ips,
+                **split, **m}
+
+
+def _keep_winner(data: dict, winner: dict | None, n: int, rows: list[dict], on: str, say) -> None:
+    """The winner of N into the result's "best" (what the cache keeps), and one line saying so."""
+    if winner is None:
+        say(f"N = {n:>9,}{on}: no configuration ran correctly")
+        return
+    data["best"].append({k: winner[k] for k in ("n", "variant", "tunables", "interactions_per_s",
+                                                "median_ms", "max_rel_err", "chosen_because", "split",
+                                                "force_median_ms", "exchange_median_ms") if k in winner})
+    rounds = len(winner.get("round_medians_ms", []))
+    split = f" (split by {winner['split']})" if "split" in winner else ""
+    say(f"N = {n:>9,}{on}: {winner['variant']} {format_tunables(winner['tunables'])}{split}: "
+        f"{winner['interactions_per_s'] / 1e9:,.0f} G interactions/s "
+        f"({sum(r['status'] == 'ok' for r in rows)} configurations timed"
+        + (f"; the leaders again in {rounds} rounds)" if rounds else ")"))
 
 
 def _reference(backend, records, bodies, physics, relative_error) -> tuple:
