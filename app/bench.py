@@ -44,7 +44,7 @@ import numpy as np
 from app.bodies import Bodies
 from app.errors import ConfigError
 from app.forces import format_tunables
-from app.ics import generate
+from app.ics import BENCH_SCENE, bench_bodies
 from app.paths import ROOT
 from app.physics import Physics
 from app.timing import FLOPS_PER_INTERACTION, StepTimings, imbalance, ranks_of, rate
@@ -66,7 +66,7 @@ EXCHANGE_FIELD = "exchange_median_ms"  # several devices: the position exchange 
 DEFAULT_GPU_FP32_LIMIT = 128 / 12 * 132 * 1.98e9
 # DESIGN.md: the NVIDIA CUDA-samples nbody kernel on a lent H200 (fp32, block 256), interactions/s.
 CUDA_SAMPLES_H200 = {4096: 120e9, 16384: 495e9, 65536: 1409e9, 131072: 1461e9, 1048576: 1575e9}
-DEFAULT_SCENE = "plummer"
+DEFAULT_SCENE = BENCH_SCENE
 # targets whose force error an approximate kernel's row samples after its timing (0: none)
 DEFAULT_ERROR_SAMPLE = 4096
 ERROR_REFERENCE = ("relative acceleration error |a - a_exact| / |a_exact| (app.physics.relative_errors) of "
@@ -76,12 +76,6 @@ ERROR_REFERENCE = ("relative acceleration error |a - a_exact| / |a_exact| (app.p
 
 
 # --- initial conditions ---------------------------------------------------------------------------------
-def bench_bodies(n: int, seed: int = 42, scene: str = DEFAULT_SCENE) -> Bodies:
-    """The benchmark (and tune) state: app.ics's generator `scene` (default the Plummer sphere) with its
-    default parameters, the same bodies for the same scene, n and seed."""
-    return generate(scene, n, seed)
-
-
 # --- machine facts ----------------------------------------------------------------------------------------
 def git_commit() -> dict:
     def run(*args):

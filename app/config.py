@@ -16,12 +16,14 @@ from pathlib import Path
 
 from app.backend_table import backend_choices
 from app.errors import ConfigError
-from app.multidevice import DRIVERS, EXCHANGES, parse_device_count
 from app.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
 
 BACKEND_CHOICES = backend_choices  # auto, then app/backend_table.py's names (read when asked)
 COLOR_BY = ("speed", "mass", "none", "component", "component-speed", "component-mass")
 COLORMAPS = ("inferno", "magma", "plasma", "viridis", "white")
+# several devices (app/multidevice.py runs them): the drivers and the exchanges a run may name
+DRIVERS = ("auto", "threads", "single")  # auto: the decomposition's (Decomposition.driver)
+EXCHANGES = ("auto", "peer", "nccl", "host")  # auto: peer copies where every pair can, else host
 FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")  # snapshot formats: the one list (app/formats.py)
 
 
@@ -170,6 +172,27 @@ SCHEMA: dict[str, dict[str, Field]] = {
                                       "add to them"),
     },
 }
+
+
+def parse_device_count(text, key: str = "--gpus") -> int | str:
+    """A `--gpus` / run.gpus value: a whole number >= 1, or "all"; ConfigError naming `key` and the forms."""
+    value = str(text).strip().lower()
+    if value == "all":
+        return "all"
+    if value.isdigit() and int(value) >= 1 and not isinstance(text, bool):
+        return int(value)
+    raise ConfigError(f"{key} = {text!r}: expected a number of devices >= 1, or all (e.g. --gpus 2)")
+
+
+def validate_camera_path(settings) -> None:
+    """Check a CameraSettings' path: a built-in name with what it needs, or a readable keyframe file."""
+    path = settings.path
+    if path == "keys":
+        if not settings.keys:
+            raise ConfigError("camera.path = 'keys' needs [[camera.keys]] tables in the scene file "
+                              "(t, position, optionally target and fov)")
+    elif path not in ("static", "orbit"):
+        load_keys_file(path)
 
 
 def split_key(key: str) -> tuple[str, str]:

@@ -331,3 +331,12 @@ def generate(name: str, n: int, seed: int, params: dict | None = None, G: float 
     """Bodies from generator `name` for gravitational constant G; ConfigError for an unknown name, bad
     n/seed or a bad parameter."""
     return _lookup(name).make(n, seed, G, **(params or {}))
+
+
+BENCH_SCENE = "plummer"  # the benchmark's and tune's default generator
+
+
+def bench_bodies(n: int, seed: int = 42, scene: str = BENCH_SCENE) -> Bodies:
+    """The benchmark (and tune) state: app.ics's generator `scene` (default the Plummer sphere) with its
+    default parameters, the same bodies for the same scene, n and seed."""
+    return generate(scene, n, seed)

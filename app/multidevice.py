@@ -51,6 +51,7 @@ from typing import Protocol
 import numpy as np
 
 from app.bodies import Bodies
+from app.config import DRIVERS, parse_device_count  # (the settings' names; re-exported)
 from app.decomposition import TARGETS, cut_spans
 from app.decomposition import of as decomposition_of
 from app.errors import ConfigError, RuntimeFault
@@ -59,8 +60,6 @@ from app.integrator import CHECK_EVERY, Stepper
 from app.physics import Physics
 
 POLL_S = 2e-5  # the single driver's sleep while no device's phase is ready (a tree phase is ~0.1-30 ms)
-DRIVERS = ("auto", "threads", "single")  # auto: the decomposition's (Decomposition.driver)
-EXCHANGES = ("auto", "peer", "nccl", "host")  # auto: peer copies where every pair can, else host
 SMOOTHING = 0.5  # weight of the newest speed measurement when shares are re-balanced
 # Python hands the GIL to a waiting thread only when the holder blocks or after the switch interval (5 ms
 # by default). A device thread issuing a tree build (dozens of small launches and CuPy calls, none of
@@ -135,16 +134,6 @@ def split(n: int, weights: Sequence[float]) -> list[Span]:
         spans.append(Span(start, count))
         start += count
     return spans
-
-
-def parse_device_count(text, key: str = "--gpus") -> int | str:
-    """A `--gpus` / run.gpus value: a whole number >= 1, or "all"; ConfigError naming `key` and the forms."""
-    value = str(text).strip().lower()
-    if value == "all":
-        return "all"
-    if value.isdigit() and int(value) >= 1 and not isinstance(text, bool):
-        return int(value)
-    raise ConfigError(f"{key} = {text!r}: expected a number of devices >= 1, or all (e.g. --gpus 2)")
 
 
 def resolve_device_count(request, available: int, what: str = "GPUs") -> int:

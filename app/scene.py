@@ -205,9 +205,9 @@ def validate(scene: Scene) -> None:
         from app.backends import find_kernel
 
         find_kernel(scene.run.kernel)  # ConfigError listing every kernel name
-    from app.render.camera_path import validate_settings
+    from app.config import validate_camera_path
 
-    validate_settings(scene.camera)
+    validate_camera_path(scene.camera)
     init = scene.initial
     if init.subsample and not init.file:
         raise ConfigError("initial.subsample applies only to a snapshot (initial.file); a generator takes "

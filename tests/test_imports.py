@@ -1,4 +1,8 @@
-"""No import cycles among app/'s modules, found by reading the sources with `ast` (nothing is imported).
+"""The layers of app/ (docs/architecture.md): every module in one layer, and no import of a layer above its
+own (counting imports inside functions and under TYPE_CHECKING); and no import cycles among app/'s
+modules. Found by reading the sources with `ast` (nothing is imported).
+
+For the cycles:
 
 Counted: module-level imports, i.e. every import that runs while the module loads (top level, and under
 top-level if / try / with blocks and class bodies). Not counted: imports inside functions (lazy imports:
@@ -33,26 +37,28 @@ def _type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _imports(nodes: Iterable[ast.AST], lazy: bool) -> Iterator[ast.Import | ast.ImportFrom]:
+def _imports(nodes: Iterable[ast.AST], lazy: bool, typing: bool) -> Iterator[ast.Import | ast.ImportFrom]:
+    """`lazy`: imports inside functions too; `typing`: those under TYPE_CHECKING too (the layer order)."""
     for node in nodes:
         if isinstance(node, ast.Import | ast.ImportFrom):
             yield node
         elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not lazy:
             continue
-        elif isinstance(node, ast.If) and _type_checking(node.test):
-            yield from _imports(node.orelse, lazy)
+        elif isinstance(node, ast.If) and _type_checking(node.test) and not typing:
+            yield from _imports(node.orelse, lazy, typing)
         else:
-            yield from _imports(ast.iter_child_nodes(node), lazy)
+            yield from _imports(ast.iter_child_nodes(node), lazy, typing)
 
 
-def import_graph(root: Path, package: str, lazy: bool = False) -> dict[str, set[str]]:
-    """module -> the modules of `package` it imports at module level (`lazy`: inside functions too)."""
+def import_graph(root: Path, package: str, lazy: bool = False, typing: bool = False) -> dict[str, set[str]]:
+    """module -> the modules of `package` it imports at module level (`lazy`: inside functions too;
+    `typing`: under TYPE_CHECKING too)."""
     files = module_files(root, package)
     graph: dict[str, set[str]] = {}
     for name, path in files.items():
         here = name if path.name == "__init__.py" else name.rpartition(".")[0]  # the module's package
         edges = graph.setdefault(name, set())
-        for node in _imports(ast.parse(path.read_text(), str(path)).body, lazy):
+        for node in _imports(ast.parse(path.read_text(), str(path)).body, lazy, typing):
             if isinstance(node, ast.Import):
                 edges.update(a.name for a in node.names if a.name in files)
                 continue
@@ -155,6 +161,9 @@ def test_import_graph_counts_module_level_imports_only(tmp_path):
     assert find_cycles(graph) == []
     lazy = import_graph(tmp_path, "pkg", lazy=True)
     assert lazy["pkg.b"] == {"pkg.a"} and find_cycles(lazy) == [["pkg.a", "pkg.b", "pkg.a"]]
+    assert lazy["pkg.c"] == {"pkg.sub.leaf"}
+    everything = import_graph(tmp_path, "pkg", lazy=True, typing=True)  # what the layer order counts
+    assert everything["pkg.c"] == {"pkg.a", "pkg.sub.leaf"}
 
 
 def test_app_has_no_module_level_import_cycles():
@@ -168,3 +177,73 @@ def test_app_has_no_import_cycles_hidden_in_functions():
     cycles = find_cycles(import_graph(ROOT, "app", lazy=True))
     assert not cycles, "import cycles in app/ (counting imports inside functions):\n" + "\n".join(
         " -> ".join(c) for c in cycles)
+
+
+# --- the layers, top to bottom (docs/architecture.md "Layers"): a module may import its own layer and those
+# below it. A module is in the layer of the longest prefix that names it.
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("entry", ("app.cli", "app.__main__", "app.commands")),
+    ("ui", ("app.ui",)),
+    ("render", ("app.render",)),
+    ("tools", ("app.bench", "app.bench_plot", "app.bench_sweep", "app.scaling_plot")),
+    ("scene", ("app.scene",)),
+    ("runs", ("app.backends", "app.distributed", "app.rank_control", "app.blocksteps_ops")),
+    ("parallel", ("app.multidevice", "app.decomposition")),
+    ("engine", ("app.integrator", "app.blocksteps", "app.forces", "app.refit_cadence", "app.force_error",
+                "app.energy", "app.timing")),
+    ("model", ("app.bodies", "app.components", "app.ics", "app.formats", "app.series", "app.physics",
+               "app.config")),
+    ("core", ("app", "app.backend_table", "app.errors", "app.paths", "app.outputs", "app.setup_cuda")),
+)
+
+
+def layer_of(module: str, layers=LAYERS) -> int | None:
+    """The index of the layer whose longest prefix names `module` (0: the top), or None."""
+    best, length = None, -1
+    for index, (_name, prefixes) in enumerate(layers):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > length:
+                best, length = index, len(prefix)
+    return best
+
+
+def upward_imports(graph: Mapping[str, Iterable[str]], layers=LAYERS) -> list[str]:
+    """Every import of a module in a layer above the importer's, as 'a (layer) -> b (layer)'."""
+    found = []
+    for module in sorted(graph):
+        here = layer_of(module, layers)
+        for target in sorted(graph[module]):
+            there = layer_of(target, layers)
+            if here is not None and there is not None and there < here:
+                found.append(f"{module} ({layers[here][0]}) -> {target} ({layers[there][0]})")
+    return found
+
+
+def test_every_module_of_app_is_in_a_layer():
+    unplaced = [m for m in module_files(ROOT, "app") if layer_of(m) is None]
+    assert not unplaced, f"put these in a layer of tests/test_imports.py LAYERS: {unplaced}"
+
+
+def test_no_module_imports_a_layer_above_its_own():
+    found = upward_imports(import_graph(ROOT, "app", lazy=True, typing=True))
+    assert not found, "imports up the layer order (docs/architecture.md):\n" + "\n".join(found)
+
+
+def test_the_layer_check_catches_an_upward_import(tmp_path):
+    """A test of the test: a low module importing a high one, inside a function or under TYPE_CHECKING,
+    is reported; the same import downwards is not."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    layers = (("top", ("pkg.top",)), ("low", ("pkg", "pkg.low")))
+    (pkg / "__init__.py").write_text("")
+    (pkg / "top.py").write_text("from pkg import low\n")
+    (pkg / "low.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                "    from pkg import top\ndef f():\n    from pkg.top import X\n")
+    graph = import_graph(tmp_path, "pkg", lazy=True, typing=True)
+    assert upward_imports(graph, layers) == ["pkg.low (low) -> pkg.top (top)"]
+    for alone in ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import top\n",
+                  "def f():\n    from pkg.top import X\n"):
+        (pkg / "low.py").write_text(alone)
+        assert upward_imports(import_graph(tmp_path, "pkg", lazy=True, typing=True), layers), alone
+    (pkg / "low.py").write_text("X = 1\n")
+    assert upward_imports(import_graph(tmp_path, "pkg", lazy=True, typing=True), layers) == []

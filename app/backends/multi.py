@@ -44,10 +44,11 @@ from app.backends.base import (
     check_physics,
 )
 from app.bodies import Bodies
+from app.config import DRIVERS, EXCHANGES
 from app.errors import ConfigError, NonFiniteState, StateOutOfMemory
 from app.forces import Span
 from app.integrator import CHECK_EVERY
-from app.multidevice import DRIVERS, EXCHANGES, MultiDeviceRun, resolve_device_count
+from app.multidevice import MultiDeviceRun, resolve_device_count
 from app.physics import Physics
 from app.timing import device_entries
 

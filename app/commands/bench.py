@@ -93,7 +93,7 @@ def _ns(text: str) -> list[int]:
 def _device_classes(cls, args) -> dict:
     """--gpus 1,2: {K: the backend class over K devices} in the order given, each K once."""
     from app.commands.common import several_devices
-    from app.multidevice import parse_device_count
+    from app.config import parse_device_count
 
     classes = {}
     for text in args.gpus.split(","):

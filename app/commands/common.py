@@ -110,7 +110,7 @@ GPUS_HELP = ("split the forces over N GPUs (or all) through the multi-device dri
 
 def add_gpu_options(p: argparse.ArgumentParser, gpus_help: str = GPUS_HELP) -> None:
     """--gpus, --gpu-driver, --exchange (run, simulate, record; bench takes a list for --gpus)."""
-    from app.multidevice import DRIVERS, EXCHANGES
+    from app.config import DRIVERS, EXCHANGES
 
     g = p.add_argument_group("several GPUs (scene keys run.gpus, run.gpu_driver, run.exchange)")
     g.add_argument("--gpus", type=str, metavar="N|all", help=gpus_help)

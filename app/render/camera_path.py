@@ -47,17 +47,6 @@ class Pose:
 # validation
 
 
-def validate_settings(settings) -> None:
-    """Check a CameraSettings' path: a built-in name with what it needs, or a readable keyframe file."""
-    path = settings.path
-    if path == "keys":
-        if not settings.keys:
-            raise ConfigError("camera.path = 'keys' needs [[camera.keys]] tables in the scene file "
-                              "(t, position, optionally target and fov)")
-    elif path not in ("static", "orbit"):
-        load_keys_file(path)
-
-
 # --------------------------------------------------------------------------------------------------
 # interpolation
 

@@ -107,7 +107,7 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
     """Tune every variant at every N within `budget_s` seconds in all; write (as the tuning of its device
     count) and return the result. `backend_cls`: one GPU's backend, or its form over K devices
     (multi_backend_class: `base` and `k`), see the module doc."""
-    from app.bench import bench_bodies
+    from app.ics import bench_bodies
     from app.physics import Physics, relative_error
 
     physics = physics or Physics(integrator="leapfrog")
