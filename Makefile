@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "NBody Live needs Python >= 3.11; set PYTHON=python3.11 or newer")'
 	$(PYTHON) -m venv $(VENV_FLAGS) $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[test,mpi]'
-	$(BIN)/python -m app.setup_cuda
+	$(BIN)/python -m app.core.setup_cuda
 	@touch $(STAMP)
 
 run: $(STAMP)

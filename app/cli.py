@@ -14,7 +14,7 @@ import sys
 
 from app import __version__
 from app.commands import bench, info, record, run, simulate, tune, validate
-from app.errors import RuntimeFault, UserError
+from app.core.errors import RuntimeFault, UserError
 
 PROG = "nbody-live"
 DESCRIPTION = """\

@@ -1,20 +1,20 @@
 """A Scene: initial conditions + physics + camera + render + run settings.
 
 Precedence: dataclass defaults, then the scene TOML (a preset in assets/scenes/ or a user file), then
-CLI flags. Every key is validated by app.config with a message naming the key and the allowed range.
+CLI flags. Every key is validated by app.model.config with a message naming the key and the allowed range.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from app.physics import Physics
+from app.model.physics import Physics
 
 
 @dataclass
 class InitialConditions:
-    generator: str | None = "plummer"  # a name from app.ics.GENERATORS, or None when `file` is set
-    file: str | None = None  # a snapshot to read instead (any format app.formats reads)
+    generator: str | None = "plummer"  # a name from app.model.ics.GENERATORS, or None when `file` is set
+    file: str | None = None  # a snapshot to read instead (any format app.model.formats reads)
     format: str | None = None  # force a reader; default: by extension / content
     n: int = 16384
     seed: int = 42
@@ -46,18 +46,18 @@ class RenderSettings:
     background: tuple[float, float, float] = (0.0, 0.0, 0.0)
     min_sprite: float = 3.0  # smallest sprite drawn, px; smaller ones are drawn this size and dimmed
     draw_limit: int = 0  # at most this many bodies drawn (every k-th, k times the light); 0: all
-    # render.components.KEY.{visible, brightness, color}: KEY -> app.components.Style, in the order set
+    # render.components.KEY.{visible, brightness, color}: KEY -> app.model.components.Style, in the order set
     components: dict = field(default_factory=dict)
 
 
 @dataclass
 class RunSettings:
-    backend: str = "auto"  # auto, or a name of app/backend_table.py
+    backend: str = "auto"  # auto, or a name of app/core/backend_table.py
     kernel: str = "auto"  # auto: the backend's default kernel (cuda: best, cpu: cpu-simd)
     steps_per_frame: int = 1
     frames_per_step: int = 1  # block time steps: frames drawn inside each max step (app/backends/block.py)
     gpus: int | str | None = None  # --gpus: a number of devices or "all"; None: one device, no driver
-    gpu_driver: str = "auto"  # several devices: auto | threads | single (app.multidevice.DRIVERS)
+    gpu_driver: str = "auto"  # several devices: auto | threads | single (app.parallel.multidevice.DRIVERS)
     exchange: str = "auto"  # several devices: auto | peer | nccl | host
     tunables: dict = field(default_factory=dict)  # the kernel's: [run.tunables], --tunable NAME=VALUE
 
@@ -71,7 +71,7 @@ class Scene:
     camera: CameraSettings = field(default_factory=CameraSettings)
     render: RenderSettings = field(default_factory=RenderSettings)
     run: RunSettings = field(default_factory=RunSettings)
-    components: tuple = ()  # [[components]] tables: ((name, first row, end row), ...), app.components
+    components: tuple = ()  # [[components]] tables: ((name, first row, end row), ...), app.model.components
 
 
 # --------------------------------------------------------------------------------------------------
@@ -81,7 +81,7 @@ _SECTION_TARGETS = {"initial": "initial", "camera": "camera", "render": "render"
 
 
 def preset_names() -> list[str]:
-    from app.paths import SCENES
+    from app.core.paths import SCENES
 
     return sorted(p.stem for p in SCENES.glob("*.toml"))
 
@@ -90,8 +90,8 @@ def resolve_scene_path(name_or_path: str):
     """A preset name (`plummer`) or a path to a .toml file -> Path; ConfigError listing presets."""
     from pathlib import Path
 
-    from app.errors import ConfigError, InputFileError
-    from app.paths import SCENES
+    from app.core.errors import ConfigError, InputFileError
+    from app.core.paths import SCENES
 
     p = Path(name_or_path)
     if p.suffix == ".toml" or p.exists():
@@ -127,7 +127,7 @@ def load_scene(name_or_path: str | None = None, overrides: dict[str, object] | N
     import os
     import tomllib
 
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
 
     scene = Scene()
     if name_or_path:
@@ -140,7 +140,7 @@ def load_scene(name_or_path: str | None = None, overrides: dict[str, object] | N
         origin = str(path)
         for section, table in data.items():
             if section == "components":  # [[components]]: row ranges with names
-                from app.components import parse_table
+                from app.model.components import parse_table
 
                 scene.components = parse_table(table, origin)
                 continue
@@ -158,7 +158,7 @@ def load_scene(name_or_path: str | None = None, overrides: dict[str, object] | N
 
 
 def _schema_sections():
-    from app.config import SCHEMA
+    from app.model.config import SCHEMA
 
     return list(SCHEMA)
 
@@ -167,8 +167,8 @@ def set_value(scene: Scene, key: str, value, origin: str = "") -> None:
     """Validate one `section.key = value` and store it; generator parameters go to initial.params."""
     from dataclasses import replace
 
-    from app import config
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
+    from app.model import config
 
     section, name = config.split_key(key)
     prefix = f"{origin}: " if origin else ""
@@ -180,7 +180,7 @@ def set_value(scene: Scene, key: str, value, origin: str = "") -> None:
         scene.run.tunables = {**scene.run.tunables, **typed}
         return
     if section == "render" and name.split(".", 1)[0] == "components":
-        from app.components import set_style
+        from app.model.components import set_style
 
         scene.render.components = set_style(scene.render.components, name, value, origin)
         return
@@ -198,14 +198,14 @@ def set_value(scene: Scene, key: str, value, origin: str = "") -> None:
 
 def validate(scene: Scene) -> None:
     """Cross-key checks: a generator or a file (not both), the generator's own parameters."""
-    from app import ics
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
+    from app.model import ics
 
     if scene.run.kernel not in ("auto", "best"):
         from app.backends import find_kernel
 
         find_kernel(scene.run.kernel)  # ConfigError listing every kernel name
-    from app.config import validate_camera_path
+    from app.model.config import validate_camera_path
 
     validate_camera_path(scene.camera)
     init = scene.initial
@@ -229,7 +229,7 @@ def validate(scene: Scene) -> None:
 def make_bodies(scene: Scene):
     """The scene's initial Bodies: read from initial.file or generated (deterministic from the seed).
     A scene's [[components]] tables replace the components the file or the generator gave."""
-    from app import components, formats, ics
+    from app.model import components, formats, ics
 
     init = scene.initial
     if init.file:
@@ -248,8 +248,8 @@ def subsample(bodies, k: int, seed: int):
     and with it the dynamical time and the virial balance, stays that of the whole snapshot."""
     import numpy as np
 
-    from app.bodies import Bodies
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
+    from app.model.bodies import Bodies
 
     if k >= bodies.n:
         raise ConfigError(f"initial.subsample = {k}: the snapshot has only {bodies.n} bodies")

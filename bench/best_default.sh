@@ -13,7 +13,7 @@ ns=${1:-16384,131072,1048576}
 budget=${2:-90}
 source "$(dirname "$0")/device_env.sh"  # out, gpu, day, clocks; PYTHONPATH, headless
 # An empty cache folder, so that no tuning cache exists, sharing the compiled kernels (cubins) of the real one.
-cubins=$(python3 -c "from app.paths import cache_dir; print(cache_dir('cuda'))")
+cubins=$(python3 -c "from app.core.paths import cache_dir; print(cache_dir('cuda'))")
 mkdir -p "$cubins"
 NBODY_CACHE_DIR=${BEST_CACHE_DIR:-$(mktemp -d)}  # BEST_CACHE_DIR: a later bench can read the same tune
 export NBODY_CACHE_DIR
@@ -33,7 +33,7 @@ bench_best tuned
 python3 - "$out/$gpu-$day-best-untuned.json" "$out/$gpu-$day-best-tuned.json" "$ns" <<'PY'
 import sys
 
-from app.bench import compare_kernel, load_json
+from app.tools.bench import compare_kernel, load_json
 
 rows = compare_kernel(load_json(sys.argv[1]), load_json(sys.argv[2]), "best",
                       [int(n) for n in sys.argv[3].split(",")])

@@ -4,10 +4,10 @@ cites the output): max |dE/E| over the max steps, the active targets evaluated, 
     .venv/bin/python bench/blocksteps_energy.py [--criteria gadget,tidal] [--cases 0,1,2,3,4] \
         [--coarsen boundary,aligned] [--forces exact,tree] > bench/results/cpu-DATE-blocksteps-criteria.txt
 
-"shared" is every body at the finest level any body wants (app.blocksteps mode "shared"); forces are the
-numba float64 direct sum of the active rows (app.backends.cpu_forces.exact_rows), or with --forces tree the
-CPU twin's cpu-tree (TreeBlockOps: θ 0.5, a build every evaluation; criterion gadget only). --coarsen:
-when a level may get coarser (app.blocksteps.relevel); the files of 2026-11-26 before the option were
+"shared" is every body at the finest level any body wants (app.engine.blocksteps mode "shared"); forces are
+the numba float64 direct sum of the active rows (app.backends.cpu_forces.exact_rows), or with --forces tree
+the CPU twin's cpu-tree (TreeBlockOps: θ 0.5, a build every evaluation; criterion gadget only). --coarsen:
+when a level may get coarser (app.engine.blocksteps.relevel); the files of 2026-11-26 before the option were
 made under "aligned", the scheduler's rule then.
 """
 
@@ -22,11 +22,11 @@ import time
 
 import numpy as np
 
+from app.backends.blocksteps_ops import NumpyBlockOps, TreeBlockOps
 from app.backends.cpu_forces import cpu_name, exact_rows
-from app.blocksteps import CRITERIA, BlockSteps
-from app.blocksteps_ops import NumpyBlockOps, TreeBlockOps
-from app.ics import generate
-from app.physics import COARSEN, Physics, total_energy
+from app.engine.blocksteps import CRITERIA, BlockSteps
+from app.model.ics import generate
+from app.model.physics import COARSEN, Physics, total_energy
 
 # (scene, N, seed, dt_max, L, η, ε, max steps)
 CASES = (

@@ -7,8 +7,8 @@ the size it names, the 1M collision over 2 time units.
 
 Each mode runs from the same bodies with the tree (cube test at --theta, a build every evaluation):
 "block" (per-body levels from GADGET-2's criterion), "shared" (every body at the finest level any body
-wants: the shared-step comparison at the same η, app/blocksteps.py) and, when asked, "levelK" (every body
-at level K throughout: shared steps of dt/2^K, K chosen to cost what block costs). After every max step
+wants: the shared-step comparison at the same η, app/engine/blocksteps.py) and, when asked, "levelK" (every
+body at level K throughout: shared steps of dt/2^K, K chosen to cost what block costs). After every max step
 the energy is reduced on the device (app/backends/cuda/diagnostics.py) and a CSV row written (mode, max
 step, time, wall seconds, E, |dE/E|, active fraction, bodies per level). The summary: simulated time per
 wall second of each mode and their ratio (the bar: >= 3x), the largest |dE/E| of each and their ratio
@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--n", type=int, default=1 << 20, help="bodies (default 1048576)")
-    ap.add_argument("--scene", default="collision", help="an app.ics generator (default collision)")
+    ap.add_argument("--scene", default="collision", help="an app.model.ics generator (default collision)")
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--t", type=float, default=2.0, help="time units to run each mode (default 2)")
     ap.add_argument("--dt", type=float, default=1 / 16, help="dt_max, the max step (default 1/16)")
@@ -45,9 +45,9 @@ def main(argv=None) -> int:
                          "levelK (every body at level K, never changed: shared steps of dt/2^K, e.g. the "
                          "level whose cost equals block's); block and shared take a suffix :settled "
                          "(the scheduler's default, as without one), :boundary or :aligned, the rule for "
-                         "when a level may get coarser (app.blocksteps.relevel; committed runs without a "
-                         "suffix were made while the default was aligned: the header says which); default "
-                         "block,shared")
+                         "when a level may get coarser (app.engine.blocksteps.relevel; committed runs "
+                         "without a suffix were made while the default was aligned: the header says which); "
+                         "default block,shared")
     ap.add_argument("--csv", type=Path, required=True, help="per max step rows (written as they come)")
     ap.add_argument("--plot", type=Path, metavar="PNG",
                     help="|dE/E| and the active fraction against time, both modes, from the CSV")
@@ -90,8 +90,8 @@ def main(argv=None) -> int:
     from app.backends.cuda.blockops import CudaBlockOps
     from app.backends.cuda.device import CudaDevice
     from app.backends.cuda.diagnostics import device_diagnostics
-    from app.ics import generate
-    from app.physics import Physics
+    from app.model.ics import generate
+    from app.model.physics import Physics
 
     physics = Physics(softening=args.softening, dt=args.dt)
     bodies = generate(args.scene, args.n, args.seed)
@@ -155,7 +155,7 @@ def main(argv=None) -> int:
 
 def _schedule(mode: str, physics, args, n: int):
     """The scheduler of a mode: block or shared, or levelK (every one of n bodies at level K, frozen)."""
-    from app.blocksteps import BlockSteps
+    from app.engine.blocksteps import BlockSteps
 
     level = _fixed_level(mode, args.levels)
     if level is None:
@@ -166,7 +166,7 @@ def _schedule(mode: str, physics, args, n: int):
 
 def _adaptive(mode: str) -> tuple[str, str] | None:
     """(block or shared, the coarsening rule) of a mode "block[:rule]" / "shared[:rule]", else None."""
-    from app.physics import COARSEN
+    from app.model.physics import COARSEN
 
     kind, _, coarsen = mode.partition(":")
     coarsen = coarsen or COARSEN[0]  # the scheduler's default

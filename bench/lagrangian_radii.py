@@ -4,7 +4,7 @@ the cluster in its equilibrium?
     python3 bench/lagrangian_radii.py --n 1048576 --steps 1000 --tunable theta=0.6 \\
         --tunable rebuild_every=4 --csv $OUT/lagrangian.csv
 
-What is measured: the scene `plummer` (assets/scenes/plummer.toml: app.ics's generator in Hénon units,
+What is measured: the scene `plummer` (assets/scenes/plummer.toml: app.model.ics's generator in Hénon units,
 G = M = 1, E = -1/4, virial equilibrium; the scene's seed, softening and dt unless --seed, --softening,
 --dt say otherwise) at --n bodies is stepped --steps times by --backend/--kernel with the --tunable
 values. At step 0 and every --every steps (and at the last step) the state is read back and the radii
@@ -36,9 +36,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 
 from app.backends import backend_class, backend_names  # noqa: E402
 from app.commands.common import Interruption, parse_tunables, positive_float, positive_int  # noqa: E402
-from app.errors import RuntimeFault, UserError  # noqa: E402
-from app.forces import format_tunables  # noqa: E402
-from app.outputs import StreamedFile, check_output  # noqa: E402
+from app.core.errors import RuntimeFault, UserError  # noqa: E402
+from app.core.outputs import StreamedFile, check_output  # noqa: E402
+from app.engine.forces import format_tunables  # noqa: E402
 from app.scene import load_scene, make_bodies  # noqa: E402
 
 TOOL = "lagrangian_radii"
@@ -185,7 +185,7 @@ def open_backend(args, tunables: dict):
 
 
 def device_name(backend) -> str:
-    from app.bench import device_info  # the GPU's name from the CUDA backend, the CPU model otherwise
+    from app.tools.bench import device_info  # the GPU's name from the CUDA backend, the CPU model otherwise
 
     return str(device_info(backend).get("name", "?"))
 

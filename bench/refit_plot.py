@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
-from app.bench_plot import COLORS, MARKERS, _n_label, log2_axis  # noqa: E402
+from app.tools.bench_plot import COLORS, MARKERS, _n_label, log2_axis  # noqa: E402
 
 SIZE_PX = (1300, 680)
 DPI = 100
@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     except ValueError as e:
         print(f"refit_plot: {e}", file=sys.stderr)
         return 2
-    from app.outputs import atomic_write
+    from app.core.outputs import atomic_write
 
     with atomic_write(args.png, "wb", "refit plot") as f:
         fig.savefig(f, dpi=DPI, format="png")

@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.bench import series_key  # noqa: E402
-from app.scaling_plot import ranks_step_ms  # noqa: E402
+from app.tools.bench import series_key  # noqa: E402
+from app.tools.scaling_plot import ranks_step_ms  # noqa: E402
 
 
 def table(result: dict, ranks: dict | None = None) -> str:

@@ -6,7 +6,7 @@
 
     .venv/bin/python bench/tree_cpu_figures.py > bench/results/cpu-DATE-tree-twin-figures.txt
 
-The bodies are the bench's (app.bench.bench_bodies: the Plummer generator, seed 42), float32 rows.
+The bodies are the bench's (app.tools.bench.bench_bodies: the Plummer generator, seed 42), float32 rows.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import numpy as np
 from app.backends import cpu_tree
 from app.backends import cpu_tree_kernels as k
 from app.backends.cpu_forces import BY_NAME
-from app.bench import bench_bodies
-from app.forces import Span
-from app.physics import Physics
+from app.engine.forces import Span
+from app.model.physics import Physics
+from app.tools.bench import bench_bodies
 
 RECORD = BY_NAME["cpu-tree"]
 

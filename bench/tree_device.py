@@ -13,8 +13,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere in the checkout
 
 from app.backends import backend_class  # noqa: E402
-from app.bench import bench_bodies, check_scene  # noqa: E402
-from app.physics import Physics  # noqa: E402
+from app.model.physics import Physics  # noqa: E402
+from app.tools.bench import bench_bodies, check_scene  # noqa: E402
 
 SOFTENING = 0.01  # the bench's ε
 

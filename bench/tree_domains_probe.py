@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.backends.cuda.context import device_count  # noqa: E402
 from app.backends.cuda.multi import gpu_devices  # noqa: E402
-from app.bench import bench_bodies  # noqa: E402
-from app.decomposition import share_cuts  # noqa: E402
-from app.multidevice import SWITCH_INTERVAL_S, SingleDriver, split  # noqa: E402
-from app.physics import Physics  # noqa: E402
+from app.model.physics import Physics  # noqa: E402
+from app.parallel.decomposition import share_cuts  # noqa: E402
+from app.parallel.multidevice import SWITCH_INTERVAL_S, SingleDriver, split  # noqa: E402
+from app.tools.bench import bench_bodies  # noqa: E402
 
 
 def main(argv=None) -> int:

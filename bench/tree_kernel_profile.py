@@ -25,7 +25,7 @@ from tree_device import (  # first: puts the checkout on sys.path
 )
 
 import app.backends.cuda.tree as tree_module
-from app.forces import Span
+from app.engine.forces import Span
 
 WARMUP = 5
 

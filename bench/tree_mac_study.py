@@ -43,8 +43,8 @@ from numba import njit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere in the checkout
 
-from app.bench import bench_bodies  # noqa: E402
-from app.physics import Physics, accelerations, relative_errors  # noqa: E402
+from app.model.physics import Physics, accelerations, relative_errors  # noqa: E402
+from app.tools.bench import bench_bodies  # noqa: E402
 
 B_THETAS = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8, 0.9, 1.0)
 THETAS = {"cube": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8), "bmax": B_THETAS,

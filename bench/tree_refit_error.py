@@ -11,7 +11,7 @@ R in --every has its own evaluator evaluate all bodies at the same float32 posit
 evaluations 0, R, 2R, ... and refits in between, so evaluation e is (e mod R) evaluations after its build.
 The same positions give one float64 reference per evaluation (app.backends.cpu_forces.exact_rows,
 cpu-fp64, all N sources) on K sampled targets (numpy default_rng(seed 0), without replacement), and the
-relative errors are app.physics.relative_errors' (|a_exact| floored at 1e-3 of the sample's RMS).
+relative errors are app.model.physics.relative_errors' (|a_exact| floored at 1e-3 of the sample's RMS).
 
 Printed per (scene, theta):
 - per evaluation e: p99 and max for each R, and for R = max(--every) the cells whose cube the refit grew
@@ -34,8 +34,8 @@ import time
 import numpy as np
 
 from app.backends.cpu_forces import BY_NAME, cpu_name, exact_rows
-from app.forces import Span
-from app.physics import Physics, relative_errors
+from app.engine.forces import Span
+from app.model.physics import Physics, relative_errors
 from app.scene import load_scene, make_bodies
 
 RECORD = BY_NAME["cpu-tree"]

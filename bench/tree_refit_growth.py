@@ -37,8 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anyw
 
 from tree_refit_error import RECORD, leapfrog_positions, scene_start  # noqa: E402 (bench/, this folder)
 
-from app.forces import Span  # noqa: E402
-from app.physics import Physics  # noqa: E402
+from app.engine.forces import Span  # noqa: E402
+from app.model.physics import Physics  # noqa: E402
 
 FIXED = (1, 2, 4, 8, 16)
 

@@ -33,9 +33,9 @@ def main(argv=None) -> int:
         print(f"tree_rel_alpha: {e}: --n and --alpha take comma-separated numbers", file=sys.stderr)
         return 2
     from app.backends.cpu import CPUBackend
-    from app.bench import bench_bodies
-    from app.forces import Span
-    from app.physics import Physics, accelerations, relative_errors
+    from app.engine.forces import Span
+    from app.model.physics import Physics, accelerations, relative_errors
+    from app.tools.bench import bench_bodies
 
     physics = Physics(softening=0.01, dt=0.001)
     record = CPUBackend.record("cpu-tree")

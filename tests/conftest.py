@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.paths import SHARED_DATA
+from app.core.paths import SHARED_DATA
 
 
 def pytest_collection_modifyitems(config, items):

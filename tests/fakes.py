@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings, TunablesPerKernel
-from app.bodies import Bodies
-from app.forces import Span, all_pairs_work
-from app.physics import Physics
+from app.engine.forces import Span, all_pairs_work
+from app.model.bodies import Bodies
+from app.model.physics import Physics
 
 
 class BackendDouble(TunablesPerKernel):

@@ -1,8 +1,8 @@
 """A distributed GPU job for tests/test_mpi.py, run as
 `mpiexec -n R python tests/mpi_gpu_job.py OUT KERNEL N [--steps S] [--nan-at K]`: every rank takes the GPU
 of its local rank (ranks beyond the node's GPUs share them), evaluates the accelerations of N bench bodies
-split as KERNEL's record says (app/decomposition.py), takes S leapfrog steps (0 unless given), and rank 0
-saves the accelerations and the positions to OUT (npz).
+split as KERNEL's record says (app/parallel/decomposition.py), takes S leapfrog steps (0 unless given), and
+rank 0 saves the accelerations and the positions to OUT (npz).
 
 With --nan-at K the job instead takes 2 × check_every euler-damped steps and rank 1 puts a NaN into the
 velocity of the body in the middle of its share before step K, on its GPU (as tests/mpi_job.py does on CPU
@@ -18,10 +18,10 @@ from mpi_job import middle_of_share
 from test_multidevice_nonfinite import poison
 
 from app.backends import backend_class
-from app.bench import bench_bodies
-from app.distributed import RankRun, agree, device_maker, fail_together, world
-from app.integrator import CHECK_EVERY
-from app.physics import Physics
+from app.backends.distributed import RankRun, agree, device_maker, fail_together, world
+from app.engine.integrator import CHECK_EVERY
+from app.model.physics import Physics
+from app.tools.bench import bench_bodies
 
 PHYSICS = Physics(softening=0.01, dt=1e-3)
 EULER = Physics(softening=0.01, dt=1e-3, integrator="euler-damped", damping=0.999)

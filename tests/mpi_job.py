@@ -18,12 +18,12 @@ import sys
 import numpy as np
 from test_multidevice_nonfinite import EULER, LEAPFROG, poison
 
-from app import refit_cadence
 from app.backends.cpu_multi import CpuDevice
-from app.bodies import Bodies
-from app.distributed import RankRun, agree, fail_together, world
-from app.forces import Span
-from app.physics import Physics
+from app.backends.distributed import RankRun, agree, fail_together, world
+from app.engine import refit_cadence
+from app.engine.forces import Span
+from app.model.bodies import Bodies
+from app.model.physics import Physics
 
 N, STEPS = 301, 100
 

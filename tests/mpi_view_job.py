@@ -24,8 +24,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.backends.distributed import agree, fail_together, world
 from app.commands.common import make_backend
-from app.distributed import agree, fail_together, world
 from app.scene import load_scene
 
 FRAMES = 24
@@ -101,7 +101,7 @@ def main(out: Path, nan: bool) -> None:
     settings = {"initial.n": N, "run.backend": "cpu", "run.kernel": "cpu-fp64",
                 "physics.softening": 0.02, "physics.dt": 2e-3, "run.steps_per_frame": 2}
     if nan:
-        from app.distributed import RankRun
+        from app.backends.distributed import RankRun
 
         settings.update({"physics.integrator": "euler-damped", "physics.damping": 0.999})
         RankRun.check_every = 1  # every rank alike: the first step's check sees the injected body alone

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app import backend_table
-from app.backend_table import register_backend
 from app.cli import main
+from app.core import backend_table
+from app.core.backend_table import register_backend
 
 ROOT = Path(__file__).resolve().parent.parent
 TESTS = Path(__file__).resolve().parent
@@ -160,7 +160,7 @@ def test_mpi_ranks_take_the_toy(toy, tmp_path):
 
     if MPIEXEC is None or not HAVE_MPI4PY:
         pytest.skip("no mpiexec / mpi4py here")
-    boot = ("import sys; sys.path.insert(0, 'tests'); from app.backend_table import register_backend; "
+    boot = ("import sys; sys.path.insert(0, 'tests'); from app.core.backend_table import register_backend; "
             "register_backend('toy', 'toy_backend'); from app.cli import main; sys.exit(main(sys.argv[1:]))")
     args = ["simulate", "plummer", "--n", "301", "--steps", "20", "--backend", "toy", "--no-progress"]
 

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 from fakes import BackendDouble
 
-from app import bench
 from app.backends import backend_class
 from app.backends.base import Backend, KernelRecord, StepTimings
-from app.errors import RuntimeFault
-from app.forces import Span, all_pairs_work
-from app.physics import Physics
+from app.core.errors import RuntimeFault
+from app.engine.forces import Span, all_pairs_work
+from app.model.physics import Physics
+from app.tools import bench
 
 
 class ToyBackend(BackendDouble, Backend):
@@ -166,7 +166,7 @@ def test_json_round_trip(tmp_path):
 def test_plot_is_a_log_log_png_of_every_kernel_with_the_references(tmp_path):
     from PIL import Image
 
-    from app.bench_plot import SIZE_PX, bench_figure, plot
+    from app.tools.bench_plot import SIZE_PX, bench_figure, plot
 
     result = bench.run_bench(ToyBackend, ["toy-fast", "toy-small", "toy-tree", "toy-broken"],
                              [16, 64, 256, 1000], warmup=1, repeats=3, progress=False)
@@ -204,7 +204,7 @@ def test_plot_is_a_log_log_png_of_every_kernel_with_the_references(tmp_path):
 def test_plot_with_nothing_measured(tmp_path):
     from PIL import Image
 
-    from app.bench_plot import SIZE_PX, bench_figure, plot
+    from app.tools.bench_plot import SIZE_PX, bench_figure, plot
 
     result = bench.run_bench(ToyBackend, ["toy-broken"], [16], progress=False)
     result["references"] = []
@@ -214,7 +214,7 @@ def test_plot_with_nothing_measured(tmp_path):
 
 
 def test_bench_bodies_are_app_ics_plummer_and_seeded():
-    from app.ics import generate
+    from app.model.ics import generate
 
     a, b = bench.bench_bodies(500, seed=3), bench.bench_bodies(500, seed=3)
     assert np.array_equal(a.pos, b.pos) and np.array_equal(a.vel, b.vel)  # deterministic
@@ -237,7 +237,7 @@ def test_cpu_backend_at_tiny_n():
 
 
 def test_a_tree_row_has_its_stages_body_cells_and_both_rates(tmp_path):
-    from app.forces import STAGES
+    from app.engine.forces import STAGES
 
     cls = backend_class("cpu")
     if cls.why_not():

@@ -8,14 +8,14 @@ import numpy as np
 import pytest
 from test_bench import ToyBackend, by
 
-from app import bench
 from app.backends import backend_class
 from app.backends.base import KernelRecord, StepTimings
-from app.bench_sweep import fastest_within_budget, kernel_settings, summary_lines
 from app.cli import main
-from app.errors import ConfigError
-from app.forces import FloatRange, IntChoice
-from app.ics import generate
+from app.core.errors import ConfigError
+from app.engine.forces import FloatRange, IntChoice
+from app.model.ics import generate
+from app.tools import bench
+from app.tools.bench_sweep import fastest_within_budget, kernel_settings, summary_lines
 
 N = 2048
 
@@ -202,7 +202,7 @@ def test_json_round_trip_keeps_the_new_fields(sweep, tmp_path):
 def test_the_plot_has_an_accuracy_panel_when_rows_sampled_their_error(sweep, tmp_path):
     from PIL import Image
 
-    from app.bench_plot import SIZE_PX_WITH_ERRORS, bench_figure, plot
+    from app.tools.bench_plot import SIZE_PX_WITH_ERRORS, bench_figure, plot
 
     fig = bench_figure(sweep)
     rates, accuracy = fig.axes

@@ -17,8 +17,8 @@ from app.backends.cuda import heuristic, registry, tune
 from app.backends.cuda import tuning_cache as cache
 from app.backends.cuda.policies import BestPolicy
 from app.cli import main
-from app.forces import with_role
-from app.paths import ROOT
+from app.core.paths import ROOT
+from app.engine.forces import with_role
 
 RECORDS = {r.name: r for r in registry.RECORDS}
 TUNE_JSON = ROOT / "bench" / "results" / "h200-2026-11-23-tune.json"
@@ -311,7 +311,7 @@ def test_long_launches_are_not_timed_again():
 def test_the_acceptance_script_parses_and_compares_best_across_two_bench_runs():
     import subprocess
 
-    from app.bench import compare_kernel
+    from app.tools.bench import compare_kernel
 
     subprocess.run(["bash", "-n", str(ROOT / "bench" / "best_default.sh")], check=True)
 
@@ -327,9 +327,9 @@ def test_the_acceptance_script_parses_and_compares_best_across_two_bench_runs():
 
 def test_a_bench_row_of_best_says_what_it_ran():
     from app.backends import find_kernel
-    from app.bench import _detail_lines, _time_one, bench_bodies
-    from app.physics import Physics
-    from app.timing import StepTimings
+    from app.engine.timing import StepTimings
+    from app.model.physics import Physics
+    from app.tools.bench import _detail_lines, _time_one, bench_bodies
 
     class Resolving:
         resolved_kernel = "atomics-n3l block_size=128 chunk=16 ki=4"

@@ -1,6 +1,6 @@
-"""Block time steps (app/blocksteps.py): the scheduler, its float64 reference and the CPU twin's ops.
+"""Block time steps (app/engine/blocksteps.py): the scheduler, its float64 reference and the CPU twin's ops.
 
-1. L = 0 is the shared leapfrog, bitwise (`app.integrator.integrate`).
+1. L = 0 is the shared leapfrog, bitwise (`app.engine.integrator.integrate`).
 2. Frozen levels: k max steps forward, velocities reversed, k back return to the start (time symmetry).
 3. A 2,048-body Plummer sphere whose levels spread: block steps' energy error within 2x of shared steps at
    the same η, with at least 4x fewer force evaluations (active targets).
@@ -18,7 +18,8 @@ import copy
 import numpy as np
 import pytest
 
-from app.blocksteps import (
+from app.backends.blocksteps_ops import NumpyBlockOps, TreeBlockOps, tidal_rows
+from app.engine.blocksteps import (
     BlockState,
     BlockSteps,
     aligned_level,
@@ -28,12 +29,11 @@ from app.blocksteps import (
     tidal_steps,
     wanted_levels,
 )
-from app.blocksteps_ops import NumpyBlockOps, TreeBlockOps, tidal_rows
-from app.bodies import Bodies
-from app.forces import ForceWork, Span
-from app.ics import generate
-from app.integrator import integrate
-from app.physics import Physics, accelerations, total_energy
+from app.engine.forces import ForceWork, Span
+from app.engine.integrator import integrate
+from app.model.bodies import Bodies
+from app.model.ics import generate
+from app.model.physics import Physics, accelerations, total_energy
 
 
 def cloud(n: int, seed: int) -> Bodies:
@@ -234,7 +234,7 @@ def test_the_tree_walks_active_groups_with_the_full_evaluations_rows():
 def test_the_tree_s_block_ops_refuse_what_would_make_a_of_x_depend_on_history():
     """A resume gets a(x) from x alone: a refit cadence or the relative opening test (which reads the last
     accelerations) is refused with a message naming it; the geometric tests are taken."""
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
 
     bodies, physics = generate("plummer", 512, 3), Physics(softening=0.01)
     refused = (({"rebuild_every": 4}, "drop rebuild_every"), ({"opening": "rel"}, "use opening=cube or bmax"))

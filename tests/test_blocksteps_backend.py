@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from conftest import one_line_error
 
-from app import formats
 from app.backends import backend_class
 from app.backends.block import block_steps_backend_class
 from app.cli import main
-from app.errors import ConfigError
-from app.ics import generate
-from app.physics import Physics
+from app.core.errors import ConfigError
+from app.model import formats
+from app.model.ics import generate
+from app.model.physics import Physics
 
 BLOCK = ["--backend", "cpu", "--no-progress", "--timesteps", "block", "--dt", "0.03125", "--block-levels",
          "4", "--block-eta", "0.01"]
@@ -161,8 +161,8 @@ def test_settled_levels_travel_with_the_npz_and_resume_bitwise(tmp_path, caplog)
 
 
 def test_step_levels_in_npz_round_trip_and_bad_forms_are_named(tmp_path):
-    from app.bodies import StepLevels
-    from app.errors import InputFileError
+    from app.core.errors import InputFileError
+    from app.model.bodies import StepLevels
 
     bodies = generate("plummer", 64, 1)
     bodies.step_levels = StepLevels(np.arange(64, dtype=np.int32) % 5, 4, 0.125, "settled")

@@ -1,5 +1,5 @@
 """Block time steps on the GPU (app/backends/cuda/blockops.py, TreeEvaluator.evaluate_rows) against the CPU
-twin's (app/blocksteps_ops.py TreeBlockOps, CpuTreeEvaluator.evaluate_rows), gpu-marked.
+twin's (app/backends/blocksteps_ops.py TreeBlockOps, CpuTreeEvaluator.evaluate_rows), gpu-marked.
 
 - The GPU tree's walk of active groups: for the same float32 rows, each active row is bitwise the GPU's
   full evaluation, the inactive rows are untouched, and the lists are the twin's group by group.
@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from test_tree_gpu import cloud, cpu_tree, on_device
 
-from app.blocksteps import BlockSteps
-from app.blocksteps_ops import TreeBlockOps
-from app.errors import ConfigError
-from app.forces import Span
-from app.ics import generate
-from app.physics import Physics
+from app.backends.blocksteps_ops import TreeBlockOps
+from app.core.errors import ConfigError
+from app.engine.blocksteps import BlockSteps
+from app.engine.forces import Span
+from app.model.ics import generate
+from app.model.physics import Physics
 
 pytestmark = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)
 SOFT = Physics(softening=0.01)

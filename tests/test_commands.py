@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from conftest import shared_file
 
-from app import formats
 from app.cli import main
+from app.model import formats
 
 
 def test_simulate_writes_snapshot_and_conservation_log(tmp_path, capsys):

@@ -12,11 +12,11 @@ import pytest
 from conftest import shared_file
 from test_components import write_tipsy_sections
 
-from app import components, formats, ics
-from app.bodies import Bodies
 from app.cli import main
-from app.components import BONSAI_BULGE_ID, BONSAI_DARK_ID, Components
-from app.errors import InputFileError
+from app.core.errors import InputFileError
+from app.model import components, formats, ics
+from app.model.bodies import Bodies
+from app.model.components import BONSAI_BULGE_ID, BONSAI_DARK_ID, Components
 from app.scene import load_scene, make_bodies
 
 

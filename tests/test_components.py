@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import shared_file
 
-from app import components, formats, ics
-from app.bodies import Bodies
-from app.errors import ConfigError
+from app.core.errors import ConfigError
+from app.model import components, formats, ics
+from app.model.bodies import Bodies
 from app.render import view_area
 from app.render.camera import OrbitCamera
 from app.scene import load_scene, make_bodies, subsample
@@ -22,7 +22,7 @@ _FIELDS = {"gas": ("mass", "x", "y", "z", "vx", "vy", "vz", "rho", "temp", "hsmo
 
 def write_tipsy_sections(path, counts: dict[str, int], seed: int = 3) -> None:
     """A standard (big-endian) Tipsy file with the given gas / dark / star counts, written here by hand
-    (not by app.formats, whose writer puts every body in the dark section); phi = 0: no IDs."""
+    (not by app.model.formats, whose writer puts every body in the dark section); phi = 0: no IDs."""
     rng = np.random.default_rng(seed)
     n = sum(counts.values())
     header = np.zeros(1, dtype=[("time", ">f8"), ("nbodies", ">i4"), ("ndim", ">i4"), ("nsph", ">i4"),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from test_render import gl_env, make_viewer  # noqa: F401 - the fixtures
 
-from app.components import Components, set_style
+from app.model.components import Components, set_style
 from app.scene import CameraSettings, RenderSettings, Scene
 
 pytestmark = pytest.mark.gl
@@ -189,8 +189,8 @@ def _centroid_x(img: np.ndarray, x0: int) -> tuple[float, float]:
 @pytest.fixture
 def paneled(gl_env):  # noqa: F811
     pytest.importorskip("imgui_bundle")
-    from app.bodies import Bodies
     from app.commands.common import make_backend
+    from app.model.bodies import Bodies
     from app.render.canvas import Viewer
     from app.scene import RunSettings
     from app.ui import Panel
@@ -231,7 +231,7 @@ def test_offset_projection_puts_the_scene_centre_in_the_free_area(paneled):
 
 
 def test_fit_fills_the_free_area(paneled):
-    from app.bodies import Bodies
+    from app.model.bodies import Bodies
     from app.render.camera import OrbitCamera
     from app.render.canvas import bodies_extent
 

@@ -106,7 +106,7 @@ def test_component_brightness_slider(scene_ui):
 
 
 def test_save_snapshot_keeps_the_components(scene_ui, tmp_path):
-    from app import formats
+    from app.model import formats
     from app.scene import load_scene
 
     ui = scene_ui(load_scene("collision", {"initial.n": 1000, "run.backend": "cpu"}))

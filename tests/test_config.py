@@ -2,7 +2,7 @@
 
 import pytest
 
-from app.errors import ConfigError
+from app.core.errors import ConfigError
 from app.scene import load_scene, make_bodies, preset_names
 
 EXPECTED_PRESETS = {"plummer", "disk", "collision", "cube", "shell", "expand"}
@@ -56,13 +56,13 @@ def test_file_and_generator_params_conflict(tmp_path):
 
 
 def test_the_settings_table_and_the_scene_dataclasses_agree():
-    """app/config.py's SCHEMA describes every scene setting once; app/scene.py's dataclasses hold them.
+    """app/model/config.py's SCHEMA describes every scene setting once; app/scene.py's dataclasses hold them.
     Every key has a field and every field a key (except the two that are not keys of the table: generator
     parameters, checked by their generator, and [[components]] tables), and each default passes its own key's
     validation unchanged (its type and range are the table's)."""
     from dataclasses import fields, is_dataclass
 
-    from app import config
+    from app.model import config
     from app.scene import Scene
 
     not_keys = {("initial", "params"), ("scene", "components")}

@@ -11,11 +11,11 @@ import pytest
 from app.backends import backend_class, cpu, cpu_forces
 from app.backends.cpu import CPUBackend
 from app.backends.cpu_forces import cpu_accelerations_fp64
-from app.bodies import Bodies
-from app.errors import ConfigError
-from app.forces import IntChoice
-from app.integrator import integrate
-from app.physics import Physics, accelerations, relative_error
+from app.core.errors import ConfigError
+from app.engine.forces import IntChoice
+from app.engine.integrator import integrate
+from app.model.bodies import Bodies
+from app.model.physics import Physics, accelerations, relative_error
 
 KERNELS = ("cpu-simd", "cpu-fp64")
 
@@ -46,9 +46,10 @@ def test_available_and_registered():
     assert "not a cpu kernel" in CPUBackend.kernel_why_not("nope")
 
 
-# --- agreement with app.integrator.integrate (float64) ------------------------------------------------
-# fp64 kernel: 1e-10 relative to the state's scale (only summation order differs).
-# fp32 kernel: 1e-5 relative to the scale after 20 steps (float32 state: ~6e-8 per rounding).
+# --- agreement with app.engine.integrator.integrate (float64)
+# ------------------------------------------------ fp64 kernel: 1e-10 relative to the state's scale (only
+# summation order differs). fp32 kernel: 1e-5 relative to the scale after 20 steps (float32 state: ~6e-8 per
+# rounding).
 STEPS = 20
 TOLERANCE = {"cpu-fp64": 1e-10, "cpu-simd": 1e-5}
 
@@ -107,8 +108,8 @@ def test_fp32_kernel_keeps_the_terms_one_running_sum_drops(fastmath, softening):
     from summation import TARGETS, far_cluster
 
     from app.backends.cpu_kernels import accel_kernel
-    from app.forces import FP32_BUDGET
-    from app.physics import relative_errors
+    from app.engine.forces import FP32_BUDGET
+    from app.model.physics import relative_errors
 
     rows = far_cluster()
     phys = Physics(softening=softening)
@@ -290,9 +291,9 @@ def test_non_finite_state_names_the_first_bad_body():
     import numpy as np
 
     from app.backends.cpu import BACKEND
-    from app.bodies import Bodies
-    from app.errors import NonFiniteState
-    from app.physics import Physics
+    from app.core.errors import NonFiniteState
+    from app.model.bodies import Bodies
+    from app.model.physics import Physics
 
     rng = np.random.default_rng(1)
     b = Bodies(rng.normal(size=(64, 3)), np.zeros((64, 3)), np.full(64, 1 / 64))
@@ -358,7 +359,7 @@ def test_tunables_are_validated_stored_per_record_and_reach_the_evaluator(monkey
 
 @pytest.mark.parametrize("integrator", ["leapfrog", "euler-damped"])
 def test_fp64_steps_are_bitwise_the_reference_over_the_same_kernel(integrator):
-    """Both step through a Stepper (app/integrator.py) and round the updates alike: given the same
+    """Both step through a Stepper (app/engine/integrator.py) and round the updates alike: given the same
     accelerations (cpu-fp64's kernel on both sides) the backend's trajectory is bitwise the float64
     reference's, however the steps are cut into step() calls and across a physics change that keeps the
     forces (a(x) stays cached) or changes them (evaluated again)."""

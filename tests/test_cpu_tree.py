@@ -17,10 +17,10 @@ from app.backends import cpu_tree
 from app.backends import cpu_tree_kernels as k
 from app.backends.cpu import CPUBackend
 from app.backends.cpu_forces import BY_NAME
-from app.errors import ConfigError
-from app.forces import Span
-from app.paths import KERNELS
-from app.physics import Physics, accelerations, relative_errors
+from app.core.errors import ConfigError
+from app.core.paths import KERNELS
+from app.engine.forces import Span
+from app.model.physics import Physics, accelerations, relative_errors
 
 RECORD = BY_NAME["cpu-tree"]
 SOFT = Physics(softening=0.01)
@@ -457,7 +457,7 @@ def test_the_key_order_is_stable():
 
 # --- what the viewer and bench read: the stage split, the memory per body ----------------------------------
 def test_stage_ms_splits_the_evaluation_in_order_and_resets():
-    from app.forces import STAGES
+    from app.engine.forces import STAGES
 
     pos = cloud(4096, seed=5)
     evaluator = RECORD.policy.evaluator(RECORD, SOFT)
@@ -479,7 +479,7 @@ def test_stage_ms_splits_the_evaluation_in_order_and_resets():
 
 
 def test_backend_step_reports_the_stages_and_body_cell_count():
-    from app.forces import STAGES
+    from app.engine.forces import STAGES
 
     backend = CPUBackend()
     backend.load(plummer_like(2048, seed=4), Physics(softening=0.01, dt=1e-3), kernel="cpu-tree")

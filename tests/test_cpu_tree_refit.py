@@ -12,9 +12,9 @@ from test_cpu_tree import RECORD, SOFT, cloud
 
 from app.backends import cpu_tree
 from app.backends import cpu_tree_kernels as k
-from app.errors import ConfigError
-from app.forces import Span
-from app.physics import Physics, accelerations, relative_errors
+from app.core.errors import ConfigError
+from app.engine.forces import Span
+from app.model.physics import Physics, accelerations, relative_errors
 
 ALL = Span.all
 
@@ -222,8 +222,8 @@ def test_a_domain_split_refits_its_rows_in_key_order_bitwise_as_one_device_gathe
     cadence (a build at evaluations 0 and 4, refits between)."""
     from app.backends.cpu import CPUBackend
     from app.backends.multi import multi_backend_class
-    from app.bench import bench_bodies
-    from app.physics import Physics
+    from app.model.physics import Physics
+    from app.tools.bench import bench_bodies
 
     bodies, physics = bench_bodies(2048), Physics(softening=0.01, dt=1e-3)
     runs, cadences = [], []
@@ -254,8 +254,8 @@ def test_new_force_parameters_build_and_keep_the_tunables_while_a_new_dt_keeps_r
     build (a new evaluator, with the tunables it had), a new dt does not."""
     from app.backends.cpu import CPUBackend
     from app.backends.multi import multi_backend_class
-    from app.bench import bench_bodies
-    from app.physics import Physics
+    from app.model.physics import Physics
+    from app.tools.bench import bench_bodies
 
     bodies, physics = bench_bodies(2048), Physics(softening=0.01, dt=1e-3)
     runs = []

@@ -4,7 +4,7 @@ out of memory).
 
 All tests are marked `gpu` and skip with the backend's why_not where CUDA cannot run. The GL tests also
 need vispy's EGL backend on the NVIDIA driver (they skip on Mesa). The NBabel 16k file is read from
-$NBODY_SHARED_DATA, else ../shared/data (app.paths.SHARED_DATA); skipped when absent.
+$NBODY_SHARED_DATA, else ../shared/data (app.core.paths.SHARED_DATA); skipped when absent.
 """
 
 from __future__ import annotations
@@ -20,13 +20,13 @@ from conftest import gl_vbo, read_gl
 from app.backends import all_kernel_records, backend_class
 from app.backends.cuda import registry
 from app.backends.cuda.policies import GridPolicy
-from app.bench import bench_bodies
-from app.bodies import Bodies
-from app.errors import RuntimeFault
-from app.forces import KernelRecord
-from app.integrator import integrate
-from app.paths import SHARED_DATA
-from app.physics import Physics, accelerations, relative_error, relative_errors
+from app.core.errors import RuntimeFault
+from app.core.paths import SHARED_DATA
+from app.engine.forces import KernelRecord
+from app.engine.integrator import integrate
+from app.model.bodies import Bodies
+from app.model.physics import Physics, accelerations, relative_error, relative_errors
+from app.tools.bench import bench_bodies
 
 CUDA = backend_class("cuda")
 pytestmark = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)

@@ -1,5 +1,5 @@
-"""CudaBackend's stepping loop without a GPU: the real backend, run (app/multidevice.py) and GPU device
-(CudaShareDevice) over a fake CUDA device (no driver, a host clock, allocations that are only numbers),
+"""CudaBackend's stepping loop without a GPU: the real backend, run (app/parallel/multidevice.py) and GPU
+device (CudaShareDevice) over a fake CUDA device (no driver, a host clock, allocations that are only numbers),
 fake evaluators and a recording StateOps in place of the kernels. What it pins is the host-side logic
 the GPU tests cannot isolate: which steps launch the non-finite check, the step number a NonFiniteState
 names, the force work summed over a call, the timer's brackets, the time after a failed call, a(x) left
@@ -21,11 +21,11 @@ from app.backends.cuda import registry
 from app.backends.cuda.backend import CudaBackend
 from app.backends.cuda.errors import KernelCompileError
 from app.backends.cuda.state import GpuState
-from app.bodies import Bodies
-from app.errors import NonFiniteState, StateOutOfMemory
-from app.forces import ForceWork
-from app.physics import Physics
-from app.timing import HostTimer
+from app.core.errors import NonFiniteState, StateOutOfMemory
+from app.engine.forces import ForceWork
+from app.engine.timing import HostTimer
+from app.model.bodies import Bodies
+from app.model.physics import Physics
 
 N = 16
 LEAPFROG = Physics(softening=0.01, dt=1e-3, integrator="leapfrog")

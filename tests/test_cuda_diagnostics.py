@@ -1,10 +1,10 @@
 """CudaBackend.diagnostics(): energies and momenta reduced on the device (kernels/diagnostics.cu).
 
 GPU tests (marked `gpu`, skipped with the backend's why_not) compare against the float64 reference
-`app.physics.diagnostics` of `backend.state()`, with the masses rounded to float32 as the device holds
+`app.model.physics.diagnostics` of `backend.state()`, with the masses rounded to float32 as the device holds
 them in pos.w: energies within 1e-6 relative, momenta within 1e-6 of their scales (Σ m|v|, Σ m|r||v|).
 Above 4,097 bodies the reference potential is app.ui.energy.potential_energy, the same float64 pair sum
-in numba (test_panel pins it to app.physics.potential_energy at 1e-12): numpy's takes ~10 s at 16k.
+in numba (test_panel pins it to app.model.physics.potential_energy at 1e-12): numpy's takes ~10 s at 16k.
 
 The CPU tests (no mark) check the launch geometry, the result layout and the kernel's constants.
 """
@@ -20,10 +20,9 @@ from conftest import gl_vbo
 from app.backends import backend_class
 from app.backends.cuda import diagnostics as dg
 from app.backends.cuda.compile import compile_file, find_nvcc
-from app.bench import bench_bodies
-from app.bodies import Bodies
-from app.paths import KERNELS
-from app.physics import (
+from app.core.paths import KERNELS
+from app.model.bodies import Bodies
+from app.model.physics import (
     Diagnostics,
     Physics,
     angular_momentum,
@@ -33,6 +32,7 @@ from app.physics import (
     momentum_scale,
     potential_energy,
 )
+from app.tools.bench import bench_bodies
 from app.ui.energy import potential_energy as numba_potential
 
 CUDA = backend_class("cuda")
@@ -170,7 +170,7 @@ def reference(state: Bodies, physics: Physics, fp32_mass: bool = True) -> tuple[
     b = Bodies(pos=state.pos, vel=state.vel, mass=mass, time=state.time)
     if b.n <= 4097:
         ref = diagnostics(b, physics)
-    else:  # app.physics for the O(N) parts, the same float64 pair sum in numba for the O(N²) one
+    else:  # app.model.physics for the O(N) parts, the same float64 pair sum in numba for the O(N²) one
         ref = Diagnostics(time=b.time, kinetic=kinetic_energy(b.vel, b.mass),
                           potential=numba_potential(b.pos, b.mass, physics, parallel=True),
                           momentum=tuple(linear_momentum(b.vel, b.mass)),

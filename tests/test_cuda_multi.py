@@ -24,9 +24,9 @@ from conftest import gl_vbo, read_gl
 
 from app.backends import backend_class
 from app.backends.cuda import registry
-from app.bench import bench_bodies
-from app.multidevice import DRIVERS, MultiDeviceRun
-from app.physics import Physics, relative_error
+from app.model.physics import Physics, relative_error
+from app.parallel.multidevice import DRIVERS, MultiDeviceRun
+from app.tools.bench import bench_bodies
 
 CUDA = backend_class("cuda")
 REASON = CUDA.why_not()
@@ -81,14 +81,15 @@ def test_driver_steps_like_one_device(driver):
     assert np.array_equal(pos, _single(bodies, physics, "shared", steps=20))
 
 
-# --- the decompositions (app/decomposition.py) on the GPU: domains for the tree, pairs for Newton 3 -----
+# --- the decompositions (app/parallel/decomposition.py) on the GPU: domains for the tree, pairs for Newton 3
+# -----
 @pytest.mark.parametrize("driver", DRIVERS)
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_tree_domains_on_gpu0_are_bitwise_one_gpu(k, driver):
     """K devices on GPU 0 each build the whole tree and walk their key range: the accelerations and a
     5-step trajectory are bitwise the single-GPU tree's (the same tree, the same walk per group), and the
     work counted over the devices is one GPU's."""
-    from app.decomposition import DOMAINS
+    from app.parallel.decomposition import DOMAINS
 
     bodies, physics = bench_bodies(N), Physics(softening=0.01, dt=1e-3)
     run = _run("tree", driver, k)
@@ -117,7 +118,7 @@ def test_tree_domains_on_gpu0_are_bitwise_one_gpu(k, driver):
 def test_pair_slices_on_gpu0_sum_to_one_gpu(k, driver):
     """atomics-n3l over K devices on GPU 0: each a slice of the pair tiles, the partial sums reduced onto
     each share: within float32 rounding of one GPU, N^2 interactions counted once over the devices."""
-    from app.decomposition import PAIRS
+    from app.parallel.decomposition import PAIRS
 
     bodies, physics = bench_bodies(N), Physics(softening=0.01)
     run = _run("atomics-n3l", driver, k)
@@ -137,7 +138,7 @@ def test_pair_slices_on_gpu0_sum_to_one_gpu(k, driver):
 def test_best_under_gpus_runs_its_pick_with_the_pick_s_decomposition():
     """`best` resolves on each device to the record it picks for this N; the run splits as that record
     says (atomics-n3l at 1M: pairs), so a second GPU is not a copy of the first."""
-    from app.decomposition import of
+    from app.parallel.decomposition import of
 
     bodies, physics = bench_bodies(N), Physics(softening=0.01)
     run = _run("best", "threads", 2)
@@ -248,7 +249,7 @@ def test_the_check_is_read_without_a_host_wait_once_the_gpu_got_there(driver):
 def test_gpus_1_reports_a_nan_body_as_one_gpu_does_naming_the_gpu(driver):
     from test_multidevice_nonfinite import poison
 
-    from app.errors import NonFiniteState
+    from app.core.errors import NonFiniteState
 
     backend = _backend(1, driver=driver)
     try:
@@ -269,7 +270,7 @@ def test_gpus_1_reports_a_nan_body_as_one_gpu_does_naming_the_gpu(driver):
 
 
 def test_fp64_is_refused_with_a_message():
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match="fp32 records only"):
         _run("fp64", "single").load(bench_bodies(64), Physics(), "fp64")
@@ -333,7 +334,7 @@ def test_gpus_1_steps_bitwise_like_one_device_and_reports_its_gpu(driver):
 
 def _nccl_or_skip():
     from app.backends.cuda.nccl import load_nccl
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
 
     try:
         return load_nccl()
@@ -361,7 +362,7 @@ def test_nccl_exchange_with_a_one_gpu_communicator_steps_like_the_peer_exchange(
 def test_nccl_refuses_two_devices_on_one_gpu():
     from app.backends.cuda.multi import gpu_devices
     from app.backends.cuda.nccl import NcclExchange
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
 
     run = MultiDeviceRun(gpu_devices([0, 0]), 2, "single", make_exchange=NcclExchange)
     with pytest.raises(ConfigError, match="NCCL takes one rank per GPU"):
@@ -371,7 +372,7 @@ def test_nccl_refuses_two_devices_on_one_gpu():
 
 def test_out_of_memory_on_one_gpu_names_it(monkeypatch):
     from app.backends.cuda.context import driver
-    from app.errors import RuntimeFault
+    from app.core.errors import RuntimeFault
 
     monkeypatch.setattr(driver(), "mem_get_info", lambda: (1024, 80 * 2**30))  # a full GPU: 1 KiB free
     backend = _backend(1)
@@ -441,7 +442,7 @@ def test_gpus_1_samples_the_trees_force_error_as_one_gpu(driver):
 @pytest.mark.parametrize("driver", DRIVERS)
 def test_two_devices_on_gpu_0_sample_the_trees_force_error_as_one_gpu(driver):
     """Two devices on GPU 0: each row from the device whose share holds it, exact on device 0."""
-    from app.bodies import Bodies
+    from app.model.bodies import Bodies
 
     bodies = bench_bodies(N)
     rows = _sample_rows(N)

@@ -18,10 +18,10 @@ import pytest
 from app.backends import backend_class
 from app.backends.cuda import registry
 from app.backends.cuda.policies import N3LPolicy, RegisterBlockedPolicy, StreamsPolicy
-from app.bench import bench_bodies
-from app.errors import ConfigError
-from app.forces import Span
-from app.physics import Physics, accelerations, relative_error
+from app.core.errors import ConfigError
+from app.engine.forces import Span
+from app.model.physics import Physics, accelerations, relative_error
+from app.tools.bench import bench_bodies
 
 CUDA = backend_class("cuda")
 pytestmark = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)

@@ -1,5 +1,5 @@
-"""The work split each force method declares (app/decomposition.py), over K CPU "devices" (CI's twin of K
-GPUs; MPI ranks: tests/test_mpi.py).
+"""The work split each force method declares (app/parallel/decomposition.py), over K CPU "devices" (CI's twin
+of K GPUs; MPI ranks: tests/test_mpi.py).
 
 - targets (cpu-simd, cpu-fp64): tests/test_multidevice.py;
 - domains (cpu-tree): K = 1, 2, 3 devices, both drivers, every device building the whole tree and walking
@@ -20,11 +20,11 @@ import pytest
 from app.backends.cpu import CPUBackend
 from app.backends.cpu_multi import cpu_devices
 from app.backends.cpu_tree import key_order
-from app.bodies import Bodies
-from app.decomposition import DOMAINS, PAIRS, TARGETS, PairTiles, align_cuts, of, share_cuts
-from app.forces import Span
-from app.multidevice import DRIVERS, HostExchange, MultiDeviceRun
-from app.physics import Physics
+from app.engine.forces import Span
+from app.model.bodies import Bodies
+from app.model.physics import Physics
+from app.parallel.decomposition import DOMAINS, PAIRS, TARGETS, PairTiles, align_cuts, of, share_cuts
+from app.parallel.multidevice import DRIVERS, HostExchange, MultiDeviceRun
 
 N = 1501  # uneven shares and a last, partial tile for every K below
 PHYSICS = Physics(softening=0.02, dt=2e-3)
@@ -97,8 +97,8 @@ def test_tree_domains_are_bitwise_one_device(k, driver):
     for copy in run.copies:  # every device integrates every row: each copy is the whole answer
         assert np.array_equal(copy["pos"], want.pos)
         assert np.array_equal(copy["vel"], want.vel.astype(vel.dtype))
-    # the state itself follows the tree (app/multidevice.py "key order"): after a build its rows are the
-    # bodies in the Morton order of their positions, each body once (a refit keeps the build's order)
+    # the state itself follows the tree (app/parallel/multidevice.py "key order"): after a build its rows are
+    # the bodies in the Morton order of their positions, each body once (a refit keeps the build's order)
     assert run.since_build_at_close == 0
     ids = run.ids_at_close
     assert ids is not None and np.array_equal(np.sort(ids), np.arange(N))

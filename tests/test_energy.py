@@ -1,4 +1,4 @@
-"""The host float64 potential (app/energy.py): the reference's value, in blocks that report progress
+"""The host float64 potential (app/engine/energy.py): the reference's value, in blocks that report progress
 and can be stopped, the same whatever the number of threads."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app import energy
-from app.physics import Physics, potential_energy
+from app.engine import energy
+from app.model.physics import Physics, potential_energy
 
 
 def cloud(n: int, seed: int = 4):

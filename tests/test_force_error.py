@@ -1,4 +1,5 @@
-"""The live force error (app/force_error.py) and the CPU backend's side of it (`force_error_sample`)."""
+"""The live force error (app/engine/force_error.py) and the CPU backend's side of it
+(`force_error_sample`)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from fakes import FakeBackend
 
 from app.backends import cpu_tree
 from app.backends.cpu import CPUBackend
-from app.force_error import ForceErrorProbe
-from app.forces import KernelRecord
-from app.physics import Physics, accelerations, relative_errors
+from app.engine.force_error import ForceErrorProbe
+from app.engine.forces import KernelRecord
+from app.model.physics import Physics, accelerations, relative_errors
 from app.scene import load_scene, make_bodies
 
 PHYS = Physics(softening=0.01, dt=1e-3)
@@ -55,7 +56,7 @@ def test_euler_state_gets_its_tree_accelerations_evaluated_then_cached():
     fresh = cpu_tree.NumbaTree().evaluator(backend.record("cpu-tree"), backend.physics)
     pos = backend.state().pos4(np.float32)
     acc = np.zeros_like(pos)
-    from app.forces import Span
+    from app.engine.forces import Span
 
     fresh.evaluate(pos, acc, Span.all(1024), Span.all(1024))
     assert np.array_equal(approx, acc[:8, :3].astype(np.float64))

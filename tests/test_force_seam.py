@@ -1,4 +1,4 @@
-"""The force seam (app/forces.py), record by record: a range of targets against a range of sources.
+"""The force seam (app/engine/forces.py), record by record: a range of targets against a range of sources.
 
 - Targets [i0, i0 + ni) against all sources give bitwise the matching rows of the full evaluation, and
   no other row of acc is written.
@@ -19,8 +19,8 @@ import pytest
 from test_cpu_backend import plummer_like
 
 from app.backends.cpu import CPUBackend
-from app.forces import ErrorBudget, ForceEvaluator, KernelRecord, Span
-from app.physics import Physics, accelerations, relative_errors
+from app.engine.forces import ErrorBudget, ForceEvaluator, KernelRecord, Span
+from app.model.physics import Physics, accelerations, relative_errors
 
 N = 1000
 TARGETS = (Span(0, 1), Span(7, 333), Span(999, 1), Span(0, N))  # ranges that are multiples of nothing

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from conftest import shared_file
 
-from app import formats
-from app.bodies import Bodies
-from app.errors import ConfigError, InputFileError, RuntimeFault
+from app.core.errors import ConfigError, InputFileError, RuntimeFault
+from app.model import formats
+from app.model.bodies import Bodies
 
 BONSAI = "bonsai_model3_child_compact.tipsy"
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from app.errors import RuntimeFault
-from app.timing import FrameLog
+from app.core.errors import RuntimeFault
+from app.engine.timing import FrameLog
 
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "frames_compare.py"
 

@@ -17,9 +17,9 @@ import pytest
 
 from app.backends.cuda import state as state_module
 from app.backends.cuda.state import GpuState
-from app.bodies import Bodies
-from app.errors import RuntimeFault
-from app.forces import Span
+from app.core.errors import RuntimeFault
+from app.engine.forces import Span
+from app.model.bodies import Bodies
 
 
 class HostAlloc:

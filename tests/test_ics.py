@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from app import ics
-from app.errors import ConfigError
-from app.physics import Physics, kinetic_energy, potential_energy
+from app.core.errors import ConfigError
+from app.model import ics
+from app.model.physics import Physics, kinetic_energy, potential_energy
 
 NAMES = sorted(ics.GENERATORS)
 
@@ -66,7 +66,7 @@ def test_given_velocities_do_not_depend_on_G(name):
 @pytest.mark.parametrize("G", ["1", "2"])
 def test_cli_plummer_is_virialised_for_any_G(G, tmp_path):
     from app.cli import main
-    from app.formats import read
+    from app.model.formats import read
 
     out = tmp_path / "p.npz"
     assert main(["simulate", "plummer", "--n", "2048", "--G", G, "--steps", "1", "--dt", "1e-9", "--out",

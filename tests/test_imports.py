@@ -185,15 +185,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("entry", ("app.cli", "app.__main__", "app.commands")),
     ("ui", ("app.ui",)),
     ("render", ("app.render",)),
-    ("tools", ("app.bench", "app.bench_plot", "app.bench_sweep", "app.scaling_plot")),
+    ("tools", ("app.tools",)),
     ("scene", ("app.scene",)),
-    ("runs", ("app.backends", "app.distributed", "app.rank_control", "app.blocksteps_ops")),
-    ("parallel", ("app.multidevice", "app.decomposition")),
-    ("engine", ("app.integrator", "app.blocksteps", "app.forces", "app.refit_cadence", "app.force_error",
-                "app.energy", "app.timing")),
-    ("model", ("app.bodies", "app.components", "app.ics", "app.formats", "app.series", "app.physics",
-               "app.config")),
-    ("core", ("app", "app.backend_table", "app.errors", "app.paths", "app.outputs", "app.setup_cuda")),
+    ("runs", ("app.backends",)),
+    ("parallel", ("app.parallel",)),
+    ("engine", ("app.engine",)),
+    ("model", ("app.model",)),
+    ("core", ("app", "app.core")),
 )
 
 

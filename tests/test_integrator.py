@@ -1,4 +1,4 @@
-"""The integrator written once (app/integrator.py).
+"""The integrator written once (app/engine/integrator.py).
 
 1. Given the same accelerations, every fp64 StateOps takes bitwise the steps of the float64 reference
    (`NumpyOps`): the element-wise updates must round v + h·a and x + dt·v the same way everywhere (two
@@ -6,8 +6,9 @@
    own (legitimately different) summation orders stay out of it.
 2. The cached-acceleration bookkeeping: one force evaluation per leapfrog step after the first,
    `invalidate()` forces a recompute, euler-damped evaluates once per step.
-3. `integrate`, the reference stepping, and the import direction (app.physics never imports the integrator).
-4. `Stepper`, the one owner of an Integrator: the checks' cadence, the timer, the summed work, a failure
+3. `integrate`, the reference stepping, and the import direction (app.model.physics never imports the
+integrator). 4. `Stepper`, the one owner of an Integrator: the checks' cadence, the timer, the summed work, a
+failure
    leaving a(x) invalid, and no other code under app/ making an Integrator.
 """
 
@@ -27,11 +28,11 @@ import pytest
 import app
 from app.backends.cpu import CPUBackend
 from app.backends.cpu_forces import CpuOps
-from app.bodies import Bodies
-from app.forces import ForceEvaluator, ForceWork, Span, all_pairs_work
-from app.integrator import Integrator, NumpyOps, Stepper, integrate
-from app.physics import Physics, accelerations
-from app.timing import HostTimer
+from app.engine.forces import ForceEvaluator, ForceWork, Span, all_pairs_work
+from app.engine.integrator import Integrator, NumpyOps, Stepper, integrate
+from app.engine.timing import HostTimer
+from app.model.bodies import Bodies
+from app.model.physics import Physics, accelerations
 
 N = 257  # a multiple of nothing a vector unit or a thread block would care about
 STEPS = 7
@@ -82,7 +83,7 @@ class InjectedEvaluator(ForceEvaluator):
 # --- the StateOps under test ------------------------------------------------------------------------------
 @dataclass
 class Harness:
-    ops: object  # an app.integrator.StateOps
+    ops: object  # an app.engine.integrator.StateOps
     read: Callable[[], tuple[np.ndarray, np.ndarray]]  # float64 host copies (pos (N, 3), vel (N, 3))
 
 
@@ -283,7 +284,7 @@ def test_integrate_counts_and_returns_like_the_reference_did():
 
 
 def test_physics_does_not_import_the_integrator():
-    code = "import sys, app.physics; sys.exit('app.integrator' in sys.modules)"
+    code = "import sys, app.model.physics; sys.exit('app.engine.integrator' in sys.modules)"
     env = {**os.environ, "PYTHONPATH": str(Path(app.__file__).resolve().parents[1])}
     assert subprocess.run([sys.executable, "-c", code], env=env).returncode == 0
 
@@ -427,7 +428,7 @@ def test_stepper_rejects_an_unknown_integrator_before_any_step():
 def integrator_constructions(root: Path) -> list[tuple[str, str]]:
     """(file under root, enclosing class or '<module>') of every call that makes an Integrator in the
     sources under `root`, read with ast (comments and strings do not count): `Integrator(...)`, an
-    alias of it imported from app.integrator, or `<module>.Integrator(...)`."""
+    alias of it imported from app.engine.integrator, or `<module>.Integrator(...)`."""
     found = []
     for path in sorted(root.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
@@ -452,13 +453,14 @@ def integrator_constructions(root: Path) -> list[tuple[str, str]]:
 def test_only_the_stepper_makes_an_integrator(tmp_path):
     """Issue 23 item 2: the backends, the runs over devices and the reference step through a Stepper; an
     Integrator made anywhere else would be a second cached a(x) and a second cadence."""
-    assert integrator_constructions(Path(app.__file__).resolve().parent) == [("app/integrator.py", "Stepper")]
+    found = integrator_constructions(Path(app.__file__).resolve().parent)
+    assert found == [("app/engine/integrator.py", "Stepper")]
     # the walker finds what it must (so that the assertion above can fail)
     pkg = tmp_path / "app"
     pkg.mkdir()
     (pkg / "backend.py").write_text(
-        "import app.integrator as integ\n"
-        "from app.integrator import Integrator as Made\n"
+        "import app.engine.integrator as integ\n"
+        "from app.engine.integrator import Integrator as Made\n"
         "# Integrator() in a comment is not a call\n"
         "class Backend:\n"
         "    def __init__(self):\n"

@@ -23,10 +23,10 @@ from test_multidevice import cloud
 
 from app.backends.cpu_multi import CpuDevice
 from app.backends.cuda.ipc import IpcExchange
-from app.errors import RuntimeFault
-from app.forces import Span
-from app.multidevice import split
-from app.physics import Physics
+from app.core.errors import RuntimeFault
+from app.engine.forces import Span
+from app.model.physics import Physics
+from app.parallel.multidevice import split
 
 N = 301
 

@@ -33,9 +33,9 @@ from app.backends.cuda.policies import (
     n3l_tasks,
     slice_plan,
 )
-from app.errors import ConfigError
-from app.forces import format_tunables
-from app.paths import KERNELS
+from app.core.errors import ConfigError
+from app.core.paths import KERNELS
+from app.engine.forces import format_tunables
 
 ARCH = "sm_90"
 SUITE = ("gpu5-branchy", "naive", "shared", "shared-unroll", "shared-ptx-fma", "block-template",
@@ -357,7 +357,7 @@ CONFIGS = {
 
 
 def _physics(config: str, **kw):
-    from app.physics import Physics
+    from app.model.physics import Physics
 
     model, eps, h = CONFIGS[config]
     return Physics(G=1.0, softening=eps, model=model, repulsion=h, **kw)
@@ -368,8 +368,8 @@ _REF: dict = {}
 
 def _reference(n: int, config: str, exact: bool = False) -> np.ndarray:
     """float64 accelerations of the bench state (fp32-rounded unless `exact`)."""
-    from app.bench import bench_bodies
-    from app.physics import accelerations
+    from app.model.physics import accelerations
+    from app.tools.bench import bench_bodies
 
     key = (n, config, exact)
     if key not in _REF:
@@ -404,8 +404,8 @@ def _sweep():
 @pytest.mark.parametrize("name,cfg", list(_sweep()))
 @pytest.mark.parametrize("config", ["gravity-soft", "repulsion-soft"])
 def test_every_tunable_agrees_with_float64(backend, name, cfg, config):
-    from app.bench import bench_bodies
-    from app.physics import relative_error
+    from app.model.physics import relative_error
+    from app.tools.bench import bench_bodies
 
     n = 4097
     backend.load(bench_bodies(n), _physics(config), kernel=name)
@@ -428,9 +428,9 @@ def test_partial_sums_keep_a_distant_clusters_pull(backend, name):
     CPU emulation of their arithmetic); with partial sums, 2.6e-5."""
     from summation import TARGETS, far_cluster
 
-    from app.bodies import Bodies
-    from app.forces import FP32_BUDGET
-    from app.physics import Physics, accelerations, relative_errors
+    from app.engine.forces import FP32_BUDGET
+    from app.model.bodies import Bodies
+    from app.model.physics import Physics, accelerations, relative_errors
 
     rows = far_cluster()
     pos, mass = rows[:, :3].astype(np.float64), rows[:, 3].astype(np.float64)
@@ -444,8 +444,8 @@ def test_partial_sums_keep_a_distant_clusters_pull(backend, name):
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("n", [1, 31, 4097])
 def test_fp64_within_1e10_of_float64(backend, n, config):
-    from app.bench import bench_bodies
-    from app.physics import relative_error
+    from app.model.physics import relative_error
+    from app.tools.bench import bench_bodies
 
     backend.load(bench_bodies(n), _physics(config), kernel="fp64")
     acc = backend.accelerations()
@@ -459,9 +459,9 @@ def test_fp64_within_1e10_of_float64(backend, n, config):
 @on_gpu
 @pytest.mark.parametrize("integrator", ["leapfrog", "euler-damped"])
 def test_fp64_integrates_in_double(backend, integrator):
-    from app.bench import bench_bodies
-    from app.integrator import integrate
-    from app.physics import relative_error
+    from app.engine.integrator import integrate
+    from app.model.physics import relative_error
+    from app.tools.bench import bench_bodies
 
     bodies = bench_bodies(500)
     phys = _physics("gravity-soft", dt=1e-3, integrator=integrator, damping=0.999)
@@ -483,7 +483,7 @@ def test_fp64_integrates_in_double(backend, integrator):
 @pytest.mark.parametrize("config", list(CONFIGS))
 @pytest.mark.parametrize("n", [31, 1000])
 def test_pair_matrix_entries_match_float64(backend, n, config):
-    from app.bench import bench_bodies
+    from app.tools.bench import bench_bodies
 
     bodies = bench_bodies(n)
     phys = _physics(config)
@@ -506,8 +506,8 @@ def test_pair_matrix_entries_match_float64(backend, n, config):
 
 @on_gpu
 def test_pair_matrix_refuses_large_n(backend):
-    from app.bench import bench_bodies
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
+    from app.tools.bench import bench_bodies
 
     backend.load(bench_bodies(8193), _physics("gravity-soft"), kernel="pair-matrix")
     with pytest.raises(ConfigError, match="8,192"):
@@ -517,8 +517,8 @@ def test_pair_matrix_refuses_large_n(backend):
 @on_gpu
 @pytest.mark.parametrize("n", [255, 256, 257, 4096])
 def test_streams_remainder_at_block_multiples(backend, n):
-    from app.bench import bench_bodies
-    from app.physics import relative_error
+    from app.model.physics import relative_error
+    from app.tools.bench import bench_bodies
 
     backend.load(bench_bodies(n), _physics("gravity-soft"), kernel="streams-remainder")
     worst, _ = relative_error(backend.accelerations(), _reference(n, "gravity-soft"))
@@ -527,8 +527,8 @@ def test_streams_remainder_at_block_multiples(backend, n):
 
 @on_gpu
 def test_best_uses_the_cache_and_falls_back_with_a_log_line(backend, tmp_path, monkeypatch, caplog):
-    from app.bench import bench_bodies
-    from app.physics import relative_error
+    from app.model.physics import relative_error
+    from app.tools.bench import bench_bodies
 
     monkeypatch.setattr(cache, "cache_dir", lambda: tmp_path)
     facts = backend.device.facts
@@ -563,7 +563,7 @@ class _TunedStandIn:
     FASTEST = {"block_size": 128, "ki": 2, "chunk": 0}
 
     def __init__(self):
-        from app.physics import Physics
+        from app.model.physics import Physics
 
         self.device = SimpleNamespace(facts=SimpleNamespace(name="stand-in GPU", driver_version="1", sms=132))
         self.kernel, self.n, self._tun, self.ran, self._physics = None, 0, {}, [], Physics()
@@ -584,7 +584,7 @@ class _TunedStandIn:
         self._tun = rec.validate_tunables(values)
 
     def step(self, steps):
-        from app.timing import StepTimings
+        from app.engine.timing import StepTimings
 
         rec = next(r for r in registry.RECORDS if r.name == self.kernel)
         tun = rec.with_tunables(self._tun)
@@ -594,7 +594,7 @@ class _TunedStandIn:
                            interactions=self.n * self.n, pair_equivalent=self.n * self.n, force_evals=1)
 
     def accelerations(self):
-        from app.physics import accelerations
+        from app.model.physics import accelerations
 
         return accelerations(self._bodies.pos, self._bodies.mass, self._physics)
 

@@ -30,7 +30,7 @@ from app.backends.cuda.compile import (
 )
 from app.backends.cuda.errors import KernelCompileError
 from app.backends.cuda.policies import FORMS
-from app.paths import KERNELS
+from app.core.paths import KERNELS
 
 ARCH = "sm_90"
 CU_FILES = kernel_files()

@@ -61,9 +61,9 @@ class UI:
 
     def __init__(self, record_dir: Path, n: int = 384):
         from app.commands.common import make_backend
+        from app.engine.timing import FrameLog
         from app.render.canvas import Viewer
         from app.scene import load_scene
-        from app.timing import FrameLog
         from app.ui import Panel
 
         scene = load_scene("plummer", {"initial.n": n, "run.backend": "cpu", "run.steps_per_frame": 1})

@@ -23,10 +23,10 @@ import numpy as np
 import pytest
 
 from app.backends.cpu import CPUBackend
-from app.forces import Span
-from app.integrator import CHECK_EVERY
-from app.multidevice import split
-from app.physics import Physics
+from app.engine.forces import Span
+from app.engine.integrator import CHECK_EVERY
+from app.model.physics import Physics
+from app.parallel.multidevice import split
 
 ROOT = Path(__file__).resolve().parent.parent
 MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shutil.which("mpiexec")
@@ -90,8 +90,8 @@ def test_ranks_step_bitwise_like_one_process(ranks, tmp_path):
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_ranks_split_the_tree_by_domains_bitwise_like_one_process(ranks, tmp_path):
-    """cpu-tree over ranks (app/decomposition.py, domains): every rank builds the whole tree, walks its
-    key range, the ranges are all-gathered and every rank integrates every body, keeping the state in the
+    """cpu-tree over ranks (app/parallel/decomposition.py, domains): every rank builds the whole tree, walks
+    its key range, the ranges are all-gathered and every rank integrates every body, keeping the state in the
     tree's key order (every rank the same rows): read back in load order, bitwise one process."""
     out = tmp_path / "job.npz"
     done = mpirun(ranks, out, "--kernel", "cpu-tree")
@@ -112,7 +112,7 @@ def test_ranks_refit_the_tree_under_the_adaptive_rule_bitwise_like_one_process(r
     cadence is one process's, early builds included, and so is the trajectory, bitwise."""
     import mpi_job
 
-    from app import refit_cadence
+    from app.engine import refit_cadence
 
     monkeypatch.setattr(refit_cadence, "BUILD_COST", mpi_job.ADAPTIVE_BUILD_COST)  # as the job does
     out = tmp_path / "job.npz"
@@ -253,8 +253,8 @@ def test_two_gpu_ranks_give_one_ranks_accelerations_within_the_budget(tmp_path, 
     as the record says and exchanging GPU to GPU through CUDA IPC (cuda/ipc.py): the accelerations of one
     CUDA process within the record's fp32 budget; the tree's bitwise, and its positions after 5 steps too."""
     from app.backends import backend_class
-    from app.bench import bench_bodies
-    from app.physics import relative_errors
+    from app.model.physics import relative_errors
+    from app.tools.bench import bench_bodies
 
     cuda = backend_class("cuda")
     if cuda.why_not():

@@ -12,10 +12,10 @@ import pytest
 
 from app.backends.cpu import CPUBackend
 from app.backends.cpu_multi import cpu_devices
-from app.bodies import Bodies
-from app.forces import Span
-from app.multidevice import DRIVERS, DeviceFault, MultiDeviceRun, balanced_weights, split
-from app.physics import Physics
+from app.engine.forces import Span
+from app.model.bodies import Bodies
+from app.model.physics import Physics
+from app.parallel.multidevice import DRIVERS, DeviceFault, MultiDeviceRun, balanced_weights, split
 
 N = 301  # uneven shares for every K below
 
@@ -150,7 +150,7 @@ def _phased_tasks(log: list, fail_at: tuple[int, int] | None = None):
 def test_the_single_driver_takes_phased_tasks_in_turns():
     """Device 0's first phase, device 1's, device 2's, then device 0's second ...: while the host waits
     for one GPU, the others run what it queued (the tree on two H100s from one thread)."""
-    from app.multidevice import SingleDriver
+    from app.parallel.multidevice import SingleDriver
 
     log: list = []
     SingleDriver([object()] * 3).submit(_phased_tasks(log))
@@ -159,7 +159,7 @@ def test_the_single_driver_takes_phased_tasks_in_turns():
 
 
 def test_the_threads_driver_runs_each_phased_task_to_its_end():
-    from app.multidevice import ThreadsDriver
+    from app.parallel.multidevice import ThreadsDriver
 
     log: list = []
     driver = ThreadsDriver([object()] * 3)
@@ -179,7 +179,7 @@ class _Named:
 
 @pytest.mark.parametrize("driver", ["threads", "single"])
 def test_a_phase_that_fails_names_its_device(driver):
-    from app.multidevice import make_driver
+    from app.parallel.multidevice import make_driver
 
     devices = [_Named(f"gpu{i}") for i in range(3)]
     run = make_driver(driver, devices)
@@ -195,7 +195,7 @@ def test_a_phase_that_fails_names_its_device(driver):
 def test_a_device_whose_work_is_not_ready_does_not_hold_up_the_others():
     """Device 0's first phase queued behind other work (GPU 0 drawing the last frame): the single driver
     takes device 1's phases meanwhile, and comes back to device 0 once its ready test says so."""
-    from app.multidevice import SingleDriver
+    from app.parallel.multidevice import SingleDriver
 
     log: list = []
     polls = {"n": 0}

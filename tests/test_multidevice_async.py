@@ -22,9 +22,9 @@ from test_multidevice_interop import KERNEL, TwinGpuDevice, TwinGpus, memmove, s
 
 import app.backends.cuda.multi as cuda_multi
 import app.backends.cuda.multi_interop as cuda_multi_interop
-from app.forces import all_pairs_work
-from app.multidevice import DRIVERS
-from app.physics import Physics
+from app.engine.forces import all_pairs_work
+from app.model.physics import Physics
+from app.parallel.multidevice import DRIVERS
 
 
 class Streams:

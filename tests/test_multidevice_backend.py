@@ -13,13 +13,13 @@ from test_multidevice import one_device
 from app.backends import backend_class
 from app.backends.cpu import CPUBackend
 from app.backends.multi import MultiDeviceBackend, multi_backend_class, needs_rebalance
-from app.bodies import Bodies
 from app.cli import main
-from app.errors import ConfigError
-from app.multidevice import parse_device_count, resolve_device_count
-from app.physics import Physics, relative_errors
+from app.core.errors import ConfigError
+from app.engine.timing import StepTimings, device_entries
+from app.model.bodies import Bodies
+from app.model.physics import Physics, relative_errors
+from app.parallel.multidevice import parse_device_count, resolve_device_count
 from app.scene import load_scene, make_bodies
-from app.timing import StepTimings, device_entries
 
 CPU = ["--backend", "cpu"]
 
@@ -248,7 +248,7 @@ def test_gpus_without_a_gpu_names_the_cpu_alternative(tmp_path, capsys):
 
 # --- bench --gpus ------------------------------------------------------------------------------------------
 def test_scaling_rows_compare_each_count_with_the_fewest():
-    from app.bench import scaling_rows
+    from app.tools.bench import scaling_rows
 
     rows = [{"kernel": "k", "n": 10, "gpus": 1, "status": "ok", "median_ms": 8.0, "exchange_median_ms": 0.0},
             {"kernel": "k", "n": 10, "gpus": 2, "status": "ok", "median_ms": 4.5, "exchange_median_ms": 0.5},
@@ -262,7 +262,7 @@ def test_scaling_rows_compare_each_count_with_the_fewest():
 def test_scaling_rows_never_compare_other_scenes_or_settings():
     """Each series (kernel, scene, N, setting) against its own fewest-device row: a faster scene or θ on
     one count must not stand in for another's (the first two-GPU run's table did exactly that)."""
-    from app.bench import scaling_at_budget, scaling_rows
+    from app.tools.bench import scaling_at_budget, scaling_rows
 
     def row(scene, theta, gpus, ms, p99):
         return {"kernel": "tree", "scene": scene, "n": 10, "tunables": {"theta": theta}, "gpus": gpus,
@@ -274,7 +274,7 @@ def test_scaling_rows_never_compare_other_scenes_or_settings():
     got = {(r["scene"], r["tunables"]["theta"], r["gpus"]): r["speedup"] for r in scaling_rows(rows)}
     assert got == {("a", 0.5, 1): 1.0, ("a", 0.5, 2): 8 / 5, ("a", 0.9, 1): 1.0, ("a", 0.9, 2): 2 / 1.5,
                    ("b", 0.5, 1): 1.0, ("b", 0.5, 2): 2.0}
-    from app.bench_sweep import fastest_within_budget
+    from app.tools.bench_sweep import fastest_within_budget
 
     result = {"gpu_counts": [1, 2], "scaling": scaling_rows(rows), "fastest_within_budget":
               fastest_within_budget(rows)}

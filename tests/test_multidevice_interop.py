@@ -24,10 +24,10 @@ from app.backends.cuda.interop import MappedPointers
 from app.backends.cuda.multi import PeerExchange
 from app.backends.cuda.multi_interop import GpuRenderTarget
 from app.backends.multi import MultiDeviceBackend
-from app.errors import RuntimeFault
-from app.forces import Span
-from app.multidevice import DRIVERS, RenderCopy, render_copies
-from app.physics import Physics
+from app.core.errors import RuntimeFault
+from app.engine.forces import Span
+from app.model.physics import Physics
+from app.parallel.multidevice import DRIVERS, RenderCopy, render_copies
 
 KERNEL = "cpu-simd"  # fp32: the GPU's float4 / float layout
 

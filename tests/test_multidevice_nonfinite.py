@@ -19,11 +19,11 @@ from test_multidevice_interop import KERNEL, twin_backend
 
 from app.backends.cpu import CPUBackend
 from app.backends.multi import multi_backend_class
-from app.errors import NonFiniteState
-from app.forces import Span
-from app.integrator import CHECK_EVERY
-from app.multidevice import DRIVERS
-from app.physics import Physics
+from app.core.errors import NonFiniteState
+from app.engine.forces import Span
+from app.engine.integrator import CHECK_EVERY
+from app.model.physics import Physics
+from app.parallel.multidevice import DRIVERS
 
 EULER = Physics(softening=0.02, dt=2e-3, integrator="euler-damped", damping=0.999)
 LEAPFROG = Physics(softening=0.02, dt=2e-3)
@@ -195,7 +195,7 @@ def test_under_a_domain_split_the_bad_body_is_named_by_its_load_order_index(k):
     """The tree keeps the state in key order: rows are not bodies. A NaN in a row (on every device's copy,
     as a real blow-up is: every device integrates every row) is reported as the body that row holds, in
     load order, by the device whose share the row is in after the next re-sort."""
-    from app.decomposition import DOMAINS
+    from app.parallel.decomposition import DOMAINS
 
     backend = cpu_devices_backend(k, "single")
     try:

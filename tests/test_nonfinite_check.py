@@ -19,7 +19,7 @@ import pytest
 from app.backends.cpu_forces import first_nonfinite
 from app.backends.cuda.nonfinite import INT_MAX, NonFiniteCheck
 from app.backends.cuda.state_ops import BLOCK, INTEGRATE_SOURCE
-from app.forces import Span
+from app.engine.forces import Span
 
 N = 100
 

@@ -1,6 +1,6 @@
 """Every output of run, record, bench and tune is checked before any work and written atomically: a bad
 path is one line naming it and the reason, exit status 1, no traceback, no file left behind, and the
-work (the backend, the benchmark, the tuner) never starts. app/outputs.py is the one implementation."""
+work (the backend, the benchmark, the tuner) never starts. app/core/outputs.py is the one implementation."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app import outputs
 from app.cli import main
-from app.errors import RuntimeFault
+from app.core import outputs
+from app.core.errors import RuntimeFault
 
 
 def bad_paths(tmp_path: Path, name: str) -> dict[str, Path]:
@@ -60,7 +60,7 @@ def test_run_checks_its_outputs_before_the_backend_starts(tmp_path, capsys, monk
 
 @pytest.mark.parametrize("flag", ["--json", "--plot"])
 def test_bench_checks_its_outputs_before_benchmarking(tmp_path, capsys, monkeypatch, flag):
-    monkeypatch.setattr("app.bench.run_bench", never)
+    monkeypatch.setattr("app.tools.bench.run_bench", never)
     for path in bad_paths(tmp_path, "b.json" if flag == "--json" else "b.png").values():
         rc = main(["bench", "--backend", "cpu", "--n", "64", "--no-progress", flag, str(path)])
         assert_one_line_error(rc, capsys, path, tmp_path)
@@ -122,7 +122,7 @@ def test_run_timings_stream_every_frame_as_it_is_drawn(tmp_path):
     as it is drawn, so that an interrupted run keeps its rows."""
     import csv
 
-    from app.timing import CSV_FIELDS, FrameLog
+    from app.engine.timing import CSV_FIELDS, FrameLog
 
     log = FrameLog(capacity=3)
     path = tmp_path / "t.csv"
@@ -140,7 +140,7 @@ def test_run_timings_stream_every_frame_as_it_is_drawn(tmp_path):
 
 
 def test_a_timings_write_that_fails_mid_run_stops_the_stream_not_the_viewer(tmp_path, monkeypatch):
-    from app.timing import FrameLog
+    from app.engine.timing import FrameLog
 
     real, written = outputs.StreamedFile.write, []
 

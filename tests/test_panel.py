@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from fakes import FakeBackend
 
-from app.forces import FloatRange, IntChoice, KernelRecord
+from app.engine.forces import FloatRange, IntChoice, KernelRecord
 from app.render import gl_setup
 
 pytestmark = pytest.mark.gl
@@ -137,7 +137,7 @@ class TunableBackend(FakeBackend):
     kernel = RECORD.name
 
     def __init__(self, n: int):
-        from app.ics import generate
+        from app.model.ics import generate
 
         super().__init__(generate("plummer", n, 1).pos4())
         self.seen: list[dict] = []
@@ -264,7 +264,7 @@ def test_bad_dt_is_rejected_red_and_the_previous_value_kept(ui, bad):
     assert "physics.dt" in ui.panel.red_fields  # drawn with the red frame colour
     err = ui.panel.field_errors["physics.dt"]
     assert "physics.dt" in err and "out of range" in err
-    from app import config
+    from app.model import config
 
     with pytest.raises(Exception) as cli:  # the CLI's own rule says the same thing
         config.coerce("physics.dt", bad, config.field_for("physics.dt"))
@@ -428,8 +428,8 @@ def test_run_command_wires_the_panel(gl_env, capsys):
 
 
 def test_energy_monitor_matches_the_float64_reference():
-    from app.ics import generate
-    from app.physics import Physics, potential_energy
+    from app.model.ics import generate
+    from app.model.physics import Physics, potential_energy
     from app.ui.energy import EnergyMonitor
     from app.ui.energy import potential_energy as fast_potential
 
@@ -496,7 +496,7 @@ def test_escape_in_a_text_field_leaves_the_field_not_the_viewer(ui):
 def test_save_snapshot_button_and_key_write_files_that_load_back_bitwise(ui, tmp_path):
     from vispy.util import keys
 
-    from app import formats
+    from app.model import formats
 
     ui.ctl.view_recorder.directory = tmp_path
     ui.key(keys.SPACE, " ")  # paused: the state does not move between the save and the comparison
@@ -538,7 +538,7 @@ def test_cpu_tree_shows_its_force_error_and_split_and_the_theta_slider_applies_n
     a larger error sampled at once); a typed theta outside (0, 1.5] is refused red, the old one kept."""
     from vispy.util import keys
 
-    from app.forces import STAGES
+    from app.engine.forces import STAGES
 
     ui = tree_ui
     ui.frame(3)

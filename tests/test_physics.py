@@ -1,4 +1,4 @@
-"""The float64 reference (app.physics) and the acceptance numbers of the foundation issue.
+"""The float64 reference (app.model.physics) and the acceptance numbers of the foundation issue.
 
 Hand-checkable unit cases first, then the published initial conditions in ../shared/data/:
 the figure-eight three-body orbit (returns to its start after one period) and the NBabel Plummer
@@ -15,10 +15,10 @@ from conftest import shared_file
 
 from app.backends.cpu import CPUBackend
 from app.backends.cpu_forces import cpu_accelerations_fp64
-from app.bodies import Bodies
-from app.formats import read
-from app.integrator import integrate
-from app.physics import (
+from app.engine.integrator import integrate
+from app.model.bodies import Bodies
+from app.model.formats import read
+from app.model.physics import (
     Physics,
     accelerations,
     kinetic_energy,

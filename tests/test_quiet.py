@@ -11,10 +11,10 @@ import warnings
 import pytest
 from conftest import one_line_error
 
-from app import formats, ics
 from app.backends import cpu_forces as cpu
 from app.backends.cuda import context
 from app.cli import main
+from app.model import formats, ics
 
 
 def _driverless(monkeypatch):

@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from conftest import one_line_error, shared_file
 
-from app import formats, ics
 from app.cli import main
-from app.errors import InputFileError
+from app.core.errors import InputFileError
+from app.model import formats, ics
 from app.scene import load_scene, make_bodies, subsample
 
 

@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 from waiting import wait_for
 
-from app import config
 from app.cli import main
-from app.errors import ConfigError, RuntimeFault
+from app.core.errors import ConfigError, RuntimeFault
+from app.model import config
 from app.render import camera_path as cp
 from app.render import gl_setup
 from app.render.camera import OrbitCamera

@@ -1,5 +1,5 @@
-"""When a refitted tree builds next (app/refit_cadence.py): the fixed cadence, the adaptive rule the same as
-the one bench/tree_refit_growth.py analyses, and the rule taken on the devices' summed counts under a
+"""When a refitted tree builds next (app/engine/refit_cadence.py): the fixed cadence, the adaptive rule the
+same as the one bench/tree_refit_growth.py analyses, and the rule taken on the devices' summed counts under a
 domain split, so that K CPU devices keep one tree and stay bitwise one CPU backend."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app import refit_cadence
-from app.refit_cadence import RefitCadence
+from app.engine import refit_cadence
+from app.engine.refit_cadence import RefitCadence
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import tree_refit_growth  # noqa: E402
@@ -76,7 +76,7 @@ def test_where_one_refit_costs_more_than_a_build_it_builds_every_time_and_tries_
 
 
 def test_the_model_prices_a_build_from_the_counts_as_measured_on_the_h200():
-    """b from N and the walk after the build (app/refit_cadence.py): ~0.11 of a 1M Plummer walk at
+    """b from N and the walk after the build (app/engine/refit_cadence.py): ~0.11 of a 1M Plummer walk at
     theta 0.6 (3,871 interactions a body), ~0.04 of the 8M collision's at theta 0.45 (4,635), the figures
     its docstring gives; no walk measured yet: a build."""
     cadence = RefitCadence(16, "adaptive")
@@ -88,8 +88,8 @@ def test_the_model_prices_a_build_from_the_counts_as_measured_on_the_h200():
 
 
 def _collision_run(cls, steps: int, rule: str):
-    from app.bench import bench_bodies
-    from app.physics import Physics
+    from app.model.physics import Physics
+    from app.tools.bench import bench_bodies
 
     bodies = bench_bodies(4096, scene="collision")
     backend = cls()
@@ -132,8 +132,8 @@ def test_part_of_a_larger_run_sums_the_counts_over_its_participants_or_refuses()
     sum refuses with what to use."""
     from types import SimpleNamespace
 
-    from app.decomposition import Domains
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
+    from app.parallel.decomposition import Domains
 
     told = []
     evaluator = SimpleNamespace(observe_evaluation=told.append)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from app.backends import all_kernel_records, backend_class, backend_names
-from app.bodies import Bodies
-from app.physics import Physics, accelerations, relative_errors
+from app.model.bodies import Bodies
+from app.model.physics import Physics, accelerations, relative_errors
 
 RECORDS = all_kernel_records()
 
@@ -29,11 +29,11 @@ def plummer_like(n: int, seed: int) -> Bodies:
 
 @pytest.mark.parametrize("backend", backend_names())
 def test_each_backend_has_one_record_per_role_it_is_asked_for(backend):
-    """Callers ask a backend's records for a role, never a name (app.forces.ROLES): each role is played
+    """Callers ask a backend's records for a role, never a name (app.engine.forces.ROLES): each role is played
     by at most one record per precision, "default" and "reference" by exactly one, a role's precision is
     the one it promises (reference: fp64), and the tune order is a permutation of 0..k-1 over the swept
     records that have one."""
-    from app.forces import ROLES, with_role
+    from app.engine.forces import ROLES, with_role
 
     records = [r for r in RECORDS if r.backend == backend]
     for role in ROLES:
@@ -47,8 +47,8 @@ def test_each_backend_has_one_record_per_role_it_is_asked_for(backend):
 
 
 def test_an_unknown_role_or_a_missing_one_is_an_error():
-    from app.errors import ConfigError
-    from app.forces import KernelRecord, with_role
+    from app.core.errors import ConfigError
+    from app.engine.forces import KernelRecord, with_role
 
     with pytest.raises(ValueError, match="unknown roles \\['fastest'\\]"):
         KernelRecord(name="x", doc="x", backend="cpu", roles=frozenset({"fastest"}))

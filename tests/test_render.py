@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from fakes import FakeBackend
 
-from app.bodies import Bodies
-from app.errors import ConfigError, RuntimeFault
-from app.physics import Physics
+from app.core.errors import ConfigError, RuntimeFault
+from app.model.bodies import Bodies
+from app.model.physics import Physics
 from app.render import camera as cam_mod
 from app.render import gl_setup
 from app.render.camera import OrbitCamera
@@ -390,7 +390,7 @@ def test_interop_backend_is_never_asked_for_host_arrays_per_frame(make_viewer):
 
 @pytest.mark.gl
 def test_glsl_compile_error_names_the_file(make_viewer, tmp_path):
-    from app.paths import SHADERS
+    from app.core.paths import SHADERS
     from app.render.shaders import ShaderError, build_program
 
     v = make_viewer([[0.0, 0.0, 0.0, 1.0]])

@@ -16,12 +16,12 @@ from test_series import Clock, ReplayUI
 from xwindow import NEEDS_X, Demo, xdotool
 from xwindow import display as display  # the fixture
 
-from app import formats
 from app.backends.replay import ReplayBackend
-from app.bodies import Bodies
 from app.cli import main
-from app.components import Components, same
-from app.series import open_series
+from app.model import formats
+from app.model.bodies import Bodies
+from app.model.components import Components, same
+from app.model.series import open_series
 
 SIDE = ["--set", "camera.distance=8", "--set", "camera.target=0,0,0", "--set", "camera.azimuth=-90",
         "--set", "camera.elevation=0"]  # looking along +y: +x is to the right of the picture

@@ -18,12 +18,12 @@ from test_panel import UI, H, W
 from test_panel import gl_env as gl_env  # the module-scoped fixture of the GL tests
 from test_record import decode
 
-from app import formats
 from app.backends.replay import MAX_FRAME_S, ReplayBackend
-from app.bodies import Bodies
 from app.cli import main
 from app.commands import simulate
-from app.series import MANIFEST, open_series
+from app.model import formats
+from app.model.bodies import Bodies
+from app.model.series import MANIFEST, open_series
 
 CPU = ["--backend", "cpu", "--no-progress"]
 FP64 = ["plummer", "--n", "96", "--kernel", "cpu-fp64", *CPU]

@@ -11,10 +11,10 @@ import pytest
 from conftest import one_line_error
 from waiting import wait_for
 
-from app import formats
 from app.backends import backend_class
 from app.cli import main
 from app.commands import simulate
+from app.model import formats
 
 CPU = ["--backend", "cpu", "--no-progress"]
 
@@ -46,11 +46,11 @@ def test_unwritable_log_is_refused_before_any_work(capsys, no_work, tmp_path):
 
 
 def test_energy_is_computed_only_for_the_log(monkeypatch, tmp_path):
-    import app.physics
+    import app.model.physics
 
     def refuse(*_a, **_k):
         raise AssertionError("an O(N²) energy was computed without --log")
-    monkeypatch.setattr(app.physics, "diagnostics", refuse)
+    monkeypatch.setattr(app.model.physics, "diagnostics", refuse)
     assert main(["simulate", "--n", "64", "--steps", "3", "--out", str(tmp_path / "o.npz"), *CPU]) == 0
 
 
@@ -93,12 +93,12 @@ def test_checkpoint_is_the_state_at_that_step(tmp_path):
     def spy(path, bodies, format=None):
         seen.append(bodies.copy())
         original(path, bodies, format)
-    import app.formats
-    app.formats.write = spy
+    import app.model.formats
+    app.model.formats.write = spy
     try:
         assert _fp64(20, every, "--checkpoint-every", "7") == 0
     finally:
-        app.formats.write = original
+        app.model.formats.write = original
     assert len(seen) == 3  # steps 7, 14 and the final 20
     assert np.array_equal(seen[1].pos, formats.read(ckpt).pos)
 
@@ -142,7 +142,7 @@ def test_a_signal_writes_the_state_so_far_and_the_log(tmp_path, sig, code):
 def _signal_at_energy(monkeypatch, sig, call, after=False):
     """Raises `sig` in this process at the `call`-th float64 energy of the log (0: step 0's): before the
     energy starts (it stops before its first block) or, with `after`, once it is done."""
-    from app import energy
+    from app.engine import energy
 
     real, calls = energy.potential_energy, []
 
@@ -196,11 +196,11 @@ CUDA = backend_class("cuda")
 
 @pytest.mark.gpu
 def test_cuda_log_uses_device_energy(monkeypatch, tmp_path):
-    import app.physics
+    import app.model.physics
 
     def refuse(*_a, **_k):
         raise AssertionError("the host computed the energy although the device can")
-    monkeypatch.setattr(app.physics, "diagnostics", refuse)
+    monkeypatch.setattr(app.model.physics, "diagnostics", refuse)
     log = tmp_path / "l.csv"
     assert main(["simulate", "--n", "4096", "--steps", "20", "--log-every", "10", "--backend", "cuda",
                  "--out", str(tmp_path / "o.npz"), "--log", str(log), "--no-progress"]) == 0

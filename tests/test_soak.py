@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from app.backends import backend_class
-from app.bench import bench_bodies
-from app.physics import Physics
+from app.model.physics import Physics
+from app.tools.bench import bench_bodies
 
 PHYSICS = Physics(softening=0.05, dt=1e-4)
 

@@ -1,10 +1,10 @@
-"""app.timing's pure pieces: the History rings the panel plots and its live medians (no GL, no GPU)."""
+"""app.engine.timing's pure pieces: the History rings the panel plots and its live medians (no GL, no GPU)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from app.timing import History
+from app.engine.timing import History
 
 
 def test_history_window_is_the_last_seconds_oldest_first_across_the_wrap():
@@ -30,7 +30,7 @@ def test_history_recent_medians_and_unset_fields():
 
 
 def test_stage_entries_round_trip_in_stage_order_with_extra_stages_last():
-    from app.timing import StepTimings, stage_entries, stages_of
+    from app.engine.timing import StepTimings, stage_entries, stages_of
 
     extra = {"timings_lagged": 1.0, **stage_entries({"gather": 0.5, "walk": 3.0, "keys": 0.25, "sort": 1.0})}
     assert extra["stage:walk"] == 3.0 and "stage:timings_lagged" not in extra

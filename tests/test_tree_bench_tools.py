@@ -78,7 +78,7 @@ def test_the_refit_plot_draws_each_device_count_and_the_p99_and_refuses_what_it_
     from matplotlib.colors import to_rgb
     from PIL import Image
 
-    from app.bench_plot import COLORS
+    from app.tools.bench_plot import COLORS
 
     results = [refit_row(1, 7.6), refit_row(4, 7.0), refit_row(1, 4.6, 2), refit_row(4, 4.0, 2),
                {"kernel": "best", "scene": "plummer", "n": 1 << 20, "status": "ok", "median_ms": 416.0}]

@@ -21,9 +21,9 @@ from test_cpu_backend import plummer_like
 
 from app.backends import backend_class
 from app.backends.cpu_forces import BY_NAME as CPU_RECORDS
-from app.errors import RuntimeFault
-from app.forces import Span
-from app.physics import Physics, accelerations, relative_errors
+from app.core.errors import RuntimeFault
+from app.engine.forces import Span
+from app.model.physics import Physics, accelerations, relative_errors
 
 CUDA = backend_class("cuda")
 pytestmark = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)
@@ -248,7 +248,7 @@ def test_a_million_bodies(device):
 
 def _normal_bodies(n: int, seed: int = 0):
     """n bodies in a unit gaussian blob (cheap to make at 16M, unlike a Plummer sphere)."""
-    from app.bodies import Bodies
+    from app.model.bodies import Bodies
 
     rng = np.random.default_rng(seed)
     return Bodies.from_arrays(rng.standard_normal((n, 3)), np.zeros((n, 3)), np.full(n, 1.0 / n))
@@ -309,7 +309,7 @@ def test_bench_sweeps_the_tree_beside_all_pairs_with_its_error_sample():
     """`bench` on the device: θ sweeps the tree only; each tree row samples its error against the exact
     fp32 all-pairs (`shared`) and the error falls as θ falls; the same CPU-side logic as
     tests/test_bench_sweep.py, on the CUDA backend's force_error_sample and CUDA events."""
-    from app import bench
+    from app.tools import bench
 
     result = bench.run_bench(CUDA, ["tree", "shared"], [65536], warmup=1, repeats=3, progress=False,
                              scenes=["plummer", "collision"], tunables={"theta": [0.3, 0.9]},

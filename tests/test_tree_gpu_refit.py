@@ -18,8 +18,8 @@ from test_tree_gpu import CUDA, REPULSION, SOFT, agree, cloud, on_device
 
 from app.backends.cpu_forces import BY_NAME as CPU_RECORDS
 from app.backends.cpu_tree_kernels import pack_cells
-from app.bench import bench_bodies
-from app.physics import Physics, relative_error
+from app.model.physics import Physics, relative_error
+from app.tools.bench import bench_bodies
 
 pytestmark = pytest.mark.gpu  # (skipped where CUDA cannot run: tests/conftest.py)
 TUNABLES = dict(group=64, leaf=16, theta=0.6, rebuild_every=4)
@@ -116,7 +116,7 @@ def _trajectory(every, k=1, steps=9, gpus=None, opening="cube"):
     engine's run, single driver), or `gpus` = "all" through --gpus (peer exchange)."""
     from app.backends.cuda.multi import gpu_devices, make_exchange
     from app.backends.multi import multi_backend_class
-    from app.multidevice import MultiDeviceRun
+    from app.parallel.multidevice import MultiDeviceRun
 
     bodies, physics = bench_bodies(3001), Physics(softening=0.01, dt=1e-3)
     if k > 1:
@@ -190,7 +190,7 @@ def _collision_cadence(k: int, rule: str, steps: int = 12):
     """Positions (load order) and each step's evaluations since the build of a fast collision (dt 0.02)
     under rebuild_every 16 and `rule`: one GPU (k = 1, the CUDA backend) or k devices on GPU 0."""
     from app.backends.cuda.multi import gpu_devices, make_exchange
-    from app.multidevice import MultiDeviceRun
+    from app.parallel.multidevice import MultiDeviceRun
 
     bodies, physics = bench_bodies(4096, scene="collision"), Physics(softening=0.02, dt=0.02)
     tunables = dict(rebuild_every=16, rebuild_rule=rule)
@@ -224,7 +224,7 @@ def _collision_cadence(k: int, rule: str, steps: int = 12):
 
 
 def test_the_adaptive_rule_builds_early_and_k_devices_decide_on_their_summed_counts(monkeypatch):
-    from app import refit_cadence
+    from app.engine import refit_cadence
 
     monkeypatch.setattr(refit_cadence, "BUILD_COST", 0.15)  # 4,096 bodies: the model's fixed cost dwarfs
     one, since = _collision_cadence(1, "adaptive")

@@ -11,9 +11,9 @@ import pytest
 
 from app.backends import cpu_tree
 from app.backends.cpu import CPUBackend
-from app.bench import bench_bodies
-from app.forces import Span
-from app.physics import Physics, accelerations, relative_errors
+from app.engine.forces import Span
+from app.model.physics import Physics, accelerations, relative_errors
+from app.tools.bench import bench_bodies
 
 
 def _pos4(n: int, scene: str) -> tuple[np.ndarray, np.ndarray]:

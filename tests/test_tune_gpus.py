@@ -18,10 +18,10 @@ from app.backends.cuda import evaluator, heuristic, registry, tune
 from app.backends.cuda import tuning_cache as cache
 from app.backends.cuda.evaluator import CudaEvaluator
 from app.cli import main
-from app.decomposition import of as decomposition_of
-from app.errors import ConfigError
-from app.paths import ROOT
-from app.timing import StepTimings, device_entries
+from app.core.errors import ConfigError
+from app.core.paths import ROOT
+from app.engine.timing import StepTimings, device_entries
+from app.parallel.decomposition import of as decomposition_of
 
 RECORDS = {r.name: r for r in registry.RECORDS}
 H200 = SimpleNamespace(name="NVIDIA H200", driver_version="580.159.04", compute_capability=(9, 0), sms=132)
@@ -218,9 +218,9 @@ def test_one_device_ignores_a_tuning_on_several(caplog):
 def test_the_gpu_factory_tells_each_device_how_many_they_are(monkeypatch):
     """What CudaShareDevice passes to `best`: the run's device count (--gpus K: the factory's shares)."""
     from app.backends.cuda import multi
-    from app.bench import bench_bodies
-    from app.multidevice import split
-    from app.physics import Physics
+    from app.model.physics import Physics
+    from app.parallel.multidevice import split
+    from app.tools.bench import bench_bodies
 
     made = []
 

@@ -4,12 +4,12 @@ numba or numpy), the backend checked first, and the kernel's error split from th
 import numpy as np
 import pytest
 
-from app import formats, ics
 from app.backends import backend_class
 from app.cli import main
 from app.commands import reference, validate
-from app.errors import ConfigError
-from app.physics import Physics, accelerations
+from app.core.errors import ConfigError
+from app.model import formats, ics
+from app.model.physics import Physics, accelerations
 
 PHYSICS = (Physics(softening=0.05), Physics(softening=0.0))
 

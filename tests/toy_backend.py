@@ -1,6 +1,6 @@
 """A backend that lives in tests/: issue 26's proof that a new backend is one module plus one line,
 
-    register_backend("toy", "toy_backend")        # app/backend_table.py; tests/ on sys.path
+    register_backend("toy", "toy_backend")        # app/core/backend_table.py; tests/ on sys.path
 
 after which every command, the panel, `--gpus K` and MPI ranks take `--backend toy`. It reuses the CPU
 backend's machinery (numba, the CPU "devices" of `device_kind`) with a kernel of its own: `toy-fp32`,
@@ -14,7 +14,7 @@ import numpy as np
 
 from app.backends.cpu import CPUBackend
 from app.backends.cpu_forces import NumbaAllPairs
-from app.forces import KernelRecord
+from app.engine.forces import KernelRecord
 
 TOY = KernelRecord(
     name="toy-fp32", doc="float32 all-pairs without fastmath (IEEE sums in a fixed order), numba parallel",

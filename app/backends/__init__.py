@@ -1,4 +1,5 @@
-"""Backend discovery over the one table (app/backend_table.py), which the CLI, the panel and the tests walk.
+"""Backend discovery over the one table (app/core/backend_table.py), which the CLI, the panel and the tests
+walk.
 
 `cuda` is imported lazily so that machines without pycuda never touch it; its absence becomes a
 `why_not`, not an ImportError.
@@ -9,9 +10,9 @@ from __future__ import annotations
 import importlib
 import logging
 
-from app.backend_table import backend_module, backend_names, register_backend
 from app.backends.base import Backend, KernelRecord, StepTimings
-from app.errors import BackendUnavailable, ConfigError
+from app.core.backend_table import backend_module, backend_names, register_backend
+from app.core.errors import BackendUnavailable, ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,11 @@ from abc import ABC, abstractmethod
 
 import numpy as np
 
-from app.bodies import Bodies
-from app.errors import ConfigError
-from app.forces import ForceEvaluator, KernelRecord, Tunable
-from app.physics import INTEGRATORS, MODELS, Physics
-from app.timing import StepTimings  # noqa: F401  (re-exported: backends build it)
+from app.core.errors import ConfigError
+from app.engine.forces import ForceEvaluator, KernelRecord, Tunable
+from app.engine.timing import StepTimings  # noqa: F401  (re-exported: backends build it)
+from app.model.bodies import Bodies
+from app.model.physics import INTEGRATORS, MODELS, Physics
 
 INTEROP_PATH = "CUDA-GL interop"  # data_path's start when a backend writes the renderer's VBOs itself
 REFERENCE_ROWS = 1024  # targets per evaluation of reference_rows, so that a progress bar moves
@@ -62,7 +62,7 @@ class Backend(ABC):
     """Simulation state plus kernels. Construct, `load`, then `step` as often as you like."""
 
     name: str = ""
-    # the loaded bodies' components (app.components), for drawing only: whoever loads bodies sets it
+    # the loaded bodies' components (app.model.components), for drawing only: whoever loads bodies sets it
     # (commands.common.make_backend, the panel's Controller); gravity never reads it
     components = None
     # processes that share this state (the MPI ranks of app/backends/ranks.py): anything that would run a
@@ -120,7 +120,7 @@ class Backend(ABC):
         raise NotImplementedError(f"the {self.name} backend has no float64 reference")
 
     def diagnostics(self):
-        """Energies and momenta (app.physics.Diagnostics) reduced where the state lives
+        """Energies and momenta (app.model.physics.Diagnostics) reduced where the state lives
         (reduces_diagnostics)."""
         raise NotImplementedError(f"the {self.name} backend reduces no diagnostics; use state()")
 
@@ -163,7 +163,7 @@ class Backend(ABC):
     def set_kernel(self, name: str) -> None:
         """Use `name` from the next step on; the state is left exactly as it is."""
 
-    # --- tunables of the current kernel (typed: app.forces.IntChoice / FloatRange / Choice) ----------
+    # --- tunables of the current kernel (typed: app.engine.forces.IntChoice / FloatRange / Choice) ----------
     def tunable_specs(self) -> tuple[Tunable, ...]:
         """The tunables of the current kernel's record, which the panel renders and `tune` sweeps."""
         return self.record(self.kernel).tunables
@@ -244,7 +244,7 @@ class Backend(ABC):
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(approx, exact): float64 (K, 3) accelerations of the bodies `rows` (original order) at the
         current positions, approx by the running kernel (what it computed for the current state) and
-        exact by an all-pairs sum over every source; the live force error (app/force_error.py) compares
+        exact by an all-pairs sum over every source; the live force error (app/engine/force_error.py) compares
         them for an approximate record. A backend that cannot says so by raising NotImplementedError."""
         raise NotImplementedError(f"the {self.name} backend cannot sample its force error")
 

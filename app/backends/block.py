@@ -6,7 +6,7 @@ simulate and the panel drive it as they drive the shared-step backends.
     backend.load(bodies, physics.with_(timesteps="block", dt=1/16, block_levels=6), "tree")
     backend.step(4)                       # four max steps of physics.dt, each its substeps per level
 
-The scheduler is app/blocksteps.py's `BlockSteps`, over the device's ops: `CudaBlockOps` (one GPU, the
+The scheduler is app/engine/blocksteps.py's `BlockSteps`, over the device's ops: `CudaBlockOps` (one GPU, the
 `tree` record's walk of the active groups, the levels and rows on the device) or the CPU twin's
 `TreeBlockOps` (`cpu-tree`). One `step` is one max step (physics.dt): every body starts and ends it
 together, so between steps the state is synchronised (x, v and a(x) of every body at one time) and a
@@ -41,11 +41,11 @@ from collections.abc import Iterator
 import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
-from app.blocksteps import BlockSteps, Substep, block_tunables, ops_scope
-from app.bodies import Bodies, StepLevels
-from app.errors import ConfigError
-from app.forces import ForceWork, with_role
-from app.physics import Physics
+from app.core.errors import ConfigError
+from app.engine.blocksteps import BlockSteps, Substep, block_tunables, ops_scope
+from app.engine.forces import ForceWork, with_role
+from app.model.bodies import Bodies, StepLevels
+from app.model.physics import Physics
 
 HOST_UPLOAD = "host upload (block steps)"
 INTEROP = "CUDA-GL interop (block steps)"
@@ -162,7 +162,7 @@ class BlockStepsBackend(Backend):
             if self._device is None:
                 self._device = CudaDevice(0)
             return CudaBlockOps(copy, physics, self._device, tunables)
-        from app.blocksteps_ops import TreeBlockOps
+        from app.backends.blocksteps_ops import TreeBlockOps
 
         return TreeBlockOps(copy, physics, tunables)
 

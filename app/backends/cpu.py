@@ -1,9 +1,9 @@
-"""The `cpu` backend: numba-parallel kernels on a host-resident state, stepped by app.integrator.
+"""The `cpu` backend: numba-parallel kernels on a host-resident state, stepped by app.engine.integrator.
 
 State: contiguous (N, 4) pos [x, y, z, m], (N, 4) vel [vx, vy, vz, 0] and (N, 4) acc in the precision of
 the kernel that last stepped them (float32 for `cpu-simd`, float64 for `cpu-fp64`), plus a float32 (N,)
 speed array that the update kernels keep current for the renderer. The state is stepped through a
-`Stepper` (app/integrator.py), as every state is; whether acc still holds a(x) is its business
+`Stepper` (app/engine/integrator.py), as every state is; whether acc still holds a(x) is its business
 (`Stepper.acc_valid`): the backend only calls `invalidate()` when the positions, the physics, the
 kernel or its tunables change.
 
@@ -33,12 +33,12 @@ from app.backends.cpu_forces import (
     first_nonfinite,
 )
 from app.backends.cpu_multi import CpuDevices
-from app.bodies import Bodies
-from app.errors import NonFiniteState
-from app.forces import ForceEvaluator, Span, target_chunks, with_role
-from app.integrator import Stepper
-from app.physics import Physics
-from app.timing import HostTimer, stage_entries
+from app.core.errors import NonFiniteState
+from app.engine.forces import ForceEvaluator, Span, target_chunks, with_role
+from app.engine.integrator import Stepper
+from app.engine.timing import HostTimer, stage_entries
+from app.model.bodies import Bodies
+from app.model.physics import Physics
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class CPUBackend(Backend):
         self._ids = None
         self._t0 = 0.0  # time at the last change of dt ...
         self._steps = 0  # ... plus steps taken since, times dt
-        self._stepper = Stepper()  # the integrator's cached a(x), stepping (app/integrator.py)
+        self._stepper = Stepper()  # the integrator's cached a(x), stepping (app/engine/integrator.py)
         self._timer = HostTimer()
         self._tunables: dict[str, dict] = {}  # record name -> values set (validated), over its defaults
 

@@ -1,5 +1,5 @@
 """The CPU backend's force methods and state updates, shared by the backend (cpu.py) and its CPU
-"devices" (cpu_multi.py): the kernel records, their evaluators through the force seam (app/forces.py),
+"devices" (cpu_multi.py): the kernel records, their evaluators through the force seam (app/engine/forces.py),
 the element-wise updates (`CpuOps`), the float64 references on the host and the host's facts.
 
 The pieces, each a small object:
@@ -25,9 +25,8 @@ import numpy as np
 
 from app.backends.base import KernelRecord
 from app.backends.cpu_tree import OPENING_TUNABLES, THETA, NumbaTree
-from app.decomposition import DOMAINS, PAIRS, PairTiles
-from app.errors import ConfigError
-from app.forces import (
+from app.core.errors import ConfigError
+from app.engine.forces import (
     TREE_WALK_FLOPS,
     ErrorBudget,
     ForceEvaluator,
@@ -37,8 +36,9 @@ from app.forces import (
     all_pairs_work,
     with_role,
 )
-from app.physics import Physics
-from app.refit_cadence import REFIT_TUNABLES
+from app.engine.refit_cadence import REFIT_TUNABLES
+from app.model.physics import Physics
+from app.parallel.decomposition import DOMAINS, PAIRS, PairTiles
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class CpuEvaluator(ForceEvaluator):
 
 @dataclass(frozen=True)
 class NumbaPairs:
-    """`cpu-n3l`'s policy: Newton's third law over the pair tiles of app.decomposition.PairTiles."""
+    """`cpu-n3l`'s policy: Newton's third law over the pair tiles of app.parallel.decomposition.PairTiles."""
 
     dtype: type = np.float64
     ti: int = 128  # atomics-n3l's i-tile at ki = 4 and its 64-body j-tiles
@@ -137,8 +137,8 @@ class CpuPairsEvaluator(ForceEvaluator):
                          pair_equivalent=targets.count * sources.count, evaluations=1)
 
     def evaluate_pairs(self, pos, acc, shares, index: int) -> ForceWork:
-        """One device's slice of a pair split (app/decomposition.py): acc[:, :3] = the partial sums of
-        the tasks of slice `index`, the slices cut in proportion to the shares' sizes."""
+        """One device's slice of a pair split (app/parallel/decomposition.py): acc[:, :3] = the partial sums
+        of the tasks of slice `index`, the slices cut in proportion to the shares' sizes."""
         n = pos.shape[0]
         tiles = self.tiles(n)
         lo, hi = tiles.slices([s.count for s in shares])[index]
@@ -150,7 +150,7 @@ class CpuPairsEvaluator(ForceEvaluator):
 
 
 class CpuOps:
-    """app.integrator's StateOps on host arrays: the numba updates, and forces of all bodies on all."""
+    """app.engine.integrator's StateOps on host arrays: the numba updates, and forces of all bodies on all."""
 
     def __init__(self, evaluator: ForceEvaluator, pos, vel, acc, speed):
         self.evaluator = evaluator
@@ -226,7 +226,8 @@ def cpu_record(name: str) -> KernelRecord:
 
 def cpu_accelerations_fp64(pos: np.ndarray, mass: np.ndarray, physics: Physics) -> np.ndarray:
     """Float64 accelerations (N, 3) by the numba `cpu-fp64` kernel; a drop-in `accel_fn` for
-    app.integrator.integrate (same signature as app.physics.accelerations, ~100x faster at N = 1k)."""
+    app.engine.integrator.integrate (same signature as app.model.physics.accelerations, ~100x faster at N =
+    1k)."""
     pos = np.asarray(pos, dtype=np.float64)
     n = pos.shape[0]
     pos4 = np.empty((n, 4))

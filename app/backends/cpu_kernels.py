@@ -1,7 +1,7 @@
 """The numba kernels behind the `cpu` backend (imports numba; `cpu.py` imports this module lazily).
 
 The force kernel is the CUDA Handbook's "multithreaded SIMD CPU" N-body variant, written for the force
-seam (app/forces.py): it takes the rows of the targets and the rows of the sources, so any range of
+seam (app/engine/forces.py): it takes the rows of the targets and the rows of the sources, so any range of
 bodies can be evaluated against any other. `prange` over targets spreads them over the cores, and the
 inner loop over sources reads structure-of-arrays copies of the sources' x, y, z and m so that LLVM
 vectorises it (with fastmath it also vectorises the three sums). Reading the (N, 4) array directly in the
@@ -9,7 +9,7 @@ inner loop defeats the vectoriser: 0.8 instead of 7 G interactions/s on 2 cores.
 over the sources in the same order whatever the range of targets, so a slice of targets gets bitwise the
 rows of the full evaluation (tests/test_force_seam.py).
 
-The interaction is the one of app/physics.py's docstring, s² = r² + ε², d = x_j - x_i:
+The interaction is the one of app/model/physics.py's docstring, s² = r² + ε², d = x_j - x_i:
     gravity:            a_i += G m_j d / s³
     gravity-repulsion:  a_i += m_j d (G / s³ - H / s⁵)
 Each (dtype, fastmath, model, ε = 0) combination is its own compiled function (`accel_kernel`), so that
@@ -125,8 +125,8 @@ def _make_pairs(repulsion: bool, skip_self: bool):
     """The pair-tile kernel (float64, sequential: every pair adds to both bodies, so threads would race)."""
 
     def pairs(pos, acc, ti, tj, chunk, lo, hi, eps2, g, h):
-        """acc[:, :3] += the interactions of the tasks [lo, hi) of app.decomposition.PairTiles(n, ti, tj,
-        chunk): task w is i-tile w // chunks_per_row against `chunk` j-tiles from its diagonal on; a
+        """acc[:, :3] += the interactions of the tasks [lo, hi) of app.parallel.decomposition.PairTiles(n, ti,
+        tj, chunk): task w is i-tile w // chunks_per_row against `chunk` j-tiles from its diagonal on; a
         j-tile inside the i-tile adds to the i side only, one right of it to both bodies (the reaction).
         Gravity is scaled by G at the end of each pair (as the GPU kernel scales at its atomics)."""
         n = pos.shape[0]

@@ -1,4 +1,5 @@
-"""K CPU "devices" for the multi-device driver (app/multidevice.py): the CPU backend split into shares.
+"""K CPU "devices" for the multi-device driver (app/parallel/multidevice.py): the CPU backend split into
+shares.
 
 Each CpuDevice owns full-size host arrays (its own copy of the positions, as a GPU would) and the
 numba kernels of the CPU backend: its record's evaluator for the forces of its share against all
@@ -15,13 +16,13 @@ from functools import partial
 import numpy as np
 
 from app.backends.cpu_forces import DEFAULT_KERNEL, CpuOps, cpu_name, cpu_record, exact_rows, first_nonfinite
-from app.bodies import Bodies
-from app.decomposition import share_cuts
-from app.errors import ConfigError
-from app.forces import ForceWork, Span, drain
-from app.multidevice import HostExchange
-from app.physics import Physics
-from app.timing import HostTimer
+from app.core.errors import ConfigError
+from app.engine.forces import ForceWork, Span, drain
+from app.engine.timing import HostTimer
+from app.model.bodies import Bodies
+from app.model.physics import Physics
+from app.parallel.decomposition import share_cuts
+from app.parallel.multidevice import HostExchange
 
 MAX_CPU_DEVICES = 8  # `--backend cpu --gpus all` (see CpuDevices.count)
 _DTYPES = {"fp32": np.float32, "fp64": np.float64}
@@ -80,7 +81,7 @@ class CpuDevice:
             return self.evaluator.evaluate(self.pos, self.acc, self.share, self.everyone)
 
     def force_pairs(self) -> ForceWork:
-        """Its slice of the pair tiles: partial accelerations of every row (app/decomposition.py)."""
+        """Its slice of the pair tiles: partial accelerations of every row (app/parallel/decomposition.py)."""
         with self.timer.time("force"):
             return self.evaluator.evaluate_pairs(self.pos, self.acc, self.shares, self.index)
 
@@ -222,7 +223,7 @@ class CpuDevices:
         return cpu_name()
 
     def rank_maker(self, comm):
-        """make_device(rank, bodies, physics, kernel, share) for this MPI rank (app/distributed.py's
+        """make_device(rank, bodies, physics, kernel, share) for this MPI rank (app/backends/distributed.py's
         RankRun): a CpuDevice on a share of its node's cores. Collective (share_cores)."""
         share_cores(comm)
 

@@ -21,7 +21,7 @@ evaluation of acc[targets] = F(pos[targets]; pos[sources]):
    still shapes its group's box, so a span of targets gets bitwise the rows of the full evaluation; other
    targets are keyed in their own bounding cube, sorted and chunked the same way;
 7. walk (numba prange over groups): accepted cells add monopole + quadrupole terms of the softened pair
-   potential (gravity or gravity-repulsion), opened leaves add body-body interactions (app/physics.py).
+   potential (gravity or gravity-repulsion), opened leaves add body-body interactions (app/model/physics.py).
 
 With the tunable rebuild_every = R > 1, steps 1-3 run every R-th evaluation only: in between, `refit`
 keeps the last build's topology (its key order, cells, body ranges and so the groups) and recomputes from
@@ -46,11 +46,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.decomposition import align_cuts
-from app.forces import Choice, FloatRange, ForceEvaluator, ForceWork, KernelRecord, Span, drain
-from app.physics import Physics
-from app.refit_cadence import CadencedTree
-from app.timing import HostTimer
+from app.engine.forces import Choice, FloatRange, ForceEvaluator, ForceWork, KernelRecord, Span, drain
+from app.engine.refit_cadence import CadencedTree
+from app.engine.timing import HostTimer
+from app.model.physics import Physics
+from app.parallel.decomposition import align_cuts
 
 
 class _NoClock:
@@ -108,7 +108,7 @@ class Tree:
 
 def key_order(xyz: np.ndarray, clock=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """(order, sorted keys, lo, size) of the rows of xyz: Morton keys over their bounding cube.
-    `clock` (an app.timing.HostTimer) times the stages "keys" and "sort"."""
+    `clock` (an app.engine.timing.HostTimer) times the stages "keys" and "sort"."""
     k = _kernels_module()
     clock = clock or _NO_CLOCK
     with clock.time("keys"):
@@ -161,8 +161,8 @@ def group_starts(start: np.ndarray, count: np.ndarray, nchild: np.ndarray, group
 
 def build(pos: np.ndarray, leaf: int, clock=None) -> Tree:
     """The tree over the (n, 4) [x, y, z, m] rows of `pos`, read as float32 (the record's precision, and
-    the GPU state's); `clock` (an app.timing.HostTimer) times the stages: keys, sort (with the reorder of
-    the rows), build (cells and their cubes), moments."""
+    the GPU state's); `clock` (an app.engine.timing.HostTimer) times the stages: keys, sort (with the reorder
+    of the rows), build (cells and their cubes), moments."""
     k = _kernels_module()
     clock = clock or _NO_CLOCK
     with clock.time("keys"):
@@ -327,8 +327,8 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
 
     def evaluate_rows(self, pos, acc, rows: np.ndarray) -> ForceWork:
         """acc[rows] for an index array of `rows`, every body a source (block time steps' active targets,
-        app/blocksteps.py): the tree of all bodies, the walk of only the groups that hold an active row.
-        The groups are the full evaluation's (an inactive body still shapes its group's box), so each row
+        app/engine/blocksteps.py): the tree of all bodies, the walk of only the groups that hold an active
+        row. The groups are the full evaluation's (an inactive body still shapes its group's box), so each row
         gets bitwise its value in the full evaluation. The work counts the active targets only."""
         n = pos.shape[0]
         rows = np.asarray(rows, dtype=np.int64)
@@ -344,8 +344,8 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
                               int(self._tunables["group"]), int(rows.size) * n, True, prow=tree.order)
 
     def evaluate_domain(self, pos, out, cuts, index: int, prev=None) -> tuple[ForceWork, list[int]]:
-        """One device's part of a domain split (app/decomposition.py): the tree of every row of `pos`, the
-        walk of the groups of key range `index` only, each of its bodies' accelerations written to
+        """One device's part of a domain split (app/parallel/decomposition.py): the tree of every row of
+        `pos`, the walk of the groups of key range `index` only, each of its bodies' accelerations written to
         out[k] at its position k in key order. `cuts` (K + 1 increasing bounds from 0 to n) are moved to
         group starts; returns the work and those aligned cuts. Every target's walk is the one the full
         evaluation does, so K domains scattered back (`unsort`) give bitwise its accelerations. `prev`: the

@@ -644,7 +644,7 @@ def _make_walk(ftype, repulsion: bool, skip_self: bool):
                 ax = zero
                 ay = zero
                 az = zero
-                for j in range(nb):  # body-body: app/physics.py's interaction
+                for j in range(nb):  # body-body: app/model/physics.py's interaction
                     dx = bx[j] - xi
                     dy = by[j] - yi
                     dz = bz[j] - zi

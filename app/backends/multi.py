@@ -6,7 +6,7 @@ drive several devices exactly as they drive one.
     backend.load(bodies, physics, "shared")
     timings = backend.step(10)            # timings.devices: each device's force ms; timings.exchange_ms
 
-The devices are the multi-device driver's (app/multidevice.py): GPUs from app/backends/cuda/multi.py,
+The devices are the multi-device driver's (app/parallel/multidevice.py): GPUs from app/backends/cuda/multi.py,
 or for the CPU backend its CPU "devices" (app/backends/cpu_multi.py), the CI twin: `--backend cpu
 --gpus 3` runs the same driver, exchange and re-balancing on three shares of the host. The backend keeps
 the name of the backend it splits ("cuda", "cpu"), so the panel switches among that backend's kernels
@@ -43,14 +43,14 @@ from app.backends.base import (
     TunablesPerKernel,
     check_physics,
 )
-from app.bodies import Bodies
-from app.config import DRIVERS, EXCHANGES
-from app.errors import ConfigError, NonFiniteState, StateOutOfMemory
-from app.forces import Span
-from app.integrator import CHECK_EVERY
-from app.multidevice import MultiDeviceRun, resolve_device_count
-from app.physics import Physics
-from app.timing import device_entries
+from app.core.errors import ConfigError, NonFiniteState, StateOutOfMemory
+from app.engine.forces import Span
+from app.engine.integrator import CHECK_EVERY
+from app.engine.timing import device_entries
+from app.model.bodies import Bodies
+from app.model.config import DRIVERS, EXCHANGES
+from app.model.physics import Physics
+from app.parallel.multidevice import MultiDeviceRun, resolve_device_count
 
 log = logging.getLogger(__name__)
 REBALANCE_SPREAD = 1.10  # slowest / fastest device force time above which the shares are re-balanced
@@ -159,7 +159,8 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
                 self.detach_gl_buffers()
 
     def _factory(self):
-        """The run's device factory (app/multidevice.py DeviceFactory): devices 0..k-1 of the kind."""
+        """The run's device factory (app/parallel/multidevice.py DeviceFactory): devices 0..k-1 of the
+        kind."""
         return self.kind.factory(self.k)
 
     def _reload(self, physics: Physics, kernel: str) -> None:
@@ -206,8 +207,8 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
 
     # --- stepping --------------------------------------------------------------------------------
     def step(self, steps: int = 1) -> StepTimings:
-        """Queue `steps` steps on the devices; no host wait on a device (see app/multidevice.py). Times
-        are each device's own clock; while drawing (VBOs attached) those of the newest earlier step()
+        """Queue `steps` steps on the devices; no host wait on a device (see app/parallel/multidevice.py).
+        Times are each device's own clock; while drawing (VBOs attached) those of the newest earlier step()
         call the devices have finished, as on one GPU, else this call's (one wait at its end)."""
         if steps < 0:
             raise ValueError(f"steps must be >= 0, not {steps}")
@@ -315,7 +316,8 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
 
     @property
     def split_name(self) -> str:
-        """How the running kernel's forces are split over the devices (app/decomposition.py), once loaded."""
+        """How the running kernel's forces are split over the devices (app/parallel/decomposition.py), once
+        loaded."""
         return self._run.decomposition.name if self._run is not None else "?"
 
     @property

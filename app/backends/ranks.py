@@ -5,9 +5,9 @@
     rank 0:  viewer.run()  -> backend.step(k) / backend.idle() once a frame, backend.close() at the end
     others:  backend.follow()                      -> the same steps, until rank 0 closes
 
-Once a frame, before the step, rank 0 broadcasts one small `Control` (app/rank_control.py): the kernel,
-its tunables, the physics, how many steps (0 while paused), whether new bodies follow (a load: reset, N,
-a preset) and whether rank 0 wants a new view. Every rank, rank 0 included, applies the same Control at
+Once a frame, before the step, rank 0 broadcasts one small `Control` (app/backends/rank_control.py): the
+kernel, its tunables, the physics, how many steps (0 while paused), whether new bodies follow (a load: reset,
+N, a preset) and whether rank 0 wants a new view. Every rank, rank 0 included, applies the same Control at
 the same point through the same code (`_apply`), so every rank's state stays the same: a changed kernel or
 physics reloads the rank's device from the gathered state, changed tunables go to its evaluator. What
 rank 0's panel sets (`set_kernel`, `set_tunables`, `set_physics`, `load`) is what it asks for, shown at
@@ -29,7 +29,7 @@ rank, as one process does.
 
 After each step every rank's force and exchange time go to every rank (one small allgather): the
 StepTimings' force_ms is the slowest rank's (the job's), interactions the sum, and
-`extra` holds each rank's split (app.timing.rank_entries) for the panel and `bench`.
+`extra` holds each rank's split (app.engine.timing.rank_entries) for the panel and `bench`.
 
 Anything that would need the ranks outside this protocol (accelerations(), a device diagnostics, the
 force-error probe) is not offered: rank 0 would wait in a collective the others never enter.
@@ -46,12 +46,12 @@ from contextlib import suppress
 import numpy as np
 
 from app.backends.base import Backend, TunablesPerKernel, check_physics
-from app.bodies import Bodies
-from app.distributed import RankRun, device_maker
-from app.errors import BackendUnavailable, NonFiniteState
-from app.physics import Physics
-from app.rank_control import Channel, Control
-from app.timing import StepTimings, imbalance, rank_entries
+from app.backends.distributed import RankRun, device_maker
+from app.backends.rank_control import Channel, Control
+from app.core.errors import BackendUnavailable, NonFiniteState
+from app.engine.timing import StepTimings, imbalance, rank_entries
+from app.model.bodies import Bodies
+from app.model.physics import Physics
 
 SPLIT_FRAMES = 256  # per-rank splits rank 0 keeps for its summary
 
@@ -266,7 +266,7 @@ class RanksBackend(TunablesPerKernel, Backend):
 
     def accelerations(self) -> np.ndarray:
         raise NotImplementedError("the accelerations of MPI ranks are gathered collectively "
-                                  "(app.distributed.RankRun.accelerations), not by rank 0 alone")
+                                  "(app.backends.distributed.RankRun.accelerations), not by rank 0 alone")
 
     # --- rank 0's VBOs through its GPU's CUDA-GL interop (GPU ranks) -------------------------------------
     def attach_gl_buffers(self, position_vbo: int, speed_vbo: int) -> bool:
@@ -310,7 +310,7 @@ class RanksBackend(TunablesPerKernel, Backend):
 
     def quit_all(self) -> None:
         """Rank 0, at the viewer's normal end: every rank's `follow` returns. (Not on an error: then
-        app.distributed.fail_together ends the job.)"""
+        app.backends.distributed.fail_together ends the job.)"""
         if not self.quit_seen:
             self._frame(self.channel.exchange(Control(quit=True) if self.lead else None))
 

@@ -1,5 +1,5 @@
 """A replay "backend": it computes no forces; it feeds the viewer the positions of a snapshot series
-(app.series), linearly interpolated in time, so that the Viewer, the recorder and the panel work on a
+(app.model.series), linearly interpolated in time, so that the Viewer, the recorder and the panel work on a
 replay exactly as on a simulation. Not in the backend registry (`--backend` never picks it): `run DIR`
 and `record DIR` construct it.
 
@@ -22,9 +22,9 @@ from collections.abc import Callable
 import numpy as np
 
 from app.backends.base import Backend, KernelRecord, StepTimings
-from app.bodies import Bodies
-from app.errors import ConfigError
-from app.physics import Physics
+from app.core.errors import ConfigError
+from app.model.bodies import Bodies
+from app.model.physics import Physics
 
 MAX_FRAME_S = 0.1  # wall time one frame may advance the replay by at most
 PLAY_S = 10.0  # the default rate plays the whole series in this many seconds ...

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.backend_table import backend_choices
-from app.bench import DEFAULT_ERROR_SAMPLE, DEFAULT_SCENE
 from app.commands.common import add_gpu_options, non_negative_int, positive_float, positive_int
-from app.ics import GENERATORS
+from app.core.backend_table import backend_choices
+from app.model.ics import GENERATORS
+from app.tools.bench import DEFAULT_ERROR_SAMPLE, DEFAULT_SCENE
 
 HELP = ("time force kernels (median of CUDA events / perf_counter) over N, scenes and tunable sweeps, "
         "with the force error of approximate kernels; write JSON and a PNG plot")
@@ -51,13 +51,13 @@ the JSON.
 
 With --gpus 1,2 (or 1,all) every kernel and N is timed through the multi-device driver on each device
 count in turn (app/backends/multi.py, docs/multi-gpu.md), each kernel split as its record says
-(app/decomposition.py: targets, pairs for atomics-n3l and `best`'s pick of it, domains for the trees):
-rows are labelled "kernel ×K", each with its devices' median force times and the median exchange per
+(app/parallel/decomposition.py: targets, pairs for atomics-n3l and `best`'s pick of it, domains for the
+trees): rows are labelled "kernel ×K", each with its devices' median force times and the median exchange per
 step; interactions count only the work that was needed (each pair or tree interaction once, whichever
 device did it). Scaling rows give per kernel, scene, N and setting the speed-up of each count against the
 fewest (force + exchange per step) and the efficiency, speed-up × K_base / K; the table printed (and the
 JSON's scaling_at_budget) keeps a tree's fastest θ within its budget on the fewest devices, and --plot then
-draws step time and speed-up against N (app/scaling_plot.py). With --backend cpu the devices are CPU
+draws step time and speed-up against N (app/tools/scaling_plot.py). With --backend cpu the devices are CPU
 "devices" (shares of the host: a test of the path, not of scaling).
 
 examples:
@@ -93,7 +93,7 @@ def _ns(text: str) -> list[int]:
 def _device_classes(cls, args) -> dict:
     """--gpus 1,2: {K: the backend class over K devices} in the order given, each K once."""
     from app.commands.common import several_devices
-    from app.config import parse_device_count
+    from app.model.config import parse_device_count
 
     classes = {}
     for text in args.gpus.split(","):
@@ -149,7 +149,7 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from app import distributed
+    from app.backends import distributed
 
     return distributed.as_job(_bench, args)
 
@@ -157,11 +157,11 @@ def main(args) -> int:
 def _bench(args, comm) -> int:
     """The benchmark; under MPI (`comm`) every rank times its share of every step together and rank 0
     prints and writes the result."""
-    from app import bench
     from app.backends import find_kernel, select_backend
     from app.commands.common import parse_tunable_lists
-    from app.errors import ConfigError
-    from app.outputs import check_outputs
+    from app.core.errors import ConfigError
+    from app.core.outputs import check_outputs
+    from app.tools import bench
 
     tunables = parse_tunable_lists(args.tunables)
     lead = comm is None or comm.rank == 0
@@ -197,9 +197,9 @@ def _bench(args, comm) -> int:
         print(f"wrote {args.json}")
     if args.plot:
         if len(result.get("gpu_counts") or []) > 1:  # what a second device buys
-            from app.scaling_plot import plot_scaling as plot
+            from app.tools.scaling_plot import plot_scaling as plot
         else:
-            from app.bench_plot import plot
+            from app.tools.bench_plot import plot
 
         plot(result, args.plot)
         print(f"wrote {args.plot}")

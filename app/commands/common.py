@@ -7,8 +7,8 @@ import logging
 import math
 from pathlib import Path
 
-from app.config import BACKEND_CHOICES, FORMAT_CHOICES, parse_assignment, scalar_value
-from app.errors import ConfigError
+from app.core.errors import ConfigError
+from app.model.config import BACKEND_CHOICES, FORMAT_CHOICES, parse_assignment, scalar_value
 
 log = logging.getLogger("nbody-live")
 
@@ -110,7 +110,7 @@ GPUS_HELP = ("split the forces over N GPUs (or all) through the multi-device dri
 
 def add_gpu_options(p: argparse.ArgumentParser, gpus_help: str = GPUS_HELP) -> None:
     """--gpus, --gpu-driver, --exchange (run, simulate, record; bench takes a list for --gpus)."""
-    from app.config import DRIVERS, EXCHANGES
+    from app.model.config import DRIVERS, EXCHANGES
 
     g = p.add_argument_group("several GPUs (scene keys run.gpus, run.gpu_driver, run.exchange)")
     g.add_argument("--gpus", type=str, metavar="N|all", help=gpus_help)
@@ -272,7 +272,7 @@ def make_rank_run(comm, scene, bodies=None):
         raise ConfigError(f"--gpus {scene.run.gpus}: under mpiexec each rank takes one GPU (of its local "
                           "rank); leave --gpus out, or run one process with --gpus")
     from app.backends import select_backend
-    from app.distributed import RankRun, device_maker
+    from app.backends.distributed import RankRun, device_maker
     from app.scene import make_bodies
 
     kernel = scene.run.kernel if scene.run.kernel not in ("auto", None) else None
@@ -404,7 +404,7 @@ def report_viewer_outputs(args: argparse.Namespace, viewer, frame_log, recorder,
                           recordings: bool = True) -> None:
     """After `run`'s loop: the live recordings (when `recordings`), then its files; a file that could not
     be written is a RuntimeFault (exit 1), never "wrote"."""
-    from app.errors import RuntimeFault
+    from app.core.errors import RuntimeFault
 
     if recordings:  # closing the viewer finalised a recording still running
         from app.render.live_recording import recording_line

@@ -6,7 +6,7 @@ import argparse
 import platform
 import sys
 
-from app.decomposition import of as decomposition_of
+from app.parallel.decomposition import of as decomposition_of
 
 HELP = "show Python, backends (available / why not), kernels, GL renderer, CUDA device, presets"
 DESCRIPTION = """\
@@ -25,7 +25,8 @@ examples:
 
 
 def _split(rec) -> str:
-    """How several devices split a record (app/decomposition.py); `best` splits as the record it picks."""
+    """How several devices split a record (app/parallel/decomposition.py); `best` splits as the record it
+    picks."""
     if getattr(rec.policy, "resolves", False):
         return "as the record it picks for N"
     split = decomposition_of(rec)
@@ -119,7 +120,7 @@ def print_kernels() -> None:
 
 
 def print_keys() -> None:
-    from app.config import SCHEMA
+    from app.model.config import SCHEMA
 
     for section, fields in SCHEMA.items():
         print(f"[{section}]")
@@ -131,7 +132,7 @@ def print_keys() -> None:
 
 
 def print_generators() -> None:
-    from app import ics
+    from app.model import ics
 
     for name, gen in ics.GENERATORS.items():
         print(f"{name:<10} {gen.doc}")
@@ -182,7 +183,7 @@ def main(args) -> int:
         except Exception as e:  # noqa: BLE001 - info reports whatever breaks, it never crashes on it
             print(f"GL: no context ({type(e).__name__}: {e})")
     print("kernels: " + ", ".join(r.name for cls in backend_classes().values() for r in cls.kernels()))
-    from app.distributed import summary
+    from app.backends.distributed import summary
 
     print(f"MPI: {summary()}")
     return 0

@@ -21,9 +21,9 @@ from app.commands.common import (
 )
 from app.commands.replay import RECORD_HELP as REPLAY_HELP
 from app.commands.replay import open_replay, record_backend, record_line, replay_scene
-from app.errors import ConfigError
-from app.outputs import check_output
-from app.series import is_series_arg
+from app.core.errors import ConfigError
+from app.core.outputs import check_output
+from app.model.series import is_series_arg
 
 log = logging.getLogger("nbody-live")
 

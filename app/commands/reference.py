@@ -1,6 +1,6 @@
 """The float64 reference accelerations of chosen target bodies against all N, on the fastest engine
 this machine has: a backend's record in the role "reference" (the GPU's `fp64`, else numba's `cpu-fp64`:
-`Backend.reference_rows`), else numpy (app.physics).
+`Backend.reference_rows`), else numpy (app.model.physics).
 
 Both kernels take contiguous spans, so the targets are gathered in front of the sources: the array
 [pos[rows]; pos] is evaluated for targets [0, K) against sources [K, K + N). A target meets its own
@@ -14,9 +14,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.errors import ConfigError
-from app.forces import with_role
-from app.physics import Physics, accelerations
+from app.core.errors import ConfigError
+from app.engine.forces import with_role
+from app.model.physics import Physics, accelerations
 
 
 def reference_engine(judged: str | None = None) -> str:

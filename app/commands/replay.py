@@ -1,5 +1,5 @@
 """The replay side of `run` and `record`: SCENE names a snapshot series (a folder or a glob), whose
-positions a ReplayBackend feeds the viewer (app.series, app.backends.replay). No forces are computed."""
+positions a ReplayBackend feeds the viewer (app.model.series, app.backends.replay). No forces are computed."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 import logging
 
 from app.commands.common import SHORTCUTS
-from app.errors import ConfigError
+from app.core.errors import ConfigError
 
 log = logging.getLogger("nbody-live")
 
@@ -47,7 +47,7 @@ def check_replay_args(args: argparse.Namespace) -> None:
             flag = "--" + attr.replace("_", "-")
             raise ConfigError(f"{flag} does not apply to a replay of {args.scene}: its bodies and times come "
                               "from the snapshots (run `nbody-live simulate` again to change them)")
-    from app.config import parse_assignment
+    from app.model.config import parse_assignment
 
     for text in getattr(args, "assignments", []):
         key, _ = parse_assignment(text)
@@ -59,7 +59,7 @@ def check_replay_args(args: argparse.Namespace) -> None:
 def open_replay(args: argparse.Namespace):
     """The checked Series of SCENE (InputFileError naming a bad file), with a progress bar on a terminal."""
     from app.commands.common import progress_bar
-    from app.series import open_series, series_paths
+    from app.model.series import open_series, series_paths
 
     check_replay_args(args)
     total = len(series_paths(args.scene)[0])
@@ -71,7 +71,7 @@ def open_replay(args: argparse.Namespace):
 
 def replay_scene(args: argparse.Namespace, series):
     """The default scene named after the series, with the --set render / camera keys."""
-    from app.config import parse_assignment
+    from app.model.config import parse_assignment
     from app.scene import load_scene
 
     overrides = dict(parse_assignment(text) for text in getattr(args, "assignments", []))
@@ -102,9 +102,9 @@ def run_replay(args: argparse.Namespace, scene, series, size, headless: bool) ->
     replay panel (app.ui.replay)."""
     from app.backends.replay import ReplayBackend
     from app.commands.common import report_viewer_outputs
+    from app.engine.timing import FrameLog
     from app.render.canvas import open_viewer
     from app.render.recorder import InterruptGuard, exit_status
-    from app.timing import FrameLog
     from app.ui.replay import ReplayPanel
 
     backend = ReplayBackend(series)

@@ -17,9 +17,9 @@ from app.commands.common import (
     report_viewer_outputs,
     scene_from_args,
 )
-from app.errors import ConfigError
-from app.outputs import check_outputs
-from app.series import is_series_arg
+from app.core.errors import ConfigError
+from app.core.outputs import check_outputs
+from app.model.series import is_series_arg
 
 log = logging.getLogger("nbody-live")
 DEMO_FRAMES = 150  # the no-display demo's length
@@ -131,7 +131,7 @@ def add_parser(sub) -> None:
 
 
 def main(args) -> int:
-    from app import distributed
+    from app.backends import distributed
 
     return distributed.as_job(_run, args)
 
@@ -180,8 +180,8 @@ def _run(args, comm) -> int:
     configure(headless=headless)
     if series is not None:
         return replay.run_replay(args, scene, series, size, headless)
+    from app.engine.timing import FrameLog
     from app.render.canvas import open_viewer
-    from app.timing import FrameLog
 
     backend = make_backend(scene, comm=comm)
     if comm is not None:

@@ -130,8 +130,8 @@ def _measure(backend, args, stop=None):
         return backend.diagnostics
     from functools import partial
 
-    from app import physics
-    from app.energy import EnergyInterrupted, potential_energy
+    from app.engine.energy import EnergyInterrupted, potential_energy
+    from app.model import physics
 
     def on_host():
         """None when a signal stopped it (it may come during the step before: the energy is then not
@@ -151,7 +151,7 @@ def _measure(backend, args, stop=None):
 
 
 def main(args) -> int:
-    from app import distributed
+    from app.backends import distributed
 
     return distributed.as_job(_simulate, args)  # under mpiexec: an error on any rank ends every rank
 
@@ -159,11 +159,12 @@ def main(args) -> int:
 def _simulate(args, comm) -> int:
     """The run; under MPI (`comm`) every rank steps its share and rank 0 alone checks and writes the
     outputs. Collective calls (a step, reading the state) happen on every rank at the same points."""
-    from app import distributed, formats
+    from app.backends import distributed
     from app.backends.multi import devices_line
-    from app.errors import ConfigError
-    from app.outputs import StreamedFile, check_output
-    from app.series import SeriesWriter
+    from app.core.errors import ConfigError
+    from app.core.outputs import StreamedFile, check_output
+    from app.model import formats
+    from app.model.series import SeriesWriter
 
     writer = comm is None or comm.rank == 0
     if (args.snapshot_every is None) != (args.out_dir is None):

@@ -76,8 +76,8 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     from app.backends import select_backend
-    from app.errors import ConfigError
-    from app.outputs import atomic_write, check_outputs
+    from app.core.errors import ConfigError
+    from app.core.outputs import atomic_write, check_outputs
 
     if args.update_heuristic:
         return _update_heuristic(args.update_heuristic)
@@ -85,7 +85,7 @@ def main(args) -> int:
         check_outputs((args.json, "tune results"))  # before the minutes of tuning
     cls = select_backend("cuda")
     from app.backends.cuda import tune, tuning_cache
-    from app.forces import format_tunables
+    from app.engine.forces import format_tunables
 
     if args.show:
         from app.backends.cuda.context import device_facts
@@ -125,7 +125,7 @@ def _on_gpus(cls, gpus: str):
 
 def _update_heuristic(tune_json: Path) -> int:
     from app.backends.cuda import heuristic, registry
-    from app.forces import format_tunables
+    from app.engine.forces import format_tunables
 
     table = heuristic.update_from_tune(tune_json, registry.RECORDS)
     family = next(f for f in table["families"] if f["from"] == heuristic.shown(tune_json))

@@ -59,7 +59,7 @@ def add_parser(sub) -> None:
 def _records(scene, want_all: bool):
     """The kernel records to validate, every backend checked before any work."""
     from app.backends import all_kernel_records, backend_class, select_backend
-    from app.errors import BackendUnavailable
+    from app.core.errors import BackendUnavailable
 
     if want_all:
         return [r for r in all_kernel_records()
@@ -78,7 +78,7 @@ def _records(scene, want_all: bool):
 
 def _sample(n: int, requested: int | None, seed: int) -> np.ndarray | None:
     """Sorted target rows of the reference, or None for all of them."""
-    from app.errors import ConfigError
+    from app.core.errors import ConfigError
 
     if requested is not None and requested < 0:
         raise ConfigError(f"--sample: {requested} must be >= 0 (0 = every body)")
@@ -103,9 +103,9 @@ def _inputs(bodies) -> dict[str, tuple[np.ndarray, np.ndarray]]:
 def main(args) -> int:
     from app.backends import backend_class
     from app.commands.reference import reference_accelerations, reference_engine
-    from app.errors import ConfigError
-    from app.forces import ErrorBudget, format_tunables
-    from app.physics import error_summary, relative_errors
+    from app.core.errors import ConfigError
+    from app.engine.forces import ErrorBudget, format_tunables
+    from app.model.physics import error_summary, relative_errors
     from app.scene import make_bodies
 
     if args.tol is not None and not args.tol > 0:

@@ -9,7 +9,7 @@ Never wall time: the same scene, path and frame number always give the same view
              fov (degrees); target and fov may be left out (the scene camera's are used)
     FILE     a TOML file holding the same [[keys]] tables (`--camera path/to/flight.toml`)
 
-The keyframes themselves (`Keyframe`, `parse_keys`, `load_keys_file`) are settings: app.config reads
+The keyframes themselves (`Keyframe`, `parse_keys`, `load_keys_file`) are settings: app.model.config reads
 and checks them like every other scene key.
 
 Keyframed positions and targets follow a cubic Hermite spline through every key: the tangent at an
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.config import load_keys_file, parse_keys
-from app.errors import ConfigError
+from app.core.errors import ConfigError
+from app.model.config import load_keys_file, parse_keys
 
 BUILTIN_PATHS = ("static", "orbit", "keys")
 

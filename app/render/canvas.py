@@ -5,7 +5,7 @@
     img = viewer.render_to_array()           # (H, W, 3) uint8 from the viewer's own framebuffer
 
 Per frame: `advance()` (backend.step + buffer sync), then `on_draw` (particles, then every callable in
-`viewer.overlays`, e.g. the ImGui panel). Timings land in `viewer.stats` (an app.timing.FrameStats).
+`viewer.overlays`, e.g. the ImGui panel). Timings land in `viewer.stats` (an app.engine.timing.FrameStats).
 
 Keys (`viewer.key_actions`, name -> callable; the panel's controller adds and replaces entries):
 Space pause/resume, F fit the bodies, C reset the camera to the scene's, [ and ] previous/next kernel,
@@ -16,7 +16,7 @@ Callables in `viewer.capture_mouse` / `viewer.capture_keyboard` returning True (
 want_capture_mouse / want_capture_keyboard) block the camera / the key actions. Callables in
 `viewer.view_covers` return the rectangle an overlay covers (logical pixels, or None while hidden): frames
 drawn with the overlays centre the scene in the part left free, and F fits into it (app.render.view_area).
-The bodies' components (`backend.components`, app.components) go to the renderer when the buffers are
+The bodies' components (`backend.components`, app.model.components) go to the renderer when the buffers are
 filled; F and C fit the bodies that are drawn (hidden components left out). An overlay that wants
 the input connects to `viewer.events` (mouse_press, mouse_move, key_press, ...) like any vispy handler.
 """
@@ -32,11 +32,11 @@ import numpy as np
 from vispy import app, gloo
 from vispy.util import keys
 
-from app.errors import NonFiniteState, RuntimeFault
+from app.core.errors import NonFiniteState, RuntimeFault
+from app.engine.timing import DrawTimer, FrameStats
 from app.render import gl_setup, view_area
 from app.render.camera import OrbitCamera, gl_matrix
 from app.render.particles import ParticleRenderer
-from app.timing import DrawTimer, FrameStats
 
 log = logging.getLogger(__name__)
 

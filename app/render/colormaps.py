@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.errors import ConfigError
+from app.core.errors import ConfigError
 
 SIZE = 256
 

@@ -279,10 +279,10 @@ class PngSequenceWriter(_Worker):
 
 
 def write_png(img: np.ndarray, path: Path, compress_level: int = 3, what: str = "frame") -> Path:
-    """An RGB PNG written atomically (app.outputs): complete under `path`, or not there at all."""
+    """An RGB PNG written atomically (app.core.outputs): complete under `path`, or not there at all."""
     from PIL import Image
 
-    from app.outputs import atomic_write
+    from app.core.outputs import atomic_write
 
     with atomic_write(path, "wb", what) as f:
         Image.fromarray(np.ascontiguousarray(img[..., :3])).save(f, format="PNG",

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.errors import RuntimeFault
+from app.core.errors import RuntimeFault
 from app.render.encoder import FrameInfo
 from app.render.recorder import Recorder, RecordResult, even_size
 

@@ -11,7 +11,7 @@ the rounding of the 8-bit target between blends.
 Two vertex buffers per frame: positions float4 [x, y, z, m] (the backends' layout) and speeds float.
 A CUDA backend may write both itself (`gl_names()` gives their GL names, for `attach_gl_buffers`); the
 host path uploads `host_render_arrays()` with `upload()`. A third, static buffer holds each body's
-component (app.components), uploaded once by `set_components`; the per-component colour and gain
+component (app.model.components), uploaded once by `set_components`; the per-component colour and gain
 (brightness, 0 when hidden) are two uniform tables, so showing, hiding or recolouring a component is a
 uniform change, never a buffer upload, and gravity never sees it.
 
@@ -32,8 +32,8 @@ import logging
 import numpy as np
 from vispy import gloo
 
-from app import components as comps
-from app.errors import ConfigError
+from app.core.errors import ConfigError
+from app.model import components as comps
 from app.render.colormaps import colormap_texture_data
 from app.render.shaders import build_program
 from app.scene import RenderSettings

@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.errors import RuntimeFault
+from app.core.errors import RuntimeFault
 
 
 class PboCapture:

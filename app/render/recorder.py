@@ -46,8 +46,8 @@ from pathlib import Path
 
 import numpy as np
 
-from app.errors import ConfigError, RuntimeFault
-from app.outputs import check_output, discard, partial_file
+from app.core.errors import ConfigError, RuntimeFault
+from app.core.outputs import check_output, discard, partial_file
 from app.render.encoder import FrameInfo, PngSequenceWriter, VideoEncoder, write_png
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.errors import RuntimeFault
-from app.paths import SHADERS
+from app.core.errors import RuntimeFault
+from app.core.paths import SHADERS
 
 
 class ShaderError(RuntimeFault):

@@ -9,7 +9,7 @@ and the replay panel share: the overlay, Tab, the area they cover, Escape, widge
 actions: kernels, tunables, parameters, N, reset, benchmark, recording; no ImGui), `panel` (the widgets),
 `components_panel` (the component list both panels show), `replay` (the replay's panel and controller),
 `benchmark` (the "Benchmark all kernels" runs), `energy` (drift monitor). Live recording itself is
-app.render.live_recording; the timing rings the plots read are app.timing's.
+app.render.live_recording; the timing rings the plots read are app.engine.timing's.
 """
 
 from app.ui.controller import Controller

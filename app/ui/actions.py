@@ -44,7 +44,7 @@ class Actions:
     def current_value(self, key: str):
         section, name = key.split(".", 1)
         if section == "render" and name.startswith("components."):
-            from app.components import style_value
+            from app.model.components import style_value
 
             return style_value(self.scene.render.components, self.viewer.renderer.components, key)
         return getattr(getattr(self.scene, section), name)
@@ -53,7 +53,7 @@ class Actions:
         """Validate `key = value` exactly as a scene file / `--set` would, then apply it live.
 
         A rejected value changes nothing (the previous value stays in effect)."""
-        from app.errors import ConfigError
+        from app.core.errors import ConfigError
         from app.scene import set_value
 
         trial = copy.deepcopy(self.scene)
@@ -72,7 +72,7 @@ class Actions:
     def apply_value(self, key: str, trial) -> str | None:
         """Make `trial`'s (validated) value of `key` take effect; raises when it cannot change now.
         Returns the line to report instead of `key = value`, or None."""
-        from app.errors import ConfigError
+        from app.core.errors import ConfigError
 
         section = key.split(".", 1)[0]
         if section == "render":

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field
 
 from app.backends import backend_class
-from app.bodies import Bodies
-from app.forces import KernelRecord
-from app.physics import Physics
-from app.timing import StepTimings
+from app.engine.forces import KernelRecord
+from app.engine.timing import StepTimings
+from app.model.bodies import Bodies
+from app.model.physics import Physics
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The panels' component list (app.components), in the live panel's View tab and in the replay panel:
+"""The panels' component list (app.model.components), in the live panel's View tab and in the replay panel:
 per component a colour swatch (click: a colour picker), a show/hide checkbox with its name and a
 brightness slider, then its body count. Every change goes through the panel controller's
 `set_value("render.components.NAME.FIELD", value)` (app.ui.actions), the `--set` path, so the scene

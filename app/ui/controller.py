@@ -13,7 +13,7 @@ Every action returns None on success or a one-line message saying why nothing ch
 `ctl.message`). `on_frame()` runs once per drawn frame (the panel's overlay calls it, shown or hidden):
 it ingests the newest FrameLog record into the history rings and the per-kernel logs (and the step's
 force split per stage, `live_stages()`), marks kernel and N switches, ticks the energy monitor and the
-force-error probe (`force_error`: an approximate record's live error, app/force_error.py) and runs one
+force-error probe (`force_error`: an approximate record's live error, app/engine/force_error.py) and runs one
 kernel of a pending benchmark.
 
 Live recording (`start_recording` / `stop_recording` / `toggle_recording`, key V) is
@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 
 from app.backends import all_kernel_records, backend_class
-from app.errors import ConfigError
-from app.force_error import ForceErrorProbe
-from app.forces import STAGES
+from app.core.errors import ConfigError
+from app.engine.force_error import ForceErrorProbe
+from app.engine.forces import STAGES
+from app.engine.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord, History, StepTimings
 from app.render.live_recording import ViewRecorder
-from app.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord, History, StepTimings
 from app.ui.actions import Actions
 from app.ui.benchmark import Benchmark, BenchResult
 from app.ui.energy import EnergyMonitor
@@ -76,7 +76,8 @@ class Controller(Actions):
         self._stale: set[tuple[str, int]] = set()
         self._medians_t = 0.0
         self.energy = EnergyMonitor(every=energy_every)
-        self.force_error = ForceErrorProbe()  # an approximate record's live force error (app/force_error.py)
+        # an approximate record's live force error (app/engine/force_error.py)
+        self.force_error = ForceErrorProbe()
         self._stages: deque[dict[str, float]] = deque(maxlen=LIVE_WINDOW)  # force split of the last frames
         self._active: deque[float] = deque(maxlen=LIVE_WINDOW)  # block steps: active fraction per frame
         # several devices (--gpus): each device's force ms and the exchange ms of the last frames
@@ -197,7 +198,7 @@ class Controller(Actions):
         i = names.index(cur) if cur in names else (-1 if step > 0 else 0)
         return self.switch_kernel(names[(i + step) % len(names)])
 
-    # --- tunables of the current kernel (app.forces: IntChoice, FloatRange, Choice) ------------------
+    # --- tunables of the current kernel (app.engine.forces: IntChoice, FloatRange, Choice) ------------------
     def set_tunable(self, name: str, value) -> str | None:
         """`name = value` for the current kernel from the next step on, validated by its record; a bad
         value (not in the set, out of the range) is the ConfigError's text and the old value stays."""
@@ -285,8 +286,8 @@ class Controller(Actions):
     def save_snapshot(self) -> str | None:
         """Write the current state (float64, original body order, the time, the components) to
         <recording folder>/snapshot-<time>.npz atomically; loads back bitwise with `formats.read`."""
-        from app import formats
-        from app.outputs import check_output
+        from app.core.outputs import check_output
+        from app.model import formats
 
         stamp = time.strftime("%Y%m%d-%H%M%S")
         folder = self.view_recorder.directory

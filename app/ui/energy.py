@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.energy import potential_energy as fast_potential
-from app.physics import (
+from app.engine.energy import potential_energy as fast_potential
+from app.model.physics import (
     Diagnostics,
     Physics,
     angular_momentum,
@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 HOST_MAX_N = 65_536  # above this the host O(N²) potential takes seconds: energy needs the device reduction
 
 def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, parallel: bool = False) -> float:
-    """The host potential of app/energy.py, with coincident pairs skipped as the forces skip them."""
+    """The host potential of app/engine/energy.py, with coincident pairs skipped as the forces skip them."""
     return fast_potential(pos, mass, physics, parallel, coincident_inf=False)
 
 

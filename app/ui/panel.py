@@ -5,10 +5,10 @@
 
 Everything it changes goes through `panel.controller` (app.ui.controller.Controller); the panel only
 draws widgets and turns their results into controller calls. Typed parameters go through the same
-validation as scene files and `--set` (app.scene.set_value -> app.config.coerce): a rejected value is
+validation as scene files and `--set` (app.scene.set_value -> app.model.config.coerce): a rejected value is
 kept in its field, which is drawn red with the reason as tooltip, and the previous value stays in effect.
 
-Under the kernel combo, every tunable of the current kernel's record (app.forces): an IntChoice or a
+Under the kernel combo, every tunable of the current kernel's record (app.engine.forces): an IntChoice or a
 Choice is a combo, a FloatRange a slider (logarithmic when its spec says so; Ctrl+click types a value,
 which is not clamped, so that a value outside the range is refused and drawn red like a field); a change
 goes through `Controller.set_tunable`, which the record validates, and the next step uses it.
@@ -16,7 +16,7 @@ goes through `Controller.set_tunable`, which the record validates, and the next 
 The live numbers add, when the kernel reports them, the force time per stage (`Controller.live_stages`:
 a tree's keys, sort, build, moments, walk), with several devices (--gpus) one force-time bar per device
 and the exchange time (`Controller.live_devices`) and, for an approximate record, the live force error
-(`Controller.force_error`, app/force_error.py: median, p99, interactions per body).
+(`Controller.force_error`, app/engine/force_error.py: median, p99, interactions per body).
 
 The top area has the Record / Stop button (V; app.render.live_recording) and, while recording,
 a red dot, the elapsed time, the frames drawn and dropped; after it the path of the last file, or in red
@@ -45,9 +45,9 @@ from pathlib import Path
 import numpy as np
 
 from app.backends.base import INTEROP_PATH
-from app.forces import FloatRange, IntChoice, unread_reason
-from app.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
-from app.timing import FLOPS_PER_INTERACTION
+from app.engine.forces import FloatRange, IntChoice, unread_reason
+from app.engine.timing import FLOPS_PER_INTERACTION
+from app.model.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
 from app.ui.components_panel import components_section
 from app.ui.controller import HISTORY_S, LIVE_WINDOW, MEDIAN_EVERY_S, Controller
 from app.ui.overlay_panel import OverlayPanel
@@ -205,7 +205,7 @@ class Panel(OverlayPanel):
 
     def _field(self, label: str, key: str, disabled_reason: str | None = None, width: float = 150.0) -> None:
         """A typed parameter: committed on Enter or when focus leaves it; validated like the CLI."""
-        from app import config
+        from app.model import config
 
         imgui = self.imgui
         ctl = self.controller
@@ -577,7 +577,7 @@ class Panel(OverlayPanel):
                       "host memory: --exchange), ms per frame")
 
     def _force_error_row(self) -> None:
-        """An approximate kernel's live force error (app/force_error.py): median and 99th percentile of
+        """An approximate kernel's live force error (app/engine/force_error.py): median and 99th percentile of
         the relative error on a random sample, and the interactions per body."""
         probe = self.controller.force_error
         if probe.note:
@@ -801,7 +801,7 @@ class Panel(OverlayPanel):
                       "advances steps/frame ÷ this many max steps")
 
     def _view_section(self) -> None:
-        from app.config import COLOR_BY, COLORMAPS
+        from app.model.config import COLOR_BY, COLORMAPS
 
         imgui = self.imgui
         ctl = self.controller

@@ -7,8 +7,8 @@ Widgets are recorded in `panel.item_rects` as `ranks:table` and `ranks:gather_ev
 
 from __future__ import annotations
 
-from app.multidevice import split
-from app.timing import imbalance
+from app.engine.timing import imbalance
+from app.parallel.multidevice import split
 
 GATHER_EVERY_MAX = 120  # the slider's end (the setting takes any K >= 1)
 

@@ -2,8 +2,8 @@
 
 `run`, `simulate`, `bench` and the panel on one GPU drive the same MultiDeviceRun as `--gpus K` and
 the MPI ranks, over one CudaShareDevice (multi.py): one state class (state.py, GpuState), one stepper
-(app/integrator.py: the integrator, the non-finite check every `check_every` steps, the timings), one
-force split per record (app/decomposition.py; with one device, a domain split keeps the state in the
+(app/engine/integrator.py: the integrator, the non-finite check every `check_every` steps, the timings), one
+force split per record (app/parallel/decomposition.py; with one device, a domain split keeps the state in the
 tree's key order as Bonsai does, and `ids` name the bodies). What one GPU adds to the run:
 - every record, the fp64 one included (its double state is the device's, state.py);
 - a kernel switch and new force parameters in place, on the device's state (MultiDeviceRun.use_kernel);
@@ -43,10 +43,10 @@ from app.backends.cuda.multi import KIND, gpu_devices
 from app.backends.cuda.policies import ceil_div, force_arguments, suffix
 from app.backends.cuda.state_ops import INTEGRATE_SOURCE
 from app.backends.multi import MultiDeviceBackend
-from app.errors import BackendUnavailable, ConfigError
-from app.forces import ForceEvaluator, Span, target_chunks, with_role
-from app.physics import Diagnostics, Physics
-from app.timing import stage_entries
+from app.core.errors import BackendUnavailable, ConfigError
+from app.engine.forces import ForceEvaluator, Span, target_chunks, with_role
+from app.engine.timing import stage_entries
+from app.model.physics import Diagnostics, Physics
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""Block time steps on one GPU: `BlockOps` (app/blocksteps.py) over device arrays, the GPU tree's forces.
+"""Block time steps on one GPU: `BlockOps` (app/engine/blocksteps.py) over device arrays, the GPU tree's
+forces.
 
 The scheduler (`BlockSteps`) stays on the host: it owns the levels, picks the active rows of each substep
 and asks these ops to drift every body, evaluate the active rows and kick them. As the CPU twin's
@@ -20,10 +21,10 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from app.blocksteps import block_tunables
-from app.bodies import Bodies
-from app.forces import ForceWork, with_role
-from app.physics import Physics
+from app.engine.blocksteps import block_tunables
+from app.engine.forces import ForceWork, with_role
+from app.model.bodies import Bodies
+from app.model.physics import Physics
 
 
 class CudaBlockOps:

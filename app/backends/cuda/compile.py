@@ -25,9 +25,9 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from app import paths
 from app.backends.cuda.errors import KernelCompileError
-from app.paths import KERNELS
+from app.core import paths
+from app.core.paths import KERNELS
 
 NVCC_OPTIONS: tuple[str, ...] = ("-O3", "--use_fast_math", "-std=c++17", "-lineinfo")
 COMPILE_TIMEOUT_S = 600
@@ -233,9 +233,9 @@ def _read_cache(cdir: Path, stem: str, path: Path, arch: str, key: str) -> Compi
 
 
 def _write_cache(cdir: Path, stem: str, module: CompiledModule) -> None:
-    """Atomic (app.outputs): concurrent processes never read half a cubin."""
-    from app.errors import RuntimeFault
-    from app.outputs import atomic_write
+    """Atomic (app.core.outputs): concurrent processes never read half a cubin."""
+    from app.core.errors import RuntimeFault
+    from app.core.outputs import atomic_write
 
     try:
         cdir.mkdir(parents=True, exist_ok=True)

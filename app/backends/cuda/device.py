@@ -14,8 +14,8 @@ import os
 from app.backends.cuda.compile import CompiledModule, compile_file, resolve_source
 from app.backends.cuda.context import ContextScope, DeviceFacts, device_facts, driver
 from app.backends.cuda.errors import KernelCompileError
-from app.errors import RuntimeFault
-from app.timing import EventTimer
+from app.core.errors import RuntimeFault
+from app.engine.timing import EventTimer
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.backends.cuda.policies import ceil_div, force_arguments
-from app.physics import Diagnostics
+from app.model.physics import Diagnostics
 
 SOURCE = "diagnostics.cu"
 BLOCK = 256  # DIAG_BLOCK: the threads of every diagnostics block and the potential's tile length
@@ -38,7 +38,7 @@ MOMENT_BLOCKS_PER_SM = 4
 
 @dataclass(frozen=True)
 class DeviceDiagnostics(Diagnostics):
-    """`app.physics.Diagnostics` plus the scale angular-momentum drift is judged against."""
+    """`app.model.physics.Diagnostics` plus the scale angular-momentum drift is judged against."""
 
     angular_scale: float = math.nan  # Σ m |r| |v|
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.errors import NonFiniteState, RuntimeFault
+from app.core.errors import NonFiniteState, RuntimeFault
 
 __all__ = ["KernelCompileError", "NonFiniteState", "out_of_memory"]
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from app.errors import ConfigError
-from app.forces import ForceEvaluator, ForceWork, KernelRecord, Span, format_tunables
-from app.physics import Physics
+from app.core.errors import ConfigError
+from app.engine.forces import ForceEvaluator, ForceWork, KernelRecord, Span, format_tunables
+from app.model.physics import Physics
 
 from .policies import FORMS, force_arguments
 

@@ -1,5 +1,5 @@
-"""The live force error's two halves on a GPU (`Backend.force_error_sample`, app/force_error.py), for one
-GPU (backend.py) and for the GPUs of `--gpus` (multi.py) alike:
+"""The live force error's two halves on a GPU (`Backend.force_error_sample`, app/engine/force_error.py), for
+one GPU (backend.py) and for the GPUs of `--gpus` (multi.py) alike:
 
 - `gather_rows`: K rows of a float4 device buffer (the cached accelerations) copied to the host;
 - `exact_rows`: the all-pairs accelerations of K bodies due to all N, by the `shared` kernel (fp32 sums,
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.forces import ForceEvaluator, Span
+from app.engine.forces import ForceEvaluator, Span
 
 from .tree import cupy_module
 

@@ -18,8 +18,8 @@ import math
 from pathlib import Path
 
 from app.backends.cuda import tuning_cache
-from app.errors import ConfigError
-from app.paths import KERNELS, ROOT
+from app.core.errors import ConfigError
+from app.core.paths import KERNELS, ROOT
 
 SCHEMA = "nbody-live-best-heuristic/1"
 TABLE = KERNELS / "best_heuristic.json"
@@ -180,7 +180,7 @@ def updated_table(table: dict | None, tune: dict, records, source: str) -> dict:
 def update_from_tune(tune_path: Path, records, path: Path | None = None) -> dict:
     """Rewrite the table at `path` (default TABLE; atomically) with the family measured in `tune_path`;
     returns it."""
-    from app.outputs import atomic_write
+    from app.core.outputs import atomic_write
 
     path = Path(path or TABLE)
     tune_path = Path(tune_path)

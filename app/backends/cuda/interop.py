@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from app.backends.cuda.context import gl_module_or_reason
-from app.errors import RuntimeFault
+from app.core.errors import RuntimeFault
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ the other GPU's memory, read over NVLink with peer access). An exchange is then
 
 Two host waits and two barriers per exchange, and the bytes of the peer copies (DESIGN.md's peer copy of
 64 MB on NV18: 188 µs; the ranks' exchange measured 0.08–0.28 ms at 1M–8M, bench/results/*-mpi2.json).
-The same operations as every exchange (gather, reduce_scatter, gather_sorted: app/decomposition.py);
+The same operations as every exchange (gather, reduce_scatter, gather_sorted: app/parallel/decomposition.py);
 `gather_to_root` (a snapshot on rank 0, rare) goes through the host as before.
 
 Used by `RankRun` when every rank of the job is on this node (`CudaShareDevice.rank_exchange`); ranks on
@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import time
 
-from app.decomposition import agreed_ranges
-from app.forces import Span
+from app.engine.forces import Span
+from app.parallel.decomposition import agreed_ranges
 
 EXPORTED = ("pos", "acc", "sacc", "vel", "speed")  # the device buffers other ranks read
 

@@ -1,9 +1,10 @@
-"""GPUs as devices of the multi-device driver (app/multidevice.py): one CudaShareDevice per GPU, of every
-run on GPUs: the single-GPU backend's one (backend.py, the K = 1 run), each of `--gpus K`, each MPI rank's.
+"""GPUs as devices of the multi-device driver (app/parallel/multidevice.py): one CudaShareDevice per GPU, of
+every run on GPUs: the single-GPU backend's one (backend.py, the K = 1 run), each of `--gpus K`, each MPI
+rank's.
 
 Each GPU holds a full float4 copy of the positions and its share of the velocities, accelerations and
 speeds (all of them for a domain split, whose devices integrate every body); the force is split as the
-record says (app/decomposition.py): `force` evaluates the record over (share, all) with the GPU's
+record says (app/parallel/decomposition.py): `force` evaluates the record over (share, all) with the GPU's
 CudaEvaluator, `force_pairs` runs its slice of atomics-n3l's task grid into partial accelerations of every
 body, `force_domain` builds the whole tree and walks its key range into `sacc` (key order), and
 `take_key_order` moves the whole state into that order once the key ranges were gathered (`ids`: the body
@@ -12,7 +13,7 @@ updates are kernels/integrate.cu on the rows it integrates (the host offsets the
 queued asynchronously on the legacy stream of the GPU's primary context and timed by the GPU's event clock
 (`CudaDevice.timer`), read without a wait while the viewer draws. Nothing waits on a GPU per step: the
 order between GPUs is events (`mark`) and cuStreamWaitEvent on the legacy stream (`wait_for`,
-context.legacy_stream_wait), queued where one GPU reads what another wrote (app/multidevice.py,
+context.legacy_stream_wait), queued where one GPU reads what another wrote (app/parallel/multidevice.py,
 `queue_after`).
 
 Exchanges of the share rows between GPUs (`--exchange`, `GpuDevices.exchange`):
@@ -20,7 +21,7 @@ Exchanges of the share rows between GPUs (`--exchange`, `GpuDevices.exchange`):
   cuMemcpyDtoD between two GPUs' pointers is a peer copy (pycuda 2026.1's `memcpy_peer` ignores the
   contexts it is given: its None checks are inverted), so this uses memcpy_dtod_async.
 - `NcclExchange` (nccl.py): NCCL over the same device pointers.
-- `HostExchange` (app/multidevice.py) where peer access is impossible, with one log line saying so.
+- `HostExchange` (app/parallel/multidevice.py) where peer access is impossible, with one log line saying so.
 
 Rendering: GPU 0 holds the renderer's VBOs through CUDA–GL interop, and the GPUs copy into them after
 each step (multi_interop.py); without interop the renderer reads the state back.
@@ -47,12 +48,12 @@ from app.backends.cuda.nonfinite import NonFiniteCheck
 from app.backends.cuda.policies import ceil_div, force_arguments
 from app.backends.cuda.state import FP64, ROW_BYTES, STATE, GpuState
 from app.backends.cuda.state_ops import INTEGRATE_SOURCE
-from app.bodies import Bodies
-from app.decomposition import share_cuts
-from app.errors import ConfigError
-from app.forces import ForceWork, Span, drain, with_role
-from app.multidevice import HostExchange, domain_spans, queue_after
-from app.physics import Physics
+from app.core.errors import ConfigError
+from app.engine.forces import ForceWork, Span, drain, with_role
+from app.model.bodies import Bodies
+from app.model.physics import Physics
+from app.parallel.decomposition import share_cuts
+from app.parallel.multidevice import HostExchange, domain_spans, queue_after
 
 log = logging.getLogger(__name__)
 # the state a GPU of a run holds (state.py, as the single-GPU backend's): sacc, a domain split's
@@ -182,8 +183,8 @@ class CudaShareDevice:
             return self.evaluator.evaluate(self.ptr[pos], self.ptr[acc], self.share, self.everyone)
 
     def force_pairs(self) -> ForceWork:
-        """Its slice of the pair tiles (app/decomposition.py): partial accelerations of every row into
-        acc, zeroed first; the slices cut in proportion to the shares."""
+        """Its slice of the pair tiles (app/parallel/decomposition.py): partial accelerations of every row
+        into acc, zeroed first; the slices cut in proportion to the shares."""
         rec, tun = self.evaluator.active(self.n)
         policy, args = rec.policy, force_arguments(self.physics)
         weights = tuple(s.count for s in self.shares)
@@ -276,8 +277,8 @@ class CudaShareDevice:
                              span.count)
 
     def rank_exchange(self, comm, shares: list[Span], host):
-        """MPI ranks (app/distributed.py RankRun): a CUDA IPC exchange (ipc.py) where every rank of the job
-        is on this node, else None (the `host` exchange through MPI; one log line). Collective."""
+        """MPI ranks (app/backends/distributed.py RankRun): a CUDA IPC exchange (ipc.py) where every rank of
+        the job is on this node, else None (the `host` exchange through MPI; one log line). Collective."""
         from mpi4py import MPI
 
         from app.backends.cuda.ipc import IpcExchange
@@ -520,7 +521,7 @@ class GpuDevices:
 
     @staticmethod
     def rank_maker(comm):
-        """make_device(rank, bodies, physics, kernel, share) for this MPI rank (app/distributed.py's
+        """make_device(rank, bodies, physics, kernel, share) for this MPI rank (app/backends/distributed.py's
         RankRun): one GPU per rank, picked by its local rank (ranks beyond the node's GPUs share them,
         round robin)."""
         from app.backends.cuda.context import device_count

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 
 from app.backends.cuda.interop import GLBuffers, fall_back, register_gl_buffers
-from app.multidevice import queue_after, render_copies
+from app.parallel.multidevice import queue_after, render_copies
 
 log = logging.getLogger(__name__)
 ROW_BYTES = {"pos": 16, "speed": 4}  # float4 [x, y, z, m] positions, float speeds: the VBOs' layout

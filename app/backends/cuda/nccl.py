@@ -1,7 +1,7 @@
 """`--exchange nccl`: the share rows of every GPU gathered into every GPU's copy by NCCL.
 
 The binding is CuPy's `cupy.cuda.nccl` (CuPy is already the tree code's dependency); the library is the
-`nvidia-nccl-cu13` runtime wheel (`make` installs it through app/setup_cuda.py). CuPy looks for
+`nvidia-nccl-cu13` runtime wheel (`make` installs it through app/core/setup_cuda.py). CuPy looks for
 libnccl.so.2 on the loader's path, where a wheel's copy is not, so `load_nccl` loads the wheel's file
 first (RTLD_GLOBAL) and CuPy's binding then finds it.
 
@@ -24,8 +24,8 @@ import glob
 import importlib.util
 import os
 
-from app.errors import ConfigError
-from app.multidevice import domain_spans
+from app.core.errors import ConfigError
+from app.parallel.multidevice import domain_spans
 
 WHEEL = "nvidia-nccl-cu13"
 FIX = f"pip install {WHEEL} (`make` installs it with CuPy on a machine with an NVIDIA driver)"

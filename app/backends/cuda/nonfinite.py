@@ -21,7 +21,7 @@ import numpy as np
 
 from app.backends.cuda.policies import ceil_div
 from app.backends.cuda.state_ops import BLOCK, INTEGRATE_SOURCE
-from app.forces import Span
+from app.engine.forces import Span
 
 INT_MAX = 0x7FFFFFFF  # the flag's "nothing found" (the kernel keeps the minimum bad index)
 FLAG = "nonfinite-flag"  # the key of the device flag (scratch) and of its pinned host copy

@@ -20,10 +20,10 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 
-from app.decomposition import PairTiles
-from app.errors import ConfigError
-from app.forces import ForceWork, IntChoice, Span, all_pairs_work
-from app.physics import Physics
+from app.core.errors import ConfigError
+from app.engine.forces import ForceWork, IntChoice, Span, all_pairs_work
+from app.model.physics import Physics
+from app.parallel.decomposition import PairTiles
 
 log = logging.getLogger(__name__)
 
@@ -368,7 +368,7 @@ class N3LPolicy(GridPolicy):
         return run
 
     def tiles(self, dev, tun: dict, n: int) -> PairTiles:
-        """The task grid a launch over n bodies with these tunables runs (app/decomposition.py)."""
+        """The task grid a launch over n bodies with these tunables runs (app/parallel/decomposition.py)."""
         ki, block = int(tun["ki"]), int(tun["block_size"])
         chunk = int(tun.get("chunk", 0)) or auto_chunk(n, ki, dev.facts.sms)
         chunk = n3l_geometry(n, ki, chunk, block)[0]

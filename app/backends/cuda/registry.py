@@ -1,4 +1,4 @@
-"""The CUDA kernel records: one per force variant, each its own descriptor (app.forces.KernelRecord).
+"""The CUDA kernel records: one per force variant, each its own descriptor (app.engine.forces.KernelRecord).
 
 A record names its source in kernels/, its entry-symbol prefix, its typed tunables and its launch
 policy (policies.py), which knows the entry names, the launch geometry, the nvcc options and what
@@ -27,9 +27,9 @@ from app.backends.cuda.policies import (
     block_size,
 )
 from app.backends.cuda.tree import WALK_SOURCE, TreePolicy
-from app.decomposition import DOMAINS, PAIRS
-from app.forces import TREE_WALK_FLOPS, ErrorBudget, IntChoice, KernelRecord, with_role
-from app.refit_cadence import REFIT_TUNABLES
+from app.engine.forces import TREE_WALK_FLOPS, ErrorBudget, IntChoice, KernelRecord, with_role
+from app.engine.refit_cadence import REFIT_TUNABLES
+from app.parallel.decomposition import DOMAINS, PAIRS
 
 INTEGRATE_SOURCE = "integrate.cu"
 BEST = "best"

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.bodies import Bodies
-from app.errors import StateOutOfMemory
-from app.forces import Span
+from app.core.errors import StateOutOfMemory
+from app.engine.forces import Span
+from app.model.bodies import Bodies
 
 from .errors import out_of_memory
 from .force_sample import gather_rows

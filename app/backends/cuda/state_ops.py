@@ -1,4 +1,4 @@
-"""The integrator's element-wise updates on device arrays (app.integrator.StateOps), per precision.
+"""The integrator's element-wise updates on device arrays (app.engine.integrator.StateOps), per precision.
 
 fp32: kernels/integrate.cu on float4 positions, velocities and
 accelerations. fp64: kernels/fp64.cu on dvec4 arrays, which also write the float copies the renderer
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from app.forces import ForceWork
+from app.engine.forces import ForceWork
 
 from .policies import ceil_div
 

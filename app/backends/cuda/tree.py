@@ -39,10 +39,10 @@ from functools import partial
 
 import numpy as np
 
-from app.errors import ConfigError, RuntimeFault
-from app.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span, drain
-from app.physics import Physics
-from app.refit_cadence import CadencedTree
+from app.core.errors import ConfigError, RuntimeFault
+from app.engine.forces import STAGES, ForceEvaluator, ForceWork, KernelRecord, Span, drain
+from app.engine.refit_cadence import CadencedTree
+from app.model.physics import Physics
 
 from ..cpu_tree import GROUP_CELL_FACTOR, OPENINGS
 from .errors import out_of_memory
@@ -251,7 +251,7 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
     def evaluate_rows(self, pos, acc, n: int, rows, stream=None) -> ForceWork:
         """acc[rows] (float4 rows at device pointer `acc`) for an index array of `rows` (numpy or CuPy),
         every one of the n
-        rows of `pos` a source (block time steps' active targets, app/blocksteps.py): a build of all
+        rows of `pos` a source (block time steps' active targets, app/engine/blocksteps.py): a build of all
         bodies, then the walk of the full evaluation's groups with only the rows of a device mask written
         (an inactive body still shapes its group's box), so each row gets bitwise its value in the full
         evaluation, as the twin's `evaluate_rows`. The work counts the active targets only. Builds every
@@ -275,8 +275,8 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
 
     def evaluate_domain(self, pos, out, n: int, cuts, index: int, stream=None,
                         prev: int = 0) -> tuple[ForceWork, list[int]]:
-        """One device's part of a domain split (app/decomposition.py): the tree of all n rows of `pos`,
-        the walk of the groups of key range `index` only, each of its bodies' accelerations written to
+        """One device's part of a domain split (app/parallel/decomposition.py): the tree of all n rows of
+        `pos`, the walk of the groups of key range `index` only, each of its bodies' accelerations written to
         out[k] at its place k in key order (float4 rows). `cuts` (K + 1 bounds from 0 to n) are moved to
         group starts; returns the work and those cuts. Every target's walk is the full evaluation's, so
         the K ranges scattered back (`unsort`) are bitwise one device's accelerations. `prev`: the rows'
@@ -291,7 +291,7 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         (`multidevice.SingleDriver`): while it waits for one GPU, the others run what it queued.
 
         With rebuild_every = R > 1, R - 1 evaluations of every R refit the last build (`_refit_phases`;
-        with rebuild_rule = adaptive at most R - 1, app/refit_cadence.py, on the whole evaluation's
+        with rebuild_rule = adaptive at most R - 1, app/engine/refit_cadence.py, on the whole evaluation's
         interaction count that Domains.force tells every device): a domain split's devices keep their rows
         in the last tree's key order (take_key_order), so the rows are the build's sorted bodies as they
         are (`kept_order`: the devices have nothing to re-sort). A build happens when the cadence says so

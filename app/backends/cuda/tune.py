@@ -15,14 +15,14 @@ error, or within twice the error of `shared` itself where fp32 summation over N 
 1e-4 (N ~ 10^6): a kernel that is fast and wrong is never chosen, and one as accurate as the reference
 implementation is not rejected.
 
-The tunables swept are the records' own (typed, app/forces.py) and the settings tried at N come from
+The tunables swept are the records' own (typed, app/engine/forces.py) and the settings tried at N come from
 each record's launch policy (`policy.candidates`). The cache format and its checks are in
 tuning_cache.py.
 
 On K GPUs (`tune --gpus K`: the backend class is multi_backend_class's, app/backends/multi.py) the same
 phases, check and ranking run through the multi-device driver, each variant split as its record says
-(app/decomposition.py: a share of the targets, or a slice of atomics-n3l's pair tiles): a step's time is
-the slowest device's force time plus the exchange that completes it (StepTimings.exchange_ms), what
+(app/parallel/decomposition.py: a share of the targets, or a slice of atomics-n3l's pair tiles): a step's time
+is the slowest device's force time plus the exchange that completes it (StepTimings.exchange_ms), what
 `bench --gpus` scaling compares, so the winner is what scales on K devices, not what is fastest on one.
 The reference, the device facts and the source hash come from one GPU of the base backend (GPU 0; the
 fp64 kernel does not run on several GPUs); the accuracy check is of the K devices' accelerations. The
@@ -42,9 +42,9 @@ import time
 from collections.abc import Callable
 
 from app.backends.cuda import heuristic, tuning_cache
-from app.decomposition import of as decomposition_of
-from app.errors import ConfigError
-from app.forces import format_tunables, with_role
+from app.core.errors import ConfigError
+from app.engine.forces import format_tunables, with_role
+from app.parallel.decomposition import of as decomposition_of
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +107,8 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
     """Tune every variant at every N within `budget_s` seconds in all; write (as the tuning of its device
     count) and return the result. `backend_cls`: one GPU's backend, or its form over K devices
     (multi_backend_class: `base` and `k`), see the module doc."""
-    from app.ics import bench_bodies
-    from app.physics import Physics, relative_error
+    from app.model.ics import bench_bodies
+    from app.model.physics import Physics, relative_error
 
     physics = physics or Physics(integrator="leapfrog")
     devices = int(backend_cls.k)
@@ -119,7 +119,7 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
     names = [v for v in (variants or tunable) if v in tunable]
     unknown = [v for v in (variants or []) if v not in records]
     if unknown:
-        from app.errors import ConfigError
+        from app.core.errors import ConfigError
 
         raise ConfigError(f"tune: unknown kernel(s) {', '.join(unknown)}; cuda kernels: {', '.join(records)}")
     one = one_cls()

@@ -35,8 +35,8 @@ import math
 import re
 from pathlib import Path
 
-from app import paths
-from app.paths import KERNELS
+from app.core import paths
+from app.core.paths import KERNELS
 
 SCHEMA = "nbody-live-tune/2"
 SCHEMA_1 = "nbody-live-tune/1"  # one GPU's tune result at the top level: read as the tuning "1"
@@ -155,10 +155,10 @@ def read_cache(gpu: str, driver: str | None, src_hash: str, gpus: int = 1) -> tu
 
 
 def write_cache(result: dict) -> Path:
-    """Atomically (app.outputs) file the tune result `result` in its GPU's cache as the tuning of its
+    """Atomically (app.core.outputs) file the tune result `result` in its GPU's cache as the tuning of its
     device count, keeping the file's tunings of other device counts where it is valid for the same GPU,
     driver and sources; returns the path."""
-    from app.outputs import atomic_write
+    from app.core.outputs import atomic_write
 
     gpu, driver = result["gpu"], result.get("driver")
     kept, _why = read_file(gpu, driver, result.get("source_hash"))

@@ -5,7 +5,7 @@
 A `ForceEvaluator` is one kernel record bound to one backend's device (the CPU, one GPU): it evaluates
 the accelerations of a range of targets against a range of sources, on arrays of that device (numpy
 arrays for the CPU, device pointers for CUDA), and returns the `ForceWork` it did. The integrator
-(app/integrator.py), the multi-device driver and `validate` only ever talk to this contract.
+(app/engine/integrator.py), the multi-device driver and `validate` only ever talk to this contract.
 
 A `KernelRecord` is the descriptor of one variant: its name and one-line doc, where its code lives,
 its typed tunables (an int from a set, a float in a range, a choice of strings), its error budget
@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.errors import ConfigError
+from app.core.errors import ConfigError
 
 
 # --- typed tunables ----------------------------------------------------------------------------------------
@@ -184,7 +184,7 @@ STAGES = ("keys", "sort", "build", "moments", "walk")
 @dataclass(frozen=True)
 class ErrorBudget:
     """How far a record's accelerations may be from the float64 reference (per-body relative error,
-    app.physics.relative_error's floor): `max_rel` on the maximum; `p99_rel`, when set, on the 99th
+    app.model.physics.relative_error's floor): `max_rel` on the maximum; `p99_rel`, when set, on the 99th
     percentile (a tree is judged on its percentiles, an all-pairs kernel on its worst body)."""
 
     max_rel: float
@@ -245,10 +245,10 @@ class KernelRecord:
     budget: ErrorBudget | None = None  # None: the precision's (FP32_BUDGET / FP64_BUDGET)
     tuned: bool = True  # whether `tune` sweeps it (not: the chooser itself, fp64, the heatmap kernel)
     # True for a method that approximates the all-pairs sum (a tree): the viewer then samples its live
-    # force error (app/force_error.py) and `validate` reports its percentiles
+    # force error (app/engine/force_error.py) and `validate` reports its percentiles
     approximate: bool = False
     policy: Any = field(default=None, compare=False, repr=False)  # the backend's launch policy object
-    # how K devices split it (app/decomposition.py: targets, pairs, domains); None: targets
+    # how K devices split it (app/parallel/decomposition.py: targets, pairs, domains); None: targets
     decomposition: Any = field(default=None, compare=False, repr=False)
     # the tunable whose value is the number of steps over which the method's work repeats (a tree's
     # rebuild_every: one build, then refits): `bench` times such a method in whole cycles; None: every step
@@ -313,7 +313,8 @@ def with_role(records, role: str, precision: str | None = None) -> KernelRecord:
 def drain(phases):
     """Run an evaluation given in phases to its end: `phases` is a generator that yields where it would
     wait for its device (before a host read) and returns the result. One caller drains it at once; the
-    single multi-device driver takes several devices' phases in turns instead (app/multidevice.py)."""
+    single multi-device driver takes several devices' phases in turns instead
+    (app/parallel/multidevice.py)."""
     while True:
         try:
             next(phases)
@@ -349,7 +350,7 @@ class ForceEvaluator(ABC):
 
     def wants_totals(self) -> bool:
         """Whether this evaluator decides something from the whole evaluation's interaction count
-        (a tree's adaptive rebuild, app/refit_cadence.py): under a domain split the run then sums the
+        (a tree's adaptive rebuild, app/engine/refit_cadence.py): under a domain split the run then sums the
         devices' counts after each evaluation and gives it every device (`observe_evaluation`)."""
         return False
 
@@ -359,7 +360,7 @@ class ForceEvaluator(ABC):
     def stage_ms(self) -> dict[str, float]:
         """Milliseconds per stage of the evaluations since the last call, then reset: a method with
         stages (a tree: `STAGES`, in that order, plus any of its own such as `gather`) reports them; the
-        backends put them into StepTimings.extra as "stage:<name>" (app.timing.stage_entries). {} for a
+        backends put them into StepTimings.extra as "stage:<name>" (app.engine.timing.stage_entries). {} for a
         method with one kernel."""
         return {}
 

@@ -8,7 +8,7 @@ exert every force; only the renderer reads them.
 Where they come from:
 
 * Tipsy files: one component per non-empty section (gas, dark, star). When the file carries Bonsai's
-  particle IDs (see app.formats), their ranges name the parts instead: IDs below 100,000,000 are disk,
+  particle IDs (see app.model.formats), their ranges name the parts instead: IDs below 100,000,000 are disk,
   100,000,000 to 199,999,999 bulge, 200,000,000 and up dark-matter halo (Bonsai's DISKID, BULGEID and
   DARKMATTERID offsets for 32-bit IDs).
 * Generators: `disk` makes a bulge and a disk; `collision` makes both for each galaxy (galaxy1-bulge,
@@ -34,7 +34,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from app.errors import ConfigError
+from app.core.errors import ConfigError
 
 MAX_COMPONENTS = 16  # the size of the shader's per-component tables (shaders/particles.vert)
 OTHER = "other"  # rows no [[components]] table covers
@@ -276,7 +276,7 @@ def set_style(styles: dict[str, Style], name: str, value, origin: str = "") -> d
 
 
 def coerce_field(key: str, fld: str, value, prefix: str = ""):
-    from app import config
+    from app.model import config
 
     specs = {"visible": config.Field("bool", "drawn or hidden"),
              "brightness": config.Field("float", "light factor", lo=0.0, hi=BRIGHTNESS_MAX),

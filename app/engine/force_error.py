@@ -10,7 +10,7 @@ target bodies (numpy's default_rng from `seed`, without replacement; all bodies 
 the backend for their accelerations both ways (`Backend.force_error_sample(rows) -> (approx, exact)`:
 what the running record computed at the current state, and an all-pairs sum over every source). It keeps
 the median and the 99th percentile of the per-body relative error |a - a_exact| / |a_exact|
-(app.physics.relative_errors: |a_exact| floored at 1e-3 of the sample's RMS), and the interactions per
+(app.model.physics.relative_errors: |a_exact| floored at 1e-3 of the sample's RMS), and the interactions per
 body of the last step (StepTimings: interactions / N / force evaluations). For an exact record it keeps
 nothing, and the panel shows nothing. Nothing is sampled while the state, kernel and tunables stay as
 they were (a paused viewer costs nothing).
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.physics import error_summary
+from app.model.physics import error_summary
 
 log = logging.getLogger(__name__)
 

@@ -10,13 +10,13 @@
     pos4, speeds = series.render_arrays(t)         # float32, positions interpolated linearly in time
     bodies = series.state_at(t)                    # float64 Bodies at time t (also interpolated)
 
-On disk: DIR/snap_<step>.npz (app.formats' npz writer: float64, the original body order, the time, the
+On disk: DIR/snap_<step>.npz (app.model.formats' npz writer: float64, the original body order, the time, the
 bodies' components: a replay draws them as the live run did) and
 DIR/series.json, the manifest: the snapshots in order with their step and time, dt, N, and `complete`
-(false until the run wrote its last step). Both are written atomically (app.outputs): a snapshot is listed
-only once it is complete, and an interrupted run leaves a series of complete snapshots marked incomplete.
-A resumed run (`simulate --resume`) continues the series in the same DIR on the same step grid, so that a
-run stopped and resumed writes the snapshots an uninterrupted one would.
+(false until the run wrote its last step). Both are written atomically (app.core.outputs): a snapshot is
+listed only once it is complete, and an interrupted run leaves a series of complete snapshots marked
+incomplete. A resumed run (`simulate --resume`) continues the series in the same DIR on the same step grid, so
+that a run stopped and resumed writes the snapshots an uninterrupted one would.
 
 Reading checks every file before the replay starts: each must be readable and hold the same N as the
 first; an error names the file and says what to do. Rows are matched by particle ID when the files carry
@@ -35,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.bodies import Bodies
-from app.errors import ConfigError, InputFileError
-from app.outputs import atomic_write, check_output
+from app.core.errors import ConfigError, InputFileError
+from app.core.outputs import atomic_write, check_output
+from app.model.bodies import Bodies
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class SeriesWriter:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            from app.errors import RuntimeFault
+            from app.core.errors import RuntimeFault
 
             raise RuntimeFault(f"cannot write snapshot series {self.directory}: {e.strerror or e}") from e
         check_output(self.manifest, "snapshot series")
@@ -150,7 +150,7 @@ class SeriesWriter:
 
     def write(self, step: int, bodies: Bodies) -> Path:
         """Snapshot `step` (atomically), then the manifest listing it."""
-        from app import formats
+        from app.model import formats
 
         name = snapshot_name(step)
         if step == 0:
@@ -336,7 +336,7 @@ class Series:
 
 
 def _load(path: Path, fmt: str | None, order: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    from app import formats
+    from app.model import formats
 
     b = formats.read(path, format=fmt)
     pos, vel = b.pos.astype(np.float32), b.vel.astype(np.float32)
@@ -359,8 +359,8 @@ def _row_order(path: Path, first: Bodies, b: Bodies) -> np.ndarray | None:
 def open_series(arg: str, format: str | None = None, progress=None) -> Series:
     """Read and check every snapshot of a series (a folder or a glob): InputFileError naming the first
     file that cannot be read or whose N differs, with what to do. `progress(k)` is called per file."""
-    from app import formats
-    from app.errors import UserError
+    from app.core.errors import UserError
+    from app.model import formats
 
     paths, manifest = series_paths(arg)
     first: Bodies | None = None

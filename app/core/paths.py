@@ -7,7 +7,7 @@ the project is installed editable, so these resolve to the checkout's own folder
 import os
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # app/core/paths.py -> the checkout
 SHADERS = ROOT / "shaders"
 KERNELS = ROOT / "kernels"
 ASSETS = ROOT / "assets"

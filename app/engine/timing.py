@@ -29,8 +29,8 @@ from dataclasses import astuple, dataclass, field, fields
 
 import numpy as np
 
-from app.errors import RuntimeFault
-from app.forces import STAGES
+from app.core.errors import RuntimeFault
+from app.engine.forces import STAGES
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +126,8 @@ def devices_of(extra: dict[str, float]) -> dict[str, float]:
 
 
 def stages_of(extra: dict[str, float]) -> dict[str, float]:
-    """The "stage:<name>" entries of a StepTimings.extra as {name: ms}: app.forces.STAGES first, in their
-    order, then any other stage (a method's own, e.g. "gather") in the order given."""
+    """The "stage:<name>" entries of a StepTimings.extra as {name: ms}: app.engine.forces.STAGES first, in
+    their order, then any other stage (a method's own, e.g. "gather") in the order given."""
     found = {k[len(STAGE_PREFIX):]: v for k, v in extra.items() if k.startswith(STAGE_PREFIX)}
     rank = {name: i for i, name in enumerate(STAGES)}
     return dict(sorted(found.items(), key=lambda kv: rank.get(kv[0], len(STAGES))))
@@ -450,11 +450,11 @@ class FrameLog:
 
     def stream_csv(self, path) -> FrameLog:
         """Write each frame's record to `path` as it is drawn, one flushed row at a time
-        (app.outputs.StreamedFile): a long run keeps every frame, not only the last `capacity`, and an
+        (app.core.outputs.StreamedFile): a long run keeps every frame, not only the last `capacity`, and an
         interrupted one every frame so far. RuntimeFault naming `path` if it cannot be written."""
         import csv
 
-        from app.outputs import StreamedFile
+        from app.core.outputs import StreamedFile
 
         out = StreamedFile(path, "timings")
         self._csv = (out, csv.writer(out))

@@ -16,8 +16,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Mapping
 
-from app.errors import ConfigError
-from app.forces import KernelRecord, format_tunables
+from app.core.errors import ConfigError
+from app.engine.forces import KernelRecord, format_tunables
 
 
 def kernel_settings(selected: Iterable[KernelRecord], lists: Mapping[str, list],

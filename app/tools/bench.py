@@ -1,7 +1,8 @@
-"""The `bench` command's engine: force-kernel throughput per kernel and N, as JSON (app.bench_plot draws it).
+"""The `bench` command's engine: force-kernel throughput per kernel and N, as JSON (app.tools.bench_plot draws
+it).
 
-For each scene x N x kernel x tunable setting (one row each): the scene's seeded bodies (app.ics; default
-the Plummer sphere), `warmup` untimed steps, then `repeats` single steps whose force time the backend
+For each scene x N x kernel x tunable setting (one row each): the scene's seeded bodies (app.model.ics;
+default the Plummer sphere), `warmup` untimed steps, then `repeats` single steps whose force time the backend
 measured itself (CUDA events around the force launch on the GPU, perf_counter on the CPU); the median is
 reported as interactions/s, the interactions being what the force evaluator counted
 (StepTimings.interactions: N² for an all-pairs kernel, body-body plus body-cell for a tree), and GFLOP/s
@@ -14,7 +15,7 @@ leapfrog's cached acceleration every step is exactly one force launch. A method 
 cycle of steps (KernelRecord.period_tunable: the tree's rebuild_every R, a build and R - 1 refits) is
 timed in whole cycles: each of the `repeats` samples is the mean step of R consecutive steps.
 
-Tunable lists sweep (app.bench_sweep: one row per value, recorded in the row's `tunables`). After its
+Tunable lists sweep (app.tools.bench_sweep: one row per value, recorded in the row's `tunables`). After its
 timing, a row of an approximate kernel (a tree) samples its force error: the median, p99 and max relative
 error of K random targets against the exact all-pairs sum on the same device (`error`), and per scene
 and N the fastest setting within the p99 budget is named (`fastest_within_budget`). Rows that cannot run
@@ -23,7 +24,7 @@ dropped.
 
     result = run_bench(CudaBackend, ["tree", "best"], [1048576], scenes=["plummer", "collision"],
                        tunables={"theta": [0.5, 0.7]}, max_seconds=60)
-    write_json(result, "bench/results/h200.json")   # app.bench_plot.plot(result, ...) draws it
+    write_json(result, "bench/results/h200.json")   # app.tools.bench_plot.plot(result, ...) draws it
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ from pathlib import Path
 
 import numpy as np
 
-from app.bodies import Bodies
-from app.errors import ConfigError
-from app.forces import format_tunables
-from app.ics import BENCH_SCENE, bench_bodies
-from app.paths import ROOT
-from app.physics import Physics
-from app.timing import FLOPS_PER_INTERACTION, StepTimings, imbalance, ranks_of, rate
+from app.core.errors import ConfigError
+from app.core.paths import ROOT
+from app.engine.forces import format_tunables
+from app.engine.timing import FLOPS_PER_INTERACTION, StepTimings, imbalance, ranks_of, rate
+from app.model.bodies import Bodies
+from app.model.ics import BENCH_SCENE, bench_bodies
+from app.model.physics import Physics
 
 SCHEMA = "nbody-live-bench/1"
 GFLOPS_FIELD = f"gflops_at_{FLOPS_PER_INTERACTION}_flops_per_interaction"
@@ -69,10 +70,11 @@ CUDA_SAMPLES_H200 = {4096: 120e9, 16384: 495e9, 65536: 1409e9, 131072: 1461e9, 1
 DEFAULT_SCENE = BENCH_SCENE
 # targets whose force error an approximate kernel's row samples after its timing (0: none)
 DEFAULT_ERROR_SAMPLE = 4096
-ERROR_REFERENCE = ("relative acceleration error |a - a_exact| / |a_exact| (app.physics.relative_errors) of "
-                   "`error_sample` random targets; a_exact = the all-pairs sum over every source in the "
-                   "kernel's precision on the same device (Backend.force_error_sample: `shared` on CUDA, "
-                   "cpu-simd's kernel on the CPU; under --gpus on device 0)")
+ERROR_REFERENCE = ("relative acceleration error |a - a_exact| / |a_exact| "
+                   "(app.model.physics.relative_errors) of `error_sample` random targets; a_exact = the "
+                   "all-pairs sum over every source in the kernel's precision on the same device "
+                   "(Backend.force_error_sample: `shared` on CUDA, cpu-simd's kernel on the CPU; under "
+                   "--gpus on device 0)")
 
 
 # --- initial conditions ---------------------------------------------------------------------------------
@@ -133,11 +135,11 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
               scenes: list[str] | tuple[str, ...] = (DEFAULT_SCENE,), tunables: dict[str, list] | None = None,
               error_sample: int = DEFAULT_ERROR_SAMPLE, max_seconds: float | None = None) -> dict:
     """Time the force launch of every kernel at every N (see the module doc); returns the JSON-ready
-    result. `scenes`: app.ics generators whose seeded bodies are timed, one set of rows per scene;
-    `tunables`: {name: [values]} swept (app.bench_sweep); `error_sample`: targets sampled for the force
+    result. `scenes`: app.model.ics generators whose seeded bodies are timed, one set of rows per scene;
+    `tunables`: {name: [values]} swept (app.tools.bench_sweep); `error_sample`: targets sampled for the force
     error of approximate kernels (0: none); `max_seconds`: a row whose warm-up and timed steps would take
     longer is skipped with the reason (predicted from a smaller N, or stopped while running)."""
-    from app.bench_sweep import fastest_within_budget, kernel_settings
+    from app.tools.bench_sweep import fastest_within_budget, kernel_settings
 
     physics = physics or Physics(integrator="leapfrog")
     repeats = max(int(repeats), 1)
@@ -235,8 +237,8 @@ def _how_split(backend) -> dict:
 
 
 def check_scene(scene: str) -> str:
-    """`scene` when it is an app.ics generator; ConfigError naming the generators otherwise."""
-    from app.ics import GENERATORS
+    """`scene` when it is an app.model.ics generator; ConfigError naming the generators otherwise."""
+    from app.model.ics import GENERATORS
 
     if scene not in GENERATORS:
         raise ConfigError(f"--scene {scene!r}: not a generator; choose from {', '.join(GENERATORS)}")
@@ -296,7 +298,7 @@ def _time_one(backend, rec, bodies: Bodies, physics: Physics, setting: dict, war
     """One row: `warmup` untimed steps, then `repeats` samples of `period` single steps each (a method
     whose work repeats over a cycle, KernelRecord.period_tunable: each sample is the mean step of one
     whole cycle, so that the build of a tree refitted between builds counts at its share)."""
-    from app.errors import RuntimeFault
+    from app.core.errors import RuntimeFault
 
     try:
         backend.load(bodies, physics, kernel=rec.name)
@@ -407,8 +409,8 @@ def _running_over(done: int, total: int, elapsed: float, last: float,
 
 def _error_sample(backend, k: int, seed: int) -> dict:
     """The force error of the state the timed steps left, for K random targets (the same targets for every
-    setting of a scene and N: one seed), through the live probe's `measure` (app/force_error.py)."""
-    from app.force_error import measure
+    setting of a scene and N: one seed), through the live probe's `measure` (app/engine/force_error.py)."""
+    from app.engine.force_error import measure
 
     try:
         s = measure(backend, k, np.random.default_rng(seed))
@@ -479,7 +481,7 @@ def run_scaling(backend_classes: dict[int, type], kernels: list[str], ns: list[i
     """`run_bench` once per device count ({K: backend class over K devices}); the rows of every run in
     one result, each with its "gpus", its "scaling" rows (scaling_rows) and the fastest setting within
     the error budget per device count."""
-    from app.bench_sweep import fastest_within_budget
+    from app.tools.bench_sweep import fastest_within_budget
 
     result = None
     for k, cls in backend_classes.items():
@@ -517,7 +519,7 @@ def format_scaling(result: dict) -> str:
 
 
 def rank_medians(per_step: list[dict[str, list[float]]]) -> dict:
-    """Under MPI (app.timing.ranks_of of each step): the median force and exchange ms of each rank, and
+    """Under MPI (app.engine.timing.ranks_of of each step): the median force and exchange ms of each rank, and
     the imbalance of the force medians (max / mean - 1); {} for one process. The row's median_ms is the
     slowest rank's force time of each step."""
     if not per_step or not per_step[0]:
@@ -538,8 +540,8 @@ def stage_medians(per_step: list[dict[str, float]]) -> dict[str, float]:
 
 # --- output -------------------------------------------------------------------------------------------------
 def write_json(result: dict, path) -> None:
-    """The results as JSON, written atomically (app.outputs); RuntimeFault naming `path` on failure."""
-    from app.outputs import atomic_write
+    """The results as JSON, written atomically (app.core.outputs); RuntimeFault naming `path` on failure."""
+    from app.core.outputs import atomic_write
 
     with atomic_write(path, "w", "bench results") as f:
         f.write(json.dumps(result, indent=2, default=_json_default) + "\n")
@@ -554,7 +556,7 @@ def _json_default(obj):
 
 
 def format_table(result: dict) -> str:
-    from app.bench_sweep import summary_lines
+    from app.tools.bench_sweep import summary_lines
 
     dev = result.get("device") or {}
     head = f"{result.get('backend', '?')} on {dev.get('name', '?')}"

@@ -25,7 +25,7 @@ POLL_S = 0.0005  # how long a waiting rank sleeps between looks at the broadcast
 class Control:
     kernel: str = ""
     tunables: dict = field(default_factory=dict)  # the kernel's, all of them
-    physics: dict = field(default_factory=dict)  # app.physics.Physics.as_dict()
+    physics: dict = field(default_factory=dict)  # app.model.physics.Physics.as_dict()
     steps: int = 0  # 0: no step this frame (rank 0 is paused)
     load: bool = False  # new bodies follow in a second broadcast (reset, N, a preset)
     gather: bool = False  # rank 0 wants a new view (velocities gathered) after the step

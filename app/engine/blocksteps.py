@@ -4,7 +4,7 @@ Levels: body i steps dt_i = dt_max / 2^l_i, l_i in [0, L] (dt_max = physics.dt, 
 is counted in ticks of dt_min = dt_max / 2^L, and a level-l step is 2^(L-l) ticks. Every step starts on
 a tick that is a multiple of its own length, so the bodies whose step ends at tick t (the *active* set)
 are exactly those with t % 2^(L-l_i) == 0, and every body ends its step at t = 2^L: velocities are
-synchronised at every dt_max boundary, as with the shared leapfrog (app/integrator.py).
+synchronised at every dt_max boundary, as with the shared leapfrog (app/engine/integrator.py).
 
 Criterion (GADGET-2, Springel 2005, MNRAS 364, 1105, eq. 34; GOTHIC, Miki & Umemura 2017, New Astron.
 52, 65, uses the same form): dt_i = sqrt(2 η ε / |a_i|), ε the softening, η the accuracy parameter; the
@@ -32,10 +32,10 @@ it wants at this boundary and wanted at the one before). With the levels frozen,
 is then a palindrome in time (t % s == 0 iff (2^L - t) % s == 0 for s dividing 2^L), and each body's
 KDK brackets its drifts with equal half-kicks, so a max step reversed retraces itself
 (tests/test_blocksteps.py). With L = 0 it is the shared leapfrog, operation for operation (bitwise,
-against `app.integrator.integrate`).
+against `app.engine.integrator.integrate`).
 
 The scheduler (`BlockSteps`) owns the levels and the schedule; a backend implements `BlockOps` (three
-updates and a force over an index array of rows); app/blocksteps_ops.py has the float64 reference's
+updates and a force over an index array of rows); app/backends/blocksteps_ops.py has the float64 reference's
 (`NumpyBlockOps`) and the CPU twin's (`TreeBlockOps`, cpu-tree walking only the groups that hold an
 active body), app/backends/cuda/blockops.py the GPU's. It is not a Stepper: the Stepper's
 one-step-one-force contract stays as it is.
@@ -50,9 +50,9 @@ from typing import Protocol
 
 import numpy as np
 
-from app.errors import ConfigError
-from app.forces import ForceWork
-from app.physics import COARSEN, Physics
+from app.core.errors import ConfigError
+from app.engine.forces import ForceWork
+from app.model.physics import COARSEN, Physics
 
 MODES = ("block", "shared", "frozen")  # per-body levels; one level for all (the finest wanted); fixed levels
 CRITERIA = ("gadget", "tidal")  # sqrt(2 η ε / |a|); its min with sqrt(2 η / |T|) (docs/blocksteps.md)

@@ -7,17 +7,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.errors import InputFileError
+from app.core.errors import InputFileError
 
-if TYPE_CHECKING:  # (app.components reads app.config, which reads app.physics, which reads this module)
-    from app.components import Components
+# (app.model.components reads app.model.config, which reads app.model.physics, which reads this module)
+if TYPE_CHECKING:
+    from app.model.components import Components
 
 
 @dataclass
 class StepLevels:
-    """Block time steps' per-body levels at a max-step boundary (app/blocksteps.py), kept with a snapshot:
-    body i steps dt_max / 2^levels[i]. Under the coarsening rules "boundary" and "aligned" they are the
-    criterion's of a(x) and a resume finds them again from x; under "settled" they also remember the
+    """Block time steps' per-body levels at a max-step boundary (app/engine/blocksteps.py), kept with a
+    snapshot: body i steps dt_max / 2^levels[i]. Under the coarsening rules "boundary" and "aligned" they are
+    the criterion's of a(x) and a resume finds them again from x; under "settled" they also remember the
     boundary before, and a bitwise resume needs them. They mean that only for the same dt_max, L
     (max_level) and rule."""
 
@@ -35,7 +36,8 @@ class Bodies:
     time: float = 0.0
     ids: np.ndarray | None = field(default=None)  # (N,) int64, when the source carries particle IDs
     components: Components | None = field(default=None)  # which part each body is (drawing only)
-    step_levels: StepLevels | None = field(default=None)  # block time steps' levels (app/blocksteps.py)
+    # block time steps' levels (app/engine/blocksteps.py)
+    step_levels: StepLevels | None = field(default=None)
 
     @property
     def n(self) -> int:

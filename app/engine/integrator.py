@@ -5,7 +5,7 @@
 
 A backend supplies `StateOps` for its arrays in one precision: the three element-wise updates (numba
 on the CPU, kernels/integrate.cu or kernels/fp64.cu on the GPU, numpy for the float64 reference) and
-`force()`, which evaluates a = F(x) through the force seam (app/forces.py) and returns the work done.
+`force()`, which evaluates a = F(x) through the force seam (app/engine/forces.py) and returns the work done.
 The CPU's updates, the GPU's fp64 ones (kernels/fp64.cu) and the reference compute v + h·a and x + dt·v
 with two roundings each (no fused multiply-add), so given the same accelerations they take
 bitwise-identical steps (tests/test_integrator.py); the GPU's fp32 updates (kernels/integrate.cu) use
@@ -33,9 +33,9 @@ from typing import Protocol
 
 import numpy as np
 
-from app.bodies import Bodies
-from app.forces import ForceWork, Span, all_pairs_work
-from app.physics import INTEGRATORS, Physics, accelerations
+from app.engine.forces import ForceWork, Span, all_pairs_work
+from app.model.bodies import Bodies
+from app.model.physics import INTEGRATORS, Physics, accelerations
 
 # Steps between the devices' non-finite checks (one GPU, or each device of several; 0: never): a check is
 # one small launch whose 4-byte answer the host reads without waiting, so a blow-up pauses the viewer
@@ -117,8 +117,8 @@ class Integrator:
 
 class Stepper:
     """The one owner of an Integrator, and so the one stepping loop: a single backend's state
-    (CPUBackend, CudaBackend), K devices of one process (app/multidevice.py `MultiDeviceRun`), one
-    device of each MPI rank (app/distributed.py `RankRun`) and the float64 reference (`integrate`).
+    (CPUBackend, CudaBackend), K devices of one process (app/parallel/multidevice.py `MultiDeviceRun`), one
+    device of each MPI rank (app/backends/distributed.py `RankRun`) and the float64 reference (`integrate`).
 
     It holds the cached a(x) (`acc_valid`, `invalidate`, `ensure_acc`), the steps taken (`steps`), and
     the cadence of the non-finite checks: `check()` runs after every `check_every`-th step counted
@@ -177,7 +177,7 @@ class Stepper:
 # --- the float64 reference -------------------------------------------------------------------------------
 class NumpyOps:
     """The float64 reference's StateOps: numpy updates on a `Bodies`, forces from
-    `accel_fn(pos, mass, physics)` (app.physics.accelerations unless given). Its clock is the state's:
+    `accel_fn(pos, mass, physics)` (app.model.physics.accelerations unless given). Its clock is the state's:
     each drift advances `bodies.time` by dt. No speed array: nothing renders the reference."""
 
     def __init__(self, bodies: Bodies, physics: Physics, accel_fn=None, acc: np.ndarray | None = None):

@@ -18,8 +18,8 @@ from pathlib import Path
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from app.bench import series_key
-from app.bench_plot import COLORS, MARKERS, _n_label, log2_axis
+from app.tools.bench import series_key
+from app.tools.bench_plot import COLORS, MARKERS, _n_label, log2_axis
 
 SIZE_PX = (1300, 560)
 DPI = 100
@@ -92,8 +92,8 @@ def scaling_figure(result: dict, ranks: dict | None = None) -> Figure:
 
 
 def plot_scaling(result: dict, png_path, ranks: dict | None = None) -> Path:
-    """Write `scaling_figure` as a PNG, atomically (app.outputs); returns the path."""
-    from app.outputs import atomic_write
+    """Write `scaling_figure` as a PNG, atomically (app.core.outputs); returns the path."""
+    from app.core.outputs import atomic_write
 
     png_path = Path(png_path)
     with atomic_write(png_path, "wb", "scaling plot") as f:

@@ -22,7 +22,7 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from app.errors import RuntimeFault
+from app.core.errors import RuntimeFault
 
 
 def check_output(path, what: str = "output") -> Path:

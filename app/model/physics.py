@@ -6,14 +6,14 @@ One body-body interaction (mirrored by kernels/common.cuh and the numba kernels)
 where d = x_j - x_i. With ε = 0 the self term (d = 0) is skipped; with ε > 0 it contributes exactly zero,
 which is why the GPU kernels can include it without a branch.
 
-Integrators, one step of size dt (stepped by app.integrator, which imports this module, never the
+Integrators, one step of size dt (stepped by app.engine.integrator, which imports this module, never the
 other way round; its `integrate` is the float64 reference stepping):
     leapfrog (kick-drift-kick):  v += a dt/2;  x += v dt;  a = A(x);  v += a dt/2
     euler-damped (the CUDA samples' integrateBodies):  a = A(x);  v = (v + a dt) · damping;  x += v dt
 
 Time steps: `shared` (every body takes dt) or `block` (leapfrog on hierarchical levels: body i steps
 dt / 2^l_i, l_i in [0, block_levels] from GADGET-2's criterion at accuracy block_eta, coarser only as
-block_coarsen allows; dt is then the max step; app/blocksteps.py, docs/blocksteps.md).
+block_coarsen allows; dt is then the max step; app/engine/blocksteps.py, docs/blocksteps.md).
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from app.bodies import Bodies
+from app.model.bodies import Bodies
 
 INTEGRATORS = ("leapfrog", "euler-damped")
 MODELS = ("gravity", "gravity-repulsion")
 TIMESTEPS = ("shared", "block")
 # block steps: coarser only between max steps and no coarser than the level wanted at the boundary before
-# (the default); only between max steps; at any aligned tick (app.blocksteps.relevel)
+# (the default); only between max steps; at any aligned tick (app.engine.blocksteps.relevel)
 COARSEN = ("settled", "boundary", "aligned")
 
 
@@ -42,7 +42,7 @@ class Physics:
     damping: float = 1.0
     model: str = "gravity"
     repulsion: float = 0.0  # H of the gravity-repulsion model
-    timesteps: str = "shared"  # or "block": hierarchical levels below dt (app/blocksteps.py)
+    timesteps: str = "shared"  # or "block": hierarchical levels below dt (app/engine/blocksteps.py)
     block_levels: int = 6  # block steps: L, the finest step is dt / 2^L
     block_eta: float = 0.025  # block steps: the criterion's accuracy η (GADGET-2's default)
     block_coarsen: str = "settled"  # block steps: when a level may get coarser (COARSEN)
@@ -171,7 +171,7 @@ class Diagnostics:
 def diagnostics(bodies: Bodies, physics: Physics, progress: Callable[[int], None] | None = None,
                 potential: Callable | None = None) -> Diagnostics:
     """Conserved quantities in float64; `potential(pos, mass, physics, progress=)` computes the O(N²)
-    term (default: the numpy reference here; app.energy's numba sum is the fast one)."""
+    term (default: the numpy reference here; app.engine.energy's numba sum is the fast one)."""
     potential = potential or potential_energy
     return Diagnostics(
         time=bodies.time,
@@ -198,7 +198,7 @@ def relative_errors(approx: np.ndarray, ref: np.ndarray) -> np.ndarray:
 
 def error_summary(approx: np.ndarray, ref: np.ndarray) -> dict[str, float]:
     """{'max', 'p99', 'median', 'rms'} of relative_errors: what `validate` prints and ErrorBudget judges,
-    and the live force error (app/force_error.py) shows."""
+    and the live force error (app/engine/force_error.py) shows."""
     rel = relative_errors(approx, ref)
     return {"max": float(rel.max()), "p99": float(np.percentile(rel, 99)), "median": float(np.median(rel)),
             "rms": float(np.sqrt(np.mean(rel ** 2)))}

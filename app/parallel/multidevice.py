@@ -1,8 +1,8 @@
 """Several devices, one simulation: the multi-device driver over the force seam, for any force method.
 
 Each device holds a full copy of the positions and a share of the bodies. How the force evaluation is
-split is the record's decomposition (app/decomposition.py), which the driver runs without asking which
-method it is: `targets` (each device its share of the targets against all sources, then its share's
+split is the record's decomposition (app/parallel/decomposition.py), which the driver runs without asking
+which method it is: `targets` (each device its share of the targets against all sources, then its share's
 positions to every copy), `pairs` (each device a slice of the Newton-3 pair tiles into partial
 accelerations of every body, reduce-scattered onto the shares) and `domains` (each device the whole tree
 from all positions and the walk of its key range, the key-ordered results all-gathered; every device then
@@ -50,14 +50,14 @@ from typing import Protocol
 
 import numpy as np
 
-from app.bodies import Bodies
-from app.config import DRIVERS, parse_device_count  # (the settings' names; re-exported)
-from app.decomposition import TARGETS, cut_spans
-from app.decomposition import of as decomposition_of
-from app.errors import ConfigError, RuntimeFault
-from app.forces import ForceWork, Span, drain
-from app.integrator import CHECK_EVERY, Stepper
-from app.physics import Physics
+from app.core.errors import ConfigError, RuntimeFault
+from app.engine.forces import ForceWork, Span, drain
+from app.engine.integrator import CHECK_EVERY, Stepper
+from app.model.bodies import Bodies
+from app.model.config import DRIVERS, parse_device_count  # (the settings' names; re-exported)
+from app.model.physics import Physics
+from app.parallel.decomposition import TARGETS, cut_spans
+from app.parallel.decomposition import of as decomposition_of
 
 POLL_S = 2e-5  # the single driver's sleep while no device's phase is ready (a tree phase is ~0.1-30 ms)
 SMOOTHING = 0.5  # weight of the newest speed measurement when shares are re-balanced
@@ -91,7 +91,8 @@ class DeviceState(Protocol):
     integrate_all: bool  # the run's decomposition integrates every row on every device (domains)
 
     def force(self) -> ForceWork: ...  # targets: acc[share] = F(pos[share]; pos[all]), timed as "force"
-    # pairs: acc[all] = the partial sums of this device's slice of the pair tiles (app/decomposition.py)
+    # pairs: acc[all] = the partial sums of this device's slice of the pair tiles
+    # (app/parallel/decomposition.py)
     def force_pairs(self) -> ForceWork: ...
     # domains: the whole tree, the walk of this device's key range into 'sacc' (key order); sets domain_cuts
     def force_domain(self) -> ForceWork: ...
@@ -411,7 +412,7 @@ TIMED = ("force", "integrate", "exchange")  # the categories a device's clock me
 
 
 class MultiDeviceOps:
-    """app.integrator's StateOps for K devices: each step's work split by the devices' shares.
+    """app.engine.integrator's StateOps for K devices: each step's work split by the devices' shares.
 
     Each phase only hands the devices their work (`driver.submit`); the force evaluations' work comes
     back from `finish()`, after the driver waited once for every device (the integrator sums what
@@ -445,7 +446,7 @@ class MultiDeviceOps:
 
     def _tell_shares(self) -> None:
         """Every device learns its index and every device's share: a pair slice or a key range is
-        cut in proportion to the shares (app/decomposition.py)."""
+        cut in proportion to the shares (app/parallel/decomposition.py)."""
         shares, first = self.layout or ([d.share for d in self.devices], 0)
         for i, device in enumerate(self.devices):
             device.index, device.shares = first + i, list(shares)
@@ -555,7 +556,7 @@ class MultiDeviceRun:
         self.devices: list = []
         self.ops: MultiDeviceOps | None = None
         self.decomposition = TARGETS  # the running record's (set by load)
-        self.stepper = Stepper()  # the integrator and the non-finite checks' cadence (app/integrator.py)
+        self.stepper = Stepper()  # the integrator and the non-finite checks' cadence (engine/integrator.py)
         self.physics = Physics()
 
     @property

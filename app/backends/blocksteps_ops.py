@@ -1,4 +1,4 @@
-"""Block time steps' ops on the host (app/blocksteps.py's `BlockOps`): the float64 reference
+"""Block time steps' ops on the host (app/engine/blocksteps.py's `BlockOps`): the float64 reference
 (`NumpyBlockOps`: numpy or numba float64 sums of the active rows) and the CPU twin's (`TreeBlockOps`:
 cpu-tree walking only the groups that hold an active body), with their force and tidal-norm rows.
 """
@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.blocksteps import block_tunables
-from app.bodies import Bodies
-from app.forces import ForceWork, with_role
-from app.physics import Physics, accelerations
+from app.engine.blocksteps import block_tunables
+from app.engine.forces import ForceWork, with_role
+from app.model.bodies import Bodies
+from app.model.physics import Physics, accelerations
 
 
 # --- the float64 reference and the CPU twin -----------------------------------------------------------
 def numpy_rows(pos: np.ndarray, mass: np.ndarray, physics: Physics, rows: np.ndarray) -> np.ndarray:
-    """The float64 reference's forces on `rows` (app.physics.accelerations, all N bodies the sources)."""
+    """The float64 reference's forces on `rows` (app.model.physics.accelerations, all N bodies the
+    sources)."""
     return accelerations(pos, mass, physics, targets=rows)
 
 
@@ -64,7 +65,7 @@ class NumpyBlockOps:
     """The float64 reference's BlockOps: numpy updates on a `Bodies` (its clock advances with each drift),
     forces of the active rows as probes of all sources from `rows_fn(pos, mass, physics, rows)` (default
     `numpy_rows`; `app.backends.cpu_forces.exact_rows`'s numba float64 sum is the fast one). The updates are
-    NumpyOps' (app/integrator.py) row for row, so with L = 0 the trajectory is integrate()'s, bitwise.
+    NumpyOps' (app/engine/integrator.py) row for row, so with L = 0 the trajectory is integrate()'s, bitwise.
     `tidal=True` also keeps ||T|| of the active rows (`tidal_rows`, one more O(rows · N) pass) for the
     criterion "tidal"."""
 
@@ -116,7 +117,8 @@ class NumpyBlockOps:
 
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a(x) kept for `rows`, their all-pairs accelerations at the same float32 positions by the CPU
-        backend's exact_rows: the live force error's halves, app/force_error.py). a(x) must be current."""
+        backend's exact_rows: the live force error's halves, app/engine/force_error.py). a(x) must be
+        current."""
         from app.backends.cpu_forces import exact_rows
 
         rows = np.asarray(rows, dtype=np.int64)

@@ -13,7 +13,7 @@ the parameters against the table (ConfigError naming the key and its range) and 
 and draws in a fixed order. All bodies have equal mass (`mass / n`, summing to `mass`), and
 the result is moved to its centre-of-mass frame (position and velocity), which keeps the camera's
 target and the momentum diagnostics at zero from the first frame. Generators that build parts give them
-as components (app.components): disk's bulge and disk, and collision's galaxy1-bulge, galaxy1-disk,
+as components (app.model.components): disk's bulge and disk, and collision's galaxy1-bulge, galaxy1-disk,
 galaxy2-bulge, galaxy2-disk.
 """
 
@@ -26,9 +26,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from app.bodies import Bodies
-from app.components import Components
-from app.errors import ConfigError
+from app.core.errors import ConfigError
+from app.model.bodies import Bodies
+from app.model.components import Components
 
 _BIG = 1e6
 
@@ -50,7 +50,7 @@ class Generator:
     doc: str
     params: dict[str, Param]
     # (rng, n, **params) -> (pos, vel) for G = 1, or (pos, vel, parts): parts [(name, count), ...] are the
-    # model's components (app.components) as consecutive blocks of rows
+    # model's components (app.model.components) as consecutive blocks of rows
     build: Callable[..., tuple]
     min_n: int = 1
     equilibrium: bool = False  # velocities balance gravity: scaled by √G
@@ -337,6 +337,6 @@ BENCH_SCENE = "plummer"  # the benchmark's and tune's default generator
 
 
 def bench_bodies(n: int, seed: int = 42, scene: str = BENCH_SCENE) -> Bodies:
-    """The benchmark (and tune) state: app.ics's generator `scene` (default the Plummer sphere) with its
+    """The benchmark (and tune) state: app.model.ics's generator `scene` (default the Plummer sphere) with its
     default parameters, the same bodies for the same scene, n and seed."""
     return generate(scene, n, seed)

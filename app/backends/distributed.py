@@ -1,10 +1,10 @@
 """MPI ranks through mpi4py: every rank owns a contiguous share of the bodies, splits the forces as the
-kernel's record says (app/decomposition.py), exchanges what that split moves, and steps through the one
-Stepper over the multi-device StateOps.
+kernel's record says (app/parallel/decomposition.py), exchanges what that split moves, and steps through the
+one Stepper over the multi-device StateOps.
 
     mpiexec -n 3 nbody-live simulate plummer --n 65536 --steps 1000 --out run.npz
 
-A rank is one device of app/multidevice.py whose exchange is MPI: `RankRun` gives MultiDeviceOps this
+A rank is one device of app/parallel/multidevice.py whose exchange is MPI: `RankRun` gives MultiDeviceOps this
 rank's device alone, the ranks' shares as its layout, and an exchange: `MpiExchange` through host memory
 (Allgatherv of share rows or key ranges, Reduce_scatter of partial accelerations), or for GPU ranks that
 share a node the device-to-device `IpcExchange` of app/backends/cuda/ipc.py. Shares are in index order;
@@ -35,15 +35,15 @@ from functools import partial
 
 import numpy as np
 
-from app.bodies import Bodies
-from app.decomposition import TARGETS, agreed_ranges
-from app.decomposition import of as decomposition_of
-from app.errors import ConfigError, NonFiniteState, UserError
-from app.forces import Span
-from app.integrator import CHECK_EVERY, Stepper
-from app.multidevice import MultiDeviceOps, SingleDriver, in_load_order, split
-from app.physics import Physics, diagnostics
-from app.timing import StepTimings
+from app.core.errors import ConfigError, NonFiniteState, UserError
+from app.engine.forces import Span
+from app.engine.integrator import CHECK_EVERY, Stepper
+from app.engine.timing import StepTimings
+from app.model.bodies import Bodies
+from app.model.physics import Physics, diagnostics
+from app.parallel.decomposition import TARGETS, agreed_ranges
+from app.parallel.decomposition import of as decomposition_of
+from app.parallel.multidevice import MultiDeviceOps, SingleDriver, in_load_order, split
 
 # Rank-count variables set by the common launchers: MPICH/Hydra and Intel MPI, Open MPI, PMIx (srun).
 SIZE_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "PMIX_SIZE")
@@ -261,7 +261,8 @@ class RankRun:
         shares = split(bodies.n, [1.0] * self.comm.size)
         self.close()  # a reload (another kernel, new physics or bodies) replaces the device
         self.device = self.make_device(self.comm.rank, bodies, physics, kernel, shares[self.comm.rank])
-        # the record's own split (app/decomposition.py): this rank is one device among the ranks' shares
+        # the record's own split (app/parallel/decomposition.py): this rank is one device among the ranks'
+        # shares
         self.decomposition = decomposition_of(self.device.evaluator.record)
         self.device.integrate_all = self.decomposition.integrate_all
         # a device that can reach the other ranks' devices directly says so (GPUs on one node: CUDA IPC);
@@ -397,7 +398,7 @@ class RankRun:
 
     def diagnostics(self):
         """Float64 diagnostics of the whole state, computed by rank 0 (None on the others)."""
-        from app.energy import potential_energy
+        from app.engine.energy import potential_energy
 
         state = self.state()
         if self.comm.rank != 0:

@@ -16,8 +16,8 @@ Machines without an NVIDIA driver skip all of this silently: the CPU backend nee
 Missing build prerequisites (nvcc, GL/gl.h) are named with the package that provides them, and the
 setup carries on without CUDA rather than failing `make`.
 
-    python -m app.setup_cuda            # what `make run` / `make test` call
-    python -m app.setup_cuda --force    # rebuild even if a GL-enabled pycuda imports already
+    python -m app.core.setup_cuda            # what `make run` / `make test` call
+    python -m app.core.setup_cuda --force    # rebuild even if a GL-enabled pycuda imports already
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def install_nccl(cuda_root: Path | None) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m app.setup_cuda", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m app.core.setup_cuda", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--force", action="store_true", help="rebuild even when pycuda with GL already works")
     args = ap.parse_args(argv)
@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         pip("install", "--quiet", "pytools", "mako", "platformdirs")
     except (subprocess.CalledProcessError, StopIteration) as e:
         say(f"building pycuda with GL failed ({e}); the CUDA backend stays unavailable and "
-            "`nbody-live info` says why. Rerun with `python -m app.setup_cuda --force` to retry.")
+            "`nbody-live info` says why. Rerun with `python -m app.core.setup_cuda --force` to retry.")
         return 0
     if not pycuda_gl_works():
         say("pycuda installed but `import pycuda.gl` still fails; see `nbody-live info`")

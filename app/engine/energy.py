@@ -1,6 +1,6 @@
 """The O(N²) float64 potential energy on the host, fast: numba over blocks of rows.
 
-The same pair sum as app.physics.potential_energy (the numpy reference, Σ_{i<j} -G m_i m_j / s +
+The same pair sum as app.model.physics.potential_energy (the numpy reference, Σ_{i<j} -G m_i m_j / s +
 H m_i m_j / (3 s³), s² = r² + ε²), about a hundred times faster. It is done in blocks of rows of about
 equal pair counts so that a caller can show progress and stop it between blocks (a numba call cannot
 be interrupted from Python), and each row's sum is kept and the rows added in order, so the result does
@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from app.physics import Physics
+from app.model.physics import Physics
 
 BLOCKS = 64  # row blocks of a long sum: progress and a chance to stop about every 1.5%
 SHORT_PAIRS = 50_000_000  # below this many pairs a single block (no overhead worth a bar)

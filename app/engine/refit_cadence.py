@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.forces import Choice, IntChoice
+from app.engine.forces import Choice, IntChoice
 
 # what a build costs beyond a refit, in walk interactions (the module's docstring says where from)
 BUILD_FIXED = 3.1e8
@@ -45,7 +45,7 @@ REFIT_TUNABLES = (
               "(docs/tree.md, Refit)"),
     Choice("rebuild_rule", RULES, "adaptive",
            doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and earlier once the "
-           "refits' walks grow past what a build costs (app/refit_cadence.py)",
+           "refits' walks grow past what a build costs (app/engine/refit_cadence.py)",
            read_when=("rebuild_every", (2, 4, 8, 16))),
 )
 

@@ -3,8 +3,8 @@
 A share of body indices is all a one-sided all-pairs kernel needs to do less work, but not every method
 can use it: Newton's third law computes each pair once, for both bodies, and a tree's groups follow its
 space-filling curve, so every group holds bodies of every index range. So the work split belongs to the
-force method (its `KernelRecord.decomposition`), and the multi-device driver (app/multidevice.py) runs
-whichever one the record names:
+force method (its `KernelRecord.decomposition`), and the multi-device driver (app/parallel/multidevice.py)
+runs whichever one the record names:
 
     targets   a range of targets against every source            exchange: positions (all-gather)
     pairs     a balanced slice of the pair tiles, partial a of    exchange: accelerations (reduce-scatter
@@ -36,7 +36,7 @@ same run, so all of this holds there too.
 
 Adding a decomposition: a class here with `force(ops)` (what each device computes and the exchange that
 completes a(x) on the rows it integrates), the device methods it calls (DeviceState in
-app/multidevice.py) and the exchange operations it needs (each exchange: host, peer, NCCL, MPI).
+app/parallel/multidevice.py) and the exchange operations it needs (each exchange: host, peer, NCCL, MPI).
 """
 
 from __future__ import annotations
@@ -47,8 +47,8 @@ from functools import cached_property
 
 import numpy as np
 
-from app.errors import ConfigError, RuntimeFault
-from app.forces import Span
+from app.core.errors import ConfigError, RuntimeFault
+from app.engine.forces import Span
 
 
 class Decomposition:
@@ -59,8 +59,8 @@ class Decomposition:
     exchanges = ""  # what moves between devices after each force evaluation, in words
     integrate_all = False  # every device integrates every body (else: its share)
     exchanges_positions = True  # the new positions of each share go to every other device after a drift
-    # the multi-device driver `--gpu-driver auto` picks (app/multidevice.py DRIVERS): a host thread per
-    # device, where each device's part is queued without a host wait
+    # the multi-device driver `--gpu-driver auto` picks (app/parallel/multidevice.py DRIVERS): a host thread
+    # per device, where each device's part is queued without a host wait
     driver = "threads"
     # whether the devices keep the state in the force's own order (domains: the tree's key order, as
     # Bonsai keeps it), re-sorted at each evaluation (DeviceState.take_key_order; `ids` name the bodies)
@@ -68,7 +68,7 @@ class Decomposition:
 
     def force(self, ops) -> None:
         """Queue each device's part of a(x) and the exchange that completes it on the rows each device
-        integrates (`ops` is app.multidevice.MultiDeviceOps)."""
+        integrates (`ops` is app.parallel.multidevice.MultiDeviceOps)."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -130,7 +130,7 @@ class Domains(Decomposition):
     def _tell_total(ops, counted: list[int]) -> None:
         """Every device's evaluator learns the whole evaluation's interaction count (the devices' sum;
         MPI ranks: one small allreduce, `ops.rank_sum`), so that a decision taken on it (the tree's
-        adaptive rebuild, app/refit_cadence.py) is every device's: they keep building the same tree."""
+        adaptive rebuild, app/engine/refit_cadence.py) is every device's: they keep building the same tree."""
         ops.driver.finish()  # (the threads driver: every device's walk counted)
         total = sum(counted)
         if ops.layout is not None:  # part of a larger run: the other participants' counts too

@@ -5,8 +5,8 @@ that error.
     fig = bench_figure(result)               # a matplotlib Figure (no pyplot: no global state, no GUI)
     plot(result, "bench/results/h200.png")   # the same, written as a PNG through the Agg canvas
 
-Everything drawn comes from the result (app.bench's JSON). Top panel: the measured rate of each series (a
-kernel, and its scene and swept tunables when the run had several) as a solid line with markers (the
+Everything drawn comes from the result (app.tools.bench's JSON). Top panel: the measured rate of each series
+(a kernel, and its scene and swept tunables when the run had several) as a solid line with markers (the
 colour follows the kernel and scene, the marker cycles too, so 14 kernels never share a look), the
 "equivalent all-pairs" rate of a kernel that evaluates fewer pairs than N² (a tree) as a dotted line in
 its colour, and every entry of `references` dashed (a constant: the FP32 issue limit; points: a published
@@ -24,9 +24,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
-from app.bench import EQUIVALENT_FIELD
-from app.bench_sweep import step_ms
-from app.forces import format_tunables
+from app.engine.forces import format_tunables
+from app.tools.bench import EQUIVALENT_FIELD
+from app.tools.bench_sweep import step_ms
 
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
           "#bcbd22", "#17becf")  # matplotlib's tab10: ten hues that stay apart
@@ -216,8 +216,8 @@ def _legend(ax) -> None:
 
 
 def plot(result: dict, png_path) -> Path:
-    """Write `bench_figure(result)` as a PNG (SIZE_PX), atomically (app.outputs); returns the path."""
-    from app.outputs import atomic_write
+    """Write `bench_figure(result)` as a PNG (SIZE_PX), atomically (app.core.outputs); returns the path."""
+    from app.core.outputs import atomic_write
 
     png_path = Path(png_path)
     with atomic_write(png_path, "wb", "bench plot") as f:

@@ -7,7 +7,7 @@ Formats and the choices made for them:
   by gas, dark and star records of float32. Standard Tipsy is big-endian (XDR); Bonsai writes
   little-endian, so the byte order is detected from which reading gives a self-consistent header. Bonsai
   stores each particle's ID in ``phi`` as an int32 bit pattern; see `_ids_from_phi` for how that is told
-  apart from a real potential. Reading gives components (app.components): Bonsai's ID ranges (disk,
+  apart from a real potential. Reading gives components (app.model.components): Bonsai's ID ranges (disk,
   bulge, halo) when the IDs span two of them, else one per non-empty section (gas, dark, star). Writing
   (little-endian, IDs in ``phi``) keeps components as sections: each body goes to the section its
   component's name says (gas; dark or halo; star, disk or bulge), the bodies' order kept. Without
@@ -19,7 +19,7 @@ Formats and the choices made for them:
 * ``nbabel`` (read): the NBabel benchmark's rows ``id m x y z vx vy vz`` (NBabel itself writes -1 as id).
 * ``npz`` (read, write): numpy archive with keys pos, vel, mass, time and optional ids; exact in float64.
   A block-step run adds its levels (step_levels, step_levels_max, step_levels_dt, step_levels_rule).
-  Components (app.components) are kept as ``component`` (N,) and ``component_names`` (K,) texts.
+  Components (app.model.components) are kept as ``component`` (N,) and ``component_names`` (K,) texts.
 * ``csv`` (read, write): header ``m,x,y,z,vx,vy,vz`` (+ ``id``, + ``component``), floats written with 17
   significant digits so a round trip is exact in float64. A nonzero time is kept in a leading
   ``# time = ...`` comment line, so a snapshot at t = 0 stays a plain table for spreadsheets. Components
@@ -53,12 +53,12 @@ from pathlib import Path
 
 import numpy as np
 
-from app import components
-from app.bodies import Bodies, StepLevels
-from app.config import FORMAT_CHOICES
-from app.errors import ConfigError, InputFileError
-from app.outputs import atomic_write
-from app.physics import COARSEN
+from app.core.errors import ConfigError, InputFileError
+from app.core.outputs import atomic_write
+from app.model import components
+from app.model.bodies import Bodies, StepLevels
+from app.model.config import FORMAT_CHOICES
+from app.model.physics import COARSEN
 
 log = logging.getLogger(__name__)
 
@@ -590,7 +590,7 @@ def read_npz(path) -> Bodies:
     return bodies
 
 
-# npz: block time steps' levels, L, the max step and the coarsening rule (app.bodies.StepLevels)
+# npz: block time steps' levels, L, the max step and the coarsening rule (app.model.bodies.StepLevels)
 STEP_LEVEL_KEYS = ("step_levels", "step_levels_max", "step_levels_dt", "step_levels_rule")
 
 

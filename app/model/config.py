@@ -1,7 +1,7 @@
 """Typed settings: one schema for scene TOML keys and CLI overrides, with messages a user can act on.
 
 Every key is `section.name` (e.g. `physics.dt`). A value is checked for type and range here; whether a
-kernel name exists or a file reads is checked where that knowledge lives (the registry, app.formats).
+kernel name exists or a file reads is checked where that knowledge lives (the registry, app.model.formats).
 The camera keyframes ([[camera.keys]] tables, or a TOML file of [[keys]] for `--camera FILE`) are read
 and checked here too (`parse_keys`, `load_keys_file`); app.render.camera_path flies through them.
 """
@@ -14,17 +14,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.backend_table import backend_choices
-from app.errors import ConfigError
-from app.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
+from app.core.backend_table import backend_choices
+from app.core.errors import ConfigError
+from app.model.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
 
-BACKEND_CHOICES = backend_choices  # auto, then app/backend_table.py's names (read when asked)
+BACKEND_CHOICES = backend_choices  # auto, then app/core/backend_table.py's names (read when asked)
 COLOR_BY = ("speed", "mass", "none", "component", "component-speed", "component-mass")
 COLORMAPS = ("inferno", "magma", "plasma", "viridis", "white")
-# several devices (app/multidevice.py runs them): the drivers and the exchanges a run may name
+# several devices (app/parallel/multidevice.py runs them): the drivers and the exchanges a run may name
 DRIVERS = ("auto", "threads", "single")  # auto: the decomposition's (Decomposition.driver)
 EXCHANGES = ("auto", "peer", "nccl", "host")  # auto: peer copies where every pair can, else host
-FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")  # snapshot formats: the one list (app/formats.py)
+# snapshot formats: the one list (app/model/formats.py)
+FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")
 
 
 @dataclass(frozen=True)

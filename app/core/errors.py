@@ -36,7 +36,7 @@ class NonFiniteState(RuntimeFault):
     `index` is the first non-finite body the check found (-1 when unknown), `step` the step count at
     which it was reported; with several devices (`--gpus`) `device` is the index of the device whose
     share holds the body (its name in `device_name`), None on one device; under MPI `rank` is the rank
-    whose share holds it (every rank raises the same report: app.distributed.fail_together lets that
+    whose share holds it (every rank raises the same report: app.backends.distributed.fail_together lets that
     rank alone say it), None in one process.
     """
 

@@ -1,0 +1,1 @@
+"""Benchmarks over any backend and their plots. (docs/architecture.md, "Layers")."""
