@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere in the checkout
 
 from app.core.errors import RuntimeFault  # noqa: E402
-from app.engine.timing import FrameLog  # noqa: E402
+from app.render.frames import FrameLog  # noqa: E402
 
 
 def line(name: str, m: dict) -> str:

@@ -22,8 +22,8 @@ from app.backends.cuda.backend import CudaBackend
 from app.backends.cuda.errors import KernelCompileError
 from app.backends.cuda.state import GpuState
 from app.core.errors import NonFiniteState, StateOutOfMemory
+from app.engine.clocks import HostTimer
 from app.engine.forces import ForceWork
-from app.engine.timing import HostTimer
 from app.model.bodies import Bodies
 from app.model.physics import Physics
 

@@ -1,6 +1,6 @@
 """EventTimer's two reading modes, with fake events standing in for CUDA's (no GPU needed)."""
 
-from app.engine.timing import MAX_PENDING, EventTimer
+from app.engine.clocks import MAX_PENDING, EventTimer
 
 
 class FakeGPU:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from app.core.errors import RuntimeFault
-from app.engine.timing import FrameLog
+from app.render.frames import FrameLog
 
 SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "frames_compare.py"
 

@@ -28,9 +28,9 @@ import pytest
 import app
 from app.backends.cpu import CPUBackend
 from app.backends.cpu_forces import CpuOps
+from app.engine.clocks import HostTimer
 from app.engine.forces import ForceEvaluator, ForceWork, Span, all_pairs_work
 from app.engine.integrator import Integrator, NumpyOps, Stepper, integrate
-from app.engine.timing import HostTimer
 from app.model.bodies import Bodies
 from app.model.physics import Physics, accelerations
 

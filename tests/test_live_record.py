@@ -61,8 +61,8 @@ class UI:
 
     def __init__(self, record_dir: Path, n: int = 384):
         from app.commands.common import make_backend
-        from app.engine.timing import FrameLog
         from app.render.canvas import Viewer
+        from app.render.frames import FrameLog
         from app.scene import load_scene
         from app.ui import Panel
 

@@ -122,7 +122,7 @@ def test_run_timings_stream_every_frame_as_it_is_drawn(tmp_path):
     as it is drawn, so that an interrupted run keeps its rows."""
     import csv
 
-    from app.engine.timing import CSV_FIELDS, FrameLog
+    from app.render.frames import CSV_FIELDS, FrameLog
 
     log = FrameLog(capacity=3)
     path = tmp_path / "t.csv"
@@ -140,7 +140,7 @@ def test_run_timings_stream_every_frame_as_it_is_drawn(tmp_path):
 
 
 def test_a_timings_write_that_fails_mid_run_stops_the_stream_not_the_viewer(tmp_path, monkeypatch):
-    from app.engine.timing import FrameLog
+    from app.render.frames import FrameLog
 
     real, written = outputs.StreamedFile.write, []
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.engine.timing import History
+from app.render.frames import History
 
 
 def test_history_window_is_the_last_seconds_oldest_first_across_the_wrap():

@@ -34,9 +34,10 @@ from app.backends.cpu_forces import (
 )
 from app.backends.cpu_multi import CpuDevices
 from app.core.errors import NonFiniteState
+from app.engine.clocks import HostTimer
 from app.engine.forces import ForceEvaluator, Span, target_chunks, with_role
 from app.engine.integrator import Stepper
-from app.engine.timing import HostTimer, stage_entries
+from app.engine.timing import stage_entries
 from app.model.bodies import Bodies
 from app.model.physics import Physics
 

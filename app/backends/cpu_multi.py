@@ -17,8 +17,8 @@ import numpy as np
 
 from app.backends.cpu_forces import DEFAULT_KERNEL, CpuOps, cpu_name, cpu_record, exact_rows, first_nonfinite
 from app.core.errors import ConfigError
+from app.engine.clocks import HostTimer
 from app.engine.forces import ForceWork, Span, drain
-from app.engine.timing import HostTimer
 from app.model.bodies import Bodies
 from app.model.physics import Physics
 from app.parallel.decomposition import share_cuts

@@ -46,9 +46,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.engine.clocks import HostTimer
 from app.engine.forces import Choice, FloatRange, ForceEvaluator, ForceWork, KernelRecord, Span, drain
 from app.engine.refit_cadence import CadencedTree
-from app.engine.timing import HostTimer
 from app.model.physics import Physics
 from app.parallel.decomposition import align_cuts
 
@@ -108,7 +108,7 @@ class Tree:
 
 def key_order(xyz: np.ndarray, clock=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """(order, sorted keys, lo, size) of the rows of xyz: Morton keys over their bounding cube.
-    `clock` (an app.engine.timing.HostTimer) times the stages "keys" and "sort"."""
+    `clock` (an app.engine.clocks.HostTimer) times the stages "keys" and "sort"."""
     k = _kernels_module()
     clock = clock or _NO_CLOCK
     with clock.time("keys"):
@@ -161,7 +161,7 @@ def group_starts(start: np.ndarray, count: np.ndarray, nchild: np.ndarray, group
 
 def build(pos: np.ndarray, leaf: int, clock=None) -> Tree:
     """The tree over the (n, 4) [x, y, z, m] rows of `pos`, read as float32 (the record's precision, and
-    the GPU state's); `clock` (an app.engine.timing.HostTimer) times the stages: keys, sort (with the reorder
+    the GPU state's); `clock` (an app.engine.clocks.HostTimer) times the stages: keys, sort (with the reorder
     of the rows), build (cells and their cubes), moments."""
     k = _kernels_module()
     clock = clock or _NO_CLOCK

@@ -102,8 +102,8 @@ def run_replay(args: argparse.Namespace, scene, series, size, headless: bool) ->
     replay panel (app.ui.replay)."""
     from app.backends.replay import ReplayBackend
     from app.commands.common import report_viewer_outputs
-    from app.engine.timing import FrameLog
     from app.render.canvas import open_viewer
+    from app.render.frames import FrameLog
     from app.render.recorder import InterruptGuard, exit_status
     from app.ui.replay import ReplayPanel
 

@@ -180,8 +180,8 @@ def _run(args, comm) -> int:
     configure(headless=headless)
     if series is not None:
         return replay.run_replay(args, scene, series, size, headless)
-    from app.engine.timing import FrameLog
     from app.render.canvas import open_viewer
+    from app.render.frames import FrameLog
 
     backend = make_backend(scene, comm=comm)
     if comm is not None:

@@ -7,7 +7,7 @@ PyOpenGL: the headless EGL path needs its environment set first. Submodules:
     colormaps  colormap(name) -> (256, 3) float32
     shaders    build_program(vert, frag); ShaderError names the file
     particles  ParticleRenderer (VBOs, sprites tone-mapped by screen blending)
-    canvas     Viewer (its per-frame timings: app.engine.timing.FrameStats, DrawTimer)
+    canvas     Viewer (its per-frame timings: app.render.frames.FrameStats, DrawTimer)
     recorder   Recorder (frames in, an mp4 out), record_scene / render_still / record (headless)
     live_recording  ViewRecorder: the viewer's Record button / V, measure_record_cost
 """

@@ -5,7 +5,7 @@
     img = viewer.render_to_array()           # (H, W, 3) uint8 from the viewer's own framebuffer
 
 Per frame: `advance()` (backend.step + buffer sync), then `on_draw` (particles, then every callable in
-`viewer.overlays`, e.g. the ImGui panel). Timings land in `viewer.stats` (an app.engine.timing.FrameStats).
+`viewer.overlays`, e.g. the ImGui panel). Timings land in `viewer.stats` (an app.render.frames.FrameStats).
 
 Keys (`viewer.key_actions`, name -> callable; the panel's controller adds and replaces entries):
 Space pause/resume, F fit the bodies, C reset the camera to the scene's, [ and ] previous/next kernel,
@@ -33,9 +33,9 @@ from vispy import app, gloo
 from vispy.util import keys
 
 from app.core.errors import NonFiniteState, RuntimeFault
-from app.engine.timing import DrawTimer, FrameStats
 from app.render import gl_setup, view_area
 from app.render.camera import OrbitCamera, gl_matrix
+from app.render.frames import DrawTimer, FrameStats
 from app.render.particles import ParticleRenderer
 
 log = logging.getLogger(__name__)

@@ -36,7 +36,8 @@ from app.backends import all_kernel_records, backend_class
 from app.core.errors import ConfigError
 from app.engine.force_error import ForceErrorProbe
 from app.engine.forces import STAGES
-from app.engine.timing import FLOPS_PER_INTERACTION, FrameLog, FrameRecord, History, StepTimings
+from app.engine.timing import FLOPS_PER_INTERACTION, StepTimings
+from app.render.frames import FrameLog, FrameRecord, History
 from app.render.live_recording import ViewRecorder
 from app.ui.actions import Actions
 from app.ui.benchmark import Benchmark, BenchResult

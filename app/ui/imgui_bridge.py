@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from app.engine.timing import DrawTimer
+from app.render.frames import DrawTimer
 
 log = logging.getLogger(__name__)
 

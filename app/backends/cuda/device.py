@@ -15,7 +15,7 @@ from app.backends.cuda.compile import CompiledModule, compile_file, resolve_sour
 from app.backends.cuda.context import ContextScope, DeviceFacts, device_facts, driver
 from app.backends.cuda.errors import KernelCompileError
 from app.core.errors import RuntimeFault
-from app.engine.timing import EventTimer
+from app.engine.clocks import EventTimer
 
 log = logging.getLogger(__name__)
 
