@@ -35,7 +35,8 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from anywhere in the checkout
 
 from app.backends import backend_class, backend_names  # noqa: E402
-from app.commands.common import Interruption, parse_tunables, positive_float, positive_int  # noqa: E402
+from app.commands.options import parse_tunables, positive_float, positive_int  # noqa: E402
+from app.commands.running import Interruption
 from app.core.errors import RuntimeFault, UserError  # noqa: E402
 from app.core.outputs import StreamedFile, check_output  # noqa: E402
 from app.engine.forces import format_tunables  # noqa: E402

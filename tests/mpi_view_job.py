@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from app.backends.distributed import agree, fail_together, world
-from app.commands.common import make_backend
+from app.commands.assembly import make_backend
 from app.scene import load_scene
 
 FRAMES = 24

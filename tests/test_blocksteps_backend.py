@@ -73,7 +73,7 @@ def test_what_block_steps_cannot_do_is_refused_with_the_fix(tmp_path, capsys, ex
 
 
 def test_block_steps_refuse_mpi_ranks():
-    from app.commands.common import make_rank_run
+    from app.commands.assembly import make_rank_run
     from app.scene import load_scene
 
     scene = load_scene("collision", {"physics.timesteps": "block"})
@@ -82,7 +82,7 @@ def test_block_steps_refuse_mpi_ranks():
 
 
 def test_a_scene_file_asks_for_block_steps(tmp_path):
-    from app.commands.common import make_backend
+    from app.commands.assembly import make_backend
     from app.scene import load_scene
 
     path = tmp_path / "b.toml"

@@ -150,7 +150,8 @@ def test_bad_render_component_keys_name_the_key(key, value, words):
 def test_set_reaches_component_keys_through_the_cli_parser():
     import argparse
 
-    from app.commands.common import add_scene_options, scene_from_args
+    from app.commands.assembly import scene_from_args
+    from app.commands.options import add_scene_options
 
     p = argparse.ArgumentParser()
     add_scene_options(p)

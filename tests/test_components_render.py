@@ -112,7 +112,7 @@ def test_fit_leaves_hidden_components_out(viewer):
 
 
 def test_hidden_bodies_still_feel_and_exert_gravity(gl_env):  # noqa: F811
-    from app.commands.common import make_backend
+    from app.commands.assembly import make_backend
     from app.render.canvas import Viewer
     from app.scene import load_scene
 
@@ -189,7 +189,7 @@ def _centroid_x(img: np.ndarray, x0: int) -> tuple[float, float]:
 @pytest.fixture
 def paneled(gl_env):  # noqa: F811
     pytest.importorskip("imgui_bundle")
-    from app.commands.common import make_backend
+    from app.commands.assembly import make_backend
     from app.model.bodies import Bodies
     from app.render.canvas import Viewer
     from app.scene import RunSettings

@@ -17,7 +17,7 @@ class SceneUI(UI):
     """The panel's test user on a scene of our choosing (CPU backend, paused: only the UI changes)."""
 
     def __init__(self, scene):
-        from app.commands.common import make_backend
+        from app.commands.assembly import make_backend
         from app.render.canvas import Viewer
         from app.ui import Panel
 

@@ -86,7 +86,7 @@ def test_a_scene_file_carries_the_kernels_tunables(tmp_path, capsys):
     (the command line over the file); the kernel's record validates the values once the run is assembled,
     naming record.key, before any work."""
     from app.cli import build_parser, main
-    from app.commands.common import make_backend, scene_from_args
+    from app.commands.assembly import make_backend, scene_from_args
 
     path = tmp_path / "tree.toml"
     path.write_text('[initial]\ngenerator = "plummer"\nn = 512\n[run]\nbackend = "cpu"\nkernel = "cpu-tree"\n'

@@ -60,7 +60,7 @@ class UI:
     a keyboard (vispy events, two frames after each, as in test_panel.py)."""
 
     def __init__(self, record_dir: Path, n: int = 384):
-        from app.commands.common import make_backend
+        from app.commands.assembly import make_backend
         from app.render.canvas import Viewer
         from app.render.frames import FrameLog
         from app.scene import load_scene

@@ -338,7 +338,7 @@ def test_bench_gpus_names_the_fastest_setting_within_the_budget_per_device_count
 
 
 def test_mpi_ranks_refuse_gpus():
-    from app.commands.common import make_rank_run
+    from app.commands.assembly import make_rank_run
     from app.scene import load_scene
 
     with pytest.raises(ConfigError, match="--gpus 2: under mpiexec each rank takes one GPU"):

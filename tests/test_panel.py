@@ -43,7 +43,7 @@ class UI:
     """A viewer with the panel, and a 'user' who moves the mouse, clicks and types through vispy events."""
 
     def __init__(self, n: int = 512, backend=None, kernel: str = "auto", height: int = H):
-        from app.commands.common import make_backend
+        from app.commands.assembly import make_backend
         from app.render.canvas import Viewer
         from app.scene import load_scene
         from app.ui import Panel
@@ -586,7 +586,7 @@ def test_an_all_pairs_kernel_shows_no_force_error_and_no_split(ui):
 
 @pytest.fixture
 def devices_ui(gl_env):
-    from app.commands.common import make_backend
+    from app.commands.assembly import make_backend
     from app.scene import load_scene
 
     scene = load_scene("plummer", {"initial.n": 3000, "run.backend": "cpu", "run.gpus": "3"})
@@ -614,7 +614,7 @@ def test_several_devices_show_a_force_bar_each_and_the_exchange_time(devices_ui)
 
 @pytest.fixture
 def devices_tree_ui(gl_env):
-    from app.commands.common import make_backend
+    from app.commands.assembly import make_backend
     from app.scene import load_scene
 
     scene = load_scene("plummer", {"initial.n": 4096, "run.backend": "cpu", "run.gpus": "2",

@@ -32,7 +32,7 @@ def layout() -> dict:
     """item_rects of the panel at W x H with its kernel combo open, laid out headless in this process."""
     try:
         gl_setup.configure(headless=True)
-        from app.commands.common import make_backend
+        from app.commands.assembly import make_backend
         from app.render.canvas import Viewer
         from app.scene import load_scene
         from app.ui import Panel

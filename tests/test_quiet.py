@@ -109,7 +109,7 @@ def test_progress_bar_only_on_a_terminal_and_not_with_q(monkeypatch, quiet, no_p
     import argparse
     import io
 
-    from app.commands.common import progress_bar
+    from app.commands.running import progress_bar
 
     stderr = io.StringIO()
     stderr.isatty = lambda: tty

@@ -197,7 +197,7 @@ def test_block_steps_record_frames_inside_each_max_step(gl_env, tmp_path, capsys
 @pytest.mark.gl
 def test_pbo_readback_matches_the_viewers_own_readback(gl_env, tmp_path):
     """The ring's bottom-up copy flips rows exactly like vispy's read(); frames come out in order."""
-    from app.commands.common import make_backend
+    from app.commands.assembly import make_backend
     from app.render.canvas import Viewer
     from app.render.readback import PboCapture
     from app.scene import load_scene

@@ -216,7 +216,7 @@ def test_n_with_resume_is_refused(tmp_path, capsys, no_work):
 
 ONLY_THE_FIRST = """
 import os, signal, time
-from app.commands.common import Interruption
+from app.commands.running import Interruption
 try:
     with Interruption() as stop:
         os.kill(os.getpid(), signal.SIGINT)

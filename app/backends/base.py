@@ -63,7 +63,7 @@ class Backend(ABC):
 
     name: str = ""
     # the loaded bodies' components (app.model.components), for drawing only: whoever loads bodies sets it
-    # (commands.common.make_backend, the panel's Controller); gravity never reads it
+    # (commands.assembly.make_backend, the panel's Controller); gravity never reads it
     components = None
     # processes that share this state (the MPI ranks of app/backends/ranks.py): anything that would run a
     # copy of it on one process alone (the panel's benchmark, another backend's kernel) needs 1

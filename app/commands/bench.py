@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from app.commands.common import add_gpu_options, non_negative_int, positive_float, positive_int
+from app.commands.options import add_gpu_options, non_negative_int, positive_float, positive_int
 from app.core.backend_table import backend_choices
 from app.model.ics import GENERATORS
 from app.tools.bench import DEFAULT_ERROR_SAMPLE, DEFAULT_SCENE
@@ -92,7 +92,7 @@ def _ns(text: str) -> list[int]:
 
 def _device_classes(cls, args) -> dict:
     """--gpus 1,2: {K: the backend class over K devices} in the order given, each K once."""
-    from app.commands.common import several_devices
+    from app.commands.assembly import several_devices
     from app.model.config import parse_device_count
 
     classes = {}
@@ -158,7 +158,7 @@ def _bench(args, comm) -> int:
     """The benchmark; under MPI (`comm`) every rank times its share of every step together and rank 0
     prints and writes the result."""
     from app.backends import find_kernel, select_backend
-    from app.commands.common import parse_tunable_lists
+    from app.commands.options import parse_tunable_lists
     from app.core.errors import ConfigError
     from app.core.outputs import check_outputs
     from app.tools import bench

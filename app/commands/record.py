@@ -10,15 +10,8 @@ import signal
 import sys
 from pathlib import Path
 
-from app.commands.common import (
-    add_gpu_options,
-    add_scene_options,
-    make_backend,
-    parse_size,
-    positive_float,
-    positive_int,
-    scene_from_args,
-)
+from app.commands.assembly import make_backend, scene_from_args
+from app.commands.options import add_gpu_options, add_scene_options, parse_size, positive_float, positive_int
 from app.commands.replay import RECORD_HELP as REPLAY_HELP
 from app.commands.replay import open_replay, record_backend, record_line, replay_scene
 from app.core.errors import ConfigError

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from app.commands.common import SHORTCUTS
+from app.commands.options import SHORTCUTS
 from app.core.errors import ConfigError
 
 log = logging.getLogger("nbody-live")
@@ -58,7 +58,7 @@ def check_replay_args(args: argparse.Namespace) -> None:
 
 def open_replay(args: argparse.Namespace):
     """The checked Series of SCENE (InputFileError naming a bad file), with a progress bar on a terminal."""
-    from app.commands.common import progress_bar
+    from app.commands.running import progress_bar
     from app.model.series import open_series, series_paths
 
     check_replay_args(args)
@@ -101,7 +101,7 @@ def run_replay(args: argparse.Namespace, scene, series, size, headless: bool) ->
     """`run DIR` once the outputs and the display are settled: the viewer on a ReplayBackend with the
     replay panel (app.ui.replay)."""
     from app.backends.replay import ReplayBackend
-    from app.commands.common import report_viewer_outputs
+    from app.commands.running import report_viewer_outputs
     from app.render.canvas import open_viewer
     from app.render.frames import FrameLog
     from app.render.recorder import InterruptGuard, exit_status

@@ -7,16 +7,9 @@ import logging
 from pathlib import Path
 
 from app.commands import replay
-from app.commands.common import (
-    add_gpu_options,
-    add_scene_options,
-    make_backend,
-    parse_size,
-    positive_float,
-    positive_int,
-    report_viewer_outputs,
-    scene_from_args,
-)
+from app.commands.assembly import make_backend, scene_from_args
+from app.commands.options import add_gpu_options, add_scene_options, parse_size, positive_float, positive_int
+from app.commands.running import report_viewer_outputs
 from app.core.errors import ConfigError
 from app.core.outputs import check_outputs
 from app.model.series import is_series_arg

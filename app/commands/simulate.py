@@ -9,16 +9,9 @@ import signal
 import sys
 from pathlib import Path
 
-from app.commands.common import (
-    Interruption,
-    add_gpu_options,
-    add_scene_options,
-    make_backend,
-    make_rank_run,
-    positive_int,
-    progress_bar,
-    scene_from_args,
-)
+from app.commands.assembly import make_backend, make_rank_run, scene_from_args
+from app.commands.options import add_gpu_options, add_scene_options, positive_int
+from app.commands.running import Interruption, progress_bar
 
 log = logging.getLogger("nbody-live")
 

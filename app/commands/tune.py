@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from app.commands.bench import _ns
-from app.commands.common import positive_int
+from app.commands.options import positive_int
 
 HELP = ("time every CUDA variant's tunables per N on this GPU (or on K GPUs: --gpus K) and cache the fastest "
         "for `best`")
@@ -117,7 +117,7 @@ def main(args) -> int:
 def _on_gpus(cls, gpus: str):
     """The backend class that times on `gpus` GPUs: `cls` itself for one, else its multi-device form
     (the helper `run --gpus` uses: more GPUs than exist is a ConfigError, exit status 2)."""
-    from app.commands.common import several_devices
+    from app.commands.assembly import several_devices
 
     multi = several_devices(cls, gpus)
     return multi if multi.k > 1 else cls

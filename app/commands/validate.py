@@ -8,7 +8,9 @@ import time
 
 import numpy as np
 
-from app.commands.common import add_scene_options, check_fits, progress_bar, scene_from_args
+from app.commands.assembly import check_fits, scene_from_args
+from app.commands.options import add_scene_options
+from app.commands.running import progress_bar
 
 log = logging.getLogger("nbody-live")
 
