@@ -1,0 +1,118 @@
+"""The kernel section: the combo of every record (greyed with the reason where it cannot run), its doc
+line, and its tunables as sliders and combos (greyed while the kernel does not read them)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.engine.forces import FloatRange, IntChoice, unread_reason
+from app.ui.style import DIM_TEXT, RED_BG
+
+
+def _slider_ends(spec: FloatRange) -> tuple[float, float]:
+    """A FloatRange's slider ends. ImGui sliders are float32: an open lower end starts at the next float32
+    above it, so the slider never offers a value the record refuses."""
+    lo = float(np.nextafter(np.float32(spec.lo), np.float32(spec.hi))) if spec.lo_open else float(spec.lo)
+    return lo, float(spec.hi)
+
+
+def _slider_value(spec: FloatRange, v: float) -> float:
+    """What a FloatRange slider returned, for the record to validate: a float32 rounding of an end (0.1 is
+    0.100000001 in float32) is that end; anything else, a value typed beyond the ends too, as it is (a
+    slider's Ctrl+click text input does not clamp), so that the record rejects it and the field turns red."""
+    for end in (spec.lo, spec.hi):
+        if v != end and np.float32(v) == np.float32(end) and not (spec.lo_open and end == spec.lo):
+            return float(end)
+    return float(v)
+
+
+def draw(panel) -> None:
+    imgui = panel.imgui
+    ctl = panel.controller
+    cur = ctl.backend.kernel
+    imgui.set_next_item_width(-1)
+    opened = imgui.begin_combo("##kernel", cur, imgui.ComboFlags_.height_large)
+    panel._combo_rect("kernel_combo", opened)
+    if opened:
+        group = None
+        for rec in ctl.records:
+            if rec.backend != group:
+                group = rec.backend
+                imgui.separator_text(group.upper())
+            reason = ctl.why_not(rec.name)
+            if reason:
+                imgui.begin_disabled()
+            clicked, _ = imgui.selectable(f"{rec.name}##k", rec.name == cur)
+            panel._rect(f"kernel:{rec.name}")
+            if reason:
+                panel._tooltip(f"{rec.doc}\nunavailable: {reason}", disabled=True)
+            else:
+                panel._tooltip(rec.doc)
+            imgui.same_line(imgui.get_window_width() - 56)
+            imgui.text_disabled(rec.precision)
+            if reason:
+                imgui.end_disabled()
+            if clicked and not reason:
+                ctl.switch_kernel(rec.name)
+        imgui.end_combo()
+    rec = ctl.record(cur)
+    panel._tooltip(rec.doc)
+    imgui.push_text_wrap_pos(0.0)
+    imgui.text_colored(imgui.ImVec4(*DIM_TEXT), f"{rec.doc}  [{rec.backend} · {rec.precision}]")
+    imgui.pop_text_wrap_pos()
+    if rec.origin:
+        panel._tooltip(f"{rec.doc}\nfrom: {rec.origin}\nsource: {rec.source} ({rec.entry})")
+    _tunables(panel)
+
+
+def _tunables(panel) -> None:
+    """Every tunable of the current kernel's record, with the value the next step uses: IntChoice and
+    Choice a combo, FloatRange a slider (logarithmic when spec.log). A change goes through the
+    controller, validated by the record, and applies from the next step."""
+    imgui = panel.imgui
+    backend = panel.controller.backend
+    values = backend.tunables()
+    for spec in backend.tunable_specs():
+        key = f"tunable:{spec.name}"
+        current = values.get(spec.name, spec.default)
+        unread = unread_reason(spec, values)  # greyed: the kernel does not read it at these values
+        if unread:
+            imgui.begin_disabled()
+        imgui.set_next_item_width(150.0)
+        if isinstance(spec, FloatRange):
+            lo, hi = _slider_ends(spec)
+            flags = imgui.SliderFlags_.no_round_to_format | (
+                imgui.SliderFlags_.logarithmic if spec.log else 0)
+            red = key in panel.field_errors
+            if red:
+                for col in (imgui.Col_.frame_bg, imgui.Col_.frame_bg_hovered, imgui.Col_.frame_bg_active):
+                    imgui.push_style_color(col, imgui.ImVec4(*RED_BG))
+            changed, v = imgui.slider_float(f"{spec.name}##{key}", float(current), lo, hi, "%.4g", flags)
+            panel._rect(key)
+            if red:
+                imgui.pop_style_color(3)
+            if changed:  # dragged within the ends, or typed (Ctrl+click): the record judges it
+                _set_tunable(panel, key, spec.name, _slider_value(spec, v))
+        else:
+            options = spec.values if isinstance(spec, IntChoice) else spec.options
+            panel._combo(f"{spec.name}##{key}", key, options, current,
+                        lambda c, key=key, name=spec.name: _set_tunable(panel, key, name, c))
+        if unread:
+            imgui.end_disabled()
+            panel.unread[key] = unread
+        else:
+            panel.unread.pop(key, None)
+        panel._tooltip(f"{spec.name}: {spec.doc + ' ' if spec.doc else ''}({spec.describe()}, default "
+                      f"{spec.default})" + (f"\n{unread}" if unread else ""), disabled=bool(unread))
+        if key in panel.field_errors:
+            panel._rejected(key, str(values.get(spec.name, spec.default)))
+
+
+def _set_tunable(panel, key: str, name: str, value) -> None:
+    msg = panel.controller.set_tunable(name, value)
+    if msg:
+        panel.field_errors[key] = msg
+    else:
+        panel.field_errors.pop(key, None)
+
+# --- the panel -------------------------------------------------------------------------------
