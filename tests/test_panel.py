@@ -315,7 +315,7 @@ def test_the_widgets_stay_put_whatever_the_measured_times(ui, monkeypatch):
     """Which parts of the frame time are non-zero flickers with timing (the drift read-back every few
     frames, a loaded machine); the live numbers showing them must not move the widgets below them, or a
     click aimed at a tab or a field lands on its neighbour."""
-    from app.ui.panel import BREAKDOWN
+    from app.ui.style import BREAKDOWN
 
     ui.tab("Simulation")
     measured = ui.ctl.live
