@@ -117,8 +117,8 @@ def several_devices(cls, gpus, driver: str = "auto", exchange: str = "auto", cho
     from app.backends.multi import multi_backend_class
 
     if cls.memory != "device" and not chosen:  # auto fell back to a backend on the host
-        why = "; ".join(f"{name}: {other.why_not()}" for name, other in backend_classes().items()
-                        if other.why_not())
+        reasons = {name: other.why_not() for name, other in backend_classes().items()}
+        why = "; ".join(f"{name}: {reason}" for name, reason in reasons.items() if reason)
         raise ConfigError(f"--gpus {gpus}: no GPU is usable here ({why}); --backend {cls.name} --gpus N "
                           f"splits the {cls.name} backend into N devices instead")
     return multi_backend_class(cls, gpus, driver, exchange)

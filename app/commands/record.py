@@ -191,9 +191,11 @@ def _per_frame(scene) -> str:
 
 
 def _frame_advance(scene, index: int) -> str:
-    """Where frame `index` of a simulated recording stands (as render.recorder.frame_info counts it)."""
-    parts = index * scene.run.steps_per_frame
-    per_step = scene.run.frames_per_step
+    """Where frame `index` of a simulated recording stands (as render.recorder.frame_info counts it; a
+    frames_per_step over 1 is refused unless the backend draws inside steps)."""
+    from app.render.recorder import frame_parts
+
+    parts, per_step = frame_parts(scene.run, index)
     if per_step > 1:
         whole, part = divmod(parts, per_step)
         return f"t = {parts / per_step * scene.physics.dt:g}, max step {whole} + {part}/{per_step}"

@@ -400,13 +400,19 @@ class PngSequence(_Sink):
 # the deterministic loop
 
 
+def frame_parts(run, index: int, draws_within_steps: bool = True) -> tuple[int, int]:
+    """(parts, per_step): frame `index` of a simulated run stands `parts` 1/per_step-ths of a step from the
+    start (steps_per_frame parts a frame; per_step is run.frames_per_step where the backend draws inside
+    steps, block steps: canvas.advance, else 1)."""
+    per_step = max(int(run.frames_per_step), 1) if draws_within_steps else 1
+    return index * max(int(run.steps_per_frame), 1), per_step
+
+
 def frame_info(viewer, index: int, fps: float) -> FrameInfo:
     if viewer.backend.replays:  # a series replay: its own time, no steps
         return FrameInfo(index=index, t=index / fps, scene=viewer.scene.name, kernel=viewer.backend.kernel,
                          n=int(viewer.backend.n), steps=None, sim_time=viewer.backend.time)
-    k = max(int(viewer.scene.run.steps_per_frame), 1)
-    per_step = max(int(viewer.scene.run.frames_per_step), 1) if viewer.backend.draws_within_steps else 1
-    parts = index * k  # 1/per_step-ths of a step (block steps draw inside max steps: canvas.advance)
+    parts, per_step = frame_parts(viewer.scene.run, index, viewer.backend.draws_within_steps)
     return FrameInfo(index=index, t=index / fps, scene=viewer.scene.name,
                      kernel=viewer.stats.kernel or viewer.backend.kernel, n=int(viewer.backend.n),
                      steps=parts // per_step, sim_time=parts / per_step * float(viewer.scene.physics.dt))
