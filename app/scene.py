@@ -103,8 +103,10 @@ def resolve_scene_path(name_or_path: str):
         return preset
     if p.suffix or len(p.parts) > 1:  # a path, not a preset name: say what is wrong with the path
         raise InputFileError(missing_file(p, "scene or snapshot file"))
-    raise ConfigError(f"unknown scene preset {name_or_path!r}; presets: {', '.join(preset_names())} "
-                      "(or give a path to a scene .toml or a snapshot file)")
+    raise ConfigError(
+        f"unknown scene preset {name_or_path!r}; presets: {', '.join(preset_names())} "
+        "(or give a path to a scene .toml or a snapshot file)"
+    )
 
 
 def missing_file(path, what: str) -> str:
@@ -145,8 +147,10 @@ def load_scene(name_or_path: str | None = None, overrides: dict[str, object] | N
                 scene.components = parse_table(table, origin)
                 continue
             if not isinstance(table, dict):
-                raise ConfigError(f"{origin}: top-level key {section!r} must be a [section] table; "
-                                  f"sections: {', '.join(_schema_sections())}")
+                raise ConfigError(
+                    f"{origin}: top-level key {section!r} must be a [section] table; "
+                    f"sections: {', '.join(_schema_sections())}"
+                )
             for key, value in table.items():
                 set_value(scene, f"{section}.{key}", value, origin)
         if scene.initial.file:  # a file named in the TOML is where the TOML says, wherever it is run from
@@ -210,19 +214,24 @@ def validate(scene: Scene) -> None:
     validate_camera_path(scene.camera)
     init = scene.initial
     if init.subsample and not init.file:
-        raise ConfigError("initial.subsample applies only to a snapshot (initial.file); a generator takes "
-                          "initial.n")
+        raise ConfigError(
+            "initial.subsample applies only to a snapshot (initial.file); a generator takes initial.n"
+        )
     if init.file:
         if init.params:
-            raise ConfigError(f"initial.file is set, so generator parameters "
-                              f"{', '.join('initial.' + k for k in init.params)} do not apply")
+            raise ConfigError(
+                f"initial.file is set, so generator parameters "
+                f"{', '.join('initial.' + k for k in init.params)} do not apply"
+            )
         return
     if not init.generator:
-        raise ConfigError("the scene needs initial.generator or initial.file; generators: "
-                          + ", ".join(ics.GENERATORS))
+        raise ConfigError(
+            "the scene needs initial.generator or initial.file; generators: " + ", ".join(ics.GENERATORS)
+        )
     if init.generator not in ics.GENERATORS:
-        raise ConfigError(f"initial.generator = {init.generator!r} is unknown; generators: "
-                          + ", ".join(ics.GENERATORS))
+        raise ConfigError(
+            f"initial.generator = {init.generator!r} is unknown; generators: " + ", ".join(ics.GENERATORS)
+        )
     init.params = ics.validate_params(init.generator, init.params, key_prefix="initial.")
 
 

@@ -33,8 +33,9 @@ def parse_variant(text: str) -> tuple[str, Path]:
         raise argparse.ArgumentTypeError(f"{text!r}: expected NAME=FOLDER")
     path = Path(folder).resolve()
     if not (path / "app" / "__main__.py").is_file():
-        raise argparse.ArgumentTypeError(f"{path}: no app/__main__.py there (a checkout, or an archive of "
-                                         "one)")
+        raise argparse.ArgumentTypeError(
+            f"{path}: no app/__main__.py there (a checkout, or an archive of one)"
+        )
     return name, path
 
 
@@ -52,8 +53,9 @@ def run_once(folder: Path, bench_args: list[str], out: Path) -> dict[tuple, floa
     cmd = [sys.executable, "-m", "app", "bench", *bench_args, "--no-progress", "--json", str(out)]
     proc = subprocess.run(cmd, cwd=folder, env=env, capture_output=True, text=True)
     if proc.returncode != 0 or not out.is_file():
-        raise RuntimeError(f"{' '.join(cmd)} (in {folder}) exited {proc.returncode}:\n"
-                           f"{proc.stdout}{proc.stderr}")
+        raise RuntimeError(
+            f"{' '.join(cmd)} (in {folder}) exited {proc.returncode}:\n{proc.stdout}{proc.stderr}"
+        )
     rows = json.loads(out.read_text())["results"]
     return {row_key(r): step_ms(r) for r in rows if r.get("status") == "ok"}
 
@@ -74,11 +76,12 @@ def spread(values: list[float], fmt: str) -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    bench_args = argv[argv.index("--") + 1:] if "--" in argv else []
-    own = argv[:argv.index("--")] if "--" in argv else argv
+    bench_args = argv[argv.index("--") + 1 :] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variant", action="append", type=parse_variant, required=True,
-                        help="NAME=FOLDER, twice or more")
+    parser.add_argument(
+        "--variant", action="append", type=parse_variant, required=True, help="NAME=FOLDER, twice or more"
+    )
     parser.add_argument("--rounds", type=int, default=4, help="rounds of every variant in turn (default 4)")
     parser.add_argument("--out", type=Path, required=True, help="folder for each run's bench JSON")
     args = parser.parse_args(own)
@@ -96,8 +99,10 @@ def main(argv=None) -> int:
         return 1
     keys = sorted({k for runs in times.values() for run in runs for k in run})
     ups_by_variant = {name: [speedups(run) for run in runs] for name, runs in times.items()}
-    print("row (kernel, scene, N, setting, devices): per variant, median [range] over rounds of force + "
-          "exchange ms; speed-up against the fewest devices")
+    print(
+        "row (kernel, scene, N, setting, devices): per variant, median [range] over rounds of force + "
+        "exchange ms; speed-up against the fewest devices"
+    )
     for key in keys:
         print(f"{key[0]} {key[1]} N={key[2]:,} {key[3]} x{key[4]}")
         for name, runs in times.items():

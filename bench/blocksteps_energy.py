@@ -68,19 +68,29 @@ def main() -> None:
     ap.add_argument("--criteria", default=",".join(CRITERIA), help="comma-separated: " + ", ".join(CRITERIA))
     ap.add_argument("--cases", default=",".join(map(str, range(len(CASES)))), help="indices into CASES")
     ap.add_argument("--coarsen", default=COARSEN[0], help="comma-separated: " + ", ".join(COARSEN))
-    ap.add_argument("--forces", default="exact", help="comma-separated: exact (float64 direct sum), tree "
-                    "(cpu-tree, criterion gadget)")
+    ap.add_argument(
+        "--forces",
+        default="exact",
+        help="comma-separated: exact (float64 direct sum), tree (cpu-tree, criterion gadget)",
+    )
     args = ap.parse_args()
     rules, kinds = args.coarsen.split(","), args.forces.split(",")
-    if any(r not in COARSEN for r in rules) or any(f not in ("exact", "tree") for f in kinds) or \
-            ("tree" in kinds and args.criteria != "gadget"):
+    if (
+        any(r not in COARSEN for r in rules)
+        or any(f not in ("exact", "tree") for f in kinds)
+        or ("tree" in kinds and args.criteria != "gadget")
+    ):
         ap.error(f"--coarsen of {', '.join(COARSEN)}; --forces of exact, tree (tree: --criteria gadget)")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     print(f"# command: {' '.join([sys.executable.rsplit('/', 1)[-1]] + sys.argv)}")
-    print(f"# machine: {cpu_name()}, {os.cpu_count()} cores; commit {commit.stdout.strip()} "
-          "(+ this change, uncommitted when run)")
-    print("criterion coarsen forces scene N seed dt_max L eta eps steps | mode max|dE/E| active_targets "
-          "levels_at_end | seconds")
+    print(
+        f"# machine: {cpu_name()}, {os.cpu_count()} cores; commit {commit.stdout.strip()} "
+        "(+ this change, uncommitted when run)"
+    )
+    print(
+        "criterion coarsen forces scene N seed dt_max L eta eps steps | mode max|dE/E| active_targets "
+        "levels_at_end | seconds"
+    )
     for k in (int(c) for c in args.cases.split(",")):
         scene, n, seed, dt, L, eta, eps, steps = CASES[k]
         bodies = generate(scene, n, seed)
@@ -94,12 +104,18 @@ def main() -> None:
                         t = time.perf_counter()
                         out[mode] = run(bodies, physics, L, eta, mode, steps, criterion, rule, forces)
                         de, sched = out[mode]
-                        print(f"{tag} {scene} {n} {seed} {dt:g} {L} {eta:g} {eps:g} {steps} | {mode} "
-                              f"{de:.3e} {sched.total.targets:,} {sched.histogram().tolist()} | "
-                              f"{time.perf_counter() - t:.1f}", flush=True)
+                        print(
+                            f"{tag} {scene} {n} {seed} {dt:g} {L} {eta:g} {eps:g} {steps} | {mode} "
+                            f"{de:.3e} {sched.total.targets:,} {sched.histogram().tolist()} | "
+                            f"{time.perf_counter() - t:.1f}",
+                            flush=True,
+                        )
                     (b_de, b), (s_de, s) = out["block"], out["shared"]
-                    print(f"  -> {tag}: energy block/shared {b_de / s_de:.2f}x, forces shared/block "
-                          f"{s.total.targets / b.total.targets:.2f}x", flush=True)
+                    print(
+                        f"  -> {tag}: energy block/shared {b_de / s_de:.2f}x, forces shared/block "
+                        f"{s.total.targets / b.total.targets:.2f}x",
+                        flush=True,
+                    )
 
 
 if __name__ == "__main__":

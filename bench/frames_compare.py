@@ -22,9 +22,11 @@ from app.render.frames import FrameLog  # noqa: E402
 
 
 def line(name: str, m: dict) -> str:
-    return (f"{name}: {m['frames']} frames, median frame {m['frame_ms']:.3f} ms, force {m['force_ms']:.3f}, "
-            f"map+unmap {m['map_ms'] + m['unmap_ms']:.3f}, draw {m['draw_ms']:.3f}, "
-            f"upload {m['upload_ms']:.3f}, outside force {m['outside_force_ms']:.3f}")
+    return (
+        f"{name}: {m['frames']} frames, median frame {m['frame_ms']:.3f} ms, force {m['force_ms']:.3f}, "
+        f"map+unmap {m['map_ms'] + m['unmap_ms']:.3f}, draw {m['draw_ms']:.3f}, "
+        f"upload {m['upload_ms']:.3f}, outside force {m['outside_force_ms']:.3f}"
+    )
 
 
 def main(argv=None) -> int:
@@ -52,8 +54,10 @@ def main(argv=None) -> int:
         extra_outside = medians[path]["outside_force_ms"] - base["outside_force_ms"]
         worst = max(worst, extra)
         verdict = "ok" if extra <= args.max_extra_ms else f"OVER the {args.max_extra_ms} ms bound"
-        print(f"{path}: {extra:+.3f} ms a frame over the base (outside the force {extra_outside:+.3f} ms): "
-              f"{verdict}")
+        print(
+            f"{path}: {extra:+.3f} ms a frame over the base (outside the force {extra_outside:+.3f} ms): "
+            f"{verdict}"
+        )
     return 0 if worst <= args.max_extra_ms else 1
 
 

@@ -114,31 +114,62 @@ class Records:
 
 # --- arguments --------------------------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="lagrangian_radii.py", description=__doc__, epilog=EPILOG,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="lagrangian_radii.py",
+        description=__doc__,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--backend", default="cuda", choices=backend_names(), help="cuda (default) or cpu")
-    p.add_argument("--kernel", default="tree", help="a kernel of the backend (default tree; the CPU twin: "
-                                                    "cpu-tree)")
+    p.add_argument(
+        "--kernel", default="tree", help="a kernel of the backend (default tree; the CPU twin: cpu-tree)"
+    )
     p.add_argument("--n", type=positive_int, default=1 << 20, help="bodies (default 1048576)")
     p.add_argument("--steps", type=positive_int, default=1000, help="steps to take (default 1000)")
-    p.add_argument("--every", type=positive_int, default=10,
-                   help="steps between records (default 10); the last step is always recorded. Each record "
-                        "reads the state back and sorts N distances")
-    p.add_argument("--tunable", action="append", default=[], metavar="NAME=VALUE",
-                   help="a tunable of the kernel, repeatable: e.g. --tunable theta=0.6 --tunable "
-                        "rebuild_every=4 (the rest keep the record's defaults, printed at the end)")
-    p.add_argument("--fractions", default="0.1,0.5,0.9",
-                   help="mass fractions whose radii are recorded, comma-separated, each in (0, 1) "
-                        "(default 0.1,0.5,0.9: columns r10, r50, r90)")
-    p.add_argument("--tolerance", type=positive_float, default=0.02,
-                   help="the pass bar: largest |r/r0 - 1| allowed per radius (default 0.02)")
+    p.add_argument(
+        "--every",
+        type=positive_int,
+        default=10,
+        help="steps between records (default 10); the last step is always recorded. Each record "
+        "reads the state back and sorts N distances",
+    )
+    p.add_argument(
+        "--tunable",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a tunable of the kernel, repeatable: e.g. --tunable theta=0.6 --tunable "
+        "rebuild_every=4 (the rest keep the record's defaults, printed at the end)",
+    )
+    p.add_argument(
+        "--fractions",
+        default="0.1,0.5,0.9",
+        help="mass fractions whose radii are recorded, comma-separated, each in (0, 1) "
+        "(default 0.1,0.5,0.9: columns r10, r50, r90)",
+    )
+    p.add_argument(
+        "--tolerance",
+        type=positive_float,
+        default=0.02,
+        help="the pass bar: largest |r/r0 - 1| allowed per radius (default 0.02)",
+    )
     p.add_argument("--seed", type=int, help="the bodies' seed (default: the scene's, 42)")
     p.add_argument("--softening", type=float, help="override the scene's softening (0.01)")
     p.add_argument("--dt", type=positive_float, help="override the scene's time step (0.001)")
-    p.add_argument("--csv", type=Path, required=True, metavar="PATH",
-                   help="the records, a row each (step, time, a column per fraction); its folder must exist")
-    p.add_argument("--progress-every", type=float, default=5.0, metavar="SECONDS",
-                   help="a progress line on stderr at most this often (default 5; 0: at every record)")
+    p.add_argument(
+        "--csv",
+        type=Path,
+        required=True,
+        metavar="PATH",
+        help="the records, a row each (step, time, a column per fraction); its folder must exist",
+    )
+    p.add_argument(
+        "--progress-every",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="a progress line on stderr at most this often (default 5; 0: at every record)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress lines")
     return p
 
@@ -148,8 +179,9 @@ def parse_fractions(text: str) -> list[float]:
     try:
         values = [float(v) for v in text.split(",")]
     except ValueError:
-        raise UserError(f"--fractions {text!r}: expected numbers separated by commas, e.g. 0.1,0.5,0.9"
-                        ) from None
+        raise UserError(
+            f"--fractions {text!r}: expected numbers separated by commas, e.g. 0.1,0.5,0.9"
+        ) from None
     bad = [v for v in values if not 0 < v < 1]
     if bad:
         raise UserError(f"--fractions {text!r}: {bad[0]:g} is not in (0, 1)")
@@ -168,8 +200,11 @@ def open_backend(args, tunables: dict):
         raise UserError(f"backend {args.backend!r} is not available here: {reason}")
     cls.record(args.kernel).validate_tunables(tunables)  # ConfigError naming kernel and tunable
     overrides = {"initial.n": args.n}
-    for key, value in (("initial.seed", args.seed), ("physics.softening", args.softening),
-                       ("physics.dt", args.dt)):
+    for key, value in (
+        ("initial.seed", args.seed),
+        ("physics.softening", args.softening),
+        ("physics.dt", args.dt),
+    ):
         if value is not None:
             overrides[key] = value
     scene = load_scene(SCENE, overrides)
@@ -211,8 +246,11 @@ class Progress:
         elapsed = now - self.start
         left = f", ~{elapsed * (self.total - done) / done:.0f} s left" if done else ""
         devs = " ".join(f"{n} {d:.3%}" for n, d in zip(records.names, records.deviations(), strict=True))
-        print(f"step {done:,}/{self.total:,}, {elapsed:.1f} s{left}; largest |r/r0 - 1| so far: {devs}",
-              file=sys.stderr, flush=True)
+        print(
+            f"step {done:,}/{self.total:,}, {elapsed:.1f} s{left}; largest |r/r0 - 1| so far: {devs}",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def step_and_record(backend, args, fractions, records: Records, out: StreamedFile, stop) -> tuple[int, dict]:
@@ -250,29 +288,39 @@ def summary(records: Records, tolerance: float) -> tuple[list[str], bool]:
     every radius passed (a non-finite radius fails)."""
     r = np.array(records.radii)
     devs = records.deviations()
-    lines = [f"{'radius':>6} {'r(0)':>10} {'min':>10} {'max':>10} {'max |r/r0 - 1|':>15}  "
-             f"verdict (tolerance {tolerance:.2%})"]
+    lines = [
+        f"{'radius':>6} {'r(0)':>10} {'min':>10} {'max':>10} {'max |r/r0 - 1|':>15}  "
+        f"verdict (tolerance {tolerance:.2%})"
+    ]
     passed = True
     for i, name in enumerate(records.names):
         ok = bool(devs[i] <= tolerance)  # nan compares False: a blown-up radius fails
         passed &= ok
-        lines.append(f"{name:>6} {r[0, i]:>10.5f} {r[:, i].min():>10.5f} {r[:, i].max():>10.5f} "
-                     f"{devs[i]:>15.3%}  {'PASS' if ok else 'FAIL'}")
+        lines.append(
+            f"{name:>6} {r[0, i]:>10.5f} {r[:, i].min():>10.5f} {r[:, i].max():>10.5f} "
+            f"{devs[i]:>15.3%}  {'PASS' if ok else 'FAIL'}"
+        )
     return lines, passed
 
 
 def report(args, backend, scene, records: Records, done: int, spent: dict, wall: float) -> bool:
     """Print what was run and the table; True when every radius passed."""
     phys = scene.physics
-    print(f"Lagrangian radii of the {SCENE} sphere: N={backend.n:,}, seed {scene.initial.seed}, softening "
-          f"{phys.softening:g}, dt {phys.dt:g}, {phys.integrator}; {done:,} of {args.steps:,} steps "
-          f"(t = {backend.time:.6g}), {len(records.steps)} records (every {args.every} steps) -> {args.csv}")
-    print(f"device: {device_name(backend)}; backend {backend.name}, kernel {backend.kernel}; tunables: "
-          f"{format_tunables(backend.tunables()) or '(none)'}")
+    print(
+        f"Lagrangian radii of the {SCENE} sphere: N={backend.n:,}, seed {scene.initial.seed}, softening "
+        f"{phys.softening:g}, dt {phys.dt:g}, {phys.integrator}; {done:,} of {args.steps:,} steps "
+        f"(t = {backend.time:.6g}), {len(records.steps)} records (every {args.every} steps) -> {args.csv}"
+    )
+    print(
+        f"device: {device_name(backend)}; backend {backend.name}, kernel {backend.kernel}; tunables: "
+        f"{format_tunables(backend.tunables()) or '(none)'}"
+    )
     lines, passed = summary(records, args.tolerance)
     print("\n".join(lines))
-    print(f"time: {wall:.1f} s in all (with making and loading the bodies), stepping "
-          f"{spent['stepping']:.1f} s, the radii (read-back + sort) {spent['radii']:.1f} s")
+    print(
+        f"time: {wall:.1f} s in all (with making and loading the bodies), stepping "
+        f"{spent['stepping']:.1f} s, the radii (read-back + sort) {spent['radii']:.1f} s"
+    )
     return passed
 
 
@@ -303,13 +351,19 @@ def run(args) -> int:
         out.close()
         backend.close()
     if failure is not None:
-        print(f"{TOOL}: stopped at step {done} of {args.steps}: {failure}; the CSV keeps "
-              f"{len(records.steps)} records", file=sys.stderr)
+        print(
+            f"{TOOL}: stopped at step {done} of {args.steps}: {failure}; the CSV keeps "
+            f"{len(records.steps)} records",
+            file=sys.stderr,
+        )
         return 1
     if stop.signum is not None:
-        print(f"{TOOL}: interrupted by {stop.name} at step {done:,} of {args.steps:,}: the CSV keeps "
-              f"{len(records.steps)} records (steps 0 .. {records.steps[-1]:,}) in {args.csv}; the table "
-              "covers those only", file=sys.stderr)
+        print(
+            f"{TOOL}: interrupted by {stop.name} at step {done:,} of {args.steps:,}: the CSV keeps "
+            f"{len(records.steps)} records (steps 0 .. {records.steps[-1]:,}) in {args.csv}; the table "
+            "covers those only",
+            file=sys.stderr,
+        )
         return stop.exit_code
     if passed:
         print(f"PASS: every radius within {args.tolerance:.2%} of its initial value over {done:,} steps")

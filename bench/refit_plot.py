@@ -62,14 +62,26 @@ def refit_figure(results: list[dict], title: str) -> Figure:
         for devices, by_r in sorted(by_dev.items()):
             rs = sorted(by_r)
             style = "-" if devices == fewest else "--"
-            times.plot(rs, [step_ms(by_r[e]) for e in rs], style, color=color, marker=marker,
-                       label=f"{label} · {devices} device{'s' if devices > 1 else ''}")
+            times.plot(
+                rs,
+                [step_ms(by_r[e]) for e in rs],
+                style,
+                color=color,
+                marker=marker,
+                label=f"{label} · {devices} device{'s' if devices > 1 else ''}",
+            )
             if devices != fewest:
                 for e in rs:
                     if e in by_dev[fewest]:
                         gain = step_ms(by_dev[fewest][e]) / step_ms(by_r[e])
-                        times.annotate(f"{gain:.2f}×", (e, step_ms(by_r[e])), textcoords="offset points",
-                                       xytext=(4, -12), fontsize=7, color=color)
+                        times.annotate(
+                            f"{gain:.2f}×",
+                            (e, step_ms(by_r[e])),
+                            textcoords="offset points",
+                            xytext=(4, -12),
+                            fontsize=7,
+                            color=color,
+                        )
         base = by_dev[fewest]
         rs = [e for e in sorted(base) if "p99" in (base[e].get("error") or {})]
         errors.plot(rs, [base[e]["error"]["p99"] for e in rs], "-", color=color, marker=marker, label=label)
@@ -88,8 +100,10 @@ def refit_figure(results: list[dict], title: str) -> Figure:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                epilog="example: python3 bench/refit_plot.py A.json B.json --png refit.png")
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="example: python3 bench/refit_plot.py A.json B.json --png refit.png",
+    )
     p.add_argument("json", nargs="+", type=Path, help="bench JSONs sweeping rebuild_every (same device)")
     p.add_argument("--png", type=Path, required=True, help="the PNG to write")
     args = p.parse_args(argv)

@@ -53,8 +53,10 @@ def sort_times(n: int = 65536, repeats: int = 21) -> None:
         b = np.argsort(keys, kind="stable")
         numpys.append(time.perf_counter() - t)
     assert np.array_equal(a, b)
-    print(f"## the sort at N = {n:,} (Morton keys of the bench sphere, median / min of {repeats}, ms; "
-          "orders equal)")
+    print(
+        f"## the sort at N = {n:,} (Morton keys of the bench sphere, median / min of {repeats}, ms; "
+        "orders equal)"
+    )
     print(f"stable_key_order      {1e3 * np.median(ours):.2f} / {1e3 * min(ours):.2f}")
     print(f"np.argsort(stable)    {1e3 * np.median(numpys):.2f} / {1e3 * min(numpys):.2f}")
 
@@ -69,8 +71,10 @@ def lists(n: int = 262144, theta: float = 0.5) -> None:
     length = g["nbody"] + g["ncell"]
     print(f"## lists at N = {n:,}, theta {theta}, leaf 16, group 64, eps 0.01 (one evaluation)")
     longest = length.argmax()
-    print(f"groups {length.size:,}; longest list {int(length.max()):,} entries ({int(g['nbody'][longest]):,}"
-          f" bodies + {int(g['ncell'][longest]):,} cells); median {int(np.median(length)):,}")
+    print(
+        f"groups {length.size:,}; longest list {int(length.max()):,} entries ({int(g['nbody'][longest]):,}"
+        f" bodies + {int(g['ncell'][longest]):,} cells); median {int(np.median(length)):,}"
+    )
     print(f"interactions per body {work.interactions / n:.1f} (body-cell {work.body_cell / n:.1f})")
 
 

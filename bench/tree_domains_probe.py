@@ -31,11 +31,20 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=1 << 20)
     ap.add_argument("--theta", type=float, default=0.6)
     ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--switch-interval", type=float, default=None,
-                    help="sys.setswitchinterval for the threads (default: the multi-device driver's)")
-    ap.add_argument("--profile", type=int, default=0, metavar="ROWS",
-                    help="after the turns, profile them (cProfile) and print the ROWS functions of most own "
-                         "time: where the host's part of a step goes")
+    ap.add_argument(
+        "--switch-interval",
+        type=float,
+        default=None,
+        help="sys.setswitchinterval for the threads (default: the multi-device driver's)",
+    )
+    ap.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="ROWS",
+        help="after the turns, profile them (cProfile) and print the ROWS functions of most own "
+        "time: where the host's part of a step goes",
+    )
     args = ap.parse_args(argv)
     sys.setswitchinterval(args.switch_interval or SWITCH_INTERVAL_S)
     k = device_count()
@@ -61,42 +70,55 @@ def main(argv=None) -> int:
     devices[0].evaluator.stage_ms()
     t1 = [one(devices[0], 0, whole) for _ in range(args.repeats)]
     print(f"switch interval {sys.getswitchinterval() * 1e3:g} ms")
-    print(f"N = {args.n:,}, theta {args.theta}: one GPU, the whole tree: {statistics.median(t1):.2f} ms "
-          f"wall; stages {stages(devices[0])}")
+    print(
+        f"N = {args.n:,}, theta {args.theta}: one GPU, the whole tree: {statistics.median(t1):.2f} ms "
+        f"wall; stages {stages(devices[0])}"
+    )
     cuts = share_cuts(shares)
     for i, d in enumerate(devices):
         one(d, i, cuts)
         d.evaluator.stage_ms()
         alone = [one(d, i, cuts) for _ in range(args.repeats)]
-        print(f"device {i} alone, its domain of {k}: {statistics.median(alone):.2f} ms wall; "
-              f"stages {stages(d)}")
+        print(
+            f"device {i} alone, its domain of {k}: {statistics.median(alone):.2f} ms wall; stages {stages(d)}"
+        )
     walls = []
     for _ in range(args.repeats):
         out = [0.0] * k
-        threads = [threading.Thread(target=lambda i=i, d=d, out=out: out.__setitem__(i, one(d, i, cuts)))
-                   for i, d in enumerate(devices)]
+        threads = [
+            threading.Thread(target=lambda i=i, d=d, out=out: out.__setitem__(i, one(d, i, cuts)))
+            for i, d in enumerate(devices)
+        ]
         t = time.perf_counter()
         for th in threads:
             th.start()
         for th in threads:
             th.join()
         walls.append(((time.perf_counter() - t) * 1e3, out))
-    print(f"{k} devices at once (a thread each): {statistics.median(w for w, _ in walls):.2f} ms wall; "
-          f"per device {[round(statistics.median(o[i] for _, o in walls), 2) for i in range(k)]} ms; stages "
-          + "; ".join(f"{i}: {stages(d)}" for i, d in enumerate(devices)))
+    print(
+        f"{k} devices at once (a thread each): {statistics.median(w for w, _ in walls):.2f} ms wall; "
+        f"per device {[round(statistics.median(o[i] for _, o in walls), 2) for i in range(k)]} ms; stages "
+        + "; ".join(f"{i}: {stages(d)}" for i, d in enumerate(devices))
+    )
     for d in devices:
         d.evaluator.stage_ms()
     turns = []
     for _ in range(args.repeats):  # the single driver: one thread, the devices' phases in turns
         t = time.perf_counter()
-        SingleDriver(devices).submit([lambda i=i, d=d: d.evaluator.domain_phases(
-            d.ptr["pos"], d.ptr["sacc"], args.n, cuts, i) for i, d in enumerate(devices)])
+        SingleDriver(devices).submit(
+            [
+                lambda i=i, d=d: d.evaluator.domain_phases(d.ptr["pos"], d.ptr["sacc"], args.n, cuts, i)
+                for i, d in enumerate(devices)
+            ]
+        )
         for d in devices:
             with d.device.scope:
                 d.device.drv.Context.synchronize()
         turns.append((time.perf_counter() - t) * 1e3)
-    print(f"{k} devices from one thread, their phases in turns: {statistics.median(turns):.2f} ms wall; "
-          "stages " + "; ".join(f"{i}: {stages(d)}" for i, d in enumerate(devices)))
+    print(
+        f"{k} devices from one thread, their phases in turns: {statistics.median(turns):.2f} ms wall; "
+        "stages " + "; ".join(f"{i}: {stages(d)}" for i, d in enumerate(devices))
+    )
     if args.profile:
         import cProfile
         import pstats
@@ -104,8 +126,12 @@ def main(argv=None) -> int:
         profiler = cProfile.Profile()
         profiler.enable()
         for _ in range(args.repeats):
-            SingleDriver(devices).submit([lambda i=i, d=d: d.evaluator.domain_phases(
-                d.ptr["pos"], d.ptr["sacc"], args.n, cuts, i) for i, d in enumerate(devices)])
+            SingleDriver(devices).submit(
+                [
+                    lambda i=i, d=d: d.evaluator.domain_phases(d.ptr["pos"], d.ptr["sacc"], args.n, cuts, i)
+                    for i, d in enumerate(devices)
+                ]
+            )
         profiler.disable()
         for d in devices:
             with d.device.scope:

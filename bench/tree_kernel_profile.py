@@ -33,8 +33,11 @@ WARMUP = 5
 def profile(dev, record, pos: np.ndarray, theta: float) -> tuple[dict, dict, int]:
     """({kernel: [launches, ms]}, stage ms, levels) of the last of WARMUP + 1 evaluations."""
     names, marks = {}, []
-    plain_fn, plain_walk, plain_launch = (tree_module.TreeEvaluator._fn, tree_module.TreeEvaluator._walk,
-                                          tree_module.launch)
+    plain_fn, plain_walk, plain_launch = (
+        tree_module.TreeEvaluator._fn,
+        tree_module.TreeEvaluator._walk,
+        tree_module.launch,
+    )
 
     def named_fn(self, symbol):
         fn = plain_fn(self, symbol)
@@ -85,8 +88,10 @@ def main(argv=None) -> int:
         for n in (int(v) for v in args.n.split(",")):
             pos = scene_positions(args.scene, n)
             totals, stages, levels = profile(dev, record, pos, args.theta)
-            print(f"{args.scene} N = {n:,}, theta {args.theta:g}: {levels} levels; stages (ms) "
-                  + " · ".join(f"{k} {v:.3f}" for k, v in stages.items()))
+            print(
+                f"{args.scene} N = {n:,}, theta {args.theta:g}: {levels} levels; stages (ms) "
+                + " · ".join(f"{k} {v:.3f}" for k, v in stages.items())
+            )
             for name, (count, ms) in sorted(totals.items(), key=lambda kv: -kv[1][1]):
                 print(f"  {name:22s} {count:3d} launches  {ms:8.3f} ms")
             every = sum(v[1] for v in totals.values())

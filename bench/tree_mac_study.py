@@ -47,9 +47,13 @@ from app.model.physics import Physics, accelerations, relative_errors  # noqa: E
 from app.tools.bench import bench_bodies  # noqa: E402
 
 B_THETAS = (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.7, 0.8, 0.9, 1.0)
-THETAS = {"cube": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8), "bmax": B_THETAS,
-          "box": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9), "bexact": B_THETAS,
-          "rel": (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2)}  # rel: alpha
+THETAS = {
+    "cube": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8),
+    "bmax": B_THETAS,
+    "box": (0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7, 0.8, 0.9),
+    "bexact": B_THETAS,
+    "rel": (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2),
+}  # rel: alpha
 REL_BINS = 16
 BUDGET_P99 = 1e-3
 
@@ -124,8 +128,16 @@ def group_of_rows(tree, gstart: np.ndarray) -> np.ndarray:
     return out
 
 
-def relative_walk(evaluator, tree, group: int, n: int, rows: np.ndarray, alpha: float,
-                  amin: np.ndarray, groups_of: np.ndarray) -> tuple[int, int, np.ndarray]:
+def relative_walk(
+    evaluator,
+    tree,
+    group: int,
+    n: int,
+    rows: np.ndarray,
+    alpha: float,
+    amin: np.ndarray,
+    groups_of: np.ndarray,
+) -> tuple[int, int, np.ndarray]:
     """The rel test at `alpha`: (interactions, body-cell interactions, float64 accelerations of `rows`),
     each group's from the walk of its |a| bin (REL_BINS log bins over the groups' smallest |a|)."""
     from app.backends.cpu_tree_kernels import MAC_SLACK
@@ -142,13 +154,14 @@ def relative_walk(evaluator, tree, group: int, n: int, rows: np.ndarray, alpha: 
         if not members.any():
             continue
         a_k = math.exp(edges[k])  # the bin's smallest |a|: every group in it gets at least its demand
-        r2 = np.maximum(b * b, (mass * b ** 3 / (alpha * a_k)) ** 0.4)  # d^5 >= M b^3 / (alpha a)
+        r2 = np.maximum(b * b, (mass * b**3 / (alpha * a_k)) ** 0.4)  # d^5 >= M b^3 / (alpha a)
         macs = np.empty((tree.ncell, 4), np.float32)
         macs[:, :3] = tree.com
         macs[:, 3] = r2 * float(MAC_SLACK) ** 2
         acc = np.zeros((n, 4), np.float32)
-        evaluator._walk(_WithRows(tree, macs), (tree.x, tree.y, tree.z), tree.order, acc, 1.0, group, n * n,
-                        True)
+        evaluator._walk(
+            _WithRows(tree, macs), (tree.x, tree.y, tree.z), tree.order, acc, 1.0, group, n * n, True
+        )
         g = evaluator._groups
         interactions += int(np.dot(g["nactive"][members], g["nbody"][members] + g["ncell"][members]))
         body_cell += int(np.dot(g["nactive"][members], g["ncell"][members]))
@@ -199,23 +212,40 @@ def study(scene: str, n: int, sample: int, leaf: int, group: int, tests: list[st
         for theta in THETAS[test]:
             t = time.perf_counter()
             if test == "rel":
-                interactions, cells, approx = relative_walk(evaluator, tree, group, n, rows, theta, amin,
-                                                            groups_of)
+                interactions, cells, approx = relative_walk(
+                    evaluator, tree, group, n, rows, theta, amin, groups_of
+                )
             else:
                 acc = np.zeros((n, 4), np.float32)
-                work = evaluator._walk(_WithRows(tree, mac_rows(tree, extents, test, theta)),
-                                       (tree.x, tree.y, tree.z), tree.order, acc, theta, group, n * n, True)
+                work = evaluator._walk(
+                    _WithRows(tree, mac_rows(tree, extents, test, theta)),
+                    (tree.x, tree.y, tree.z),
+                    tree.order,
+                    acc,
+                    theta,
+                    group,
+                    n * n,
+                    True,
+                )
                 interactions, cells, approx = work.interactions, work.body_cell, acc[rows, :3]
             walk_s = time.perf_counter() - t
             err = relative_errors(approx.astype(np.float64), exact)
             p99 = float(np.percentile(err, 99))
             per_body = interactions / n
             points.append((theta, per_body, p99))
-            emit(f"{test:5s} {theta:5.2g}  {per_body:17.1f}  {cells / max(interactions, 1):9.2f}"
-                 f"  {p99:.3e}  {float(np.median(err)):.3e}  {float(err.max()):.3e}  {walk_s:6.1f}")
+            emit(
+                f"{test:5s} {theta:5.2g}  {per_body:17.1f}  {cells / max(interactions, 1):9.2f}"
+                f"  {p99:.3e}  {float(np.median(err)):.3e}  {float(err.max()):.3e}  {walk_s:6.1f}"
+            )
         found = at_budget(points)
-        emit(f"# {scene} {test}: " + (f"p99 = 1e-3 at {found[0]:.3g}, {found[1]:,.0f} interactions "
-                                       "a body" if found else "the sweep does not bracket p99 = 1e-3"))
+        emit(
+            f"# {scene} {test}: "
+            + (
+                f"p99 = 1e-3 at {found[0]:.3g}, {found[1]:,.0f} interactions a body"
+                if found
+                else "the sweep does not bracket p99 = 1e-3"
+            )
+        )
 
 
 def main(argv=None) -> int:

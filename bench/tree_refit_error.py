@@ -45,8 +45,9 @@ def scene_start(scene_name: str, n: int, softening: float | None = None, dt: flo
     """(bodies, physics) of a scene at N = n: its own seed, G, softening and dt unless overridden."""
     scene = load_scene(scene_name, {"initial.n": n})
     p = scene.physics
-    physics = Physics(G=p.G, softening=p.softening if softening is None else softening,
-                      dt=p.dt if dt is None else dt)
+    physics = Physics(
+        G=p.G, softening=p.softening if softening is None else softening, dt=p.dt if dt is None else dt
+    )
     return make_bodies(scene), physics
 
 
@@ -96,8 +97,11 @@ def run(scene_name: str, n: int, theta: float, everies: list[int], steps: int, k
     ms = {r: {"build": [], "refit": []} for r in everies}
     rmax = max(everies)
     growth = []
-    print(f"## {scene_name} N={n:,} eps={physics.softening:g} dt={dt:g} theta={theta:g} leaf=16 group=64; "
-          f"{steps} KDK steps, {rows.size} sampled targets", flush=True)
+    print(
+        f"## {scene_name} N={n:,} eps={physics.softening:g} dt={dt:g} theta={theta:g} leaf=16 group=64; "
+        f"{steps} KDK steps, {rows.size} sampled targets",
+        flush=True,
+    )
     head = " ".join(f"R={r}:p99/max" for r in everies)
     print(f"eval | {head} | R={rmax}: grown cells, max side growth")
 
@@ -124,17 +128,22 @@ def run(scene_name: str, n: int, theta: float, everies: list[int], steps: int, k
     for e, p, _ in leapfrog_positions(bodies, physics, theta, steps):
         measure(e, p)
     evals = steps + 1
-    print("R | pooled p99 | pooled max | worst eval p99 | interactions/body | ms build eval | ms refit eval "
-          "(median) | refit saving")
+    print(
+        "R | pooled p99 | pooled max | worst eval p99 | interactions/body | ms build eval | ms refit eval "
+        "(median) | refit saving"
+    )
     for r in everies:
         cycles = (evals // r) * r
         pooled = np.concatenate(rel[r][:cycles])
         worst = max(float(np.percentile(e, 99)) for e in rel[r][:cycles])
         b = float(np.median(ms[r]["build"]))
         f = float(np.median(ms[r]["refit"])) if ms[r]["refit"] else float("nan")
-        print(f"{r:>2} | {np.percentile(pooled, 99):.3e} | {pooled.max():.3e} | {worst:.3e} | "
-              f"{np.mean(inter[r][:cycles]):.0f} | {b:.0f} | {f:.0f} | "
-              f"{'-' if r == 1 else f'{1 - f / b:.0%}'}", flush=True)
+        print(
+            f"{r:>2} | {np.percentile(pooled, 99):.3e} | {pooled.max():.3e} | {worst:.3e} | "
+            f"{np.mean(inter[r][:cycles]):.0f} | {b:.0f} | {f:.0f} | "
+            f"{'-' if r == 1 else f'{1 - f / b:.0%}'}",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -147,8 +156,9 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=4096, help="sampled targets")
     args = ap.parse_args()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                           text=True).stdout.strip()
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True
+    ).stdout.strip()
     print(f"# command: {' '.join([sys.executable.rsplit('/', 1)[-1]] + sys.argv)}")
     print(f"# machine: {cpu_name()}, {os.cpu_count()} cores")
     print(f"# commit: {commit.stdout.strip()}{' (+ uncommitted changes: this refit)' if dirty else ''}")

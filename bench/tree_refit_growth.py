@@ -43,8 +43,9 @@ from app.model.physics import Physics  # noqa: E402
 FIXED = (1, 2, 4, 8, 16)
 
 
-def growth_curve(scene_name: str, n: int, theta: float, steps: int, softening: float | None,
-                 dt: float | None, out=print) -> tuple[list[float], Physics]:
+def growth_curve(
+    scene_name: str, n: int, theta: float, steps: int, softening: float | None, dt: float | None, out=print
+) -> tuple[list[float], Physics]:
     """g_k for k = 0 .. steps (g_0 = 0: the build itself), printing a row per evaluation."""
     bodies, physics = scene_start(scene_name, n, softening, dt)
     n = bodies.n
@@ -62,8 +63,10 @@ def growth_curve(scene_name: str, n: int, theta: float, steps: int, softening: f
             continue
         curve.append(i_refit / built.interactions - 1.0)
         grown = refitted.last_grown / refitted.last_tree.ncell
-        out(f"{k:2d} {built.interactions / n:10.1f} {i_refit / n:10.1f} {curve[-1]:+8.3f} "
-            f"{100 * grown:10.1f}%")
+        out(
+            f"{k:2d} {built.interactions / n:10.1f} {i_refit / n:10.1f} {curve[-1]:+8.3f} "
+            f"{100 * grown:10.1f}%"
+        )
     out(f"# {steps} steps in {time.perf_counter() - start:.0f} s")
     return curve, physics
 
@@ -104,37 +107,51 @@ def cost_lines(curve: list[float], b: float) -> list[str]:
     for every in FIXED:
         if every <= len(curve):
             lines.append(f"  rebuild_every = {every:2d}: {fixed_cost(curve, every, b) / base:.3f}")
-    for name, rule in (("accumulated excess >= b", excess_rule_cycle),
-                       ("predicted growth >= mean extra cost", marginal_rule_cycle)):
+    for name, rule in (
+        ("accumulated excess >= b", excess_rule_cycle),
+        ("predicted growth >= mean extra cost", marginal_rule_cycle),
+    ):
         cycle = rule(curve, b)
         capped = "" if cycle < len(curve) else f" (the curve's end: {len(curve) - 1} refits measured)"
-        lines.append(f"  {name}: a build every {cycle} evaluations{capped}, "
-                     f"{fixed_cost(curve, cycle, b) / base:.3f}")
+        lines.append(
+            f"  {name}: a build every {cycle} evaluations{capped}, {fixed_cost(curve, cycle, b) / base:.3f}"
+        )
     best = min(range(1, len(curve) + 1), key=lambda e: fixed_cost(curve, e, b))
     lines.append(f"  best fixed cycle on this curve: {best}, {fixed_cost(curve, best, b) / base:.3f}")
     return lines
 
 
 def main(argv=None) -> int:
-    example = ("example:\n  .venv/bin/python bench/tree_refit_growth.py --scene collision --n 1048576 "
-               "--theta 0.5 --steps 12 --build-cost 0.15")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog=example,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    example = (
+        "example:\n  .venv/bin/python bench/tree_refit_growth.py --scene collision --n 1048576 "
+        "--theta 0.5 --steps 12 --build-cost 0.15"
+    )
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog=example,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--scene", default="collision")
     ap.add_argument("--n", type=int, default=262144)
     ap.add_argument("--theta", type=float, default=0.5)
     ap.add_argument("--steps", type=int, default=12, help="evaluations after the build (at least 1)")
     ap.add_argument("--softening", type=float, default=None, help="instead of the scene's")
     ap.add_argument("--dt", type=float, default=None, help="instead of the scene's")
-    ap.add_argument("--build-cost", type=float, action="append", default=None,
-                    help="b: a build's cost beyond a refit, as a fraction of a walk (repeatable; default "
-                         "0.15, the H200 at 1M: about 0.9 ms of a 6 ms walk)")
+    ap.add_argument(
+        "--build-cost",
+        type=float,
+        action="append",
+        default=None,
+        help="b: a build's cost beyond a refit, as a fraction of a walk (repeatable; default "
+        "0.15, the H200 at 1M: about 0.9 ms of a 6 ms walk)",
+    )
     args = ap.parse_args(argv)
     if args.steps < 1 or args.n < 2:
         ap.error("--steps must be >= 1 and --n >= 2")
     # each row flushed as it is measured: a long run shows its progress, and Ctrl-C keeps what it printed
-    curve, _ = growth_curve(args.scene, args.n, args.theta, args.steps, args.softening, args.dt,
-                            out=partial(print, flush=True))
+    curve, _ = growth_curve(
+        args.scene, args.n, args.theta, args.steps, args.softening, args.dt, out=partial(print, flush=True)
+    )
     for b in args.build_cost or [0.15]:
         print("\n".join(cost_lines(curve, b)))
     return 0

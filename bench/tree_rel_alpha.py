@@ -19,8 +19,11 @@ import numpy as np
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
     ap.add_argument("--n", default="1000,4096,16384,81920", help="body counts (comma separated)")
     ap.add_argument("--alpha", default="0.001,0.0015,0.002", help="relative test accuracies")
     ap.add_argument("--theta", type=float, default=0.5, help="the cube test's theta beside them (0.5)")
@@ -39,8 +42,10 @@ def main(argv=None) -> int:
 
     physics = Physics(softening=0.01, dt=0.001)
     record = CPUBackend.record("cpu-tree")
-    print(f"cpu-tree, bench bodies, eps {physics.softening}; second of two evaluations; "
-          f"up to {args.sample:,} targets against float64")
+    print(
+        f"cpu-tree, bench bodies, eps {physics.softening}; second of two evaluations; "
+        f"up to {args.sample:,} targets against float64"
+    )
     print(f"{'N':>7} {'scene':9} {'setting':18} {'inter/body':>10} {'median':>9} {'p99':>9} {'max':>9}")
     for n in sizes:
         for scene in ("plummer", "collision"):
@@ -59,8 +64,11 @@ def main(argv=None) -> int:
                 work = ev.evaluate(pos, acc, Span.all(n), Span.all(n))
                 err = relative_errors(acc[rows, :3].astype(np.float64), exact)
                 value = f"theta={args.theta}" if name == "cube" else f"alpha={tunables['alpha']}"
-                print(f"{n:>7,} {scene:9} {name + ' ' + value:18} {work.interactions / n:>10,.0f} "
-                      f"{np.median(err):>9.2e} {np.percentile(err, 99):>9.2e} {err.max():>9.2e}", flush=True)
+                print(
+                    f"{n:>7,} {scene:9} {name + ' ' + value:18} {work.interactions / n:>10,.0f} "
+                    f"{np.median(err):>9.2e} {np.percentile(err, 99):>9.2e} {err.max():>9.2e}",
+                    flush=True,
+                )
     return 0
 
 

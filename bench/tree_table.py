@@ -32,8 +32,11 @@ def fastest(run: dict) -> set[tuple]:
 
 def table(run: dict) -> str:
     best = fastest(run)
-    head = ("| scene | N | setting | step ms | " + " | ".join(STAGES)
-            + " | interactions / body | p50 | p99 | max |")
+    head = (
+        "| scene | N | setting | step ms | "
+        + " | ".join(STAGES)
+        + " | interactions / body | p50 | p99 | max |"
+    )
     lines = [head, "|---|---:|---|---:|" + "---:|" * len(STAGES) + "---:|---:|---:|---:|"]
     others = []
     for r in run["results"]:
@@ -48,8 +51,10 @@ def table(run: dict) -> str:
         st, err = r["stages_median_ms"], r["error"]
         step, p99 = f"{mark}{r['step_median_ms']:.2f}{mark}", f"{mark}{err['p99']:.1e}{mark}"
         stages = " | ".join(f"{st[s]:.2f}" for s in STAGES)
-        lines.append(f"| {r['scene']} | {r['n']:,} | {mark}{setting(r)}{mark} | {step} | {stages} | "
-                     f"{r['interactions'] / r['n']:,.0f} | {err['median']:.1e} | {p99} | {err['max']:.1e} |")
+        lines.append(
+            f"| {r['scene']} | {r['n']:,} | {mark}{setting(r)}{mark} | {step} | {stages} | "
+            f"{r['interactions'] / r['n']:,.0f} | {err['median']:.1e} | {p99} | {err['max']:.1e} |"
+        )
     return "\n".join(lines + [""] + others)
 
 

@@ -32,15 +32,28 @@ from app.engine.forces import Span
 ROOT = Path(__file__).resolve().parent.parent
 
 # (warps per block, minimum blocks per SM or 0 for none, group)
-VARIANTS = [(4, 0, 64), (4, 8, 64), (4, 10, 64), (4, 12, 64), (8, 4, 64), (8, 5, 64), (2, 16, 64),
-            (4, 0, 128), (4, 6, 128), (4, 8, 128), (8, 3, 128)]
+VARIANTS = [
+    (4, 0, 64),
+    (4, 8, 64),
+    (4, 10, 64),
+    (4, 12, 64),
+    (8, 4, 64),
+    (8, 5, 64),
+    (2, 16, 64),
+    (4, 0, 128),
+    (4, 6, 128),
+    (4, 8, 128),
+    (8, 3, 128),
+]
 LAUNCH_BOUNDS = "__launch_bounds__(32 * TREE_WARPS)"
 
 
 def variant_source(text: str, warps: int, min_blocks: int) -> str:
     if LAUNCH_BOUNDS not in text or "#define TREE_WARPS 4" not in text:
-        raise SystemExit("tree_walk_variants: kernels/tree/walk.cu no longer has the lines this script "
-                         "rewrites (TREE_WARPS 4 and the walk's launch bounds)")
+        raise SystemExit(
+            "tree_walk_variants: kernels/tree/walk.cu no longer has the lines this script "
+            "rewrites (TREE_WARPS 4 and the walk's launch bounds)"
+        )
     text = text.replace("#define TREE_WARPS 4", f"#define TREE_WARPS {warps}")
     if min_blocks:
         text = text.replace(LAUNCH_BOUNDS, f"__launch_bounds__(32 * TREE_WARPS, {min_blocks})")
@@ -80,9 +93,12 @@ def main(argv=None) -> int:
                 dev.drv.memcpy_dtoh(acc, a_dev)
                 first = acc[:, :3].copy() if first is None else first
                 diff = np.abs(acc[:, :3] - first).max() / np.abs(first).max()
-                print(f"[{k}/{len(VARIANTS)}] group {group} warps {warps} min blocks {min_blocks or '-':>2}: "
-                      f"regs {regs} local {local} B, walk median {np.median(walks[2:]):.3f} ms "
-                      f"(min {min(walks[2:]):.3f}), max diff {diff:.1e}", flush=True)
+                print(
+                    f"[{k}/{len(VARIANTS)}] group {group} warps {warps} min blocks {min_blocks or '-':>2}: "
+                    f"regs {regs} local {local} B, walk median {np.median(walks[2:]):.3f} ms "
+                    f"(min {min(walks[2:]):.3f}), max diff {diff:.1e}",
+                    flush=True,
+                )
     finally:
         dev.close()
     return 0

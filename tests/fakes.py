@@ -26,7 +26,6 @@ class BackendDouble(TunablesPerKernel):
         return self._physics
 
 
-
 class FakeBackend(BackendDouble, Backend):
     """Bodies exactly where the test puts them; step() only counts."""
 
@@ -41,8 +40,9 @@ class FakeBackend(BackendDouble, Backend):
 
     def set_bodies(self, pos4, speeds=None):
         self.pos4 = np.asarray(pos4, np.float32).reshape(-1, 4).copy()
-        self.speeds = (np.ones(len(self.pos4), np.float32) if speeds is None
-                       else np.asarray(speeds, np.float32).copy())
+        self.speeds = (
+            np.ones(len(self.pos4), np.float32) if speeds is None else np.asarray(speeds, np.float32).copy()
+        )
 
     @classmethod
     def why_not(cls):
@@ -69,9 +69,14 @@ class FakeBackend(BackendDouble, Backend):
     def step(self, steps=1):
         self.steps += steps
         work = all_pairs_work(Span.all(self.n), Span.all(self.n))
-        return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=0.25,
-                           interactions=work.interactions * steps,
-                           pair_equivalent=work.pair_equivalent * steps)
+        return StepTimings(
+            kernel=self.kernel,
+            steps=steps,
+            n=self.n,
+            force_ms=0.25,
+            interactions=work.interactions * steps,
+            pair_equivalent=work.pair_equivalent * steps,
+        )
 
     def accelerations(self):
         return np.zeros((self.n, 3))

@@ -30,8 +30,9 @@ N, STEPS = 301, 100
 
 def cloud() -> Bodies:
     rng = np.random.default_rng(3)
-    return Bodies.from_arrays(rng.normal(size=(N, 3)), rng.normal(scale=0.5, size=(N, 3)),
-                              rng.uniform(0.5, 1.5, N) / N)
+    return Bodies.from_arrays(
+        rng.normal(size=(N, 3)), rng.normal(scale=0.5, size=(N, 3)), rng.uniform(0.5, 1.5, N) / N
+    )
 
 
 def middle_of_share(share: Span) -> int:
@@ -46,13 +47,21 @@ FAST = Physics(softening=0.05, dt=0.05)
 ADAPTIVE_BUILD_COST = 0.15
 
 
-def main(out: str, fail_at: int | None, die_at: int | None, nan_at: int | None, euler: bool,
-         kernel: str = "cpu-fp64", adaptive: bool = False) -> None:
+def main(
+    out: str,
+    fail_at: int | None,
+    die_at: int | None,
+    nan_at: int | None,
+    euler: bool,
+    kernel: str = "cpu-fp64",
+    adaptive: bool = False,
+) -> None:
     comm = world()
     with fail_together(comm):
         agree(comm, {"argv": sys.argv[1:]})
-        run = RankRun(comm, lambda rank, bodies, physics, kernel, share: CpuDevice(rank, kernel, physics,
-                                                                                     bodies, share))
+        run = RankRun(
+            comm, lambda rank, bodies, physics, kernel, share: CpuDevice(rank, kernel, physics, bodies, share)
+        )
         run.load(cloud(), FAST if adaptive else EULER if euler else LEAPFROG, kernel)
         if adaptive:
             refit_cadence.BUILD_COST = ADAPTIVE_BUILD_COST
@@ -75,8 +84,16 @@ def main(out: str, fail_at: int | None, die_at: int | None, nan_at: int | None, 
         same = comm.allgather(ids.tobytes())
         cadences = comm.allgather(since)
         if comm.rank == 0:
-            np.savez(out, acc=acc, pos=pos, vel=vel, ids=ids, ids_agree=all(x == same[0] for x in same),
-                     since=np.asarray(since), since_agree=all(c == cadences[0] for c in cadences))
+            np.savez(
+                out,
+                acc=acc,
+                pos=pos,
+                vel=vel,
+                ids=ids,
+                ids_agree=all(x == same[0] for x in same),
+                since=np.asarray(since),
+                since_agree=all(c == cadences[0] for c in cadences),
+            )
 
 
 if __name__ == "__main__":
@@ -86,5 +103,12 @@ if __name__ == "__main__":
         if key in args:
             flag[key] = int(args[args.index(key) + 1])
     kernel = args[args.index("--kernel") + 1] if "--kernel" in args else "cpu-fp64"
-    main(args[0], flag["--fail-at"], flag["--die-at"], flag["--nan-at"], "--euler" in args, kernel,
-         "--adaptive" in args)
+    main(
+        args[0],
+        flag["--fail-at"],
+        flag["--die-at"],
+        flag["--nan-at"],
+        "--euler" in args,
+        kernel,
+        "--adaptive" in args,
+    )

@@ -36,11 +36,18 @@ NAN_BODY = N - 1  # in the last rank's share, whatever the rank count
 
 def actions(ctl) -> dict:
     """frame -> what the panel does before that frame is drawn."""
-    return {3: ctl.reset, 5: ctl.toggle_pause, 7: ctl.toggle_pause,  # two frames paused: no steps anywhere
-            9: lambda: ctl.switch_kernel("cpu-tree"), 11: lambda: ctl.set_tunable("theta", 0.7),
-            13: lambda: ctl.set_value("physics.dt", "0.0005"), 15: lambda: ctl.switch_kernel("cpu-fp64"),
-            17: lambda: ctl.set_value("physics.softening", "0.03"),
-            19: ctl.toggle_pause, 20: ctl.single_step}  # paused, then exactly one step
+    return {
+        3: ctl.reset,
+        5: ctl.toggle_pause,
+        7: ctl.toggle_pause,  # two frames paused: no steps anywhere
+        9: lambda: ctl.switch_kernel("cpu-tree"),
+        11: lambda: ctl.set_tunable("theta", 0.7),
+        13: lambda: ctl.set_value("physics.dt", "0.0005"),
+        15: lambda: ctl.switch_kernel("cpu-fp64"),
+        17: lambda: ctl.set_value("physics.softening", "0.03"),
+        19: ctl.toggle_pause,
+        20: ctl.single_step,
+    }  # paused, then exactly one step
 
 
 def lead(scene, backend) -> None:
@@ -75,9 +82,16 @@ def nan_lead(scene, backend, out: Path) -> None:
             viewer.step_and_render()
             if viewer.paused and paused_at is None:
                 paused_at = backend.time
-        (out / "nan.json").write_text(json.dumps({
-            "paused": viewer.paused, "message": viewer.stats.extra.get("message", ""),
-            "time_at_pause": paused_at, "time_after": backend.time}))
+        (out / "nan.json").write_text(
+            json.dumps(
+                {
+                    "paused": viewer.paused,
+                    "message": viewer.stats.extra.get("message", ""),
+                    "time_at_pause": paused_at,
+                    "time_after": backend.time,
+                }
+            )
+        )
         quit_all = getattr(viewer.backend, "quit_all", None)
         if quit_all is not None:
             quit_all()
@@ -98,8 +112,14 @@ def main(out: Path, nan: bool) -> None:
     from app.render.gl_setup import configure
 
     comm = world()
-    settings = {"initial.n": N, "run.backend": "cpu", "run.kernel": "cpu-fp64",
-                "physics.softening": 0.02, "physics.dt": 2e-3, "run.steps_per_frame": 2}
+    settings = {
+        "initial.n": N,
+        "run.backend": "cpu",
+        "run.kernel": "cpu-fp64",
+        "physics.softening": 0.02,
+        "physics.dt": 2e-3,
+        "run.steps_per_frame": 2,
+    }
     if nan:
         from app.backends.distributed import RankRun
 

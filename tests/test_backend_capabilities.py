@@ -50,9 +50,13 @@ def backend_probes(source: str) -> list[str]:
     """hasattr/getattr on a backend (or a backend class): what capabilities with defaults replace."""
     found = []
     for node in ast.walk(ast.parse(source)):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id in ("hasattr", "getattr") and node.args
-                and BACKEND_OBJECT.search(ast.unparse(node.args[0]))):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("hasattr", "getattr")
+            and node.args
+            and BACKEND_OBJECT.search(ast.unparse(node.args[0]))
+        ):
             found.append(f"line {node.lineno}: {ast.unparse(node)}")
     return found
 
@@ -63,8 +67,11 @@ def _app_sources():
 
 
 def test_nothing_outside_the_backends_compares_a_backend_name():
-    found = {str(p): hits for p, src in _app_sources()
-             if p.parts[:2] != ("app", "backends") and (hits := name_comparisons(src))}
+    found = {
+        str(p): hits
+        for p, src in _app_sources()
+        if p.parts[:2] != ("app", "backends") and (hits := name_comparisons(src))
+    }
     assert not found, f"dispatch on backend names (ask a capability, app/backends/base.py): {found}"
 
 
@@ -83,7 +90,7 @@ def test_the_rule_catches_what_it_is_for():
     assert backend_probes('getattr(backend_cls, "timing", None)')
     assert not name_comparisons('if backend.memory == "device":\n    pass')
     assert not name_comparisons('if engine == "numpy":\n    pass')
-    assert not backend_probes('getattr(self.backend.physics, name)')
+    assert not backend_probes("getattr(self.backend.physics, name)")
     assert not backend_probes('getattr(module, "BACKEND", None)')
 
 
@@ -112,16 +119,53 @@ def test_simulate_and_several_devices_take_the_toy(toy, tmp_path, capsys):
     assert main([*common, "--gpus", "2", "--out", str(tmp_path / "two.npz")]) == 0
     one, two = np.load(tmp_path / "one.npz"), np.load(tmp_path / "two.npz")
     assert np.array_equal(one["pos"], two["pos"]) and np.array_equal(one["vel"], two["vel"])
-    assert main(["simulate", "plummer", "--n", "512", "--steps", "4", "--backend", "cpu", "--kernel",
-                 "cpu-fp64", "--no-progress", "--out", str(tmp_path / "ref.npz")]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "plummer",
+                "--n",
+                "512",
+                "--steps",
+                "4",
+                "--backend",
+                "cpu",
+                "--kernel",
+                "cpu-fp64",
+                "--no-progress",
+                "--out",
+                str(tmp_path / "ref.npz"),
+            ]
+        )
+        == 0
+    )
     ref = np.load(tmp_path / "ref.npz")["pos"]
     assert 0 < np.abs(one["pos"] - ref).max() <= 1e-5 * np.abs(ref).max()  # float32 against float64
 
 
 def test_bench_validate_and_info_take_the_toy(toy, tmp_path, capsys):
     out = tmp_path / "toy.json"
-    assert main(["bench", "--backend", "toy", "--kernels", "toy-fp32", "--n", "256", "--warmup", "1",
-                 "--repeats", "2", "--json", str(out), "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--backend",
+                "toy",
+                "--kernels",
+                "toy-fp32",
+                "--n",
+                "256",
+                "--warmup",
+                "1",
+                "--repeats",
+                "2",
+                "--json",
+                str(out),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     (row,) = result["results"]
     assert row["kernel"] == "toy-fp32" and row["interactions_per_s"] > 0
@@ -149,8 +193,24 @@ def test_run_headless_and_the_panel_take_the_toy(toy, capsys):
         gl_setup.configure(headless=True)
     except Exception as e:  # noqa: BLE001 - no GL here: skip with the reason
         pytest.skip(f"no headless GL context: {e}")
-    assert main(["run", "plummer", "--n", "256", "--backend", "toy", "--headless", "--frames", "6",
-                 "--size", "320x200"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "plummer",
+                "--n",
+                "256",
+                "--backend",
+                "toy",
+                "--headless",
+                "--frames",
+                "6",
+                "--size",
+                "320x200",
+            ]
+        )
+        == 0
+    )
     assert "toy-fp32 N=256" in capsys.readouterr().out
 
 
@@ -160,13 +220,21 @@ def test_mpi_ranks_take_the_toy(toy, tmp_path):
 
     if MPIEXEC is None or not HAVE_MPI4PY:
         pytest.skip("no mpiexec / mpi4py here")
-    boot = ("import sys; sys.path.insert(0, 'tests'); from app.core.backend_table import register_backend; "
-            "register_backend('toy', 'toy_backend'); from app.cli import main; sys.exit(main(sys.argv[1:]))")
+    boot = (
+        "import sys; sys.path.insert(0, 'tests'); from app.core.backend_table import register_backend; "
+        "register_backend('toy', 'toy_backend'); from app.cli import main; sys.exit(main(sys.argv[1:]))"
+    )
     args = ["simulate", "plummer", "--n", "301", "--steps", "20", "--backend", "toy", "--no-progress"]
 
     def job(out, launcher=()):
-        return subprocess.run([*launcher, sys.executable, "-c", boot, *args, "--out", str(out)],
-                              capture_output=True, text=True, timeout=120, env=job_env(), cwd=ROOT)
+        return subprocess.run(
+            [*launcher, sys.executable, "-c", boot, *args, "--out", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=job_env(),
+            cwd=ROOT,
+        )
 
     one, many = job(tmp_path / "one.npz"), job(tmp_path / "many.npz", (MPIEXEC, "-n", "2"))
     assert one.returncode == 0 and many.returncode == 0, many.stderr

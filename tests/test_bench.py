@@ -47,8 +47,9 @@ class ToyBackend(BackendDouble, Backend):
 
     def load(self, bodies, physics, kernel=None):
         if bodies.n > 1000:
-            raise RuntimeFault(f"out of GPU memory: N = {bodies.n:,} bodies need more; "
-                               "at most N ≈ 1,000 fits")
+            raise RuntimeFault(
+                f"out of GPU memory: N = {bodies.n:,} bodies need more; at most N ≈ 1,000 fits"
+            )
         self._n, self._physics, self._kernel, self._calls = bodies.n, physics, kernel, 0
 
     @property
@@ -70,8 +71,15 @@ class ToyBackend(BackendDouble, Backend):
         ms = self._n * self._n * 1e-6 * (50 if self._calls == 1 else 1)
         work = all_pairs_work(Span.all(self._n), Span.all(self._n))
         done = {"toy-tree": work.interactions // 4, "toy-mute": 0}.get(self._kernel, work.interactions)
-        return StepTimings(kernel=self._kernel, steps=steps, n=self._n, force_ms=ms, integrate_ms=0.01,
-                           interactions=done * steps, pair_equivalent=work.pair_equivalent * steps)
+        return StepTimings(
+            kernel=self._kernel,
+            steps=steps,
+            n=self._n,
+            force_ms=ms,
+            integrate_ms=0.01,
+            interactions=done * steps,
+            pair_equivalent=work.pair_equivalent * steps,
+        )
 
     def accelerations(self):
         return np.zeros((self._n, 3))
@@ -80,8 +88,12 @@ class ToyBackend(BackendDouble, Backend):
         raise NotImplementedError
 
     def device_info(self):
-        return {"name": "Toy GPU", "sm_clock_max_mhz": 1980.0, "driver_version": "1.0",
-                "fp32_issue_limit_interactions_per_s": 2.79e12}
+        return {
+            "name": "Toy GPU",
+            "sm_clock_max_mhz": 1980.0,
+            "driver_version": "1.0",
+            "fp32_issue_limit_interactions_per_s": 2.79e12,
+        }
 
     def close(self):
         ToyBackend.closed += 1
@@ -121,8 +133,9 @@ def test_run_bench_layout_and_skips():
 
 
 def test_rates_come_from_the_counted_interactions_and_a_tree_gets_its_all_pairs_equivalent():
-    result = bench.run_bench(ToyBackend, ["toy-fast", "toy-tree", "toy-mute"], [512], warmup=1, repeats=3,
-                             progress=False)
+    result = bench.run_bench(
+        ToyBackend, ["toy-fast", "toy-tree", "toy-mute"], [512], warmup=1, repeats=3, progress=False
+    )
     fast, tree, mute = (by(result, k, 512) for k in ("toy-fast", "toy-tree", "toy-mute"))
     assert fast["interactions"] == 512 * 512 and bench.EQUIVALENT_FIELD not in fast  # all-pairs: one rate
     assert tree["interactions"] == 512 * 512 // 4 and tree["pair_equivalent"] == 512 * 512
@@ -134,8 +147,9 @@ def test_rates_come_from_the_counted_interactions_and_a_tree_gets_its_all_pairs_
     assert "eq. all-pairs G/s" in head
     tree_row = next(r for r in rows if r.startswith("toy-tree"))
     assert tree_row.split()[-2:] == ["5.0", "1.00"]  # GFLOP/s, then the equivalent all-pairs G/s
-    assert "eq. all-pairs" not in bench.format_table(bench.run_bench(
-        ToyBackend, ["toy-fast"], [64], warmup=0, repeats=1, progress=False))
+    assert "eq. all-pairs" not in bench.format_table(
+        bench.run_bench(ToyBackend, ["toy-fast"], [64], warmup=0, repeats=1, progress=False)
+    )
 
 
 def test_backend_closed_after_run():
@@ -168,8 +182,14 @@ def test_plot_is_a_log_log_png_of_every_kernel_with_the_references(tmp_path):
 
     from app.tools.bench_plot import SIZE_PX, bench_figure, plot
 
-    result = bench.run_bench(ToyBackend, ["toy-fast", "toy-small", "toy-tree", "toy-broken"],
-                             [16, 64, 256, 1000], warmup=1, repeats=3, progress=False)
+    result = bench.run_bench(
+        ToyBackend,
+        ["toy-fast", "toy-small", "toy-tree", "toy-broken"],
+        [16, 64, 256, 1000],
+        warmup=1,
+        repeats=3,
+        progress=False,
+    )
     limit = result["references"][0]
     assert limit["interactions_per_s"] == 2.79e12 and "FP32 issue limit" in limit["label"]  # the device's
     result["references"] += bench.reference_lines(True, None)  # the estimate and the CUDA samples series
@@ -179,9 +199,15 @@ def test_plot_is_a_log_log_png_of_every_kernel_with_the_references(tmp_path):
     assert ax.get_xlabel() == "N (bodies)" and ax.get_ylabel() == "G interactions / s"
     assert "Toy GPU" in ax.get_title()
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
-    assert labels == ["toy-fast", "toy-small", "toy-tree", "toy-tree (equivalent all-pairs)", limit["label"],
-                      "FP32 issue limit H100/H200 ≈ 2,788 G/s (12 FP32 instr./interaction)",
-                      "CUDA samples nbody, H200 (DESIGN.md)"]
+    assert labels == [
+        "toy-fast",
+        "toy-small",
+        "toy-tree",
+        "toy-tree (equivalent all-pairs)",
+        limit["label"],
+        "FP32 issue limit H100/H200 ≈ 2,788 G/s (12 FP32 instr./interaction)",
+        "CUDA samples nbody, H200 (DESIGN.md)",
+    ]
     lines = dict(zip(labels, ax.get_legend().legend_handles, strict=True))
     kernels = [lines[k] for k in ("toy-fast", "toy-small", "toy-tree")]
     assert len({(h.get_color(), h.get_marker()) for h in kernels}) == 3  # each kernel its own look
@@ -248,8 +274,8 @@ def test_a_tree_row_has_its_stages_body_cells_and_both_rates(tmp_path):
     stages = tree[bench.STAGES_FIELD]
     assert tuple(stages) == STAGES and all(v > 0 for v in stages.values())
     assert sum(stages.values()) <= tree["max_ms"]
-    assert 0 < tree["body_cell"] < tree["interactions"] < tree["pair_equivalent"] == 2048 ** 2
-    assert tree[bench.EQUIVALENT_FIELD] == pytest.approx(2048 ** 2 / (tree["median_ms"] * 1e-3))
+    assert 0 < tree["body_cell"] < tree["interactions"] < tree["pair_equivalent"] == 2048**2
+    assert tree[bench.EQUIVALENT_FIELD] == pytest.approx(2048**2 / (tree["median_ms"] * 1e-3))
     bb, bc = tree["walk_flops"]
     assert (bb, bc) == (23, 51) and bench.WALK_TFLOPS_FIELD not in simd
     want = ((tree["interactions"] - tree["body_cell"]) * bb + tree["body_cell"] * bc) / (stages["walk"] * 1e9)
@@ -282,15 +308,16 @@ def test_a_tree_refitted_between_builds_is_timed_in_whole_cycles(monkeypatch):
         return timings
 
     monkeypatch.setattr(cls, "step", counted)
-    result = bench.run_bench(cls, ["cpu-tree"], [2048], warmup=1, repeats=2, progress=False,
-                             tunables={"rebuild_every": [1, 4]})
+    result = bench.run_bench(
+        cls, ["cpu-tree"], [2048], warmup=1, repeats=2, progress=False, tunables={"rebuild_every": [1, 4]}
+    )
     one, four = (next(r for r in result["results"] if r["tunables"]["rebuild_every"] == e) for e in (1, 4))
     assert len(one["samples_ms"]) == len(four["samples_ms"]) == 2
     cycles = [s for e, s, _ in seen if e == 4]
     assert len(cycles) == 1 + 2 * 4 and sorted(cycles[1:5]) == [0, 1, 2, 3]  # each sample: one build
     timed = seen[-8:]  # the two cycles the row's samples are the means of
     assert all(x.get("stage:keys", 0.0) == 0.0 for _, s, x in timed if s > 0)  # a refit computes no keys
-    means = sorted(sum(x.get("stage:keys", 0.0) for _, _, x in timed[i:i + 4]) / 4 for i in (0, 4))
+    means = sorted(sum(x.get("stage:keys", 0.0) for _, _, x in timed[i : i + 4]) / 4 for i in (0, 4))
     assert four[bench.STAGES_FIELD]["keys"] == pytest.approx((means[0] + means[1]) / 2)  # a build's quarter
 
 
@@ -298,9 +325,20 @@ def test_the_fp32_peak_is_every_lane_an_fma_per_cycle_at_the_max_clock():
     from app.backends.cuda.context import DeviceFacts
 
     def facts(cc, sms, mhz):
-        return DeviceFacts(ordinal=0, name="GPU", compute_capability=cc, sms=sms, total_memory=1,
-                           memory_clock_mhz=None, memory_bus_bits=None, sm_clock_max_mhz=mhz,
-                           sm_clock_mhz=None, driver_version=None, cuda_driver_api="13.0", pci_bus_id=None)
+        return DeviceFacts(
+            ordinal=0,
+            name="GPU",
+            compute_capability=cc,
+            sms=sms,
+            total_memory=1,
+            memory_clock_mhz=None,
+            memory_bus_bits=None,
+            sm_clock_max_mhz=mhz,
+            sm_clock_mhz=None,
+            driver_version=None,
+            cuda_driver_api="13.0",
+            pci_bus_id=None,
+        )
 
     h200 = facts((9, 0), 132, 1980.0)
     assert h200.fp32_peak_tflops == pytest.approx(66.9, abs=0.05)  # 128 lanes x 2 flops x 132 SMs x 1.98 GHz

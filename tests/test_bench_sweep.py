@@ -31,9 +31,17 @@ def cpu():
 @pytest.fixture(scope="module")
 def sweep(cpu):
     """cpu-simd and cpu-tree at one N, two scenes, the tree at three θ: 2 x (1 + 3) rows."""
-    return bench.run_bench(cpu, ["cpu-simd", "cpu-tree"], [N], warmup=1, repeats=2, progress=False,
-                           scenes=["plummer", "collision"], tunables={"theta": [0.2, 0.5, 0.9]},
-                           error_sample=512)
+    return bench.run_bench(
+        cpu,
+        ["cpu-simd", "cpu-tree"],
+        [N],
+        warmup=1,
+        repeats=2,
+        progress=False,
+        scenes=["plummer", "collision"],
+        tunables={"theta": [0.2, 0.5, 0.9]},
+        error_sample=512,
+    )
 
 
 def rows(result, **match):
@@ -51,8 +59,14 @@ def test_a_swept_tunable_gives_one_row_per_value_and_only_to_kernels_that_have_i
         assert [r["tunables"] for r in tree] == [{"theta": 0.2}, {"theta": 0.5}, {"theta": 0.9}]
         for r in tree:  # the value recorded is the value run with; the other tunables at their defaults
             assert r["status"] == "ok" and r["tunables_used"] == {
-                "theta": r["tunables"]["theta"], "leaf": 16, "group": 64, "rebuild_every": 16,
-                "rebuild_rule": "adaptive", "opening": "cube", "alpha": 0.001}
+                "theta": r["tunables"]["theta"],
+                "leaf": 16,
+                "group": 64,
+                "rebuild_every": 16,
+                "rebuild_rule": "adaptive",
+                "opening": "cube",
+                "alpha": 0.001,
+            }
             assert r["step_median_ms"] >= r["median_ms"] > 0
     table = bench.format_table(sweep)
     assert "cpu-tree theta=0.2 collision" in " ".join(table.split())
@@ -75,25 +89,43 @@ def test_the_error_sample_is_taken_for_the_tree_and_falls_as_theta_falls(sweep):
 
 def test_the_fastest_setting_within_budget_is_named_per_scene_and_n(sweep):
     entries = sweep["fastest_within_budget"]
-    assert [(e["kernel"], e["scene"], e["n"]) for e in entries] == [("cpu-tree", "plummer", N),
-                                                                    ("cpu-tree", "collision", N)]
+    assert [(e["kernel"], e["scene"], e["n"]) for e in entries] == [
+        ("cpu-tree", "plummer", N),
+        ("cpu-tree", "collision", N),
+    ]
     for e in entries:
         tree = rows(sweep, kernel="cpu-tree", scene=e["scene"])
         within = [r for r in tree if r["error"]["p99"] <= 1e-3]
         assert e["tunables"] == min(within, key=lambda r: r["step_median_ms"])["tunables"]
     lines = bench.format_table(sweep).splitlines()
-    assert any(line.startswith(f"cpu-tree · collision · N = {N:,}: fastest within p99 <= 0.001: theta=")
-               for line in lines)
+    assert any(
+        line.startswith(f"cpu-tree · collision · N = {N:,}: fastest within p99 <= 0.001: theta=")
+        for line in lines
+    )
 
 
 def test_fastest_within_budget_picks_the_quickest_setting_that_meets_it_or_says_none_did():
     def row(theta, ms, p99, n=1024):
-        return {"kernel": "t", "scene": "plummer", "n": n, "status": "ok", "tunables": {"theta": theta},
-                "median_ms": ms - 1, "step_median_ms": ms, "error": {"p99": p99, "budget_p99": 1e-3}}
+        return {
+            "kernel": "t",
+            "scene": "plummer",
+            "n": n,
+            "status": "ok",
+            "tunables": {"theta": theta},
+            "median_ms": ms - 1,
+            "step_median_ms": ms,
+            "error": {"p99": p99, "budget_p99": 1e-3},
+        }
 
-    result = [row(0.3, 20.0, 1e-4), row(0.6, 8.0, 9e-4), row(0.7, 6.0, 2e-3), row(0.5, 9.0, 5e-4),
-              row(0.9, 4.0, 4e-3, n=2048), row(0.7, 5.0, 2e-3, n=2048),
-              {"kernel": "t", "scene": "plummer", "n": 1024, "status": "skipped", "reason": "x"}]
+    result = [
+        row(0.3, 20.0, 1e-4),
+        row(0.6, 8.0, 9e-4),
+        row(0.7, 6.0, 2e-3),
+        row(0.5, 9.0, 5e-4),
+        row(0.9, 4.0, 4e-3, n=2048),
+        row(0.7, 5.0, 2e-3, n=2048),
+        {"kernel": "t", "scene": "plummer", "n": 1024, "status": "skipped", "reason": "x"},
+    ]
     small, large = fastest_within_budget(result)
     assert small["tunables"] == {"theta": 0.6} and small["step_median_ms"] == 8.0 and small["settings"] == 4
     assert large["tunables"] is None and large["smallest_p99"] == 2e-3
@@ -105,12 +137,21 @@ def test_fastest_within_budget_picks_the_quickest_setting_that_meets_it_or_says_
 
 def test_fastest_within_budget_is_per_device_count_where_rows_have_one():
     def row(gpus, theta, ms, p99):
-        return {"kernel": "t", "scene": "plummer", "n": 1024, "gpus": gpus, "status": "ok",
-                "tunables": {"theta": theta}, "median_ms": ms - 1, "step_median_ms": ms,
-                "error": {"p99": p99, "budget_p99": 1e-3}}
+        return {
+            "kernel": "t",
+            "scene": "plummer",
+            "n": 1024,
+            "gpus": gpus,
+            "status": "ok",
+            "tunables": {"theta": theta},
+            "median_ms": ms - 1,
+            "step_median_ms": ms,
+            "error": {"p99": p99, "budget_p99": 1e-3},
+        }
 
-    one, two = fastest_within_budget([row(1, 0.5, 9.0, 5e-4), row(1, 0.6, 8.0, 9e-4),
-                                      row(2, 0.5, 4.0, 5e-4), row(2, 0.6, 6.0, 9e-4)])
+    one, two = fastest_within_budget(
+        [row(1, 0.5, 9.0, 5e-4), row(1, 0.6, 8.0, 9e-4), row(2, 0.5, 4.0, 5e-4), row(2, 0.6, 6.0, 9e-4)]
+    )
     assert (one["gpus"], one["tunables"], one["settings"]) == (1, {"theta": 0.6}, 2)
     assert (two["gpus"], two["tunables"], two["step_median_ms"]) == (2, {"theta": 0.5}, 4.0)
     assert summary_lines([two])[0].startswith("t · plummer · N = 1,024 · 2 GPU(s): fastest within")
@@ -134,8 +175,9 @@ def test_the_default_scene_is_todays_plummer_sphere_bit_for_bit_and_the_collisio
 
 
 def test_a_scene_that_cannot_make_n_bodies_is_a_skipped_row(cpu):
-    result = bench.run_bench(cpu, ["cpu-simd"], [1, 64], warmup=0, repeats=1, progress=False,
-                             scenes=["collision"])
+    result = bench.run_bench(
+        cpu, ["cpu-simd"], [1, 64], warmup=0, repeats=1, progress=False, scenes=["collision"]
+    )
     one, many = result["results"]
     assert one["status"] == "skipped" and "collision" in one["reason"] and one["scene"] == "collision"
     assert many["status"] == "ok"
@@ -149,10 +191,17 @@ def test_kernel_settings_validate_and_name_the_kernels_that_have_a_tunable():
     every = [tree, other, flat]
     got = kernel_settings([tree, flat], {"theta": [0.3, 0.3, 1], "leaf": [8, 16]}, every)
     assert got["flat"] == [{}]
-    assert got["tree"] == [{"theta": 0.3, "leaf": 8}, {"theta": 0.3, "leaf": 16},
-                           {"theta": 1.0, "leaf": 8}, {"theta": 1.0, "leaf": 16}]  # duplicates once
-    with pytest.raises(ConfigError, match=r"none of the selected kernels \(flat\).*kernels with 'theta': "
-                                          r"tree, other-tree"):
+    assert got["tree"] == [
+        {"theta": 0.3, "leaf": 8},
+        {"theta": 0.3, "leaf": 16},
+        {"theta": 1.0, "leaf": 8},
+        {"theta": 1.0, "leaf": 16},
+    ]  # duplicates once
+    with pytest.raises(
+        ConfigError,
+        match=r"none of the selected kernels \(flat\).*kernels with 'theta': "
+        r"tree, other-tree",
+    ):
         kernel_settings([flat], {"theta": [0.5]}, every)
     with pytest.raises(ConfigError, match="no kernel has it"):
         kernel_settings([tree], {"blocks": [1]}, every)
@@ -177,15 +226,45 @@ def test_bench_cli_usage_errors_exit_2_naming_the_problem(capsys, tmp_path):
 
 def test_bench_cli_sweep_writes_json_and_plot(cpu, tmp_path, capsys):
     out, png = tmp_path / "b.json", tmp_path / "b.png"
-    assert main(["bench", "--backend", "cpu", "--kernels", "cpu-tree", "--n", "512", "--scene",
-                 "plummer,collision", "--tunable", "theta=0.4,0.8", "--error-sample", "128", "--warmup", "1",
-                 "--repeats", "1", "--no-progress", "--json", str(out), "--plot", str(png)]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "--backend",
+                "cpu",
+                "--kernels",
+                "cpu-tree",
+                "--n",
+                "512",
+                "--scene",
+                "plummer,collision",
+                "--tunable",
+                "theta=0.4,0.8",
+                "--error-sample",
+                "128",
+                "--warmup",
+                "1",
+                "--repeats",
+                "1",
+                "--no-progress",
+                "--json",
+                str(out),
+                "--plot",
+                str(png),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "cpu-tree theta=0.8" in printed and ("fastest within p99" in printed or "none of 2" in printed)
     back = bench.load_json(out)
     assert back["scenes"] == ["plummer", "collision"] and back["error_sample"] == 128
     assert [(r["scene"], r["tunables"]["theta"]) for r in back["results"]] == [
-        ("plummer", 0.4), ("plummer", 0.8), ("collision", 0.4), ("collision", 0.8)]
+        ("plummer", 0.4),
+        ("plummer", 0.8),
+        ("collision", 0.4),
+        ("collision", 0.8),
+    ]
     assert all(r["error"]["sample"] == 128 for r in back["results"])
     assert len(back["fastest_within_budget"]) == 2 and png.stat().st_size > 0
 
@@ -233,20 +312,29 @@ class SlowToy(ToyBackend):
 
 
 def test_max_seconds_skips_a_row_predicted_from_a_smaller_n_by_its_work():
-    result = bench.run_bench(ToyBackend, ["toy-fast", "toy-tree"], [16, 1000], warmup=2, repeats=3,
-                             progress=False, max_seconds=0.05)  # at 16: ~0.01 ms per step
+    result = bench.run_bench(
+        ToyBackend,
+        ["toy-fast", "toy-tree"],
+        [16, 1000],
+        warmup=2,
+        repeats=3,
+        progress=False,
+        max_seconds=0.05,
+    )  # at 16: ~0.01 ms per step
     assert [r["status"] for r in result["results"]] == ["ok", "ok", "skipped", "ok"]
     large = by(result, "toy-fast", 1000)  # all-pairs: x(1000/16)² = x3,906 per step, 0.2 s for 5 steps
-    assert large["reason"] == ("not run: 5 steps predicted to take 0.2 s (N² from 0.0103 ms per step at "
-                               "N = 16) > --max-seconds 0.05")
+    assert large["reason"] == (
+        "not run: 5 steps predicted to take 0.2 s (N² from 0.0103 ms per step at N = 16) > --max-seconds 0.05"
+    )
     assert result["max_seconds"] == 0.05 and "not run: 5 steps predicted" in bench.format_table(result)
     # a tree (fewer interactions than N²) grows as N log N: x156, 0.008 s predicted, so it runs
     assert by(result, "toy-tree", 1000)["status"] == "ok"
 
 
 def test_max_seconds_stops_a_row_whose_pace_would_take_too_long():
-    result = bench.run_bench(SlowToy, ["toy-fast"], [64], warmup=1, repeats=5, progress=False,
-                             max_seconds=0.12)
+    result = bench.run_bench(
+        SlowToy, ["toy-fast"], [64], warmup=1, repeats=5, progress=False, max_seconds=0.12
+    )
     row = result["results"][0]
     assert row["status"] == "skipped" and row["reason"].startswith("stopped after 2 of 6 steps: ")
     fine = bench.run_bench(SlowToy, ["toy-fast"], [64], warmup=0, repeats=2, progress=False, max_seconds=30)
@@ -274,8 +362,15 @@ def test_the_progress_bar_counts_the_error_samples_too(cpu, monkeypatch):
         return bars[-1]
 
     monkeypatch.setattr(bench, "_progress", progress)
-    bench.run_bench(cpu, ["cpu-simd", "cpu-tree"], [256], warmup=0, repeats=1, tunables={"theta": [0.4, 0.8]},
-                    error_sample=64)
+    bench.run_bench(
+        cpu,
+        ["cpu-simd", "cpu-tree"],
+        [256],
+        warmup=0,
+        repeats=1,
+        tunables={"theta": [0.4, 0.8]},
+        error_sample=64,
+    )
     (bar,) = bars
     assert bar.total == bar.done == 3 + 2  # three timings, two error samples (the tree's rows)
     assert "cpu-tree theta=0.8 plummer N=256: error sample of 64 targets" in bar.said

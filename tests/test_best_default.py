@@ -23,8 +23,9 @@ from app.engine.forces import with_role
 RECORDS = {r.name: r for r in registry.RECORDS}
 TUNE_JSON = ROOT / "bench" / "results" / "h200-2026-11-23-tune.json"
 H200 = SimpleNamespace(name="NVIDIA H200", driver_version="580.159.04", compute_capability=(9, 0), sms=132)
-H100 = SimpleNamespace(name="NVIDIA H100 80GB HBM3", driver_version="580.159.04", compute_capability=(9, 0),
-                       sms=132)
+H100 = SimpleNamespace(
+    name="NVIDIA H100 80GB HBM3", driver_version="580.159.04", compute_capability=(9, 0), sms=132
+)
 UNKNOWN = SimpleNamespace(name="Some Future GPU", driver_version="999.1", compute_capability=(12, 3), sms=8)
 
 
@@ -46,8 +47,16 @@ def _table_with_cc(tmp_path, cc="9.0"):
 
 def _write_cache(best):
     """A valid tuning cache for the stand-in H200 (what `nbody-live tune` writes)."""
-    cache.write_cache({"schema": cache.SCHEMA, "gpu": H200.name, "driver": H200.driver_version,
-                       "source_hash": cache.source_hash(registry.RECORDS), "best": best, "measurements": []})
+    cache.write_cache(
+        {
+            "schema": cache.SCHEMA,
+            "gpu": H200.name,
+            "driver": H200.driver_version,
+            "source_hash": cache.source_hash(registry.RECORDS),
+            "best": best,
+            "measurements": [],
+        }
+    )
 
 
 # --- the default ------------------------------------------------------------------------------------------
@@ -92,8 +101,19 @@ def test_the_table_is_what_update_heuristic_makes_from_the_committed_tune():
     assert [p["n"] for p in family["picks"]] == sorted(e["n"] for e in tune_result["best"])
 
 
-@pytest.mark.parametrize("n, expect", [(4096, 4096), (1, 4096), (8191, 4096), (8192, 4096), (8193, 16384),
-                                       (100_000, 131072), (500_000, 1048576), (10**8, 1048576)])
+@pytest.mark.parametrize(
+    "n, expect",
+    [
+        (4096, 4096),
+        (1, 4096),
+        (8191, 4096),
+        (8192, 4096),
+        (8193, 16384),
+        (100_000, 131072),
+        (500_000, 1048576),
+        (10**8, 1048576),
+    ],
+)
 def test_nearest_n_in_log_space(n, expect):
     picks = [{"n": m} for m in (16384, 4096, 65536, 1048576, 131072)]
     assert heuristic.nearest(picks, n)["n"] == expect
@@ -107,15 +127,39 @@ def test_family_by_name_then_compute_capability(tmp_path):
     assert heuristic.family_for(table, UNKNOWN) is None
 
 
-@pytest.mark.parametrize("text, match", [
-    ("{broken", "not valid JSON"),
-    (json.dumps({"schema": "other"}), "not a `best` heuristic table"),
-    (json.dumps({"schema": heuristic.SCHEMA, "families": [{"gpu": "X", "picks": [
-        {"n": 4096, "variant": "warp-drive", "tunables": {}}]}]}), "'warp-drive' is not a kernel"),
-    (json.dumps({"schema": heuristic.SCHEMA, "families": [{"gpu": "X", "picks": [
-        {"n": 4096, "variant": "register-blocked", "tunables": {"k": 5}}]}]}), "register-blocked.k: 5"),
-    (json.dumps({"schema": heuristic.SCHEMA, "families": [{"gpu": "X", "picks": []}]}), "non-empty"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ("{broken", "not valid JSON"),
+        (json.dumps({"schema": "other"}), "not a `best` heuristic table"),
+        (
+            json.dumps(
+                {
+                    "schema": heuristic.SCHEMA,
+                    "families": [
+                        {"gpu": "X", "picks": [{"n": 4096, "variant": "warp-drive", "tunables": {}}]}
+                    ],
+                }
+            ),
+            "'warp-drive' is not a kernel",
+        ),
+        (
+            json.dumps(
+                {
+                    "schema": heuristic.SCHEMA,
+                    "families": [
+                        {
+                            "gpu": "X",
+                            "picks": [{"n": 4096, "variant": "register-blocked", "tunables": {"k": 5}}],
+                        }
+                    ],
+                }
+            ),
+            "register-blocked.k: 5",
+        ),
+        (json.dumps({"schema": heuristic.SCHEMA, "families": [{"gpu": "X", "picks": []}]}), "non-empty"),
+    ],
+)
 def test_a_bad_table_is_a_clear_error(tmp_path, text, match):
     path = tmp_path / "table.json"
     path.write_text(text)
@@ -136,16 +180,23 @@ def test_without_a_cache_best_runs_the_heuristic_pick():
 
 def test_bench_without_a_cache_does_not_tune(monkeypatch):
     """What bench's `best` rows run comes from resolve(), which never measures."""
+
     def no_tuning(*_a, **_k):
         raise AssertionError("best started a tune")
+
     monkeypatch.setattr(tune, "run_tune", no_tuning)
     for n in (16384, 131072, 1048576):
         assert RECORDS["best"].policy.resolve(RECORDS, H200, n)[2].startswith("heuristic from")
 
 
 def test_a_valid_cache_wins_over_the_heuristic():
-    entry = {"n": 131072, "variant": "register-blocked", "tunables": {"block_size": 64, "k": 2, "slices": 8},
-             "interactions_per_s": 2e12, "median_ms": 7.0}
+    entry = {
+        "n": 131072,
+        "variant": "register-blocked",
+        "tunables": {"block_size": 64, "k": 2, "slices": 8},
+        "interactions_per_s": 2e12,
+        "median_ms": 7.0,
+    }
     _write_cache([entry])
     rec, tun, source, warning = RECORDS["best"].policy.resolve(RECORDS, H200, 131072)
     assert rec.name == "register-blocked" and tun == entry["tunables"]
@@ -187,14 +238,16 @@ def test_one_log_line_says_which(caplog, tmp_path):
     lines = _resolve_logged(caplog, H200)
     assert len(lines) == 1 and lines[0].levelno == logging.INFO
     text = lines[0].getMessage()
-    assert text.startswith("best: heuristic from kernels/best_heuristic.json for NVIDIA H200 "
-                           "(no tuning cache")
+    assert text.startswith(
+        "best: heuristic from kernels/best_heuristic.json for NVIDIA H200 (no tuning cache"
+    )
     assert "run `nbody-live tune` to tune): N = 65,536 -> " in text
 
     _write_cache([{"n": 65536, "variant": "atomics-n3l", "tunables": {"chunk": 8}}])
     lines = _resolve_logged(caplog, H200)
     assert [r.getMessage() for r in lines] == [
-        "best: tuned cache for NVIDIA H200: N = 65,536 -> atomics-n3l block_size=128 chunk=8 ki=4"]
+        "best: tuned cache for NVIDIA H200: N = 65,536 -> atomics-n3l block_size=128 chunk=8 ki=4"
+    ]
 
     bad = tmp_path / "bad.json"
     bad.write_text("[]")
@@ -223,11 +276,17 @@ def test_update_heuristic_rewrites_one_family_and_keeps_the_others(tmp_path, mon
     assert families["NVIDIA H200"] == h200_before
 
 
-@pytest.mark.parametrize("content, match", [("{nope", "not valid JSON"),
-                                            (json.dumps({"schema": "x"}), "not a tune result"),
-                                            (None, "cannot read the tune result")])
-def test_update_heuristic_refuses_a_bad_tune_file_and_leaves_the_table(tmp_path, monkeypatch, capsys,
-                                                                      content, match):
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ("{nope", "not valid JSON"),
+        (json.dumps({"schema": "x"}), "not a tune result"),
+        (None, "cannot read the tune result"),
+    ],
+)
+def test_update_heuristic_refuses_a_bad_tune_file_and_leaves_the_table(
+    tmp_path, monkeypatch, capsys, content, match
+):
     table = tmp_path / "best_heuristic.json"
     shutil.copy(heuristic.TABLE, table)
     before = table.read_bytes()
@@ -238,7 +297,8 @@ def test_update_heuristic_refuses_a_bad_tune_file_and_leaves_the_table(tmp_path,
     assert main(["tune", "--update-heuristic", str(source)]) == 2
     assert match in capsys.readouterr().err
     assert table.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["best_heuristic.json"] + (["tune.json"] if content is not None else []))
+        ["best_heuristic.json"] + (["tune.json"] if content is not None else [])
+    )
 
 
 # --- the tuner's choice at small N ------------------------------------------------------------------------
@@ -251,9 +311,16 @@ def test_more_timed_launches_where_launches_are_short():
 
 
 def _row(variant, tunables, ms, n=4096):
-    return {"n": n, "variant": variant, "tunables": RECORDS[variant].with_tunables(tunables), "status": "ok",
-            "median_ms": ms, "samples_ms": [ms] * 3, "interactions": n * n,
-            "interactions_per_s": n * n / ms / 1e-3}
+    return {
+        "n": n,
+        "variant": variant,
+        "tunables": RECORDS[variant].with_tunables(tunables),
+        "status": "ok",
+        "median_ms": ms,
+        "samples_ms": [ms] * 3,
+        "interactions": n * n,
+        "interactions_per_s": n * n / ms / 1e-3,
+    }
 
 
 def _retime_from(times):
@@ -265,6 +332,7 @@ def _retime_from(times):
         seen[key] = seen.get(key, -1) + 1
         values = times[row["variant"], json.dumps(row["tunables"], sort_keys=True)]
         return values[seen[key] % len(values)]
+
     retime.seen = seen
     return retime
 
@@ -278,8 +346,12 @@ def test_a_tuned_configuration_within_noise_loses_to_the_defaults():
     plain = _row("register-blocked", {}, 0.0240)
     tuned = _row("register-blocked", {"slices": 16}, 0.0225)  # looked 6% faster once
     other = _row("atomics-n3l", {}, 0.0300)
-    retime = _retime_from({_key(plain): [0.0240, 0.0236, 0.0251, 0.0238, 0.0241],
-                           _key(tuned): [0.0236, 0.0239, 0.0233, 0.0249, 0.0235]})
+    retime = _retime_from(
+        {
+            _key(plain): [0.0240, 0.0236, 0.0251, 0.0238, 0.0241],
+            _key(tuned): [0.0236, 0.0239, 0.0233, 0.0249, 0.0235],
+        }
+    )
     order = tune.final_order([tuned, plain, other], RECORDS, retime)
     assert order[0] is plain and "defaults" in plain["chosen_because"]
     assert len(plain["round_medians_ms"]) == tune.FINAL_ROUNDS  # other was > 10% behind: not re-timed
@@ -316,9 +388,13 @@ def test_the_acceptance_script_parses_and_compares_best_across_two_bench_runs():
     subprocess.run(["bash", "-n", str(ROOT / "bench" / "best_default.sh")], check=True)
 
     def result(rates):
-        return {"results": [{"kernel": "best", "n": n, "status": "ok", "interactions_per_s": v}
-                            for n, v in rates.items()] + [{"kernel": "shared", "n": 16384, "status": "ok",
-                                                           "interactions_per_s": 1.0}]}
+        return {
+            "results": [
+                {"kernel": "best", "n": n, "status": "ok", "interactions_per_s": v} for n, v in rates.items()
+            ]
+            + [{"kernel": "shared", "n": 16384, "status": "ok", "interactions_per_s": 1.0}]
+        }
+
     untuned = result({16384: 1.8e12, 131072: 2.5e12})
     tuned = result({16384: 2.0e12, 131072: 2.5e12, 1048576: 2.6e12})
     rows = compare_kernel(untuned, tuned, "best", [16384, 131072, 1048576])
@@ -344,14 +420,23 @@ def test_a_bench_row_of_best_says_what_it_ran():
             pass
 
         def step(self, steps):
-            return StepTimings(kernel="best", steps=steps, n=self.n, force_ms=1.0, interactions=self.n ** 2,
-                               pair_equivalent=self.n ** 2, force_evals=1)
+            return StepTimings(
+                kernel="best",
+                steps=steps,
+                n=self.n,
+                force_ms=1.0,
+                interactions=self.n**2,
+                pair_equivalent=self.n**2,
+                force_evals=1,
+            )
 
     bodies = bench_bodies(64, seed=1)
-    row = _time_one(Resolving(), find_kernel("best"), bodies, Physics(), {}, warmup=1, repeats=3,
-                    max_seconds=None)
+    row = _time_one(
+        Resolving(), find_kernel("best"), bodies, Physics(), {}, warmup=1, repeats=3, max_seconds=None
+    )
     assert row["runs"] == Resolving.resolved_kernel
     assert any("runs atomics-n3l" in line for line in _detail_lines({**row, "n": 64}))
     Resolving.resolved_kernel = "shared block_size=256"
-    assert "runs" not in _time_one(Resolving(), find_kernel("shared"), bodies, Physics(), {}, warmup=1,
-                                   repeats=3, max_seconds=None)
+    assert "runs" not in _time_one(
+        Resolving(), find_kernel("shared"), bodies, Physics(), {}, warmup=1, repeats=3, max_seconds=None
+    )

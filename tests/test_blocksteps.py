@@ -38,8 +38,9 @@ from app.model.physics import Physics, accelerations, total_energy
 
 def cloud(n: int, seed: int) -> Bodies:
     rng = np.random.default_rng(seed)
-    return Bodies.from_arrays(rng.normal(size=(n, 3)), rng.normal(scale=0.5, size=(n, 3)),
-                              rng.uniform(0.5, 1.5, n) / n)
+    return Bodies.from_arrays(
+        rng.normal(size=(n, 3)), rng.normal(scale=0.5, size=(n, 3)), rng.uniform(0.5, 1.5, n) / n
+    )
 
 
 def fast_rows(pos, mass, physics, rows):
@@ -110,8 +111,9 @@ def test_frozen_levels_are_time_symmetric():
 
 
 # --- 3. energy and work beside shared steps -----------------------------------------------------------
-def energy_run(bodies: Bodies, physics: Physics, mode: str, steps: int, max_level: int = 8,
-               coarsen: str = "aligned") -> tuple[float, BlockSteps]:
+def energy_run(
+    bodies: Bodies, physics: Physics, mode: str, steps: int, max_level: int = 8, coarsen: str = "aligned"
+) -> tuple[float, BlockSteps]:
     bodies = copy.deepcopy(bodies)
     e0 = total_energy(bodies, physics)
     ops = NumpyBlockOps(bodies, physics, fast_rows)
@@ -137,9 +139,11 @@ def test_block_steps_keep_the_energy_of_shared_steps_with_fewer_forces():
     shared_de, shared = energy_run(bodies, physics, "shared", 16)
     hist = block.histogram()
     assert np.count_nonzero(hist) >= 4, f"levels did not spread: {hist}"
-    numbers = (f"max |dE/E|: block {block_de:.3e}, shared {shared_de:.3e}; active targets: block "
-               f"{block.total.targets:,}, shared {shared.total.targets:,} "
-               f"({shared.total.targets / block.total.targets:.2f}x); levels {hist.tolist()}")
+    numbers = (
+        f"max |dE/E|: block {block_de:.3e}, shared {shared_de:.3e}; active targets: block "
+        f"{block.total.targets:,}, shared {shared.total.targets:,} "
+        f"({shared.total.targets / block.total.targets:.2f}x); levels {hist.tolist()}"
+    )
     assert block_de <= 2.0 * shared_de, numbers
     assert shared.total.targets >= 4 * block.total.targets, numbers
     assert block.work.pair_equivalent == block.total.targets * 2048  # only active targets counted
@@ -180,8 +184,12 @@ def test_a_checkpoint_resumes_bitwise():
     sched.advance(ops, 3)
     assert np.count_nonzero(sched.histogram()) >= 2
     again, resumed = continued(saved, acc, state, physics, 3)
-    for a, b in ((again.bodies.pos, ops.bodies.pos), (again.bodies.vel, ops.bodies.vel), (again.acc, ops.acc),
-                 (resumed.levels, sched.levels)):
+    for a, b in (
+        (again.bodies.pos, ops.bodies.pos),
+        (again.bodies.vel, ops.bodies.vel),
+        (again.acc, ops.acc),
+        (resumed.levels, sched.levels),
+    ):
         assert np.array_equal(a, b)
     assert again.bodies.time == ops.bodies.time and resumed.steps == 6
     # control: one unit in the last place of one velocity shows
@@ -256,7 +264,7 @@ def test_the_criterion_picks_the_largest_power_of_two_step_within_dt_i():
     step = dt_max / 2.0 ** levels[:1000]
     inside = levels[:1000] < L
     assert (step[inside] <= dt_i[inside]).all()
-    coarser = (levels[:1000] > 0)
+    coarser = levels[:1000] > 0
     assert (2 * step[coarser] > dt_i[coarser]).all()
     assert (dt_i[levels[:1000] == L] < dt_max / 2.0 ** (L - 1)).all()
     assert levels[1000:].tolist() == [0, L, L]
@@ -325,8 +333,9 @@ class Spy:
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("mode, coarsen", [("block", "aligned"), ("block", "boundary"),
-                                           ("frozen", "aligned")])
+@pytest.mark.parametrize(
+    "mode, coarsen", [("block", "aligned"), ("block", "boundary"), ("frozen", "aligned")]
+)
 def test_the_active_sets_are_the_bodies_whose_step_ends(seed, mode, coarsen):
     rng = np.random.default_rng(seed)
     L, n = int(rng.integers(1, 7)), 40
@@ -379,12 +388,14 @@ def test_tidal_norms_are_the_hessian_of_the_softened_potential():
             plus, minus = bodies.pos.copy(), bodies.pos.copy()
             plus[i, b] += h
             minus[i, b] -= h
-            jac[:, b] = (accelerations(plus, bodies.mass, physics, targets=np.array([i]))[0]
-                         - accelerations(minus, bodies.mass, physics, targets=np.array([i]))[0]) / (2 * h)
+            jac[:, b] = (
+                accelerations(plus, bodies.mass, physics, targets=np.array([i]))[0]
+                - accelerations(minus, bodies.mass, physics, targets=np.array([i]))[0]
+            ) / (2 * h)
         want = np.linalg.norm(jac)
         assert abs(got[k] - want) < 1e-6 * want, (i, got[k], want)
         # control: with the self term's -G m_i/ε³ δ_ab kept, the norm is off by far more
-        self_term = physics.G * bodies.mass[i] / physics.softening ** 3
+        self_term = physics.G * bodies.mass[i] / physics.softening**3
         assert abs(np.linalg.norm(jac - self_term * np.eye(3)) - want) > 1e-3 * want
 
 
@@ -399,8 +410,9 @@ def test_the_tidal_criterion_is_the_min_of_both_steps_with_one_eta():
     assert dt[2] == pytest.approx(np.sqrt(2 * eta / 4.0)) and dt[3] == np.inf  # a = 0: T alone; both 0
     assert np.isnan(dt[4]) and dt[5] == 0.0  # a non-finite input: the finest level
     assert step_levels(dt, 0.1, 6).tolist() == [3, 3, 1, 0, 6, 6]  # 0.1/8 <= 0.0141 < 0.1/4, ...
-    assert np.array_equal(step_levels(gadget_steps(norms, eta, eps), 0.1, 6),
-                          wanted_levels(norms, 0.1, 6, eta, eps))
+    assert np.array_equal(
+        step_levels(gadget_steps(norms, eta, eps), 0.1, 6), wanted_levels(norms, 0.1, 6, eta, eps)
+    )
     with pytest.raises(ValueError, match="criterion"):
         BlockSteps(Physics(), 3, criterion="aarseth")
     ops = NumpyBlockOps(cloud(8, 1), Physics())
@@ -427,8 +439,10 @@ def test_the_tidal_criterion_refines_the_close_pairs_that_the_acceleration_misse
     np.fill_diagonal(d, np.inf)
     nearest = d.min(axis=1)
     assert refined.sum() >= 4, refined.sum()  # measured: 10
-    assert np.median(nearest[refined]) < 0.3 * np.median(nearest), (np.median(nearest[refined]),
-                                                                      np.median(nearest))  # 0.014 vs 0.091
+    assert np.median(nearest[refined]) < 0.3 * np.median(nearest), (
+        np.median(nearest[refined]),
+        np.median(nearest),
+    )  # 0.014 vs 0.091
 
 
 def test_settled_levels_coarsen_only_to_what_two_boundaries_wanted():

@@ -17,8 +17,19 @@ from app.model import formats
 from app.model.ics import generate
 from app.model.physics import Physics
 
-BLOCK = ["--backend", "cpu", "--no-progress", "--timesteps", "block", "--dt", "0.03125", "--block-levels",
-         "4", "--block-eta", "0.01"]
+BLOCK = [
+    "--backend",
+    "cpu",
+    "--no-progress",
+    "--timesteps",
+    "block",
+    "--dt",
+    "0.03125",
+    "--block-levels",
+    "4",
+    "--block-eta",
+    "0.01",
+]
 PHYSICS = Physics(softening=0.01, dt=1 / 32, timesteps="block", block_levels=4, block_eta=0.01)
 
 
@@ -54,20 +65,40 @@ def test_simulate_block_steps_resumes_bitwise_from_a_checkpoint(tmp_path, capsys
     assert np.count_nonzero(levels[0]) >= 2 and not np.array_equal(levels[0], levels[1])
 
 
-@pytest.mark.parametrize("extra, named", [
-    (["--gpus", "2"], "--gpus 2: block time steps run on one device"),
-    (["--kernel", "cpu-simd"], "block time steps walk the tree (cpu-tree); shared time steps run cpu-simd"),
-    (["--tunable", "rebuild_every=4"], "drop rebuild_every"),
-    (["--tunable", "opening=rel"], "use opening=cube or bmax"),
-    (["--integrator", "euler-damped"], "block time steps are a leapfrog"),
-    (["--timesteps", "blocks"], "physics.timesteps = 'blocks' is not allowed; one of: shared, block"),
-    (["--block-levels", "21"], "physics.block_levels"),
-    (["--block-coarsen", "never"],
-     "block_coarsen = 'never' is not allowed; one of: settled, boundary, aligned"),
-])
+@pytest.mark.parametrize(
+    "extra, named",
+    [
+        (["--gpus", "2"], "--gpus 2: block time steps run on one device"),
+        (
+            ["--kernel", "cpu-simd"],
+            "block time steps walk the tree (cpu-tree); shared time steps run cpu-simd",
+        ),
+        (["--tunable", "rebuild_every=4"], "drop rebuild_every"),
+        (["--tunable", "opening=rel"], "use opening=cube or bmax"),
+        (["--integrator", "euler-damped"], "block time steps are a leapfrog"),
+        (["--timesteps", "blocks"], "physics.timesteps = 'blocks' is not allowed; one of: shared, block"),
+        (["--block-levels", "21"], "physics.block_levels"),
+        (
+            ["--block-coarsen", "never"],
+            "block_coarsen = 'never' is not allowed; one of: settled, boundary, aligned",
+        ),
+    ],
+)
 def test_what_block_steps_cannot_do_is_refused_with_the_fix(tmp_path, capsys, extra, named):
-    rc = main(["simulate", "collision", "--n", "512", "--steps", "2", "--out", str(tmp_path / "o.npz"),
-               *BLOCK, *extra])
+    rc = main(
+        [
+            "simulate",
+            "collision",
+            "--n",
+            "512",
+            "--steps",
+            "2",
+            "--out",
+            str(tmp_path / "o.npz"),
+            *BLOCK,
+            *extra,
+        ]
+    )
     one_line_error(capsys, rc, 2, named)
     assert not (tmp_path / "o.npz").exists()
 
@@ -86,8 +117,10 @@ def test_a_scene_file_asks_for_block_steps(tmp_path):
     from app.scene import load_scene
 
     path = tmp_path / "b.toml"
-    path.write_text('[initial]\ngenerator = "plummer"\nn = 256\n[physics]\ndt = 0.0625\ntimesteps = "block"\n'
-                    'block_levels = 3\nblock_eta = 0.02\nblock_coarsen = "aligned"\n[run]\nbackend = "cpu"\n')
+    path.write_text(
+        '[initial]\ngenerator = "plummer"\nn = 256\n[physics]\ndt = 0.0625\ntimesteps = "block"\n'
+        'block_levels = 3\nblock_eta = 0.02\nblock_coarsen = "aligned"\n[run]\nbackend = "cpu"\n'
+    )
     backend = make_backend(load_scene(str(path)))
     try:
         assert backend.timesteps == "block" and backend.kernel == "cpu-tree"
@@ -171,13 +204,19 @@ def test_step_levels_in_npz_round_trip_and_bad_forms_are_named(tmp_path):
     assert np.array_equal(back.levels, bodies.step_levels.levels)
     assert (back.max_level, back.dt_max, back.coarsen) == (4, 0.125, "settled")
     base = {"pos": bodies.pos, "vel": bodies.vel, "mass": bodies.mass}
-    good = {"step_levels": np.zeros(64, np.int32), "step_levels_max": 4, "step_levels_dt": 0.1,
-            "step_levels_rule": np.array("settled")}
-    cases = [({"step_levels": np.zeros(64, np.int32)}, "go together; found only step_levels"),
-             ({**good, "step_levels": np.zeros(63, np.int32)}, "must be (64,) integers"),
-             ({**good, "step_levels": np.full(64, 5, np.int32)}, "levels in [5, 5]"),
-             ({**good, "step_levels_dt": -1.0}, "step_levels_dt -1.0 (> 0)"),
-             ({**good, "step_levels_rule": np.array("never")}, "step_levels_rule 'never'")]
+    good = {
+        "step_levels": np.zeros(64, np.int32),
+        "step_levels_max": 4,
+        "step_levels_dt": 0.1,
+        "step_levels_rule": np.array("settled"),
+    }
+    cases = [
+        ({"step_levels": np.zeros(64, np.int32)}, "go together; found only step_levels"),
+        ({**good, "step_levels": np.zeros(63, np.int32)}, "must be (64,) integers"),
+        ({**good, "step_levels": np.full(64, 5, np.int32)}, "levels in [5, 5]"),
+        ({**good, "step_levels_dt": -1.0}, "step_levels_dt -1.0 (> 0)"),
+        ({**good, "step_levels_rule": np.array("never")}, "step_levels_rule 'never'"),
+    ]
     for i, (arrays, named) in enumerate(cases):
         path = tmp_path / f"bad{i}.npz"
         np.savez(path, **base, **arrays)
@@ -227,6 +266,7 @@ def test_frames_inside_a_max_step_move_along_the_drift():
     along each body's drift, so they change direction only where a kick turns a velocity. The largest
     second difference of the drawn positions over the frames is measured against the control, the same
     frames drawn at the last substep's positions (which stand still between substep ends, then jump)."""
+
     def second_differences(predict: bool) -> float:
         backend = _cpu_block()
         backend.load(generate("collision", 2048, 3), PHYSICS)
@@ -262,7 +302,21 @@ def test_the_energy_monitor_waits_for_the_end_of_a_max_step_drawn_in_parts():
 
 
 def test_frames_per_step_needs_block_steps(tmp_path, capsys):
-    rc = main(["simulate", "plummer", "--n", "256", "--steps", "1", "--backend", "cpu", "--frames-per-step",
-               "4", "--out", str(tmp_path / "o.npz")])
+    rc = main(
+        [
+            "simulate",
+            "plummer",
+            "--n",
+            "256",
+            "--steps",
+            "1",
+            "--backend",
+            "cpu",
+            "--frames-per-step",
+            "4",
+            "--out",
+            str(tmp_path / "o.npz"),
+        ]
+    )
     one_line_error(capsys, rc, 2, "frames are drawn inside a step only with block time steps")
     assert not (tmp_path / "o.npz").exists()

@@ -104,8 +104,10 @@ def test_gpu_block_ops_refuse_what_would_make_a_of_x_depend_on_history(device):
     from app.backends.cuda.blockops import CudaBlockOps
 
     bodies = generate("plummer", 512, 3)
-    for tunables, named in (({"rebuild_every": 4}, "drop rebuild_every"),
-                            ({"opening": "rel"}, "use opening=cube or bmax")):
+    for tunables, named in (
+        ({"rebuild_every": 4}, "drop rebuild_every"),
+        ({"opening": "rel"}, "use opening=cube or bmax"),
+    ):
         with pytest.raises(ConfigError, match=named):
             CudaBlockOps(bodies, SOFT, device, tunables)
     ev = _gpu_evaluator(device, opening="rel")
@@ -218,9 +220,29 @@ def test_the_viewer_draws_block_steps_through_interop(egl_canvas, tmp_path):
     from app.cli import main
 
     out = tmp_path / "frames.csv"
-    rc = main(["-q", "run", "collision", "--n", "8192", "--frames", "12", "--headless", "--backend", "cuda",
-               "--timesteps", "block", "--dt", "0.0625", "--frames-per-step", "4", "--no-panel", "--timings",
-               str(out)])
+    rc = main(
+        [
+            "-q",
+            "run",
+            "collision",
+            "--n",
+            "8192",
+            "--frames",
+            "12",
+            "--headless",
+            "--backend",
+            "cuda",
+            "--timesteps",
+            "block",
+            "--dt",
+            "0.0625",
+            "--frames-per-step",
+            "4",
+            "--no-panel",
+            "--timings",
+            str(out),
+        ]
+    )
     assert rc == 0
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 12

@@ -81,7 +81,22 @@ def test_console_script_help_teaches_each_command():
 
 
 def test_console_script_bad_backend_real_process():
-    out = subprocess.run([sys.executable, "-m", "app", "simulate", "plummer", "--backend", "gpu",
-                          "--steps", "1", "--out", "x.npz"], capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "simulate",
+            "plummer",
+            "--backend",
+            "gpu",
+            "--steps",
+            "1",
+            "--out",
+            "x.npz",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 2
     assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr

@@ -12,8 +12,25 @@ from app.model import formats
 
 def test_simulate_writes_snapshot_and_conservation_log(tmp_path, capsys):
     out, log = tmp_path / "final.npz", tmp_path / "energy.csv"
-    rc = main(["simulate", "plummer", "--n", "256", "--steps", "40", "--log-every", "10", "--backend", "cpu",
-               "--out", str(out), "--log", str(log), "--no-progress"])
+    rc = main(
+        [
+            "simulate",
+            "plummer",
+            "--n",
+            "256",
+            "--steps",
+            "40",
+            "--log-every",
+            "10",
+            "--backend",
+            "cpu",
+            "--out",
+            str(out),
+            "--log",
+            str(log),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     final = formats.read(out)
     assert final.n == 256 and final.time == pytest.approx(40 * 1e-3)
@@ -28,8 +45,23 @@ def test_simulate_writes_snapshot_and_conservation_log(tmp_path, capsys):
 def test_simulate_from_snapshot_round_trip(tmp_path):
     path = shared_file("nemo_figure8.mpv")
     out = tmp_path / "f8.csv"
-    rc = main(["simulate", str(path), "--softening", "0", "--steps", "5", "--backend", "cpu",
-               "--kernel", "cpu-fp64", "--out", str(out), "--no-progress"])
+    rc = main(
+        [
+            "simulate",
+            str(path),
+            "--softening",
+            "0",
+            "--steps",
+            "5",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "cpu-fp64",
+            "--out",
+            str(out),
+            "--no-progress",
+        ]
+    )
     assert rc == 0
     start, end = formats.read(path), formats.read(out)
     assert end.n == 3 and not np.allclose(start.pos, end.pos)
@@ -39,8 +71,9 @@ def test_validate_exits_zero_within_tolerance_and_one_above(capsys):
     rc = main(["validate", "plummer", "--n", "512", "--backend", "cpu", "--kernel", "cpu-simd"])
     out = capsys.readouterr().out
     assert rc == 0 and "max rel err" in out
-    rc = main(["validate", "plummer", "--n", "512", "--backend", "cpu", "--kernel", "cpu-simd",
-               "--tol", "1e-12"])
+    rc = main(
+        ["validate", "plummer", "--n", "512", "--backend", "cpu", "--kernel", "cpu-simd", "--tol", "1e-12"]
+    )
     assert rc == 1 and "FAIL" in capsys.readouterr().out
 
 
@@ -71,9 +104,16 @@ def test_info_kernels_says_how_several_devices_split_each_record(capsys):
             name = next(lines[j].split()[0] for j in range(i - 1, -1, -1) if not lines[j].startswith("   "))
             splits[name] = ln.split("MPI ranks): ")[1].split(":")[0]
     assert {k: splits[k] for k in ("cpu-simd", "cpu-fp64", "cpu-tree", "cpu-n3l")} == {
-        "cpu-simd": "targets", "cpu-fp64": "targets", "cpu-tree": "domains", "cpu-n3l": "pairs"}
+        "cpu-simd": "targets",
+        "cpu-fp64": "targets",
+        "cpu-tree": "domains",
+        "cpu-n3l": "pairs",
+    }
     assert {splits.get("atomics-n3l"), splits.get("tree"), splits.get("best")} == {
-        "pairs", "domains", "as the record it picks for N"}
+        "pairs",
+        "domains",
+        "as the record it picks for N",
+    }
 
 
 def test_info_kernels_states_the_memory_per_body_of_a_record_that_reports_it(capsys):
@@ -140,8 +180,9 @@ def test_info_names_the_device_a_backend_reports(capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "backend dev: available\n  device: Toy GPU (sm_90, 132 SMs, driver 580.1)\n" in out
     assert "  device: unknown (RuntimeError: no context)" in out and Device.closed == 3
-    assert ("backend host: available\n  device: (the backend states no device facts)\n  links: none\n"
-            "kernels:") in out
+    assert (
+        "backend host: available\n  device: (the backend states no device facts)\n  links: none\nkernels:"
+    ) in out
 
 
 @pytest.mark.gl
@@ -153,8 +194,16 @@ def test_run_without_a_display_records_a_demo_instead(tmp_path, display):
     import av
     from test_display import dead_display, nbody
 
-    out = nbody("run", "plummer", "--n", "512", "--size", "320x180", cwd=tmp_path,
-                display=dead_display() if display == "stale" else None)
+    out = nbody(
+        "run",
+        "plummer",
+        "--n",
+        "512",
+        "--size",
+        "320x180",
+        cwd=tmp_path,
+        display=dead_display() if display == "stale" else None,
+    )
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stderr
     [why] = [line for line in out.stderr.splitlines() if "recording a short demo" in line]

@@ -79,16 +79,23 @@ def test_csv_component_column_and_names_comment(tmp_path):
     assert "component" not in path.read_text() and formats.read(path).components is None
 
 
-@pytest.mark.parametrize("text, words", [
-    ('# component_names = ["a", "b"]\nm,x,y,z,vx,vy,vz,component\n1,0,0,0,0,0,0,0\n1,0,0,0,0,0,0,2\n',
-     ("line 4", "component 2", "2 component_names")),
-    ('# component_names = disk, halo\nm,x,y,z,vx,vy,vz,component\n1,0,0,0,0,0,0,0\n',
-     ("line 1", "JSON list")),
-    ('# component_names = ["a"]\nm,x,y,z,vx,vy,vz\n1,0,0,0,0,0,0\n', ("no component column",)),
-    ("m,x,y,z,vx,vy,vz,component\n1,0,0,0,0,0,0,0.5\n", ("line 2", "component", "not an integer")),
-    ("m,x,y,z,vx,vy,vz,component\n1,0,0,0,0,0,0,16\n", ("line 2", "component 16", "0 to 15")),
-    ('# component_names = ["a", "a"]\nm,x,y,z,vx,vy,vz,component\n1,0,0,0,0,0,0,0\n', ("must differ",)),
-])
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        (
+            '# component_names = ["a", "b"]\nm,x,y,z,vx,vy,vz,component\n1,0,0,0,0,0,0,0\n1,0,0,0,0,0,0,2\n',
+            ("line 4", "component 2", "2 component_names"),
+        ),
+        (
+            "# component_names = disk, halo\nm,x,y,z,vx,vy,vz,component\n1,0,0,0,0,0,0,0\n",
+            ("line 1", "JSON list"),
+        ),
+        ('# component_names = ["a"]\nm,x,y,z,vx,vy,vz\n1,0,0,0,0,0,0\n', ("no component column",)),
+        ("m,x,y,z,vx,vy,vz,component\n1,0,0,0,0,0,0,0.5\n", ("line 2", "component", "not an integer")),
+        ("m,x,y,z,vx,vy,vz,component\n1,0,0,0,0,0,0,16\n", ("line 2", "component 16", "0 to 15")),
+        ('# component_names = ["a", "a"]\nm,x,y,z,vx,vy,vz,component\n1,0,0,0,0,0,0,0\n', ("must differ",)),
+    ],
+)
 def test_bad_csv_components_name_the_line(tmp_path, text, words):
     path = tmp_path / "bad.csv"
     path.write_text(text)
@@ -121,8 +128,9 @@ def test_tipsy_sections_round_trip_as_sections(tmp_path, caplog):
 
 def test_tipsy_keeps_bonsai_parts_through_their_ids(tmp_path, caplog):
     n_halo, n_disk, n_bulge = 40, 25, 15
-    ids = np.concatenate([BONSAI_DARK_ID + np.arange(n_halo), np.arange(n_disk),
-                          BONSAI_BULGE_ID + np.arange(n_bulge)])
+    ids = np.concatenate(
+        [BONSAI_DARK_ID + np.arange(n_halo), np.arange(n_disk), BONSAI_BULGE_ID + np.arange(n_bulge)]
+    )
     comp = components.from_tipsy([], ids)
     assert comp.names == ("halo", "disk", "bulge")
     b = _bodies(ids.size, comp, ids=ids)
@@ -160,12 +168,17 @@ def test_tipsy_names_of_parts_become_section_names_with_a_warning(tmp_path, capl
     assert np.array_equal(back.components.index, comp.index)  # the parts kept, their names not
 
 
-@pytest.mark.parametrize("comp, why", [
-    (ics.generate("collision", 60, 2).components, "galaxy1-bulge, galaxy1-disk, galaxy2-bulge, galaxy2-disk "
-                                                  "names none of them"),
-    (Components(("star", "dark"), np.repeat([0, 1], [20, 40])), "in another order"),
-    (Components(("gas", "dark"), np.array([0, 1] * 30)), "in another order"),
-])
+@pytest.mark.parametrize(
+    "comp, why",
+    [
+        (
+            ics.generate("collision", 60, 2).components,
+            "galaxy1-bulge, galaxy1-disk, galaxy2-bulge, galaxy2-disk names none of them",
+        ),
+        (Components(("star", "dark"), np.repeat([0, 1], [20, 40])), "in another order"),
+        (Components(("gas", "dark"), np.array([0, 1] * 30)), "in another order"),
+    ],
+)
 def test_tipsy_that_cannot_keep_the_components_writes_dark_and_says_so(tmp_path, caplog, comp, why):
     b = _bodies(comp.n, comp)
     path = tmp_path / "lost.tipsy"
@@ -185,8 +198,28 @@ def test_tipsy_that_cannot_keep_the_components_writes_dark_and_says_so(tmp_path,
 def test_simulate_writes_the_components_in_every_format(tmp_path, ext):
     """Disk: bulge then disk (star in Tipsy); the final snapshot and the series keep them."""
     out = tmp_path / f"final.{ext}"
-    assert main(["simulate", "disk", "--n", "120", "--steps", "4", "--backend", "cpu", "--no-progress",
-                 "--snapshot-every", "2", "--out-dir", str(tmp_path / "series"), "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "disk",
+                "--n",
+                "120",
+                "--steps",
+                "4",
+                "--backend",
+                "cpu",
+                "--no-progress",
+                "--snapshot-every",
+                "2",
+                "--out-dir",
+                str(tmp_path / "series"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     start = make_bodies(load_scene("disk", {"initial.n": 120}))
     got = formats.read(out).components
     if ext == "tipsy":  # two parts in one section: one component ("star") read back, the warning said so

@@ -15,9 +15,11 @@ from app.render import view_area
 from app.render.camera import OrbitCamera
 from app.scene import load_scene, make_bodies, subsample
 
-_FIELDS = {"gas": ("mass", "x", "y", "z", "vx", "vy", "vz", "rho", "temp", "hsmooth", "metals", "phi"),
-           "dark": ("mass", "x", "y", "z", "vx", "vy", "vz", "eps", "phi"),
-           "star": ("mass", "x", "y", "z", "vx", "vy", "vz", "metals", "tform", "eps", "phi")}
+_FIELDS = {
+    "gas": ("mass", "x", "y", "z", "vx", "vy", "vz", "rho", "temp", "hsmooth", "metals", "phi"),
+    "dark": ("mass", "x", "y", "z", "vx", "vy", "vz", "eps", "phi"),
+    "star": ("mass", "x", "y", "z", "vx", "vy", "vz", "metals", "tform", "eps", "phi"),
+}
 
 
 def write_tipsy_sections(path, counts: dict[str, int], seed: int = 3) -> None:
@@ -25,8 +27,18 @@ def write_tipsy_sections(path, counts: dict[str, int], seed: int = 3) -> None:
     (not by app.model.formats, whose writer puts every body in the dark section); phi = 0: no IDs."""
     rng = np.random.default_rng(seed)
     n = sum(counts.values())
-    header = np.zeros(1, dtype=[("time", ">f8"), ("nbodies", ">i4"), ("ndim", ">i4"), ("nsph", ">i4"),
-                                ("ndark", ">i4"), ("nstar", ">i4"), ("pad", ">i4")])
+    header = np.zeros(
+        1,
+        dtype=[
+            ("time", ">f8"),
+            ("nbodies", ">i4"),
+            ("ndim", ">i4"),
+            ("nsph", ">i4"),
+            ("ndark", ">i4"),
+            ("nstar", ">i4"),
+            ("pad", ">i4"),
+        ],
+    )
     header[0] = (0.5, n, 3, counts["gas"], counts["dark"], counts["star"], 0)
     parts = [header.tobytes()]
     for name in ("gas", "dark", "star"):
@@ -88,9 +100,11 @@ def test_scene_components_table_names_row_ranges_of_a_text_file(tmp_path):
     rows = np.column_stack([np.full(10, 0.1), rng.normal(size=(10, 6))])
     np.savetxt(tmp_path / "m.nemo", rows)
     toml = tmp_path / "s.toml"
-    toml.write_text('[initial]\nfile = "m.nemo"\n\n[[components]]\nname = "core"\nrows = [0, 4]\n\n'
-                    '[[components]]\nname = "ring"\nrows = [6, 10]\n\n'
-                    '[render.components.ring]\nvisible = false\ncolor = [1.0, 0.0, 0.0]\n')
+    toml.write_text(
+        '[initial]\nfile = "m.nemo"\n\n[[components]]\nname = "core"\nrows = [0, 4]\n\n'
+        '[[components]]\nname = "ring"\nrows = [6, 10]\n\n'
+        "[render.components.ring]\nvisible = false\ncolor = [1.0, 0.0, 0.0]\n"
+    )
     scene = load_scene(str(toml))
     b = make_bodies(scene)
     assert b.components.names == ("core", "ring", "other")
@@ -99,13 +113,18 @@ def test_scene_components_table_names_row_ranges_of_a_text_file(tmp_path):
     assert not drawn["ring"].visible and drawn["ring"].color == (1.0, 0.0, 0.0) and drawn["core"].visible
 
 
-@pytest.mark.parametrize("tables, words", [
-    ('[[components]]\nname = "a"\nrows = [0, 40]\n', ("components[0]", "only 10 bodies")),
-    ('[[components]]\nname = "a"\nrows = [0, 5]\n[[components]]\nname = "b"\nrows = [4, 8]\n',
-     ("components[1]", "overlap", "'a'")),
-    ('[[components]]\nname = "a"\nrows = [5, 2]\n', ("components[0].rows", "first < end")),
-    ('[[components]]\nname = "a"\nrow = [0, 2]\n', ("unknown key 'row'",)),
-])
+@pytest.mark.parametrize(
+    "tables, words",
+    [
+        ('[[components]]\nname = "a"\nrows = [0, 40]\n', ("components[0]", "only 10 bodies")),
+        (
+            '[[components]]\nname = "a"\nrows = [0, 5]\n[[components]]\nname = "b"\nrows = [4, 8]\n',
+            ("components[1]", "overlap", "'a'"),
+        ),
+        ('[[components]]\nname = "a"\nrows = [5, 2]\n', ("components[0].rows", "first < end")),
+        ('[[components]]\nname = "a"\nrow = [0, 2]\n', ("unknown key 'row'",)),
+    ],
+)
 def test_bad_components_tables_say_which(tmp_path, tables, words):
     np.savetxt(tmp_path / "m.nemo", np.column_stack([np.full(10, 0.1), np.ones((10, 6))]))
     toml = tmp_path / "s.toml"
@@ -118,10 +137,13 @@ def test_bad_components_tables_say_which(tmp_path, tables, words):
 
 def test_render_component_keys_from_toml_and_set_patterns_and_order(tmp_path):
     toml = tmp_path / "s.toml"
-    toml.write_text('[initial]\ngenerator = "collision"\nn = 200\n\n[render.components."*"]\n'
-                    'brightness = 0.5\n\n[render.components.galaxy1-disk]\nvisible = false\n')
-    scene = load_scene(str(toml), {"render.components.galaxy2-*.color": "0,1,0",
-                                   "render.components.3.brightness": "2"})
+    toml.write_text(
+        '[initial]\ngenerator = "collision"\nn = 200\n\n[render.components."*"]\n'
+        "brightness = 0.5\n\n[render.components.galaxy1-disk]\nvisible = false\n"
+    )
+    scene = load_scene(
+        str(toml), {"render.components.galaxy2-*.color": "0,1,0", "render.components.3.brightness": "2"}
+    )
     comp = make_bodies(scene).components
     d = {x.name: x for x in components.drawn(comp, scene.render.components)}
     assert d["galaxy1-bulge"].brightness == 0.5 and d["galaxy1-bulge"].visible
@@ -134,12 +156,15 @@ def test_render_component_keys_from_toml_and_set_patterns_and_order(tmp_path):
     assert {x.name: x.brightness for x in components.drawn(comp, styles)}["galaxy1-bulge"] == 3.0
 
 
-@pytest.mark.parametrize("key, value, words", [
-    ("render.components.halo.brightness", "-1", ("render.components.halo.brightness", "out of range")),
-    ("render.components.halo.visible", "maybe", ("render.components.halo.visible", "true or false")),
-    ("render.components.halo.color", "1,2", ("render.components.halo.color", "three numbers")),
-    ("render.components.halo", "1", ("render.components.halo", "visible")),
-])
+@pytest.mark.parametrize(
+    "key, value, words",
+    [
+        ("render.components.halo.brightness", "-1", ("render.components.halo.brightness", "out of range")),
+        ("render.components.halo.visible", "maybe", ("render.components.halo.visible", "true or false")),
+        ("render.components.halo.color", "1,2", ("render.components.halo.color", "three numbers")),
+        ("render.components.halo", "1", ("render.components.halo", "visible")),
+    ],
+)
 def test_bad_render_component_keys_name_the_key(key, value, words):
     with pytest.raises(ConfigError) as e:
         load_scene("plummer", {key: value})
@@ -155,8 +180,9 @@ def test_set_reaches_component_keys_through_the_cli_parser():
 
     p = argparse.ArgumentParser()
     add_scene_options(p)
-    args = p.parse_args(["disk", "--set", "render.components.bulge.visible=false",
-                         "--set", "render.color_by=component-speed"])
+    args = p.parse_args(
+        ["disk", "--set", "render.components.bulge.visible=false", "--set", "render.color_by=component-speed"]
+    )
     scene = scene_from_args(args)
     assert scene.render.color_by == "component-speed"
     assert scene.render.components["bulge"].visible is False
@@ -178,8 +204,9 @@ def test_npz_and_subsample_keep_components(tmp_path):
 
 def test_components_limits():
     with pytest.raises(ConfigError, match="at most|between 1 and"):
-        components.Components(tuple(f"c{i}" for i in range(components.MAX_COMPONENTS + 1)),
-                              np.zeros(3, np.uint8))
+        components.Components(
+            tuple(f"c{i}" for i in range(components.MAX_COMPONENTS + 1)), np.zeros(3, np.uint8)
+        )
     with pytest.raises(ConfigError, match="differ"):
         components.Components(("a", "a"), np.zeros(3, np.uint8))
 

@@ -56,11 +56,11 @@ def lit(img: np.ndarray) -> np.ndarray:
 def test_hiding_a_component_removes_its_pixels(viewer):
     v = viewer()
     both = v.render_to_array()
-    left, right = lit(both)[:, : W // 2], lit(both)[:, W // 2:]
+    left, right = lit(both)[:, : W // 2], lit(both)[:, W // 2 :]
     assert left.sum() > 200 and right.sum() > 200
     v.renderer.apply_settings(styled(RenderSettings(point_size=4.0), **{"right.visible": False}))
     hidden = v.render_to_array()
-    assert not lit(hidden)[:, W // 2:].any(), "the hidden component still has pixels"
+    assert not lit(hidden)[:, W // 2 :].any(), "the hidden component still has pixels"
     assert np.array_equal(hidden[:, : W // 2 - 20], both[:, : W // 2 - 20])  # the other one is unchanged
     v.renderer.apply_settings(styled(RenderSettings(point_size=4.0), **{"*.visible": False}))
     assert not lit(v.render_to_array()).any()
@@ -69,10 +69,12 @@ def test_hiding_a_component_removes_its_pixels(viewer):
 
 
 def test_per_component_colours_appear_where_its_bodies_are(viewer):
-    render = styled(RenderSettings(point_size=4.0, color_by="component"),
-                    **{"left.color": (1.0, 0.0, 0.0), "right.color": (0.0, 0.0, 1.0)})
+    render = styled(
+        RenderSettings(point_size=4.0, color_by="component"),
+        **{"left.color": (1.0, 0.0, 0.0), "right.color": (0.0, 0.0, 1.0)},
+    )
     img = viewer(render).render_to_array().astype(np.int32)
-    left, right = img[:, : W // 2].reshape(-1, 3), img[:, W // 2:].reshape(-1, 3)
+    left, right = img[:, : W // 2].reshape(-1, 3), img[:, W // 2 :].reshape(-1, 3)
     assert left[:, 0].sum() > 5000 and left[:, 1:].sum() == 0, "left is not red only"
     assert right[:, 2].sum() > 5000 and right[:, :2].sum() == 0, "right is not blue only"
 
@@ -82,14 +84,16 @@ def test_component_brightness_scales_its_light(viewer):
     full = v.render_to_array().astype(np.int32)
     v.renderer.apply_settings(styled(RenderSettings(point_size=4.0), **{"right.brightness": 0.2}))
     dim = v.render_to_array().astype(np.int32)
-    assert dim[:, W // 2 + 20:].sum() < 0.5 * full[:, W // 2 + 20:].sum()
+    assert dim[:, W // 2 + 20 :].sum() < 0.5 * full[:, W // 2 + 20 :].sum()
     assert np.array_equal(dim[:, : W // 2 - 20], full[:, : W // 2 - 20])
 
 
 def test_component_speed_shades_the_component_colour(viewer):
     speeds = np.where(np.arange(600) % 2 == 0, 0.0, 10.0).astype(np.float32)
-    render = styled(RenderSettings(point_size=4.0, color_by="component-speed"),
-                    **{"left.color": (0.0, 1.0, 0.0), "right.color": (0.0, 1.0, 0.0)})
+    render = styled(
+        RenderSettings(point_size=4.0, color_by="component-speed"),
+        **{"left.color": (0.0, 1.0, 0.0), "right.color": (0.0, 1.0, 0.0)},
+    )
     v = viewer(render, speeds)
     backend = v.backend
     v.renderer.set_speed_scale(10.0)
@@ -141,32 +145,78 @@ def test_record_honours_component_keys_from_set(gl_env, tmp_path):  # noqa: F811
     from app.cli import main
 
     # a fixed camera (an unset distance fits the bodies drawn, which hiding changes)
-    common = ["record", "collision", "--n", "1000", "--backend", "cpu", "--size", "160x96", "--still", "0",
-              "--set", "camera.distance=14", "--set", "camera.target=0,0,0", "--set", "camera.azimuth=-90",
-              "--set", "camera.elevation=0"]  # +x to the right
+    common = [
+        "record",
+        "collision",
+        "--n",
+        "1000",
+        "--backend",
+        "cpu",
+        "--size",
+        "160x96",
+        "--still",
+        "0",
+        "--set",
+        "camera.distance=14",
+        "--set",
+        "camera.target=0,0,0",
+        "--set",
+        "camera.azimuth=-90",
+        "--set",
+        "camera.elevation=0",
+    ]  # +x to the right
     assert main([*common, "--out", str(tmp_path / "all.png")]) == 0
-    assert main([*common, "--out", str(tmp_path / "none.png"),
-                 "--set", "render.components.*.visible=false"]) == 0
-    assert main([*common, "--out", str(tmp_path / "g1.png"),
-                 "--set", "render.components.galaxy2-*.visible=false"]) == 0
-    every, none, g1 = (np.asarray(Image.open(tmp_path / f"{n}.png").convert("RGB")).astype(int)
-                       for n in ("all", "none", "g1"))
+    assert (
+        main([*common, "--out", str(tmp_path / "none.png"), "--set", "render.components.*.visible=false"])
+        == 0
+    )
+    assert (
+        main(
+            [*common, "--out", str(tmp_path / "g1.png"), "--set", "render.components.galaxy2-*.visible=false"]
+        )
+        == 0
+    )
+    every, none, g1 = (
+        np.asarray(Image.open(tmp_path / f"{n}.png").convert("RGB")).astype(int)
+        for n in ("all", "none", "g1")
+    )
     assert lit(every).sum() > 100 and not lit(none).any()
     assert 0 < lit(g1).sum() < 0.8 * lit(every).sum()
     assert lit(g1)[:, 80:].sum() < 0.2 * lit(g1).sum()  # galaxy 1 starts at -x: the left of the picture
 
 
 def test_a_recording_on_cpu_devices_colours_the_bodies_as_one_device_through_the_trees_re_sorts(
-        gl_env, tmp_path):  # noqa: F811
+    gl_env,  # noqa: F811
+    tmp_path,
+):
     """Under `--gpus` the tree keeps the state in key order, re-sorted every step; the frames (each body
     coloured by its component, galaxy 2 hidden) are the one device's, byte for byte."""
     from PIL import Image
 
     from app.cli import main
 
-    common = ["record", "collision", "--n", "2000", "--backend", "cpu", "--kernel", "cpu-tree", "--size",
-              "160x96", "--fps", "10", "--still", "0.4", "--set", "render.color_by=component",
-              "--set", "render.components.galaxy2-*.visible=false", "--set", "camera.distance=14"]
+    common = [
+        "record",
+        "collision",
+        "--n",
+        "2000",
+        "--backend",
+        "cpu",
+        "--kernel",
+        "cpu-tree",
+        "--size",
+        "160x96",
+        "--fps",
+        "10",
+        "--still",
+        "0.4",
+        "--set",
+        "render.color_by=component",
+        "--set",
+        "render.components.galaxy2-*.visible=false",
+        "--set",
+        "camera.distance=14",
+    ]
     assert main([*common, "--out", str(tmp_path / "one.png")]) == 0
     assert main([*common, "--gpus", "2", "--out", str(tmp_path / "two.png")]) == 0
     one, two = (np.asarray(Image.open(tmp_path / f"{n}.png").convert("RGB")) for n in ("one", "two"))
@@ -180,7 +230,7 @@ def test_a_recording_on_cpu_devices_colours_the_bodies_as_one_device_through_the
 def _centroid_x(img: np.ndarray, x0: int) -> tuple[float, float]:
     """Light-weighted centre (x, y) of what is drawn right of column x0."""
     lum = img[:, x0:].astype(np.float64).sum(axis=2)
-    ys, xs = np.mgrid[0:lum.shape[0], 0:lum.shape[1]]
+    ys, xs = np.mgrid[0 : lum.shape[0], 0 : lum.shape[1]]
     total = lum.sum()
     assert total > 0, "nothing drawn in the free area"
     return float((lum * (xs + 0.5)).sum() / total + x0), float((lum * (ys + 0.5)).sum() / total)
@@ -197,8 +247,12 @@ def paneled(gl_env):  # noqa: F811
 
     size = (960, 540)
     # one body at rest at the camera target: the scene's centre
-    scene = Scene(name="centre", camera=SIDE_CAMERA, render=RenderSettings(point_size=6.0),
-                  run=RunSettings(backend="cpu"))
+    scene = Scene(
+        name="centre",
+        camera=SIDE_CAMERA,
+        render=RenderSettings(point_size=6.0),
+        run=RunSettings(backend="cpu"),
+    )
     one = Bodies.from_arrays(np.zeros((1, 3)), np.zeros((1, 3)), np.ones(1))
     v = Viewer(scene, make_backend(scene, one), size=size, headless=True)
     v.toggle_pause()

@@ -54,8 +54,9 @@ def test_tipsy_with_three_sections_lists_three_components(scene_ui, tmp_path):
 
     path = tmp_path / "three.tipsy"
     write_tipsy_sections(path, {"gas": 50, "dark": 60, "star": 70})
-    ui = scene_ui(load_scene(None, {"initial.file": str(path), "initial.generator": None,
-                                    "run.backend": "cpu"}))
+    ui = scene_ui(
+        load_scene(None, {"initial.file": str(path), "initial.generator": None, "run.backend": "cpu"})
+    )
     ui.tab("View")
     shown = sorted(k for k in ui.panel.item_rects if k.startswith("component:") and k.endswith(":visible"))
     assert shown == ["component:dark:visible", "component:gas:visible", "component:star:visible"]

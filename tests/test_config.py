@@ -26,15 +26,18 @@ def test_precedence_file_then_overrides(tmp_path):
     assert s.initial.generator == "cube"
 
 
-@pytest.mark.parametrize("key,value,words", [
-    ("physics.dt", 0, ["physics.dt", "> 0"]),
-    ("physics.softening", -1, ["physics.softening", ">= 0"]),
-    ("camera.elevation", 91, ["camera.elevation", "<= 90"]),
-    ("camera.target", "1,2", ["camera.target", "three numbers"]),
-    ("render.colormap", "jet", ["render.colormap", "inferno"]),
-    ("run.steps_per_frame", 2.5, ["run.steps_per_frame", "whole number"]),
-    ("physics.G", "nan", ["physics.G", "finite"]),
-])
+@pytest.mark.parametrize(
+    "key,value,words",
+    [
+        ("physics.dt", 0, ["physics.dt", "> 0"]),
+        ("physics.softening", -1, ["physics.softening", ">= 0"]),
+        ("camera.elevation", 91, ["camera.elevation", "<= 90"]),
+        ("camera.target", "1,2", ["camera.target", "three numbers"]),
+        ("render.colormap", "jet", ["render.colormap", "inferno"]),
+        ("run.steps_per_frame", 2.5, ["run.steps_per_frame", "whole number"]),
+        ("physics.G", "nan", ["physics.G", "finite"]),
+    ],
+)
 def test_invalid_values_name_key_and_range(key, value, words):
     with pytest.raises(ConfigError) as e:
         load_scene("plummer", {key: value})
@@ -89,10 +92,24 @@ def test_a_scene_file_carries_the_kernels_tunables(tmp_path, capsys):
     from app.commands.assembly import make_backend, scene_from_args
 
     path = tmp_path / "tree.toml"
-    path.write_text('[initial]\ngenerator = "plummer"\nn = 512\n[run]\nbackend = "cpu"\nkernel = "cpu-tree"\n'
-                    '[run.tunables]\ntheta = 0.9\nopening = "bmax"\n')
-    args = build_parser().parse_args(["simulate", str(path), "--steps", "1", "--out", str(tmp_path / "o.npz"),
-                                      "--tunable", "leaf=32", "--set", "run.tunables.theta=0.7"])
+    path.write_text(
+        '[initial]\ngenerator = "plummer"\nn = 512\n[run]\nbackend = "cpu"\nkernel = "cpu-tree"\n'
+        '[run.tunables]\ntheta = 0.9\nopening = "bmax"\n'
+    )
+    args = build_parser().parse_args(
+        [
+            "simulate",
+            str(path),
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "o.npz"),
+            "--tunable",
+            "leaf=32",
+            "--set",
+            "run.tunables.theta=0.7",
+        ]
+    )
     scene = scene_from_args(args)
     assert scene.run.tunables == {"theta": 0.7, "opening": "bmax", "leaf": 32}
     backend = make_backend(scene)

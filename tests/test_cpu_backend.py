@@ -32,8 +32,9 @@ def plummer_like(n: int, seed: int = 0) -> Bodies:
 
 
 def physics_for(model: str, integrator: str, softening: float) -> Physics:
-    return Physics(G=1.0, softening=softening, dt=1e-3, integrator=integrator, damping=0.99,
-                   model=model, repulsion=2e-3)
+    return Physics(
+        G=1.0, softening=softening, dt=1e-3, integrator=integrator, damping=0.99, model=model, repulsion=2e-3
+    )
 
 
 def test_available_and_registered():
@@ -79,7 +80,7 @@ def test_steps_agree_with_float64_reference(n, model, integrator, softening, ker
     assert timings.steps == STEPS and timings.n == n and timings.kernel == kernel
     if n == 1:  # a lone body feels nothing: exact straight-line motion
         assert np.array_equal(backend.accelerations(), np.zeros((1, 3)))
-        expected = start.vel * (phys.damping ** STEPS if integrator == "euler-damped" else 1.0)
+        expected = start.vel * (phys.damping**STEPS if integrator == "euler-damped" else 1.0)
         np.testing.assert_allclose(got.vel, expected, rtol=1e-6)
 
 
@@ -115,7 +116,7 @@ def test_fp32_kernel_keeps_the_terms_one_running_sum_drops(fastmath, softening):
     phys = Physics(softening=softening)
     got = np.zeros((TARGETS.stop - TARGETS.start, 4), np.float32)
     kernel = accel_kernel(np.float32, fastmath, repulsion=False, skip_self=softening == 0.0)
-    kernel(rows[TARGETS], rows, np.float32(softening ** 2), np.float32(1.0), np.float32(0.0), got)
+    kernel(rows[TARGETS], rows, np.float32(softening**2), np.float32(1.0), np.float32(0.0), got)
     ref = accelerations(rows[:, :3].astype(np.float64), rows[:, 3].astype(np.float64), phys, targets=TARGETS)
     assert relative_errors(got[:, :3], ref).max() <= FP32_BUDGET.max_rel
 
@@ -229,8 +230,9 @@ def test_set_physics_applies_from_next_step():
     backend.step(3)
     backend.set_physics(Physics(softening=0.2, dt=2e-3))
     s = backend.state()
-    np.testing.assert_allclose(backend.accelerations(), accelerations(s.pos, s.mass, Physics(softening=0.2)),
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        backend.accelerations(), accelerations(s.pos, s.mass, Physics(softening=0.2)), rtol=1e-10, atol=1e-12
+    )
     backend.step(2)
     assert backend.state().time == pytest.approx(3e-3 + 4e-3, rel=1e-12)
 
@@ -334,8 +336,11 @@ class SpyPolicy(cpu_forces.NumbaAllPairs):
 def test_tunables_are_validated_stored_per_record_and_reach_the_evaluator(monkeypatch):
     """With a tunable on cpu-simd (the CPU records have none of their own): set on one record, kept while
     another is current, applied from the next step, which recomputes A(x)."""
-    simd = replace(cpu_forces.BY_NAME["cpu-simd"], tunables=(IntChoice("unroll", (1, 2, 4), 1),),
-                   policy=SpyPolicy(np.float32, fastmath=True))
+    simd = replace(
+        cpu_forces.BY_NAME["cpu-simd"],
+        tunables=(IntChoice("unroll", (1, 2, 4), 1),),
+        policy=SpyPolicy(np.float32, fastmath=True),
+    )
     monkeypatch.setitem(cpu_forces.BY_NAME, "cpu-simd", simd)
     monkeypatch.setattr(cpu, "RECORDS", (simd, cpu_forces.BY_NAME["cpu-fp64"]))  # (the backend's kernels())
     backend = CPUBackend()
@@ -370,9 +375,13 @@ def test_fp64_steps_are_bitwise_the_reference_over_the_same_kernel(integrator):
     ref = start.copy()
     leapfrog = integrator == "leapfrog"
     acc = None
-    for steps, physics, evaluations in ((1, phys, 1 + leapfrog), (4, phys, 4), (0, phys, 0),
-                                        (3, phys.with_(dt=2e-3), 3),
-                                        (2, phys.with_(dt=2e-3, softening=0.07), 2 + leapfrog)):
+    for steps, physics, evaluations in (
+        (1, phys, 1 + leapfrog),
+        (4, phys, 4),
+        (0, phys, 0),
+        (3, phys.with_(dt=2e-3), 3),
+        (2, phys.with_(dt=2e-3, softening=0.07), 2 + leapfrog),
+    ):
         if physics.softening != backend.physics.softening:
             acc = None  # the reference's cached a(x) belongs to the old forces
         backend.set_physics(physics)

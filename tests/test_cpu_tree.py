@@ -65,8 +65,8 @@ def test_keys_are_morton_order():
     ijk = k.integer_coords(xyz, lo, size)
     keys = k.morton_keys(xyz, lo, size)
     assert keys.dtype == np.int64 and (keys >= 0).all()
-    assert (ijk >= 0).all() and (ijk < 2 ** 21).all()
-    assert np.array_equal(ijk, np.floor((xyz - lo) / size * 2 ** 21).astype(np.int64))
+    assert (ijk >= 0).all() and (ijk < 2**21).all()
+    assert np.array_equal(ijk, np.floor((xyz - lo) / size * 2**21).astype(np.int64))
     assert [slow_key(*map(int, c)) for c in ijk] == keys.tolist()
     # sorted keys = Z order: the sequence of octants from the root down, compared lexicographically
     octants = [tuple(int(key >> (3 * (20 - lv))) & 7 for lv in range(21)) for key in keys.tolist()]
@@ -78,14 +78,14 @@ def test_keys_clamp_and_never_nan():
     lo, size = np.zeros(3), 1.0
     xyz = np.array([[-5.0, 0.5, 2.0], [np.nan, np.inf, -np.inf], [1e300, 0.0, 0.999999999]])
     ijk = k.integer_coords(xyz, lo, size)
-    assert ijk.tolist() == [[0, 2 ** 20, 2 ** 21 - 1], [0, 2 ** 21 - 1, 0], [2 ** 21 - 1, 0, 2 ** 21 - 1]]
+    assert ijk.tolist() == [[0, 2**20, 2**21 - 1], [0, 2**21 - 1, 0], [2**21 - 1, 0, 2**21 - 1]]
     keys = k.morton_keys(xyz, lo, size)
-    assert (keys >= 0).all() and keys.max() <= 2 ** 63 - 1
+    assert (keys >= 0).all() and keys.max() <= 2**63 - 1
     # the cube of one point, of an escaped body, of an infinity
     for pts in (np.ones((5, 3)), np.vstack([np.zeros((5, 3)), [[1e6, 0, 0]]]), np.array([[0, 0, np.inf]])):
         lo, size = k.bounding_cube(pts)
         assert np.isfinite(lo).all() and np.isfinite(size) and size > 0
-        assert (k.integer_coords(pts, lo, size) < 2 ** 21).all()
+        assert (k.integer_coords(pts, lo, size) < 2**21).all()
 
 
 # --- tree and moments ------------------------------------------------------------------------------------
@@ -220,13 +220,15 @@ def test_moments_are_the_gpus_float32_operations():
 
 
 # --- the walk --------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("physics", [SOFT, Physics(softening=0.0),
-                                     Physics(softening=0.01, model="gravity-repulsion", repulsion=1e-3)],
-                         ids=["soft", "eps0", "repulsion"])
+@pytest.mark.parametrize(
+    "physics",
+    [SOFT, Physics(softening=0.0), Physics(softening=0.01, model="gravity-repulsion", repulsion=1e-3)],
+    ids=["soft", "eps0", "repulsion"],
+)
 def test_small_theta_is_all_pairs(physics):
     pos = cloud(1500, seed=2)
     got, work, _ = evaluate(pos, physics, theta=1e-9)
-    assert work.interactions == work.pair_equivalent == 1500 ** 2 and work.body_cell == 0
+    assert work.interactions == work.pair_equivalent == 1500**2 and work.body_cell == 0
     worst = errors(got, reference(pos, physics))["max"]
     assert worst < 2e-5, worst  # float32 rounding only (cpu-simd's budget is 1e-4)
 
@@ -319,8 +321,15 @@ def test_a_body_escaping_to_1e6():
 
 # --- the record and the backend --------------------------------------------------------------------------
 def test_record_tunables():
-    assert RECORD.default_tunables() == {"theta": 0.5, "leaf": 16, "group": 64, "rebuild_every": 16,
-                                         "rebuild_rule": "adaptive", "opening": "cube", "alpha": 0.001}
+    assert RECORD.default_tunables() == {
+        "theta": 0.5,
+        "leaf": 16,
+        "group": 64,
+        "rebuild_every": 16,
+        "rebuild_rule": "adaptive",
+        "opening": "cube",
+        "alpha": 0.001,
+    }
     with pytest.raises(ConfigError, match=r"cpu-tree.theta"):
         RECORD.validate_tunables({"theta": 0.0})
     with pytest.raises(ConfigError, match=r"cpu-tree.leaf: 12 is not one of 8, 16, 32, 64"):
@@ -335,16 +344,18 @@ def test_backend_steps_with_the_tree():
     backend.set_tunables(theta=0.9)
     timings = backend.step(5)
     assert timings.kernel == "cpu-tree" and timings.interactions < timings.pair_equivalent
-    assert timings.pair_equivalent % 1000 ** 2 == 0 and timings.pair_equivalent >= 5 * 1000 ** 2
+    assert timings.pair_equivalent % 1000**2 == 0 and timings.pair_equivalent >= 5 * 1000**2
     state = backend.state()
     assert np.isfinite(state.pos).all()
     assert np.abs(state.pos - bodies.pos).max() < 0.05
     backend.close()
 
 
-@pytest.mark.parametrize("physics", [Physics(softening=0.05),
-                                     Physics(softening=0.05, model="gravity-repulsion", repulsion=0.1)],
-                         ids=["gravity", "repulsion"])
+@pytest.mark.parametrize(
+    "physics",
+    [Physics(softening=0.05), Physics(softening=0.05, model="gravity-repulsion", repulsion=0.1)],
+    ids=["gravity", "repulsion"],
+)
 def test_one_accepted_cell_is_a_quadrupole(physics):
     """A compact cluster seen from a massless target at distance D: the cell is accepted as a whole
     (one body-cell interaction), and its error against the direct sum falls like (size / D)^3 (the
@@ -377,9 +388,16 @@ def _other_orders(d):
 
     def fma(a, b, c):  # a b + c rounded once (a b of two float32 is exact in float64)
         return f32(f64(a) * f64(b) + f64(c))
-    return [fma(d[0], d[0], sq[1]) + sq[2], fma(d[1], d[1], sq[0]) + sq[2], fma(d[2], d[2], sq[0] + sq[1]),
-            fma(d[2], d[2], fma(d[0], d[0], sq[1])), fma(d[2], d[2], fma(d[1], d[1], sq[0])),
-            (sq[0] + sq[2]) + sq[1], (sq[1] + sq[2]) + sq[0]]
+
+    return [
+        fma(d[0], d[0], sq[1]) + sq[2],
+        fma(d[1], d[1], sq[0]) + sq[2],
+        fma(d[2], d[2], sq[0] + sq[1]),
+        fma(d[2], d[2], fma(d[0], d[0], sq[1])),
+        fma(d[2], d[2], fma(d[1], d[1], sq[0])),
+        (sq[0] + sq[2]) + sq[1],
+        (sq[1] + sq[2]) + sq[0],
+    ]
 
 
 def test_the_walk_evaluates_the_opening_test_in_ieee_float32(monkeypatch):
@@ -434,7 +452,7 @@ def test_the_float32_test_accepts_no_cell_that_exact_arithmetic_opens(theta):
         lo, hi = xyz[a:b].min(axis=0), xyz[a:b].max(axis=0)
         d = np.maximum(np.maximum(lo - rows[:, :3], zero), rows[:, :3] - hi)  # float32, box_accepts' order
         fp32 = (d[:, 0] * d[:, 0] + d[:, 1] * d[:, 1]) + d[:, 2] * d[:, 2] > rows[:, 3]
-        exact = (np.maximum(np.maximum(lo - com, 0.0), com - hi) ** 2).sum(axis=1) > r_exact ** 2
+        exact = (np.maximum(np.maximum(lo - com, 0.0), com - hi) ** 2).sum(axis=1) > r_exact**2
         assert not (fp32 & ~exact).any(), np.flatnonzero(fp32 & ~exact)
         accepted += int(fp32.sum())
         only_exact += int((exact & ~fp32).sum())
@@ -444,7 +462,7 @@ def test_the_float32_test_accepts_no_cell_that_exact_arithmetic_opens(theta):
 def test_the_gpu_rounds_r_open_outwards_by_the_same_slack():
     text = (KERNELS / "tree" / "build.cu").read_text()
     value = re.search(r"#define TREE_MAC_SLACK ([0-9.]+)f", text).group(1)
-    assert np.float32(value) == k.MAC_SLACK == np.float32(1.0 + 2.0 ** -19)
+    assert np.float32(value) == k.MAC_SLACK == np.float32(1.0 + 2.0**-19)
 
 
 def test_the_key_order_is_stable():
@@ -500,9 +518,32 @@ def test_bytes_per_body_covers_the_tree_arrays():
     n = 16384
     evaluator = RECORD.policy.evaluator(RECORD, SOFT)
     tree = cpu_tree.build(cloud(n, seed=6), leaf=16)
-    held = sum(a.nbytes for a in (tree.order, tree.keys, tree.x, tree.y, tree.z, tree.m, tree.start,
-                                  tree.count, tree.level, tree.prefix, tree.child, tree.nchild, tree.offset,
-                                  tree.side, tree.mass, tree.com, tree.quad, tree.trace)) / n
+    held = (
+        sum(
+            a.nbytes
+            for a in (
+                tree.order,
+                tree.keys,
+                tree.x,
+                tree.y,
+                tree.z,
+                tree.m,
+                tree.start,
+                tree.count,
+                tree.level,
+                tree.prefix,
+                tree.child,
+                tree.nchild,
+                tree.offset,
+                tree.side,
+                tree.mass,
+                tree.com,
+                tree.quad,
+                tree.trace,
+            )
+        )
+        / n
+    )
     estimate = evaluator.bytes_per_body(n)
     assert held < estimate < 3 * held, (held, estimate)  # the tree, plus the evaluation's transient copies
     evaluator.set_tunables(leaf=64)

@@ -68,9 +68,11 @@ def test_rebuild_every_1_is_bitwise_a_fresh_build_at_every_evaluation():
         assert np.array_equal(ev.last_tree.mac(0.5), tree.mac(0.5))
 
 
-@pytest.mark.parametrize("physics", [SOFT, Physics(softening=0.0),
-                                     Physics(softening=0.05, model="gravity-repulsion", repulsion=0.1)],
-                         ids=["gravity", "eps0", "repulsion"])
+@pytest.mark.parametrize(
+    "physics",
+    [SOFT, Physics(softening=0.0), Physics(softening=0.05, model="gravity-repulsion", repulsion=0.1)],
+    ids=["gravity", "eps0", "repulsion"],
+)
 def test_a_refit_of_unmoved_bodies_is_bitwise_the_build(physics):
     pos = cloud(4000, seed=2)
     ev = evaluator(physics, rebuild_every=4)
@@ -114,7 +116,7 @@ def cube_excess(tree) -> float:
     worst = -np.inf
     for c in range(tree.ncell):
         s, n = tree.start[c], tree.count[c]
-        d = np.abs(p[s:s + n] - tree.offset[c]).max() - 0.5 * tree.side[c]
+        d = np.abs(p[s : s + n] - tree.offset[c]).max() - 0.5 * tree.side[c]
         worst = max(worst, d)
     return worst / tree.size
 
@@ -130,7 +132,7 @@ def radius_excess(tree, theta: float) -> float:
     for c in range(tree.ncell):
         s, n = tree.start[c], tree.count[c]
         bound = np.linalg.norm(com[c] - centre[c]) + np.sqrt(3) / 2 * tree.side[c]
-        far = np.linalg.norm(p[s:s + n] - com[c], axis=1).max()
+        far = np.linalg.norm(p[s : s + n] - com[c], axis=1).max()
         worst = max(worst, (far - bound) / bound)
     assert np.sqrt(tree.mac(theta)[:, 3].astype(np.float64)).min() > 0
     return worst
@@ -140,7 +142,7 @@ def test_the_refit_cubes_and_radii_bound_every_body_of_their_cell_and_a_stale_cu
     bodies = plummer_like(3000, seed=8)
     pos = bodies.pos4(np.float32)
     built = cpu_tree.build(pos, 16)
-    assert cube_excess(built) <= 2.0 ** -50  # the build: the key cells hold their bodies (float64 keys)
+    assert cube_excess(built) <= 2.0**-50  # the build: the key cells hold their bodies (float64 keys)
     for t in (0.02, 0.2, 1.0):  # the bodies moved about 0.005, 0.05, 0.24 (the smallest cell: 0.16)
         p = moved(pos, bodies.vel, t)
         tree, grown = cpu_tree.refit(built, p)
@@ -149,8 +151,10 @@ def test_the_refit_cubes_and_radii_bound_every_body_of_their_cell_and_a_stale_cu
         assert radius_excess(tree, 0.5) <= 1e-6, t  # float32 centres of mass: a relative 1e-6 of slack
         # the r_open rows: the grown side and offset, so r_open covers the bound for theta <= 2/sqrt(3)
         r_open = np.sqrt(tree.mac(1.0)[:, 3].astype(np.float64))
-        bound = (np.linalg.norm(tree.com.astype(np.float64) - (tree.lo + tree.offset), axis=1)
-                 + np.sqrt(3) / 2 * tree.side)
+        bound = (
+            np.linalg.norm(tree.com.astype(np.float64) - (tree.lo + tree.offset), axis=1)
+            + np.sqrt(3) / 2 * tree.side
+        )
         assert (r_open >= bound * (1 - 1e-6)).all()
         # the control: the moments refitted but the cubes left as built. It must fail the same checks
         stale = cpu_tree.Tree(**{**tree.__dict__, "offset": built.offset, "side": built.side})
@@ -170,7 +174,7 @@ def test_refit_cubes_grow_only_the_cells_whose_bodies_left_them():
     changed = np.flatnonzero((tree.side != built.side) | (tree.offset != built.offset).any(axis=1))
     assert set(changed) <= set(holds) and built.ncell - 1 in changed and grown == changed.size
     assert cube_excess(tree) <= 0.0
-    assert k.REFIT_TOL * built.size < 1e-9 * built.side.min() * 2.0 ** 21
+    assert k.REFIT_TOL * built.size < 1e-9 * built.side.min() * 2.0**21
 
 
 def test_refitted_accelerations_stay_within_the_budget_against_float64_for_k_evaluations():

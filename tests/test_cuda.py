@@ -48,9 +48,12 @@ def physics_for(config: str, **kw) -> Physics:
 
 def as_fp32(bodies: Bodies) -> Bodies:
     """The state exactly as the GPU holds it (float32 positions, velocities and masses), in float64."""
-    return Bodies(bodies.pos.astype(np.float32).astype(np.float64),
-                  bodies.vel.astype(np.float32).astype(np.float64),
-                  bodies.mass.astype(np.float32).astype(np.float64), bodies.time)
+    return Bodies(
+        bodies.pos.astype(np.float32).astype(np.float64),
+        bodies.vel.astype(np.float32).astype(np.float64),
+        bodies.mass.astype(np.float32).astype(np.float64),
+        bodies.time,
+    )
 
 
 _REF: dict = {}
@@ -231,10 +234,18 @@ def test_compile_error_names_file_and_nvcc_message(tmp_path, monkeypatch):
     from app.backends.cuda import KernelCompileError
 
     bad = tmp_path / "broken_variant.cu"
-    bad.write_text('#include "common.cuh"\n\nextern "C" __global__ void broken_force_gravity_soft() {\n'
-                   "    this_is_not_declared = 1;\n}\n")
-    rec = KernelRecord(name="broken-test", doc="deliberately broken", backend="cuda", source=str(bad),
-                       entry="broken_force", policy=GridPolicy())
+    bad.write_text(
+        '#include "common.cuh"\n\nextern "C" __global__ void broken_force_gravity_soft() {\n'
+        "    this_is_not_declared = 1;\n}\n"
+    )
+    rec = KernelRecord(
+        name="broken-test",
+        doc="deliberately broken",
+        backend="cuda",
+        source=str(bad),
+        entry="broken_force",
+        policy=GridPolicy(),
+    )
     monkeypatch.setattr(registry, "RECORDS", (*registry.RECORDS, rec))
     why = CUDA.kernel_why_not("broken-test")
     assert why and "broken_variant.cu" in why and "this_is_not_declared" in why
@@ -371,8 +382,9 @@ def test_reattach_and_new_n(egl_canvas, backend):
     (_pv, pos2), _s2 = attached(egl_canvas, backend, n)  # new buffers: the state moves along
     after = backend.state()
     assert np.array_equal(before.pos, after.pos) and np.array_equal(before.vel, after.vel)
-    assert np.array_equal(read_gl(egl_canvas, pos2, 16 * n).reshape(n, 4)[:, :3],
-                          after.pos.astype(np.float32))
+    assert np.array_equal(
+        read_gl(egl_canvas, pos2, 16 * n).reshape(n, 4)[:, :3], after.pos.astype(np.float32)
+    )
     backend.load(bench_bodies(2 * n), physics_for("gravity-soft"))  # new N: detached until re-attached
     assert backend.data_path == "device only (no GL)"
     backend.step(1)

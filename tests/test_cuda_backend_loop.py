@@ -70,9 +70,12 @@ class FakeDevice:
         self.drv = SimpleNamespace(
             mem_get_info=lambda: (POOL["free"], 2**30),
             mem_alloc=lambda size: FakeAlloc(next(addresses), size),
-            memcpy_htod=self._htod, memcpy_dtoh=lambda dst, src: None,
+            memcpy_htod=self._htod,
+            memcpy_dtoh=lambda dst, src: None,
             memset_d32=lambda dst, value, count: None,
-            Context=SimpleNamespace(synchronize=lambda: None), MemoryError=MemoryError)
+            Context=SimpleNamespace(synchronize=lambda: None),
+            MemoryError=MemoryError,
+        )
         self.uploads: list[tuple[int, np.ndarray]] = []
 
     def _htod(self, dst, src) -> None:
@@ -179,8 +182,9 @@ def backend(gpu, monkeypatch):
         monkeypatch.setattr(module, "CudaDevice", FakeDevice)
     monkeypatch.setattr(cuda_backend, "default_ordinal", lambda: 0)
     monkeypatch.setattr(cuda_multi, "NonFiniteCheck", FakeCheck)
-    monkeypatch.setattr(cuda_multi, "make_evaluator",
-                        lambda record, device, records: FakeEvaluator(gpu, record))
+    monkeypatch.setattr(
+        cuda_multi, "make_evaluator", lambda record, device, records: FakeEvaluator(gpu, record)
+    )
     monkeypatch.setattr(cuda_multi.GpuDevices, "count", staticmethod(lambda: 2))
     monkeypatch.setattr(GpuState, "ops", lambda self, force, span: RecordingOps(gpu, force, "fp32"))
     monkeypatch.setattr(GpuState, "ops64", lambda self, force: RecordingOps(gpu, force, "fp64"))

@@ -74,7 +74,7 @@ def _emulated_potential(pos, mass, physics: Physics, block: int) -> float:
     n = len(mass)
     tiles = -(-n // block)
     chunk_tiles = max(1, -(-tiles // dg.MAX_CHUNKS))
-    eps2, g, h = physics.softening ** 2, physics.G, physics.h
+    eps2, g, h = physics.softening**2, physics.G, physics.h
     total = 0.0
     for ti, tj in dg.tile_pairs(tiles, chunk_tiles, -(-tiles // chunk_tiles)):
         i = np.arange(ti * block, min((ti + 1) * block, n))
@@ -84,7 +84,7 @@ def _emulated_potential(pos, mass, physics: Physics, block: int) -> float:
         s2 = ((pos[j][None, :, :] - pos[i][:, None, :]) ** 2).sum(-1) + eps2
         keep = j[None, :] > i[:, None]
         s = np.sqrt(np.where(keep, s2, 1.0))
-        pair = np.where(keep, mass[j][None, :] * (-g / s + h / (3 * s ** 3)), 0.0)
+        pair = np.where(keep, mass[j][None, :] * (-g / s + h / (3 * s**3)), 0.0)
         total += float(np.sum(mass[i][:, None] * pair))
     return total
 
@@ -121,8 +121,9 @@ def test_every_symbol_the_host_launches_exists(tmp_path, monkeypatch):
     monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path))
     module = compile_file(KERNELS / dg.SOURCE, "sm_90")
     wanted = {"diag_finalize"} | {f"diag_moments_{p}" for p in ("f32", "f64")}
-    wanted |= {dg.potential_symbol(p, r, s) for p in ("f32", "f64") for r in (False, True)
-               for s in (False, True)}
+    wanted |= {
+        dg.potential_symbol(p, r, s) for p in ("f32", "f64") for r in (False, True) for s in (False, True)
+    }
     assert wanted <= set(module.functions), sorted(wanted - set(module.functions))
     assert not module.problems()
 
@@ -141,9 +142,15 @@ def test_energy_monitor_uses_device_diagnostics_and_angular_scale():
         def diagnostics(self):
             self.calls += 1
             lz = 1.0 + 1e-3 * (self.calls - 1)
-            return dg.DeviceDiagnostics(time=0.0, kinetic=1.0, potential=-2.0, momentum=(0.0, 0.0, 0.0),
-                                        angular_momentum=(0.0, 0.0, lz), momentum_scale=100.0,
-                                        angular_scale=10.0)
+            return dg.DeviceDiagnostics(
+                time=0.0,
+                kinetic=1.0,
+                potential=-2.0,
+                momentum=(0.0, 0.0, 0.0),
+                angular_momentum=(0.0, 0.0, lz),
+                momentum_scale=100.0,
+                angular_scale=10.0,
+            )
 
         def state(self):
             raise AssertionError("the device path must not read the state back")
@@ -171,11 +178,14 @@ def reference(state: Bodies, physics: Physics, fp32_mass: bool = True) -> tuple[
     if b.n <= 4097:
         ref = diagnostics(b, physics)
     else:  # app.model.physics for the O(N) parts, the same float64 pair sum in numba for the O(N²) one
-        ref = Diagnostics(time=b.time, kinetic=kinetic_energy(b.vel, b.mass),
-                          potential=numba_potential(b.pos, b.mass, physics, parallel=True),
-                          momentum=tuple(linear_momentum(b.vel, b.mass)),
-                          angular_momentum=tuple(angular_momentum(b.pos, b.vel, b.mass)),
-                          momentum_scale=momentum_scale(b.vel, b.mass))
+        ref = Diagnostics(
+            time=b.time,
+            kinetic=kinetic_energy(b.vel, b.mass),
+            potential=numba_potential(b.pos, b.mass, physics, parallel=True),
+            momentum=tuple(linear_momentum(b.vel, b.mass)),
+            angular_momentum=tuple(angular_momentum(b.pos, b.vel, b.mass)),
+            momentum_scale=momentum_scale(b.vel, b.mass),
+        )
     lscale = float(np.sum(b.mass * np.linalg.norm(b.pos, axis=1) * np.linalg.norm(b.vel, axis=1)))
     return ref, lscale
 
@@ -201,8 +211,10 @@ def assert_close(d, ref: Diagnostics, lscale: float, rel: float = REL) -> None:
     pscale = max(ref.momentum_scale, 1e-300)
     assert np.max(np.abs(np.subtract(d.momentum, ref.momentum))) <= rel * pscale, (d.momentum, ref.momentum)
     lref = max(lscale, 1e-300)
-    assert np.max(np.abs(np.subtract(d.angular_momentum, ref.angular_momentum))) <= rel * lref, \
-        (d.angular_momentum, ref.angular_momentum)
+    assert np.max(np.abs(np.subtract(d.angular_momentum, ref.angular_momentum))) <= rel * lref, (
+        d.angular_momentum,
+        ref.angular_momentum,
+    )
 
 
 @_gpu

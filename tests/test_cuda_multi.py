@@ -53,8 +53,10 @@ def _run(kernel: str, driver: str, k: int = 2):
 
 
 @pytest.mark.parametrize("driver", DRIVERS)
-@pytest.mark.parametrize("kernel", [r.name for r in registry.RECORDS if r.precision == "fp32"
-                                    and (r.max_n is None or r.max_n >= N)])
+@pytest.mark.parametrize(
+    "kernel",
+    [r.name for r in registry.RECORDS if r.precision == "fp32" and (r.max_n is None or r.max_n >= N)],
+)
 def test_driver_accelerations_equal_the_single_device_path(kernel, driver):
     bodies, physics = bench_bodies(N), Physics(softening=0.01)
     run = _run(kernel, driver)
@@ -174,22 +176,37 @@ def test_best_under_gpus_2_reads_the_tuning_on_2_gpus(tmp_path, monkeypatch, cap
         with caplog.at_level(logging.INFO, logger="app"):
             backend.load(bodies, physics, "best")
         assert [d.evaluator.record.name for d in backend._run.devices] == [one_gpu.name] * 2
-        warned = [r.getMessage() for r in caplog.records
-                  if r.levelno == logging.WARNING and r.getMessage().startswith("best")]
+        warned = [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno == logging.WARNING and r.getMessage().startswith("best")
+        ]
         assert len(warned) == 1 and "nbody-live tune --gpus 2" in warned[0], warned
 
-        cache.write_cache({"schema": cache.SCHEMA, "gpu": facts.name, "driver": facts.driver_version,
-                           "source_hash": cache.source_hash(registry.RECORDS), "gpus": 2,
-                           "best": [{"n": N, "variant": "multi-thread-per-body",
-                                     "tunables": {"q": 8, "block_size": 128}}]})
+        cache.write_cache(
+            {
+                "schema": cache.SCHEMA,
+                "gpu": facts.name,
+                "driver": facts.driver_version,
+                "source_hash": cache.source_hash(registry.RECORDS),
+                "gpus": 2,
+                "best": [
+                    {"n": N, "variant": "multi-thread-per-body", "tunables": {"q": 8, "block_size": 128}}
+                ],
+            }
+        )
         caplog.clear()
         with caplog.at_level(logging.INFO, logger="app"):
             backend.load(bodies, physics, "best")
         assert [d.evaluator.record.name for d in backend._run.devices] == ["multi-thread-per-body"] * 2
         assert backend.split_name == "targets"
-        assert any(r.getMessage().startswith(f"best: tuned cache for {facts.name} on 2 GPUs: N = 3,001 -> "
-                                             "multi-thread-per-body block_size=128 q=8")
-                   for r in caplog.records)
+        assert any(
+            r.getMessage().startswith(
+                f"best: tuned cache for {facts.name} on 2 GPUs: N = 3,001 -> "
+                "multi-thread-per-body block_size=128 q=8"
+            )
+            for r in caplog.records
+        )
         worst, _ = relative_error(backend.accelerations(), _single(bodies, physics, "shared"))
         assert worst <= 1e-4
     finally:
@@ -292,8 +309,10 @@ def _gpu_count() -> int:
     return device_count()
 
 
-@pytest.mark.parametrize("kernel", [r.name for r in registry.RECORDS if r.precision == "fp32"
-                                    and (r.max_n is None or r.max_n >= N)])
+@pytest.mark.parametrize(
+    "kernel",
+    [r.name for r in registry.RECORDS if r.precision == "fp32" and (r.max_n is None or r.max_n >= N)],
+)
 def test_gpus_1_gives_the_single_device_accelerations_bitwise(kernel):
     """--gpus 1: the driver over one GPU, one share (every target), the same record: the same sums, bitwise
     where they do not depend on the order in which atomics land (atomics-n3l adds each reaction with an
@@ -376,8 +395,11 @@ def test_out_of_memory_on_one_gpu_names_it(monkeypatch):
 
     monkeypatch.setattr(driver(), "mem_get_info", lambda: (1024, 80 * 2**30))  # a full GPU: 1 KiB free
     backend = _backend(1)
-    with pytest.raises(RuntimeFault, match=r"out of GPU memory: N = 3,001 bodies need .* on GPU 0 \(.*\) "
-                                           r"but only 0\.0 MiB are free; at most N ≈ 18 fits"):
+    with pytest.raises(
+        RuntimeFault,
+        match=r"out of GPU memory: N = 3,001 bodies need .* on GPU 0 \(.*\) "
+        r"but only 0\.0 MiB are free; at most N ≈ 18 fits",
+    ):
         backend.load(bench_bodies(N), Physics(), "shared")
     backend.close()
 
@@ -386,8 +408,21 @@ def test_more_gpus_than_exist_exits_2(tmp_path, capsys):
     from app.cli import main
 
     k = _gpu_count() + 1
-    rc = main(["simulate", "--n", "256", "--steps", "1", "--backend", "cuda", "--gpus", str(k),
-               "--out", str(tmp_path / "o.npz")])
+    rc = main(
+        [
+            "simulate",
+            "--n",
+            "256",
+            "--steps",
+            "1",
+            "--backend",
+            "cuda",
+            "--gpus",
+            str(k),
+            "--out",
+            str(tmp_path / "o.npz"),
+        ]
+    )
     err = capsys.readouterr().err
     assert rc == 2 and f"--gpus {k}: this machine has {k - 1} GPUs" in err, err
     assert not (tmp_path / "o.npz").exists()
@@ -544,8 +579,25 @@ def test_gpus_1_viewer_runs_with_interop_and_times_map_unmap(egl_canvas, tmp_pat
     from app.cli import main
 
     out = tmp_path / "frames.csv"
-    rc = main(["-q", "run", "plummer", "--n", "4096", "--frames", "30", "--headless", "--backend", "cuda",
-               "--gpus", "1", "--no-panel", "--timings", str(out)])
+    rc = main(
+        [
+            "-q",
+            "run",
+            "plummer",
+            "--n",
+            "4096",
+            "--frames",
+            "30",
+            "--headless",
+            "--backend",
+            "cuda",
+            "--gpus",
+            "1",
+            "--no-panel",
+            "--timings",
+            str(out),
+        ]
+    )
     assert rc == 0
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 30 and {"map_ms", "unmap_ms", "upload_ms"} <= set(rows[0])

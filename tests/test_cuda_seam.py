@@ -97,11 +97,11 @@ def test_source_spans_agree_with_float64(backend, name):
             with pytest.raises(ConfigError, match="must lie within"):
                 _evaluate(backend, name, Span(i0, ni), sources)
             continue
-        got = _evaluate(backend, name, Span(i0, ni), sources)[i0:i0 + ni]
+        got = _evaluate(backend, name, Span(i0, ni), sources)[i0 : i0 + ni]
         pos = start.pos.astype(np.float32).astype(np.float64) if rec.precision == "fp32" else start.pos
         mass = start.mass.astype(np.float32).astype(np.float64) if rec.precision == "fp32" else start.mass
-        both = np.concatenate([pos[i0:i0 + ni], pos[j0:j0 + nj]])
-        m = np.concatenate([np.zeros(ni), mass[j0:j0 + nj]])  # targets as massless probes
+        both = np.concatenate([pos[i0 : i0 + ni], pos[j0 : j0 + nj]])
+        m = np.concatenate([np.zeros(ni), mass[j0 : j0 + nj]])  # targets as massless probes
         ref = accelerations(both, m, physics)[:ni]
         worst, _ = relative_error(got, ref)
         over = rec.error_budget.judge({"max": worst})

@@ -32,8 +32,9 @@ PHYSICS = Physics(softening=0.02, dt=2e-3)
 
 def cloud(n: int = N, seed: int = 5) -> Bodies:
     rng = np.random.default_rng(seed)
-    return Bodies.from_arrays(rng.normal(size=(n, 3)), rng.normal(scale=0.3, size=(n, 3)),
-                              rng.uniform(0.5, 1.5, n) / n)
+    return Bodies.from_arrays(
+        rng.normal(size=(n, 3)), rng.normal(scale=0.3, size=(n, 3)), rng.uniform(0.5, 1.5, n) / n
+    )
 
 
 def one_device(kernel: str, steps: int):

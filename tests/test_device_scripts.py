@@ -29,14 +29,26 @@ def test_device_env_sets_what_the_scripts_use(tmp_path):
     fake = tmp_path / "bin"
     fake.mkdir()
     smi = fake / "nvidia-smi"
-    smi.write_text('#!/bin/sh\ncase "$*" in *clocks_event*) echo "1980 MHz, 0x0, 31, 120 W";; '
-                   '*) echo "NVIDIA H200";; esac\n')
+    smi.write_text(
+        '#!/bin/sh\ncase "$*" in *clocks_event*) echo "1980 MHz, 0x0, 31, 120 W";; '
+        '*) echo "NVIDIA H200";; esac\n'
+    )
     smi.chmod(0o755)
     out = tmp_path / "out"
     env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}", "OUT": str(out)}
-    shown = subprocess.run(["bash", "-c", f'source "{BENCH / "device_env.sh"}"; '
-                            'echo "$out|$gpu|$day|$NBODY_HEADLESS|${PYTHONPATH%%:*}"; clocks'],
-                           capture_output=True, text=True, env=env, cwd=BENCH.parent, check=True).stdout
+    shown = subprocess.run(
+        [
+            "bash",
+            "-c",
+            f'source "{BENCH / "device_env.sh"}"; '
+            'echo "$out|$gpu|$day|$NBODY_HEADLESS|${PYTHONPATH%%:*}"; clocks',
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=BENCH.parent,
+        check=True,
+    ).stdout
     first, clocks = shown.splitlines()
     where, gpu, day, headless, path = first.split("|")
     assert (where, gpu, headless, path) == (str(out), "h200", "1", str(BENCH.parent)) and out.is_dir()

@@ -23,16 +23,25 @@ def dead_display() -> str:
 
 
 def env_with(display: str | None) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "NBODY_HEADLESS", "PYOPENGL_PLATFORM", "EGL_PLATFORM")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("DISPLAY", "WAYLAND_DISPLAY", "NBODY_HEADLESS", "PYOPENGL_PLATFORM", "EGL_PLATFORM")
+    }
     if display is not None:
         env["DISPLAY"] = display
     return env
 
 
 def nbody(*args: str, display: str | None, cwd=ROOT, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app", *args], cwd=cwd, env=env_with(display),
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        cwd=cwd,
+        env=env_with(display),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_display_problem_names_what_is_missing(monkeypatch):
@@ -58,8 +67,9 @@ def test_a_live_display_is_one(monkeypatch):
 @pytest.mark.gl
 def test_run_frames_with_a_stale_display_renders_headless(tmp_path):
     dead = dead_display()
-    r = nbody("run", "plummer", "--n", "128", "--backend", "cpu", "--frames", "3", "--size", "64x64",
-              display=dead)
+    r = nbody(
+        "run", "plummer", "--n", "128", "--backend", "cpu", "--frames", "3", "--size", "64x64", display=dead
+    )
     assert r.returncode == 0 and "drew 3 frames" in r.stdout, r.stderr
     assert "Traceback" not in r.stderr and "glfw" not in r.stderr, r.stderr
     why = [line for line in r.stderr.splitlines() if "cannot open display" in line]
@@ -84,8 +94,17 @@ def test_the_no_display_demo_refuses_outputs_it_would_not_write(tmp_path):
 
 
 def test_record_window_with_a_stale_display_says_why(tmp_path):
-    r = nbody("record", "--backend", "cpu", "--window", "--frames", "2", "--out", str(tmp_path / "r.mp4"),
-              display=dead_display())
+    r = nbody(
+        "record",
+        "--backend",
+        "cpu",
+        "--window",
+        "--frames",
+        "2",
+        "--out",
+        str(tmp_path / "r.mp4"),
+        display=dead_display(),
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert "--window needs a display (cannot open display" in r.stderr.strip().splitlines()[-1], r.stderr
     assert list(tmp_path.iterdir()) == []  # the video's temporary was removed

@@ -15,8 +15,14 @@ def cloud(n: int, seed: int = 4):
     return rng.normal(size=(n, 3)), rng.uniform(0.5, 1.5, n) / n
 
 
-@pytest.mark.parametrize("physics", [Physics(softening=0.02), Physics(softening=0.0),
-                                     Physics(softening=0.02, model="gravity-repulsion", repulsion=1e-3)])
+@pytest.mark.parametrize(
+    "physics",
+    [
+        Physics(softening=0.02),
+        Physics(softening=0.0),
+        Physics(softening=0.02, model="gravity-repulsion", repulsion=1e-3),
+    ],
+)
 @pytest.mark.parametrize("parallel", [False, True])
 def test_equals_the_reference(physics, parallel):
     pos, mass = cloud(777)

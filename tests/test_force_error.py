@@ -30,8 +30,9 @@ def test_force_error_sample_is_the_cached_tree_rows_and_the_all_pairs_sum(monkey
     backend.step(2)
     calls = []
     real = cpu_tree.CpuTreeEvaluator.evaluate
-    monkeypatch.setattr(cpu_tree.CpuTreeEvaluator, "evaluate",
-                        lambda self, *a: calls.append(1) or real(self, *a))
+    monkeypatch.setattr(
+        cpu_tree.CpuTreeEvaluator, "evaluate", lambda self, *a: calls.append(1) or real(self, *a)
+    )
     rows = np.array([0, 17, 4000, 2048])
     approx, exact = backend.force_error_sample(rows)
     assert not calls, "the leapfrog's cached a(x) is what the tree computed for this state: no new walk"
@@ -47,8 +48,11 @@ def test_force_error_sample_is_the_cached_tree_rows_and_the_all_pairs_sum(monkey
 
 def test_euler_state_gets_its_tree_accelerations_evaluated_then_cached():
     backend = CPUBackend()
-    backend.load(make_bodies(load_scene("plummer", {"initial.n": 1024})),
-                 Physics(softening=0.01, dt=1e-3, integrator="euler-damped"), kernel="cpu-tree")
+    backend.load(
+        make_bodies(load_scene("plummer", {"initial.n": 1024})),
+        Physics(softening=0.01, dt=1e-3, integrator="euler-damped"),
+        kernel="cpu-tree",
+    )
     # a build every evaluation and the cube test (no history): bitwise the fresh evaluator's
     backend.set_tunables(rebuild_every=1, opening="cube")
     backend.step(1)  # acc belongs to the previous positions now

@@ -44,8 +44,9 @@ def reference(pos: np.ndarray, physics: Physics, targets: Span, sources: Span) -
     pos = pos.astype(np.float64)
     tgt, src = pos[targets.as_slice()], pos[sources.as_slice()]
     mass = np.concatenate([src[:, 3], np.zeros(targets.count)])
-    return accelerations(np.vstack([src[:, :3], tgt[:, :3]]), mass, physics,
-                         targets=slice(sources.count, None))
+    return accelerations(
+        np.vstack([src[:, :3], tgt[:, :3]]), mass, physics, targets=slice(sources.count, None)
+    )
 
 
 def within(budget: ErrorBudget, got: np.ndarray, ref: np.ndarray) -> list[str]:

@@ -241,10 +241,10 @@ def test_truncated_tipsy(tmp_path):
 def test_tipsy_bad_values_name_the_record(tmp_path):
     path = _tipsy_file(tmp_path)
     data = bytearray(path.read_bytes())
-    data[32 + 4 * 36: 32 + 4 * 36 + 4] = np.float32(-2.0).tobytes()  # mass of dark record 4
+    data[32 + 4 * 36 : 32 + 4 * 36 + 4] = np.float32(-2.0).tobytes()  # mass of dark record 4
     path.write_bytes(bytes(data))
     _expect(path, "record 4 (dark)", "negative mass")
-    data[32 + 4 * 36: 32 + 4 * 36 + 4] = np.float32(np.nan).tobytes()
+    data[32 + 4 * 36 : 32 + 4 * 36 + 4] = np.float32(np.nan).tobytes()
     path.write_bytes(bytes(data))
     _expect(path, "record 4 (dark)", "not finite")
 

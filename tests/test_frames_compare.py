@@ -18,11 +18,21 @@ SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "frames_compare.py"
 def streamed(path: Path, frame_ms: list[float], map_ms: float = 0.1) -> Path:
     """A CSV as `run --timings` writes it (FrameLog.stream_csv), one frame per value."""
     log = FrameLog().stream_csv(path)
-    step = SimpleNamespace(steps=2, force_ms=1.0, integrate_ms=0.01, map_ms=map_ms, unmap_ms=0.02,
-                           interactions=10)
+    step = SimpleNamespace(
+        steps=2, force_ms=1.0, integrate_ms=0.01, map_ms=map_ms, unmap_ms=0.02, interactions=10
+    )
     for i, ms in enumerate(frame_ms):
-        stats = SimpleNamespace(frame=i, kernel="shared", n=65536, step=step, paused=False, frame_ms=ms,
-                                draw_ms=0.5, upload_ms=0.0, record_ms=0.0)
+        stats = SimpleNamespace(
+            frame=i,
+            kernel="shared",
+            n=65536,
+            step=step,
+            paused=False,
+            frame_ms=ms,
+            draw_ms=0.5,
+            upload_ms=0.0,
+            record_ms=0.0,
+        )
         log._on_frame(SimpleNamespace(stats=stats))
     log.close()
     return path
@@ -62,8 +72,10 @@ def test_compare_passes_within_the_bound_and_fails_over_it(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "near.csv: +0.050 ms a frame over the base" in out and "ok" in out
     assert main([str(base), str(near), str(far)]) == 1
-    assert "far.csv: +0.300 ms a frame over the base (outside the force +0.300 ms): OVER the 0.1 ms bound" \
+    assert (
+        "far.csv: +0.300 ms a frame over the base (outside the force +0.300 ms): OVER the 0.1 ms bound"
         in capsys.readouterr().out
+    )
     assert main([str(base), str(far), "--max-extra-ms", "0.5"]) == 0
 
 

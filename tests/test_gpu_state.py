@@ -55,9 +55,14 @@ class HostGpu:
             words = np.full(count, value, np.uint32)
             ctypes.memmove(int(dst), words.__array_interface__["data"][0], words.nbytes)
 
-        self.drv = SimpleNamespace(mem_alloc=alloc, mem_get_info=lambda: (free_bytes, 2**34),
-                                   memcpy_htod=htod, memcpy_dtoh=dtoh, memset_d32=memset_d32,
-                                   MemoryError=MemoryError)
+        self.drv = SimpleNamespace(
+            mem_alloc=alloc,
+            mem_get_info=lambda: (free_bytes, 2**34),
+            memcpy_htod=htod,
+            memcpy_dtoh=dtoh,
+            memset_d32=memset_d32,
+            MemoryError=MemoryError,
+        )
         self.facts = SimpleNamespace(name="Fake GPU")
 
 
@@ -96,8 +101,11 @@ def test_the_double_state_is_uploaded_exactly_and_promoted_from_the_float_rows()
     state.allocate(6, ("pos", "vel", "acc", "speed", "pos64", "vel64", "acc64"))
     state.upload(b)
     pos64 = state.rows("pos64", Span.all(6))
-    assert pos64.dtype == np.float64 and np.array_equal(pos64[:, :3], b.pos) and np.array_equal(pos64[:, 3],
-                                                                                                 b.mass)
+    assert (
+        pos64.dtype == np.float64
+        and np.array_equal(pos64[:, :3], b.pos)
+        and np.array_equal(pos64[:, 3], b.mass)
+    )
     assert np.array_equal(state.rows("vel64", Span(2, 3))[:, :3], b.vel[2:5])
     floats = GpuState(HostGpu())
     floats.allocate(6)
@@ -126,8 +134,9 @@ def test_the_updates_address_the_rows_of_their_span(monkeypatch):
     state.extend(("pos64", "vel64", "acc64"))
     state.ops64(None)  # every row: the double state, then the float rows it keeps current for drawing
     n, ptrs = made[1]
-    assert n == 8 and ptrs == tuple(state.pointer(f) for f in ("pos64", "vel64", "acc64", "pos", "vel",
-                                                                   "speed"))
+    assert n == 8 and ptrs == tuple(
+        state.pointer(f) for f in ("pos64", "vel64", "acc64", "pos", "vel", "speed")
+    )
 
 
 def test_allocations_are_kept_for_the_same_n_and_fields_and_replaced_otherwise():

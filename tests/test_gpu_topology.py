@@ -6,16 +6,20 @@ from __future__ import annotations
 from app.backends.cuda.topology import Topology, describe_link, format_topology, parse_topo_matrix
 
 # `nvidia-smi topo -m` on a two-H200 machine, tabs and the underline codes of newer drivers included
-TWO_H200 = ("\x1b[4m\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
-            "GPU0\t X \tNV18\tSYS\t0-47\t0\t\tN/A\n"
-            "GPU1\tNV18\t X \tSYS\t0-47\t0\t\tN/A\n"
-            "NIC0\tSYS\tSYS\t X \t\t\t\t\n\n"
-            "Legend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect\n")
-PCIE_FOUR = ("\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\n"
-             "GPU0\t X \tPIX\tSYS\tSYS\t0-15\n"
-             "GPU1\tPIX\t X \tSYS\tSYS\t0-15\n"
-             "GPU2\tSYS\tSYS\t X \tPIX\t16-31\n"
-             "GPU3\tSYS\tSYS\tPIX\t X \t16-31\n")
+TWO_H200 = (
+    "\x1b[4m\tGPU0\tGPU1\tNIC0\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\x1b[0m\n"
+    "GPU0\t X \tNV18\tSYS\t0-47\t0\t\tN/A\n"
+    "GPU1\tNV18\t X \tSYS\t0-47\t0\t\tN/A\n"
+    "NIC0\tSYS\tSYS\t X \t\t\t\t\n\n"
+    "Legend:\n\n  X    = Self\n  SYS  = Connection traversing PCIe as well as the SMP interconnect\n"
+)
+PCIE_FOUR = (
+    "\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\n"
+    "GPU0\t X \tPIX\tSYS\tSYS\t0-15\n"
+    "GPU1\tPIX\t X \tSYS\tSYS\t0-15\n"
+    "GPU2\tSYS\tSYS\t X \tPIX\t16-31\n"
+    "GPU3\tSYS\tSYS\tPIX\t X \t16-31\n"
+)
 
 
 def test_the_gpu_cells_of_nvidia_smi_topo_are_read():
@@ -33,8 +37,9 @@ def test_links_are_named():
 
 
 def test_the_table_shows_every_gpu_the_peer_matrix_and_the_links():
-    topo = Topology(["NVIDIA H200"] * 2, [150_000_000_000] * 2, [[True, True], [True, True]],
-                    parse_topo_matrix(TWO_H200))
+    topo = Topology(
+        ["NVIDIA H200"] * 2, [150_000_000_000] * 2, [[True, True], [True, True]], parse_topo_matrix(TWO_H200)
+    )
     text = "\n".join(format_topology(topo))
     assert "GPUs: 2 (--gpus 1..2 or all)" in text and "GPU 1: NVIDIA H200, 139.7 GiB" in text
     rows = [ln for ln in text.splitlines() if ln.startswith(("  GPU0 ", "  GPU1 "))]
@@ -53,7 +58,8 @@ def test_gpus_without_peer_access_are_named_with_the_consequence():
 def test_one_gpu_has_no_matrix_and_unknown_links_say_so():
     one = format_topology(Topology(["NVIDIA H100"], [80 * 2**30], [[True]]))
     assert one == ["GPUs: 1 (--gpus 1..1 or all)", "  GPU 0: NVIDIA H100, 80.0 GiB"]
-    two = format_topology(Topology(["A", "B"], [2**30] * 2, [[True] * 2] * 2, {},
-                                   "links unknown: nvidia-smi not found"))
+    two = format_topology(
+        Topology(["A", "B"], [2**30] * 2, [[True] * 2] * 2, {}, "links unknown: nvidia-smi not found")
+    )
     assert any("links unknown: nvidia-smi not found" in ln for ln in two)
     assert any("peer · ?" in ln for ln in two)

@@ -69,8 +69,28 @@ def test_cli_plummer_is_virialised_for_any_G(G, tmp_path):
     from app.model.formats import read
 
     out = tmp_path / "p.npz"
-    assert main(["simulate", "plummer", "--n", "2048", "--G", G, "--steps", "1", "--dt", "1e-9", "--out",
-                 str(out), "--backend", "cpu", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "plummer",
+                "--n",
+                "2048",
+                "--G",
+                G,
+                "--steps",
+                "1",
+                "--dt",
+                "1e-9",
+                "--out",
+                str(out),
+                "--backend",
+                "cpu",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     b = read(out)
     ratio = 2 * kinetic_energy(b.vel, b.mass) / -potential_energy(b.pos, b.mass, Physics(G=float(G)))
     assert ratio == pytest.approx(1.0, rel=0.1)
@@ -109,12 +129,15 @@ def test_collision_two_clumps_approaching():
     assert np.dot(c2 - c1, v2 - v1) < 0  # closing in
 
 
-@pytest.mark.parametrize("params, fragment", [
-    ({"scale": -1.0}, "scale = -1.0 is out of range"),
-    ({"scale": float("nan")}, "scale = nan is out of range"),
-    ({"mass": "heavy"}, "mass = 'heavy' is not a number"),
-    ({"mass": True}, "mass = True is not a number"),
-])
+@pytest.mark.parametrize(
+    "params, fragment",
+    [
+        ({"scale": -1.0}, "scale = -1.0 is out of range"),
+        ({"scale": float("nan")}, "scale = nan is out of range"),
+        ({"mass": "heavy"}, "mass = 'heavy' is not a number"),
+        ({"mass": True}, "mass = True is not a number"),
+    ],
+)
 def test_bad_params_name_the_key(params, fragment):
     with pytest.raises(ConfigError, match=fragment):
         ics.generate("plummer", 10, 0, params)

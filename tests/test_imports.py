@@ -34,7 +34,8 @@ def module_files(root: Path, package: str) -> dict[str, Path]:
 
 def _type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _imports(nodes: Iterable[ast.AST], lazy: bool, typing: bool) -> Iterator[ast.Import | ast.ImportFrom]:
@@ -146,18 +147,24 @@ def test_import_graph_counts_module_level_imports_only(tmp_path):
     files = {
         "__init__.py": "from pkg import a\n",
         "a.py": "import os\nfrom pkg import b\nfrom . import sub\nfrom .sub.leaf import VALUE\n"
-                "try:\n    import pkg.c\nexcept ImportError:\n    pass\n",
+        "try:\n    import pkg.c\nexcept ImportError:\n    pass\n",
         "b.py": "def f():\n    from pkg import a  # lazy: runs after everything loaded\n    return a\n",
         "c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"
-                "class K:\n    from pkg.sub import leaf\n",
+        "class K:\n    from pkg.sub import leaf\n",
         "sub/__init__.py": "",
         "sub/leaf.py": "from .. import b\nVALUE = 1\n",
     }
     for name, text in files.items():
         (pkg / name).write_text(text)
     graph = import_graph(tmp_path, "pkg")
-    assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg.b", "pkg.sub", "pkg.sub.leaf", "pkg.c"},
-                     "pkg.b": set(), "pkg.c": {"pkg.sub.leaf"}, "pkg.sub": set(), "pkg.sub.leaf": {"pkg.b"}}
+    assert graph == {
+        "pkg": {"pkg.a"},
+        "pkg.a": {"pkg.b", "pkg.sub", "pkg.sub.leaf", "pkg.c"},
+        "pkg.b": set(),
+        "pkg.c": {"pkg.sub.leaf"},
+        "pkg.sub": set(),
+        "pkg.sub.leaf": {"pkg.b"},
+    }
     assert find_cycles(graph) == []
     lazy = import_graph(tmp_path, "pkg", lazy=True)
     assert lazy["pkg.b"] == {"pkg.a"} and find_cycles(lazy) == [["pkg.a", "pkg.b", "pkg.a"]]
@@ -176,7 +183,8 @@ def test_app_has_no_import_cycles_hidden_in_functions():
     checked here (the CUDA backend, its launch policies and the tuner were such a loop)."""
     cycles = find_cycles(import_graph(ROOT, "app", lazy=True))
     assert not cycles, "import cycles in app/ (counting imports inside functions):\n" + "\n".join(
-        " -> ".join(c) for c in cycles)
+        " -> ".join(c) for c in cycles
+    )
 
 
 # --- the layers, top to bottom (docs/architecture.md "Layers"): a module may import its own layer and those
@@ -235,12 +243,16 @@ def test_the_layer_check_catches_an_upward_import(tmp_path):
     layers = (("top", ("pkg.top",)), ("low", ("pkg", "pkg.low")))
     (pkg / "__init__.py").write_text("")
     (pkg / "top.py").write_text("from pkg import low\n")
-    (pkg / "low.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                "    from pkg import top\ndef f():\n    from pkg.top import X\n")
+    (pkg / "low.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+        "    from pkg import top\ndef f():\n    from pkg.top import X\n"
+    )
     graph = import_graph(tmp_path, "pkg", lazy=True, typing=True)
     assert upward_imports(graph, layers) == ["pkg.low (low) -> pkg.top (top)"]
-    for alone in ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import top\n",
-                  "def f():\n    from pkg.top import X\n"):
+    for alone in (
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import top\n",
+        "def f():\n    from pkg.top import X\n",
+    ):
         (pkg / "low.py").write_text(alone)
         assert upward_imports(import_graph(tmp_path, "pkg", lazy=True, typing=True), layers), alone
     (pkg / "low.py").write_text("X = 1\n")

@@ -44,8 +44,9 @@ PHYSICS = {
 
 def cloud(n: int = N, seed: int = 5) -> Bodies:
     rng = np.random.default_rng(seed)
-    return Bodies.from_arrays(rng.normal(size=(n, 3)), rng.normal(scale=0.7, size=(n, 3)),
-                              rng.uniform(0.5, 1.5, n) / n)
+    return Bodies.from_arrays(
+        rng.normal(size=(n, 3)), rng.normal(scale=0.7, size=(n, 3)), rng.uniform(0.5, 1.5, n) / n
+    )
 
 
 # --- injected accelerations: float64 numpy, the same bits whoever asks ---------------------------------
@@ -96,8 +97,13 @@ def numpy_ops(bodies: Bodies, physics: Physics, accel_fn) -> Harness:
 def cpu_fp64_ops(bodies: Bodies, physics: Physics, accel_fn) -> Harness:
     """The cpu backend's numba updates on its (N, 4) float64 arrays."""
     pos, vel = bodies.pos4(np.float64), bodies.vel4(np.float64)
-    ops = CpuOps(InjectedEvaluator(accel_fn, bodies.mass, physics), pos, vel, np.zeros_like(pos),
-                 np.zeros(bodies.n, np.float32))
+    ops = CpuOps(
+        InjectedEvaluator(accel_fn, bodies.mass, physics),
+        pos,
+        vel,
+        np.zeros_like(pos),
+        np.zeros(bodies.n, np.float32),
+    )
     return Harness(ops, lambda: (pos[:, :3].copy(), vel[:, :3].copy()))
 
 
@@ -113,6 +119,7 @@ class _InScope:
         def call(*args):
             with self._scope:
                 return method(*args)
+
         return call
 
 
@@ -159,8 +166,10 @@ def cuda_fp64_ops(bodies: Bodies, physics: Physics, accel_fn) -> Harness:
 
 # Every fp64 StateOps that must step bitwise like the reference: factory(bodies, physics, accel_fn) ->
 # Harness, its force() writing accel_fn's result and its read() copying the state back as float64.
-OPS_FACTORIES = [pytest.param(cpu_fp64_ops, id="cpu-fp64"),
-                 pytest.param(cuda_fp64_ops, id="cuda-fp64", marks=pytest.mark.gpu)]
+OPS_FACTORIES = [
+    pytest.param(cpu_fp64_ops, id="cpu-fp64"),
+    pytest.param(cuda_fp64_ops, id="cuda-fp64", marks=pytest.mark.gpu),
+]
 
 
 @pytest.mark.parametrize("integrator", list(PHYSICS))
@@ -294,6 +303,7 @@ def test_stepper_checks_every_kth_step_counted_across_calls_and_restarts():
     """MultiDeviceRun and RankRun step through one Stepper: a check after every check_every-th step,
     counted across advance() calls (so calls of 3 steps still check at 8, 16, ...), none with 0, the count
     kept or reset by restart(), and an exception leaving the cached a(x) invalid."""
+
     class Ops:
         def __init__(self, fail_at=None):
             self.forces, self.fail_at = 0, fail_at
@@ -432,8 +442,13 @@ def integrator_constructions(root: Path) -> list[tuple[str, str]]:
     found = []
     for path in sorted(root.rglob("*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        names = {"Integrator"} | {alias.asname for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                                  for alias in node.names if alias.name == "Integrator" and alias.asname}
+        names = {"Integrator"} | {
+            alias.asname
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+            if alias.name == "Integrator" and alias.asname
+        }
 
         def visit(node, owner, names=names, path=path):
             if isinstance(node, ast.ClassDef):
@@ -441,7 +456,8 @@ def integrator_constructions(root: Path) -> list[tuple[str, str]]:
             if isinstance(node, ast.Call):
                 func = node.func
                 if (isinstance(func, ast.Name) and func.id in names) or (
-                        isinstance(func, ast.Attribute) and func.attr == "Integrator"):
+                    isinstance(func, ast.Attribute) and func.attr == "Integrator"
+                ):
                     found.append((path.relative_to(root.parent).as_posix(), owner))
             for child in ast.iter_child_nodes(node):
                 visit(child, owner)
@@ -468,6 +484,7 @@ def test_only_the_stepper_makes_an_integrator(tmp_path):
         "        self.b = integ.Integrator()\n"
         "        self.doc = 'Integrator()'\n"
         "def reference():\n"
-        "    return Integrator()\n")
+        "    return Integrator()\n"
+    )
     where = "app/backend.py"
     assert integrator_constructions(pkg) == [(where, "Backend"), (where, "Backend"), (where, "<module>")]

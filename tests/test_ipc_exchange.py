@@ -114,8 +114,12 @@ class TwinRank(CpuDevice):
 
 def on_ranks(k: int, work) -> list:
     """work(rank, comm, device) on k threads at once; their results (a rank's exception re-raised)."""
-    shared = {"size": k, "slots": [None] * k, "barrier": threading.Barrier(k, timeout=10),
-              "barriers": [0] * k}
+    shared = {
+        "size": k,
+        "slots": [None] * k,
+        "barrier": threading.Barrier(k, timeout=10),
+        "barriers": [0] * k,
+    }
     bodies, shares = cloud(N), split(N, [1.0] * k)
     results, errors = [None] * k, [None] * k
 
@@ -137,8 +141,10 @@ def on_ranks(k: int, work) -> list:
         t.start()
     for t in threads:
         t.join()
-    first = next((e for e in errors if e is not None and not isinstance(e, threading.BrokenBarrierError)),
-                 next((e for e in errors if e is not None), None))
+    first = next(
+        (e for e in errors if e is not None and not isinstance(e, threading.BrokenBarrierError)),
+        next((e for e in errors if e is not None), None),
+    )
     if first is not None:
         raise first
     results.append(shared["barriers"])
@@ -147,7 +153,7 @@ def on_ranks(k: int, work) -> list:
 
 def marked(rank: int, rows: int, width: int = 4) -> np.ndarray:
     """Rows that say which rank wrote them."""
-    return (np.arange(rows * width, dtype=np.float32).reshape(rows, width) + 1000.0 * (rank + 1))
+    return np.arange(rows * width, dtype=np.float32).reshape(rows, width) + 1000.0 * (rank + 1)
 
 
 @pytest.mark.parametrize("k", [2, 3])
@@ -182,7 +188,7 @@ def test_reduce_scatter_sums_every_ranks_partial_rows_onto_each_share(k):
 
 @pytest.mark.parametrize("k", [2, 3])
 def test_gather_sorted_gives_every_rank_every_key_range(k):
-    cuts = [0, 97, 230, N][: k] + [N]  # key ranges that are not the shares
+    cuts = [0, 97, 230, N][:k] + [N]  # key ranges that are not the shares
 
     def work(rank, exchange, device):
         device.domain_cuts = cuts

@@ -38,9 +38,22 @@ from app.core.paths import KERNELS
 from app.engine.forces import format_tunables
 
 ARCH = "sm_90"
-SUITE = ("gpu5-branchy", "naive", "shared", "shared-unroll", "shared-ptx-fma", "block-template",
-         "warp-shuffle", "multi-thread-per-body", "register-blocked", "atomics-n3l", "streams-remainder",
-         "fp64", "pair-matrix", "best")
+SUITE = (
+    "gpu5-branchy",
+    "naive",
+    "shared",
+    "shared-unroll",
+    "shared-ptx-fma",
+    "block-template",
+    "warp-shuffle",
+    "multi-thread-per-body",
+    "register-blocked",
+    "atomics-n3l",
+    "streams-remainder",
+    "fp64",
+    "pair-matrix",
+    "best",
+)
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit not installed)")
 
 
@@ -95,8 +108,9 @@ def test_every_specialisation_is_compiled(nvcc_cache, rec):
     if rec.name == "fp64":
         assert {"fp64_kick_drift", "fp64_kick", "fp64_euler_damped"} <= set(module.functions)
     if rec.name == "pair-matrix":
-        assert {f"pair_matrix_fill_{m}_{s}" for m in ("gravity", "repulsion") for s in ("soft", "plain")} \
-            <= set(module.functions)
+        assert {
+            f"pair_matrix_fill_{m}_{s}" for m in ("gravity", "repulsion") for s in ("soft", "plain")
+        } <= set(module.functions)
 
 
 # --- SASS budgets -----------------------------------------------------------------------------------------
@@ -134,9 +148,13 @@ FP32 = ("FADD", "FMUL", "FFMA", "FSEL", "FSETP", "FMNMX")
 
 def _per_interaction(counts: dict[str, int], interactions: int) -> dict[str, float]:
     fp32 = sum(counts.get(op, 0) for op in FP32)
-    return {"fp32": fp32 / interactions, "mufu": counts.get("MUFU", 0) / interactions,
-            "lds": counts.get("LDS", 0) / interactions, "shfl": counts.get("SHFL", 0) / interactions,
-            "slots": sum(counts.values()) / interactions}
+    return {
+        "fp32": fp32 / interactions,
+        "mufu": counts.get("MUFU", 0) / interactions,
+        "lds": counts.get("LDS", 0) / interactions,
+        "shfl": counts.get("SHFL", 0) / interactions,
+        "slots": sum(counts.values()) / interactions,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -152,8 +170,9 @@ def sass_of(nvcc_cache, tmp_path_factory):
             cubin = out / (Path(source).stem + ".cubin")
             options = next((r.policy.nvcc_options for r in registry.RECORDS if r.source == source), None)
             cubin.write_bytes(_compiled(source, options).cubin)
-            cache[source] = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True,
-                                           check=True).stdout
+            cache[source] = subprocess.run(
+                [tool, "-sass", str(cubin)], capture_output=True, text=True, check=True
+            ).stdout
         return cache[source]
 
     return get
@@ -228,8 +247,9 @@ def _n3l_pairs(n: int, ki: int, chunk: int) -> np.ndarray:
     return count
 
 
-@pytest.mark.parametrize("n,ki,chunk", [(1, 2, 1), (31, 4, 1), (200, 2, 2), (300, 4, 1), (300, 4, 3),
-                                        (257, 2, 64)])
+@pytest.mark.parametrize(
+    "n,ki,chunk", [(1, 2, 1), (31, 4, 1), (200, 2, 2), (300, 4, 1), (300, 4, 3), (257, 2, 64)]
+)
 def test_n3l_tasks_add_every_pair_exactly_once(n, ki, chunk):
     count = _n3l_pairs(n, ki, chunk)
     assert (count == 1).all(), np.argwhere(count != 1)[:5]
@@ -258,16 +278,34 @@ HASH = cache.source_hash(registry.RECORDS)
 
 
 def _cache(best, **over):
-    data = {"schema": cache.SCHEMA, "gpu": FACTS.name, "driver": FACTS.driver_version,
-            "source_hash": HASH, "best": best, "measurements": []}
+    data = {
+        "schema": cache.SCHEMA,
+        "gpu": FACTS.name,
+        "driver": FACTS.driver_version,
+        "source_hash": HASH,
+        "best": best,
+        "measurements": [],
+    }
     data.update(over)
     return data
 
 
-ENTRIES = [{"n": 4096, "variant": "register-blocked", "tunables": {"k": 2, "block_size": 64, "slices": 16},
-            "interactions_per_s": 1.5e12, "median_ms": 0.011},
-           {"n": 131072, "variant": "atomics-n3l", "tunables": {"ki": 4, "chunk": 64},
-            "interactions_per_s": 2.9e12, "median_ms": 5.9}]
+ENTRIES = [
+    {
+        "n": 4096,
+        "variant": "register-blocked",
+        "tunables": {"k": 2, "block_size": 64, "slices": 16},
+        "interactions_per_s": 1.5e12,
+        "median_ms": 0.011,
+    },
+    {
+        "n": 131072,
+        "variant": "atomics-n3l",
+        "tunables": {"ki": 4, "chunk": 64},
+        "interactions_per_s": 2.9e12,
+        "median_ms": 5.9,
+    },
+]
 
 
 def test_cache_is_in_the_user_cache_dir_keyed_by_gpu_and_driver(tune_dir, monkeypatch):
@@ -292,8 +330,16 @@ def test_stale_cache_is_ignored_then_rewritten(tune_dir):
     assert cache.lookup(4096, FACTS, registry.RECORDS)[0]["variant"] == "register-blocked"
 
 
-@pytest.mark.parametrize("text", ["{not json", json.dumps({"schema": "other"}), json.dumps([1, 2]),
-                                  json.dumps({"schema": cache.SCHEMA, "best": [{"n": "x"}]}), ""])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "{not json",
+        json.dumps({"schema": "other"}),
+        json.dumps([1, 2]),
+        json.dumps({"schema": cache.SCHEMA, "best": [{"n": "x"}]}),
+        "",
+    ],
+)
 def test_corrupt_cache_is_ignored_then_rewritten(tune_dir, text):
     path = cache.cache_path(FACTS.name, FACTS.driver_version)
     path.parent.mkdir(parents=True)
@@ -417,8 +463,17 @@ def test_every_tunable_agrees_with_float64(backend, name, cfg, config):
 # The fp32 variants whose per-target sum is the two-level one of kernels/common.cuh: partial sums of
 # NBODY_PARTIAL_LEN sources. pair-matrix shares tiled_sum but refuses this N; register-blocked's source
 # slices and atomics-n3l's tasks are partial sums of their own lengths.
-TWO_LEVEL = ("naive", "shared", "gpu5-branchy", "shared-unroll", "shared-ptx-fma", "block-template",
-             "warp-shuffle", "multi-thread-per-body", "streams-remainder")
+TWO_LEVEL = (
+    "naive",
+    "shared",
+    "gpu5-branchy",
+    "shared-unroll",
+    "shared-ptx-fma",
+    "block-template",
+    "warp-shuffle",
+    "multi-thread-per-body",
+    "streams-remainder",
+)
 
 
 @on_gpu
@@ -493,9 +548,9 @@ def test_pair_matrix_entries_match_float64(backend, n, config):
     mass = bodies.mass.astype(np.float32).astype(np.float64)
     d = pos[None, :, :] - pos[:, None, :]
     r2 = np.einsum("ijk,ijk->ij", d, d)
-    s2 = r2 + phys.softening ** 2
+    s2 = r2 + phys.softening**2
     with np.errstate(divide="ignore", invalid="ignore"):
-        inv3 = np.where(s2 > 0, s2 ** -1.5, 0.0)
+        inv3 = np.where(s2 > 0, s2**-1.5, 0.0)
         w = phys.G * inv3 - phys.h * inv3 / s2 if phys.h else phys.G * inv3
     ref = np.abs(w) * mass[None, :] * np.sqrt(r2)
     np.fill_diagonal(ref, 0.0)
@@ -539,10 +594,23 @@ def test_best_uses_the_cache_and_falls_back_with_a_log_line(backend, tmp_path, m
     assert backend.resolved_kernel == f"{rec.name} {format_tunables(tun)}".strip()
     assert any(r.getMessage().startswith(f"best: {source}") for r in caplog.records)
     assert not source.startswith("tuned cache") and "nbody-live tune" in source
-    entry = {"n": 4096, "variant": "multi-thread-per-body", "tunables": {"q": 8, "block_size": 128},
-             "interactions_per_s": 1e12, "median_ms": 0.02}
-    cache.write_cache({"schema": cache.SCHEMA, "gpu": facts.name, "driver": facts.driver_version,
-                       "source_hash": HASH, "best": [entry], "measurements": []})
+    entry = {
+        "n": 4096,
+        "variant": "multi-thread-per-body",
+        "tunables": {"q": 8, "block_size": 128},
+        "interactions_per_s": 1e12,
+        "median_ms": 0.02,
+    }
+    cache.write_cache(
+        {
+            "schema": cache.SCHEMA,
+            "gpu": facts.name,
+            "driver": facts.driver_version,
+            "source_hash": HASH,
+            "best": [entry],
+            "measurements": [],
+        }
+    )
     backend.load(bench_bodies(4096), _physics("gravity-soft"), kernel="best")
     assert backend.resolved_kernel == "multi-thread-per-body block_size=128 q=8"
     worst, _ = relative_error(backend.accelerations(), _reference(4096, "gravity-soft"))
@@ -552,7 +620,6 @@ def test_best_uses_the_cache_and_falls_back_with_a_log_line(backend, tmp_path, m
     cache.cache_path(facts.name, facts.driver_version).write_text("{corrupt")
     backend.load(bench_bodies(4096), _physics("gravity-soft"), kernel="best")
     assert backend.resolved_kernel == f"{rec.name} {format_tunables(tun)}".strip()
-
 
 
 # --- the tuner's logic, on a stand-in backend (CI) ----------------------------------------------------------
@@ -590,8 +657,15 @@ class _TunedStandIn:
         tun = rec.with_tunables(self._tun)
         self.ran.append((self.kernel, tun))
         fast = self.kernel == "atomics-n3l" and tun == self.FASTEST
-        return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=1.0 if fast else 2.0,
-                           interactions=self.n * self.n, pair_equivalent=self.n * self.n, force_evals=1)
+        return StepTimings(
+            kernel=self.kernel,
+            steps=steps,
+            n=self.n,
+            force_ms=1.0 if fast else 2.0,
+            interactions=self.n * self.n,
+            pair_equivalent=self.n * self.n,
+            force_evals=1,
+        )
 
     def accelerations(self):
         from app.model.physics import accelerations
@@ -614,8 +688,9 @@ def test_tune_applies_every_swept_configuration_and_picks_the_fastest(tmp_path, 
 
     factory.kernels = _TunedStandIn.kernels
     factory.k, factory.base = 1, None  # (Backend's: one device, no wrapped backend)
-    data = tune.run_tune(factory, [256], variants=["atomics-n3l", "naive"], budget_s=30, repeats=1,
-                         say=lambda _line: None)
+    data = tune.run_tune(
+        factory, [256], variants=["atomics-n3l", "naive"], budget_s=30, repeats=1, say=lambda _line: None
+    )
     ran = made[0].ran
     for row in data["measurements"]:
         if row["status"] == "ok":

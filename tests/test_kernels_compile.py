@@ -70,8 +70,9 @@ def test_there_are_kernels():
 
 @pytest.mark.parametrize("path", CU_FILES, ids=lambda p: p.name)
 def test_every_cu_includes_common(path):
-    assert re.search(r'^\s*#\s*include\s+"common\.cuh"', path.read_text(), re.M), \
-        f"{path.name} must #include \"common.cuh\" (the one body-body interaction)"
+    assert re.search(r'^\s*#\s*include\s+"common\.cuh"', path.read_text(), re.M), (
+        f'{path.name} must #include "common.cuh" (the one body-body interaction)'
+    )
 
 
 @needs_nvcc
@@ -98,8 +99,17 @@ def ptx_of(source: str, options) -> str:
     if (source, options) not in _PTX:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "k.ptx"
-            cmd = [find_nvcc(), "-ptx", f"-arch={ARCH}", *options, "-I", str(KERNELS), "-o", str(out),
-                   str(KERNELS / source)]
+            cmd = [
+                find_nvcc(),
+                "-ptx",
+                f"-arch={ARCH}",
+                *options,
+                "-I",
+                str(KERNELS),
+                "-o",
+                str(out),
+                str(KERNELS / source),
+            ]
             subprocess.run(cmd, check=True, capture_output=True, timeout=600)
             _PTX[source, options] = out.read_text()
     return _PTX[source, options]
@@ -108,8 +118,10 @@ def ptx_of(source: str, options) -> str:
 def ptx_parameters(source: str, options) -> dict[str, str]:
     """Entry name -> its parameter types as a prepare string (P pointer, i int, f float, d double),
     from nvcc -ptx with the options the launches build the file with."""
-    return {name: "".join(_PTX_TYPE[t] for t in re.findall(r"\.param\s+\.(\w+)", params))
-            for name, params in _PTX_ENTRY.findall(ptx_of(source, options))}
+    return {
+        name: "".join(_PTX_TYPE[t] for t in re.findall(r"\.param\s+\.(\w+)", params))
+        for name, params in _PTX_ENTRY.findall(ptx_of(source, options))
+    }
 
 
 @needs_nvcc
@@ -136,8 +148,11 @@ def test_tree_build_prepare_strings_match_the_kernels():
 
 # --- float64 in the GPU tree (issue 25): none in the walk, only the build's few, said and bounded ---------
 # An FP64 arithmetic instruction: the opcode with .f64 in its type (cvt from or to f64 too), maybe guarded.
-_FP64_OP = re.compile(r"^\s*(?:@!?%p\w+\s+)?(?:add|sub|mul|fma|mad|setp|min|max|cvt|div|neg|abs|sqrt|rcp|"
-                      r"rsqrt|selp|testp|copysign)(?:\.\w+)*\.f64\b", re.M)
+_FP64_OP = re.compile(
+    r"^\s*(?:@!?%p\w+\s+)?(?:add|sub|mul|fma|mad|setp|min|max|cvt|div|neg|abs|sqrt|rcp|"
+    r"rsqrt|selp|testp|copysign)(?:\.\w+)*\.f64\b",
+    re.M,
+)
 # The build's float64, per entry (kernels/tree/build.cu's header says why each stays): the cube (one thread
 # per evaluation), the keys (per body, a kernel bound by its memory traffic), the opening rows' centre
 # offset (per cell) and a refit's cube (per cell, between builds: the build cube from the key prefix, the
@@ -154,9 +169,17 @@ def fp64_per_entry(source: str, options) -> dict[str, int]:
 
 
 def test_the_fp64_pattern_counts_instructions():
-    ptx = "\n".join(["\tcvt.f64.f32 \t%fd1, %f1;", "\tsub.rn.f64 \t%fd3, %fd1, %fd2;",
-                     "@%p1 setp.gt.f64 %p2, %fd3, 0d0;", "\tcvt.rn.f32.f64 %f2, %fd3;",
-                     "\tsub.rn.f32 %f3, %f2, %f1;", "\tld.global.f64 %fd4, [%rd1];", "\tmov.f64 %fd5, %fd4;"])
+    ptx = "\n".join(
+        [
+            "\tcvt.f64.f32 \t%fd1, %f1;",
+            "\tsub.rn.f64 \t%fd3, %fd1, %fd2;",
+            "@%p1 setp.gt.f64 %p2, %fd3, 0d0;",
+            "\tcvt.rn.f32.f64 %f2, %fd3;",
+            "\tsub.rn.f32 %f3, %f2, %f1;",
+            "\tld.global.f64 %fd4, [%rd1];",
+            "\tmov.f64 %fd5, %fd4;",
+        ]
+    )
     assert len(_FP64_OP.findall(ptx)) == 4  # arithmetic and conversions; loads and moves are not
 
 
@@ -204,8 +227,10 @@ def test_registry_symbols_exist(cache, rec):
 @needs_nvcc
 def test_compile_error_carries_nvcc_output_and_file_name(cache, tmp_path):
     bad = tmp_path / "broken_variant.cu"
-    bad.write_text('#include "common.cuh"\n\nextern "C" __global__ void f(float* x) {\n'
-                   "    x[0] = this_is_not_declared;\n}\n")
+    bad.write_text(
+        '#include "common.cuh"\n\nextern "C" __global__ void f(float* x) {\n'
+        "    x[0] = this_is_not_declared;\n}\n"
+    )
     with pytest.raises(KernelCompileError) as info:
         compile_file(bad, ARCH)
     text = str(info.value)
@@ -293,13 +318,16 @@ def inner_loop_counts(sass: str, function: str) -> tuple[int, dict[str, int]]:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("source, function, fp32_per_interaction", [
-    # the baseline as the CUDA sample builds it: d·d, then += eps² (one FADD more), and without
-    # --use_fast_math rsqrtf keeps denormal handling (FSETP and two predicated FMULs)
-    ("shared.cu", "shared_force_gravity_soft", 16),
-    # the same tiled loop with eps² folded into the first FFMA: DESIGN.md's 12-instruction budget
-    ("pair_matrix.cu", "pair_matrix_force_gravity_soft", 12),
-])
+@pytest.mark.parametrize(
+    "source, function, fp32_per_interaction",
+    [
+        # the baseline as the CUDA sample builds it: d·d, then += eps² (one FADD more), and without
+        # --use_fast_math rsqrtf keeps denormal handling (FSETP and two predicated FMULs)
+        ("shared.cu", "shared_force_gravity_soft", 16),
+        # the same tiled loop with eps² folded into the first FFMA: DESIGN.md's 12-instruction budget
+        ("pair_matrix.cu", "pair_matrix_force_gravity_soft", 12),
+    ],
+)
 def test_tiled_inner_loop_fp32_instruction_count(cache, source, function, fp32_per_interaction):
     tool = _cuobjdump()
     if tool is None:

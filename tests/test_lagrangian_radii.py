@@ -87,12 +87,15 @@ def test_equal_masses_take_the_body_at_ceil_f_n():
     np.testing.assert_allclose(got, [5.0, 26.0, 45.0])  # bodies 10, 51, 90 of 100
 
 
-@pytest.mark.parametrize("pos, mass, fractions", [
-    (np.zeros((4, 2)), np.ones(4), [0.5]),
-    (np.zeros((4, 3)), np.ones(3), [0.5]),
-    (np.zeros((4, 3)), np.ones(4), [0.0]),
-    (np.zeros((4, 3)), np.ones(4), [1.5]),
-])
+@pytest.mark.parametrize(
+    "pos, mass, fractions",
+    [
+        (np.zeros((4, 2)), np.ones(4), [0.5]),
+        (np.zeros((4, 3)), np.ones(3), [0.5]),
+        (np.zeros((4, 3)), np.ones(4), [0.0]),
+        (np.zeros((4, 3)), np.ones(4), [1.5]),
+    ],
+)
 def test_bad_input_is_refused(pos, mass, fractions):
     with pytest.raises(ValueError):
         lr.lagrangian_radii(pos, mass, fractions)
@@ -121,8 +124,13 @@ def test_column_names_and_fractions():
 # --- the tool ---------------------------------------------------------------------------------------------
 def test_end_to_end_on_the_cpu_twin(tmp_path):
     out = tmp_path / "lagrangian.csv"
-    done = subprocess.run([sys.executable, str(SCRIPT), *CPU_RUN, "--csv", str(out), "--no-progress"],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path)  # not from the checkout
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), *CPU_RUN, "--csv", str(out), "--no-progress"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )  # not from the checkout
     assert done.returncode in (0, 1), done.stderr
     header, rows = read_csv(out)
     assert header == ["step", "time", "r10", "r50", "r90"]
@@ -143,8 +151,19 @@ def test_end_to_end_on_the_cpu_twin(tmp_path):
 
 def test_a_radius_beyond_the_tolerance_fails_with_exit_1(tmp_path, capsys):
     out = tmp_path / "tight.csv"
-    rc = lr.main([*CPU_RUN, "--tolerance", "1e-9", "--tunable", "theta=0.6", "--csv", str(out),
-                  "--progress-every", "0"])
+    rc = lr.main(
+        [
+            *CPU_RUN,
+            "--tolerance",
+            "1e-9",
+            "--tunable",
+            "theta=0.6",
+            "--csv",
+            str(out),
+            "--progress-every",
+            "0",
+        ]
+    )
     text = capsys.readouterr()
     assert rc == 1
     assert "FAIL: a radius moved by more than" in text.out

@@ -259,8 +259,26 @@ def test_run_command_record_cost_timings_and_help(gl_env, tmp_path, capsys):
     from app.cli import main
 
     csv_path = tmp_path / "t.csv"
-    rc = main(["-q", "run", "plummer", "--n", "256", "--backend", "cpu", "--frames", "8", "--record-cost",
-               "--size", "320x240", "--record-to", str(tmp_path), "--timings", str(csv_path)])
+    rc = main(
+        [
+            "-q",
+            "run",
+            "plummer",
+            "--n",
+            "256",
+            "--backend",
+            "cpu",
+            "--frames",
+            "8",
+            "--record-cost",
+            "--size",
+            "320x240",
+            "--record-to",
+            str(tmp_path),
+            "--timings",
+            str(csv_path),
+        ]
+    )
     assert rc == 0
     out = capsys.readouterr().out
     assert "record cost over 8+8 frames" in out and "not recording vs" in out and "record_ms median" in out

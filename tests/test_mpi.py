@@ -33,8 +33,9 @@ MPIEXEC = shutil.which("mpiexec", path=str(Path(sys.executable).parent)) or shut
 # an mpiexec on PATH is not enough: without mpi4py (the extra) it is some other MPI's launcher, e.g. the GPU
 # image's Open MPI, which refuses to run as root
 HAVE_MPI4PY = importlib.util.find_spec("mpi4py") is not None
-pytestmark = pytest.mark.skipif(MPIEXEC is None or not HAVE_MPI4PY,
-                                reason="mpiexec or mpi4py not found: pip install 'nbody-live[mpi]'")
+pytestmark = pytest.mark.skipif(
+    MPIEXEC is None or not HAVE_MPI4PY, reason="mpiexec or mpi4py not found: pip install 'nbody-live[mpi]'"
+)
 JOB = ROOT / "tests" / "mpi_job.py"
 
 
@@ -42,18 +43,32 @@ def job_env() -> dict[str, str]:
     """The environment of an MPI job: the checkout importable; and where the launcher is Open MPI's (the
     GPU image's /usr/bin/mpiexec, with its own mpi4py) and the tests run as root there, Open MPI's two
     variables that let it (MPICH, the `mpi` extra's, ignores them)."""
-    return {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-            "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    return {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "OMPI_ALLOW_RUN_AS_ROOT": "1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    }
 
 
 def mpirun(ranks: int, *args, timeout: float = 120) -> subprocess.CompletedProcess:
     env = job_env()
-    return subprocess.run([MPIEXEC, "-n", str(ranks), sys.executable, str(JOB), *map(str, args)],
-                          capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [MPIEXEC, "-n", str(ranks), sys.executable, str(JOB), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
-def one_process(kernel: str = "cpu-fp64", tunables: dict | None = None, cadence: list | None = None,
-                physics: Physics | None = None):
+def one_process(
+    kernel: str = "cpu-fp64",
+    tunables: dict | None = None,
+    cadence: list | None = None,
+    physics: Physics | None = None,
+):
     """One CPU backend through the job's steps (one call; with `cadence`, a step() call per step and each
     step's evaluations since the tree's build appended to it)."""
     import mpi_job
@@ -171,8 +186,10 @@ def test_a_nan_body_on_rank_1_is_reported_by_it_naming_the_body_at_the_check(ran
     assert done.returncode != 0 and took < 30, done.stderr
     said = nonfinite_lines(done)
     assert len(said) == 1, done.stderr  # every rank raised it; the rank that holds the body says it
-    assert said[0].startswith(f"nbody-live: rank 1 of {ranks}: NonFiniteState: non-finite position or "
-                              f"velocity at body {body} on rank 1 after step {CHECK_EVERY} (t = ")
+    assert said[0].startswith(
+        f"nbody-live: rank 1 of {ranks}: NonFiniteState: non-finite position or "
+        f"velocity at body {body} on rank 1 after step {CHECK_EVERY} (t = "
+    )
     assert "lower dt or raise the softening" in said[0] and "Traceback" not in done.stderr
     assert not (tmp_path / "job.npz").exists()
 
@@ -199,19 +216,45 @@ def test_a_killed_rank_ends_the_job(tmp_path):
 # --- the real command under mpiexec -------------------------------------------------------------------------
 def nbody(*args, launcher=(), timeout: float = 120) -> subprocess.CompletedProcess:
     env = job_env()
-    return subprocess.run([*launcher, sys.executable, "-m", "app", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, env=env, cwd=ROOT)
+    return subprocess.run(
+        [*launcher, sys.executable, "-m", "app", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=ROOT,
+    )
 
 
-SIMULATE = ("simulate", "plummer", "--n", 301, "--steps", 100, "--backend", "cpu", "--kernel", "cpu-fp64",
-            "--softening", 0.02, "--log-every", 10)
+SIMULATE = (
+    "simulate",
+    "plummer",
+    "--n",
+    301,
+    "--steps",
+    100,
+    "--backend",
+    "cpu",
+    "--kernel",
+    "cpu-fp64",
+    "--softening",
+    0.02,
+    "--log-every",
+    10,
+)
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_simulate_on_ranks_writes_what_one_process_writes(ranks, tmp_path):
     one = nbody(*SIMULATE, "--out", tmp_path / "one.npz", "--log", tmp_path / "one.csv")
-    many = nbody(*SIMULATE, "--out", tmp_path / "many.npz", "--log", tmp_path / "many.csv",
-                 launcher=(MPIEXEC, "-n", str(ranks)))
+    many = nbody(
+        *SIMULATE,
+        "--out",
+        tmp_path / "many.npz",
+        "--log",
+        tmp_path / "many.csv",
+        launcher=(MPIEXEC, "-n", str(ranks)),
+    )
     assert one.returncode == 0 and many.returncode == 0, many.stderr
     assert f"on {ranks} ranks" in many.stdout and many.stdout.count("steps of N=301") == 1  # rank 0 speaks
     a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "many.npz")
@@ -232,8 +275,14 @@ def test_ranks_with_different_arguments_are_refused_at_start(tmp_path):
     first = [sys.executable, "-m", "app", *map(str, SIMULATE), "--out", str(tmp_path / "a.npz")]
     second = [sys.executable, "-m", "app", *map(str, SIMULATE), "--out", str(tmp_path / "b.npz")]
     env = job_env()
-    done = subprocess.run([MPIEXEC, "-n", "1", *first, ":", "-n", "1", *second], capture_output=True,
-                          text=True, timeout=60, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [MPIEXEC, "-n", "1", *first, ":", "-n", "1", *second],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=ROOT,
+    )
     assert done.returncode != 0 and "rank 1 differs from rank 0 in argv" in done.stderr
     assert not (tmp_path / "a.npz").exists() and not (tmp_path / "b.npz").exists()
 
@@ -262,8 +311,14 @@ def test_two_gpu_ranks_give_one_ranks_accelerations_within_the_budget(tmp_path, 
     n, out = 65536, tmp_path / "gpu-ranks.npz"
     job = ROOT / "tests" / "mpi_gpu_job.py"
     env = job_env()
-    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(job), str(out), kernel, str(n),
-                           "--steps", "5"], capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    done = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, str(job), str(out), kernel, str(n), "--steps", "5"],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=env,
+        cwd=ROOT,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     backend = cuda()
     try:
@@ -298,13 +353,31 @@ def test_a_nan_body_on_gpu_rank_1_is_reported_by_it_naming_the_body(tmp_path):
     n = 4096
     job = ROOT / "tests" / "mpi_gpu_job.py"
     start = time.monotonic()
-    done = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(job), str(tmp_path / "x.npz"), "shared",
-                           str(n), "--nan-at", str(CHECK_EVERY - 1)], capture_output=True, text=True,
-                          timeout=240, env=job_env(), cwd=ROOT)
+    done = subprocess.run(
+        [
+            MPIEXEC,
+            "-n",
+            "2",
+            sys.executable,
+            str(job),
+            str(tmp_path / "x.npz"),
+            "shared",
+            str(n),
+            "--nan-at",
+            str(CHECK_EVERY - 1),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=job_env(),
+        cwd=ROOT,
+    )
     took = time.monotonic() - start
     body = mpi_job.middle_of_share(rank_share(2, 1, n))
     assert done.returncode != 0 and took < 120, done.stderr[-2000:]
     said = nonfinite_lines(done)
     assert len(said) == 1, done.stderr[-2000:]
-    assert said[0].startswith("nbody-live: rank 1 of 2: NonFiniteState: non-finite position or velocity at "
-                              f"body {body} on rank 1 after step {CHECK_EVERY} (t = "), said[0]
+    assert said[0].startswith(
+        "nbody-live: rank 1 of 2: NonFiniteState: non-finite position or velocity at "
+        f"body {body} on rank 1 after step {CHECK_EVERY} (t = "
+    ), said[0]

@@ -30,8 +30,14 @@ JOB_TIMEOUT_S = 180
 
 def view_job(out, *options, launcher=()) -> subprocess.CompletedProcess:
     env = job_env()
-    return subprocess.run([*launcher, sys.executable, str(VIEW_JOB), str(out), *options],
-                          capture_output=True, text=True, timeout=JOB_TIMEOUT_S, env=env, cwd=ROOT)
+    return subprocess.run(
+        [*launcher, sys.executable, str(VIEW_JOB), str(out), *options],
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT_S,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 @pytest.mark.parametrize("ranks", [2, 3])
@@ -75,8 +81,17 @@ RUN = ("run", "plummer", "--n", 301, "--backend", "cpu", "--headless", "--size",
 
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_headless_run_on_ranks_ends_every_rank(ranks, tmp_path):
-    done = nbody(*RUN, "--frames", 12, "--gather-every", 3, "--timings", tmp_path / "t.csv",
-                 launcher=(MPIEXEC, "-n", str(ranks)), timeout=JOB_TIMEOUT_S)
+    done = nbody(
+        *RUN,
+        "--frames",
+        12,
+        "--gather-every",
+        3,
+        "--timings",
+        tmp_path / "t.csv",
+        launcher=(MPIEXEC, "-n", str(ranks)),
+        timeout=JOB_TIMEOUT_S,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count("drew 12 frames") == 1  # rank 0 alone speaks
     line = next(ln for ln in done.stdout.splitlines() if "MPI ranks (median ms per rank)" in ln)
@@ -93,9 +108,24 @@ def test_gather_every_without_mpiexec_is_a_usage_error():
 @pytest.mark.parametrize("ranks", [2, 3])
 def test_bench_on_ranks_writes_the_split(ranks, tmp_path):
     out = tmp_path / "bench.json"
-    done = nbody("bench", "--backend", "cpu", "--kernels", "cpu-fp64", "--n", "301,600", "--warmup", 1,
-                 "--repeats", 3, "--json", out, "--no-progress", launcher=(MPIEXEC, "-n", str(ranks)),
-                 timeout=JOB_TIMEOUT_S)
+    done = nbody(
+        "bench",
+        "--backend",
+        "cpu",
+        "--kernels",
+        "cpu-fp64",
+        "--n",
+        "301,600",
+        "--warmup",
+        1,
+        "--repeats",
+        3,
+        "--json",
+        out,
+        "--no-progress",
+        launcher=(MPIEXEC, "-n", str(ranks)),
+        timeout=JOB_TIMEOUT_S,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.count(f"wrote {out}") == 1 and f"{ranks} ranks (median ms per rank)" in done.stdout
     result = json.loads(out.read_text())
@@ -109,8 +139,10 @@ def test_bench_on_ranks_writes_the_split(ranks, tmp_path):
 
 
 @pytest.mark.gl
-@pytest.mark.skipif(not (shutil.which("xdotool") and shutil.which("Xvfb")),
-                    reason="needs xdotool and Xvfb (Debian: apt-get install xdotool xvfb)")
+@pytest.mark.skipif(
+    not (shutil.which("xdotool") and shutil.which("Xvfb")),
+    reason="needs xdotool and Xvfb (Debian: apt-get install xdotool xvfb)",
+)
 def test_closing_rank_0s_window_ends_every_rank(tmp_path):
     import os
 

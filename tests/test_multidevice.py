@@ -22,8 +22,9 @@ N = 301  # uneven shares for every K below
 
 def cloud(n: int = N, seed: int = 3) -> Bodies:
     rng = np.random.default_rng(seed)
-    return Bodies.from_arrays(rng.normal(size=(n, 3)), rng.normal(scale=0.5, size=(n, 3)),
-                              rng.uniform(0.5, 1.5, n) / n)
+    return Bodies.from_arrays(
+        rng.normal(size=(n, 3)), rng.normal(scale=0.5, size=(n, 3)), rng.uniform(0.5, 1.5, n) / n
+    )
 
 
 # --- splitting and balancing --------------------------------------------------------------------------------
@@ -144,6 +145,7 @@ def _phased_tasks(log: list, fail_at: tuple[int, int] | None = None):
             log.append((i, phase))
             yield
         log.append((i, "done"))
+
     return [lambda i=i: task(i) for i in range(3)]
 
 

@@ -147,10 +147,21 @@ class QueueingGpus(TwinGpus):
 
     def factory(self, k):
         def make(bodies, physics, kernel, shares):
-            self.devices = [QueueingGpuDevice(i, kernel, physics, bodies, share, copies=self.copies,
-                                              reads=self.reads, streams=self.streams)
-                            for i, share in enumerate(shares)]
+            self.devices = [
+                QueueingGpuDevice(
+                    i,
+                    kernel,
+                    physics,
+                    bodies,
+                    share,
+                    copies=self.copies,
+                    reads=self.reads,
+                    streams=self.streams,
+                )
+                for i, share in enumerate(shares)
+            ]
             return self.devices
+
         return make
 
     def _copy(self, dst, src, nbytes):
@@ -175,8 +186,13 @@ def step_and_check(k: int, driver: str, seed: int, calls=(1, 3, 4, 2)):
             before = [d.blocking_waits for d in kind.devices]
             driver_waits = backend._run.ops.driver.waits
             backend.step(steps)
-            host_waits.append((steps, backend._run.ops.driver.waits - driver_waits,
-                               sum(d.blocking_waits for d in kind.devices) - sum(before)))
+            host_waits.append(
+                (
+                    steps,
+                    backend._run.ops.driver.waits - driver_waits,
+                    sum(d.blocking_waits for d in kind.devices) - sum(before),
+                )
+            )
             kind.streams.drain()
             done += steps
             want_pos, want_speed = single_cpu(bodies, physics, done)

@@ -26,8 +26,9 @@ CPU = ["--backend", "cpu"]
 
 def cloud(n: int = 257, seed: int = 5) -> Bodies:
     rng = np.random.default_rng(seed)
-    return Bodies.from_arrays(rng.normal(size=(n, 3)), rng.normal(scale=0.3, size=(n, 3)),
-                              rng.uniform(0.5, 1.5, n) / n)
+    return Bodies.from_arrays(
+        rng.normal(size=(n, 3)), rng.normal(scale=0.3, size=(n, 3)), rng.uniform(0.5, 1.5, n) / n
+    )
 
 
 def make_plummer(n: int) -> Bodies:
@@ -80,7 +81,7 @@ def test_k_cpu_devices_as_a_backend_step_bitwise_like_one(driver):
     assert pos.shape == (bodies.n, 4) and pos.dtype == np.float32 and speed.shape == (bodies.n,)
     for t in timings:
         assert list(t.devices) == ["0 cpu0", "1 cpu1", "2 cpu2"] and all(ms > 0 for ms in t.devices.values())
-        assert t.exchange_ms > 0 and t.force_ms > 0 and t.interactions == 5 * bodies.n ** 2
+        assert t.exchange_ms > 0 and t.force_ms > 0 and t.interactions == 5 * bodies.n**2
 
 
 def test_switching_kernel_physics_and_tunables_reloads_the_devices_from_the_state():
@@ -149,8 +150,11 @@ def test_k_cpu_devices_sample_the_force_error_as_one_cpu_backend(kernel, k, driv
         evaluations = []
         with pytest.MonkeyPatch.context() as mp:  # no force evaluation: the leapfrog's a(x) is cached
             for cls in (cpu_tree.CpuTreeEvaluator, CpuEvaluator):
-                mp.setattr(cls, "evaluate", lambda self, *a, real=cls.evaluate: evaluations.append(1)
-                           or real(self, *a))
+                mp.setattr(
+                    cls,
+                    "evaluate",
+                    lambda self, *a, real=cls.evaluate: evaluations.append(1) or real(self, *a),
+                )
             approx, exact = backend.force_error_sample(rows)
         assert not evaluations
         state = backend.state()
@@ -228,15 +232,17 @@ def test_simulate_on_three_cpu_devices_writes_one_devices_trajectory(tmp_path, c
 
 
 def test_more_devices_than_exist_is_a_usage_error(tmp_path, capsys):
-    rc = main(["simulate", "--n", "64", "--steps", "1", *CPU, "--gpus", "9", "--out",
-               str(tmp_path / "o.npz")])
+    rc = main(
+        ["simulate", "--n", "64", "--steps", "1", *CPU, "--gpus", "9", "--out", str(tmp_path / "o.npz")]
+    )
     one_line_error(capsys, rc, 2, "--gpus 9", "has 8 CPU devices", "at most 8")
     assert not (tmp_path / "o.npz").exists()
 
 
 def test_bad_gpus_values_are_usage_errors(tmp_path, capsys):
-    rc = main(["simulate", "--n", "64", "--steps", "1", *CPU, "--gpus", "zero", "--out",
-               str(tmp_path / "o.npz")])
+    rc = main(
+        ["simulate", "--n", "64", "--steps", "1", *CPU, "--gpus", "zero", "--out", str(tmp_path / "o.npz")]
+    )
     one_line_error(capsys, rc, 2, "run.gpus", "'zero'", "or all")
 
 
@@ -250,13 +256,18 @@ def test_gpus_without_a_gpu_names_the_cpu_alternative(tmp_path, capsys):
 def test_scaling_rows_compare_each_count_with_the_fewest():
     from app.tools.bench import scaling_rows
 
-    rows = [{"kernel": "k", "n": 10, "gpus": 1, "status": "ok", "median_ms": 8.0, "exchange_median_ms": 0.0},
-            {"kernel": "k", "n": 10, "gpus": 2, "status": "ok", "median_ms": 4.5, "exchange_median_ms": 0.5},
-            {"kernel": "k", "n": 10, "gpus": 4, "status": "failed"}]
+    rows = [
+        {"kernel": "k", "n": 10, "gpus": 1, "status": "ok", "median_ms": 8.0, "exchange_median_ms": 0.0},
+        {"kernel": "k", "n": 10, "gpus": 2, "status": "ok", "median_ms": 4.5, "exchange_median_ms": 0.5},
+        {"kernel": "k", "n": 10, "gpus": 4, "status": "failed"},
+    ]
     one, two = scaling_rows(rows)
     assert (one["gpus"], one["speedup"], one["efficiency"]) == (1, 1.0, 1.0)
-    assert two["step_ms"] == 5.0 and two["speedup"] == pytest.approx(8 / 5) and two["efficiency"] == \
-        pytest.approx(8 / 5 / 2)
+    assert (
+        two["step_ms"] == 5.0
+        and two["speedup"] == pytest.approx(8 / 5)
+        and two["efficiency"] == pytest.approx(8 / 5 / 2)
+    )
 
 
 def test_scaling_rows_never_compare_other_scenes_or_settings():
@@ -265,27 +276,68 @@ def test_scaling_rows_never_compare_other_scenes_or_settings():
     from app.tools.bench import scaling_at_budget, scaling_rows
 
     def row(scene, theta, gpus, ms, p99):
-        return {"kernel": "tree", "scene": scene, "n": 10, "tunables": {"theta": theta}, "gpus": gpus,
-                "status": "ok", "median_ms": ms, "exchange_median_ms": 0.0, "step_median_ms": ms,
-                "error": {"p99": p99, "budget_p99": 1e-3}}
+        return {
+            "kernel": "tree",
+            "scene": scene,
+            "n": 10,
+            "tunables": {"theta": theta},
+            "gpus": gpus,
+            "status": "ok",
+            "median_ms": ms,
+            "exchange_median_ms": 0.0,
+            "step_median_ms": ms,
+            "error": {"p99": p99, "budget_p99": 1e-3},
+        }
 
-    rows = [row("a", 0.5, 1, 8.0, 5e-4), row("a", 0.9, 1, 2.0, 5e-3), row("b", 0.5, 1, 4.0, 5e-4),
-            row("a", 0.5, 2, 5.0, 5e-4), row("a", 0.9, 2, 1.5, 5e-3), row("b", 0.5, 2, 2.0, 5e-4)]
+    rows = [
+        row("a", 0.5, 1, 8.0, 5e-4),
+        row("a", 0.9, 1, 2.0, 5e-3),
+        row("b", 0.5, 1, 4.0, 5e-4),
+        row("a", 0.5, 2, 5.0, 5e-4),
+        row("a", 0.9, 2, 1.5, 5e-3),
+        row("b", 0.5, 2, 2.0, 5e-4),
+    ]
     got = {(r["scene"], r["tunables"]["theta"], r["gpus"]): r["speedup"] for r in scaling_rows(rows)}
-    assert got == {("a", 0.5, 1): 1.0, ("a", 0.5, 2): 8 / 5, ("a", 0.9, 1): 1.0, ("a", 0.9, 2): 2 / 1.5,
-                   ("b", 0.5, 1): 1.0, ("b", 0.5, 2): 2.0}
+    assert got == {
+        ("a", 0.5, 1): 1.0,
+        ("a", 0.5, 2): 8 / 5,
+        ("a", 0.9, 1): 1.0,
+        ("a", 0.9, 2): 2 / 1.5,
+        ("b", 0.5, 1): 1.0,
+        ("b", 0.5, 2): 2.0,
+    }
     from app.tools.bench_sweep import fastest_within_budget
 
-    result = {"gpu_counts": [1, 2], "scaling": scaling_rows(rows), "fastest_within_budget":
-              fastest_within_budget(rows)}
+    result = {
+        "gpu_counts": [1, 2],
+        "scaling": scaling_rows(rows),
+        "fastest_within_budget": fastest_within_budget(rows),
+    }
     kept = {(r["scene"], r["tunables"]["theta"], r["gpus"]) for r in scaling_at_budget(result)}
     assert kept == {("a", 0.5, 1), ("a", 0.5, 2), ("b", 0.5, 1), ("b", 0.5, 2)}  # θ 0.9 is over budget
 
 
 def test_bench_gpus_plots_step_time_and_speed_up(tmp_path):
     out = tmp_path / "scaling.png"
-    rc = main(["bench", *CPU, "--kernels", "cpu-simd,cpu-n3l", "--n", "256,512", "--gpus", "1,2", "--warmup",
-               "1", "--repeats", "1", "--no-progress", "--plot", str(out)])
+    rc = main(
+        [
+            "bench",
+            *CPU,
+            "--kernels",
+            "cpu-simd,cpu-n3l",
+            "--n",
+            "256,512",
+            "--gpus",
+            "1,2",
+            "--warmup",
+            "1",
+            "--repeats",
+            "1",
+            "--no-progress",
+            "--plot",
+            str(out),
+        ]
+    )
     assert rc == 0 and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -293,8 +345,25 @@ def test_bench_gpus_writes_rows_per_count_and_scaling_rows(tmp_path, capsys):
     import json
 
     out = tmp_path / "scaling.json"
-    rc = main(["bench", *CPU, "--kernels", "cpu-simd", "--n", "256,512", "--gpus", "1,2", "--warmup", "1",
-               "--repeats", "2", "--no-progress", "--json", str(out)])
+    rc = main(
+        [
+            "bench",
+            *CPU,
+            "--kernels",
+            "cpu-simd",
+            "--n",
+            "256,512",
+            "--gpus",
+            "1,2",
+            "--warmup",
+            "1",
+            "--repeats",
+            "2",
+            "--no-progress",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "cpu-simd ×2" in printed and "speed-up" in printed
@@ -305,12 +374,15 @@ def test_bench_gpus_writes_rows_per_count_and_scaling_rows(tmp_path, capsys):
     assert all(r["status"] == "ok" for r in rows.values())
     assert list(rows[2, 512]["devices_median_ms"]) == ["0 cpu0", "1 cpu1"]
     # each row says how it ran: the kernel's split and the driver `auto` resolved to (none for one device)
-    assert {(k, r["split"], r["gpu_driver"]) for (k, _n), r in rows.items()} == {(1, "targets", "single"),
-                                                                               (2, "targets", "threads")}
+    assert {(k, r["split"], r["gpu_driver"]) for (k, _n), r in rows.items()} == {
+        (1, "targets", "single"),
+        (2, "targets", "threads"),
+    }
     for s in result["scaling"]:
         base, this = rows[1, s["n"]], rows[s["gpus"], s["n"]]
-        expected = (base["median_ms"] + base["exchange_median_ms"]) / (this["median_ms"]
-                                                                       + this["exchange_median_ms"])
+        expected = (base["median_ms"] + base["exchange_median_ms"]) / (
+            this["median_ms"] + this["exchange_median_ms"]
+        )
         assert s["speedup"] == pytest.approx(expected)
         assert s["efficiency"] == pytest.approx(expected / s["gpus"])
     assert len(result["scaling"]) == 4
@@ -320,9 +392,29 @@ def test_bench_gpus_names_the_fastest_setting_within_the_budget_per_device_count
     import json
 
     out = tmp_path / "tree-scaling.json"
-    rc = main(["bench", *CPU, "--kernels", "cpu-tree", "--n", "2048", "--gpus", "1,2", "--warmup", "1",
-               "--repeats", "1", "--tunable", "theta=0.3,0.9", "--error-sample", "256", "--no-progress",
-               "--json", str(out)])
+    rc = main(
+        [
+            "bench",
+            *CPU,
+            "--kernels",
+            "cpu-tree",
+            "--n",
+            "2048",
+            "--gpus",
+            "1,2",
+            "--warmup",
+            "1",
+            "--repeats",
+            "1",
+            "--tunable",
+            "theta=0.3,0.9",
+            "--error-sample",
+            "256",
+            "--no-progress",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     result = json.loads(out.read_text())
     entries = {e["gpus"]: e for e in result["fastest_within_budget"]}
@@ -343,7 +435,6 @@ def test_mpi_ranks_refuse_gpus():
 
     with pytest.raises(ConfigError, match="--gpus 2: under mpiexec each rank takes one GPU"):
         make_rank_run(None, load_scene("plummer", {"run.gpus": "2", "run.backend": "cpu"}))
-
 
 
 def test_the_auto_driver_is_the_kernels_split_choice_and_follows_a_kernel_switch():
@@ -384,8 +475,11 @@ def test_the_bodies_keep_their_identity_across_re_sorts_and_a_kernel_switch(k):
         try:
             backend.load(bodies, physics, "cpu-tree")
             backend.step(4)
-            out = {"state": backend.state(), "render": [np.array(a) for a in backend.host_render_arrays()],
-                   "sample": backend.force_error_sample(rows)}
+            out = {
+                "state": backend.state(),
+                "render": [np.array(a) for a in backend.host_render_arrays()],
+                "sample": backend.force_error_sample(rows),
+            }
             if name == "k":
                 ids = backend._run.ids
                 assert ids is not None and not np.array_equal(ids, np.arange(bodies.n))  # really re-sorted

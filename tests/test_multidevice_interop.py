@@ -169,8 +169,11 @@ class TwinGpus:
 
     def factory(self, k):
         def make(bodies, physics, kernel, shares):
-            return [TwinGpuDevice(i, kernel, physics, bodies, share, copies=self.copies, reads=self.reads)
-                    for i, share in enumerate(shares)]
+            return [
+                TwinGpuDevice(i, kernel, physics, bodies, share, copies=self.copies, reads=self.reads)
+                for i, share in enumerate(shares)
+            ]
+
         return make
 
     def exchange(self, name):
@@ -189,8 +192,14 @@ class TwinGpus:
 
 
 def twin_backend(k: int, driver: str = "threads", kind: TwinGpus | None = None) -> MultiDeviceBackend:
-    fields = {"base": CPUBackend, "name": "cpu", "kind": kind or TwinGpus(), "k": k, "driver": driver,
-              "exchange": "peer"}
+    fields = {
+        "base": CPUBackend,
+        "name": "cpu",
+        "kind": kind or TwinGpus(),
+        "k": k,
+        "driver": driver,
+        "exchange": "peer",
+    }
     cls = type("TwinMulti", (MultiDeviceBackend,), fields)
     return cls()
 
@@ -207,8 +216,12 @@ def single_cpu(bodies, physics, steps: int, kernel: str = KERNEL):
 # --- which device copies which rows where (pure) -----------------------------------------------------------
 def test_positions_come_whole_from_device_0_and_speeds_from_each_owner():
     shares = [Span(0, 5), Span(5, 0), Span(5, 7), Span(12, 3)]
-    assert render_copies(shares) == [RenderCopy(0, "pos", Span(0, 15)), RenderCopy(0, "speed", Span(0, 5)),
-                                     RenderCopy(2, "speed", Span(5, 7)), RenderCopy(3, "speed", Span(12, 3))]
+    assert render_copies(shares) == [
+        RenderCopy(0, "pos", Span(0, 15)),
+        RenderCopy(0, "speed", Span(0, 5)),
+        RenderCopy(2, "speed", Span(5, 7)),
+        RenderCopy(3, "speed", Span(12, 3)),
+    ]
     assert render_copies([Span(0, 0)]) == []
     one = render_copies([Span(0, 9)])
     assert one == [RenderCopy(0, "pos", Span(0, 9)), RenderCopy(0, "speed", Span(0, 9))]
@@ -233,7 +246,8 @@ def test_render_target_copies_each_slice_to_its_rows_inside_gpu0s_scope_and_mapp
     assert [(d, s, b) for d, s, b, _, _ in seen] == [
         (address(gl.pos), address(devices[0].pos), 16 * 11),
         (address(gl.speed), address(devices[0].speed), 4 * 4),
-        (address(gl.speed) + 4 * 4, address(devices[2].speed) + 4 * 4, 4 * 7)]
+        (address(gl.speed) + 4 * 4, address(devices[2].speed) + 4 * 4, 4 * 7),
+    ]
     assert all(depth == 1 and mapped for *_, depth, mapped in seen)
     assert not gl.is_mapped and scope.depth == 0
     assert np.array_equal(gl.pos[:11], devices[0].pos)

@@ -98,9 +98,11 @@ def test_a_clean_run_never_reports_and_checks_every_share(k, driver, monkeypatch
     try:
         backend.load(cloud(), LEAPFROG, "cpu-simd")
         for device in backend._run.devices:
+
             def counted(device=device, launch=device.launch_check):
                 checked.append(device.name)
                 launch()
+
             monkeypatch.setattr(device, "launch_check", counted)
         for steps in (1, 7, CHECK_EVERY, 13, 3):  # 32 steps: four checks
             backend.step(steps)
@@ -169,8 +171,9 @@ def test_the_viewer_pauses_naming_the_body_and_device():
     backend.load(cloud(), EULER, "cpu-fp64")
     try:
         gl_setup.configure(headless=True)
-        viewer = Viewer(Scene(name="nan", run=RunSettings(steps_per_frame=1)), backend, size=(W, H),
-                        headless=True)
+        viewer = Viewer(
+            Scene(name="nan", run=RunSettings(steps_per_frame=1)), backend, size=(W, H), headless=True
+        )
     except Exception as e:  # noqa: BLE001 - no GL here
         backend.close()
         pytest.skip(f"no headless GL context: {type(e).__name__}: {e}")

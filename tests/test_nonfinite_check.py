@@ -82,6 +82,7 @@ class TwinGpu:
             cell = at(flag, 1, ctypes.c_int32, (1,))
             if bad >= 0:
                 cell[0] = min(int(cell[0]), bad)  # atomicMin
+
         self.queue.append(first_nonfinite_kernel)
 
     # the driver
@@ -91,6 +92,7 @@ class TwinGpu:
     def memcpy_dtoh_async(self, host: np.ndarray, ptr: int) -> None:
         def copy():
             host[:] = at(ptr, host.size, ctypes.c_int32, host.shape)
+
         self.queue.append(copy)
 
     def Event(self) -> TwinEvent:  # noqa: N802 - pycuda's name

@@ -16,8 +16,11 @@ from app.core.errors import RuntimeFault
 def bad_paths(tmp_path: Path, name: str) -> dict[str, Path]:
     """Paths no file can be written to, each with a different reason (tests run as root, who ignores
     chmod: /proc refuses new files instead)."""
-    return {"missing folder": tmp_path / "missing" / name, "refusing folder": Path("/proc") / name,
-            "a directory": tmp_path}
+    return {
+        "missing folder": tmp_path / "missing" / name,
+        "refusing folder": Path("/proc") / name,
+        "a directory": tmp_path,
+    }
 
 
 class WorkStarted(Exception):
@@ -73,9 +76,14 @@ def test_tune_checks_its_json_before_tuning(tmp_path, capsys, monkeypatch):
         assert_one_line_error(rc, capsys, path, tmp_path)
 
 
-@pytest.mark.parametrize("target", [["--frames", "2", "--out", "{}/r.mp4"],
-                                    ["--still", "1", "--out", "{}/s.png"],
-                                    ["--frames", "2", "--frames-dir", "{}/frames"]])
+@pytest.mark.parametrize(
+    "target",
+    [
+        ["--frames", "2", "--out", "{}/r.mp4"],
+        ["--still", "1", "--out", "{}/s.png"],
+        ["--frames", "2", "--frames-dir", "{}/frames"],
+    ],
+)
 def test_record_checks_its_targets_before_the_backend_starts(tmp_path, capsys, monkeypatch, target):
     monkeypatch.setattr("app.commands.record.make_backend", never)
     for folder in (tmp_path / "missing" / "deeper", Path("/proc")):
@@ -102,8 +110,23 @@ def test_run_screenshot_that_fails_at_exit_is_an_error_not_wrote(tmp_path, capsy
 
     monkeypatch.setattr(encoder, "write_png", full)
     shot = tmp_path / "s.png"
-    rc = main(["-q", "run", "--backend", "cpu", "--n", "64", "--frames", "2", "--headless", "--size", "64x64",
-               "--screenshot", str(shot)])
+    rc = main(
+        [
+            "-q",
+            "run",
+            "--backend",
+            "cpu",
+            "--n",
+            "64",
+            "--frames",
+            "2",
+            "--headless",
+            "--size",
+            "64x64",
+            "--screenshot",
+            str(shot),
+        ]
+    )
     out, err = capsys.readouterr()
     assert rc == 1 and f"wrote {shot}" not in out and "No space left" in err and str(shot) in err
     assert not shot.exists()
@@ -113,8 +136,19 @@ def drawing_viewer():
     """What FrameLog reads of a viewer after a frame: its stats (a 2 ms frame, no step)."""
     from types import SimpleNamespace
 
-    return SimpleNamespace(stats=SimpleNamespace(frame=0, kernel="k", n=8, step=None, paused=False,
-                                                 frame_ms=2.0, draw_ms=1.0, upload_ms=0.0, record_ms=0.0))
+    return SimpleNamespace(
+        stats=SimpleNamespace(
+            frame=0,
+            kernel="k",
+            n=8,
+            step=None,
+            paused=False,
+            frame_ms=2.0,
+            draw_ms=1.0,
+            upload_ms=0.0,
+            record_ms=0.0,
+        )
+    )
 
 
 def test_run_timings_stream_every_frame_as_it_is_drawn(tmp_path):
@@ -165,8 +199,14 @@ def test_the_kernel_and_tuning_caches_write_through_app_outputs(tmp_path, monkey
     from app.backends.cuda import compile as cc
     from app.backends.cuda import tuning_cache
 
-    module = cc.CompiledModule(path=tmp_path / "k.cu", arch="sm_90", cubin=b"\x7fELF...", log="ptxas info",
-                               functions={"f": cc.FunctionResources("f", registers=32)}, key="abc")
+    module = cc.CompiledModule(
+        path=tmp_path / "k.cu",
+        arch="sm_90",
+        cubin=b"\x7fELF...",
+        log="ptxas info",
+        functions={"f": cc.FunctionResources("f", registers=32)},
+        key="abc",
+    )
     cc._write_cache(tmp_path, "k", module)
     back = cc._read_cache(tmp_path, "k", module.path, "sm_90", "abc")
     assert back.cubin == module.cubin and back.functions == module.functions and back.cached
@@ -174,7 +214,12 @@ def test_the_kernel_and_tuning_caches_write_through_app_outputs(tmp_path, monkey
     cc._write_cache(Path("/proc/nbody-cache"), "k", module)  # unwritable: silently not cached
 
     monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path / "cache"))
-    data = {"schema": tuning_cache.SCHEMA, "gpu": "Toy GPU", "driver": "1.0", "source_hash": "0" * 64,
-            "best": []}
+    data = {
+        "schema": tuning_cache.SCHEMA,
+        "gpu": "Toy GPU",
+        "driver": "1.0",
+        "source_hash": "0" * 64,
+        "best": [],
+    }
     path = tuning_cache.write_cache(data)
     assert path.is_file() and [p.name for p in path.parent.iterdir()] == [path.name]

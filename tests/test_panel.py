@@ -48,8 +48,9 @@ class UI:
         from app.scene import load_scene
         from app.ui import Panel
 
-        self.scene = load_scene("plummer", {"initial.n": n, "run.backend": "cpu", "run.steps_per_frame": 1,
-                                            "run.kernel": kernel})
+        self.scene = load_scene(
+            "plummer", {"initial.n": n, "run.backend": "cpu", "run.steps_per_frame": 1, "run.kernel": kernel}
+        )
         self.viewer = Viewer(self.scene, backend or make_backend(self.scene), size=(W, height), headless=True)
         self.panel = Panel(self.viewer)
         self.ctl = self.panel.controller
@@ -131,9 +132,15 @@ def ui(gl_env):
 class TunableBackend(FakeBackend):
     """One kernel with a tree's kind of tunables; each step() notes the values it ran with."""
 
-    RECORD = KernelRecord(name="fake-tree", doc="a test double with tunables", backend="fake",
-                          tunables=(FloatRange("theta", 0.0, 1.5, 0.5, lo_open=True, doc="opening angle"),
-                                    IntChoice("leaf", (8, 16, 32), 16, doc="bodies per leaf")))
+    RECORD = KernelRecord(
+        name="fake-tree",
+        doc="a test double with tunables",
+        backend="fake",
+        tunables=(
+            FloatRange("theta", 0.0, 1.5, 0.5, lo_open=True, doc="opening angle"),
+            IntChoice("leaf", (8, 16, 32), 16, doc="bodies per leaf"),
+        ),
+    )
     kernel = RECORD.name
 
     def __init__(self, n: int):
@@ -248,7 +255,7 @@ def test_changing_n_in_the_panel_reallocates_and_the_run_continues(ui):
     assert ui.viewer.stats.frame == frames0 + 3
     assert ui.viewer.stats.step.n == 1024 and ui.backend.time > t0
     img = ui.viewer.render_to_array()
-    assert img[:, W // 2:].any()  # bodies still drawn right of the panel
+    assert img[:, W // 2 :].any()  # bodies still drawn right of the panel
     assert "initial.n" not in ui.panel.red_fields
 
 
@@ -321,8 +328,11 @@ def test_the_widgets_stay_put_whatever_the_measured_times(ui, monkeypatch):
     measured = ui.ctl.live
     layouts = []
     for ms in (0.0, 1.0, 0.0):  # every part of the frame absent, then present, then absent again
-        monkeypatch.setattr(ui.ctl, "live", lambda max_age_s=0.1, ms=ms: {
-            **measured(max_age_s), **{f: ms for f, _, _ in BREAKDOWN}})
+        monkeypatch.setattr(
+            ui.ctl,
+            "live",
+            lambda max_age_s=0.1, ms=ms: {**measured(max_age_s), **{f: ms for f, _, _ in BREAKDOWN}},
+        )
         ui.frame()
         layouts.append(dict(ui.panel.item_rects))
     assert "physics.dt" in layouts[0]
@@ -341,8 +351,10 @@ def test_reset_key_and_buttons(ui, tmp_path):
     assert ui.backend.time == 0.0
     from app.scene import make_bodies
 
-    assert ui.backend.state().pos.astype(np.float32).tobytes() == \
-        make_bodies(ui.scene).pos.astype(np.float32).tobytes()
+    assert (
+        ui.backend.state().pos.astype(np.float32).tobytes()
+        == make_bodies(ui.scene).pos.astype(np.float32).tobytes()
+    )
     t = ui.backend.time
     ui.click("step")
     ui.frame(2)
@@ -371,8 +383,11 @@ def test_benchmark_button_runs_each_kernel_on_a_copy(ui):
     ui.frame(3)
     bench = ui.ctl.bench
     assert bench is not None and not bench.running
-    assert [r.kernel for r in bench.results] == ui.ctl.available() == ["cpu-simd", "cpu-fp64", "cpu-tree",
-                                                                          "cpu-n3l"]
+    assert (
+        [r.kernel for r in bench.results]
+        == ui.ctl.available()
+        == ["cpu-simd", "cpu-fp64", "cpu-tree", "cpu-n3l"]
+    )
     for r in bench.results:
         assert not r.error and r.interactions_per_s > 0 and r.n == 512
     pos1, vel1 = _state(ui.backend)
@@ -418,12 +433,31 @@ def test_frames_between_rebuilds_replay_the_panel(ui):
 def test_run_command_wires_the_panel(gl_env, capsys):
     from app.cli import main
 
-    assert main(["run", "plummer", "--n", "256", "--backend", "cpu", "--headless", "--frames", "12",
-                 "--panel-cost"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "plummer",
+                "--n",
+                "256",
+                "--backend",
+                "cpu",
+                "--headless",
+                "--frames",
+                "12",
+                "--panel-cost",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "panel cost over 12 frames" in out and "shown vs" in out and "hidden" in out
-    assert main(["run", "plummer", "--n", "256", "--backend", "cpu", "--headless", "--frames", "3",
-                 "--no-panel"]) == 0
+    assert (
+        main(
+            ["run", "plummer", "--n", "256", "--backend", "cpu", "--headless", "--frames", "3", "--no-panel"]
+        )
+        == 0
+    )
     assert "cpu-simd N=256" in capsys.readouterr().out
 
 
@@ -434,10 +468,14 @@ def test_energy_monitor_matches_the_float64_reference():
     from app.ui.energy import potential_energy as fast_potential
 
     b = generate("plummer", 300, 3, {})
-    for phys in (Physics(softening=0.05), Physics(softening=0.0),
-                 Physics(softening=0.02, model="gravity-repulsion", repulsion=1e-4)):
-        assert fast_potential(b.pos, b.mass, phys) == pytest.approx(potential_energy(b.pos, b.mass, phys),
-                                                                     rel=1e-12)
+    for phys in (
+        Physics(softening=0.05),
+        Physics(softening=0.0),
+        Physics(softening=0.02, model="gravity-repulsion", repulsion=1e-4),
+    ):
+        assert fast_potential(b.pos, b.mass, phys) == pytest.approx(
+            potential_energy(b.pos, b.mass, phys), rel=1e-12
+        )
 
     class Stub:
         physics = Physics(softening=0.05)
@@ -617,8 +655,9 @@ def devices_tree_ui(gl_env):
     from app.commands.assembly import make_backend
     from app.scene import load_scene
 
-    scene = load_scene("plummer", {"initial.n": 4096, "run.backend": "cpu", "run.gpus": "2",
-                                   "run.kernel": "cpu-tree"})
+    scene = load_scene(
+        "plummer", {"initial.n": 4096, "run.backend": "cpu", "run.gpus": "2", "run.kernel": "cpu-tree"}
+    )
     u = UI(n=4096, backend=make_backend(scene), kernel="cpu-tree")
     yield u
     u.close()
@@ -682,7 +721,7 @@ def test_the_time_steps_combo_moves_the_run_to_block_steps_and_back_keeping_the_
     e = ui.ctl.force_error.latest  # the tree's a(x) against the all-pairs sum, as under shared steps
     assert e is not None and e.kernel == "cpu-tree" and 0 < e.p99 <= 1e-3, (e, ui.ctl.force_error.note)
     assert "tunable:theta" in ui.panel.item_rects and "tunable:rebuild_every" not in ui.panel.item_rects
-    assert ui.viewer.render_to_array()[:, W // 2:].any()  # the bodies are drawn (host upload)
+    assert ui.viewer.render_to_array()[:, W // 2 :].any()  # the bodies are drawn (host upload)
 
     ui.click("physics.block_levels")
     ui.type("2")

@@ -50,8 +50,10 @@ def layout() -> dict:
         pos = ((x0 + x1) / 2, (y0 + y1) / 2)
         ev = viewer.events
         ev.mouse_move(pos=pos, button=None, buttons=[], modifiers=())
-        for step in (lambda: ev.mouse_press(pos=pos, button=1, buttons=[1], modifiers=()),
-                     lambda: ev.mouse_release(pos=pos, button=1, buttons=[], modifiers=())):
+        for step in (
+            lambda: ev.mouse_press(pos=pos, button=1, buttons=[1], modifiers=()),
+            lambda: ev.mouse_release(pos=pos, button=1, buttons=[], modifiers=()),
+        ):
             viewer.step_and_render()
             step()
         for _ in range(5):
@@ -73,8 +75,15 @@ def _center(rect) -> tuple[int, int]:
 
 def test_xdotool_clicks_switch_the_kernel_in_a_real_window(tmp_path, display, layout):
     timings = tmp_path / "timings.csv"
-    demo = Demo(tmp_path, display, "--timings", str(timings), "--screenshot", str(tmp_path / "exit.png"),
-                args=("plummer", "--n", "1024", "--backend", "cpu", "--size", f"{W}x{H}"))
+    demo = Demo(
+        tmp_path,
+        display,
+        "--timings",
+        str(timings),
+        "--screenshot",
+        str(tmp_path / "exit.png"),
+        args=("plummer", "--n", "1024", "--backend", "cpu", "--size", f"{W}x{H}"),
+    )
     try:
         assert (demo.w, demo.h) == (W, H)
         demo.wait_until(lambda: "cpu-simd" in demo.title(), "frames drawn with cpu-simd (in the title)")
@@ -102,9 +111,13 @@ def test_xdotool_clicks_switch_the_kernel_in_a_real_window(tmp_path, display, la
     assert panel.mean() > 15 and (panel.max(axis=2) > 100).mean() > 0.02, "no panel drawn"
     # the app's own account: it switched, and the kernels' times are real
     assert "kernels used: cpu-simd -> cpu-fp64" in output, output
-    m = re.search(r"^drew \d+ frames; cpu-fp64 N=1024 \(host upload\): median over \d+ frames: "
-                  r"frame ([0-9.]+) ms, "
-                  r"force ([0-9.]+) ms", output, re.M)
+    m = re.search(
+        r"^drew \d+ frames; cpu-fp64 N=1024 \(host upload\): median over \d+ frames: "
+        r"frame ([0-9.]+) ms, "
+        r"force ([0-9.]+) ms",
+        output,
+        re.M,
+    )
     assert m and float(m.group(1)) > 0 and float(m.group(2)) > 0, output
     with open(timings) as f:
         rows = list(csv.DictReader(f))

@@ -49,7 +49,7 @@ def test_two_body_newton_both_ways(eps):
     b = two_bodies(m1=2.0, m2=3.0, r=2.0)
     G = 1.5
     a = accelerations(b.pos, b.mass, Physics(G=G, softening=eps))
-    s3 = (2.0 ** 2 + eps ** 2) ** 1.5
+    s3 = (2.0**2 + eps**2) ** 1.5
     np.testing.assert_allclose(a[0], [G * 3.0 * 2.0 / s3, 0, 0], rtol=1e-14)  # toward body 2
     np.testing.assert_allclose(a[1], [-G * 2.0 * 2.0 / s3, 0, 0], rtol=1e-14)  # toward body 1
     if eps == 0.0:
@@ -84,10 +84,10 @@ def test_repulsion_sign_and_balance_radius():
     np.testing.assert_allclose(a_eq, 0.0, atol=1e-14)
     # the exact value inside: G m / r² - H m / r⁴
     r = 0.8 * r0
-    assert a_in[0, 0] == pytest.approx(G / r ** 2 - H / r ** 4, rel=1e-14)
+    assert a_in[0, 0] == pytest.approx(G / r**2 - H / r**4, rel=1e-14)
     # the pure-gravity model ignores H
     a_grav = accelerations(two_bodies(r=r).pos, [1.0, 1.0], phys.with_(model="gravity"))
-    assert a_grav[0, 0] == pytest.approx(G / r ** 2, rel=1e-14)
+    assert a_grav[0, 0] == pytest.approx(G / r**2, rel=1e-14)
 
 
 def test_euler_damped_reduces_kinetic_energy():
@@ -95,7 +95,7 @@ def test_euler_damped_reduces_kinetic_energy():
     lone = Bodies.from_arrays([[0.0, 0.0, 0.0]], [[1.0, -2.0, 0.5]], [2.0])
     k0 = kinetic_energy(lone.vel, lone.mass)
     integrate(lone, phys, 3)
-    assert kinetic_energy(lone.vel, lone.mass) == pytest.approx(k0 * 0.9 ** 6, rel=1e-14)
+    assert kinetic_energy(lone.vel, lone.mass) == pytest.approx(k0 * 0.9**6, rel=1e-14)
     b = two_bodies(r=10.0, v1=(0.0, 1.0, 0.0), v2=(0.0, -1.0, 0.0))
     k0 = kinetic_energy(b.vel, b.mass)
     integrate(b, phys, 10)
@@ -109,12 +109,12 @@ def test_euler_damped_reduces_kinetic_energy():
 def test_two_body_potential_energy(eps):
     b = two_bodies(m1=2.0, m2=3.0, r=2.0)
     G = 1.5
-    s = math.sqrt(4.0 + eps ** 2)
+    s = math.sqrt(4.0 + eps**2)
     pot = potential_energy(b.pos, b.mass, Physics(G=G, softening=eps))
     assert pot == pytest.approx(-G * 6.0 / s, rel=1e-15)
     H = 0.7
     phys = Physics(G=G, softening=eps, model="gravity-repulsion", repulsion=H)
-    expected = -G * 6.0 / s + H * 6.0 / (3.0 * s ** 3)
+    expected = -G * 6.0 / s + H * 6.0 / (3.0 * s**3)
     assert potential_energy(b.pos, b.mass, phys) == pytest.approx(expected, rel=1e-15)
 
 

@@ -57,8 +57,21 @@ def test_compile_notice_only_when_numba_compiles(monkeypatch, caplog, misses, sa
 @pytest.mark.slow
 def test_compile_notice_with_a_fresh_cache_and_not_after(tmp_path):
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache")}
-    cmd = [sys.executable, "-m", "app", "simulate", "--n", "16", "--steps", "1", "--backend", "cpu",
-           "--out", str(tmp_path / "o.npz"), "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "app",
+        "simulate",
+        "--n",
+        "16",
+        "--steps",
+        "1",
+        "--backend",
+        "cpu",
+        "--out",
+        str(tmp_path / "o.npz"),
+        "--no-progress",
+    ]
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
     assert first.returncode == second.returncode == 0, first.stderr + second.stderr
@@ -72,8 +85,19 @@ def test_a_velocity_beyond_float32_is_one_line(tmp_path, capsys):
     formats.write(tmp_path / "fast.npz", b)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        rc = main(["simulate", str(tmp_path / "fast.npz"), "--steps", "2", "--backend", "cpu", "--out",
-                   str(tmp_path / "o.npz"), "--no-progress"])
+        rc = main(
+            [
+                "simulate",
+                str(tmp_path / "fast.npz"),
+                "--steps",
+                "2",
+                "--backend",
+                "cpu",
+                "--out",
+                str(tmp_path / "o.npz"),
+                "--no-progress",
+            ]
+        )
     one_line_error(capsys, rc, 2, "body 3", "velocity", "1e+300", "float32", "cpu-fp64")
     assert not (tmp_path / "o.npz").exists()
 
@@ -83,8 +107,23 @@ def test_coincident_bodies_at_softening_0_warn_in_one_line(tmp_path, caplog):
     path.write_text("1 0 0 0 0 0 0\n1 0 0 0 0 0 0\n1 1 0 0 0 0 0\n")
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a numpy RuntimeWarning fails the test
-        rc = main(["simulate", str(path), "--softening", "0", "--steps", "2", "--backend", "cpu", "--out",
-                   str(tmp_path / "o.npz"), "--log", str(tmp_path / "l.csv"), "--no-progress"])
+        rc = main(
+            [
+                "simulate",
+                str(path),
+                "--softening",
+                "0",
+                "--steps",
+                "2",
+                "--backend",
+                "cpu",
+                "--out",
+                str(tmp_path / "o.npz"),
+                "--log",
+                str(tmp_path / "l.csv"),
+                "--no-progress",
+            ]
+        )
     assert rc == 0
     said = [r.getMessage() for r in caplog.records if "not finite" in r.getMessage()]
     assert len(said) == 1 and "--softening" in said[0]
@@ -102,9 +141,15 @@ def test_negative_numbers_are_option_values(capsys, value):
     one_line_error(capsys, rc, 2, "physics.dt", "> 0")
 
 
-@pytest.mark.parametrize("quiet, no_progress, tty, shown", [
-    (False, False, True, True), (True, False, True, False), (False, True, True, False),
-    (False, False, False, False)])
+@pytest.mark.parametrize(
+    "quiet, no_progress, tty, shown",
+    [
+        (False, False, True, True),
+        (True, False, True, False),
+        (False, True, True, False),
+        (False, False, False, False),
+    ],
+)
 def test_progress_bar_only_on_a_terminal_and_not_with_q(monkeypatch, quiet, no_progress, tty, shown):
     import argparse
     import io

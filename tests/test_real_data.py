@@ -17,8 +17,14 @@ def _gzip(src, dst):
     return dst
 
 
-@pytest.mark.parametrize("name, gz_name", [("nemo_figure8.mpv", "f8.mpv.gz"), ("nbabel_input1k", "in.gz"),
-                                           ("bonsai_model3_child_compact.tipsy", "b.tipsy.gz")])
+@pytest.mark.parametrize(
+    "name, gz_name",
+    [
+        ("nemo_figure8.mpv", "f8.mpv.gz"),
+        ("nbabel_input1k", "in.gz"),
+        ("bonsai_model3_child_compact.tipsy", "b.tipsy.gz"),
+    ],
+)
 def test_gzip_is_read_whatever_the_format(tmp_path, name, gz_name):
     src = shared_file(name)
     got, want = formats.read(_gzip(src, tmp_path / gz_name)), formats.read(src)
@@ -67,8 +73,7 @@ def test_scene_file_is_resolved_against_the_toml_folder(tmp_path, monkeypatch):
 def test_missing_scene_file_error_shows_the_full_path(tmp_path, capsys):
     toml = tmp_path / "s.toml"
     toml.write_text('[initial]\nfile = "nothere.mpv"\n')
-    rc = main(["simulate", str(toml), "--steps", "1", "--out",
-               str(tmp_path / "o.npz"), "--backend", "cpu"])
+    rc = main(["simulate", str(toml), "--steps", "1", "--out", str(tmp_path / "o.npz"), "--backend", "cpu"])
     one_line_error(capsys, rc, 2, str(tmp_path / "nothere.mpv"))
 
 
@@ -90,8 +95,24 @@ def test_subsample_is_seeded_and_keeps_the_total_mass():
 def test_subsample_cli(tmp_path):
     path = shared_file("nbabel_input1k")
     out = tmp_path / "o.npz"
-    assert main(["simulate", str(path), "--subsample", "64", "--steps", "1", "--out", str(out),
-                 "--backend", "cpu", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                str(path),
+                "--subsample",
+                "64",
+                "--steps",
+                "1",
+                "--out",
+                str(out),
+                "--backend",
+                "cpu",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     got = formats.read(out)
     assert got.n == 64 and got.mass.sum() == pytest.approx(formats.read(path).mass.sum())
 

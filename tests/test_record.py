@@ -47,8 +47,13 @@ def decode(path) -> tuple[list[np.ndarray], dict]:
     with av.open(str(path)) as c:
         s = c.streams.video[0]
         cc = s.codec_context
-        info = {"size": (s.width, s.height), "codec": cc.name, "pix_fmt": cc.pix_fmt,
-                "duration": c.duration / 1e6, "rate": s.average_rate}
+        info = {
+            "size": (s.width, s.height),
+            "codec": cc.name,
+            "pix_fmt": cc.pix_fmt,
+            "duration": c.duration / 1e6,
+            "rate": s.average_rate,
+        }
         frames = [f.to_ndarray(format="rgb24") for f in c.decode(video=0)]
     return frames, info
 
@@ -72,8 +77,20 @@ def two_clips(tmp_path_factory, gl_env):
     d = tmp_path_factory.mktemp("clips")
     outs = []
     for name in ("a.mp4", "b.mp4"):
-        rc = main(["record", *SMALL, "--seconds", "2", "--camera", "orbit", "--orbit-speed", "45",
-                   "--out", str(d / name)])
+        rc = main(
+            [
+                "record",
+                *SMALL,
+                "--seconds",
+                "2",
+                "--camera",
+                "orbit",
+                "--orbit-speed",
+                "45",
+                "--out",
+                str(d / name),
+            ]
+        )
         assert rc == 0
         outs.append(d / name)
     return outs
@@ -144,8 +161,9 @@ def test_frames_dir_and_still_follow_a_keyframed_camera(gl_env, tmp_path, capsys
     flight = tmp_path / "flight.toml"
     flight.write_text(FLIGHT)
     frames_dir = tmp_path / "frames" / "seq"  # created, parents too
-    rc, _, _ = run_cli(capsys, *SMALL, "--frames", "7", "--camera", str(flight), "--hud",
-                       "--frames-dir", str(frames_dir))
+    rc, _, _ = run_cli(
+        capsys, *SMALL, "--frames", "7", "--camera", str(flight), "--hud", "--frames-dir", str(frames_dir)
+    )
     assert rc == 0
     names = sorted(p.name for p in frames_dir.iterdir())
     assert names == [f"frame_{i:06d}.png" for i in range(7)]
@@ -155,14 +173,16 @@ def test_frames_dir_and_still_follow_a_keyframed_camera(gl_env, tmp_path, capsys
     assert np.abs(imgs[0].astype(int) - imgs[6]).mean() > 1  # the camera flew
 
     # --still T is frame round(T * fps) of that same sequence: same steps, camera and HUD, pixel for pixel
-    rc, out, _ = run_cli(capsys, *SMALL, "--still", "0.1", "--camera", str(flight), "--hud",
-                         "--out", str(tmp_path / "still"))
+    rc, out, _ = run_cli(
+        capsys, *SMALL, "--still", "0.1", "--camera", str(flight), "--hud", "--out", str(tmp_path / "still")
+    )
     assert rc == 0 and "frame 3" in out
     still = np.asarray(Image.open(tmp_path / "still.png"))
     assert np.array_equal(still, imgs[3])
     # without the HUD only the top band changes (two lines of 10 px text in a 160x96 frame)
-    rc, _, _ = run_cli(capsys, *SMALL, "--still", "0.1", "--camera", str(flight), "--out",
-                       str(tmp_path / "plain.png"))
+    rc, _, _ = run_cli(
+        capsys, *SMALL, "--still", "0.1", "--camera", str(flight), "--out", str(tmp_path / "plain.png")
+    )
     plain = np.asarray(Image.open(tmp_path / "plain.png"))
     diff = np.abs(plain.astype(int) - still).sum(axis=2)
     assert diff[:20, :80].sum() > 0 and diff[40:, :].sum() == 0
@@ -177,12 +197,35 @@ def test_block_steps_record_frames_inside_each_max_step(gl_env, tmp_path, capsys
     as it is)."""
     from PIL import Image
 
-    block = ["collision", "--backend", "cpu", "--n", "2048", "--size", "160x96", "--fps", "30",
-             "--no-progress", "--timesteps", "block", "--dt", "0.125", "--block-levels", "4",
-             "--block-eta", "0.01", "--steps-per-frame", "1", "--hud", "--camera", "static"]
+    block = [
+        "collision",
+        "--backend",
+        "cpu",
+        "--n",
+        "2048",
+        "--size",
+        "160x96",
+        "--fps",
+        "30",
+        "--no-progress",
+        "--timesteps",
+        "block",
+        "--dt",
+        "0.125",
+        "--block-levels",
+        "4",
+        "--block-eta",
+        "0.01",
+        "--steps-per-frame",
+        "1",
+        "--hud",
+        "--camera",
+        "static",
+    ]
     quarters, wholes = tmp_path / "quarters", tmp_path / "wholes"
-    rc, _, _ = run_cli(capsys, *block, "--frames", "6", "--frames-per-step", "4", "--frames-dir",
-                       str(quarters))
+    rc, _, _ = run_cli(
+        capsys, *block, "--frames", "6", "--frames-per-step", "4", "--frames-dir", str(quarters)
+    )
     assert rc == 0
     rc, _, _ = run_cli(capsys, *block, "--frames", "2", "--frames-dir", str(wholes))
     assert rc == 0
@@ -348,11 +391,13 @@ def test_unwritable_targets_fail_with_one_line_and_exit_1(gl_env, tmp_path, caps
 
 
 def test_bad_recording_flags_are_one_line_exit_2(capsys, tmp_path):
-    for argv, words in ((["--quality", "60"], ["--quality", "51"]),
-                        (["--camera", str(tmp_path / "nope.toml")], ["nope.toml", "does not exist"]),
-                        (["--camera", "keys"], ["camera.keys"]),
-                        (["--orbit-elevation", "95"], ["camera.orbit_elevation", "89"]),
-                        (["--still", "1", "--frames", "3"], ["--still"])):
+    for argv, words in (
+        (["--quality", "60"], ["--quality", "51"]),
+        (["--camera", str(tmp_path / "nope.toml")], ["nope.toml", "does not exist"]),
+        (["--camera", "keys"], ["camera.keys"]),
+        (["--orbit-elevation", "95"], ["camera.orbit_elevation", "89"]),
+        (["--still", "1", "--frames", "3"], ["--still"]),
+    ):
         rc, _, err = run_cli(capsys, *SMALL, *argv, "--out", str(tmp_path / "x.mp4"))
         assert rc == 2, argv
         line = one_error_line(err)
@@ -370,14 +415,22 @@ def test_sigterm_finalises_a_playable_file_with_the_frames_so_far(gl_env, tmp_pa
     out = tmp_path / "long.mp4"
     env = dict(os.environ, NBODY_HEADLESS="1", PYTHONUNBUFFERED="1")
     args = [*SMALL, "--quality", "0", "--camera", "orbit"]  # lossless: frames compare exactly
-    p = subprocess.Popen(_cli(*args, "--frames", "100000", "--out", str(out)), cwd=ROOT, env=env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        _cli(*args, "--frames", "100000", "--out", str(out)),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         first = p.stdout.readline()
         assert first.startswith("recording "), first + p.stderr.read()
         # x264 emits its first packet after its lookahead (tens of frames): wait for bytes in the partial file
-        wait_for(lambda: any(f.stat().st_size for f in tmp_path.glob(".long.mp4.*.part")),
-                 "the first encoded bytes in the partial file")
+        wait_for(
+            lambda: any(f.stat().st_size for f in tmp_path.glob(".long.mp4.*.part")),
+            "the first encoded bytes in the partial file",
+        )
         p.send_signal(signal.SIGTERM)
         rest, err = p.communicate(timeout=60)
     finally:
@@ -424,8 +477,13 @@ cd {ROOT}
 {rec} --frames 40 --camera orbit --out {full}/clip.mp4 2>{tmp_path}/full.err; echo "full_rc=$?"
 echo "full_ls=$(ls -A {full} | tr '\\n' ' ')"
 """
-    r = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, NBODY_HEADLESS="1"))
+    r = subprocess.run(
+        ["unshare", "-rm", "sh", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, NBODY_HEADLESS="1"),
+    )
     if r.returncode in (90, 91):
         pytest.skip(f"mounts not permitted in a user namespace here: {r.stderr.strip()}")
     out = dict(ln.split("=", 1) for ln in r.stdout.splitlines() if "=" in ln)
@@ -461,10 +519,12 @@ def test_interrupt_guard_first_signal_stops_second_abandons():
 # camera paths (pure numpy)
 
 
-KEYS = [{"t": 0.0, "position": [0.0, -10.0, 2.0], "target": [0, 0, 0], "fov": 40.0},
-        {"t": 1.0, "position": [10.0, 0.0, 4.0], "fov": 60.0},
-        {"t": 3.0, "position": [0.0, 10.0, 1.0], "target": [1.0, 1.0, 0.0]},
-        {"t": 3.5, "position": [-5.0, 5.0, 5.0], "fov": 20.0}]
+KEYS = [
+    {"t": 0.0, "position": [0.0, -10.0, 2.0], "target": [0, 0, 0], "fov": 40.0},
+    {"t": 1.0, "position": [10.0, 0.0, 4.0], "fov": 60.0},
+    {"t": 3.0, "position": [0.0, 10.0, 1.0], "target": [1.0, 1.0, 0.0]},
+    {"t": 3.5, "position": [-5.0, 5.0, 5.0], "fov": 20.0},
+]
 
 
 def base_camera():
@@ -494,8 +554,11 @@ def test_keyframed_path_passes_through_its_keys_smoothly():
         assert np.linalg.norm(v_left) > 1
     assert np.linalg.norm(path.pose(h).eye - path.pose(0).eye) / h < 1e-3
     # Catmull-Rom tangent at key 1: (p2 - p0) / (t2 - t0)
-    np.testing.assert_allclose((path.pose(1 + h).eye - path.pose(1 - h).eye) / (2 * h),
-                               (np.array(KEYS[2]["position"]) - KEYS[0]["position"]) / 3.0, atol=1e-4)
+    np.testing.assert_allclose(
+        (path.pose(1 + h).eye - path.pose(1 - h).eye) / (2 * h),
+        (np.array(KEYS[2]["position"]) - KEYS[0]["position"]) / 3.0,
+        atol=1e-4,
+    )
     # fov: smoothstep, half way at the middle of a segment, flat at the keys
     assert path.pose(0.5).fov == pytest.approx(50.0)
     assert path.pose(0.25).fov == pytest.approx(40 + 20 * (3 * 0.25**2 - 2 * 0.25**3))
@@ -516,18 +579,24 @@ def test_orbit_and_static_paths_depend_on_video_time_only():
     assert (cam.azimuth, cam.elevation, cam.fov) == (30.0, 20.0, 45.0)
 
 
-@pytest.mark.parametrize("keys,words", [
-    ([{"t": 0, "position": [0, 0, 1]}, {"t": 0, "position": [0, 1, 1]}], ["camera.keys[1].t", "increase"]),
-    ([{"t": 0}], ["camera.keys[0].position", "must be set"]),
-    ([{"position": [1, 2, 3]}], ["camera.keys[0].t"]),
-    ([{"t": 0, "position": [1, 2]}], ["camera.keys[0].position", "three numbers"]),
-    ([{"t": 0, "position": [1, 2, 3], "fov": 200}], ["camera.keys[0].fov", "<= 170"]),
-    ([{"t": -1, "position": [1, 2, 3]}], ["camera.keys[0].t", ">= 0"]),
-    ([{"t": 0, "position": [1, 2, 3], "zoom": 2}], ["camera.keys[0]", "'zoom'", "fov"]),
-    ([{"t": 0, "position": [1, 2, 3], "target": [1, 2, 3]}], ["camera.keys[0]", "same point"]),
-    ([], ["camera.keys", "one or more"]),
-    ("0,0,0", ["camera.keys", "[[camera.keys]]"]),
-])
+@pytest.mark.parametrize(
+    "keys,words",
+    [
+        (
+            [{"t": 0, "position": [0, 0, 1]}, {"t": 0, "position": [0, 1, 1]}],
+            ["camera.keys[1].t", "increase"],
+        ),
+        ([{"t": 0}], ["camera.keys[0].position", "must be set"]),
+        ([{"position": [1, 2, 3]}], ["camera.keys[0].t"]),
+        ([{"t": 0, "position": [1, 2]}], ["camera.keys[0].position", "three numbers"]),
+        ([{"t": 0, "position": [1, 2, 3], "fov": 200}], ["camera.keys[0].fov", "<= 170"]),
+        ([{"t": -1, "position": [1, 2, 3]}], ["camera.keys[0].t", ">= 0"]),
+        ([{"t": 0, "position": [1, 2, 3], "zoom": 2}], ["camera.keys[0]", "'zoom'", "fov"]),
+        ([{"t": 0, "position": [1, 2, 3], "target": [1, 2, 3]}], ["camera.keys[0]", "same point"]),
+        ([], ["camera.keys", "one or more"]),
+        ("0,0,0", ["camera.keys", "[[camera.keys]]"]),
+    ],
+)
 def test_keyframes_are_validated_with_the_key_named(keys, words):
     with pytest.raises(ConfigError) as err:
         config.parse_keys(keys)
@@ -539,9 +608,11 @@ def test_camera_keys_in_the_scene_toml_and_in_a_file(tmp_path):
     from app.scene import load_scene
 
     scene_file = tmp_path / "s.toml"
-    scene_file.write_text('[initial]\ngenerator = "plummer"\nn = 64\n[camera]\npath = "keys"\n'
-                          "orbit_speed = 30\n[[camera.keys]]\nt = 0.0\nposition = [0, -5, 1]\n"
-                          "[[camera.keys]]\nt = 2.0\nposition = [5, 0, 1]\nfov = 30\n")
+    scene_file.write_text(
+        '[initial]\ngenerator = "plummer"\nn = 64\n[camera]\npath = "keys"\n'
+        "orbit_speed = 30\n[[camera.keys]]\nt = 0.0\nposition = [0, -5, 1]\n"
+        "[[camera.keys]]\nt = 2.0\nposition = [5, 0, 1]\nfov = 30\n"
+    )
     scene = load_scene(str(scene_file))
     assert scene.camera.path == "keys" and scene.camera.orbit_speed == 30.0
     assert [k.t for k in scene.camera.keys] == [0.0, 2.0] and scene.camera.keys[1].fov == 30.0
@@ -572,8 +643,28 @@ def test_record_help_teaches_every_flag(capsys):
         main(["record", "--help"])
     assert e.value.code == 0
     text = capsys.readouterr().out
-    for flag in ("--out", "--size", "--fps", "--seconds", "--frames", "--steps-per-frame", "--camera",
-                 "--orbit-speed", "--orbit-elevation", "--hud", "--no-hud", "--backend", "--kernel",
-                 "--quality", "--preset", "--frames-dir", "--still", "--pbo-ring", "--window", "examples:",
-                 "[[keys]]", "130 / 143"):
+    for flag in (
+        "--out",
+        "--size",
+        "--fps",
+        "--seconds",
+        "--frames",
+        "--steps-per-frame",
+        "--camera",
+        "--orbit-speed",
+        "--orbit-elevation",
+        "--hud",
+        "--no-hud",
+        "--backend",
+        "--kernel",
+        "--quality",
+        "--preset",
+        "--frames-dir",
+        "--still",
+        "--pbo-ring",
+        "--window",
+        "examples:",
+        "[[keys]]",
+        "130 / 143",
+    ):
         assert flag in text, flag

@@ -17,8 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import tree_refit_growth  # noqa: E402
 
 
-def cycles_of(cadence: RefitCadence, curve: list[float], cycles: int = 3, base: int = 1000,
-              bodies: int = 0) -> list[int]:
+def cycles_of(
+    cadence: RefitCadence, curve: list[float], cycles: int = 3, base: int = 1000, bodies: int = 0
+) -> list[int]:
     """Evaluations from each build to the next over `cycles` cycles, every cycle's walks following `curve`
     (g_k = curve[k]; a walk of `base` interactions after each build of `bodies` bodies)."""
     lengths = []
@@ -44,8 +45,14 @@ def test_a_fixed_cadence_builds_every_r_evaluations_whatever_the_counts():
         RefitCadence(4, "sometimes")
 
 
-@pytest.mark.parametrize("curve", [[0.0, 0.1, 0.3, 0.6, 1.0, 1.5, 2.1], [0.0, 0.119, 0.377, 0.754, 1.245],
-                                   [0.0, 0.003, 0.009, 0.016, 0.025, 0.035, 0.049, 0.065, 0.086, 0.109]])
+@pytest.mark.parametrize(
+    "curve",
+    [
+        [0.0, 0.1, 0.3, 0.6, 1.0, 1.5, 2.1],
+        [0.0, 0.119, 0.377, 0.754, 1.245],
+        [0.0, 0.003, 0.009, 0.016, 0.025, 0.035, 0.049, 0.065, 0.086, 0.109],
+    ],
+)
 @pytest.mark.parametrize("b", [0.05, 0.15, 0.5])
 def test_the_adaptive_cadence_is_the_analysed_rule_capped_by_rebuild_every(curve, b):
     """In steady state (every cycle on the same curve) the cadence is the rule bench/tree_refit_growth.py
@@ -138,8 +145,12 @@ def test_part_of_a_larger_run_sums_the_counts_over_its_participants_or_refuses()
     told = []
     evaluator = SimpleNamespace(observe_evaluation=told.append)
     driver = SimpleNamespace(finish=lambda: None)
-    ops = SimpleNamespace(layout=([], 1), devices=[SimpleNamespace(evaluator=evaluator)], driver=driver,
-                          rank_sum=lambda count: count + 1000)  # another rank walked 1,000 interactions
+    ops = SimpleNamespace(
+        layout=([], 1),
+        devices=[SimpleNamespace(evaluator=evaluator)],
+        driver=driver,
+        rank_sum=lambda count: count + 1000,
+    )  # another rank walked 1,000 interactions
     Domains._tell_total(ops, [234])
     assert told == [1234]
     ops.rank_sum = None

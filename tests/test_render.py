@@ -97,8 +97,9 @@ def test_camera_projects_target_to_centre_and_axes_the_right_way():
 
 def test_camera_eye_follows_azimuth_and_elevation():
     cam = OrbitCamera(azimuth=90.0, elevation=30.0, distance=2.0, target=np.array([1.0, 0, 0]))
-    np.testing.assert_allclose(cam.eye, [1.0, 2 * math.cos(math.radians(30)), 2 * math.sin(math.radians(30))],
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        cam.eye, [1.0, 2 * math.cos(math.radians(30)), 2 * math.sin(math.radians(30))], atol=1e-12
+    )
     v = cam.view_matrix()
     np.testing.assert_allclose(v @ np.r_[cam.eye, 1.0], [0, 0, 0, 1], atol=1e-12)  # eye at the view origin
     assert (v @ np.r_[cam.target, 1.0])[2] == pytest.approx(-2.0)  # target straight ahead
@@ -257,7 +258,7 @@ def test_plummer_cloud_is_brighter_at_the_centre_than_the_corners(make_viewer, t
 
     Image.fromarray(img).save(tmp_path / "plummer.png")
     lum = img.astype(float).mean(axis=2)
-    c = lum[H // 2 - 20:H // 2 + 20, W // 2 - 20:W // 2 + 20].mean()
+    c = lum[H // 2 - 20 : H // 2 + 20, W // 2 - 20 : W // 2 + 20].mean()
     corners = [lum[:30, :30], lum[:30, -30:], lum[-30:, :30], lum[-30:, -30:]]
     assert c > 60.0
     assert all(c > 5.0 * max(k.mean(), 1.0) for k in corners)
@@ -306,8 +307,8 @@ def test_draw_limit_draws_every_kth_body_with_k_times_the_light(make_viewer):
     assert half.renderer.draw_stride() == 2 and full.renderer.draw_stride() == 1
     for i, x in enumerate(xs):
         col, row = (int(c) for c in full.camera.project(np.array([x, 0.0, 0.0]), (W, H)))
-        one = float(img_full[row - 1:row + 2, col - 1:col + 2].max())
-        seen = float(img_half[row - 1:row + 2, col - 1:col + 2].max())
+        one = float(img_full[row - 1 : row + 2, col - 1 : col + 2].max())
+        seen = float(img_half[row - 1 : row + 2, col - 1 : col + 2].max())
         assert one > 40, (i, one)
         if i % 2:
             assert seen == 0, (i, seen)  # left out
@@ -395,8 +396,9 @@ def test_glsl_compile_error_names_the_file(make_viewer, tmp_path):
 
     v = make_viewer([[0.0, 0.0, 0.0, 1.0]])
     v.set_current()
-    (tmp_path / "broken.vert").write_text("#version 120\nattribute vec4 a_pos;\nvoid main() {\n"
-                                          "    gl_Position = a_pos\n}\n")
+    (tmp_path / "broken.vert").write_text(
+        "#version 120\nattribute vec4 a_pos;\nvoid main() {\n    gl_Position = a_pos\n}\n"
+    )
     (tmp_path / "ok.frag").write_text((SHADERS / "particles.frag").read_text())
     with pytest.raises(ShaderError) as err:
         build_program("broken.vert", "ok.frag", directory=tmp_path, canvas=v)

@@ -23,8 +23,16 @@ from app.model.bodies import Bodies
 from app.model.components import Components, same
 from app.model.series import open_series
 
-SIDE = ["--set", "camera.distance=8", "--set", "camera.target=0,0,0", "--set", "camera.azimuth=-90",
-        "--set", "camera.elevation=0"]  # looking along +y: +x is to the right of the picture
+SIDE = [
+    "--set",
+    "camera.distance=8",
+    "--set",
+    "camera.target=0,0,0",
+    "--set",
+    "camera.azimuth=-90",
+    "--set",
+    "camera.elevation=0",
+]  # looking along +y: +x is to the right of the picture
 
 
 def two_cluster_series(directory: Path, n: int = 300, snapshots: int = 3) -> Components:
@@ -38,9 +46,10 @@ def two_cluster_series(directory: Path, n: int = 300, snapshots: int = 3) -> Com
     directory.mkdir()
     for k in range(snapshots):
         moved = pos + [0.0, 0.02 * k, 0.0]
-        formats.write(directory / f"s_{k}.npz", Bodies.from_arrays(moved, np.zeros_like(pos),
-                                                                   np.full(2 * n, 1.0 / n), 0.5 * k,
-                                                                   components=comp))
+        formats.write(
+            directory / f"s_{k}.npz",
+            Bodies.from_arrays(moved, np.zeros_like(pos), np.full(2 * n, 1.0 / n), 0.5 * k, components=comp),
+        )
     return comp
 
 
@@ -55,8 +64,26 @@ def test_a_series_keeps_its_components_for_the_replay(tmp_path):
     assert same(replay.state().components, comp)  # (a snapshot of a replay keeps them too)
     # written by simulate: every snapshot of the series has the scene's components
     out = tmp_path / "collision"
-    assert main(["simulate", "collision", "--n", "200", "--steps", "4", "--snapshot-every", "2",
-                 "--backend", "cpu", "--no-progress", "--out-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "collision",
+                "--n",
+                "200",
+                "--steps",
+                "4",
+                "--snapshot-every",
+                "2",
+                "--backend",
+                "cpu",
+                "--no-progress",
+                "--out-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     names = ("galaxy1-bulge", "galaxy1-disk", "galaxy2-bulge", "galaxy2-disk")
     assert ReplayBackend(open_series(str(out))).components.names == names
 
@@ -93,8 +120,13 @@ def test_replay_panel_checkbox_hides_a_component_and_the_slider_dims_it(replay_u
     ui = replay_ui
     assert not ui.viewer.backend.playing
     assert [k for k in ui.panel.item_rects if k.startswith("component:")] == [
-        "component:left:color", "component:left:visible", "component:left:brightness",
-        "component:right:color", "component:right:visible", "component:right:brightness"]
+        "component:left:color",
+        "component:left:visible",
+        "component:left:brightness",
+        "component:right:color",
+        "component:right:visible",
+        "component:right:brightness",
+    ]
     t0 = ui.viewer.backend.t
     before = _particles(ui)
     ui.click("component:right:visible")
@@ -170,8 +202,10 @@ def test_xdotool_click_on_a_component_checkbox_hides_it_in_a_real_window(gl_env,
         xdotool("mousemove", "--window", demo.window, str(int(x0 + 8)), str(int((y0 + y1) / 2)))
         time.sleep(0.3)  # (input pacing: ImGui sees the hover on a frame before the click)
         xdotool("click", "1")
-        demo.wait_until(lambda: "render.components.right.visible = False" in demo.output(),
-                        "the click to reach the checkbox (its line in the log)")
+        demo.wait_until(
+            lambda: "render.components.right.visible = False" in demo.output(),
+            "the click to reach the checkbox (its line in the log)",
+        )
         xdotool("mousemove", "--window", demo.window, str(RW - 50), str(RH // 2))  # (no tooltip)
         after = demo.still_image()[:, free:]
         xdotool("key", "Escape")

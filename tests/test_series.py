@@ -32,8 +32,24 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def series(tmp_path, steps=40, every=10, name="series", *extra) -> Path:
     out = tmp_path / name
-    assert main(["simulate", *FP64, "--dt", "0.01", "--steps", str(steps), "--snapshot-every", str(every),
-                 "--out-dir", str(out), *extra]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                *FP64,
+                "--dt",
+                "0.01",
+                "--steps",
+                str(steps),
+                "--snapshot-every",
+                str(every),
+                "--out-dir",
+                str(out),
+                *extra,
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -55,8 +71,11 @@ def test_simulate_writes_a_numbered_float64_series_with_a_manifest(tmp_path, cap
     m = manifest(d)
     assert m["complete"] and m["n"] == 96 and m["dt"] == 0.01
     assert [(e["file"], e["step"]) for e in m["snapshots"]] == [
-        ("snap_00000000.npz", 0), ("snap_00000010.npz", 10), ("snap_00000020.npz", 20),
-        ("snap_00000025.npz", 25)]  # every 10 steps, and the last step
+        ("snap_00000000.npz", 0),
+        ("snap_00000010.npz", 10),
+        ("snap_00000020.npz", 20),
+        ("snap_00000025.npz", 25),
+    ]  # every 10 steps, and the last step
     assert sorted(p.name for p in d.iterdir()) == ["last.npz", MANIFEST, *(e["file"] for e in m["snapshots"])]
     assert same(formats.read(d / "snap_00000025.npz"), formats.read(d / "last.npz"))
     # snapshot 10 is the state a 10-step run ends in, bitwise, in the original body order
@@ -69,8 +88,28 @@ def test_simulate_writes_a_numbered_float64_series_with_a_manifest(tmp_path, cap
 def test_a_stopped_and_resumed_series_is_the_uninterrupted_one(tmp_path):
     whole = series(tmp_path, 50, 10, "whole")
     part = series(tmp_path, 23, 10, "part")
-    assert main(["simulate", "plummer", "--kernel", "cpu-fp64", *CPU, "--dt", "0.01", "--steps", "27",
-                 "--snapshot-every", "10", "--out-dir", str(part), "--resume", str(part / "last.npz")]) == 0
+    assert (
+        main(
+            [
+                "simulate",
+                "plummer",
+                "--kernel",
+                "cpu-fp64",
+                *CPU,
+                "--dt",
+                "0.01",
+                "--steps",
+                "27",
+                "--snapshot-every",
+                "10",
+                "--out-dir",
+                str(part),
+                "--resume",
+                str(part / "last.npz"),
+            ]
+        )
+        == 0
+    )
     steps = [e["step"] for e in manifest(part)["snapshots"]]
     assert steps == [0, 10, 20, 23, 30, 40, 50] and manifest(part)["complete"]  # 23: where part one ended
     for e in manifest(whole)["snapshots"]:
@@ -81,6 +120,7 @@ def test_a_stopped_and_resumed_series_is_the_uninterrupted_one(tmp_path):
 def no_work(monkeypatch):
     def refuse(*_a, **_k):
         raise AssertionError("a backend was made before the outputs were checked")
+
     monkeypatch.setattr(simulate, "make_backend", refuse)
 
 
@@ -105,10 +145,30 @@ def test_series_outputs_are_refused_before_any_work(tmp_path, capsys, no_work):
 
 def test_a_signal_leaves_complete_snapshots_marked_incomplete(tmp_path):
     d = tmp_path / "s"
-    proc = subprocess.Popen([sys.executable, "-m", "app", "-q", "simulate", "plummer", "--n", "256",
-                             "--steps", "10000000", "--snapshot-every", "2", "--out-dir", str(d), "--backend",
-                             "cpu"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app",
+            "-q",
+            "simulate",
+            "plummer",
+            "--n",
+            "256",
+            "--steps",
+            "10000000",
+            "--snapshot-every",
+            "2",
+            "--out-dir",
+            str(d),
+            "--backend",
+            "cpu",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and len(_listed(d)) < 3:
         time.sleep(0.05)
@@ -241,8 +301,12 @@ def test_a_series_written_by_simulate_replays_and_records_with_the_frames_asked(
     assert "drew 6 frames of the replay of series: 5 snapshots of N = 96" in capsys.readouterr().out
     for options, frames in ((["--frames", "9"], 9), (["--seconds", "0.5", "--fps", "20"], 10)):
         out = tmp_path / f"clip{frames}.mp4"
-        assert main(["record", str(d), "--size", "160x96", "--no-progress", "--hud", "--out", str(out),
-                     *options]) == 0
+        assert (
+            main(
+                ["record", str(d), "--size", "160x96", "--no-progress", "--hud", "--out", str(out), *options]
+            )
+            == 0
+        )
         got, info = decode(out)
         assert len(got) == frames and info["size"] == (160, 96)
         first = capsys.readouterr().out.splitlines()[0]
@@ -259,12 +323,15 @@ class ReplayUI(UI):
         from app.ui.replay import ReplayPanel
 
         self.scene = load_scene(None)
-        self.viewer = Viewer(self.scene, ReplayBackend(open_series(str(directory)), clock=clock), size=(W, H),
-                             headless=True)
+        self.viewer = Viewer(
+            self.scene, ReplayBackend(open_series(str(directory)), clock=clock), size=(W, H), headless=True
+        )
         self.uploads: list[np.ndarray] = []
         upload = self.viewer.renderer.upload
-        self.viewer.renderer.upload = lambda pos4, speeds: (self.uploads.append(np.array(pos4)),
-                                                            upload(pos4, speeds))
+        self.viewer.renderer.upload = lambda pos4, speeds: (
+            self.uploads.append(np.array(pos4)),
+            upload(pos4, speeds),
+        )
         self.panel = ReplayPanel(self.viewer)
         self.ctl = self.panel.controller
         self.panel.bridge.refresh_hz = 0.0
@@ -311,8 +378,21 @@ def test_ranks_write_the_series_one_process_writes(tmp_path):
 
     if MPIEXEC is None:
         pytest.skip("mpiexec not found: pip install 'nbody-live[mpi]'")
-    args = ("simulate", "plummer", "--n", 101, "--steps", 30, "--backend", "cpu", "--kernel", "cpu-fp64",
-            "--snapshot-every", 10, "--no-progress")
+    args = (
+        "simulate",
+        "plummer",
+        "--n",
+        101,
+        "--steps",
+        30,
+        "--backend",
+        "cpu",
+        "--kernel",
+        "cpu-fp64",
+        "--snapshot-every",
+        10,
+        "--no-progress",
+    )
     one = nbody(*args, "--out-dir", tmp_path / "one")
     many = nbody(*args, "--out-dir", tmp_path / "many", launcher=(MPIEXEC, "-n", "2"))
     assert one.returncode == 0 and many.returncode == 0, many.stderr

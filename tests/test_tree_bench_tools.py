@@ -14,18 +14,37 @@ import tree_table  # noqa: E402
 
 
 def row(theta, step, p99, status="ok"):
-    return {"kernel": "tree", "scene": "plummer", "n": 1024, "tunables": {"theta": theta}, "status": status,
-            "step_median_ms": step, "interactions": 1024 * 300,
-            "stages_median_ms": dict.fromkeys(tree_table.STAGES, 0.25),
-            "error": {"median": p99 / 4, "p99": p99, "max": p99 * 3}}
+    return {
+        "kernel": "tree",
+        "scene": "plummer",
+        "n": 1024,
+        "tunables": {"theta": theta},
+        "status": status,
+        "step_median_ms": step,
+        "interactions": 1024 * 300,
+        "stages_median_ms": dict.fromkeys(tree_table.STAGES, 0.25),
+        "error": {"median": p99 / 4, "p99": p99, "max": p99 * 3},
+    }
 
 
-RUN = {"results": [row(0.5, 9.0, 4e-4), row(0.7, 5.0, 2e-3),
-                   {"kernel": "best", "scene": "plummer", "n": 1024, "median_ms": 416.2, "status": "ok"},
-                   {"kernel": "best", "scene": "plummer", "n": 8192, "median_ms": None,
-                    "status": "skipped: too slow"}],
-       "fastest_within_budget": [{"kernel": "tree", "scene": "plummer", "n": 1024, "tunables": {"theta": 0.5},
-                                  "step_median_ms": 9.0, "p99": 4e-4}]}
+RUN = {
+    "results": [
+        row(0.5, 9.0, 4e-4),
+        row(0.7, 5.0, 2e-3),
+        {"kernel": "best", "scene": "plummer", "n": 1024, "median_ms": 416.2, "status": "ok"},
+        {"kernel": "best", "scene": "plummer", "n": 8192, "median_ms": None, "status": "skipped: too slow"},
+    ],
+    "fastest_within_budget": [
+        {
+            "kernel": "tree",
+            "scene": "plummer",
+            "n": 1024,
+            "tunables": {"theta": 0.5},
+            "step_median_ms": 9.0,
+            "p99": 4e-4,
+        }
+    ],
+}
 
 
 def test_the_fastest_setting_within_the_budget_is_bold_and_only_it():
@@ -64,8 +83,15 @@ def test_walk_variants_rewrite_the_walk_as_it_is_today():
 
 
 def refit_row(every, ms, devices=1, p99=5e-4):
-    r = {"kernel": "tree", "scene": "plummer", "n": 1 << 20, "status": "ok", "median_ms": ms,
-         "tunables_used": {"theta": 0.6, "rebuild_every": every}, "error": {"p99": p99}}
+    r = {
+        "kernel": "tree",
+        "scene": "plummer",
+        "n": 1 << 20,
+        "status": "ok",
+        "median_ms": ms,
+        "tunables_used": {"theta": 0.6, "rebuild_every": every},
+        "error": {"p99": p99},
+    }
     if devices > 1:
         r["devices_median_ms"] = {f"{k} GPU": ms for k in range(devices)}
         r["exchange_median_ms"] = 0.04
@@ -80,8 +106,13 @@ def test_the_refit_plot_draws_each_device_count_and_the_p99_and_refuses_what_it_
 
     from app.tools.bench_plot import COLORS
 
-    results = [refit_row(1, 7.6), refit_row(4, 7.0), refit_row(1, 4.6, 2), refit_row(4, 4.0, 2),
-               {"kernel": "best", "scene": "plummer", "n": 1 << 20, "status": "ok", "median_ms": 416.0}]
+    results = [
+        refit_row(1, 7.6),
+        refit_row(4, 7.0),
+        refit_row(1, 4.6, 2),
+        refit_row(4, 4.0, 2),
+        {"kernel": "best", "scene": "plummer", "n": 1 << 20, "status": "ok", "median_ms": 416.0},
+    ]
     rows = refit_plot.refit_rows(results)
     assert list(rows) == [("plummer", 0.6, 1 << 20)] and sorted(rows[("plummer", 0.6, 1 << 20)]) == [1, 2]
     path = tmp_path / "run.json"

@@ -59,8 +59,9 @@ def cpu_tree(pos, physics=SOFT, targets=None, sources=None, last=None, **tunable
     ev.set_tunables(**tunables)
     n = pos.shape[0]
     acc = np.full((n, 4), np.nan, np.float32) if last is None else np.array(last, np.float32)
-    work = ev.evaluate(np.ascontiguousarray(pos, np.float32), acc, targets or Span.all(n),
-                       sources or Span.all(n))
+    work = ev.evaluate(
+        np.ascontiguousarray(pos, np.float32), acc, targets or Span.all(n), sources or Span.all(n)
+    )
     return acc[:, :3].astype(np.float64), work, ev
 
 
@@ -70,12 +71,13 @@ def cloud(n, seed=0):
 
 def agree(gpu, cpu, tol=2e-4):
     rel = relative_errors(gpu, cpu)
-    rms = np.sqrt(np.mean(rel ** 2))
+    rms = np.sqrt(np.mean(rel**2))
     assert rel.max() <= tol and rms <= tol / 20, (rel.max(), rms)
 
 
-@pytest.mark.parametrize("physics", [SOFT, Physics(softening=0.0), REPULSION],
-                         ids=["soft", "eps0", "repulsion"])
+@pytest.mark.parametrize(
+    "physics", [SOFT, Physics(softening=0.0), REPULSION], ids=["soft", "eps0", "repulsion"]
+)
 @pytest.mark.parametrize("group,leaf,theta", [(64, 16, 0.5), (32, 8, 0.7), (64, 32, 0.3), (128, 16, 0.6)])
 def test_gpu_tree_matches_the_cpu_tree(device, physics, group, leaf, theta):
     pos = cloud(20_011, seed=3)
@@ -84,7 +86,7 @@ def test_gpu_tree_matches_the_cpu_tree(device, physics, group, leaf, theta):
     ref, cwork, cev = cpu_tree(pos, physics, **tun)
     assert ev.levels[-1] == cev.last_tree.ncell  # the same cells
     assert (work.interactions, work.body_cell) == (cwork.interactions, cwork.body_cell)
-    assert work.pair_equivalent == 20_011 ** 2
+    assert work.pair_equivalent == 20_011**2
     agree(got, ref)
 
 
@@ -115,19 +117,20 @@ def test_gpu_cells_and_lists_are_the_twins_bit_for_bit(device, physics, scene, o
     if opening == "rel":  # a fresh evaluator's first walk is the cube test's; the second reads `last`
         _, work = _evaluate_with(device, ev, pos, acc=last)
         cacc = np.array(last, np.float32)
-        cwork = cev.evaluate(np.ascontiguousarray(pos, np.float32), cacc, Span.all(pos.shape[0]),
-                             Span.all(pos.shape[0]))
+        cwork = cev.evaluate(
+            np.ascontiguousarray(pos, np.float32), cacc, Span.all(pos.shape[0]), Span.all(pos.shape[0])
+        )
     tree = cev.last_tree
     n = tree.ncell
     if opening == "rel":  # the relative test ran: other lists than the cube's and bmax's
         _, cube_work, _ = cpu_tree(pos, physics, **{**tun, "opening": "cube"})
         assert cwork.interactions not in (bwork.interactions, cube_work.interactions)
-        rel = ev._buffers["rel"][:2 * n].get().reshape(n, 2)
+        rel = ev._buffers["rel"][: 2 * n].get().reshape(n, 2)
         assert np.array_equal(rel.view(np.uint32), relative_rows(tree.mass, tree.bmax).view(np.uint32))
     assert ev.levels[-1] == n and (scene == "plummer" or tree.level.max() >= 15)
-    mac = ev._buffers["mac"][:4 * n].get().reshape(n, 4)
-    pack = ev._buffers["pack"][:12 * n].get().reshape(n, 12)
-    trace_factor = 1.0 if physics.h else float(np.float32(physics.softening ** 2))
+    mac = ev._buffers["mac"][: 4 * n].get().reshape(n, 4)
+    pack = ev._buffers["pack"][: 12 * n].get().reshape(n, 12)
+    trace_factor = 1.0 if physics.h else float(np.float32(physics.softening**2))
     want = pack_cells(tree.com, tree.mass, tree.quad, tree.trace, np.float32, trace_factor)
     rows = tree.mac(0.6, "cube" if opening == "rel" else opening)
     assert np.array_equal(mac.view(np.uint32), rows.view(np.uint32))
@@ -148,8 +151,10 @@ def test_stages_and_groups(device):
     t = cev.last_tree
     assert np.array_equal(groups["start"], group_starts(t.start, t.count, t.nchild, 64))
     assert groups["nactive"].sum() == 10_000 and (np.diff(groups["start"]) <= 64).all()
-    assert int((groups["nactive"].astype(np.int64) * (groups["nbody"] + groups["ncell"])).sum()) == \
-        work.interactions
+    assert (
+        int((groups["nactive"].astype(np.int64) * (groups["nbody"] + groups["ncell"])).sum())
+        == work.interactions
+    )
     stages = ev.stage_ms()
     assert list(stages) == ["keys", "sort", "build", "moments", "walk"]
     assert all(v > 0 for v in stages.values())
@@ -181,8 +186,8 @@ def test_target_spans_are_rows_of_the_full_evaluation(device):
     full, _, _ = gpu_tree(device, pos)
     for i0, ni in [(0, 1), (17, 1000), (4999, 1), (1234, 3000)]:
         part, work, _ = gpu_tree(device, pos, targets=Span(i0, ni))
-        assert np.isnan(np.delete(part, np.s_[i0:i0 + ni], axis=0)).all()
-        assert np.array_equal(part[i0:i0 + ni], full[i0:i0 + ni])
+        assert np.isnan(np.delete(part, np.s_[i0 : i0 + ni], axis=0)).all()
+        assert np.array_equal(part[i0 : i0 + ni], full[i0 : i0 + ni])
     # a span of sources holding the targets: the tree of those sources only, as on the CPU
     got, work, _ = gpu_tree(device, pos, targets=Span(1000, 500), sources=Span(900, 2000))
     ref, cwork, _ = cpu_tree(pos, targets=Span(1000, 500), sources=Span(900, 2000))
@@ -311,13 +316,24 @@ def test_bench_sweeps_the_tree_beside_all_pairs_with_its_error_sample():
     tests/test_bench_sweep.py, on the CUDA backend's force_error_sample and CUDA events."""
     from app.tools import bench
 
-    result = bench.run_bench(CUDA, ["tree", "shared"], [65536], warmup=1, repeats=3, progress=False,
-                             scenes=["plummer", "collision"], tunables={"theta": [0.3, 0.9]},
-                             error_sample=1024)
+    result = bench.run_bench(
+        CUDA,
+        ["tree", "shared"],
+        [65536],
+        warmup=1,
+        repeats=3,
+        progress=False,
+        scenes=["plummer", "collision"],
+        tunables={"theta": [0.3, 0.9]},
+        error_sample=1024,
+    )
     for scene in ("plummer", "collision"):
         rows = [r for r in result["results"] if r["scene"] == scene]
         assert [(r["kernel"], r["tunables"]) for r in rows] == [
-            ("tree", {"theta": 0.3}), ("tree", {"theta": 0.9}), ("shared", {})]
+            ("tree", {"theta": 0.3}),
+            ("tree", {"theta": 0.9}),
+            ("shared", {}),
+        ]
         assert all(r["status"] == "ok" for r in rows), rows
         fine, coarse, exact = rows
         assert "error" not in exact and fine["tunables_used"]["theta"] == 0.3
@@ -348,8 +364,9 @@ def _evaluate_with(device, ev, pos, targets=None, sources=None, acc=None):
     """(acc rows float64 (N, 3), ForceWork) of an evaluator on positions `pos` (its buffers and depth
     kept across calls); rows outside the targets stay NaN (or `acc`'s, the last accelerations)."""
     everyone = Span.all(pos.shape[0])
-    return on_device(device, pos, lambda p, a: ev.evaluate(p, a, targets or everyone, sources or everyone),
-                     acc)
+    return on_device(
+        device, pos, lambda p, a: ev.evaluate(p, a, targets or everyone, sources or everyone), acc
+    )
 
 
 def test_a_deeper_tree_than_the_last_build_queues_more_levels(device):

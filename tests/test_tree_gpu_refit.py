@@ -45,8 +45,9 @@ def _gpu_domain(device, ev, pos, cuts, prev=None):
         with device.scope:
             last = device.scratch("tree-test-prev", 16 * n)
             device.drv.memcpy_htod(last, np.ascontiguousarray(prev, np.float32))
-        acc, (work, aligned) = on_device(device, pos,
-                                         lambda p, a: ev.evaluate_domain(p, a, n, cuts, 0, prev=int(last)))
+        acc, (work, aligned) = on_device(
+            device, pos, lambda p, a: ev.evaluate_domain(p, a, n, cuts, 0, prev=int(last))
+        )
     with device.scope:
         order = ev._buffers["sorder"][:n].get() if not ev.kept_order else None
     return acc, work, aligned, order
@@ -73,7 +74,7 @@ def test_gpu_refits_are_the_twins_bit_for_bit(device, physics, opening):
         prev = np.zeros((n, 4), np.float32)
         prev[:, :3] = rng.normal(size=(n, 3)) * 10.0 ** rng.uniform(-1, 2, (n, 1))
     cuts = [0, n // 2, n]  # device 0 of two: half the groups
-    trace_factor = 1.0 if physics.h else float(np.float32(physics.softening ** 2))
+    trace_factor = 1.0 if physics.h else float(np.float32(physics.softening**2))
     grown = []
     for evaluation in range(5):
         got, work, aligned, order = _gpu_domain(device, ev, pos, cuts, prev)
@@ -86,15 +87,15 @@ def test_gpu_refits_are_the_twins_bit_for_bit(device, physics, opening):
         tree = cev.last_tree
         ncell = tree.ncell
         assert ev.levels[-1] == ncell
-        mac = ev._buffers["mac"][:4 * ncell].get().reshape(ncell, 4)
-        pack = ev._buffers["pack"][:12 * ncell].get().reshape(ncell, 12)
+        mac = ev._buffers["mac"][: 4 * ncell].get().reshape(ncell, 4)
+        pack = ev._buffers["pack"][: 12 * ncell].get().reshape(ncell, 12)
         want = pack_cells(tree.com, tree.mass, tree.quad, tree.trace, np.float32, trace_factor)
         rows = tree.mac(0.6, "cube" if opening == "rel" else opening)
         assert np.array_equal(mac.view(np.uint32), rows.view(np.uint32)), evaluation
         assert np.array_equal(pack.view(np.uint32), want.view(np.uint32)), evaluation
         gpu, cpu = ev.last_groups(), cev.last_groups()
         for key in ("nbody", "ncell", "nactive"):
-            assert np.array_equal(gpu[key][:len(cpu[key])], cpu[key]), (evaluation, key)
+            assert np.array_equal(gpu[key][: len(cpu[key])], cpu[key]), (evaluation, key)
         assert (work.interactions, work.body_cell) == (cwork.interactions, cwork.body_cell)
         assert ev.last_grown == cev.last_grown
         grown.append(cev.last_grown)

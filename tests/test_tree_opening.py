@@ -37,7 +37,7 @@ def test_bmax_bounds_every_body_of_its_cell_after_a_build_and_a_refit():
     pos4, _ = _pos4(6000, "collision")
     built = cpu_tree.build(pos4, 8)
     assert built.bmax.dtype == np.float32
-    slack = 1 + 2.0 ** -20  # the opening test multiplies r_open by 1 + 2^-19
+    slack = 1 + 2.0**-20  # the opening test multiplies r_open by 1 + 2^-19
     assert (_farthest(built) <= built.bmax.astype(np.float64) * slack).all()
     rng = np.random.default_rng(2)
     moved = pos4.copy()
@@ -93,14 +93,26 @@ def test_the_relative_rows_and_test_follow_their_float32_formula():
         w, guard2 = rows[k]
         d = np.float32(rng.uniform(0.0, 4.0) * b[k])
         tg = np.float32(10.0 ** rng.uniform(-6, 2))
-        got = relative_accepts(np.float32(0), np.float32(0), np.float32(0), np.float32(0), np.float32(0),
-                               np.float32(0), d, np.float32(0), np.float32(0), w, guard2, tg)
+        got = relative_accepts(
+            np.float32(0),
+            np.float32(0),
+            np.float32(0),
+            np.float32(0),
+            np.float32(0),
+            np.float32(0),
+            d,
+            np.float32(0),
+            np.float32(0),
+            w,
+            guard2,
+            tg,
+        )
         d64 = float(d)
         if d64 <= b[k]:
             assert not got, k  # within b_max of the box: never, even with tg huge
             continue
         demand = float(mass[k]) * float(b[k]) ** 3
-        margin = d64 ** 5 * float(tg) / demand
+        margin = d64**5 * float(tg) / demand
         if abs(margin - 1) > 1e-4:
             assert got == (margin >= 1), k
             checked[got] += 1

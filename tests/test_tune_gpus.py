@@ -44,8 +44,14 @@ def empty_cache(tmp_path, monkeypatch):
 
 def _result(best, gpus=None, **over):
     """A tune result as run_tune returns it (`gpus` None: one without the field, as schema 1 wrote)."""
-    data = {"schema": cache.SCHEMA, "gpu": H200.name, "driver": H200.driver_version, "source_hash": _hash(),
-            "best": best, "measurements": []}
+    data = {
+        "schema": cache.SCHEMA,
+        "gpu": H200.name,
+        "driver": H200.driver_version,
+        "source_hash": _hash(),
+        "best": best,
+        "measurements": [],
+    }
     if gpus is not None:
         data["gpus"] = gpus
     return {**data, **over}
@@ -86,17 +92,29 @@ def test_lookup_per_device_count():
     assert entry is None and why.startswith("no tuned N near N = 4,096 on 2 GPUs (NVIDIA H200)")
 
 
-@pytest.mark.parametrize("tunings, match", [
-    ({}, "not a table of tune results"),
-    ({"2": {"gpus": 3, "best": []}}, "measured on 3 GPUs, filed under 2"),
-    ({"1": {"best": [{"n": "x"}]}}, "'best' is not a list"),
-    ({"2": {"gpus": 0, "best": []}}, "device count >= 1"),
-])
+@pytest.mark.parametrize(
+    "tunings, match",
+    [
+        ({}, "not a table of tune results"),
+        ({"2": {"gpus": 3, "best": []}}, "measured on 3 GPUs, filed under 2"),
+        ({"1": {"best": [{"n": "x"}]}}, "'best' is not a list"),
+        ({"2": {"gpus": 0, "best": []}}, "device count >= 1"),
+    ],
+)
 def test_a_bad_file_of_schema_2_is_corrupt(tunings, match):
     path = cache.cache_path(H200.name, H200.driver_version)
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"schema": cache.SCHEMA, "gpu": H200.name, "driver": H200.driver_version,
-                                "source_hash": _hash(), "tunings": tunings}))
+    path.write_text(
+        json.dumps(
+            {
+                "schema": cache.SCHEMA,
+                "gpu": H200.name,
+                "driver": H200.driver_version,
+                "source_hash": _hash(),
+                "tunings": tunings,
+            }
+        )
+    )
     data, why = cache.read_cache(H200.name, H200.driver_version, _hash())
     assert data is None and "corrupt" in why and match in why
 
@@ -135,8 +153,12 @@ def test_update_heuristic_takes_one_gpu_s_tuning_and_refuses_k_gpus():
     old = json.loads(TUNE_JSON.read_text())
     source = "tune.json"
     assert heuristic.family_from_tune(old, registry.RECORDS, source)["picks"][0]["n"] == 4096  # schema 1
-    assert heuristic.family_from_tune({**old, "schema": cache.SCHEMA, "gpus": 1}, registry.RECORDS,
-                                      source)["gpu"] == "NVIDIA H200"
+    assert (
+        heuristic.family_from_tune({**old, "schema": cache.SCHEMA, "gpus": 1}, registry.RECORDS, source)[
+            "gpu"
+        ]
+        == "NVIDIA H200"
+    )
     with pytest.raises(heuristic.HeuristicTableError, match="a tuning on 2 GPUs.*without --gpus"):
         heuristic.family_from_tune({**old, "schema": cache.SCHEMA, "gpus": 2}, registry.RECORDS, source)
     cache.write_cache(_result(ONE, gpus=1, compute_capability="9.0"))
@@ -177,8 +199,10 @@ def _resolve_on_devices(caplog, k, n=65536):
     """What K devices' evaluators of `best` resolve and log (each device makes its own, as under --gpus)."""
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="app"):
-        picks = [CudaEvaluator(RECORDS["best"], SimpleNamespace(facts=H200), RECORDS).active(n, k)
-                 for _ in range(k)]
+        picks = [
+            CudaEvaluator(RECORDS["best"], SimpleNamespace(facts=H200), RECORDS).active(n, k)
+            for _ in range(k)
+        ]
     return picks, [(r.levelno, r.getMessage()) for r in caplog.records if r.getMessage().startswith("best")]
 
 
@@ -188,15 +212,22 @@ def test_k_devices_say_the_fallback_once_and_which_tuning_they_run(caplog):
     assert [rec.name for rec, _tun in picks] == ["register-blocked"] * 2
     assert [level for level, _text in said] == [logging.WARNING, logging.INFO]  # once for both devices
     assert "nbody-live tune --gpus 2" in said[0][1]
-    assert said[1][1] == ("best: tuned cache for NVIDIA H200, the one-GPU pick (none tuned on 2 GPUs): "
-                          "N = 65,536 -> register-blocked block_size=64 k=2 slices=16")
+    assert said[1][1] == (
+        "best: tuned cache for NVIDIA H200, the one-GPU pick (none tuned on 2 GPUs): "
+        "N = 65,536 -> register-blocked block_size=64 k=2 slices=16"
+    )
     assert _resolve_on_devices(caplog, 2)[1] == []  # a reload makes new devices: nothing new to say
 
     cache.write_cache(_result(TWO, gpus=2))
     picks, said = _resolve_on_devices(caplog, 2)
     assert [rec.name for rec, _tun in picks] == ["atomics-n3l"] * 2
-    assert said == [(logging.INFO, "best: tuned cache for NVIDIA H200 on 2 GPUs: N = 65,536 -> atomics-n3l "
-                                   "block_size=128 chunk=8 ki=4")]
+    assert said == [
+        (
+            logging.INFO,
+            "best: tuned cache for NVIDIA H200 on 2 GPUs: N = 65,536 -> atomics-n3l "
+            "block_size=128 chunk=8 ki=4",
+        )
+    ]
 
 
 def test_one_device_ignores_a_tuning_on_several(caplog):
@@ -210,8 +241,9 @@ def test_one_device_ignores_a_tuning_on_several(caplog):
     lines = [r for r in caplog.records if r.getMessage().startswith("best")]
     assert len(lines) == 1 and lines[0].levelno == logging.INFO
     text = lines[0].getMessage()
-    assert text.startswith("best: heuristic from kernels/best_heuristic.json for NVIDIA H200 "
-                           "(the tuning cache ")
+    assert text.startswith(
+        "best: heuristic from kernels/best_heuristic.json for NVIDIA H200 (the tuning cache "
+    )
     assert "has no tuning on 1 GPU (tuned on 2 GPUs); run `nbody-live tune` to tune)" in text
 
 
@@ -278,8 +310,9 @@ def test_tune_gpus_is_parsed_and_explained(capsys):
     assert "plus the exchange that completes it" in text and "nbody-live tune --gpus K" in text
 
 
-@pytest.mark.parametrize("argv, k", [([], 1), (["--gpus", "1"], 1), (["--gpus", "2"], 2),
-                                     (["--gpus", "all"], 2)])
+@pytest.mark.parametrize(
+    "argv, k", [([], 1), (["--gpus", "1"], 1), (["--gpus", "2"], 2), (["--gpus", "all"], 2)]
+)
 def test_tune_gpus_times_on_that_many_gpus(two_gpus, argv, k):
     assert main(["tune", "--n", "4096", *argv]) == 0
     (cls,) = two_gpus
@@ -289,8 +322,13 @@ def test_tune_gpus_times_on_that_many_gpus(two_gpus, argv, k):
         assert cls.k == k and cls.base is FakeCuda and cls.name == "cuda"
 
 
-@pytest.mark.parametrize("gpus, said", [("3", "--gpus 3: this machine has 2 GPUs; ask for at most 2"),
-                                        ("0", "--gpus = '0': expected a number of devices >= 1, or all")])
+@pytest.mark.parametrize(
+    "gpus, said",
+    [
+        ("3", "--gpus 3: this machine has 2 GPUs; ask for at most 2"),
+        ("0", "--gpus = '0': expected a number of devices >= 1, or all"),
+    ],
+)
 def test_tune_with_more_gpus_than_exist_is_one_line_and_exit_2(two_gpus, capsys, gpus, said):
     assert main(["tune", "--gpus", gpus]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -302,10 +340,22 @@ def test_tune_with_more_gpus_than_exist_is_one_line_and_exit_2(two_gpus, capsys,
 # Step times (force ms of the slowest device, exchange ms) per variant on K = 1 and 2: register-blocked wins
 # on one GPU and scales badly; atomics-n3l (pairs) wins on two; multi-thread-per-body has the fastest force
 # on two but a costly exchange; block-template would be fastest on two but is wrong there.
-TIMES = {1: {"register-blocked": (1.0, 0.0), "atomics-n3l": (1.2, 0.0),
-             "multi-thread-per-body": (1.5, 0.0), "block-template": (3.0, 0.0), "shared": (2.0, 0.0)},
-         2: {"register-blocked": (0.9, 0.05), "atomics-n3l": (0.55, 0.1),
-             "multi-thread-per-body": (0.45, 0.5), "block-template": (0.3, 0.05), "shared": (1.0, 0.05)}}
+TIMES = {
+    1: {
+        "register-blocked": (1.0, 0.0),
+        "atomics-n3l": (1.2, 0.0),
+        "multi-thread-per-body": (1.5, 0.0),
+        "block-template": (3.0, 0.0),
+        "shared": (2.0, 0.0),
+    },
+    2: {
+        "register-blocked": (0.9, 0.05),
+        "atomics-n3l": (0.55, 0.1),
+        "multi-thread-per-body": (0.45, 0.5),
+        "block-template": (0.3, 0.05),
+        "shared": (1.0, 0.05),
+    },
+}
 WRONG_ON = {2: {"block-template"}}
 FAKE_GPU = SimpleNamespace(name="Stand-in GPU", driver_version="1.0", compute_capability=(9, 0), sms=132)
 
@@ -344,8 +394,14 @@ class FakeGpu:
         force, exchange = TIMES[self.k][self.kernel]
         force *= 1.0 if self._defaults() else 3.0  # every swept setting: far slower than the defaults
         extra = device_entries(["gpu0", "gpu1"], [force, 0.9 * force], exchange) if self.k > 1 else {}
-        return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=force,
-                           interactions=self.n * self.n, extra=extra)
+        return StepTimings(
+            kernel=self.kernel,
+            steps=steps,
+            n=self.n,
+            force_ms=force,
+            interactions=self.n * self.n,
+            extra=extra,
+        )
 
     def accelerations(self):
         exact = -self._pos
@@ -388,18 +444,29 @@ def test_tune_on_two_gpus_ranks_force_plus_exchange_and_files_the_tuning_on_two(
     assert entry["variant"] == "atomics-n3l" and entry["split"] == "pairs"  # not one GPU's winner
     assert entry["median_ms"] == pytest.approx(0.65) and entry["exchange_median_ms"] == pytest.approx(0.1)
     assert entry["force_median_ms"] == pytest.approx(0.55)
-    rows = {r["variant"]: r for r in two["measurements"]
-            if r["status"] == "ok" and RECORDS[r["variant"]].with_tunables(r["tunables"])
-            == RECORDS[r["variant"]].default_tunables()}
+    rows = {
+        r["variant"]: r
+        for r in two["measurements"]
+        if r["status"] == "ok"
+        and RECORDS[r["variant"]].with_tunables(r["tunables"]) == RECORDS[r["variant"]].default_tunables()
+    }
     assert rows["multi-thread-per-body"]["force_median_ms"] < entry["force_median_ms"]  # faster force ...
     assert rows["multi-thread-per-body"]["median_ms"] > entry["median_ms"]  # ... loses on force + exchange
     assert rows["block-template"]["max_rel_err"] > two["tolerance"]  # the fastest, wrong on 2: not chosen
     assert {r["split"] for r in rows.values()} == {decomposition_of(RECORDS[v]).name for v in rows}
-    assert two["references"] == [{"n": 256, "tolerance": tune.TOLERANCE, "reference": "fp64",
-                                  "shared_max_rel_err": pytest.approx(1e-6)}]
+    assert two["references"] == [
+        {
+            "n": 256,
+            "tolerance": tune.TOLERANCE,
+            "reference": "fp64",
+            "shared_max_rel_err": pytest.approx(1e-6),
+        }
+    ]
     assert (1, "fp64") in FakeGpu.loads and (2, "fp64") not in FakeGpu.loads  # the reference: one GPU
-    assert any(line.startswith("N =       256 on 2 GPUs: atomics-n3l") and "(split by pairs)" in line
-               for line in said), said
+    assert any(
+        line.startswith("N =       256 on 2 GPUs: atomics-n3l") and "(split by pairs)" in line
+        for line in said
+    ), said
 
     # the one cache file now holds both, and `best` reads each where it runs
     data = json.loads(Path(two["path"]).read_text())
@@ -414,10 +481,14 @@ def test_tune_on_one_gpu_times_the_force_as_before(monkeypatch):
     """K = 1: a step's time is its force time (no exchange), the rows as they were."""
     t = StepTimings(kernel="shared", steps=1, n=4, force_ms=0.7)
     assert tune.step_ms(t) == 0.7
-    t2 = StepTimings(kernel="shared", steps=1, n=4, force_ms=0.7,
-                     extra=device_entries(["a", "b"], [0.7, 0.5], 0.2))
+    t2 = StepTimings(
+        kernel="shared", steps=1, n=4, force_ms=0.7, extra=device_entries(["a", "b"], [0.7, 0.5], 0.2)
+    )
     assert tune.step_ms(t2) == pytest.approx(0.9)
     result, _said = _tune(FakeGpu, monkeypatch)
-    assert all(set(r) >= {"median_ms", "samples_ms"} and "force_median_ms" not in r
-               for r in result["measurements"] if r["status"] == "ok")
+    assert all(
+        set(r) >= {"median_ms", "samples_ms"} and "force_median_ms" not in r
+        for r in result["measurements"]
+        if r["status"] == "ok"
+    )
     assert np.isclose(result["best"][0]["median_ms"], 1.0)

@@ -23,8 +23,9 @@ def _cloud(n=300, seed=1):
 def test_accelerations_of_an_index_array_are_those_rows(physics):
     pos, mass = _cloud()
     rows = np.array([5, 0, 299, 17])
-    assert np.array_equal(accelerations(pos, mass, physics, targets=rows),
-                          accelerations(pos, mass, physics)[rows])
+    assert np.array_equal(
+        accelerations(pos, mass, physics, targets=rows), accelerations(pos, mass, physics)[rows]
+    )
 
 
 @pytest.mark.parametrize("engine", ["cpu", "numpy"])
@@ -56,8 +57,22 @@ def test_sample_is_seeded_and_only_above_the_threshold():
 
 
 def test_validate_samples_above_16k_and_prints_the_seed(capsys):
-    rc = main(["validate", "plummer", "--n", "16500", "--seed", "9", "--backend", "cpu", "--kernel",
-               "cpu-simd", "--sample", "512"])
+    rc = main(
+        [
+            "validate",
+            "plummer",
+            "--n",
+            "16500",
+            "--seed",
+            "9",
+            "--backend",
+            "cpu",
+            "--kernel",
+            "cpu-simd",
+            "--sample",
+            "512",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     assert "sample of 512 of 16,500 bodies (seed 9" in out and "max rel err" in out
@@ -70,6 +85,7 @@ def test_unavailable_backend_is_refused_before_any_work(capsys, monkeypatch):
 
     def refuse(*_a, **_k):
         raise AssertionError("bodies were made before the backend was checked")
+
     monkeypatch.setattr(app.scene, "make_bodies", refuse)
     rc = main(["validate", "plummer", "--n", "100000", "--backend", "cuda"])
     err = capsys.readouterr().err

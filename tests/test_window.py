@@ -26,9 +26,16 @@ def send_wm_delete(window: int, display: str) -> None:
     """What a window manager does when the user clicks the close button: a WM_DELETE_WINDOW message."""
 
     class XClientMessageEvent(ctypes.Structure):
-        _fields_ = [("type", ctypes.c_int), ("serial", ctypes.c_ulong), ("send_event", ctypes.c_int),
-                    ("display", ctypes.c_void_p), ("window", ctypes.c_ulong),
-                    ("message_type", ctypes.c_ulong), ("format", ctypes.c_int), ("l", ctypes.c_long * 5)]
+        _fields_ = [
+            ("type", ctypes.c_int),
+            ("serial", ctypes.c_ulong),
+            ("send_event", ctypes.c_int),
+            ("display", ctypes.c_void_p),
+            ("window", ctypes.c_ulong),
+            ("message_type", ctypes.c_ulong),
+            ("format", ctypes.c_int),
+            ("l", ctypes.c_long * 5),
+        ]
 
     class XEvent(ctypes.Union):
         _fields_ = [("xclient", XClientMessageEvent), ("pad", ctypes.c_long * 24)]
@@ -41,8 +48,13 @@ def send_wm_delete(window: int, display: str) -> None:
     x.XOpenDisplay.argtypes = [ctypes.c_char_p]
     x.XInternAtom.restype = ctypes.c_ulong
     x.XInternAtom.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]
-    x.XSendEvent.argtypes = [ctypes.c_void_p, ctypes.c_ulong, ctypes.c_int, ctypes.c_long,
-                             ctypes.POINTER(XEvent)]
+    x.XSendEvent.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_ulong,
+        ctypes.c_int,
+        ctypes.c_long,
+        ctypes.POINTER(XEvent),
+    ]
     x.XFlush.argtypes = [ctypes.c_void_p]
     x.XCloseDisplay.argtypes = [ctypes.c_void_p]
 
@@ -73,8 +85,9 @@ def test_drag_rotates_the_view_and_escape_exits_cleanly(tmp_path, display):
         demo.wait_until_drawing()
         before = demo.still_image()  # also: the still cloud does not change without input
         demo.drag(150, 40)
-        demo.wait_until(lambda: np.abs(demo.screenshot() - before).mean() > 0.5,
-                        "dragging to change the view")
+        demo.wait_until(
+            lambda: np.abs(demo.screenshot() - before).mean() > 0.5, "dragging to change the view"
+        )
         xdotool("mousemove", "--window", demo.window, str(demo.w // 2), str(demo.h // 2))
         xdotool("key", "Escape")
         rc = demo.wait()

@@ -17,10 +17,17 @@ from app.backends.cpu_forces import NumbaAllPairs
 from app.engine.forces import KernelRecord
 
 TOY = KernelRecord(
-    name="toy-fp32", doc="float32 all-pairs without fastmath (IEEE sums in a fixed order), numba parallel",
-    backend="toy", precision="fp32", source="app/backends/cpu_kernels.py", entry="accel_float32_*",
-    origin="tests/toy_backend.py: a backend defined outside the package (issue 26)", tuned=False,
-    policy=NumbaAllPairs(np.float32, fastmath=False), roles=frozenset({"default", "exact"}))
+    name="toy-fp32",
+    doc="float32 all-pairs without fastmath (IEEE sums in a fixed order), numba parallel",
+    backend="toy",
+    precision="fp32",
+    source="app/backends/cpu_kernels.py",
+    entry="accel_float32_*",
+    origin="tests/toy_backend.py: a backend defined outside the package (issue 26)",
+    tuned=False,
+    policy=NumbaAllPairs(np.float32, fastmath=False),
+    roles=frozenset({"default", "exact"}),
+)
 
 
 class ToyBackend(CPUBackend):

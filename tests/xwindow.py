@@ -20,8 +20,10 @@ from waiting import BOUND_S, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 TITLE = "NBody Live"
-NEEDS_X = pytest.mark.skipif(not (shutil.which("xdotool") and shutil.which("Xvfb")),
-                             reason="needs xdotool and Xvfb (Debian: apt-get install xdotool xvfb)")
+NEEDS_X = pytest.mark.skipif(
+    not (shutil.which("xdotool") and shutil.which("Xvfb")),
+    reason="needs xdotool and Xvfb (Debian: apt-get install xdotool xvfb)",
+)
 # every xdotool call and screen grab is a new X connection, and Xvfb refuses some when they come fast
 # (about one in eight, back to back): poll the window at a pace that leaves the demo's own connection be
 X_POLL_S = 0.25
@@ -41,8 +43,13 @@ def display() -> str:
 
 
 def xdotool(*args: str, timeout: float = 15) -> str:
-    return x_retry(lambda: subprocess.run(["xdotool", *args], check=True, capture_output=True, text=True,
-                                          timeout=timeout).stdout)
+    return x_retry(
+        lambda: (
+            subprocess.run(
+                ["xdotool", *args], check=True, capture_output=True, text=True, timeout=timeout
+            ).stdout
+        )
+    )
 
 
 def x_retry(call, attempts: int = 5):
@@ -65,8 +72,14 @@ class Demo:
     """`nbody-live run` in a real window as a subprocess, found by its pid and title. With a `launcher`
     (mpiexec -n R) the window is rank 0's, a child of the launcher: found by its title alone."""
 
-    def __init__(self, tmp_path: Path, display: str, *extra: str, args: tuple[str, ...] = DEMO_ARGS,
-                 launcher: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        tmp_path: Path,
+        display: str,
+        *extra: str,
+        args: tuple[str, ...] = DEMO_ARGS,
+        launcher: tuple[str, ...] = (),
+    ):
         self.launcher = launcher
         env = os.environ.copy()
         env["DISPLAY"] = display
@@ -77,7 +90,11 @@ class Demo:
         self._log_file = open(self.log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [*launcher, sys.executable, "-m", "app", "run", *args, *extra],
-            cwd=ROOT, env=env, stdout=self._log_file, stderr=subprocess.STDOUT)
+            cwd=ROOT,
+            env=env,
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+        )
         self.window = self._find_window()
         geo = xdotool("getwindowgeometry", "--shell", self.window)
         vals = dict(line.split("=", 1) for line in geo.split() if "=" in line)
@@ -88,8 +105,12 @@ class Demo:
             if self.proc.poll() is not None:
                 pytest.fail(f"demo exited early with {self.proc.returncode}:\n{self.output()}")
             owner = () if self.launcher else ("--pid", str(self.proc.pid))
-            r = subprocess.run(["xdotool", "search", "--onlyvisible", *owner, "--name", TITLE],
-                               capture_output=True, text=True, timeout=10)
+            r = subprocess.run(
+                ["xdotool", "search", "--onlyvisible", *owner, "--name", TITLE],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
             ids = r.stdout.split()
             return ids[-1] if ids else None
 
@@ -112,6 +133,7 @@ class Demo:
 
     def wait_until_drawing(self) -> None:
         """Until the title shows a frame rate: the window has drawn frames (however slowly)."""
+
         def fps() -> bool:
             m = re.search(r"([\d.]+) FPS", self.title())
             return m is not None and float(m.group(1)) > 0
@@ -137,7 +159,7 @@ class Demo:
         from PIL import ImageGrab
 
         img = np.asarray(x_retry(lambda: ImageGrab.grab(xdisplay=os.environ["DISPLAY"])).convert("RGB"))
-        return img[self.y:self.y + self.h, self.x:self.x + self.w].astype(np.int16)
+        return img[self.y : self.y + self.h, self.x : self.x + self.w].astype(np.int16)
 
     def drag(self, dx: int, dy: int, steps: int = 12) -> None:
         xdotool("mousemove", "--window", self.window, str(self.w // 2), str(self.h // 2))

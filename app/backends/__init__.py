@@ -17,7 +17,6 @@ from app.core.errors import BackendUnavailable, ConfigError
 log = logging.getLogger(__name__)
 
 
-
 class _Missing(Backend):
     """Stands in for a backend whose module cannot even be imported (e.g. pycuda not installed)."""
 
@@ -45,8 +44,11 @@ def backend_class(name: str) -> type[Backend]:
         return type(f"Missing_{name}", (_Missing,), {"name": name, "reason": f"cannot import: {e}"})
     cls = getattr(module, "BACKEND", None)
     if cls is None:
-        return type(f"Missing_{name}", (_Missing,),
-                    {"name": name, "reason": f"{module.__name__} defines no BACKEND (incomplete install?)"})
+        return type(
+            f"Missing_{name}",
+            (_Missing,),
+            {"name": name, "reason": f"{module.__name__} defines no BACKEND (incomplete install?)"},
+        )
     if cls.name != name:
         reason = f"{module.__name__}.BACKEND is named {cls.name!r}, not {name!r}"
         return type(f"Missing_{name}", (_Missing,), {"name": name, "reason": reason})
@@ -96,5 +98,15 @@ def select_backend(name: str = "auto", kernel: str | None = None) -> type[Backen
     raise BackendUnavailable("no backend is available (the cpu backend needs numba)")
 
 
-__all__ = ["Backend", "KernelRecord", "StepTimings", "backend_names", "register_backend", "backend_class",
-           "backend_classes", "all_kernel_records", "find_kernel", "select_backend"]
+__all__ = [
+    "Backend",
+    "KernelRecord",
+    "StepTimings",
+    "backend_names",
+    "register_backend",
+    "backend_class",
+    "backend_classes",
+    "all_kernel_records",
+    "find_kernel",
+    "select_backend",
+]

@@ -24,8 +24,9 @@ REFERENCE_ROWS = 1024  # targets per evaluation of reference_rows, so that a pro
 def check_physics(physics: Physics) -> Physics:
     """`physics` if every backend can run it, else a ConfigError naming the key and the allowed values."""
     if physics.integrator not in INTEGRATORS:
-        raise ConfigError(f"physics.integrator: {physics.integrator!r} is not one of "
-                          f"{', '.join(INTEGRATORS)}")
+        raise ConfigError(
+            f"physics.integrator: {physics.integrator!r} is not one of {', '.join(INTEGRATORS)}"
+        )
     if physics.model not in MODELS:
         raise ConfigError(f"physics.model: {physics.model!r} is not one of {', '.join(MODELS)}")
     if not physics.softening >= 0:

@@ -56,12 +56,16 @@ def block_steps_backend_class(base: type[Backend]) -> type[BlockStepsBackend]:
     """The block-step form of `base` (cuda or cpu: a backend with a record in the role "block-steps");
     ConfigError for a backend without one (one that cannot run here says so through why_not)."""
     if base.why_not() is None and not any("block-steps" in r.roles for r in base.kernels()):
-        raise ConfigError(f"--timesteps block: the {base.name} backend has no tree to walk active bodies "
-                          "with (no kernel in the role block-steps); use a backend that has one "
-                          "(`nbody-live info --kernels`)")
-    return type(f"BlockSteps{base.__name__}", (BlockStepsBackend,),
-                {"base": base, "name": base.name, "memory": base.memory,
-                 "uses_all_cores": base.uses_all_cores})
+        raise ConfigError(
+            f"--timesteps block: the {base.name} backend has no tree to walk active bodies "
+            "with (no kernel in the role block-steps); use a backend that has one "
+            "(`nbody-live info --kernels`)"
+        )
+    return type(
+        f"BlockSteps{base.__name__}",
+        (BlockStepsBackend,),
+        {"base": base, "name": base.name, "memory": base.memory, "uses_all_cores": base.uses_all_cores},
+    )
 
 
 class BlockStepsBackend(Backend):
@@ -87,8 +91,10 @@ class BlockStepsBackend(Backend):
     @classmethod
     def kernel_why_not(cls, name: str) -> str | None:
         if name != cls.tree_kernel():
-            return (f"block time steps walk the tree ({cls.tree_kernel()}); shared time steps run {name} "
-                    "(--timesteps shared, or the panel's time steps)")
+            return (
+                f"block time steps walk the tree ({cls.tree_kernel()}); shared time steps run {name} "
+                "(--timesteps shared, or the panel's time steps)"
+            )
         return cls.base.kernel_why_not(name)
 
     @classmethod
@@ -120,17 +126,27 @@ class BlockStepsBackend(Backend):
         self.record(kernel or self.tree_kernel())
         ops = self._make_ops(bodies, physics, self._set)
         saved = bodies.step_levels
-        if saved is not None and (saved.levels.shape, saved.max_level, saved.dt_max, saved.coarsen) == \
-                ((bodies.n,), physics.block_levels, physics.dt, physics.block_coarsen):
+        if saved is not None and (saved.levels.shape, saved.max_level, saved.dt_max, saved.coarsen) == (
+            (bodies.n,),
+            physics.block_levels,
+            physics.dt,
+            physics.block_coarsen,
+        ):
             sched = self._scheduler(physics, saved.levels)
             sched.begin(ops, keep_levels=True)  # a(x) from x; the snapshot's levels kept
         else:
             sched = self._scheduler(physics)
             if saved is not None and physics.block_coarsen == "settled":
-                log.warning("the snapshot's block-step levels were taken with dt %g, L = %d, rule %s; this "
-                            "run has dt %g, L = %d, rule settled: its levels start from the criterion (not a "
-                            "bitwise continuation)", saved.dt_max, saved.max_level, saved.coarsen, physics.dt,
-                            physics.block_levels)
+                log.warning(
+                    "the snapshot's block-step levels were taken with dt %g, L = %d, rule %s; this "
+                    "run has dt %g, L = %d, rule settled: its levels start from the criterion (not a "
+                    "bitwise continuation)",
+                    saved.dt_max,
+                    saved.max_level,
+                    saved.coarsen,
+                    physics.dt,
+                    physics.block_levels,
+                )
         self._close_ops()
         self._ops, self._sched, self._physics = ops, sched, physics
         self._t0, self._steps = float(bodies.time), 0
@@ -145,11 +161,15 @@ class BlockStepsBackend(Backend):
     def _checked(physics: Physics) -> Physics:
         physics = check_physics(physics)
         if physics.timesteps != "block":
-            raise ConfigError("this backend steps block time steps; physics.timesteps is "
-                              f"{physics.timesteps!r} (the controller switches backends for shared steps)")
+            raise ConfigError(
+                "this backend steps block time steps; physics.timesteps is "
+                f"{physics.timesteps!r} (the controller switches backends for shared steps)"
+            )
         if physics.integrator != "leapfrog":
-            raise ConfigError("physics.integrator: block time steps are a leapfrog (kick-drift-kick) scheme; "
-                              "use --integrator leapfrog")
+            raise ConfigError(
+                "physics.integrator: block time steps are a leapfrog (kick-drift-kick) scheme; "
+                "use --integrator leapfrog"
+            )
         return physics
 
     def _make_ops(self, bodies: Bodies, physics: Physics, tunables: dict):
@@ -171,8 +191,9 @@ class BlockStepsBackend(Backend):
         """A scheduler whose first max step starts with a(x) of every body and the criterion's levels
         (`begin`), or a snapshot's `levels` (then begun with them kept): what the uninterrupted run has at
         the same boundary, bit for bit."""
-        return BlockSteps(physics, physics.block_levels, physics.block_eta, levels=levels,
-                          coarsen=physics.block_coarsen)
+        return BlockSteps(
+            physics, physics.block_levels, physics.block_eta, levels=levels, coarsen=physics.block_coarsen
+        )
 
     def _require(self):
         if self._ops is None:
@@ -275,11 +296,19 @@ class BlockStepsBackend(Backend):
         wall_ms = (time.perf_counter() - t0) * 1e3
         self._publish()
         gl = self._gl
-        return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=wall_ms,
-                           map_ms=gl.last_map_ms if gl else 0.0, unmap_ms=gl.last_unmap_ms if gl else 0.0,
-                           interactions=work.interactions, pair_equivalent=work.pair_equivalent,
-                           force_evals=work.evaluations, body_cell=work.body_cell,
-                           extra={"active_fraction": fraction, "substeps": float(substeps)})
+        return StepTimings(
+            kernel=self.kernel,
+            steps=steps,
+            n=self.n,
+            force_ms=wall_ms,
+            map_ms=gl.last_map_ms if gl else 0.0,
+            unmap_ms=gl.last_unmap_ms if gl else 0.0,
+            interactions=work.interactions,
+            pair_equivalent=work.pair_equivalent,
+            force_evals=work.evaluations,
+            body_cell=work.body_cell,
+            extra={"active_fraction": fraction, "substeps": float(substeps)},
+        )
 
     def _settle(self) -> ForceWork:
         """Run the max step in flight (step_parts) to its end: the state is synchronised again."""
@@ -320,8 +349,10 @@ class BlockStepsBackend(Backend):
     def block_summary(self) -> str:
         """One line for a command's summary: the levels and the mean active fraction since the load."""
         _, sched = self._require()
-        return (f"block steps L={sched.max_level} eta={sched.eta:g} coarsen={sched.coarsen}: "
-                f"{100 * sched.total.fraction:.1f}% of the bodies active per substep")
+        return (
+            f"block steps L={sched.max_level} eta={sched.eta:g} coarsen={sched.coarsen}: "
+            f"{100 * sched.total.fraction:.1f}% of the bodies active per substep"
+        )
 
     def levels_histogram(self) -> np.ndarray:
         """Bodies per level (0..L), for the panel."""
@@ -351,8 +382,11 @@ class BlockStepsBackend(Backend):
     def tunable_specs(self):
         """The tree's tunables that block steps can change: not the refit cadence (a build every
         evaluation) nor the relative test's alpha (refused: a(x) must follow from x alone)."""
-        return tuple(s for s in self.base.record(self.tree_kernel()).tunables
-                     if s.name not in ("rebuild_every", "rebuild_rule", "alpha"))
+        return tuple(
+            s
+            for s in self.base.record(self.tree_kernel()).tunables
+            if s.name not in ("rebuild_every", "rebuild_rule", "alpha")
+        )
 
     def state(self) -> Bodies:
         """The synchronised state: a max step in flight (step_parts) is run to its end first."""
@@ -391,8 +425,11 @@ class BlockStepsBackend(Backend):
         except Exception as e:  # a failing first write is reported here, not on a later frame
             self.detach_gl_buffers()
             return fall_back(str(e))
-        log.info("CUDA-GL interop active: block steps write GL buffers %d (positions) and %d (speeds)",
-                 int(position_vbo), int(speed_vbo))
+        log.info(
+            "CUDA-GL interop active: block steps write GL buffers %d (positions) and %d (speeds)",
+            int(position_vbo),
+            int(speed_vbo),
+        )
         return True
 
     def detach_gl_buffers(self) -> None:

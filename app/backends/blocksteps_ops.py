@@ -57,8 +57,13 @@ def tidal_rows(pos: np.ndarray, mass: np.ndarray, physics: Physics, rows: np.nda
             return out
 
         _TIDAL_KERNEL = kernel
-    return _TIDAL_KERNEL(np.ascontiguousarray(pos, dtype=np.float64), np.ascontiguousarray(mass, np.float64),
-                         np.asarray(rows, dtype=np.int64), float(physics.softening) ** 2, float(physics.G))
+    return _TIDAL_KERNEL(
+        np.ascontiguousarray(pos, dtype=np.float64),
+        np.ascontiguousarray(mass, np.float64),
+        np.asarray(rows, dtype=np.int64),
+        float(physics.softening) ** 2,
+        float(physics.G),
+    )
 
 
 class NumpyBlockOps:
@@ -69,8 +74,14 @@ class NumpyBlockOps:
     `tidal=True` also keeps ||T|| of the active rows (`tidal_rows`, one more O(rows · N) pass) for the
     criterion "tidal"."""
 
-    def __init__(self, bodies: Bodies, physics: Physics, rows_fn=None, acc: np.ndarray | None = None,
-                 tidal: bool = False):
+    def __init__(
+        self,
+        bodies: Bodies,
+        physics: Physics,
+        rows_fn=None,
+        acc: np.ndarray | None = None,
+        tidal: bool = False,
+    ):
         self.bodies = bodies
         self.physics = physics
         self.rows_fn = rows_fn or numpy_rows
@@ -135,8 +146,9 @@ class TreeBlockOps(NumpyBlockOps):
     active body (CpuTreeEvaluator.evaluate_rows). Its groups are the full evaluation's, so a row's a(x)
     does not depend on which rows are active: a checkpoint's a(x) can be recomputed bitwise from x."""
 
-    def __init__(self, bodies: Bodies, physics: Physics, tunables: dict | None = None,
-                 acc: np.ndarray | None = None):
+    def __init__(
+        self, bodies: Bodies, physics: Physics, tunables: dict | None = None, acc: np.ndarray | None = None
+    ):
         from app.backends.cpu import CPUBackend  # lazy: numba
 
         super().__init__(bodies, physics, acc=acc)
@@ -156,4 +168,3 @@ class TreeBlockOps(NumpyBlockOps):
 
     def tidal_norms(self, rows: np.ndarray) -> np.ndarray:
         raise ValueError("criterion 'tidal' needs ||T|| from the walk, which cpu-tree does not compute yet")
-

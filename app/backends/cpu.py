@@ -13,6 +13,7 @@ The records, their evaluators and the updates (`CpuOps`) are cpu_forces.py's, sh
 `set_kernel` only records the choice: the state is converted to the new kernel's precision at the next
 `step`, so switching leaves it bitwise untouched until then.
 """
+
 from __future__ import annotations
 
 import logging
@@ -67,6 +68,7 @@ class CPUBackend(Backend):
             evaluator.evaluate(stacked, acc, targets, sources)
             progress(targets.count)
         return acc
+
     _warm: set = set()  # (record, force kernel) combinations already compiled / loaded in this process
 
     def __init__(self):
@@ -231,15 +233,24 @@ class CPUBackend(Backend):
         # No checks from the stepper (check_every = 0): the host checks the whole state once per call,
         # before the first step (a bad body spoils every force of the step) and after the last, and a
         # pass over host arrays costs far less than a step, so there is no cadence to keep.
-        work = self._stepper.advance(self._ops(evaluator), self._physics, steps, check_every=0,
-                                     timer=self._timer)
+        work = self._stepper.advance(
+            self._ops(evaluator), self._physics, steps, check_every=0, timer=self._timer
+        )
         ms = self._timer.collect()
         self._steps += steps
         self._check_finite()
-        return StepTimings(kernel=self._kernel, steps=steps, n=self.n, force_ms=ms.get("force", 0.0),
-                           integrate_ms=ms.get("integrate", 0.0), interactions=work.interactions,
-                           pair_equivalent=work.pair_equivalent, force_evals=work.evaluations,
-                           body_cell=work.body_cell, extra=stage_entries(evaluator.stage_ms()))
+        return StepTimings(
+            kernel=self._kernel,
+            steps=steps,
+            n=self.n,
+            force_ms=ms.get("force", 0.0),
+            integrate_ms=ms.get("integrate", 0.0),
+            interactions=work.interactions,
+            pair_equivalent=work.pair_equivalent,
+            force_evals=work.evaluations,
+            body_cell=work.body_cell,
+            extra=stage_entries(evaluator.stage_ms()),
+        )
 
     def _check_finite(self) -> None:
         """The GPU's guard on the host: a blown-up state pauses the viewer instead of drawing NaNs.
@@ -276,10 +287,14 @@ class CPUBackend(Backend):
 
     def state(self) -> Bodies:
         self._require_state()
-        return Bodies(pos=self._pos[:, :3].astype(np.float64), vel=self._vel[:, :3].astype(np.float64),
-                      mass=self._mass.copy(), time=self.time,
-                      ids=None if self._ids is None else self._ids.copy(), components=self.components)
-
+        return Bodies(
+            pos=self._pos[:, :3].astype(np.float64),
+            vel=self._vel[:, :3].astype(np.float64),
+            mass=self._mass.copy(),
+            time=self.time,
+            ids=None if self._ids is None else self._ids.copy(),
+            components=self.components,
+        )
 
     # --- rendering -------------------------------------------------------------------------------
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:

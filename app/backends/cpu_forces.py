@@ -68,11 +68,12 @@ class CpuEvaluator(ForceEvaluator):
         super().__init__(record)
         policy = record.policy
         self.dtype = policy.dtype
-        eps2 = self.dtype(physics.softening ** 2)  # the value the kernel sees (a tiny ε underflows in fp32)
+        eps2 = self.dtype(physics.softening**2)  # the value the kernel sees (a tiny ε underflows in fp32)
         h = physics.h
         # The specialisation is picked here, once: ε = 0 skips the self term, H = 0 drops the repulsion.
-        self.kernel = _kernels_module().accel_kernel(self.dtype, policy.fastmath, repulsion=h != 0.0,
-                                                     skip_self=eps2 == 0)
+        self.kernel = _kernels_module().accel_kernel(
+            self.dtype, policy.fastmath, repulsion=h != 0.0, skip_self=eps2 == 0
+        )
         self._scalars = (eps2, self.dtype(physics.G), self.dtype(h))
 
     def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
@@ -133,8 +134,11 @@ class CpuPairsEvaluator(ForceEvaluator):
         tiles = self.tiles(bodies.shape[0])
         self.kernel(bodies, part, tiles.ti, tiles.tj, tiles.chunk, 0, tiles.tasks, *self._scalars)
         acc[targets.as_slice(), :3] = part[rows, :3]
-        return ForceWork(interactions=tiles.work(0, tiles.tasks),
-                         pair_equivalent=targets.count * sources.count, evaluations=1)
+        return ForceWork(
+            interactions=tiles.work(0, tiles.tasks),
+            pair_equivalent=targets.count * sources.count,
+            evaluations=1,
+        )
 
     def evaluate_pairs(self, pos, acc, shares, index: int) -> ForceWork:
         """One device's slice of a pair split (app/parallel/decomposition.py): acc[:, :3] = the partial sums
@@ -145,8 +149,9 @@ class CpuPairsEvaluator(ForceEvaluator):
         acc[:, :3] = 0
         if hi > lo:
             self.kernel(pos, acc, tiles.ti, tiles.tj, tiles.chunk, lo, hi, *self._scalars)
-        return ForceWork(interactions=tiles.work(lo, hi), pair_equivalent=shares[index].count * n,
-                         evaluations=1)
+        return ForceWork(
+            interactions=tiles.work(lo, hi), pair_equivalent=shares[index].count * n, evaluations=1
+        )
 
 
 class CpuOps:
@@ -180,37 +185,63 @@ RECORDS = (
     KernelRecord(
         name="cpu-simd",
         doc="fp32 all-pairs, numba parallel over targets + fastmath SIMD over sources (SoA copies)",
-        backend="cpu", precision="fp32", source=_SOURCE, entry="accel_float32_*", origin=_ORIGIN,
-        policy=NumbaAllPairs(np.float32, fastmath=True), roles=frozenset({"default", "exact"})),
+        backend="cpu",
+        precision="fp32",
+        source=_SOURCE,
+        entry="accel_float32_*",
+        origin=_ORIGIN,
+        policy=NumbaAllPairs(np.float32, fastmath=True),
+        roles=frozenset({"default", "exact"}),
+    ),
     KernelRecord(
         name="cpu-fp64",
         doc="float64 all-pairs, numba parallel without fastmath: the accurate CPU path",
-        backend="cpu", precision="fp64", source=_SOURCE, entry="accel_float64_*", origin=_ORIGIN,
-        tuned=False, policy=NumbaAllPairs(np.float64, fastmath=False),
-        roles=frozenset({"exact", "reference"})),
+        backend="cpu",
+        precision="fp64",
+        source=_SOURCE,
+        entry="accel_float64_*",
+        origin=_ORIGIN,
+        tuned=False,
+        policy=NumbaAllPairs(np.float64, fastmath=False),
+        roles=frozenset({"exact", "reference"}),
+    ),
     KernelRecord(
         name="cpu-tree",
         doc="Barnes-Hut octree (Morton keys, quadrupoles, group walk), numba parallel over target groups",
-        backend="cpu", precision="fp32", source="app/backends/cpu_tree_kernels.py",
+        backend="cpu",
+        precision="fp32",
+        source="app/backends/cpu_tree_kernels.py",
         entry="tree_walk_float32_*",
         origin="Bonsai (Bedorf et al., arXiv:1106.1900) and Ryoanji (arXiv:2307.06345); docs/tree.md",
         tunables=(
             THETA,
             IntChoice("leaf", (8, 16, 32, 64), 16, doc="a cell with at most this many bodies is a leaf"),
-            IntChoice("group", (16, 32, 64, 128), 64,
-                      doc="targets walked together (consecutive in key order)"),
+            IntChoice(
+                "group", (16, 32, 64, 128), 64, doc="targets walked together (consecutive in key order)"
+            ),
             *REFIT_TUNABLES,
             *OPENING_TUNABLES,
         ),
-        budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3), approximate=True,
-        policy=NumbaTree(np.float32), decomposition=DOMAINS, period_tunable="rebuild_every",
-        walk_flops=TREE_WALK_FLOPS, roles=frozenset({"block-steps"})),
+        budget=ErrorBudget(max_rel=5e-3, p99_rel=1e-3),
+        approximate=True,
+        policy=NumbaTree(np.float32),
+        decomposition=DOMAINS,
+        period_tunable="rebuild_every",
+        walk_flops=TREE_WALK_FLOPS,
+        roles=frozenset({"block-steps"}),
+    ),
     KernelRecord(
         name="cpu-n3l",
         doc="float64 Newton's third law over pair tiles (each pair once, the reaction to the source)",
-        backend="cpu", precision="fp64", source=_SOURCE, entry="n3l_pairs_float64_*",
+        backend="cpu",
+        precision="fp64",
+        source=_SOURCE,
+        entry="n3l_pairs_float64_*",
         origin="The CUDA Handbook (Wilt), ch. 14: Newton's third law; the CPU twin of atomics-n3l's split",
-        tuned=False, policy=NumbaPairs(), decomposition=PAIRS),
+        tuned=False,
+        policy=NumbaPairs(),
+        decomposition=PAIRS,
+    ),
 )
 BY_NAME = {rec.name: rec for rec in RECORDS}
 DEFAULT_KERNEL = with_role(RECORDS, "default").name  # cpu-simd
@@ -266,6 +297,7 @@ def announce_compiling(dispatchers, poll_s: float = 0.2):
                     _ANNOUNCED.set()
                     log.info("compiling CPU kernels (first run only: numba caches them)…")
                 return
+
     watcher = threading.Thread(target=watch, name="numba-compile-notice", daemon=True)
     watcher.start()
     try:
@@ -294,5 +326,3 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-

@@ -186,6 +186,7 @@ def pairs_kernel(repulsion: bool, skip_self: bool):
 # One compiled function per kernel, specialised by numba on the state's dtype. Scalars must be passed
 # with the state's dtype. `speed` is always float32: it feeds the renderer's speed buffer.
 
+
 @njit(parallel=True, cache=True)
 def kick_drift(pos, vel, acc, half_dt, dt):
     """Leapfrog's first half: v += a dt/2; x += v dt."""

@@ -32,8 +32,9 @@ class CpuDevice:
     """One CPU "device": full-size pos / vel / acc / speed arrays, current on its share (pos everywhere).
     `MultiDeviceRun(cpu_devices, k)` runs K of them."""
 
-    def __init__(self, index: int, record_name: str, physics: Physics, bodies: Bodies, share: Span,
-                 lookup=cpu_record):
+    def __init__(
+        self, index: int, record_name: str, physics: Physics, bodies: Bodies, share: Span, lookup=cpu_record
+    ):
         record = lookup(record_name)  # (the backend's records: CpuDevices.lookup)
         dtype = _DTYPES[record.precision]
         self.name = CpuDevices.names(index + 1)[index]
@@ -59,8 +60,9 @@ class CpuDevice:
         span = self.everyone if self.integrate_all else self.share
         if self._ops_share != span:
             rows = span.as_slice()
-            self._ops = CpuOps(self.evaluator, self.pos[rows], self.vel[rows], self.acc[rows],
-                               self.speed[rows])
+            self._ops = CpuOps(
+                self.evaluator, self.pos[rows], self.vel[rows], self.acc[rows], self.speed[rows]
+            )
             self._ops_share = span
         return self._ops
 
@@ -91,8 +93,9 @@ class CpuDevice:
 
     def force_domain_phases(self):
         """`force_domain` in the evaluator's phases (build, walk), each timed as "force"."""
-        phases = self.evaluator.domain_phases(self.pos, self.sacc, share_cuts(self.shares), self.index,
-                                              prev=self.acc)
+        phases = self.evaluator.domain_phases(
+            self.pos, self.sacc, share_cuts(self.shares), self.index, prev=self.acc
+        )
         while True:
             with self.timer.time("force"):
                 try:
@@ -109,12 +112,12 @@ class CpuDevice:
         rows are in the tree's order already: only sacc becomes acc."""
         with self.timer.time("force"):
             if self.evaluator.kept_order:  # a refit: the rows are in its order already
-                self.acc[:, :3] = self.sacc[:self.acc.shape[0], :3]
+                self.acc[:, :3] = self.sacc[: self.acc.shape[0], :3]
                 return
             order = self.evaluator.last_tree.order  # key order -> the row it came from
             for field in (self.pos, self.vel, self.speed, self.ids):
                 field[:] = field[order]
-            self.acc[:, :3] = self.sacc[:order.shape[0], :3]
+            self.acc[:, :3] = self.sacc[: order.shape[0], :3]
 
     def kick_drift(self, half_dt: float, dt: float) -> None:
         with self.timer.time("integrate"):
@@ -174,8 +177,9 @@ class CpuDevice:
         return exact_rows(loaded, self.ids[rows], self.physics)
 
 
-def cpu_devices(bodies: Bodies, physics: Physics, kernel: str, shares: list[Span],
-                lookup=cpu_record) -> list[CpuDevice]:
+def cpu_devices(
+    bodies: Bodies, physics: Physics, kernel: str, shares: list[Span], lookup=cpu_record
+) -> list[CpuDevice]:
     """A MultiDeviceRun factory: one CpuDevice per share (`lookup`: record name -> the backend's record)."""
     return [CpuDevice(i, kernel, physics, bodies, share, lookup) for i, share in enumerate(shares)]
 
@@ -239,8 +243,10 @@ class CpuDevices:
     @staticmethod
     def check_exchange(name: str) -> None:
         if name not in ("auto", "host"):
-            raise ConfigError(f"--exchange {name}: CPU devices share host memory; use --exchange host "
-                              "(or auto), or --backend cuda for peer copies and NCCL")
+            raise ConfigError(
+                f"--exchange {name}: CPU devices share host memory; use --exchange host "
+                "(or auto), or --backend cuda for peer copies and NCCL"
+            )
 
     def factory(self, k: int):
         return partial(cpu_devices, lookup=self.lookup)
@@ -250,8 +256,8 @@ class CpuDevices:
         return lambda devices: HostExchange()
 
     @staticmethod
-    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int, whole: bool = False,
-                  ordinal: int = 0):
+    def gl_target(
+        position_vbo: int, speed_vbo: int, devices: list, n: int, whole: bool = False, ordinal: int = 0
+    ):
         """No interop on the host: the renderer uploads `host_render_arrays()` each frame."""
         return None
-

@@ -102,8 +102,9 @@ class Tree:
         """(ncell, 4) float32 rows [com, r_open^2] of the opening test `opening` ("cube" or "bmax"): a cell
         is accepted for a group whose box is farther than r_open from its centre of mass
         (cpu_tree_kernels.opening_rows)."""
-        return _kernels_module().opening_rows(self.com, self.lo, self.offset, self.side, theta, self.bmax,
-                                              opening)
+        return _kernels_module().opening_rows(
+            self.com, self.lo, self.offset, self.side, theta, self.bmax, opening
+        )
 
 
 def key_order(xyz: np.ndarray, clock=None) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
@@ -122,19 +123,37 @@ def key_order(xyz: np.ndarray, clock=None) -> tuple[np.ndarray, np.ndarray, np.n
 
 OPENINGS = ("cube", "bmax", "rel")  # both trees' `opening` (cpu_tree_kernels.opening_rows, relative_rows)
 # the opening test's tunables, the same on both tree records (cpu-tree and the GPU's tree)
-THETA = FloatRange("theta", 0.0, 1.5, 0.5, lo_open=True,
-                   doc="opening angle: a cell is accepted for a group of targets beyond its opening radius, "
-                   "b_max/theta (opening=bmax) or side/theta + |com - centre| (cube)")
+THETA = FloatRange(
+    "theta",
+    0.0,
+    1.5,
+    0.5,
+    lo_open=True,
+    doc="opening angle: a cell is accepted for a group of targets beyond its opening radius, "
+    "b_max/theta (opening=bmax) or side/theta + |com - centre| (cube)",
+)
 OPENING_TUNABLES = (
-    Choice("opening", OPENINGS, "cube",
-           doc="the opening test: cube, side / theta + |com - centre| of the cell's octree cube; bmax, "
-           "b_max / theta with b_max the cell's bodies' farthest distance from its centre of mass (fewer "
-           "interactions for the same error: docs/tree.md); rel, the relative test of alpha, cube's where a "
-           "group has no last acceleration yet"),
-    FloatRange("alpha", 0.0, 0.1, 0.001, lo_open=True, log=True,
-               doc="the relative test's accuracy (opening=rel): a cell is accepted for a group when "
-               "G M b_max^3 / d^5 <= alpha |a|min, |a|min the smallest of its members' last accelerations, "
-               "and never within b_max of the group's box", read_when=("opening", ("rel",))),
+    Choice(
+        "opening",
+        OPENINGS,
+        "cube",
+        doc="the opening test: cube, side / theta + |com - centre| of the cell's octree cube; bmax, "
+        "b_max / theta with b_max the cell's bodies' farthest distance from its centre of mass (fewer "
+        "interactions for the same error: docs/tree.md); rel, the relative test of alpha, cube's where a "
+        "group has no last acceleration yet",
+    ),
+    FloatRange(
+        "alpha",
+        0.0,
+        0.1,
+        0.001,
+        lo_open=True,
+        log=True,
+        doc="the relative test's accuracy (opening=rel): a cell is accepted for a group when "
+        "G M b_max^3 / d^5 <= alpha |a|min, |a|min the smallest of its members' last accelerations, "
+        "and never within b_max of the group's box",
+        read_when=("opening", ("rel",)),
+    ),
 )
 
 
@@ -176,8 +195,29 @@ def build(pos: np.ndarray, leaf: int, clock=None) -> Tree:
         offset, side = k.cell_cubes(level, prefix, float(size))
     with clock.time("moments"):
         mass, com, quad, trace, bmax = k.moments(x, y, z, m, start, count, child, nchild)
-    return Tree(lo, float(size), order, keys, x, y, z, m, start, count, level, prefix, child, nchild,
-                offset, side, mass, com, quad, trace, bmax)
+    return Tree(
+        lo,
+        float(size),
+        order,
+        keys,
+        x,
+        y,
+        z,
+        m,
+        start,
+        count,
+        level,
+        prefix,
+        child,
+        nchild,
+        offset,
+        side,
+        mass,
+        com,
+        quad,
+        trace,
+        bmax,
+    )
 
 
 def refit(built: Tree, pos: np.ndarray, clock=None, in_order: bool = False) -> tuple[Tree, int]:
@@ -198,14 +238,46 @@ def refit(built: Tree, pos: np.ndarray, clock=None, in_order: bool = False) -> t
             s = s[order]
         x, y, z, m = (np.ascontiguousarray(s[:, i]) for i in range(4))
     with clock.time("build"):
-        offset, side, grown = k.refit_cubes(x, y, z, built.start, built.count, built.child, built.nchild,
-                                            built.lo, built.size, built.offset, built.side)
+        offset, side, grown = k.refit_cubes(
+            x,
+            y,
+            z,
+            built.start,
+            built.count,
+            built.child,
+            built.nchild,
+            built.lo,
+            built.size,
+            built.offset,
+            built.side,
+        )
     with clock.time("moments"):
-        mass, com, quad, trace, bmax = k.moments(x, y, z, m, built.start, built.count, built.child,
-                                                 built.nchild)
-    tree = Tree(built.lo, built.size, order, built.keys, x, y, z, m, built.start, built.count,
-                built.level, built.prefix, built.child, built.nchild, offset, side, mass, com, quad, trace,
-                bmax)
+        mass, com, quad, trace, bmax = k.moments(
+            x, y, z, m, built.start, built.count, built.child, built.nchild
+        )
+    tree = Tree(
+        built.lo,
+        built.size,
+        order,
+        built.keys,
+        x,
+        y,
+        z,
+        m,
+        built.start,
+        built.count,
+        built.level,
+        built.prefix,
+        built.child,
+        built.nchild,
+        offset,
+        side,
+        mass,
+        com,
+        quad,
+        trace,
+        bmax,
+    )
     return tree, int(grown)
 
 
@@ -225,7 +297,7 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
     def __init__(self, record: KernelRecord, physics: Physics):
         super().__init__(record)
         self.dtype = record.policy.dtype
-        eps2 = self.dtype(physics.softening ** 2)
+        eps2 = self.dtype(physics.softening**2)
         h = physics.h
         self.kernel = _kernels_module().walk_kernel(self.dtype, repulsion=h != 0.0, skip_self=eps2 == 0)
         self._scalars = (eps2, self.dtype(physics.G), self.dtype(h))
@@ -340,8 +412,17 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
             active = np.zeros(n, dtype=bool)
             active[rows] = True
             trow = np.where(active[tree.order], tree.order, -1)
-            return self._walk(tree, (tree.x, tree.y, tree.z), trow, acc, float(self._tunables["theta"]),
-                              int(self._tunables["group"]), int(rows.size) * n, True, prow=tree.order)
+            return self._walk(
+                tree,
+                (tree.x, tree.y, tree.z),
+                trow,
+                acc,
+                float(self._tunables["theta"]),
+                int(self._tunables["group"]),
+                int(rows.size) * n,
+                True,
+                prow=tree.order,
+            )
 
     def evaluate_domain(self, pos, out, cuts, index: int, prev=None) -> tuple[ForceWork, list[int]]:
         """One device's part of a domain split (app/parallel/decomposition.py): the tree of every row of
@@ -375,13 +456,35 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
             trow = np.full(n, -1, np.int64)
             trow[lo:hi] = np.arange(lo, hi)
             prow = tree.order if prev is not None else np.full(n, -1, np.int64)  # a body's row of pos
-            work = self._walk(tree, (tree.x, tree.y, tree.z), trow, out, theta, group, (hi - lo) * n, True,
-                              gstart=gstart[g_lo:g_hi + 1], prev=prev, prow=prow)
+            work = self._walk(
+                tree,
+                (tree.x, tree.y, tree.z),
+                trow,
+                out,
+                theta,
+                group,
+                (hi - lo) * n,
+                True,
+                gstart=gstart[g_lo : g_hi + 1],
+                prev=prev,
+                prow=prow,
+            )
         return work, aligned
 
-
-    def _walk(self, tree: Tree, tpos, trow, acc, theta: float, group: int, pairs: int,
-              within: bool, gstart=None, prev=None, prow=None) -> ForceWork:
+    def _walk(
+        self,
+        tree: Tree,
+        tpos,
+        trow,
+        acc,
+        theta: float,
+        group: int,
+        pairs: int,
+        within: bool,
+        gstart=None,
+        prev=None,
+        prow=None,
+    ) -> ForceWork:
         """The walk of the targets at float32 positions tpos = (x, y, z) in key order, trow their rows.
         prev[prow[t]]: member t's last acceleration, which the relative test's threshold reads (by default
         acc[trow[t]], the row the walk will write; the callers pass every member's row)."""
@@ -403,12 +506,36 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
         rel_scale = np.float32(self._relative_scale(self._scalars[1]))
         crel = k.relative_rows(tree.mass, tree.bmax) if rel_scale > 0 else np.zeros((0, 2), np.float32)
         trow = trow.astype(np.int64)
-        self.kernel(*tpos, gstart, trow, tree.child, tree.nchild, tree.start, tree.count,
-                    tree.mac(theta, "cube" if opening == "rel" else opening), cells, xs, ys, zs, ms,
-                    *self._scalars, acc, nbody, ncells, nactive, acc if prev is None else prev,
-                    trow if prow is None else prow, crel, rel_scale)
+        self.kernel(
+            *tpos,
+            gstart,
+            trow,
+            tree.child,
+            tree.nchild,
+            tree.start,
+            tree.count,
+            tree.mac(theta, "cube" if opening == "rel" else opening),
+            cells,
+            xs,
+            ys,
+            zs,
+            ms,
+            *self._scalars,
+            acc,
+            nbody,
+            ncells,
+            nactive,
+            acc if prev is None else prev,
+            trow if prow is None else prow,
+            crel,
+            rel_scale,
+        )
         self._evaluated = True  # the rows written are this evaluator's: the next walk may read them
         self._groups = {"start": gstart, "nbody": nbody, "ncell": ncells, "nactive": nactive}
         body_cell = int(np.dot(nactive, ncells))
-        return ForceWork(interactions=int(np.dot(nactive, nbody)) + body_cell, pair_equivalent=pairs,
-                         body_cell=body_cell, evaluations=1)
+        return ForceWork(
+            interactions=int(np.dot(nactive, nbody)) + body_cell,
+            pair_equivalent=pairs,
+            body_cell=body_cell,
+            evaluations=1,
+        )

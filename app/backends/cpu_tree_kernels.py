@@ -36,7 +36,7 @@ STACK = 8 * (MAX_LEVEL + 2)  # a depth-first walk pushes at most 8 cells per lev
 # r_open is multiplied by this (1 + 2^-19, exact in float32) before it is squared: 32 float32 units of
 # rounding, more than the roundings of r_open and of the test's d_box^2 add up to (opening_rows), so that
 # the float32 test accepts no cell that exact arithmetic would open. kernels/tree/build.cu TREE_MAC_SLACK.
-MAC_SLACK = np.float32(1.0 + 2.0 ** -19)
+MAC_SLACK = np.float32(1.0 + 2.0**-19)
 
 
 # --- keys ------------------------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ def _order_ties(sorted_keys, order):
 @njit(cache=True)
 def _grow(a, cap):
     out = np.empty(cap, a.dtype)
-    out[:a.shape[0]] = a
+    out[: a.shape[0]] = a
     return out
 
 
@@ -185,8 +185,14 @@ def build_tree(keys, leaf):
                 nchild[i] += 1
                 j = k
         i += 1
-    return (start[:ncell].copy(), count[:ncell].copy(), level[:ncell].copy(), prefix[:ncell].copy(),
-            child[:ncell].copy(), nchild[:ncell].copy())
+    return (
+        start[:ncell].copy(),
+        count[:ncell].copy(),
+        level[:ncell].copy(),
+        prefix[:ncell].copy(),
+        child[:ncell].copy(),
+        nchild[:ncell].copy(),
+    )
 
 
 @njit(cache=True, fastmath=False)
@@ -217,7 +223,7 @@ def cell_cubes(level, prefix, size):
 # the refit's tolerance: a body counts as inside its cell's cube when it is at most this fraction of the key
 # cube's side outside it (a body on a face may sit an ulp out after the float64 key and offset roundings);
 # far below MAC_SLACK's margin (2^-19 of r_open >= 2^-19 side / 1.5 >= 2^-40.6 of the key cube)
-REFIT_TOL = 2.0 ** -46
+REFIT_TOL = 2.0**-46
 
 
 @njit(cache=True, inline="always")
@@ -528,8 +534,34 @@ def box_accepts(lox, loy, loz, hix, hiy, hiz, cx, cy, cz, r2):
 def _make_walk(ftype, repulsion: bool, skip_self: bool):
     """The walk for one dtype / model / softening-zero combination (flags are compile-time)."""
 
-    def walk(tx, ty, tz, gstart, trow, child, nchild, cstart, ccount, cmac, cpack,
-             xs, ys, zs, ms, eps2, g, h, acc, nbody, ncells, nactive, prev, prow, crel, rel_scale):
+    def walk(
+        tx,
+        ty,
+        tz,
+        gstart,
+        trow,
+        child,
+        nchild,
+        cstart,
+        ccount,
+        cmac,
+        cpack,
+        xs,
+        ys,
+        zs,
+        ms,
+        eps2,
+        g,
+        h,
+        acc,
+        nbody,
+        ncells,
+        nactive,
+        prev,
+        prow,
+        crel,
+        rel_scale,
+    ):
         """For each group g of targets [gstart[g], gstart[g+1]) (float32 positions tx, ty, tz; a target
         with trow[t] >= 0 writes acc[trow[t], :3], one with -1 only shapes its group's box): walk the tree
         from the root; a cell is accepted when the squared distance from the group's box to its centre of
@@ -577,11 +609,24 @@ def _make_walk(ftype, repulsion: bool, skip_self: bool):
                 top -= 1
                 c = stack[top]
                 if tg > 0:
-                    take = relative_accepts(lox, loy, loz, hix, hiy, hiz, cmac[c, 0], cmac[c, 1], cmac[c, 2],
-                                            crel[c, 0], crel[c, 1], tg)
+                    take = relative_accepts(
+                        lox,
+                        loy,
+                        loz,
+                        hix,
+                        hiy,
+                        hiz,
+                        cmac[c, 0],
+                        cmac[c, 1],
+                        cmac[c, 2],
+                        crel[c, 0],
+                        crel[c, 1],
+                        tg,
+                    )
                 else:
-                    take = box_accepts(lox, loy, loz, hix, hiy, hiz, cmac[c, 0], cmac[c, 1], cmac[c, 2],
-                                       cmac[c, 3])
+                    take = box_accepts(
+                        lox, loy, loz, hix, hiy, hiz, cmac[c, 0], cmac[c, 1], cmac[c, 2], cmac[c, 3]
+                    )
                 if take:
                     cells[nc] = c
                     nc += 1
@@ -680,7 +725,9 @@ def _make_walk(ftype, repulsion: bool, skip_self: bool):
                         d2 = ftype(-3.0) * g * inv5 + ftype(5.0) * h * inv7
                         d3 = ftype(15.0) * g * inv7 - ftype(35.0) * h * inv7 * inv2
                         tr = qtr[j]
-                        radial = qm[j] * d1 + d2 * tr * third + half * (d2 * tr + d3 * third * (dqd + tr*r2))
+                        radial = (
+                            qm[j] * d1 + d2 * tr * third + half * (d2 * tr + d3 * third * (dqd + tr * r2))
+                        )
                         tang = d2 * third
                     else:
                         # the same with g = -1/s (G applied at the end), simplified with r^2 = s^2 - eps^2:

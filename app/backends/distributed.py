@@ -66,8 +66,10 @@ def world():
     try:
         from mpi4py import MPI
     except ImportError as e:
-        raise UserError(f"started by mpiexec with {launched_ranks()} ranks but mpi4py cannot be imported "
-                        f"({e}): pip install 'nbody-live[mpi]' (make test installs it)") from e
+        raise UserError(
+            f"started by mpiexec with {launched_ranks()} ranks but mpi4py cannot be imported "
+            f"({e}): pip install 'nbody-live[mpi]' (make test installs it)"
+        ) from e
     return MPI.COMM_WORLD
 
 
@@ -107,10 +109,13 @@ def summary() -> str:
     library = " ".join(MPI.Get_library_version().split()[:3])
     launcher = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
     query = getattr(MPI, "Query_cuda_support", None)
-    aware = ("CUDA-aware: yes (GPU ranks on one node exchange through CUDA IPC; across nodes through host "
-             "memory: device pointers to MPI are not built)" if query and query()
-             else "CUDA-aware: not reported by this MPI; GPU ranks on one node exchange device to device "
-             "through CUDA IPC, across nodes through host memory")
+    aware = (
+        "CUDA-aware: yes (GPU ranks on one node exchange through CUDA IPC; across nodes through host "
+        "memory: device pointers to MPI are not built)"
+        if query and query()
+        else "CUDA-aware: not reported by this MPI; GPU ranks on one node exchange device to device "
+        "through CUDA IPC, across nodes through host memory"
+    )
     return f"mpi4py {mpi4py.__version__}, {library}, mpiexec {launcher or 'not found'}; {aware}"
 
 
@@ -143,8 +148,11 @@ def fail_together(comm):
         about = getattr(e, "rank", None)
         speaks = not isinstance(about, int) or about == comm.rank
         if speaks:
-            print(f"nbody-live: rank {comm.rank} of {comm.size}: {type(e).__name__}: {e}", file=sys.stderr,
-                  flush=True)
+            print(
+                f"nbody-live: rank {comm.rank} of {comm.size}: {type(e).__name__}: {e}",
+                file=sys.stderr,
+                flush=True,
+            )
         # MPICH's launcher forwards each rank's stderr through its proxy, and an abort can tear the job
         # down before the proxy has passed the line on (tests/test_mpi.py saw an empty stderr once in a
         # full suite): a moment for it to drain, well inside the 10 s a failing job may take to end
@@ -158,8 +166,10 @@ def agree(comm, facts: dict) -> None:
     for rank, other in enumerate(every):
         if other != every[0]:
             keys = sorted(k for k in set(other) | set(every[0]) if other.get(k) != every[0].get(k))
-            raise UserError(f"rank {rank} differs from rank 0 in {', '.join(keys)}: {other} vs {every[0]} "
-                            "(every rank must run the same nbody-live with the same arguments)")
+            raise UserError(
+                f"rank {rank} differs from rank 0 in {', '.join(keys)}: {other} vs {every[0]} "
+                "(every rank must run the same nbody-live with the same arguments)"
+            )
 
 
 class MpiExchange:
@@ -270,8 +280,14 @@ class RankRun:
         host = MpiExchange(self.comm, shares)
         direct = getattr(self.device, "rank_exchange", None)
         exchange = (direct(self.comm, shares, host) if direct is not None else None) or host
-        self.ops = MultiDeviceOps([self.device], SingleDriver([self.device]), exchange, self.decomposition,
-                                  layout=(shares, self.comm.rank), rank_sum=self._rank_sum)
+        self.ops = MultiDeviceOps(
+            [self.device],
+            SingleDriver([self.device]),
+            exchange,
+            self.decomposition,
+            layout=(shares, self.comm.rank),
+            rank_sum=self._rank_sum,
+        )
         self.stepper.restart()
 
     def _rank_sum(self, count: int) -> int:
@@ -302,11 +318,18 @@ class RankRun:
         work = self.ops.finish()
         times = self.ops.take_times()
         exchanged = exchange.ms - before
-        return StepTimings(kernel=self.kernel, steps=steps, n=self.n, force_ms=times["force"][0],
-                           integrate_ms=times["integrate"][0], interactions=work.interactions,
-                           pair_equivalent=work.pair_equivalent, force_evals=work.evaluations,
-                           body_cell=work.body_cell,
-                           extra={"exchange_ms": exchanged})
+        return StepTimings(
+            kernel=self.kernel,
+            steps=steps,
+            n=self.n,
+            force_ms=times["force"][0],
+            integrate_ms=times["integrate"][0],
+            interactions=work.interactions,
+            pair_equivalent=work.pair_equivalent,
+            force_evals=work.evaluations,
+            body_cell=work.body_cell,
+            extra={"exchange_ms": exchanged},
+        )
 
     def _check_finite(self) -> None:
         """Each rank checks its share (its device's check: numpy on CPU devices, the GPU kernel of
@@ -386,15 +409,25 @@ class RankRun:
         if self.comm.rank != 0:
             return None
         pos = self.positions()
-        return Bodies(pos=pos[:, :3].astype(np.float64), vel=vel[:, :3].astype(np.float64),
-                      mass=self._mass.copy(), time=self.time,
-                      ids=None if self._ids is None else self._ids.copy())
+        return Bodies(
+            pos=pos[:, :3].astype(np.float64),
+            vel=vel[:, :3].astype(np.float64),
+            mass=self._mass.copy(),
+            time=self.time,
+            ids=None if self._ids is None else self._ids.copy(),
+        )
 
     def state(self) -> Bodies:
         pos, vel = self.gathered("pos"), self.gathered("vel")
         ids = None if self._ids is None else self._ids.copy()
-        return Bodies(pos=pos[:, :3].astype(np.float64), vel=vel[:, :3].astype(np.float64),
-                      mass=self._mass.copy(), time=self.time, ids=ids, components=self.components)
+        return Bodies(
+            pos=pos[:, :3].astype(np.float64),
+            vel=vel[:, :3].astype(np.float64),
+            mass=self._mass.copy(),
+            time=self.time,
+            ids=ids,
+            components=self.components,
+        )
 
     def diagnostics(self):
         """Float64 diagnostics of the whole state, computed by rank 0 (None on the others)."""

@@ -70,17 +70,30 @@ def multi_backend_class(base: type[Backend], k, driver: str = "auto", exchange: 
     count = resolve_device_count(k, kind.count(), kind.what)
     if count == 1 and issubclass(base, MultiDeviceBackend) and (driver, exchange) == ("auto", "auto"):
         return base  # one GPU is the K = 1 run already (app/backends/cuda/backend.py)
-    return type(f"Multi{base.__name__}", (MultiDeviceBackend,),
-                {"base": base, "name": base.name, "kind": kind, "k": count, "driver": driver,
-                 "exchange": exchange, "memory": base.memory, "uses_all_cores": base.uses_all_cores})
+    return type(
+        f"Multi{base.__name__}",
+        (MultiDeviceBackend,),
+        {
+            "base": base,
+            "name": base.name,
+            "kind": kind,
+            "k": count,
+            "driver": driver,
+            "exchange": exchange,
+            "memory": base.memory,
+            "uses_all_cores": base.uses_all_cores,
+        },
+    )
 
 
 class MultiDeviceBackend(TunablesPerKernel, Backend):
     """K devices as one Backend (made by multi_backend_class, which fills the class fields below)."""
 
     base: type[Backend]
-    timing = ("each device's own clock (CUDA events on GPUs); force and integrate: the slowest device's, "
-              "read a frame late while drawing")
+    timing = (
+        "each device's own clock (CUDA events on GPUs); force and integrate: the slowest device's, "
+        "read a frame late while drawing"
+    )
     kind = None
     k = 1
     driver = "auto"
@@ -129,8 +142,9 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
         physics = check_physics(physics)
         name = self.record(kernel or self.kind.default_kernel).name
-        run = MultiDeviceRun(self._factory(), self.k, self.driver,
-                             make_exchange=self.kind.exchange(self.exchange))
+        run = MultiDeviceRun(
+            self._factory(), self.k, self.driver, make_exchange=self.kind.exchange(self.exchange)
+        )
         run.check_every = self.check_every
         previous_n = self.n if self._run is not None else 0
         try:
@@ -226,11 +240,20 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         lagged = self._gl_target is not None
         times = run.ops.take_times(lagged=lagged)
         device_ms = times["force"]
-        timings = StepTimings(kernel=self._kernel, steps=steps, n=self.n, force_ms=max(device_ms),
-                              integrate_ms=max(times["integrate"]), interactions=work.interactions,
-                              pair_equivalent=work.pair_equivalent, force_evals=work.evaluations,
-                              body_cell=work.body_cell, map_ms=map_ms, unmap_ms=unmap_ms,
-                              extra=self._step_entries(device_ms, max(times["exchange"])))
+        timings = StepTimings(
+            kernel=self._kernel,
+            steps=steps,
+            n=self.n,
+            force_ms=max(device_ms),
+            integrate_ms=max(times["integrate"]),
+            interactions=work.interactions,
+            pair_equivalent=work.pair_equivalent,
+            force_evals=work.evaluations,
+            body_cell=work.body_cell,
+            map_ms=map_ms,
+            unmap_ms=unmap_ms,
+            extra=self._step_entries(device_ms, max(times["exchange"])),
+        )
         if lagged:
             timings.extra["timings_lagged"] = 1.0
         found = run.first_nonfinite(wait=not lagged)  # while drawing: the checks the devices have finished
@@ -246,8 +269,9 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
 
     def _nonfinite(self, device: int, body: int) -> NonFiniteState:
         """What a non-finite body found by device `device` raises (the device named)."""
-        return NonFiniteState(body, step=self._steps, time=self.time, device=device,
-                              device_name=self._run.devices[device].name)
+        return NonFiniteState(
+            body, step=self._steps, time=self.time, device=device, device_name=self._run.devices[device].name
+        )
 
     def accelerations(self) -> np.ndarray:
         return self._require_state().accelerations()
@@ -260,11 +284,14 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
 
     def state(self) -> Bodies:
         run = self._require_state()
-        return Bodies(pos=run.in_body_order(run.gathered("pos")[:, :3].astype(np.float64)),
-                      vel=run.in_body_order(run.gathered("vel")[:, :3].astype(np.float64)),
-                      mass=self._mass.copy(),
-                      time=self.time, ids=None if self._ids is None else self._ids.copy(),
-                      components=self.components)
+        return Bodies(
+            pos=run.in_body_order(run.gathered("pos")[:, :3].astype(np.float64)),
+            vel=run.in_body_order(run.gathered("vel")[:, :3].astype(np.float64)),
+            mass=self._mass.copy(),
+            time=self.time,
+            ids=None if self._ids is None else self._ids.copy(),
+            components=self.components,
+        )
 
     def shares(self) -> list[Span]:
         return [d.share for d in self._require_state().devices]
@@ -287,8 +314,9 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         self.detach_gl_buffers()
         devices = self._run.devices if self._run is not None else []
         whole = self._run is not None and self._run.render_whole
-        self._gl_target = self.kind.gl_target(position_vbo, speed_vbo, devices, self.n, whole,
-                                              self.render_ordinal)
+        self._gl_target = self.kind.gl_target(
+            position_vbo, speed_vbo, devices, self.n, whole, self.render_ordinal
+        )
         return self._gl_target is not None
 
     def detach_gl_buffers(self) -> None:
@@ -310,9 +338,15 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
 
     def device_info(self) -> dict:
         names = self.device_names or self.kind.names(self.k)
-        return {"name": " + ".join(names), "devices": names,
-                "gpus": self.k, "gpu_driver": self.driver_name, "exchange": self.exchange_name,
-                "split": self.split_name, "backend": self.name}
+        return {
+            "name": " + ".join(names),
+            "devices": names,
+            "gpus": self.k,
+            "gpu_driver": self.driver_name,
+            "exchange": self.exchange_name,
+            "split": self.split_name,
+            "backend": self.name,
+        }
 
     @property
     def split_name(self) -> str:
@@ -349,9 +383,11 @@ def needs_rebalance(device_ms: list[float], spread: float = REBALANCE_SPREAD) ->
 
 
 def devices_line(backend) -> str:
-    """" on 2 GPUs (threads driver, peer exchange, split by domains)" for a multi-device backend, "" for one
+    """ " on 2 GPUs (threads driver, peer exchange, split by domains)" for a multi-device backend, "" for one
     device's own backend."""
     if not isinstance(backend, MultiDeviceBackend) or isinstance(backend, backend.base):
         return ""  # (one GPU, CudaBackend, is the K = 1 run: its own backend, not a form of it)
-    return (f" on {backend.k} {backend.kind.what} ({backend.driver_name} driver, {backend.exchange_name} "
-            f"exchange, split by {backend.split_name})")
+    return (
+        f" on {backend.k} {backend.kind.what} ({backend.driver_name} driver, {backend.exchange_name} "
+        f"exchange, split by {backend.split_name})"
+    )

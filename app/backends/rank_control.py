@@ -34,8 +34,11 @@ class Control:
 
     def changes(self, before: Control) -> bool:
         """Whether this Control changes what a rank runs (not just how many steps it takes)."""
-        return (self.load or (self.kernel, self.tunables, self.physics)
-                != (before.kernel, before.tunables, before.physics))
+        return self.load or (self.kernel, self.tunables, self.physics) != (
+            before.kernel,
+            before.tunables,
+            before.physics,
+        )
 
     def encode(self) -> np.ndarray:
         data = json.dumps(asdict(self)).encode()
@@ -43,13 +46,13 @@ class Control:
             raise ValueError(f"a Control of {len(data)} bytes is over the broadcast's {CONTROL_BYTES - 4}")
         buf = np.zeros(CONTROL_BYTES, dtype=np.uint8)
         buf[:4] = np.frombuffer(np.uint32(len(data)).tobytes(), dtype=np.uint8)
-        buf[4:4 + len(data)] = np.frombuffer(data, dtype=np.uint8)
+        buf[4 : 4 + len(data)] = np.frombuffer(data, dtype=np.uint8)
         return buf
 
     @classmethod
     def decode(cls, buf: np.ndarray) -> Control:
         size = int(np.frombuffer(buf[:4].tobytes(), dtype=np.uint32)[0])
-        return cls(**json.loads(buf[4:4 + size].tobytes()))
+        return cls(**json.loads(buf[4 : 4 + size].tobytes()))
 
 
 class Channel:

@@ -59,15 +59,26 @@ SPLIT_FRAMES = 256  # per-rank splits rank 0 keeps for its summary
 def ranks_backend_class(comm, inner: type[Backend], gather_every: int = 1) -> type[RanksBackend]:
     """A Backend class for this job: `inner` (cpu or cuda) on every rank, constructed with no arguments
     (bench makes its own)."""
-    return type(f"Ranks{inner.__name__}", (RanksBackend,),
-                {"comm": comm, "inner": inner, "name": inner.name, "ranks": comm.size,
-                 "gather_every": gather_every, "memory": inner.memory,
-                 "uses_all_cores": inner.uses_all_cores})
+    return type(
+        f"Ranks{inner.__name__}",
+        (RanksBackend,),
+        {
+            "comm": comm,
+            "inner": inner,
+            "name": inner.name,
+            "ranks": comm.size,
+            "gather_every": gather_every,
+            "memory": inner.memory,
+            "uses_all_cores": inner.uses_all_cores,
+        },
+    )
 
 
 class RanksBackend(TunablesPerKernel, Backend):
-    timing = ("time.perf_counter around each rank's force evaluation of its share; a step's time is the "
-              "slowest rank's")
+    timing = (
+        "time.perf_counter around each rank's force evaluation of its share; a step's time is the "
+        "slowest rank's"
+    )
     comm = None
     inner: type[Backend] = Backend
     gather_every = 1  # frames between rank 0's gathers of the velocities (the view)
@@ -117,8 +128,13 @@ class RanksBackend(TunablesPerKernel, Backend):
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
         self._physics = check_physics(physics)
         self._kernel = self._runnable(kernel or self._kernel)
-        self._bodies = Bodies(pos=bodies.pos.copy(), vel=bodies.vel.copy(), mass=bodies.mass.copy(),
-                              time=float(bodies.time), ids=None if bodies.ids is None else bodies.ids.copy())
+        self._bodies = Bodies(
+            pos=bodies.pos.copy(),
+            vel=bodies.vel.copy(),
+            mass=bodies.mass.copy(),
+            time=float(bodies.time),
+            ids=None if bodies.ids is None else bodies.ids.copy(),
+        )
         self._n = bodies.n
         self._view, self._view_read = self._bodies, True
 
@@ -142,9 +158,15 @@ class RanksBackend(TunablesPerKernel, Backend):
 
     def _wanted(self, steps: int) -> Control:
         due = self._view_read and self._frames_since_view + 1 >= max(int(self.gather_every), 1)
-        return Control(kernel=self._kernel, tunables=self.tunables(), physics=self._physics.as_dict(),
-                       steps=int(steps), load=self._bodies is not None, gather=bool(due),
-                       speeds=self._gl_target is not None)
+        return Control(
+            kernel=self._kernel,
+            tunables=self.tunables(),
+            physics=self._physics.as_dict(),
+            steps=int(steps),
+            load=self._bodies is not None,
+            gather=bool(due),
+            speeds=self._gl_target is not None,
+        )
 
     # --- the per-frame protocol (every rank, the same calls in the same order) --------------------------
     def step(self, steps: int = 1) -> StepTimings:
@@ -176,8 +198,18 @@ class RanksBackend(TunablesPerKernel, Backend):
         step = self.run.step(control.steps) if control.steps else None
         if step is not None and control.speeds:
             self._draw_from_gpu()
-        mine = (step.force_ms, step.extra["exchange_ms"], step.integrate_ms, step.interactions,
-                step.pair_equivalent, step.body_cell) if step else (0.0, 0.0, 0.0, 0, 0, 0)
+        mine = (
+            (
+                step.force_ms,
+                step.extra["exchange_ms"],
+                step.integrate_ms,
+                step.interactions,
+                step.pair_equivalent,
+                step.body_cell,
+            )
+            if step
+            else (0.0, 0.0, 0.0, 0, 0, 0)
+        )
         every = self.comm.allgather(mine)
         force, exchange = [e[0] for e in every], [e[1] for e in every]
         if control.gather:
@@ -188,20 +220,29 @@ class RanksBackend(TunablesPerKernel, Backend):
             self.splits.append((force, exchange))
             self._frames_since_view += 1
         drawn = self._gl_target if self.lead else None  # rank 0's map / unmap of the VBOs, as one GPU times
-        return StepTimings(kernel=self.run.kernel, steps=control.steps, n=self._n, force_ms=max(force),
-                           integrate_ms=max(e[2] for e in every), interactions=sum(e[3] for e in every),
-                           pair_equivalent=sum(e[4] for e in every), body_cell=sum(e[5] for e in every),
-                           force_evals=step.force_evals, map_ms=drawn.map_ms if drawn else 0.0,
-                           unmap_ms=drawn.unmap_ms if drawn else 0.0,
-                           extra={"exchange_ms": max(exchange), **rank_entries(force, exchange)})
+        return StepTimings(
+            kernel=self.run.kernel,
+            steps=control.steps,
+            n=self._n,
+            force_ms=max(force),
+            integrate_ms=max(e[2] for e in every),
+            interactions=sum(e[3] for e in every),
+            pair_equivalent=sum(e[4] for e in every),
+            body_cell=sum(e[5] for e in every),
+            force_evals=step.force_evals,
+            map_ms=drawn.map_ms if drawn else 0.0,
+            unmap_ms=drawn.unmap_ms if drawn else 0.0,
+            extra={"exchange_ms": max(exchange), **rank_entries(force, exchange)},
+        )
 
     def _apply(self, control: Control) -> None:
         """Make this rank run `control`: new bodies, another kernel or physics (a reload from the
         gathered state), tunables. The same on every rank, so collective calls match."""
         was = self._applied
         physics = Physics(**control.physics)
-        changed = control.load or was is None or (control.kernel, control.physics) != (was.kernel,
-                                                                                        was.physics)
+        changed = (
+            control.load or was is None or (control.kernel, control.physics) != (was.kernel, was.physics)
+        )
         remade = control.load  # a device made again: it takes the tunables afresh
         if control.load:
             bodies = self.comm.bcast(self._bodies if self.lead else None, root=0)
@@ -248,8 +289,14 @@ class RanksBackend(TunablesPerKernel, Backend):
             raise RuntimeError("only rank 0 holds the gathered state")
         self._view_read = True
         v = self._view
-        return Bodies(pos=v.pos.copy(), vel=v.vel.copy(), mass=v.mass.copy(), time=v.time,
-                      ids=None if v.ids is None else v.ids.copy(), components=self.components)
+        return Bodies(
+            pos=v.pos.copy(),
+            vel=v.vel.copy(),
+            mass=v.mass.copy(),
+            time=v.time,
+            ids=None if v.ids is None else v.ids.copy(),
+            components=self.components,
+        )
 
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Current positions (rank 0 holds them all after each exchange); the speeds rank 0 holds where it
@@ -265,8 +312,10 @@ class RanksBackend(TunablesPerKernel, Backend):
         return np.array(self.run.positions(), dtype=np.float32), speeds
 
     def accelerations(self) -> np.ndarray:
-        raise NotImplementedError("the accelerations of MPI ranks are gathered collectively "
-                                  "(app.backends.distributed.RankRun.accelerations), not by rank 0 alone")
+        raise NotImplementedError(
+            "the accelerations of MPI ranks are gathered collectively "
+            "(app.backends.distributed.RankRun.accelerations), not by rank 0 alone"
+        )
 
     # --- rank 0's VBOs through its GPU's CUDA-GL interop (GPU ranks) -------------------------------------
     def attach_gl_buffers(self, position_vbo: int, speed_vbo: int) -> bool:
@@ -278,8 +327,9 @@ class RanksBackend(TunablesPerKernel, Backend):
             return False
         device = self.run.device if self._applied is not None and self.run.n == self._n else None
         whole = device is not None and self.run.decomposition.integrate_all
-        self._gl_target = self.inner.device_kind().gl_target(position_vbo, speed_vbo,
-                                                             [device] if whole else [], self._n, whole)
+        self._gl_target = self.inner.device_kind().gl_target(
+            position_vbo, speed_vbo, [device] if whole else [], self._n, whole
+        )
         return self._gl_target is not None
 
     def detach_gl_buffers(self) -> None:
@@ -295,8 +345,11 @@ class RanksBackend(TunablesPerKernel, Backend):
 
     def device_info(self) -> dict:
         name = self.inner.device_kind().rank_device_name()
-        return {"name": f"{self.ranks} MPI ranks, each: {name}", "ranks": self.ranks,
-                "backend": self.inner.name}
+        return {
+            "name": f"{self.ranks} MPI ranks, each: {name}",
+            "ranks": self.ranks,
+            "backend": self.inner.name,
+        }
 
     def split_line(self) -> str:
         """Median force and exchange ms per rank over the last frames, and the force imbalance."""
@@ -304,9 +357,13 @@ class RanksBackend(TunablesPerKernel, Backend):
             return f"{self.ranks} MPI ranks: no steps taken"
         force = np.median([f for f, _ in self.splits], axis=0)
         exchange = np.median([e for _, e in self.splits], axis=0)
-        return (f"{self.ranks} MPI ranks (median ms per rank): force "
-                + " / ".join(f"{v:.2f}" for v in force) + ", exchange "
-                + " / ".join(f"{v:.2f}" for v in exchange) + f"; imbalance {100 * imbalance(force):.0f}%")
+        return (
+            f"{self.ranks} MPI ranks (median ms per rank): force "
+            + " / ".join(f"{v:.2f}" for v in force)
+            + ", exchange "
+            + " / ".join(f"{v:.2f}" for v in exchange)
+            + f"; imbalance {100 * imbalance(force):.0f}%"
+        )
 
     def quit_all(self) -> None:
         """Rank 0, at the viewer's normal end: every rank's `follow` returns. (Not on an error: then

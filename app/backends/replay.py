@@ -30,16 +30,22 @@ MAX_FRAME_S = 0.1  # wall time one frame may advance the replay by at most
 PLAY_S = 10.0  # the default rate plays the whole series in this many seconds ...
 MIN_SNAPSHOTS_PER_S, MAX_SNAPSHOTS_PER_S = 1.0, 30.0  # ... at between 1 and 30 snapshots per second
 
-RECORD = KernelRecord(name="replay", doc="a snapshot series played back: positions interpolated linearly "
-                      "in time between snapshots, no forces computed", backend="replay", precision="fp32")
+RECORD = KernelRecord(
+    name="replay",
+    doc="a snapshot series played back: positions interpolated linearly "
+    "in time between snapshots, no forces computed",
+    backend="replay",
+    precision="fp32",
+)
 
 
 class ReplayBackend(Backend):
     name = "replay"
     replays = True  # the recorder's HUD and the commands ask for this rather than the class
 
-    def __init__(self, series, clock: Callable[[], float] | None = _time.perf_counter,
-                 per_frame: float | None = None):
+    def __init__(
+        self, series, clock: Callable[[], float] | None = _time.perf_counter, per_frame: float | None = None
+    ):
         self.series = series
         self.components = series.components  # drawn as in the run: the panel lists them
         self.clock = clock

@@ -42,8 +42,10 @@ def scene_from_args(args: argparse.Namespace):
         overrides[key] = value
     scene = load_scene(scene_arg, overrides)
     if getattr(args, "n", None) is not None and scene.initial.file:
-        raise ConfigError(f"--n applies to generators; {scene.initial.file} is a snapshot: use --subsample K "
-                          "for a random subset of K of its bodies")
+        raise ConfigError(
+            f"--n applies to generators; {scene.initial.file} is a snapshot: use --subsample K "
+            "for a random subset of K of its bodies"
+        )
     if scene_arg is None and scene.initial.file:
         scene.name = Path(scene.initial.file).name
     # --tunable over the scene's [run.tunables]
@@ -69,12 +71,19 @@ def make_backend(scene, bodies=None, comm=None):
         cls = block_steps_class(cls, scene, comm)
         kernel = kernel or cls.tree_kernel()
     elif scene.run.frames_per_step != 1:
-        raise ConfigError(f"run.frames_per_step = {scene.run.frames_per_step}: frames are drawn inside a "
-                          "step only with block time steps (--timesteps block); with shared steps a frame "
-                          "comes after each step: lower --dt for smaller ones, or drop --frames-per-step")
+        raise ConfigError(
+            f"run.frames_per_step = {scene.run.frames_per_step}: frames are drawn inside a "
+            "step only with block time steps (--timesteps block); with shared steps a frame "
+            "comes after each step: lower --dt for smaller ones, or drop --frames-per-step"
+        )
     elif scene.run.gpus is not None:
-        cls = several_devices(cls, scene.run.gpus, scene.run.gpu_driver, scene.run.exchange,
-                              chosen=scene.run.backend != "auto" or kernel is not None)
+        cls = several_devices(
+            cls,
+            scene.run.gpus,
+            scene.run.gpu_driver,
+            scene.run.exchange,
+            chosen=scene.run.backend != "auto" or kernel is not None,
+        )
     if comm is not None:
         from app.backends.ranks import ranks_backend_class
 
@@ -101,11 +110,15 @@ def block_steps_class(cls, scene, comm=None):
     from app.backends.block import block_steps_backend_class
 
     if scene.run.gpus is not None:
-        raise ConfigError(f"--gpus {scene.run.gpus}: block time steps run on one device (the active-group "
-                          "walk is not split across devices yet); drop --gpus, or use --timesteps shared")
+        raise ConfigError(
+            f"--gpus {scene.run.gpus}: block time steps run on one device (the active-group "
+            "walk is not split across devices yet); drop --gpus, or use --timesteps shared"
+        )
     if comm is not None:
-        raise ConfigError("block time steps run in one process on one device; run without mpiexec, or use "
-                          "--timesteps shared")
+        raise ConfigError(
+            "block time steps run in one process on one device; run without mpiexec, or use "
+            "--timesteps shared"
+        )
     return block_steps_backend_class(cls)
 
 
@@ -119,8 +132,10 @@ def several_devices(cls, gpus, driver: str = "auto", exchange: str = "auto", cho
     if cls.memory != "device" and not chosen:  # auto fell back to a backend on the host
         reasons = {name: other.why_not() for name, other in backend_classes().items()}
         why = "; ".join(f"{name}: {reason}" for name, reason in reasons.items() if reason)
-        raise ConfigError(f"--gpus {gpus}: no GPU is usable here ({why}); --backend {cls.name} --gpus N "
-                          f"splits the {cls.name} backend into N devices instead")
+        raise ConfigError(
+            f"--gpus {gpus}: no GPU is usable here ({why}); --backend {cls.name} --gpus N "
+            f"splits the {cls.name} backend into N devices instead"
+        )
     return multi_backend_class(cls, gpus, driver, exchange)
 
 
@@ -129,8 +144,10 @@ def make_rank_run(comm, scene, bodies=None):
     if scene.physics.timesteps == "block":
         block_steps_class(None, scene, comm)  # (ConfigError: one process, one device)
     if scene.run.gpus is not None:
-        raise ConfigError(f"--gpus {scene.run.gpus}: under mpiexec each rank takes one GPU (of its local "
-                          "rank); leave --gpus out, or run one process with --gpus")
+        raise ConfigError(
+            f"--gpus {scene.run.gpus}: under mpiexec each rank takes one GPU (of its local "
+            "rank); leave --gpus out, or run one process with --gpus"
+        )
     from app.backends import select_backend
     from app.backends.distributed import RankRun, device_maker
     from app.scene import make_bodies
@@ -161,6 +178,8 @@ def check_fits(bodies, record) -> None:
         if rows.any():
             i = int(np.argmax(rows))
             shown = ", ".join(f"{v:g}" for v in np.atleast_1d(values[i]))
-            raise ConfigError(f"body {i}: {what} ({shown}) is beyond the range of float32 (|x| <= 3.4e38) "
-                              f"in which kernel {record.name!r} computes; use a float64 kernel (cpu-fp64, "
-                              "fp64) or other units")
+            raise ConfigError(
+                f"body {i}: {what} ({shown}) is beyond the range of float32 (|x| <= 3.4e38) "
+                f"in which kernel {record.name!r} computes; use a float64 kernel (cpu-fp64, "
+                "fp64) or other units"
+            )

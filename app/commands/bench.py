@@ -10,8 +10,10 @@ from app.core.backend_table import backend_choices
 from app.model.ics import GENERATORS
 from app.tools.bench import DEFAULT_ERROR_SAMPLE, DEFAULT_SCENE
 
-HELP = ("time force kernels (median of CUDA events / perf_counter) over N, scenes and tunable sweeps, "
-        "with the force error of approximate kernels; write JSON and a PNG plot")
+HELP = (
+    "time force kernels (median of CUDA events / perf_counter) over N, scenes and tunable sweeps, "
+    "with the force error of approximate kernels; write JSON and a PNG plot"
+)
 DESCRIPTION = """\
 For each scene, N, kernel and tunable setting (one row each): the scene's seeded bodies (--scene; default
 the Plummer sphere), --warmup untimed steps, then the median of --repeats timed steps: the force time
@@ -98,8 +100,9 @@ def _device_classes(cls, args) -> dict:
     classes = {}
     for text in args.gpus.split(","):
         parse_device_count(text, "--gpus")
-        multi = several_devices(cls, text, args.gpu_driver or "auto", args.exchange or "auto",
-                                chosen=args.backend != "auto")
+        multi = several_devices(
+            cls, text, args.gpu_driver or "auto", args.exchange or "auto", chosen=args.backend != "auto"
+        )
         classes.setdefault(multi.k, multi)
     return classes
 
@@ -108,43 +111,90 @@ def _scenes(text: str) -> list[str]:
     scenes = [v.strip() for v in text.split(",") if v.strip()]
     unknown = [v for v in scenes if v not in GENERATORS]
     if not scenes or unknown:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected comma-separated generators from "
-                                         f"{', '.join(GENERATORS)}")
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected comma-separated generators from {', '.join(GENERATORS)}"
+        )
     return list(dict.fromkeys(scenes))
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("bench", help=HELP, description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--backend", default="auto", metavar="NAME",
-                   help=f"{' | '.join(backend_choices())} (default auto: the first that works)")
-    p.add_argument("--kernels", default="all", metavar="LIST",
-                   help="comma-separated kernel names, or all (default: all kernels of the backend)")
-    p.add_argument("--n", type=_ns, default=[4096, 16384, 65536], metavar="LIST",
-                   help="comma-separated body counts (default 4096,16384,65536)")
-    p.add_argument("--scene", type=_scenes, default=[DEFAULT_SCENE], metavar="LIST",
-                   help="comma-separated generators whose seeded bodies are timed, rows per scene: "
-                        f"{' | '.join(GENERATORS)} (default {DEFAULT_SCENE})")
+    p = sub.add_parser(
+        "bench", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--backend",
+        default="auto",
+        metavar="NAME",
+        help=f"{' | '.join(backend_choices())} (default auto: the first that works)",
+    )
+    p.add_argument(
+        "--kernels",
+        default="all",
+        metavar="LIST",
+        help="comma-separated kernel names, or all (default: all kernels of the backend)",
+    )
+    p.add_argument(
+        "--n",
+        type=_ns,
+        default=[4096, 16384, 65536],
+        metavar="LIST",
+        help="comma-separated body counts (default 4096,16384,65536)",
+    )
+    p.add_argument(
+        "--scene",
+        type=_scenes,
+        default=[DEFAULT_SCENE],
+        metavar="LIST",
+        help="comma-separated generators whose seeded bodies are timed, rows per scene: "
+        f"{' | '.join(GENERATORS)} (default {DEFAULT_SCENE})",
+    )
     p.add_argument("--seed", type=int, default=42, metavar="S", help="seed of the scenes' bodies (42)")
-    p.add_argument("--tunable", dest="tunables", action="append", default=[], metavar="NAME=V1,V2",
-                   help="a tunable of the kernels that have it, one row per value, e.g. --tunable "
-                        "theta=0.3,0.5,0.7 (repeatable; `nbody-live info --kernels` lists them)")
-    p.add_argument("--error-sample", type=non_negative_int, default=DEFAULT_ERROR_SAMPLE, metavar="K",
-                   help="targets whose force error an approximate kernel's row samples after its timing "
-                        f"(default {DEFAULT_ERROR_SAMPLE:,}; 0: none)")
-    p.add_argument("--max-seconds", type=positive_float, metavar="S",
-                   help="skip a row whose warm-up and timed steps would take longer (reason in the JSON; "
-                        "default: no limit)")
+    p.add_argument(
+        "--tunable",
+        dest="tunables",
+        action="append",
+        default=[],
+        metavar="NAME=V1,V2",
+        help="a tunable of the kernels that have it, one row per value, e.g. --tunable "
+        "theta=0.3,0.5,0.7 (repeatable; `nbody-live info --kernels` lists them)",
+    )
+    p.add_argument(
+        "--error-sample",
+        type=non_negative_int,
+        default=DEFAULT_ERROR_SAMPLE,
+        metavar="K",
+        help="targets whose force error an approximate kernel's row samples after its timing "
+        f"(default {DEFAULT_ERROR_SAMPLE:,}; 0: none)",
+    )
+    p.add_argument(
+        "--max-seconds",
+        type=positive_float,
+        metavar="S",
+        help="skip a row whose warm-up and timed steps would take longer (reason in the JSON; "
+        "default: no limit)",
+    )
     p.add_argument("--warmup", type=positive_int, default=3, metavar="K", help="untimed launches (3)")
-    p.add_argument("--repeats", type=positive_int, default=10, metavar="K",
-                   help="timed launches; the median is reported (10)")
+    p.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=10,
+        metavar="K",
+        help="timed launches; the median is reported (10)",
+    )
     p.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
-    p.add_argument("--plot", type=Path, metavar="FILE.png",
-                   help="write interactions/s vs N as a PNG (with --gpus 1,2: step time and speed-up)")
+    p.add_argument(
+        "--plot",
+        type=Path,
+        metavar="FILE.png",
+        help="write interactions/s vs N as a PNG (with --gpus 1,2: step time and speed-up)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_gpu_options(p, gpus_help="comma-separated device counts, e.g. 1,2 or 1,all: every kernel and N on "
-                                 "each count through the multi-device driver, plus scaling rows (speed-up "
-                                 "and efficiency per N); with --backend cpu, CPU \"devices\"")
+    add_gpu_options(
+        p,
+        gpus_help="comma-separated device counts, e.g. 1,2 or 1,all: every kernel and N on "
+        "each count through the multi-device driver, plus scaling rows (speed-up "
+        'and efficiency per N); with --backend cpu, CPU "devices"',
+    )
     p.set_defaults(func=main)
 
 
@@ -168,8 +218,10 @@ def _bench(args, comm) -> int:
     if lead:
         check_outputs((args.json, "bench results"), (args.plot, "bench plot"))  # before the benchmarking
     if comm is not None and args.gpus:
-        raise ConfigError(f"--gpus {args.gpus}: under mpiexec each rank takes one GPU (of its local rank); "
-                          "leave --gpus out, or run one process with --gpus")
+        raise ConfigError(
+            f"--gpus {args.gpus}: under mpiexec each rank takes one GPU (of its local rank); "
+            "leave --gpus out, or run one process with --gpus"
+        )
 
     cls = select_backend(args.backend)
     counts = _device_classes(cls, args) if args.gpus else None
@@ -178,17 +230,29 @@ def _bench(args, comm) -> int:
     names = [r.name for r in cls.kernels()] if args.kernels == "all" else args.kernels.split(",")
     for name in names:
         if find_kernel(name).backend != cls.name:
-            raise ConfigError(f"kernel {name!r} is not a {cls.name} kernel; {cls.name} kernels: "
-                              + ", ".join(r.name for r in cls.kernels()))
+            raise ConfigError(
+                f"kernel {name!r} is not a {cls.name} kernel; {cls.name} kernels: "
+                + ", ".join(r.name for r in cls.kernels())
+            )
     if comm is not None:
         from app.backends.ranks import ranks_backend_class
 
         cls = ranks_backend_class(comm, cls)
-    options = {"warmup": args.warmup, "repeats": args.repeats, "progress": lead and not args.no_progress,
-               "seed": args.seed, "scenes": args.scene, "tunables": tunables,
-               "error_sample": args.error_sample, "max_seconds": args.max_seconds}
-    result = (bench.run_scaling(counts, names, args.n, **options) if counts
-              else bench.run_bench(cls, names, args.n, **options))
+    options = {
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "progress": lead and not args.no_progress,
+        "seed": args.seed,
+        "scenes": args.scene,
+        "tunables": tunables,
+        "error_sample": args.error_sample,
+        "max_seconds": args.max_seconds,
+    }
+    result = (
+        bench.run_scaling(counts, names, args.n, **options)
+        if counts
+        else bench.run_bench(cls, names, args.n, **options)
+    )
     if not lead:
         return 0
     bench.print_table(result)

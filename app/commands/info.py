@@ -34,8 +34,9 @@ def _split(rec) -> str:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("info", help=HELP, description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "info", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     what = p.add_mutually_exclusive_group()
     what.add_argument("--kernels", action="store_true", help="list the kernel registry")
     what.add_argument("--scenes", action="store_true", help="list the scene presets")
@@ -57,8 +58,12 @@ def _versions() -> str:
     return ", ".join(out)
 
 
-DEVICE_FACTS = (("arch", "{}"), ("sms", "{} SMs"), ("sm_clock_max_mhz", "{:.0f} MHz"),
-                ("driver_version", "driver {}"))
+DEVICE_FACTS = (
+    ("arch", "{}"),
+    ("sms", "{} SMs"),
+    ("sm_clock_max_mhz", "{:.0f} MHz"),
+    ("driver_version", "driver {}"),
+)
 
 
 def _device_line(cls) -> str:
@@ -106,13 +111,17 @@ def print_kernels() -> None:
                 flag = "" if why is None else f"  (unavailable: {why})"
                 print(f"  {rec.name:<24} {rec.precision:<5} {rec.doc}{flag}")
                 tunables = "; ".join(f"{t.name} {t.describe()} (default {t.default})" for t in rec.tunables)
-                print(f"  {'':<24} {'':<5} error budget {rec.error_budget.describe()}"
-                      + (f"; tunables: {tunables}" if tunables else ""))
+                print(
+                    f"  {'':<24} {'':<5} error budget {rec.error_budget.describe()}"
+                    + (f"; tunables: {tunables}" if tunables else "")
+                )
                 memory = _memory(backend, rec.name) if why is None else None
                 if memory is not None:
                     where = cls.memory
-                    print(f"  {'':<24} {'':<5} memory {memory:,} bytes per body at N = {MEMORY_N:,} "
-                          f"({where}, beside the state; default tunables)")
+                    print(
+                        f"  {'':<24} {'':<5} memory {memory:,} bytes per body at N = {MEMORY_N:,} "
+                        f"({where}, beside the state; default tunables)"
+                    )
                 print(f"  {'':<24} {'':<5} on several devices (--gpus, MPI ranks): {_split(rec)}")
         finally:
             if backend is not None:
@@ -127,8 +136,10 @@ def print_keys() -> None:
         for name, f in fields.items():
             print(f"  {section}.{name:<16} {f.describe():<44} {f.doc}")
     print("  initial.<param>     generator parameters: see `nbody-live info --generators`")
-    print("[[components]]        tables of name = \"...\" and rows = [first, end): the bodies' components "
-          "(docs/components.md)")
+    print(
+        '[[components]]        tables of name = "..." and rows = [first, end): the bodies\' components '
+        "(docs/components.md)"
+    )
 
 
 def print_generators() -> None:
@@ -178,8 +189,10 @@ def main(args) -> int:
 
             why = display_problem()  # (asked first: falling back to EGL hides a stale display)
             gi = gl_info()  # a window's context when a display answers, else headless EGL
-            print(f"GL: {gi.get('renderer')} | {gi.get('version')} | via {gi.get('backend')}"
-                  + (f" ({why})" if why and gi.get("backend") == "egl" else ""))
+            print(
+                f"GL: {gi.get('renderer')} | {gi.get('version')} | via {gi.get('backend')}"
+                + (f" ({why})" if why and gi.get("backend") == "egl" else "")
+            )
         except Exception as e:  # noqa: BLE001 - info reports whatever breaks, it never crashes on it
             print(f"GL: no context ({type(e).__name__}: {e})")
     print("kernels: " + ", ".join(r.name for cls in backend_classes().values() for r in cls.kernels()))

@@ -39,8 +39,10 @@ SHORTCUTS = {
 }
 
 
-SCENE_HELP = ("a preset name (see `nbody-live info --scenes`), a scene .toml file, or a snapshot file "
-              "(Tipsy, NEMO, NBabel, npz, csv) to start from")
+SCENE_HELP = (
+    "a preset name (see `nbody-live info --scenes`), a scene .toml file, or a snapshot file "
+    "(Tipsy, NEMO, NBabel, npz, csv) to start from"
+)
 
 
 SERIES_HELP = "; or a snapshot series to replay: a folder (simulate --out-dir) or a quoted glob"
@@ -49,16 +51,27 @@ SERIES_HELP = "; or a snapshot series to replay: a folder (simulate --out-dir) o
 def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, series: bool = False) -> None:
     """SCENE and the scene overrides; `series`: SCENE may also be a snapshot series (run, record)."""
     default = None if scene_required else "plummer"
-    p.add_argument("scene", nargs=None if scene_required else "?", default=default, metavar="SCENE",
-                   help=SCENE_HELP + ("" if scene_required else " (default: plummer)")
-                   + (SERIES_HELP if series else ""))
+    p.add_argument(
+        "scene",
+        nargs=None if scene_required else "?",
+        default=default,
+        metavar="SCENE",
+        help=SCENE_HELP + ("" if scene_required else " (default: plummer)") + (SERIES_HELP if series else ""),
+    )
     g = p.add_argument_group("scene overrides (applied after the scene file)")
     g.add_argument("--n", type=str, metavar="N", help="number of bodies (generators only)")
     g.add_argument("--seed", type=str, metavar="S", help="random seed of the generator (and of --subsample)")
-    g.add_argument("--subsample", type=str, metavar="K",
-                   help="a snapshot SCENE only: a seeded random subset of K bodies, the total mass kept")
-    g.add_argument("--format", choices=FORMAT_CHOICES,
-                   help="format of a snapshot SCENE (default: from the extension or content)")
+    g.add_argument(
+        "--subsample",
+        type=str,
+        metavar="K",
+        help="a snapshot SCENE only: a seeded random subset of K bodies, the total mass kept",
+    )
+    g.add_argument(
+        "--format",
+        choices=FORMAT_CHOICES,
+        help="format of a snapshot SCENE (default: from the extension or content)",
+    )
     g.add_argument("--dt", type=str, metavar="DT", help="time step (> 0)")
     g.add_argument("--softening", type=str, metavar="EPS", help="Plummer softening length (>= 0)")
     g.add_argument("--G", type=str, metavar="G", help="gravitational constant (> 0)")
@@ -66,48 +79,99 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
     g.add_argument("--model", type=str, metavar="NAME", help="gravity | gravity-repulsion")
     g.add_argument("--damping", type=str, metavar="D", help="velocity damping per step, (0, 1]")
     g.add_argument("--repulsion", type=str, metavar="H", help="H of the gravity-repulsion model")
-    g.add_argument("--timesteps", type=str, metavar="MODE",
-                   help="shared (default: every body takes --dt) | block: hierarchical time steps, body i "
-                        "steps dt/2^l_i with l_i from GADGET-2's criterion sqrt(2 eta eps/|a_i|), so only "
-                        "the bodies that need short steps take them; --dt is then the max step (give it "
-                        "some multiple of a shared step, e.g. --dt 0.0625 for the collision: with the "
-                        "preset's 0.002 every body would stay at level 0) and one step is one max step. "
-                        "Runs on the tree (kernel tree, or cpu-tree on the CPU), one device "
-                        "(docs/blocksteps.md)")
-    g.add_argument("--block-levels", dest="block_levels", type=str, metavar="L",
-                   help="block steps: levels below --dt, the finest step is dt/2^L (default 6)")
-    g.add_argument("--block-eta", dest="block_eta", type=str, metavar="ETA",
-                   help="block steps: the level criterion's accuracy (default 0.025; smaller is finer)")
-    g.add_argument("--block-coarsen", dest="block_coarsen", type=str, metavar="RULE",
-                   help="block steps: settled (default: a level gets coarser only between max steps, and "
-                        "only to a level also wanted at the boundary before; its snapshots keep the "
-                        "levels, .npz) | boundary (only between max steps; x and v are the whole state) | "
-                        "aligned (at any tick aligned with the coarser step; better where close "
-                        "encounters at small softening dominate)")
-    g.add_argument("--backend", type=str, metavar="NAME",
-                   help=f"{' | '.join(BACKEND_CHOICES())} (default: auto = the first that works, best "
-                        "first: CUDA, else the CPU)")
-    g.add_argument("--kernel", type=str, metavar="NAME",
-                   help="kernel from `nbody-live info --kernels` (default: the backend's default: best on "
-                        "cuda, cpu-simd on cpu)")
-    g.add_argument("--steps-per-frame", dest="steps_per_frame", type=str, metavar="K",
-                   help="simulation steps per rendered frame")
-    g.add_argument("--frames-per-step", dest="frames_per_step", type=str, metavar="K",
-                   help="block time steps: frames drawn inside each max step, so that a long --dt still "
-                        "moves smoothly: a frame advances steps-per-frame/K max steps (default 1)")
-    g.add_argument("--tunable", dest="tunables", action="append", default=[], metavar="NAME=VALUE",
-                   help="a tunable of the kernel, e.g. --tunable theta=0.7 for cpu-tree (repeatable; "
-                        "`nbody-live info --kernels` lists each kernel's tunables and their ranges)")
-    g.add_argument("--set", dest="assignments", action="append", default=[], metavar="KEY=VALUE",
-                   help="any scene key, e.g. --set camera.fov=30 --set render.colormap=viridis "
-                        "(repeatable; `nbody-live info --keys` lists them)")
+    g.add_argument(
+        "--timesteps",
+        type=str,
+        metavar="MODE",
+        help="shared (default: every body takes --dt) | block: hierarchical time steps, body i "
+        "steps dt/2^l_i with l_i from GADGET-2's criterion sqrt(2 eta eps/|a_i|), so only "
+        "the bodies that need short steps take them; --dt is then the max step (give it "
+        "some multiple of a shared step, e.g. --dt 0.0625 for the collision: with the "
+        "preset's 0.002 every body would stay at level 0) and one step is one max step. "
+        "Runs on the tree (kernel tree, or cpu-tree on the CPU), one device "
+        "(docs/blocksteps.md)",
+    )
+    g.add_argument(
+        "--block-levels",
+        dest="block_levels",
+        type=str,
+        metavar="L",
+        help="block steps: levels below --dt, the finest step is dt/2^L (default 6)",
+    )
+    g.add_argument(
+        "--block-eta",
+        dest="block_eta",
+        type=str,
+        metavar="ETA",
+        help="block steps: the level criterion's accuracy (default 0.025; smaller is finer)",
+    )
+    g.add_argument(
+        "--block-coarsen",
+        dest="block_coarsen",
+        type=str,
+        metavar="RULE",
+        help="block steps: settled (default: a level gets coarser only between max steps, and "
+        "only to a level also wanted at the boundary before; its snapshots keep the "
+        "levels, .npz) | boundary (only between max steps; x and v are the whole state) | "
+        "aligned (at any tick aligned with the coarser step; better where close "
+        "encounters at small softening dominate)",
+    )
+    g.add_argument(
+        "--backend",
+        type=str,
+        metavar="NAME",
+        help=f"{' | '.join(BACKEND_CHOICES())} (default: auto = the first that works, best "
+        "first: CUDA, else the CPU)",
+    )
+    g.add_argument(
+        "--kernel",
+        type=str,
+        metavar="NAME",
+        help="kernel from `nbody-live info --kernels` (default: the backend's default: best on "
+        "cuda, cpu-simd on cpu)",
+    )
+    g.add_argument(
+        "--steps-per-frame",
+        dest="steps_per_frame",
+        type=str,
+        metavar="K",
+        help="simulation steps per rendered frame",
+    )
+    g.add_argument(
+        "--frames-per-step",
+        dest="frames_per_step",
+        type=str,
+        metavar="K",
+        help="block time steps: frames drawn inside each max step, so that a long --dt still "
+        "moves smoothly: a frame advances steps-per-frame/K max steps (default 1)",
+    )
+    g.add_argument(
+        "--tunable",
+        dest="tunables",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a tunable of the kernel, e.g. --tunable theta=0.7 for cpu-tree (repeatable; "
+        "`nbody-live info --kernels` lists each kernel's tunables and their ranges)",
+    )
+    g.add_argument(
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any scene key, e.g. --set camera.fov=30 --set render.colormap=viridis "
+        "(repeatable; `nbody-live info --keys` lists them)",
+    )
 
 
-GPUS_HELP = ("split the forces over N GPUs (or all) through the multi-device driver: each GPU holds every "
-             "position and does its part as the kernel's record splits it (`info --kernels`: its share of "
-             "the targets, a slice of the Newton-3 pair tiles, or a key range of the tree's groups; "
-             "docs/multi-gpu.md); with --backend cpu, N CPU \"devices\" (the CI twin). More than the "
-             "machine has is an error")
+GPUS_HELP = (
+    "split the forces over N GPUs (or all) through the multi-device driver: each GPU holds every "
+    "position and does its part as the kernel's record splits it (`info --kernels`: its share of "
+    "the targets, a slice of the Newton-3 pair tiles, or a key range of the tree's groups; "
+    'docs/multi-gpu.md); with --backend cpu, N CPU "devices" (the CI twin). More than the '
+    "machine has is an error"
+)
 
 
 def add_gpu_options(p: argparse.ArgumentParser, gpus_help: str = GPUS_HELP) -> None:
@@ -116,15 +180,22 @@ def add_gpu_options(p: argparse.ArgumentParser, gpus_help: str = GPUS_HELP) -> N
 
     g = p.add_argument_group("several GPUs (scene keys run.gpus, run.gpu_driver, run.exchange)")
     g.add_argument("--gpus", type=str, metavar="N|all", help=gpus_help)
-    g.add_argument("--gpu-driver", dest="gpu_driver", choices=DRIVERS,
-                   help="threads: one host thread per GPU; single: one thread issues every GPU's work, "
-                        "taking the tree's phases in turns; auto (default): single for a domain split (the "
-                        "tree), threads otherwise, as measured on two H100s (docs/multi-gpu.md)")
-    g.add_argument("--exchange", choices=EXCHANGES,
-                   help="how rows move between GPUs (positions; for Newton 3 the partial forces, for the "
-                        "tree the key ranges' forces): peer copies, NCCL (nvidia-nccl-cu13), or through host "
-                        "memory; auto (default): peer where every pair of GPUs can reach each other, else "
-                        "host")
+    g.add_argument(
+        "--gpu-driver",
+        dest="gpu_driver",
+        choices=DRIVERS,
+        help="threads: one host thread per GPU; single: one thread issues every GPU's work, "
+        "taking the tree's phases in turns; auto (default): single for a domain split (the "
+        "tree), threads otherwise, as measured on two H100s (docs/multi-gpu.md)",
+    )
+    g.add_argument(
+        "--exchange",
+        choices=EXCHANGES,
+        help="how rows move between GPUs (positions; for Newton 3 the partial forces, for the "
+        "tree the key ranges' forces): peer copies, NCCL (nvidia-nccl-cu13), or through host "
+        "memory; auto (default): peer where every pair of GPUs can reach each other, else "
+        "host",
+    )
 
 
 def parse_tunables(texts: list[str]) -> dict[str, object]:
@@ -141,8 +212,10 @@ def parse_tunable_lists(texts: list[str]) -> dict[str, list[object]]:
         name, values = split_tunable(text)
         items = [v.strip() for v in values.split(",")]
         if not all(items):
-            raise ConfigError(f"--tunable {text!r}: an empty value in the list; expected NAME=V1,V2,..., "
-                              "e.g. --tunable theta=0.3,0.5")
+            raise ConfigError(
+                f"--tunable {text!r}: an empty value in the list; expected NAME=V1,V2,..., "
+                "e.g. --tunable theta=0.3,0.5"
+            )
         out[name] = [scalar_value(v) for v in items]
     return out
 

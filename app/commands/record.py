@@ -68,55 +68,118 @@ examples:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("record", help=HELP, description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "record", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_scene_options(p, series=True)
     add_gpu_options(p)
     g = p.add_argument_group("recording")
-    g.add_argument("--out", type=Path, default=None, metavar="FILE",
-                   help="the video (.mp4), or with --still the PNG (default out/record.mp4; with --still "
-                        "out/still.png; a non-.png name gets .png)")
-    g.add_argument("--size", default="1280x720", metavar="WxH",
-                   help="frame size in pixels (default 1280x720; videos round down to even numbers)")
-    g.add_argument("--fps", type=positive_float, default=30.0, metavar="F",
-                   help="frames per second of video (default 30); the camera path runs on t = frame / F")
+    g.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the video (.mp4), or with --still the PNG (default out/record.mp4; with --still "
+        "out/still.png; a non-.png name gets .png)",
+    )
+    g.add_argument(
+        "--size",
+        default="1280x720",
+        metavar="WxH",
+        help="frame size in pixels (default 1280x720; videos round down to even numbers)",
+    )
+    g.add_argument(
+        "--fps",
+        type=positive_float,
+        default=30.0,
+        metavar="F",
+        help="frames per second of video (default 30); the camera path runs on t = frame / F",
+    )
     length = g.add_mutually_exclusive_group()
-    length.add_argument("--seconds", type=positive_float, metavar="S",
-                        help="length in seconds of video: round(S x fps) frames (default 5)")
+    length.add_argument(
+        "--seconds",
+        type=positive_float,
+        metavar="S",
+        help="length in seconds of video: round(S x fps) frames (default 5)",
+    )
     length.add_argument("--frames", type=positive_int, metavar="N", help="length in frames")
-    g.add_argument("--camera", metavar="PATH",
-                   help="static | orbit | keys | FILE.toml of [[keys]] (default: the scene's camera.path, "
-                        "static unless set)")
+    g.add_argument(
+        "--camera",
+        metavar="PATH",
+        help="static | orbit | keys | FILE.toml of [[keys]] (default: the scene's camera.path, "
+        "static unless set)",
+    )
     g.add_argument("--orbit-speed", metavar="DEG_S", help="orbit: degrees per second of video (default 12)")
-    g.add_argument("--orbit-elevation", metavar="DEG",
-                   help="orbit: elevation in degrees (default: the scene camera's)")
-    g.add_argument("--hud", action=argparse.BooleanOptionalAction, default=False,
-                   help="write scene, kernel, N, simulation time, step and frame in the top-left corner "
-                        "(default: no HUD)")
-    g.add_argument("--quality", type=int, default=20, metavar="CRF",
-                   help="x264 constant rate factor, 0 (lossless) to 51; lower is better and bigger "
-                        "(default 20)")
-    g.add_argument("--preset", default="fast",
-                   choices=("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow",
-                            "slower", "veryslow"),
-                   help="x264 speed/size trade-off (default fast)")
-    g.add_argument("--encoder-threads", type=int, default=0, metavar="N",
-                   help="x264 threads (default 0 = auto, from the core count). The same command on the "
-                        "same machine writes byte-identical files; x264's output depends on its thread "
-                        "count, so fix it (e.g. 8) to compare files across machines")
-    g.add_argument("--frames-dir", type=Path, metavar="DIR",
-                   help="write DIR/frame_000000.png, ... instead of a video (created if missing)")
-    g.add_argument("--still", type=_nonneg_float, metavar="T",
-                   help="write one PNG of the frame at T seconds of video (frame round(T x fps)) and exit")
-    g.add_argument("--pbo-ring", type=positive_int, default=3, metavar="K",
-                   help="pixel-buffer objects in the readback ring (default 3: frame i is copied out "
-                        "while frames i+1 and i+2 are drawn)")
-    g.add_argument("--window", action="store_true",
-                   help="record from a visible window (needs a display) and show the frames as they are "
-                        "recorded; closing the window stops the recording and keeps the frames")
+    g.add_argument(
+        "--orbit-elevation", metavar="DEG", help="orbit: elevation in degrees (default: the scene camera's)"
+    )
+    g.add_argument(
+        "--hud",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="write scene, kernel, N, simulation time, step and frame in the top-left corner "
+        "(default: no HUD)",
+    )
+    g.add_argument(
+        "--quality",
+        type=int,
+        default=20,
+        metavar="CRF",
+        help="x264 constant rate factor, 0 (lossless) to 51; lower is better and bigger (default 20)",
+    )
+    g.add_argument(
+        "--preset",
+        default="fast",
+        choices=(
+            "ultrafast",
+            "superfast",
+            "veryfast",
+            "faster",
+            "fast",
+            "medium",
+            "slow",
+            "slower",
+            "veryslow",
+        ),
+        help="x264 speed/size trade-off (default fast)",
+    )
+    g.add_argument(
+        "--encoder-threads",
+        type=int,
+        default=0,
+        metavar="N",
+        help="x264 threads (default 0 = auto, from the core count). The same command on the "
+        "same machine writes byte-identical files; x264's output depends on its thread "
+        "count, so fix it (e.g. 8) to compare files across machines",
+    )
+    g.add_argument(
+        "--frames-dir",
+        type=Path,
+        metavar="DIR",
+        help="write DIR/frame_000000.png, ... instead of a video (created if missing)",
+    )
+    g.add_argument(
+        "--still",
+        type=_nonneg_float,
+        metavar="T",
+        help="write one PNG of the frame at T seconds of video (frame round(T x fps)) and exit",
+    )
+    g.add_argument(
+        "--pbo-ring",
+        type=positive_int,
+        default=3,
+        metavar="K",
+        help="pixel-buffer objects in the readback ring (default 3: frame i is copied out "
+        "while frames i+1 and i+2 are drawn)",
+    )
+    g.add_argument(
+        "--window",
+        action="store_true",
+        help="record from a visible window (needs a display) and show the frames as they are "
+        "recorded; closing the window stops the recording and keeps the frames",
+    )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
-
 
 
 def _nonneg_float(text: str) -> float:
@@ -129,14 +192,16 @@ def _nonneg_float(text: str) -> float:
     return v
 
 
-
 def _scene(args, series=None):
     from app.scene import set_value, validate
 
     scene = scene_from_args(args) if series is None else replay_scene(args, series)
     changed = False
-    for flag, key in (("camera", "camera.path"), ("orbit_speed", "camera.orbit_speed"),
-                      ("orbit_elevation", "camera.orbit_elevation")):
+    for flag, key in (
+        ("camera", "camera.path"),
+        ("orbit_speed", "camera.orbit_speed"),
+        ("orbit_elevation", "camera.orbit_elevation"),
+    ):
         value = getattr(args, flag, None)
         if value is not None:
             set_value(scene, key, value, f"--{flag.replace('_', '-')}")
@@ -235,15 +300,19 @@ def main(args) -> int:
         out = check_output(out.expanduser().resolve(), "still")  # fail fast, before any setup
         with InterruptGuard() as guard, _viewer(scene, size, args.window, replay()) as viewer:
             path = camera_path.make_path(scene.camera, viewer.camera)
-            res = render_still(viewer, out, args.still, fps, path, hud=args.hud, progress=progress,
-                               guard=guard)
+            res = render_still(
+                viewer, out, args.still, fps, path, hud=args.hud, progress=progress, guard=guard
+            )
         if res.interrupted is not None:
-            print(f"interrupted ({_interrupt_name(res.interrupted)}) before the still was drawn; "
-                  f"{out} was not written")
+            print(
+                f"interrupted ({_interrupt_name(res.interrupted)}) before the still was drawn; "
+                f"{out} was not written"
+            )
             return exit_status(res.interrupted)
         index = round(args.still * fps)
-        where = (_frame_advance(scene, index) if series is None
-                 else f"of {frames}: {record_line(series, frames)}")
+        where = (
+            _frame_advance(scene, index) if series is None else f"of {frames}: {record_line(series, frames)}"
+        )
         print(f"wrote {out} ({res.size[0]}x{res.size[1]}, t = {args.still:g} s = frame {index}, {where})")
         return 0
 
@@ -253,8 +322,15 @@ def main(args) -> int:
         what = f"{args.frames_dir}/frame_*.png"
     else:
         size = even_size(size)
-        sink = Recorder(size, fps, crf=args.quality, preset=args.preset, threads=args.encoder_threads,
-                        hud=args.hud, ring=args.pbo_ring)
+        sink = Recorder(
+            size,
+            fps,
+            crf=args.quality,
+            preset=args.preset,
+            threads=args.encoder_threads,
+            hud=args.hud,
+            ring=args.pbo_ring,
+        )
         target = args.out or _default_out("out/record.mp4")
         what = str(target)
     sink.start(target)  # fail fast on an unwritable target, before the backend and GL start
@@ -262,23 +338,30 @@ def main(args) -> int:
         with InterruptGuard() as guard, _viewer(scene, size, args.window, replay()) as viewer:
             backend = viewer.backend
             path = camera_path.make_path(scene.camera, viewer.camera)
-            advance = (_per_frame(scene) if series is None else record_line(series, frames))
-            print(f"recording {what}: {frames} frames {size[0]}x{size[1]} at {fps:g} fps, "
-                  f"{advance}, {path.describe()}, "
-                  f"{viewer.stats.kernel or backend.kernel} N={backend.n:,} ({backend.data_path})",
-                  flush=True)
-            res = record_scene(viewer, sink, target, frames, camera=path, progress=progress, guard=guard,
-                               window=args.window)
+            advance = _per_frame(scene) if series is None else record_line(series, frames)
+            print(
+                f"recording {what}: {frames} frames {size[0]}x{size[1]} at {fps:g} fps, "
+                f"{advance}, {path.describe()}, "
+                f"{viewer.stats.kernel or backend.kernel} N={backend.n:,} ({backend.data_path})",
+                flush=True,
+            )
+            res = record_scene(
+                viewer, sink, target, frames, camera=path, progress=progress, guard=guard, window=args.window
+            )
     except BaseException:
         sink.abort()
         raise
     if res.interrupted is not None:
         if res.frames == 0:
-            print(f"interrupted ({_interrupt_name(res.interrupted)}) before the first frame; nothing "
-                  "was written")
+            print(
+                f"interrupted ({_interrupt_name(res.interrupted)}) before the first frame; nothing "
+                "was written"
+            )
         else:
-            print(f"interrupted ({_interrupt_name(res.interrupted)}): kept {res.frames} of {frames} "
-                  f"frames in {res.path}")
+            print(
+                f"interrupted ({_interrupt_name(res.interrupted)}): kept {res.frames} of {frames} "
+                f"frames in {res.path}"
+            )
     else:
         print(f"wrote {res.path} ({res.frames} frames at {fps:g} fps, {res.frames / fps:.2f} s)")
     if res.frames:
@@ -286,8 +369,16 @@ def main(args) -> int:
     return exit_status(res.interrupted)
 
 
-def record_demo(scene, out: Path, still: Path, size=(1280, 720), frames: int = 150, fps: int = 30,
-                progress: bool = True, backend=None) -> int:
+def record_demo(
+    scene,
+    out: Path,
+    still: Path,
+    size=(1280, 720),
+    frames: int = 150,
+    fps: int = 30,
+    progress: bool = True,
+    backend=None,
+) -> int:
     """The `run` command's no-display fallback: a short video of the scene (on `backend`, default the
     scene's) plus a PNG of its last frame."""
     from app.render import camera_path
@@ -303,8 +394,9 @@ def record_demo(scene, out: Path, still: Path, size=(1280, 720), frames: int = 1
     try:
         with _viewer(scene, size, window=False, backend=backend) as viewer:
             path = camera_path.make_path(scene.camera, viewer.camera)
-            res = record_scene(viewer, rec, out, frames, camera=path,
-                               progress=progress and sys.stderr.isatty())
+            res = record_scene(
+                viewer, rec, out, frames, camera=path, progress=progress and sys.stderr.isatty()
+            )
     except BaseException:
         rec.abort()
         raise

@@ -36,8 +36,14 @@ def reference_engine(judged: str | None = None) -> str:
     return "numpy"
 
 
-def reference_accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics, rows: np.ndarray,
-                            engine: str, progress: Callable[[int], None] | None = None) -> np.ndarray:
+def reference_accelerations(
+    pos: np.ndarray,
+    mass: np.ndarray,
+    physics: Physics,
+    rows: np.ndarray,
+    engine: str,
+    progress: Callable[[int], None] | None = None,
+) -> np.ndarray:
     """(len(rows), 3) float64 accelerations of bodies `rows` by all N bodies."""
     if engine == "numpy":
         return accelerations(pos, mass, physics, targets=rows, progress=progress)

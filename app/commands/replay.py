@@ -14,8 +14,9 @@ log = logging.getLogger("nbody-live")
 # scene flags that make a simulation: a replay's bodies and times come from its snapshots
 REPLAY_SECTIONS = ("render", "camera", "scene")
 # every scene-override flag that makes a simulation (initial.*, physics.*, run.*): refused for a replay
-SIMULATION_FLAGS = tuple(attr for attr, key in SHORTCUTS.items()
-                         if key.split(".", 1)[0] not in REPLAY_SECTIONS)
+SIMULATION_FLAGS = tuple(
+    attr for attr, key in SHORTCUTS.items() if key.split(".", 1)[0] not in REPLAY_SECTIONS
+)
 
 RUN_HELP = """\
 Replays: when SCENE is a snapshot series (a folder, e.g. one written by `simulate --snapshot-every K
@@ -45,15 +46,19 @@ def check_replay_args(args: argparse.Namespace) -> None:
     for attr in SIMULATION_FLAGS:
         if getattr(args, attr, None) is not None:
             flag = "--" + attr.replace("_", "-")
-            raise ConfigError(f"{flag} does not apply to a replay of {args.scene}: its bodies and times come "
-                              "from the snapshots (run `nbody-live simulate` again to change them)")
+            raise ConfigError(
+                f"{flag} does not apply to a replay of {args.scene}: its bodies and times come "
+                "from the snapshots (run `nbody-live simulate` again to change them)"
+            )
     from app.model.config import parse_assignment
 
     for text in getattr(args, "assignments", []):
         key, _ = parse_assignment(text)
         if key.split(".", 1)[0] not in REPLAY_SECTIONS:
-            raise ConfigError(f"--set {key}: a replay takes only render.*, camera.* and scene.* keys; its "
-                              "bodies and physics come from the snapshots")
+            raise ConfigError(
+                f"--set {key}: a replay takes only render.*, camera.* and scene.* keys; its "
+                "bodies and physics come from the snapshots"
+            )
 
 
 def open_replay(args: argparse.Namespace):
@@ -122,8 +127,10 @@ def run_replay(args: argparse.Namespace, scene, series, size, headless: bool) ->
         quit_ = "quitting and finalising any recording"
         with InterruptGuard(lambda _: viewer.request_quit(), quit_) as guard:
             viewer.run(frames=args.frames)
-        print(f"drew {viewer.stats.frame} frames of the replay of {series.describe()}; t = {backend.t:.6g} "
-              "at the end")
+        print(
+            f"drew {viewer.stats.frame} frames of the replay of {series.describe()}; t = {backend.t:.6g} "
+            "at the end"
+        )
         report_viewer_outputs(args, viewer, frame_log, recorder)
     finally:
         if frame_log is not None:

@@ -91,36 +91,68 @@ every rank (docs/distributed.md).
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("run", help=HELP, description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "run", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_scene_options(p, series=True)
     add_gpu_options(p)
     p.add_argument("--frames", type=positive_int, metavar="N", help="exit after N frames")
     p.add_argument("--size", default="1280x720", metavar="WxH", help="window size (default 1280x720)")
     p.add_argument("--headless", action="store_true", help="render offscreen (EGL) even with a display")
-    p.add_argument("--screenshot", type=Path, metavar="FILE.png",
-                   help="save the last frame as PNG on exit (with the panel when it is shown)")
-    p.add_argument("--timings", type=Path, metavar="FILE.csv",
-                   help="write one row of timings per frame as it is drawn (frame, force, integrate, map, "
-                        "draw ms); an interrupted run keeps its rows")
-    p.add_argument("--no-panel", dest="panel", action="store_false",
-                   help="start without the ImGui control panel (Tab still shows it)")
-    p.add_argument("--panel-cost", action="store_true",
-                   help="measure the panel's cost: alternate blocks of frames with the panel shown and "
-                        "hidden (headless, --frames N, default 400) and print both median frame times")
-    p.add_argument("--record-to", type=Path, default=Path("out"), metavar="DIR",
-                   help="where the Record button / V writes recording-<time>.mp4 (default out/)")
-    p.add_argument("--record-fps", type=positive_float, default=60.0, metavar="F",
-                   help="live recordings' frame rate, sampled from the drawn frames by wall time (60)")
-    p.add_argument("--record-cost", action="store_true",
-                   help="measure what live recording costs: N frames not recording, then N frames recording "
-                        "at the window size (headless, --frames N, default 400); prints both median frame "
-                        "times, the difference and the capture's own median time (record_ms)")
-    p.add_argument("--gather-every", type=positive_int, metavar="K",
-                   help="under mpiexec: frames between rank 0's gathers of every rank's velocities (colour "
-                        "by speed, energy, snapshots; positions reach rank 0 every step); default 1")
+    p.add_argument(
+        "--screenshot",
+        type=Path,
+        metavar="FILE.png",
+        help="save the last frame as PNG on exit (with the panel when it is shown)",
+    )
+    p.add_argument(
+        "--timings",
+        type=Path,
+        metavar="FILE.csv",
+        help="write one row of timings per frame as it is drawn (frame, force, integrate, map, "
+        "draw ms); an interrupted run keeps its rows",
+    )
+    p.add_argument(
+        "--no-panel",
+        dest="panel",
+        action="store_false",
+        help="start without the ImGui control panel (Tab still shows it)",
+    )
+    p.add_argument(
+        "--panel-cost",
+        action="store_true",
+        help="measure the panel's cost: alternate blocks of frames with the panel shown and "
+        "hidden (headless, --frames N, default 400) and print both median frame times",
+    )
+    p.add_argument(
+        "--record-to",
+        type=Path,
+        default=Path("out"),
+        metavar="DIR",
+        help="where the Record button / V writes recording-<time>.mp4 (default out/)",
+    )
+    p.add_argument(
+        "--record-fps",
+        type=positive_float,
+        default=60.0,
+        metavar="F",
+        help="live recordings' frame rate, sampled from the drawn frames by wall time (60)",
+    )
+    p.add_argument(
+        "--record-cost",
+        action="store_true",
+        help="measure what live recording costs: N frames not recording, then N frames recording "
+        "at the window size (headless, --frames N, default 400); prints both median frame "
+        "times, the difference and the capture's own median time (record_ms)",
+    )
+    p.add_argument(
+        "--gather-every",
+        type=positive_int,
+        metavar="K",
+        help="under mpiexec: frames between rank 0's gathers of every rank's velocities (colour "
+        "by speed, energy, snapshots; positions reach rank 0 every step); default 1",
+    )
     p.set_defaults(func=main)
-
 
 
 def main(args) -> int:
@@ -137,8 +169,9 @@ def _run(args, comm) -> int:
         check_outputs((args.timings, "timings"), (args.screenshot, "screenshot"))
     replaying = is_series_arg(args.scene)  # a folder or a glob of snapshots: a replay, no forces
     if replaying and (args.panel_cost or args.record_cost):
-        raise ConfigError("--panel-cost and --record-cost measure a live simulation; leave them out for a "
-                          "replay")
+        raise ConfigError(
+            "--panel-cost and --record-cost measure a live simulation; leave them out for a replay"
+        )
     if comm is None and args.gather_every is not None:
         raise ConfigError("--gather-every applies to MPI runs (mpiexec -n R nbody-live run ...) only")
     if comm is not None and replaying:
@@ -156,17 +189,26 @@ def _run(args, comm) -> int:
     no_display = None if args.headless else display_problem()
     if no_display and args.frames is None:
         if comm is not None:
-            raise ConfigError(f"{no_display}: under mpiexec, rank 0 needs a display, or --headless "
-                              "--frames N")
+            raise ConfigError(
+                f"{no_display}: under mpiexec, rank 0 needs a display, or --headless --frames N"
+            )
         if args.timings or args.screenshot:  # the demo would silently not write them
-            raise ConfigError(f"{no_display}: without --frames N, run records a demo instead of opening a "
-                              "window, which writes no --timings or --screenshot; add --frames N to run "
-                              "headless")
+            raise ConfigError(
+                f"{no_display}: without --frames N, run records a demo instead of opening a "
+                "window, which writes no --timings or --screenshot; add --frames N to run "
+                "headless"
+            )
         from app.commands.record import record_demo
 
         log.info("%s: recording a short demo instead of opening a window", no_display)
-        return record_demo(scene, Path("out/demo.mp4"), Path("out/demo.png"), size=size, frames=DEMO_FRAMES,
-                           backend=None if series is None else replay.record_backend(series, DEMO_FRAMES))
+        return record_demo(
+            scene,
+            Path("out/demo.mp4"),
+            Path("out/demo.png"),
+            size=size,
+            frames=DEMO_FRAMES,
+            backend=None if series is None else replay.record_backend(series, DEMO_FRAMES),
+        )
     if no_display:
         log.info("%s: rendering headless (EGL)", no_display)
     headless = args.headless or bool(no_display)
@@ -220,16 +262,19 @@ def _run(args, comm) -> int:
 
             # SIGTERM (a window manager's or a service's stop) or Ctrl-C: quit at the next tick, as
             # Escape does, so that a recording still running is finalised; the status says which signal
-            with InterruptGuard(lambda _: viewer.request_quit(), "quitting and finalising any recording"
-                                ) as guard:
+            with InterruptGuard(
+                lambda _: viewer.request_quit(), "quitting and finalising any recording"
+            ) as guard:
                 viewer.run(frames=args.frames)
             interrupted = guard.signum
         backend = viewer.backend  # the panel may have switched to another backend's kernel
         if comm is not None:
             backend.quit_all()  # every other rank's _follow returns
         kernels = list(dict.fromkeys(r.kernel for r in frame_log.records if r.kernel))
-        print(f"drew {viewer.stats.frame} frames; {viewer.stats.kernel or backend.kernel} N={backend.n} "
-              f"({backend.data_path}): " + frame_log.summary_line())
+        print(
+            f"drew {viewer.stats.frame} frames; {viewer.stats.kernel or backend.kernel} N={backend.n} "
+            f"({backend.data_path}): " + frame_log.summary_line()
+        )
         if len(kernels) > 1:
             print("kernels used: " + " -> ".join(kernels))
         if comm is not None:

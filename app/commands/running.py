@@ -60,13 +60,18 @@ def progress_bar(args: argparse.Namespace, show: bool = True, **options):
 
     from tqdm import tqdm
 
-    hidden = (not show or getattr(args, "quiet", False) or getattr(args, "no_progress", False)
-              or not sys.stderr.isatty())
+    hidden = (
+        not show
+        or getattr(args, "quiet", False)
+        or getattr(args, "no_progress", False)
+        or not sys.stderr.isatty()
+    )
     return tqdm(disable=hidden, file=sys.stderr, **options)
 
 
-def report_viewer_outputs(args: argparse.Namespace, viewer, frame_log, recorder,
-                          recordings: bool = True) -> None:
+def report_viewer_outputs(
+    args: argparse.Namespace, viewer, frame_log, recorder, recordings: bool = True
+) -> None:
     """After `run`'s loop: the live recordings (when `recordings`), then its files; a file that could not
     be written is a RuntimeFault (exit 1), never "wrote"."""
     from app.core.errors import RuntimeFault

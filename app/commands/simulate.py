@@ -63,8 +63,22 @@ examples:
       --block-eta 0.01 --steps 32 --out out/collision-block.npz --checkpoint-every 4
 """
 
-LOG_COLUMNS = ["step", "time", "kinetic", "potential", "energy", "rel_energy_drift", "px", "py", "pz",
-               "Lx", "Ly", "Lz", "rel_momentum_drift", "force_ms_per_step"]
+LOG_COLUMNS = [
+    "step",
+    "time",
+    "kinetic",
+    "potential",
+    "energy",
+    "rel_energy_drift",
+    "px",
+    "py",
+    "pz",
+    "Lx",
+    "Ly",
+    "Lz",
+    "rel_momentum_drift",
+    "force_ms_per_step",
+]
 
 # Steps per backend.step() call at most, so that a signal is answered within this many steps.
 MAX_CHUNK = 32
@@ -73,25 +87,50 @@ LONG_ENERGY_N = 16384
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("simulate", help=HELP, description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "simulate", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_scene_options(p)
     add_gpu_options(p)
     p.add_argument("--steps", type=positive_int, required=True, metavar="K", help="steps to take")
-    p.add_argument("--out", type=Path, metavar="FILE",
-                   help="final snapshot (.npz, .csv, .tipsy); required unless --out-dir is given")
+    p.add_argument(
+        "--out",
+        type=Path,
+        metavar="FILE",
+        help="final snapshot (.npz, .csv, .tipsy); required unless --out-dir is given",
+    )
     p.add_argument("--log", type=Path, metavar="FILE.csv", help="energy/momentum log (CSV)")
-    p.add_argument("--log-every", type=positive_int, metavar="M",
-                   help="steps between log rows (default: steps/20; each row costs an O(N²) float64 pass)")
-    p.add_argument("--checkpoint-every", type=positive_int, metavar="K",
-                   help="write the state so far to --out every K steps")
-    p.add_argument("--resume", type=Path, metavar="FILE",
-                   help="start from this snapshot (e.g. a checkpoint) instead of SCENE's bodies")
-    p.add_argument("--snapshot-every", type=positive_int, metavar="K",
-                   help="with --out-dir: a snapshot of the series every K steps (and of the last step)")
-    p.add_argument("--out-dir", type=Path, metavar="DIR",
-                   help="with --snapshot-every: the folder of the series (snap_<step>.npz + series.json; "
-                        "created if missing); `run DIR` replays it, `record DIR` renders it")
+    p.add_argument(
+        "--log-every",
+        type=positive_int,
+        metavar="M",
+        help="steps between log rows (default: steps/20; each row costs an O(N²) float64 pass)",
+    )
+    p.add_argument(
+        "--checkpoint-every",
+        type=positive_int,
+        metavar="K",
+        help="write the state so far to --out every K steps",
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        metavar="FILE",
+        help="start from this snapshot (e.g. a checkpoint) instead of SCENE's bodies",
+    )
+    p.add_argument(
+        "--snapshot-every",
+        type=positive_int,
+        metavar="K",
+        help="with --out-dir: a snapshot of the series every K steps (and of the last step)",
+    )
+    p.add_argument(
+        "--out-dir",
+        type=Path,
+        metavar="DIR",
+        help="with --snapshot-every: the folder of the series (snap_<step>.npz + series.json; "
+        "created if missing); `run DIR` replays it, `record DIR` renders it",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
@@ -102,8 +141,18 @@ def _row(step, diag, d0, force_ms_per_step):
     finite = math.isfinite(d0.energy) and d0.energy != 0.0
     drift = abs(diag.energy - d0.energy) / abs(d0.energy) if finite else float("nan")
     dp = float(np.linalg.norm(np.subtract(diag.momentum, d0.momentum)))
-    return [step, diag.time, diag.kinetic, diag.potential, diag.energy, drift, *diag.momentum,
-            *diag.angular_momentum, dp / d0.momentum_scale if d0.momentum_scale else 0.0, force_ms_per_step]
+    return [
+        step,
+        diag.time,
+        diag.kinetic,
+        diag.potential,
+        diag.energy,
+        drift,
+        *diag.momentum,
+        *diag.angular_momentum,
+        dp / d0.momentum_scale if d0.momentum_scale else 0.0,
+        force_ms_per_step,
+    ]
 
 
 def _log_end(last, cut) -> str:
@@ -136,10 +185,12 @@ def _measure(backend, args, stop=None):
             if backend.n <= LONG_ENERGY_N:
                 return physics.diagnostics(backend.state(), backend.physics, potential=potential)
             with progress_bar(args, total=backend.n, unit="body", desc="float64 energy", leave=False) as bar:
-                return physics.diagnostics(backend.state(), backend.physics, progress=bar.update,
-                                           potential=potential)
+                return physics.diagnostics(
+                    backend.state(), backend.physics, progress=bar.update, potential=potential
+                )
         except EnergyInterrupted:
             return None
+
     return on_host
 
 
@@ -161,11 +212,14 @@ def _simulate(args, comm) -> int:
 
     writer = comm is None or comm.rank == 0
     if (args.snapshot_every is None) != (args.out_dir is None):
-        raise ConfigError("--snapshot-every K and --out-dir DIR go together: the series is a snapshot every "
-                          "K steps in DIR")
+        raise ConfigError(
+            "--snapshot-every K and --out-dir DIR go together: the series is a snapshot every K steps in DIR"
+        )
     if args.out is None and args.out_dir is None:
-        raise ConfigError("--out FILE is required (the final snapshot), unless a series is written with "
-                          "--snapshot-every K --out-dir DIR (then --out defaults to DIR/last.npz)")
+        raise ConfigError(
+            "--out FILE is required (the final snapshot), unless a series is written with "
+            "--snapshot-every K --out-dir DIR (then --out defaults to DIR/last.npz)"
+        )
     default_out = args.out is None
     if default_out:
         args.out = args.out_dir / "last.npz"
@@ -176,8 +230,9 @@ def _simulate(args, comm) -> int:
     if args.resume and args.n is not None:
         raise ConfigError(f"--n does not apply with --resume: the bodies are those of {args.resume}")
     if args.resume and args.log and args.log.exists() and writer:  # most likely the interrupted part's own
-        raise ConfigError(f"--log {args.log} exists: a resumed run would overwrite it; name a new log "
-                          "for the resumed part")
+        raise ConfigError(
+            f"--log {args.log} exists: a resumed run would overwrite it; name a new log for the resumed part"
+        )
     scene = scene_from_args(args)
     start = formats.read(args.resume) if args.resume else None
     series, base = None, 0  # base: the absolute step of the first state, in the series' numbering
@@ -202,8 +257,10 @@ def _simulate(args, comm) -> int:
             if args.log:
                 d0 = measure()  # None: a signal stopped it, and the loop below will not start
                 if log_file and d0 is not None and not math.isfinite(d0.energy):
-                    log.warning("the energy is not finite: two bodies coincide at softening 0 (the forces "
-                                "skip such a pair); so are the log's energy columns; use --softening > 0")
+                    log.warning(
+                        "the energy is not finite: two bodies coincide at softening 0 (the forces "
+                        "skip such a pair); so are the log's energy columns; use --softening > 0"
+                    )
                 if d0 is None:
                     cut = 0
                 elif log_file:
@@ -217,8 +274,13 @@ def _simulate(args, comm) -> int:
                     series.write(base, state)
             with progress_bar(args, total=args.steps, unit="step", desc=backend.kernel, show=writer) as bar:
                 while done < args.steps and not distributed.any_rank(comm, stop.signum):
-                    k = min(MAX_CHUNK, args.steps - done, every - done % every,
-                            checkpoint - done % checkpoint, snap - (base + done) % snap)
+                    k = min(
+                        MAX_CHUNK,
+                        args.steps - done,
+                        every - done % every,
+                        checkpoint - done % checkpoint,
+                        snap - (base + done) % snap,
+                    )
                     force_ms += backend.step(k).force_ms
                     done, since = done + k, since + k
                     bar.update(k)
@@ -260,14 +322,19 @@ def _simulate(args, comm) -> int:
         if series:
             kept += f", {len(series.entries)} complete snapshots -> {args.out_dir} (marked incomplete)"
         name = signal.Signals(signum).name
-        print(f"nbody-live simulate: interrupted by {name} at step {done} of {args.steps}: state so far "
-              f"-> {out}{kept}", file=sys.stderr)
+        print(
+            f"nbody-live simulate: interrupted by {name} at step {done} of {args.steps}: state so far "
+            f"-> {out}{kept}",
+            file=sys.stderr,
+        )
         return 128 + signum
     if log_file:
         print(f"energy drift {last[5]:.3e}, momentum drift {last[12]:.3e} (relative) -> {args.log}")
     ranks = f" on {comm.size} ranks" if comm is not None else devices
     print(f"{args.steps} steps of N={final.n} with {kernel}{ranks} -> {out}")
     if series:
-        print(f"series: {len(series.entries)} snapshots (every {series.every} steps, up to step "
-              f"{base + done}) -> {args.out_dir}; replay: nbody-live run {args.out_dir}")
+        print(
+            f"series: {len(series.entries)} snapshots (every {series.every} steps, up to step "
+            f"{base + done}) -> {args.out_dir}; replay: nbody-live run {args.out_dir}"
+        )
     return 0

@@ -9,8 +9,10 @@ from pathlib import Path
 from app.commands.bench import _ns
 from app.commands.options import positive_int
 
-HELP = ("time every CUDA variant's tunables per N on this GPU (or on K GPUs: --gpus K) and cache the fastest "
-        "for `best`")
+HELP = (
+    "time every CUDA variant's tunables per N on this GPU (or on K GPUs: --gpus K) and cache the fastest "
+    "for `best`"
+)
 DESCRIPTION = """\
 For each N: time every fp32 CUDA variant at its defaults (phase 1), then sweep the tunables (block
 size, bodies per thread K, threads per body q, j-slices, N3L chunk) of the three fastest (phase 2),
@@ -50,27 +52,55 @@ examples:
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("tune", help=HELP, description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--n", type=_ns, default=[4096, 16384, 65536, 131072], metavar="LIST",
-                   help="comma-separated body counts (default 4096,16384,65536,131072)")
-    p.add_argument("--variants", metavar="LIST",
-                   help="comma-separated kernels to consider (default: every fp32 variant)")
-    p.add_argument("--budget-s", type=float, default=120.0, metavar="S",
-                   help="time budget for the whole sweep in seconds (default 120)")
-    p.add_argument("--repeats", type=positive_int, default=3, metavar="K",
-                   help="timed launches per configuration, at least; the median counts (3; up to 50 where "
-                        "launches are short)")
-    p.add_argument("--gpus", default="1", metavar="N|all",
-                   help="time the variants split over N GPUs (or all) through the multi-device driver and "
-                        "cache the result as the tuning on N GPUs, which `best` under `--gpus N` reads "
-                        "(default 1: one GPU, the single-GPU backend)")
+    p = sub.add_parser(
+        "tune", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--n",
+        type=_ns,
+        default=[4096, 16384, 65536, 131072],
+        metavar="LIST",
+        help="comma-separated body counts (default 4096,16384,65536,131072)",
+    )
+    p.add_argument(
+        "--variants", metavar="LIST", help="comma-separated kernels to consider (default: every fp32 variant)"
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="time budget for the whole sweep in seconds (default 120)",
+    )
+    p.add_argument(
+        "--repeats",
+        type=positive_int,
+        default=3,
+        metavar="K",
+        help="timed launches per configuration, at least; the median counts (3; up to 50 where "
+        "launches are short)",
+    )
+    p.add_argument(
+        "--gpus",
+        default="1",
+        metavar="N|all",
+        help="time the variants split over N GPUs (or all) through the multi-device driver and "
+        "cache the result as the tuning on N GPUs, which `best` under `--gpus N` reads "
+        "(default 1: one GPU, the single-GPU backend)",
+    )
     p.add_argument("--json", type=Path, metavar="FILE", help="also write the full result here")
-    p.add_argument("--show", action="store_true",
-                   help="print the cache for this GPU (every device count's tuning) and exit")
-    p.add_argument("--update-heuristic", type=Path, metavar="TUNE.json",
-                   help="rewrite the GPU family of this tune result in kernels/best_heuristic.json (the "
-                        "picks `best` runs without a cache) and exit; needs no GPU")
+    p.add_argument(
+        "--show",
+        action="store_true",
+        help="print the cache for this GPU (every device count's tuning) and exit",
+    )
+    p.add_argument(
+        "--update-heuristic",
+        type=Path,
+        metavar="TUNE.json",
+        help="rewrite the GPU family of this tune result in kernels/best_heuristic.json (the "
+        "picks `best` runs without a cache) and exit; needs no GPU",
+    )
     p.set_defaults(func=main)
 
 
@@ -98,8 +128,10 @@ def main(args) -> int:
         for k, result in data["tunings"].items():
             print(f"on {tuning_cache.on_gpus(int(k))}:")
             for e in result["best"]:
-                print(f"  N = {e['n']:>9,}: {e['variant']} {format_tunables(e['tunables'])}: "
-                      f"{e['interactions_per_s'] / 1e9:,.0f} G interactions/s")
+                print(
+                    f"  N = {e['n']:>9,}: {e['variant']} {format_tunables(e['tunables'])}: "
+                    f"{e['interactions_per_s'] / 1e9:,.0f} G interactions/s"
+                )
         print(tuning_cache.cache_path(gpu, driver))
         return 0
     if args.budget_s <= 0:
@@ -132,7 +164,12 @@ def _update_heuristic(tune_json: Path) -> int:
     for pick in family["picks"]:
         print(f"N = {pick['n']:>9,}: {pick['variant']} {format_tunables(pick['tunables'])}")
     cc = family["compute_capability"]
-    print(f"wrote {heuristic.shown(heuristic.TABLE)}: {family['gpu']} "
-          + (f"(and compute capability {cc})" if cc else "(matched by name only: the tune result has no "
-             "compute capability)"))
+    print(
+        f"wrote {heuristic.shown(heuristic.TABLE)}: {family['gpu']} "
+        + (
+            f"(and compute capability {cc})"
+            if cc
+            else "(matched by name only: the tune result has no compute capability)"
+        )
+    )
     return 0

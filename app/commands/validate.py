@@ -47,14 +47,25 @@ DEFAULT_SAMPLE = 4096
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("validate", help=HELP, description=DESCRIPTION,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "validate", help=HELP, description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     add_scene_options(p)
-    p.add_argument("--tol", type=float, default=None, metavar="REL",
-                   help="max relative error allowed (default: each kernel's own error budget)")
-    p.add_argument("--sample", type=int, default=None, metavar="K",
-                   help=f"target bodies the reference is computed for (default: {DEFAULT_SAMPLE:,} above "
-                        f"{SAMPLE_ABOVE:,} bodies, else all; 0 = all)")
+    p.add_argument(
+        "--tol",
+        type=float,
+        default=None,
+        metavar="REL",
+        help="max relative error allowed (default: each kernel's own error budget)",
+    )
+    p.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"target bodies the reference is computed for (default: {DEFAULT_SAMPLE:,} above "
+        f"{SAMPLE_ABOVE:,} bodies, else all; 0 = all)",
+    )
     p.set_defaults(func=main)
 
 
@@ -64,8 +75,11 @@ def _records(scene, want_all: bool):
     from app.core.errors import BackendUnavailable
 
     if want_all:
-        return [r for r in all_kernel_records()
-                if scene.run.backend in ("auto", r.backend) and backend_class(r.backend).available()]
+        return [
+            r
+            for r in all_kernel_records()
+            if scene.run.backend in ("auto", r.backend) and backend_class(r.backend).available()
+        ]
     kernel = scene.run.kernel if scene.run.kernel != "auto" else None
     cls = select_backend(scene.run.backend, kernel)
     if kernel is None:
@@ -117,9 +131,11 @@ def main(args) -> int:
         args.kernel = None
     scene = scene_from_args(args)
     if scene.physics.timesteps != "shared":
-        log.warning("physics.timesteps = %s: validate takes one force evaluation and no step, so time "
-                    "steps do not apply here (the tree's forces are the same under block steps)",
-                    scene.physics.timesteps)
+        log.warning(
+            "physics.timesteps = %s: validate takes one force evaluation and no step, so time "
+            "steps do not apply here (the tree's forces are the same under block steps)",
+            scene.physics.timesteps,
+        )
     if want_all and scene.run.tunables:
         raise ConfigError("--tunable applies to one kernel: name it with --kernel, not all")
     records = _records(scene, want_all)
@@ -129,8 +145,10 @@ def main(args) -> int:
     n = bodies.n
     rows = _sample(n, args.sample, scene.initial.seed)
     if rows is not None:
-        print(f"reference for a random sample of {rows.size:,} of {n:,} bodies (seed {scene.initial.seed}; "
-              "--sample 0 for all)")
+        print(
+            f"reference for a random sample of {rows.size:,} of {n:,} bodies (seed {scene.initial.seed}; "
+            "--sample 0 for all)"
+        )
     targets = rows if rows is not None else np.arange(n)
     refs: dict[tuple[str, str], np.ndarray] = {}  # (inputs' precision, engine) -> reference of `targets`
 
@@ -141,12 +159,20 @@ def main(args) -> int:
         if (precision, engine) not in refs:
             t0 = time.perf_counter()
             pos, mass = inputs[precision]
-            with progress_bar(args, total=targets.size, unit="body", leave=False,
-                              desc=f"float64 reference ({precision} inputs)") as bar:
-                refs[precision, engine] = reference_accelerations(pos, mass, scene.physics, targets, engine,
-                                                                  bar.update)
-            print(f"float64 reference on {precision} inputs for {targets.size:,} of N={n:,} on {engine}: "
-                  f"{time.perf_counter() - t0:.2f} s")
+            with progress_bar(
+                args,
+                total=targets.size,
+                unit="body",
+                leave=False,
+                desc=f"float64 reference ({precision} inputs)",
+            ) as bar:
+                refs[precision, engine] = reference_accelerations(
+                    pos, mass, scene.physics, targets, engine, bar.update
+                )
+            print(
+                f"float64 reference on {precision} inputs for {targets.size:,} of N={n:,} on {engine}: "
+                f"{time.perf_counter() - t0:.2f} s"
+            )
         return refs[precision, engine]
 
     worst_ok = True
@@ -166,9 +192,11 @@ def main(args) -> int:
         budget = ErrorBudget(max_rel=args.tol) if args.tol is not None else rec.error_budget
         over = budget.judge(errors)
         worst_ok &= not over
-        print(f"{rec.backend}/{rec.name:<22} N={n:<8} {tunables}max rel err {errors['max']:.3e}  "
-              f"p99 {errors['p99']:.3e}  median {errors['median']:.3e}  rms {errors['rms']:.3e}  "
-              f"budget {budget.describe()}  "
-              f"{'ok' if not over else 'FAIL: ' + '; '.join(over)}  "
-              f"(total with input rounding: max {total:.3e}, not judged)")
+        print(
+            f"{rec.backend}/{rec.name:<22} N={n:<8} {tunables}max rel err {errors['max']:.3e}  "
+            f"p99 {errors['p99']:.3e}  median {errors['median']:.3e}  rms {errors['rms']:.3e}  "
+            f"budget {budget.describe()}  "
+            f"{'ok' if not over else 'FAIL: ' + '; '.join(over)}  "
+            f"(total with input rounding: max {total:.3e}, not judged)"
+        )
     return 0 if worst_ok else 1

@@ -40,8 +40,16 @@ class NonFiniteState(RuntimeFault):
     rank alone say it), None in one process.
     """
 
-    def __init__(self, index: int, step: int | None = None, time: float | None = None, detail: str = "",
-                 device: int | None = None, device_name: str = "", rank: int | None = None):
+    def __init__(
+        self,
+        index: int,
+        step: int | None = None,
+        time: float | None = None,
+        detail: str = "",
+        device: int | None = None,
+        device_name: str = "",
+        rank: int | None = None,
+    ):
         self.index = int(index)
         self.step = step
         self.time = time
@@ -51,6 +59,8 @@ class NonFiniteState(RuntimeFault):
         on += "" if rank is None else f" on rank {rank}"
         where = f" after step {step}" if step is not None else ""
         when = f" (t = {time:.6g})" if time is not None else ""
-        msg = (f"non-finite position or velocity at body {self.index}{on}{where}{when}: the simulation "
-               "blew up; lower dt or raise the softening")
+        msg = (
+            f"non-finite position or velocity at body {self.index}{on}{where}{when}: the simulation "
+            "blew up; lower dt or raise the softening"
+        )
         super().__init__(msg + (f" ({detail})" if detail else ""))

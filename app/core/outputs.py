@@ -57,8 +57,10 @@ def partial_file(target: Path, what: str = "output") -> Path:
         except FileExistsError:
             continue
         except OSError as e:
-            raise RuntimeFault(f"cannot write {what} {target}: folder {target.parent} does not take new "
-                               f"files ({e.strerror or e})") from e
+            raise RuntimeFault(
+                f"cannot write {what} {target}: folder {target.parent} does not take new "
+                f"files ({e.strerror or e})"
+            ) from e
         os.close(fd)
         return name
     raise RuntimeFault(f"cannot write {what} {target}: no free temporary name in {target.parent}")

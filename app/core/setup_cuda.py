@@ -57,8 +57,15 @@ def pycuda_gl_works() -> bool:
 
 def find_cuda_root() -> Path | None:
     nvcc = shutil.which("nvcc")
-    for cand in filter(None, [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"),
-                              nvcc and str(Path(nvcc).resolve().parent.parent), "/usr/local/cuda"]):
+    for cand in filter(
+        None,
+        [
+            os.environ.get("CUDA_HOME"),
+            os.environ.get("CUDA_PATH"),
+            nvcc and str(Path(nvcc).resolve().parent.parent),
+            "/usr/local/cuda",
+        ],
+    ):
         if (Path(cand) / "bin" / "nvcc").exists():
             return Path(cand)
     return None
@@ -93,8 +100,11 @@ def missing_build_tools() -> list[str]:
     import importlib.util
 
     missing = [m for m in ("setuptools", "numpy") if importlib.util.find_spec(m) is None]
-    if "setuptools" not in missing and importlib.util.find_spec("setuptools.command.bdist_wheel") is None \
-            and importlib.util.find_spec("wheel") is None:
+    if (
+        "setuptools" not in missing
+        and importlib.util.find_spec("setuptools.command.bdist_wheel") is None
+        and importlib.util.find_spec("wheel") is None
+    ):
         missing.append("wheel")
     return missing
 
@@ -108,15 +118,27 @@ def build_wheel(cuda_root: Path, dest: Path) -> Path:
         if missing:
             pip("install", "--quiet", *missing)
         say(f"fetching the pycuda sdist ({PYCUDA_SPEC})")
-        pip("download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation", "-d", str(tmp),
-            PYCUDA_SPEC)
+        pip(
+            "download",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--no-build-isolation",
+            "-d",
+            str(tmp),
+            PYCUDA_SPEC,
+        )
         sdist = next(tmp.glob("pycuda-*.tar.gz"))
         with tarfile.open(sdist) as tf:
             tf.extractall(tmp, filter="data")
         src = next(p for p in tmp.iterdir() if p.is_dir() and p.name.startswith("pycuda-"))
         say(f"configuring {src.name} with --cuda-enable-gl (CUDA at {cuda_root})")
-        subprocess.run([sys.executable, "configure.py", f"--cuda-root={cuda_root}", "--cuda-enable-gl"],
-                       cwd=src, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "configure.py", f"--cuda-root={cuda_root}", "--cuda-enable-gl"],
+            cwd=src,
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
         say("building the pycuda wheel (a few minutes, once; cached afterwards)")
         pip("wheel", "--quiet", "--no-deps", "--no-build-isolation", "-w", str(tmp / "dist"), str(src))
         built = next((tmp / "dist").glob("pycuda-*.whl"))
@@ -146,20 +168,31 @@ def install_wheel(spec: str, check: str, purpose: str, without: str) -> None:
 
 def install_cupy(cuda_root: Path | None) -> None:
     """CuPy for the tree's device sort (and the NCCL binding), matching the toolkit's major version."""
-    install_wheel(f"cupy-cuda{cuda_major(cuda_root)}x", "import cupy", "the GPU tree code's device sort",
-                  "every CUDA kernel but `tree` works")
+    install_wheel(
+        f"cupy-cuda{cuda_major(cuda_root)}x",
+        "import cupy",
+        "the GPU tree code's device sort",
+        "every CUDA kernel but `tree` works",
+    )
 
 
 def install_nccl(cuda_root: Path | None) -> None:
     """NCCL's runtime wheel for `--exchange nccl` (several GPUs), matching the toolkit's major version."""
     spec = f"nvidia-nccl-cu{cuda_major(cuda_root)}"
-    install_wheel(spec, f"from importlib.metadata import version; version({spec!r})",
-                  "--exchange nccl between several GPUs", "the peer and host exchanges work, not nccl")
+    install_wheel(
+        spec,
+        f"from importlib.metadata import version; version({spec!r})",
+        "--exchange nccl between several GPUs",
+        "the peer and host exchanges work, not nccl",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m app.core.setup_cuda", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m app.core.setup_cuda",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--force", action="store_true", help="rebuild even when pycuda with GL already works")
     args = ap.parse_args(argv)
 
@@ -171,13 +204,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cuda_root = find_cuda_root()
     if cuda_root is None:
-        say("an NVIDIA driver is present but nvcc is not: install the CUDA toolkit (Debian: "
+        say(
+            "an NVIDIA driver is present but nvcc is not: install the CUDA toolkit (Debian: "
             "nvidia-cuda-toolkit, or NVIDIA's cuda-toolkit package) and put nvcc on PATH, then rerun "
-            "`make`. Continuing with the CPU backend.")
+            "`make`. Continuing with the CPU backend."
+        )
         return 0
     if not gl_header_present():
-        say("GL/gl.h is missing, so pycuda cannot be built with GL interop: install libgl-dev "
-            "(Debian/Ubuntu), then rerun `make`. Continuing with the CPU backend.")
+        say(
+            "GL/gl.h is missing, so pycuda cannot be built with GL interop: install libgl-dev "
+            "(Debian/Ubuntu), then rerun `make`. Continuing with the CPU backend."
+        )
         return 0
     abi = sysconfig.get_config_var("SOABI") or "py"
     key = cache_dir() / f"cuda{cuda_version(cuda_root)}-{abi}-gl"
@@ -188,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         pip("install", "--quiet", "--force-reinstall", "--no-deps", str(wheel))
         pip("install", "--quiet", "pytools", "mako", "platformdirs")
     except (subprocess.CalledProcessError, StopIteration) as e:
-        say(f"building pycuda with GL failed ({e}); the CUDA backend stays unavailable and "
-            "`nbody-live info` says why. Rerun with `python -m app.core.setup_cuda --force` to retry.")
+        say(
+            f"building pycuda with GL failed ({e}); the CUDA backend stays unavailable and "
+            "`nbody-live info` says why. Rerun with `python -m app.core.setup_cuda --force` to retry."
+        )
         return 0
     if not pycuda_gl_works():
         say("pycuda installed but `import pycuda.gl` still fails; see `nbody-live info`")

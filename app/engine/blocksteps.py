@@ -123,8 +123,9 @@ def tidal_steps(norms: np.ndarray, tidal: np.ndarray, eta: float, softening: flo
     return np.minimum(gadget_steps(norms, eta, softening), dyn) if softening > 0 else dyn
 
 
-def wanted_levels(norms: np.ndarray, dt_max: float, max_level: int, eta: float,
-                  softening: float) -> np.ndarray:
+def wanted_levels(
+    norms: np.ndarray, dt_max: float, max_level: int, eta: float, softening: float
+) -> np.ndarray:
     """The criterion: the smallest l in [0, max_level] with dt_max / 2^l <= sqrt(2 η ε / |a|) (int32)."""
     return step_levels(gadget_steps(norms, eta, softening), dt_max, max_level)
 
@@ -137,8 +138,9 @@ def aligned_level(t: int, max_level: int) -> int:
     return max(0, max_level - trailing)
 
 
-def relevel(wanted: np.ndarray, t: int, max_level: int, old: np.ndarray | None = None,
-            coarsen: str = "aligned") -> np.ndarray:
+def relevel(
+    wanted: np.ndarray, t: int, max_level: int, old: np.ndarray | None = None, coarsen: str = "aligned"
+) -> np.ndarray:
     """New levels of bodies whose steps end at tick t (`old`: their levels; None at begin()). The wanted
     level when it is finer than or equal to the old one (t ends an old step, so it is a multiple of every
     finer step), else, with coarsen "aligned", the coarsest level between the wanted and the old one that
@@ -216,8 +218,16 @@ class BlockSteps:
     body at the finest level any body wants: the shared-step comparison at the same η), "frozen" (the
     levels given, never changed)."""
 
-    def __init__(self, physics: Physics, max_level: int, eta: float = 0.025, mode: str = "block",
-                 levels: np.ndarray | None = None, criterion: str = "gadget", coarsen: str = "settled"):
+    def __init__(
+        self,
+        physics: Physics,
+        max_level: int,
+        eta: float = 0.025,
+        mode: str = "block",
+        levels: np.ndarray | None = None,
+        criterion: str = "gadget",
+        coarsen: str = "settled",
+    ):
         if mode not in MODES:
             raise ValueError(f"unknown block-step mode {mode!r}; choose from {', '.join(MODES)}")
         if criterion not in CRITERIA:
@@ -254,8 +264,16 @@ class BlockSteps:
 
     # --- state ------------------------------------------------------------------------------------------
     @classmethod
-    def resume(cls, state: BlockState, physics: Physics, max_level: int, eta: float = 0.025,
-               mode: str = "block", criterion: str = "gadget", coarsen: str = "settled") -> BlockSteps:
+    def resume(
+        cls,
+        state: BlockState,
+        physics: Physics,
+        max_level: int,
+        eta: float = 0.025,
+        mode: str = "block",
+        criterion: str = "gadget",
+        coarsen: str = "settled",
+    ) -> BlockSteps:
         """A scheduler continuing `state`; its ops must hold the checkpoint's x, v and a(x) (or have
         recomputed a(x) with a force whose rows do not depend on which rows are asked: the tree's
         active-group walk, the numba float64 sum). Under "settled" the first max step takes the floor
@@ -299,8 +317,9 @@ class BlockSteps:
         eps = self.physics.softening
         if self.criterion == "tidal":
             if not hasattr(ops, "tidal_norms"):
-                raise ValueError(f"criterion 'tidal' needs ops with tidal_norms(); {type(ops).__name__} "
-                                 "has none")
+                raise ValueError(
+                    f"criterion 'tidal' needs ops with tidal_norms(); {type(ops).__name__} has none"
+                )
             dt = tidal_steps(ops.acc_norms(rows), ops.tidal_norms(rows), self.eta, eps)
         else:
             dt = gadget_steps(ops.acc_norms(rows), self.eta, eps)
@@ -424,13 +443,17 @@ def block_tunables(tunables: dict | None) -> dict:
     resume needs; ConfigError naming the fix for rebuild_every > 1 or opening = rel."""
     tunables = dict(tunables or {})
     if int(tunables.get("rebuild_every", 1)) != 1:
-        raise ConfigError("block steps build the tree at every evaluation (a refit's tree depends on the "
-                          "build before it, so a(x) would not follow from x alone, which a resume needs); "
-                          "drop rebuild_every")
+        raise ConfigError(
+            "block steps build the tree at every evaluation (a refit's tree depends on the "
+            "build before it, so a(x) would not follow from x alone, which a resume needs); "
+            "drop rebuild_every"
+        )
     if tunables.get("opening") == "rel":
-        raise ConfigError("block steps take a geometric opening test (the relative one reads the last "
-                          "accelerations, so a(x) would not follow from x alone, which a resume needs); "
-                          "use opening=cube or bmax")
+        raise ConfigError(
+            "block steps take a geometric opening test (the relative one reads the last "
+            "accelerations, so a(x) would not follow from x alone, which a resume needs); "
+            "use opening=cube or bmax"
+        )
     return {**tunables, "rebuild_every": 1, "opening": tunables.get("opening", "cube")}
 
 

@@ -69,9 +69,15 @@ def _row_blocks(n: int, blocks: int) -> list[tuple[int, int]]:
     return list(zip(edges[:-1], edges[1:], strict=True))
 
 
-def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, parallel: bool = False,
-                     progress: Callable[[int], None] | None = None,
-                     stop: Callable[[], bool] | None = None, coincident_inf: bool = True) -> float:
+def potential_energy(
+    pos: np.ndarray,
+    mass: np.ndarray,
+    physics: Physics,
+    parallel: bool = False,
+    progress: Callable[[int], None] | None = None,
+    stop: Callable[[], bool] | None = None,
+    coincident_inf: bool = True,
+) -> float:
     """Σ_{i<j} -G m_i m_j / s + H m_i m_j / (3 s³) in float64; `progress(rows)` after each block;
     raises EnergyInterrupted when `stop()` is true before a block. Two bodies at one point at ε = 0
     give -inf, as the reference does (`coincident_inf`), or are skipped, as the forces skip them."""

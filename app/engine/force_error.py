@@ -53,8 +53,13 @@ class ForceErrorSample:
 
 
 class ForceErrorProbe:
-    def __init__(self, k: int = DEFAULT_K, interval_s: float = DEFAULT_INTERVAL_S, seed: int = 0,
-                 clock=time.perf_counter):
+    def __init__(
+        self,
+        k: int = DEFAULT_K,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        seed: int = 0,
+        clock=time.perf_counter,
+    ):
         if k < 1:
             raise ValueError(f"k must be at least 1, not {k}")
         self.k = int(k)
@@ -122,7 +127,14 @@ def measure(backend, k: int, rng: np.random.Generator) -> ForceErrorSample:
     approx, exact = backend.force_error_sample(rows)
     errors = error_summary(approx, exact)
     record = backend.record(backend.kernel)
-    return ForceErrorSample(kernel=record.name, n=n, k=int(rows.size), median=errors["median"],
-                            p99=errors["p99"], max=errors["max"], budget_p99=record.error_budget.p99_rel,
-                            sim_time=float(backend.time),
-                            ms=(time.perf_counter() - t0) * 1e3)
+    return ForceErrorSample(
+        kernel=record.name,
+        n=n,
+        k=int(rows.size),
+        median=errors["median"],
+        p99=errors["p99"],
+        max=errors["max"],
+        budget_p99=record.error_budget.p99_rel,
+        sim_time=float(backend.time),
+        ms=(time.perf_counter() - t0) * 1e3,
+    )

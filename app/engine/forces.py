@@ -166,8 +166,12 @@ class ForceWork:
     evaluations: int = 0
 
     def __add__(self, other: ForceWork) -> ForceWork:
-        return ForceWork(self.interactions + other.interactions, self.pair_equivalent + other.pair_equivalent,
-                         self.body_cell + other.body_cell, self.evaluations + other.evaluations)
+        return ForceWork(
+            self.interactions + other.interactions,
+            self.pair_equivalent + other.pair_equivalent,
+            self.body_cell + other.body_cell,
+            self.evaluations + other.evaluations,
+        )
 
 
 def all_pairs_work(targets: Span, sources: Span) -> ForceWork:
@@ -222,7 +226,7 @@ TREE_WALK_FLOPS = (23, 51)
 ROLES = {
     "default": "the backend's kernel when none is named",
     "exact": "the all-pairs sum in its precision that the live force error judges approximate records "
-             "against",
+    "against",
     "reference": "the float64 all-pairs sum: validate's reference on this backend",
     "baseline": "NVIDIA's CUDA samples kernel: what speed-ups are quoted against, tune's fp32 check",
     "block-steps": "the tree block time steps walk (only the active groups)",
@@ -368,4 +372,3 @@ class ForceEvaluator(ABC):
         """Memory this evaluator holds per body for N = n beyond the state (host bytes on the CPU, device
         bytes on a GPU), for `info --kernels`; None when it holds none worth stating (all-pairs)."""
         return None
-

@@ -42,6 +42,7 @@ from app.model.physics import INTEGRATORS, Physics, accelerations
 # within a few steps instead of drawing NaNs.
 CHECK_EVERY = 8
 
+
 class StateOps(Protocol):
     """One backend's state (positions, velocities, accelerations, speeds) in one precision."""
 
@@ -154,8 +155,9 @@ class Stepper:
         self.integrator.invalidate()
         self.steps = int(steps)
 
-    def advance(self, ops: StateOps, physics: Physics, steps: int, check_every: int = 0, check=None,
-                timer=None) -> ForceWork:
+    def advance(
+        self, ops: StateOps, physics: Physics, steps: int, check_every: int = 0, check=None, timer=None
+    ) -> ForceWork:
         """`steps` steps, `check()` after each that completes a `check_every` block; returns the force
         work of the steps summed. With a `timer`, force and update work are bracketed by
         `timer.time("force")` / `timer.time("integrate")`. An exception leaves the cached a(x) invalid (a

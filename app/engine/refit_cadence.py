@@ -40,13 +40,21 @@ BUILD_COST: float | None = None
 RULES = ("fixed", "adaptive")
 # both trees' cadence tunables, defined once (the records of cpu-tree and tree list them)
 REFIT_TUNABLES = (
-    IntChoice("rebuild_every", (1, 2, 4, 8, 16), 16,
-              doc="build the tree every this many evaluations, refit its moments and cubes between "
-              "(docs/tree.md, Refit)"),
-    Choice("rebuild_rule", RULES, "adaptive",
-           doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and earlier once the "
-           "refits' walks grow past what a build costs (app/engine/refit_cadence.py)",
-           read_when=("rebuild_every", (2, 4, 8, 16))),
+    IntChoice(
+        "rebuild_every",
+        (1, 2, 4, 8, 16),
+        16,
+        doc="build the tree every this many evaluations, refit its moments and cubes between "
+        "(docs/tree.md, Refit)",
+    ),
+    Choice(
+        "rebuild_rule",
+        RULES,
+        "adaptive",
+        doc="fixed: a build every rebuild_every evaluations; adaptive: at most that, and earlier once the "
+        "refits' walks grow past what a build costs (app/engine/refit_cadence.py)",
+        read_when=("rebuild_every", (2, 4, 8, 16)),
+    ),
 )
 
 

@@ -96,21 +96,23 @@ EXCHANGE_KEY = "exchange"
 
 def device_entries(names: list[str], force_ms: list[float], exchange_ms: float) -> dict[str, float]:
     """A multi-device step's per-device force times and exchange time as StepTimings.extra entries."""
-    entries = {f"{DEVICE_PREFIX}{i} {name}": float(ms) for i, (name, ms) in enumerate(zip(names, force_ms,
-                                                                                           strict=True))}
+    entries = {
+        f"{DEVICE_PREFIX}{i} {name}": float(ms)
+        for i, (name, ms) in enumerate(zip(names, force_ms, strict=True))
+    }
     entries[EXCHANGE_KEY] = float(exchange_ms)
     return entries
 
 
 def devices_of(extra: dict[str, float]) -> dict[str, float]:
     """The "device:<index> <name>" entries of a StepTimings.extra as {"<index> <name>": ms}, in order."""
-    return {k[len(DEVICE_PREFIX):]: v for k, v in extra.items() if k.startswith(DEVICE_PREFIX)}
+    return {k[len(DEVICE_PREFIX) :]: v for k, v in extra.items() if k.startswith(DEVICE_PREFIX)}
 
 
 def stages_of(extra: dict[str, float]) -> dict[str, float]:
     """The "stage:<name>" entries of a StepTimings.extra as {name: ms}: app.engine.forces.STAGES first, in
     their order, then any other stage (a method's own, e.g. "gather") in the order given."""
-    found = {k[len(STAGE_PREFIX):]: v for k, v in extra.items() if k.startswith(STAGE_PREFIX)}
+    found = {k[len(STAGE_PREFIX) :]: v for k, v in extra.items() if k.startswith(STAGE_PREFIX)}
     rank = {name: i for i, name in enumerate(STAGES)}
     return dict(sorted(found.items(), key=lambda kv: rank.get(kv[0], len(STAGES))))
 
@@ -133,7 +135,7 @@ def ranks_of(extra: dict[str, float]) -> dict[str, list[float]]:
     parts: dict[str, dict[int, float]] = defaultdict(dict)
     for key, value in extra.items():
         if key.startswith(RANK_PREFIX):
-            rank, part = key[len(RANK_PREFIX):].split(":", 1)
+            rank, part = key[len(RANK_PREFIX) :].split(":", 1)
             parts[part][int(rank)] = value
     return {part: [by_rank[i] for i in sorted(by_rank)] for part, by_rank in parts.items()}
 
@@ -143,5 +145,3 @@ def imbalance(force_ms) -> float:
     force_ms = [float(v) for v in force_ms]
     mean = sum(force_ms) / len(force_ms) if force_ms else 0.0
     return max(force_ms) / mean - 1.0 if mean > 0 else 0.0
-
-

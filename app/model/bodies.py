@@ -44,8 +44,16 @@ class Bodies:
         return int(self.mass.shape[0])
 
     @classmethod
-    def from_arrays(cls, pos, vel, mass, time: float = 0.0, ids=None, source: str = "bodies",
-                    components: Components | None = None) -> Bodies:
+    def from_arrays(
+        cls,
+        pos,
+        vel,
+        mass,
+        time: float = 0.0,
+        ids=None,
+        source: str = "bodies",
+        components: Components | None = None,
+    ) -> Bodies:
         """Build and validate; `source` names the origin (a file, a generator) in error messages."""
         bodies = cls(
             pos=np.ascontiguousarray(pos, dtype=np.float64).reshape(-1, 3),
@@ -69,8 +77,10 @@ class Bodies:
         if n == 0:
             raise InputFileError(f"{source}: contains no bodies (N = 0); an N-body scene needs at least one")
         if self.pos.shape != (n, 3) or self.vel.shape != (n, 3):
-            raise InputFileError(f"{source}: positions {self.pos.shape} and velocities {self.vel.shape} "
-                                 f"do not match {n} masses")
+            raise InputFileError(
+                f"{source}: positions {self.pos.shape} and velocities {self.vel.shape} "
+                f"do not match {n} masses"
+            )
         if self.ids is not None and self.ids.shape != (n,):
             raise InputFileError(f"{source}: {self.ids.shape[0]} IDs for {n} bodies")
         if self.components is not None and self.components.n != n:
@@ -79,8 +89,9 @@ class Bodies:
             bad = ~np.isfinite(arr)
             if bad.any():
                 i = int(np.argwhere(bad)[0][0])
-                raise InputFileError(f"{source}: {label(i)}: {what} is not finite ({arr[i]}); "
-                                     "fix or remove that body")
+                raise InputFileError(
+                    f"{source}: {label(i)}: {what} is not finite ({arr[i]}); fix or remove that body"
+                )
         neg = self.mass < 0
         if neg.any():
             i = int(np.argmax(neg))
@@ -89,9 +100,14 @@ class Bodies:
             raise InputFileError(f"{source}: every mass is zero; at least one body must have mass")
 
     def copy(self) -> Bodies:
-        return Bodies(self.pos.copy(), self.vel.copy(), self.mass.copy(), self.time,
-                      None if self.ids is None else self.ids.copy(),
-                      None if self.components is None else self.components.copy())
+        return Bodies(
+            self.pos.copy(),
+            self.vel.copy(),
+            self.mass.copy(),
+            self.time,
+            None if self.ids is None else self.ids.copy(),
+            None if self.components is None else self.components.copy(),
+        )
 
     def pos4(self, dtype=np.float32) -> np.ndarray:
         """(N, 4) [x, y, z, m]: the layout of the vertex buffer and of every kernel's position input."""

@@ -42,16 +42,31 @@ OTHER = "other"  # rows no [[components]] table covers
 # Bonsai's 32-bit particle-ID offsets: disk from 0, bulge from BULGEID, dark matter from DARKMATTERID
 BONSAI_BULGE_ID = 100_000_000
 BONSAI_DARK_ID = 200_000_000
-BONSAI_PARTS = (("disk", 0, BONSAI_BULGE_ID), ("bulge", BONSAI_BULGE_ID, BONSAI_DARK_ID),
-                ("halo", BONSAI_DARK_ID, 2**63 - 1))
+BONSAI_PARTS = (
+    ("disk", 0, BONSAI_BULGE_ID),
+    ("bulge", BONSAI_BULGE_ID, BONSAI_DARK_ID),
+    ("halo", BONSAI_DARK_ID, 2**63 - 1),
+)
 
 # default colours: by name where the name says what the part is, else a palette by index
 NAMED_COLORS = {
-    "disk": (1.00, 0.72, 0.38), "star": (1.00, 0.72, 0.38), "bulge": (1.00, 0.90, 0.55),
-    "halo": (0.42, 0.55, 1.00), "dark": (0.42, 0.55, 1.00), "gas": (0.40, 0.95, 0.85),
+    "disk": (1.00, 0.72, 0.38),
+    "star": (1.00, 0.72, 0.38),
+    "bulge": (1.00, 0.90, 0.55),
+    "halo": (0.42, 0.55, 1.00),
+    "dark": (0.42, 0.55, 1.00),
+    "gas": (0.40, 0.95, 0.85),
 }
-PALETTE = ((1.00, 0.62, 0.28), (0.40, 0.62, 1.00), (0.55, 0.95, 0.45), (1.00, 0.40, 0.62),
-           (0.95, 0.90, 0.35), (0.70, 0.50, 1.00), (0.35, 0.95, 0.95), (1.00, 1.00, 1.00))
+PALETTE = (
+    (1.00, 0.62, 0.28),
+    (0.40, 0.62, 1.00),
+    (0.55, 0.95, 0.45),
+    (1.00, 0.40, 0.62),
+    (0.95, 0.90, 0.35),
+    (0.70, 0.50, 1.00),
+    (0.35, 0.95, 0.95),
+    (1.00, 1.00, 1.00),
+)
 STYLE_FIELDS = ("visible", "brightness", "color")
 BRIGHTNESS_MAX = 100.0
 
@@ -119,8 +134,11 @@ def from_tipsy(sections: list[tuple[str, int]], ids: np.ndarray | None) -> Compo
     """Bonsai's ID ranges (disk, bulge, halo) when the file's IDs fall in two or more of them, else one
     component per non-empty section; names in the order their first body appears."""
     if ids is not None:
-        parts = [(int(np.argmax(mask)), name, mask) for name, lo, hi in BONSAI_PARTS
-                 if (mask := (ids >= lo) & (ids < hi)).any()]
+        parts = [
+            (int(np.argmax(mask)), name, mask)
+            for name, lo, hi in BONSAI_PARTS
+            if (mask := (ids >= lo) & (ids < hi)).any()
+        ]
         if len(parts) >= 2:
             index = np.zeros(ids.size, dtype=np.uint8)
             for k, (_, _, mask) in enumerate(sorted(parts, key=lambda p: p[0])):
@@ -137,19 +155,23 @@ def from_table(tables, n: int, origin: str = "[[components]]") -> Components:
     names: list[str] = []
     for i, (name, first, end) in enumerate(parse_table(tables, origin)):
         if end > n:
-            raise ConfigError(f"{where}components[{i}] ({name}): rows = [{first}, {end}) but there are only "
-                              f"{n:,} bodies")
+            raise ConfigError(
+                f"{where}components[{i}] ({name}): rows = [{first}, {end}) but there are only {n:,} bodies"
+            )
         if (index[first:end] != 255).any():
             other = names[int(index[first:end][index[first:end] != 255][0])]
-            raise ConfigError(f"{where}components[{i}] ({name}): rows [{first}, {end}) overlap component "
-                              f"{other!r}")
+            raise ConfigError(
+                f"{where}components[{i}] ({name}): rows [{first}, {end}) overlap component {other!r}"
+            )
         index[first:end] = len(names)
         names.append(name)
     left = index == 255
     if left.any():
         if OTHER in names:
-            raise ConfigError(f"{where}rows {int(np.argmax(left))}.. are in no component, and the name "
-                              f"{OTHER!r} that would hold them is taken")
+            raise ConfigError(
+                f"{where}rows {int(np.argmax(left))}.. are in no component, and the name "
+                f"{OTHER!r} that would hold them is taken"
+            )
         index[left] = len(names)
         names.append(OTHER)
     return Components(tuple(names), index)
@@ -161,8 +183,9 @@ def parse_table(tables, origin: str = "") -> tuple[tuple[str, int, int], ...]:
     if isinstance(tables, tuple) and all(isinstance(t, tuple) for t in tables):
         return tables
     if not isinstance(tables, list | tuple) or not tables:
-        raise ConfigError(f"{where}[[components]] must be tables, each with name = \"...\" and "
-                          "rows = [first, end)")
+        raise ConfigError(
+            f'{where}[[components]] must be tables, each with name = "..." and rows = [first, end)'
+        )
     if len(tables) > MAX_COMPONENTS:
         raise ConfigError(f"{where}{len(tables)} [[components]] tables; at most {MAX_COMPONENTS}")
     out = []
@@ -177,11 +200,15 @@ def parse_table(tables, origin: str = "") -> tuple[tuple[str, int, int], ...]:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{key}.name must be a non-empty text")
         rows = t.get("rows")
-        ok = (isinstance(rows, list | tuple) and len(rows) == 2
-              and all(isinstance(r, int) and not isinstance(r, bool) for r in rows))
+        ok = (
+            isinstance(rows, list | tuple)
+            and len(rows) == 2
+            and all(isinstance(r, int) and not isinstance(r, bool) for r in rows)
+        )
         if not ok or not 0 <= rows[0] < rows[1]:
-            raise ConfigError(f"{key}.rows = {rows!r}: expected [first, end) with 0 <= first < end, e.g. "
-                              "rows = [0, 20000]")
+            raise ConfigError(
+                f"{key}.rows = {rows!r}: expected [first, end) with 0 <= first < end, e.g. rows = [0, 20000]"
+            )
         out.append((name.strip(), int(rows[0]), int(rows[1])))
     names = [o[0] for o in out]
     if len(set(names)) != len(names):
@@ -231,8 +258,9 @@ def drawn(components: Components | None, styles: dict[str, Style]) -> list[Drawn
     counts = components.counts() if components is not None else [0]
     out = []
     for i, name in enumerate(names):
-        d = Drawn(name, color=default_color(name, i) if components is not None else PALETTE[0],
-                  count=int(counts[i]))
+        d = Drawn(
+            name, color=default_color(name, i) if components is not None else PALETTE[0], count=int(counts[i])
+        )
         for key, style in styles.items():
             if matches(key, name, i):
                 set_here = {f: getattr(style, f) for f in STYLE_FIELDS if getattr(style, f) is not None}
@@ -246,11 +274,12 @@ def set_style(styles: dict[str, Style], name: str, value, origin: str = "") -> d
     returns the new dict (a changed key moves to the end: it now wins over earlier patterns)."""
     prefix = f"{origin}: " if origin else ""
     full = f"render.{name}"
-    rest = name[len("components"):].lstrip(".")
+    rest = name[len("components") :].lstrip(".")
     if not rest:  # [render.components] as a whole: {KEY: {field: value}}
         if not isinstance(value, dict):
-            raise ConfigError(f"{prefix}{full}: expected tables, e.g. [render.components.halo] "
-                              "visible = false")
+            raise ConfigError(
+                f"{prefix}{full}: expected tables, e.g. [render.components.halo] visible = false"
+            )
         for key, table in value.items():
             styles = set_style(styles, f"components.{key}", table, origin)
         return styles
@@ -261,8 +290,10 @@ def set_style(styles: dict[str, Style], name: str, value, origin: str = "") -> d
         raise ConfigError(f"{prefix}{full}: name a component, e.g. render.components.halo.visible")
     if not fld:
         if not isinstance(value, dict):
-            raise ConfigError(f"{prefix}{full}: expected a table with {', '.join(STYLE_FIELDS)}, or a key "
-                              f"such as {full}.visible")
+            raise ConfigError(
+                f"{prefix}{full}: expected a table with {', '.join(STYLE_FIELDS)}, or a key "
+                f"such as {full}.visible"
+            )
         for f, v in value.items():
             if f not in STYLE_FIELDS:
                 raise ConfigError(f"{prefix}{full}.{f}: unknown; a component has {', '.join(STYLE_FIELDS)}")
@@ -278,9 +309,11 @@ def set_style(styles: dict[str, Style], name: str, value, origin: str = "") -> d
 def coerce_field(key: str, fld: str, value, prefix: str = ""):
     from app.model import config
 
-    specs = {"visible": config.Field("bool", "drawn or hidden"),
-             "brightness": config.Field("float", "light factor", lo=0.0, hi=BRIGHTNESS_MAX),
-             "color": config.Field("color", "RGB", lo=0.0, hi=1.0)}
+    specs = {
+        "visible": config.Field("bool", "drawn or hidden"),
+        "brightness": config.Field("float", "light factor", lo=0.0, hi=BRIGHTNESS_MAX),
+        "color": config.Field("color", "RGB", lo=0.0, hi=1.0),
+    }
     try:
         return config.coerce(key, value, specs[fld])
     except ConfigError as e:

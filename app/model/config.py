@@ -80,97 +80,165 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "description": Field("str", "one paragraph shown by `info` and the panel"),
     },
     "initial": {
-        "generator": Field("str", "initial-condition generator (see `nbody-live info --generators`)",
-                           optional=True),
+        "generator": Field(
+            "str", "initial-condition generator (see `nbody-live info --generators`)", optional=True
+        ),
         "file": Field("str", "read bodies from this snapshot instead of generating them", optional=True),
-        "format": Field("str", "snapshot format; default: by extension or content", choices=FORMAT_CHOICES,
-                        optional=True),
+        "format": Field(
+            "str", "snapshot format; default: by extension or content", choices=FORMAT_CHOICES, optional=True
+        ),
         "n": Field("int", "number of bodies for a generator", lo=1, hi=16_777_216),
         "seed": Field("int", "random seed: the same seed gives the same bodies", lo=0, hi=2**63 - 1),
-        "subsample": Field("int", "a snapshot only: a seeded random subset of this many bodies, the total "
-                                  "mass kept (0 = every body)", lo=0, hi=16_777_216),
+        "subsample": Field(
+            "int",
+            "a snapshot only: a seeded random subset of this many bodies, the total "
+            "mass kept (0 = every body)",
+            lo=0,
+            hi=16_777_216,
+        ),
     },
     "physics": {
         "G": Field("float", "gravitational constant", lo=0, lo_open=True, hi=1e12),
         "softening": Field("float", "Plummer softening length ε", lo=0, hi=1e6),
         "dt": Field("float", "time step", lo=0, lo_open=True, hi=1e6),
         "integrator": Field("str", "leapfrog (kick-drift-kick) or euler-damped", choices=INTEGRATORS),
-        "damping": Field("float", "velocity multiplier per step (euler-damped only)", lo=0, lo_open=True,
-                         hi=1),
+        "damping": Field(
+            "float", "velocity multiplier per step (euler-damped only)", lo=0, lo_open=True, hi=1
+        ),
         "model": Field("str", "gravity, or gravity-repulsion (G/r² minus H/r⁴)", choices=MODELS),
         "repulsion": Field("float", "H of the gravity-repulsion model", lo=0, hi=1e12),
-        "timesteps": Field("str", "shared (every body takes dt) or block (hierarchical levels: body i steps "
-                                  "dt / 2^l_i, dt the max step; leapfrog on the tree, one device)",
-                           choices=TIMESTEPS),
+        "timesteps": Field(
+            "str",
+            "shared (every body takes dt) or block (hierarchical levels: body i steps "
+            "dt / 2^l_i, dt the max step; leapfrog on the tree, one device)",
+            choices=TIMESTEPS,
+        ),
         "block_levels": Field("int", "block steps: L, the finest step is dt / 2^L", lo=0, hi=20),
-        "block_eta": Field("float", "block steps: the accuracy η of the level criterion dt_i = sqrt(2 η ε "
-                                    "/ |a_i|) (smaller: finer levels)", lo=0, lo_open=True, hi=10),
-        "block_coarsen": Field("str", "block steps: when a body's level may get coarser: settled (the "
-                                      "default: only between max steps, and only to a level wanted at "
-                                      "the boundary before too; the least drift on softened models, and "
-                                      "its snapshots keep the levels), boundary (only between max steps) "
-                                      "or aligned (at any tick aligned with the coarser step; better "
-                                      "where close encounters at small softening dominate)",
-                               choices=COARSEN),
+        "block_eta": Field(
+            "float",
+            "block steps: the accuracy η of the level criterion dt_i = sqrt(2 η ε "
+            "/ |a_i|) (smaller: finer levels)",
+            lo=0,
+            lo_open=True,
+            hi=10,
+        ),
+        "block_coarsen": Field(
+            "str",
+            "block steps: when a body's level may get coarser: settled (the "
+            "default: only between max steps, and only to a level wanted at "
+            "the boundary before too; the least drift on softened models, and "
+            "its snapshots keep the levels), boundary (only between max steps) "
+            "or aligned (at any tick aligned with the coarser step; better "
+            "where close encounters at small softening dominate)",
+            choices=COARSEN,
+        ),
     },
     "camera": {
         "azimuth": Field("float", "degrees around the z axis", lo=-360, hi=360),
         "elevation": Field("float", "degrees above the x-y plane", lo=-90, hi=90),
-        "distance": Field("float", "distance from the target; unset: fit the scene", lo=0, lo_open=True,
-                          hi=1e12, optional=True),
-        "target": Field("vec3", "point the camera orbits; unset: centre of mass", lo=-1e12, hi=1e12,
-                        optional=True),
+        "distance": Field(
+            "float",
+            "distance from the target; unset: fit the scene",
+            lo=0,
+            lo_open=True,
+            hi=1e12,
+            optional=True,
+        ),
+        "target": Field(
+            "vec3", "point the camera orbits; unset: centre of mass", lo=-1e12, hi=1e12, optional=True
+        ),
         "fov": Field("float", "vertical field of view, degrees", lo=1, hi=170),
-        "path": Field("str", "recording camera: static, orbit, keys (the [[camera.keys]] tables), or a TOML "
-                             "file of [[keys]]"),
-        "orbit_speed": Field("float", "orbit path: degrees of azimuth per second of video", lo=-3600,
-                             hi=3600),
-        "orbit_elevation": Field("float", "orbit path: elevation, degrees; unset: camera.elevation",
-                                 lo=-89, hi=89, optional=True),
-        "keys": Field("keys", "keyframes: [[camera.keys]] tables with t (s), position, target, fov",
-                      optional=True),
+        "path": Field(
+            "str",
+            "recording camera: static, orbit, keys (the [[camera.keys]] tables), or a TOML file of [[keys]]",
+        ),
+        "orbit_speed": Field(
+            "float", "orbit path: degrees of azimuth per second of video", lo=-3600, hi=3600
+        ),
+        "orbit_elevation": Field(
+            "float", "orbit path: elevation, degrees; unset: camera.elevation", lo=-89, hi=89, optional=True
+        ),
+        "keys": Field(
+            "keys", "keyframes: [[camera.keys]] tables with t (s), position, target, fov", optional=True
+        ),
     },
     "render": {
         "point_size": Field("float", "sprite diameter in pixels for a body of mean mass", lo=0.5, hi=64),
         "size_by_mass": Field("bool", "scale sprites with mass"),
-        "color_by": Field("str", "what the colour shows: the colormap by speed or mass, or each component's "
-                                 "colour (component-speed / -mass shade it)", choices=COLOR_BY),
+        "color_by": Field(
+            "str",
+            "what the colour shows: the colormap by speed or mass, or each component's "
+            "colour (component-speed / -mass shade it)",
+            choices=COLOR_BY,
+        ),
         "colormap": Field("str", "colormap", choices=COLORMAPS),
-        "brightness": Field("float", "sprite intensity before additive blending", lo=0, lo_open=True,
-                            hi=100),
+        "brightness": Field("float", "sprite intensity before additive blending", lo=0, lo_open=True, hi=100),
         "background": Field("color", "background colour, RGB in [0, 1]", lo=0, hi=1),
-        "min_sprite": Field("float", "smallest sprite drawn, in pixels: smaller ones are drawn this size "
-                                     "and dimmed to the same light (fewer pixels, less fill at large N)",
-                            lo=1, hi=16),
-        "draw_limit": Field("int", "draw at most this many bodies: above it every k-th body with k times "
-                                   "the light (0: all)", lo=0, hi=2**31 - 1),
-        "components": Field("components", "per component: render.components.NAME.visible (true/false), "
-                                          ".brightness (0..100), .color (RGB); NAME may be a pattern (halo, "
-                                          "galaxy1-*, *) or an index", optional=True),
+        "min_sprite": Field(
+            "float",
+            "smallest sprite drawn, in pixels: smaller ones are drawn this size "
+            "and dimmed to the same light (fewer pixels, less fill at large N)",
+            lo=1,
+            hi=16,
+        ),
+        "draw_limit": Field(
+            "int",
+            "draw at most this many bodies: above it every k-th body with k times the light (0: all)",
+            lo=0,
+            hi=2**31 - 1,
+        ),
+        "components": Field(
+            "components",
+            "per component: render.components.NAME.visible (true/false), "
+            ".brightness (0..100), .color (RGB); NAME may be a pattern (halo, "
+            "galaxy1-*, *) or an index",
+            optional=True,
+        ),
     },
     "run": {
         "backend": Field("str", "auto picks CUDA when it works, else the CPU", choices=BACKEND_CHOICES),
-        "kernel": Field("str", "kernel name from the registry (`nbody-live info --kernels`), or auto "
-                        "(the backend's default: best on cuda, cpu-simd on cpu)"),
+        "kernel": Field(
+            "str",
+            "kernel name from the registry (`nbody-live info --kernels`), or auto "
+            "(the backend's default: best on cuda, cpu-simd on cpu)",
+        ),
         "steps_per_frame": Field("int", "simulation steps per rendered frame", lo=1, hi=10_000),
-        "frames_per_step": Field("int", "block time steps: frames drawn inside each max step (K): a frame "
-                                        "advances steps_per_frame / K max steps, the bodies drawn at its "
-                                        "time (the substeps that end by then run, the others' positions "
-                                        "predicted along their drift); 1 draws between max steps only",
-                                 lo=1, hi=1024),
-        "gpus": Field("devices", "run on this many GPUs (or all), the forces split by the multi-device "
-                                 "driver; with backend cpu: this many CPU \"devices\"; unset: one device "
-                                 "(on cuda the same run with K = 1; on cpu the CPU backend itself)",
-                      optional=True),
-        "gpu_driver": Field("str", "several devices: one host thread per device (threads), one thread "
-                                   "issuing every device's work (single), or the kernel's split's choice "
-                                   "(auto: single for the tree's domains, else threads)", choices=DRIVERS),
-        "exchange": Field("str", "several devices: how positions are exchanged after each update (auto: "
-                                 "peer copies where every pair of GPUs can, else host)", choices=EXCHANGES),
-        "tunables": Field("tunables", "the kernel's tunables, e.g. theta = 0.6 (`nbody-live info --kernels` "
-                                      "lists each kernel's); checked against the kernel the run takes, when "
-                                      "it is assembled; --tunable NAME=VALUE and --set run.tunables.NAME=V "
-                                      "add to them"),
+        "frames_per_step": Field(
+            "int",
+            "block time steps: frames drawn inside each max step (K): a frame "
+            "advances steps_per_frame / K max steps, the bodies drawn at its "
+            "time (the substeps that end by then run, the others' positions "
+            "predicted along their drift); 1 draws between max steps only",
+            lo=1,
+            hi=1024,
+        ),
+        "gpus": Field(
+            "devices",
+            "run on this many GPUs (or all), the forces split by the multi-device "
+            'driver; with backend cpu: this many CPU "devices"; unset: one device '
+            "(on cuda the same run with K = 1; on cpu the CPU backend itself)",
+            optional=True,
+        ),
+        "gpu_driver": Field(
+            "str",
+            "several devices: one host thread per device (threads), one thread "
+            "issuing every device's work (single), or the kernel's split's choice "
+            "(auto: single for the tree's domains, else threads)",
+            choices=DRIVERS,
+        ),
+        "exchange": Field(
+            "str",
+            "several devices: how positions are exchanged after each update (auto: "
+            "peer copies where every pair of GPUs can, else host)",
+            choices=EXCHANGES,
+        ),
+        "tunables": Field(
+            "tunables",
+            "the kernel's tunables, e.g. theta = 0.6 (`nbody-live info --kernels` "
+            "lists each kernel's); checked against the kernel the run takes, when "
+            "it is assembled; --tunable NAME=VALUE and --set run.tunables.NAME=V "
+            "add to them",
+        ),
     },
 }
 
@@ -190,8 +258,10 @@ def validate_camera_path(settings) -> None:
     path = settings.path
     if path == "keys":
         if not settings.keys:
-            raise ConfigError("camera.path = 'keys' needs [[camera.keys]] tables in the scene file "
-                              "(t, position, optionally target and fov)")
+            raise ConfigError(
+                "camera.path = 'keys' needs [[camera.keys]] tables in the scene file "
+                "(t, position, optionally target and fov)"
+            )
     elif path not in ("static", "orbit"):
         load_keys_file(path)
 
@@ -199,11 +269,11 @@ def validate_camera_path(settings) -> None:
 def split_key(key: str) -> tuple[str, str]:
     section, _, name = key.partition(".")
     if section not in SCHEMA:
-        raise ConfigError(f"unknown scene section {section!r} in {key!r}; sections: "
-                          + ", ".join(SCHEMA))
+        raise ConfigError(f"unknown scene section {section!r} in {key!r}; sections: " + ", ".join(SCHEMA))
     if not name:
-        raise ConfigError(f"{key!r} names a section, not a key; keys in [{section}]: "
-                          + ", ".join(SCHEMA[section]))
+        raise ConfigError(
+            f"{key!r} names a section, not a key; keys in [{section}]: " + ", ".join(SCHEMA[section])
+        )
     return section, name
 
 
@@ -222,8 +292,9 @@ def _number(key: str, value, want_int: bool):
         try:
             value = int(value) if want_int else float(value)
         except ValueError:
-            raise ConfigError(f"{key} = {value!r}: expected "
-                              f"{'a whole number' if want_int else 'a number'}") from None
+            raise ConfigError(
+                f"{key} = {value!r}: expected {'a whole number' if want_int else 'a number'}"
+            ) from None
     if want_int:
         if isinstance(value, float) and value.is_integer():
             value = int(value)
@@ -291,8 +362,9 @@ def tunables_table(key: str, value) -> dict:
     becomes the first of those it reads as). The kernel's own record validates the values, once the run
     knows which kernel it takes (KernelRecord.validate_tunables, naming record.key and the range)."""
     if not isinstance(value, dict):
-        raise ConfigError(f"{key} = {value!r}: expected a table of NAME = VALUE, e.g. [run.tunables] "
-                          "theta = 0.6")
+        raise ConfigError(
+            f"{key} = {value!r}: expected a table of NAME = VALUE, e.g. [run.tunables] theta = 0.6"
+        )
     out = {}
     for name, item in value.items():
         if isinstance(item, bool) or not isinstance(item, int | float | str):
@@ -333,11 +405,14 @@ class Keyframe:
 def parse_keys(value, key: str = "camera.keys") -> tuple[Keyframe, ...]:
     """A list of tables (from TOML) -> validated Keyframes; ConfigError naming `key[i].field`."""
     if isinstance(value, str):
-        raise ConfigError(f"{key} cannot be given as text: write [[camera.keys]] tables in the scene file, "
-                          "or put [[keys]] tables in a file and pass --camera FILE")
+        raise ConfigError(
+            f"{key} cannot be given as text: write [[camera.keys]] tables in the scene file, "
+            "or put [[keys]] tables in a file and pass --camera FILE"
+        )
     if not isinstance(value, list | tuple) or not value:
-        raise ConfigError(f"{key}: expected one or more tables, e.g. [[camera.keys]] t = 0.0 "
-                          "position = [0, -8, 3]")
+        raise ConfigError(
+            f"{key}: expected one or more tables, e.g. [[camera.keys]] t = 0.0 position = [0, -8, 3]"
+        )
     keys: list[Keyframe] = []
     for i, table in enumerate(value):
         where = f"{key}[{i}]"
@@ -348,20 +423,24 @@ def parse_keys(value, key: str = "camera.keys") -> tuple[Keyframe, ...]:
             raise ConfigError(f"{where}: expected a table with {', '.join(KEY_FIELDS)}")
         unknown = sorted(set(table) - set(KEY_FIELDS))
         if unknown:
-            raise ConfigError(f"{where}: unknown key {unknown[0]!r}; keys of a camera key: "
-                              + ", ".join(KEY_FIELDS))
+            raise ConfigError(
+                f"{where}: unknown key {unknown[0]!r}; keys of a camera key: " + ", ".join(KEY_FIELDS)
+            )
         for need in ("t", "position"):
             if need not in table:
                 raise ConfigError(f"{where}.{need} must be set: {KEY_FIELDS[need].describe()}")
         typed = {name: coerce(f"{where}.{name}", table.get(name), f) for name, f in KEY_FIELDS.items()}
         if typed["target"] is not None and math.dist(typed["position"], typed["target"]) <= 1e-9:
-            raise ConfigError(f"{where}: position and target are the same point; the camera needs a "
-                              "direction to look in")
+            raise ConfigError(
+                f"{where}: position and target are the same point; the camera needs a direction to look in"
+            )
         keys.append(Keyframe(**typed))
     for i in range(1, len(keys)):
         if keys[i].t <= keys[i - 1].t:
-            raise ConfigError(f"{key}[{i}].t = {keys[i].t:g} must be greater than {key}[{i - 1}].t = "
-                              f"{keys[i - 1].t:g}: key times must increase")
+            raise ConfigError(
+                f"{key}[{i}].t = {keys[i].t:g} must be greater than {key}[{i - 1}].t = "
+                f"{keys[i - 1].t:g}: key times must increase"
+            )
     return tuple(keys)
 
 
@@ -369,8 +448,10 @@ def load_keys_file(path) -> tuple[Keyframe, ...]:
     """Keyframes from a TOML file with [[keys]] tables (or [[camera.keys]]); ConfigError naming the file."""
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"camera path file {str(path)!r} does not exist (--camera takes static, orbit, "
-                          "keys, or a TOML file with [[keys]] tables)")
+        raise ConfigError(
+            f"camera path file {str(path)!r} does not exist (--camera takes static, orbit, "
+            "keys, or a TOML file with [[keys]] tables)"
+        )
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
@@ -382,8 +463,7 @@ def load_keys_file(path) -> tuple[Keyframe, ...]:
     elif isinstance(data.get("camera"), dict) and "keys" in data["camera"]:
         value, key = data["camera"]["keys"], "camera.keys"
     else:
-        raise ConfigError(f"{path}: no [[keys]] tables; each needs t and position, optionally target "
-                          "and fov")
+        raise ConfigError(f"{path}: no [[keys]] tables; each needs t and position, optionally target and fov")
     try:
         return parse_keys(value, key)
     except ConfigError as e:

@@ -65,8 +65,11 @@ log = logging.getLogger(__name__)
 FORMATS = FORMAT_CHOICES  # the settings' one list (initial.format, --format)
 
 _EXTENSIONS = {
-    ".tipsy": "tipsy", ".std": "tipsy", ".tip": "tipsy",
-    ".mpv": "nemo", ".nemo": "nemo",
+    ".tipsy": "tipsy",
+    ".std": "tipsy",
+    ".tip": "tipsy",
+    ".mpv": "nemo",
+    ".nemo": "nemo",
     ".nbabel": "nbabel",
     ".npz": "npz",
     ".csv": "csv",
@@ -85,9 +88,17 @@ _SECTIONS = (("gas", "nsph", _GAS_FIELDS), ("dark", "ndark", _DARK_FIELDS), ("st
 
 
 def _header_dtype(byteorder: str) -> np.dtype:
-    return np.dtype([("time", byteorder + "f8"), ("nbodies", byteorder + "i4"), ("ndim", byteorder + "i4"),
-                     ("nsph", byteorder + "i4"), ("ndark", byteorder + "i4"), ("nstar", byteorder + "i4"),
-                     ("pad", byteorder + "i4")])
+    return np.dtype(
+        [
+            ("time", byteorder + "f8"),
+            ("nbodies", byteorder + "i4"),
+            ("ndim", byteorder + "i4"),
+            ("nsph", byteorder + "i4"),
+            ("ndark", byteorder + "i4"),
+            ("nstar", byteorder + "i4"),
+            ("pad", byteorder + "i4"),
+        ]
+    )
 
 
 def _record_dtype(fields: tuple[str, ...], byteorder: str) -> np.dtype:
@@ -121,8 +132,15 @@ class TipsyHeader:
 def _decode_header(raw: bytes, byteorder: str) -> TipsyHeader:
     h = np.frombuffer(raw, dtype=_header_dtype(byteorder), count=1)[0]
     # The pad word is not checked: Bonsai leaves uninitialised memory there (0x00007f26 in the shared file).
-    return TipsyHeader(float(h["time"]), int(h["nbodies"]), int(h["ndim"]), int(h["nsph"]), int(h["ndark"]),
-                       int(h["nstar"]), byteorder)
+    return TipsyHeader(
+        float(h["time"]),
+        int(h["nbodies"]),
+        int(h["ndim"]),
+        int(h["nsph"]),
+        int(h["ndark"]),
+        int(h["nstar"]),
+        byteorder,
+    )
 
 
 def _plausible_tipsy_header(raw: bytes, size: int) -> TipsyHeader | None:
@@ -140,13 +158,17 @@ def read_tipsy_header(path) -> TipsyHeader:
     with _open_for_reading(path) as f:
         raw = f.read(_TIPSY_HEADER_SIZE)
     if len(raw) < _TIPSY_HEADER_SIZE:
-        raise InputFileError(f"{path}: {len(raw)} bytes, shorter than the {_TIPSY_HEADER_SIZE}-byte Tipsy "
-                             "header (double time; int nbodies, ndim, nsph, ndark, nstar; 4 pad bytes)")
+        raise InputFileError(
+            f"{path}: {len(raw)} bytes, shorter than the {_TIPSY_HEADER_SIZE}-byte Tipsy "
+            "header (double time; int nbodies, ndim, nsph, ndark, nstar; 4 pad bytes)"
+        )
     header = _plausible_tipsy_header(raw, _size(path))
     if header is None:
         seen = "; ".join(_describe_header(_decode_header(raw, bo)) for bo in (">", "<"))
-        raise InputFileError(f"{path}: not a valid Tipsy header in either byte order ({seen}); expected "
-                             "ndim = 3 and nbodies = nsph + ndark + nstar >= 0")
+        raise InputFileError(
+            f"{path}: not a valid Tipsy header in either byte order ({seen}); expected "
+            "ndim = 3 and nbodies = nsph + ndark + nstar >= 0"
+        )
     return header
 
 
@@ -159,8 +181,10 @@ def _check_tipsy_size(path: Path, header: TipsyHeader, size: int) -> None:
     expected = header.file_size
     counts = f"N = {header.nbodies}: {header.nsph} gas, {header.ndark} dark, {header.nstar} star"
     if size > expected:
-        raise InputFileError(f"{path}: {size - expected} bytes after the last record; the header ({counts}) "
-                             f"describes a {expected}-byte file")
+        raise InputFileError(
+            f"{path}: {size - expected} bytes after the last record; the header ({counts}) "
+            f"describes a {expected}-byte file"
+        )
     if size == expected:
         return
     offset = size - _TIPSY_HEADER_SIZE
@@ -168,8 +192,10 @@ def _check_tipsy_size(path: Path, header: TipsyHeader, size: int) -> None:
         section_bytes = header.count(name) * 4 * len(fields)
         if offset < section_bytes:
             record = offset // (4 * len(fields))
-            raise InputFileError(f"{path}: truncated Tipsy file: it ends inside record {record} ({name}) "
-                                 f"after {size} bytes, but the header ({counts}) needs {expected} bytes")
+            raise InputFileError(
+                f"{path}: truncated Tipsy file: it ends inside record {record} ({name}) "
+                f"after {size} bytes, but the header ({counts}) needs {expected} bytes"
+            )
         offset -= section_bytes
 
 
@@ -192,8 +218,10 @@ def read_tipsy(path) -> Bodies:
     path = Path(path)
     header = read_tipsy_header(path)
     if header.nbodies == 0:
-        raise InputFileError(f"{path}: Tipsy header says N = 0 (nsph = ndark = nstar = 0); an N-body "
-                             "snapshot needs at least one body")
+        raise InputFileError(
+            f"{path}: Tipsy header says N = 0 (nsph = ndark = nstar = 0); an N-body "
+            "snapshot needs at least one body"
+        )
     _check_tipsy_size(path, header, _size(path))
     mass, pos, vel, phi, labels = [], [], [], [], []
     with _open_for_reading(path) as f:
@@ -210,8 +238,16 @@ def read_tipsy(path) -> Bodies:
             phi.append(rec["phi"].view(header.byteorder + "i4"))
             labels.append((name, count))
     ids = _ids_from_phi(np.concatenate(phi))
-    return _bodies(path, np.concatenate(pos), np.concatenate(vel), np.concatenate(mass), header.time,
-                   ids, _tipsy_label(labels), components.from_tipsy(labels, ids))
+    return _bodies(
+        path,
+        np.concatenate(pos),
+        np.concatenate(vel),
+        np.concatenate(mass),
+        header.time,
+        ids,
+        _tipsy_label(labels),
+        components.from_tipsy(labels, ids),
+    )
 
 
 def _tipsy_label(sections: list[tuple[str, int]]) -> Callable[[int], str]:
@@ -221,12 +257,19 @@ def _tipsy_label(sections: list[tuple[str, int]]) -> Callable[[int], str]:
                 return f"record {i} ({name})"
             i -= count
         return f"record {i} (past the last section)"
+
     return label
 
 
 # The Tipsy section a component's name (case ignored) puts its bodies in when a snapshot is written.
-TIPSY_SECTION_OF = {"gas": "gas", "dark": "dark", "halo": "dark", "star": "star", "disk": "star",
-                    "bulge": "star"}
+TIPSY_SECTION_OF = {
+    "gas": "gas",
+    "dark": "dark",
+    "halo": "dark",
+    "star": "star",
+    "disk": "star",
+    "bulge": "star",
+}
 _KEEP_THEM = "write .npz or .csv to keep the components"
 
 
@@ -247,23 +290,30 @@ def tipsy_sections(bodies: Bodies, path="snapshot") -> tuple[np.ndarray, str | N
     where = [TIPSY_SECTION_OF.get(name.lower()) for name in comp.names]
     unnamed = [name for name, section in zip(comp.names, where, strict=True) if section is None]
     if unnamed:
-        return dark, (f"{path}: Tipsy keeps components as its sections (gas; dark or halo; star, disk or "
-                      f"bulge): {', '.join(unnamed)} names none of them, so every body is written as dark "
-                      f"and the components ({comp.describe()}) are lost; {_KEEP_THEM}")
+        return dark, (
+            f"{path}: Tipsy keeps components as its sections (gas; dark or halo; star, disk or "
+            f"bulge): {', '.join(unnamed)} names none of them, so every body is written as dark "
+            f"and the components ({comp.describe()}) are lost; {_KEEP_THEM}"
+        )
     order = [name for name, _, _ in _SECTIONS]
     section = np.array([order.index(s) for s in where], np.int64)[comp.index]
     if (np.diff(section) < 0).any():
-        return dark, (f"{path}: Tipsy stores its sections in the order gas, dark, star, but these bodies' "
-                      f"components ({comp.describe()}) come in another order; sections would reorder the "
-                      f"bodies, so every body is written as dark and the components are lost; {_KEEP_THEM}")
+        return dark, (
+            f"{path}: Tipsy stores its sections in the order gas, dark, star, but these bodies' "
+            f"components ({comp.describe()}) come in another order; sections would reorder the "
+            f"bodies, so every body is written as dark and the components are lost; {_KEEP_THEM}"
+        )
     counts = np.bincount(section, minlength=3)
-    back = components.from_tipsy([(name, int(c)) for name, c in zip(order, counts, strict=True)],
-                                 _tipsy_ids(bodies.ids, path))
+    back = components.from_tipsy(
+        [(name, int(c)) for name, c in zip(order, counts, strict=True)], _tipsy_ids(bodies.ids, path)
+    )
     if components.same(back, comp):
         return section, None
     got = back.describe() if back is not None else "one component"
-    return section, (f"{path}: Tipsy keeps the sections, not these components' names: it reads back as "
-                     f"{got}, not {comp.describe()}; {_KEEP_THEM}")
+    return section, (
+        f"{path}: Tipsy keeps the sections, not these components' names: it reads back as "
+        f"{got}, not {comp.describe()}; {_KEEP_THEM}"
+    )
 
 
 def _tipsy_ids(ids: np.ndarray | None, path) -> np.ndarray | None:
@@ -272,8 +322,10 @@ def _tipsy_ids(ids: np.ndarray | None, path) -> np.ndarray | None:
         return None
     ids = np.asarray(ids, dtype=np.int64)
     if ids.size and (ids.min() < 0 or ids.max() > np.iinfo(np.int32).max):
-        raise ConfigError(f"{path}: particle IDs outside 0..2^31-1 do not fit Tipsy's phi field; "
-                          "write npz or csv to keep them")
+        raise ConfigError(
+            f"{path}: particle IDs outside 0..2^31-1 do not fit Tipsy's phi field; "
+            "write npz or csv to keep them"
+        )
     return ids
 
 
@@ -294,7 +346,7 @@ def write_tipsy(path, bodies: Bodies, byteorder: str = "<") -> None:
     header[0] = (bodies.time, n, 3, *counts.tolist(), 0)
     records = []
     for k, (_, _, fields) in enumerate(_SECTIONS):
-        rows = slice(int(counts[:k].sum()), int(counts[:k + 1].sum()))  # (sections follow the body order)
+        rows = slice(int(counts[:k].sum()), int(counts[: k + 1].sum()))  # (sections follow the body order)
         rec = np.zeros(int(counts[k]), dtype=_record_dtype(fields, byteorder))
         rec["mass"] = bodies.mass[rows]
         for j, axis in enumerate("xyz"):
@@ -322,8 +374,10 @@ def _read_text(path: Path) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise InputFileError(f"{path}: line {line}: byte {raw[e.start]:#04x} is not text; expected a UTF-8 "
-                             "text table (is this a binary file? pass --format tipsy or npz)") from None
+        raise InputFileError(
+            f"{path}: line {line}: byte {raw[e.start]:#04x} is not text; expected a UTF-8 "
+            "text table (is this a binary file? pass --format tipsy or npz)"
+        ) from None
 
 
 def _rows(text: str, sep: str | None = None) -> list[Row]:
@@ -341,8 +395,9 @@ def _table(path: Path, rows: list[Row], ncols: int, layout: str) -> np.ndarray:
     """(len(rows), ncols) float64; InputFileError naming the first row of the wrong width or bad token."""
     for lineno, tokens in rows:
         if len(tokens) != ncols:
-            raise InputFileError(f"{path}: line {lineno}: {_values(len(tokens))}, expected {ncols} "
-                                 f"({layout})")
+            raise InputFileError(
+                f"{path}: line {lineno}: {_values(len(tokens))}, expected {ncols} ({layout})"
+            )
     flat = [t for _, tokens in rows for t in tokens]
     try:
         table = np.array(flat, dtype=np.float64).reshape(len(rows), ncols)
@@ -358,8 +413,10 @@ def _table(path: Path, rows: list[Row], ncols: int, layout: str) -> np.ndarray:
                 float(token)
             except ValueError:
                 hint = "; Fortran 'D' exponents must be written as 'E'" if _FORTRAN_D.match(token) else ""
-                raise InputFileError(f"{path}: line {lineno}: column {col + 1} is {token!r}, not a number "
-                                     f"(expected {ncols} numbers: {layout}){hint}") from None
+                raise InputFileError(
+                    f"{path}: line {lineno}: column {col + 1} is {token!r}, not a number "
+                    f"(expected {ncols} numbers: {layout}){hint}"
+                ) from None
     raise InputFileError(f"{path}: a value could not be read as a number (expected {layout})")
 
 
@@ -370,8 +427,10 @@ def _check_float32_range(path: Path, rows: list[Row], table: np.ndarray, layout:
     if big.any():
         i, col = (int(v) for v in np.argwhere(big)[0])
         lineno, tokens = rows[i]
-        raise InputFileError(f"{path}: line {lineno}: column {col + 1} is {tokens[col]}, beyond float32's "
-                             f"range (|x| <= 3.4e38) in which the kernels compute ({layout})")
+        raise InputFileError(
+            f"{path}: line {lineno}: column {col + 1} is {tokens[col]}, beyond float32's "
+            f"range (|x| <= 3.4e38) in which the kernels compute ({layout})"
+        )
 
 
 def _values(count: int) -> str:
@@ -407,11 +466,14 @@ def read_nemo(path) -> Bodies:
         rows = rows[1:]
         if n_declared != len(rows):
             span = f" (lines {rows[0][0]}-{rows[-1][0]})" if rows else ""
-            raise InputFileError(f"{path}: line {first_line}: header says N = {n_declared}, but the file has "
-                                 f"{len(rows)} body rows{span}")
+            raise InputFileError(
+                f"{path}: line {first_line}: header says N = {n_declared}, but the file has "
+                f"{len(rows)} body rows{span}"
+            )
     elif len(first) != 7:
-        raise InputFileError(f"{path}: line {first_line}: {_values(len(first))}, expected 7 ({layout}) or an "
-                             "'N t' header line")
+        raise InputFileError(
+            f"{path}: line {first_line}: {_values(len(first))}, expected 7 ({layout}) or an 'N t' header line"
+        )
     table = _table(path, rows, 7, layout)
     return _bodies(path, table[:, 1:4], table[:, 4:7], table[:, 0], time, None, _line_label(rows))
 
@@ -422,8 +484,9 @@ def _nemo_header(path: Path, lineno: int, tokens: list[str]) -> tuple[int, float
     if not (np.isfinite(n) and n == round(n)):
         raise InputFileError(f"{path}: line {lineno}: header N = {tokens[0]!r} is not an integer")
     if n <= 0:
-        raise InputFileError(f"{path}: line {lineno}: header says N = {int(n)}; an N-body snapshot needs at "
-                             "least one body")
+        raise InputFileError(
+            f"{path}: line {lineno}: header says N = {int(n)}; an N-body snapshot needs at least one body"
+        )
     time = float(values[1]) if len(values) > 1 else 0.0
     if not np.isfinite(time):
         raise InputFileError(f"{path}: line {lineno}: header time {tokens[1]!r} is not finite")
@@ -466,11 +529,13 @@ def read_csv(path) -> Bodies:
     unknown = [n for n in columns if n not in (*_CSV_COLUMNS, *_CSV_OPTIONAL)]
     missing = [c for c in _CSV_COLUMNS if c not in columns]
     if unknown or missing or len(set(columns)) != len(columns):
-        raise InputFileError(f"{path}: line {header_line}: header {','.join(columns)!r} must name the "
-                             f"columns {','.join(_CSV_COLUMNS)} once each, plus optional "
-                             f"{' and '.join(_CSV_OPTIONAL)}"
-                             + (f"; missing {missing}" if missing else "")
-                             + (f"; unknown {unknown}" if unknown else ""))
+        raise InputFileError(
+            f"{path}: line {header_line}: header {','.join(columns)!r} must name the "
+            f"columns {','.join(_CSV_COLUMNS)} once each, plus optional "
+            f"{' and '.join(_CSV_OPTIONAL)}"
+            + (f"; missing {missing}" if missing else "")
+            + (f"; unknown {unknown}" if unknown else "")
+        )
     if not rows:
         raise _no_rows(path)
     table = _table(path, rows, len(columns), ",".join(columns))
@@ -498,8 +563,10 @@ def _csv_component_names(path: Path, lineno: int, text: str) -> tuple[str, ...]:
     except ValueError:
         names = None
     if not (isinstance(names, list) and names and all(isinstance(n, str) for n in names)):
-        raise InputFileError(f"{path}: line {lineno}: component_names must be a JSON list of texts, e.g. "
-                             f'# component_names = ["disk", "halo"]; got {text!r}')
+        raise InputFileError(
+            f"{path}: line {lineno}: component_names must be a JSON list of texts, e.g. "
+            f'# component_names = ["disk", "halo"]; got {text!r}'
+        )
     return tuple(names)
 
 
@@ -508,8 +575,10 @@ def _csv_components(path: Path, rows: list[Row], column: np.ndarray | None, name
     the comment, the names are the indices as text)."""
     if column is None:
         if names is not None:
-            raise InputFileError(f"{path}: a '# component_names' comment but no component column; add the "
-                                 "column (each body's index into the names) or remove the comment")
+            raise InputFileError(
+                f"{path}: a '# component_names' comment but no component column; add the "
+                "column (each body's index into the names) or remove the comment"
+            )
         return None
     index = _integer_column(path, rows, column, "component")
     count = len(names) if names is not None else components.MAX_COMPONENTS
@@ -517,8 +586,9 @@ def _csv_components(path: Path, rows: list[Row], column: np.ndarray | None, name
     if bad.any():
         i = int(np.argmax(bad))
         what = f"the {count} component_names" if names is not None else "the component limit"
-        raise InputFileError(f"{path}: line {rows[i][0]}: component {index[i]} is outside {what} "
-                             f"(0 to {count - 1})")
+        raise InputFileError(
+            f"{path}: line {rows[i][0]}: component {index[i]} is outside {what} (0 to {count - 1})"
+        )
     if names is None:
         names = tuple(str(k) for k in range(int(index.max()) + 1))
     try:
@@ -554,20 +624,26 @@ def read_npz(path) -> Bodies:
     path = Path(path)
     with _open_for_reading(path) as f:
         if f.read(4) != b"PK\x03\x04":
-            raise InputFileError(f"{path}: not an npz archive (no zip signature); expected numpy.savez "
-                                 "output with keys pos, vel, mass, time, ids")
+            raise InputFileError(
+                f"{path}: not an npz archive (no zip signature); expected numpy.savez "
+                "output with keys pos, vel, mass, time, ids"
+            )
         f.seek(0)
         try:
             with np.load(f, allow_pickle=False) as z:
                 arrays = {key: z[key] for key in z.files}
         except (zipfile.BadZipFile, ValueError, EOFError, OSError) as e:
-            raise InputFileError(f"{path}: damaged npz archive ({e}); expected numpy.savez output with keys "
-                                 "pos, vel, mass, time, ids") from None
+            raise InputFileError(
+                f"{path}: damaged npz archive ({e}); expected numpy.savez output with keys "
+                "pos, vel, mass, time, ids"
+            ) from None
     missing = [k for k in ("pos", "vel", "mass") if k not in arrays]
     if missing:
         found = ", ".join(sorted(arrays)) or "none"
-        raise InputFileError(f"{path}: missing array(s) {', '.join(missing)}; an npz snapshot needs pos "
-                             f"(N, 3), vel (N, 3) and mass (N,) (found: {found})")
+        raise InputFileError(
+            f"{path}: missing array(s) {', '.join(missing)}; an npz snapshot needs pos "
+            f"(N, 3), vel (N, 3) and mass (N,) (found: {found})"
+        )
     for key, arr in arrays.items():
         numeric = np.issubdtype(arr.dtype, np.integer) or np.issubdtype(arr.dtype, np.floating)
         if key in ("pos", "vel", "mass", "time", "ids", "component") and not numeric:
@@ -575,17 +651,27 @@ def read_npz(path) -> Bodies:
     n = arrays["mass"].size
     for key, shape in (("pos", (n, 3)), ("vel", (n, 3)), ("mass", (n,))):
         if arrays[key].shape != shape:
-            raise InputFileError(f"{path}: array {key!r} has shape {arrays[key].shape}; expected {shape} "
-                                 f"for {n} masses")
+            raise InputFileError(
+                f"{path}: array {key!r} has shape {arrays[key].shape}; expected {shape} for {n} masses"
+            )
     time = arrays.get("time", np.float64(0.0))
     if time.size != 1 or not np.isfinite(time).all():
         raise InputFileError(f"{path}: 'time' must be one finite number, got {time!r}")
     ids = arrays.get("ids")
     if ids is not None and (ids.shape != (n,) or not np.issubdtype(ids.dtype, np.integer)):
-        raise InputFileError(f"{path}: 'ids' has shape {ids.shape} and dtype {ids.dtype}; expected ({n},) "
-                             "integers")
-    bodies = _bodies(path, arrays["pos"], arrays["vel"], arrays["mass"], float(time.reshape(())), ids,
-                     lambda i: f"body {i} (row {i} of pos/vel/mass)", _npz_components(path, arrays, n))
+        raise InputFileError(
+            f"{path}: 'ids' has shape {ids.shape} and dtype {ids.dtype}; expected ({n},) integers"
+        )
+    bodies = _bodies(
+        path,
+        arrays["pos"],
+        arrays["vel"],
+        arrays["mass"],
+        float(time.reshape(())),
+        ids,
+        lambda i: f"body {i} (row {i} of pos/vel/mass)",
+        _npz_components(path, arrays, n),
+    )
     bodies.step_levels = _npz_step_levels(path, arrays, n)
     return bodies
 
@@ -601,23 +687,34 @@ def _npz_step_levels(path: Path, arrays: dict, n: int) -> StepLevels | None:
     if not present:
         return None
     if len(present) != len(STEP_LEVEL_KEYS):
-        raise InputFileError(f"{path}: {', '.join(STEP_LEVEL_KEYS)} go together; found only "
-                             f"{', '.join(present)}")
+        raise InputFileError(
+            f"{path}: {', '.join(STEP_LEVEL_KEYS)} go together; found only {', '.join(present)}"
+        )
     levels, top, dt, rule = (arrays[k] for k in STEP_LEVEL_KEYS)
-    if levels.shape != (n,) or not np.issubdtype(levels.dtype, np.integer) or top.size != 1 \
-            or not np.issubdtype(top.dtype, np.integer) or dt.size != 1 or rule.size != 1 \
-            or rule.dtype.kind != "U":
-        raise InputFileError(f"{path}: 'step_levels' must be ({n},) integers, with one integer "
-                             "'step_levels_max', one number 'step_levels_dt' and one text "
-                             f"'step_levels_rule'; got {levels.dtype} {levels.shape}, {top.dtype} "
-                             f"{top.shape}, {dt.dtype} "
-                             f"{dt.shape}, {rule.dtype} {rule.shape}")
+    if (
+        levels.shape != (n,)
+        or not np.issubdtype(levels.dtype, np.integer)
+        or top.size != 1
+        or not np.issubdtype(top.dtype, np.integer)
+        or dt.size != 1
+        or rule.size != 1
+        or rule.dtype.kind != "U"
+    ):
+        raise InputFileError(
+            f"{path}: 'step_levels' must be ({n},) integers, with one integer "
+            "'step_levels_max', one number 'step_levels_dt' and one text "
+            f"'step_levels_rule'; got {levels.dtype} {levels.shape}, {top.dtype} "
+            f"{top.shape}, {dt.dtype} "
+            f"{dt.shape}, {rule.dtype} {rule.shape}"
+        )
     top, dt, rule = int(top.reshape(())), float(dt.reshape(())), str(rule.reshape(()))
     low, high = (int(levels.min()), int(levels.max())) if n else (0, 0)
     if not 0 <= top <= 30 or not (np.isfinite(dt) and dt > 0) or low < 0 or high > top or rule not in COARSEN:
-        raise InputFileError(f"{path}: block-step levels out of range: step_levels_max {top} (0..30), "
-                             f"step_levels_dt {dt} (> 0), levels in [{low}, {high}], step_levels_rule "
-                             f"{rule!r} (one of {', '.join(COARSEN)})")
+        raise InputFileError(
+            f"{path}: block-step levels out of range: step_levels_max {top} (0..30), "
+            f"step_levels_dt {dt} (> 0), levels in [{low}, {high}], step_levels_rule "
+            f"{rule!r} (one of {', '.join(COARSEN)})"
+        )
     return StepLevels(levels.astype(np.int32), top, dt, rule)
 
 
@@ -627,15 +724,24 @@ def _npz_components(path: Path, arrays: dict, n: int):
     if index is None and names is None:
         return None
     if index is None or names is None:
-        raise InputFileError(f"{path}: 'component' and 'component_names' go together; found only "
-                             f"{'component' if names is None else 'component_names'}")
-    if index.shape != (n,) or not np.issubdtype(index.dtype, np.integer) or names.ndim != 1 \
-            or names.dtype.kind != "U":
-        raise InputFileError(f"{path}: 'component' must be ({n},) integers and 'component_names' (K,) texts; "
-                             f"got {index.dtype} {index.shape} and {names.dtype} {names.shape}")
+        raise InputFileError(
+            f"{path}: 'component' and 'component_names' go together; found only "
+            f"{'component' if names is None else 'component_names'}"
+        )
+    if (
+        index.shape != (n,)
+        or not np.issubdtype(index.dtype, np.integer)
+        or names.ndim != 1
+        or names.dtype.kind != "U"
+    ):
+        raise InputFileError(
+            f"{path}: 'component' must be ({n},) integers and 'component_names' (K,) texts; "
+            f"got {index.dtype} {index.shape} and {names.dtype} {names.shape}"
+        )
     if n and (index.min() < 0 or index.max() >= names.size):
-        raise InputFileError(f"{path}: 'component' holds {int(index.max())}, but there are {names.size} "
-                             "component_names")
+        raise InputFileError(
+            f"{path}: 'component' holds {int(index.max())}, but there are {names.size} component_names"
+        )
     try:
         return components.Components(tuple(names.tolist()), index)
     except ConfigError as e:
@@ -643,8 +749,12 @@ def _npz_components(path: Path, arrays: dict, n: int):
 
 
 def write_npz(path, bodies: Bodies) -> None:
-    arrays = {"pos": np.asarray(bodies.pos, np.float64), "vel": np.asarray(bodies.vel, np.float64),
-              "mass": np.asarray(bodies.mass, np.float64), "time": np.float64(bodies.time)}
+    arrays = {
+        "pos": np.asarray(bodies.pos, np.float64),
+        "vel": np.asarray(bodies.vel, np.float64),
+        "mass": np.asarray(bodies.mass, np.float64),
+        "time": np.float64(bodies.time),
+    }
     if bodies.ids is not None:
         arrays["ids"] = np.asarray(bodies.ids, np.int64)
     if bodies.components is not None:
@@ -652,8 +762,18 @@ def write_npz(path, bodies: Bodies) -> None:
         arrays["component_names"] = np.array(bodies.components.names, dtype=str)
     if bodies.step_levels is not None:
         sl = bodies.step_levels
-        arrays.update(zip(STEP_LEVEL_KEYS, (np.asarray(sl.levels, np.int32), np.int32(sl.max_level),
-                                            np.float64(sl.dt_max), np.array(sl.coarsen)), strict=True))
+        arrays.update(
+            zip(
+                STEP_LEVEL_KEYS,
+                (
+                    np.asarray(sl.levels, np.int32),
+                    np.int32(sl.max_level),
+                    np.float64(sl.dt_max),
+                    np.array(sl.coarsen),
+                ),
+                strict=True,
+            )
+        )
     with atomic_write(path, "wb", what="snapshot") as f:
         np.savez(f, **arrays)  # uncompressed: positions barely compress and loading stays a memcpy
 
@@ -686,8 +806,10 @@ def detect_format(path) -> str:
     if b"\0" in head or not _is_text(head):
         if _plausible_tipsy_header(head, _size(path)):
             return "tipsy"
-        raise InputFileError(f"{path}: binary file without a plausible Tipsy header; readable formats are "
-                             f"{', '.join(FORMATS)} (pass --format to force one)")
+        raise InputFileError(
+            f"{path}: binary file without a plausible Tipsy header; readable formats are "
+            f"{', '.join(FORMATS)} (pass --format to force one)"
+        )
     return _sniff_text(path, head)
 
 
@@ -706,8 +828,9 @@ def _sniff_text(path: Path, head: bytes) -> str:
         lines = lines[:-1]  # the last line may be cut off by the sniff window
     rows = _rows("\n".join(lines))
     if not rows:
-        raise InputFileError(f"{path}: no data rows in the first {len(head)} bytes: contains no bodies "
-                             "(N = 0)")
+        raise InputFileError(
+            f"{path}: no data rows in the first {len(head)} bytes: contains no bodies (N = 0)"
+        )
     lineno, tokens = rows[0]
     if any("," in t for t in tokens):
         return "csv"
@@ -715,8 +838,10 @@ def _sniff_text(path: Path, head: bytes) -> str:
         return "nbabel"
     if len(tokens) == 7 or (len(tokens) in (1, 2) and len(rows) > 1 and len(rows[1][1]) == 7):
         return "nemo"
-    raise InputFileError(f"{path}: line {lineno}: {_values(len(tokens))}; cannot tell the format (expected 7 "
-                         "for NEMO 'm x y z vx vy vz' or 8 for NBabel 'id m x y z vx vy vz'); pass --format")
+    raise InputFileError(
+        f"{path}: line {lineno}: {_values(len(tokens))}; cannot tell the format (expected 7 "
+        "for NEMO 'm x y z vx vy vz' or 8 for NBabel 'id m x y z vx vy vz'); pass --format"
+    )
 
 
 def read(path, format: str | None = None) -> Bodies:
@@ -734,8 +859,10 @@ def output_format(path, format: str | None = None) -> str:
         return _check_format_name(format, writable)
     fmt = _EXTENSIONS.get(path.suffix.lower())
     if fmt not in _WRITERS:
-        raise ConfigError(f"{path}: cannot tell the output format from the extension "
-                          f"{path.suffix or '(none)'!r}; use .npz, .csv or .tipsy")
+        raise ConfigError(
+            f"{path}: cannot tell the output format from the extension "
+            f"{path.suffix or '(none)'!r}; use .npz, .csv or .tipsy"
+        )
     return fmt
 
 
@@ -746,8 +873,12 @@ def write(path, bodies: Bodies, format: str | None = None) -> None:
     fmt = output_format(path, format)
     sl = bodies.step_levels
     if sl is not None and sl.coarsen == "settled" and fmt != "npz":
-        log.warning("%s: %s keeps no block-step levels, which coarsening rule settled needs for a bitwise "
-                    "resume; write .npz to keep them", path, fmt)
+        log.warning(
+            "%s: %s keeps no block-step levels, which coarsening rule settled needs for a bitwise "
+            "resume; write .npz to keep them",
+            path,
+            fmt,
+        )
     _WRITERS[fmt](Path(path), bodies)
 
 
@@ -755,12 +886,14 @@ def write(path, bodies: Bodies, format: str | None = None) -> None:
 
 
 def _bodies(path: Path, pos, vel, mass, time, ids, label: Callable[[int], str], comp=None) -> Bodies:
-    bodies = Bodies(pos=np.ascontiguousarray(pos, dtype=np.float64).reshape(-1, 3),
-                    vel=np.ascontiguousarray(vel, dtype=np.float64).reshape(-1, 3),
-                    mass=np.ascontiguousarray(mass, dtype=np.float64).reshape(-1),
-                    time=float(time),
-                    ids=None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1),
-                    components=comp)
+    bodies = Bodies(
+        pos=np.ascontiguousarray(pos, dtype=np.float64).reshape(-1, 3),
+        vel=np.ascontiguousarray(vel, dtype=np.float64).reshape(-1, 3),
+        mass=np.ascontiguousarray(mass, dtype=np.float64).reshape(-1),
+        time=float(time),
+        ids=None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1),
+        components=comp,
+    )
     bodies.validate(source=str(path), row_label=label)
     return bodies
 

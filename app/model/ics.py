@@ -64,10 +64,14 @@ class Generator:
         unknown = sorted(set(params) - set(self.params))
         if unknown:
             valid = ", ".join(key_prefix + k for k in self.params)
-            raise ConfigError(f"{key_prefix}{unknown[0]}: generator {self.name!r} has no such parameter; "
-                              f"valid keys: {valid}")
-        return {key: _check_param(self.name, key_prefix + key, params.get(key, spec.default), spec)
-                for key, spec in self.params.items()}
+            raise ConfigError(
+                f"{key_prefix}{unknown[0]}: generator {self.name!r} has no such parameter; "
+                f"valid keys: {valid}"
+            )
+        return {
+            key: _check_param(self.name, key_prefix + key, params.get(key, spec.default), spec)
+            for key, spec in self.params.items()
+        }
 
     def make(self, n: int, seed: int, G: float = 1.0, **params) -> Bodies:
         values = self.resolve(params)
@@ -77,8 +81,13 @@ class Generator:
         pos, vel = _centre(pos, vel)
         if self.equilibrium:
             vel = vel * math.sqrt(G)
-        return Bodies.from_arrays(pos, vel, np.full(n, values["mass"] / n), source=f"generator {self.name!r}",
-                                  components=Components.from_sizes(parts[0]) if parts else None)
+        return Bodies.from_arrays(
+            pos,
+            vel,
+            np.full(n, values["mass"] / n),
+            source=f"generator {self.name!r}",
+            components=Components.from_sizes(parts[0]) if parts else None,
+        )
 
 
 def _check_param(generator: str, key: str, value, spec: Param):
@@ -141,7 +150,7 @@ def _plummer_speeds(rng: np.random.Generator, n: int) -> np.ndarray:
         q = rng.uniform(0.0, 1.0, k)
         y = rng.uniform(0.0, 0.1, k)
         accepted = q[y < q * q * (1.0 - q * q) ** 3.5][: n - filled]
-        out[filled:filled + accepted.size] = accepted
+        out[filled : filled + accepted.size] = accepted
         filled += accepted.size
     return out
 
@@ -189,7 +198,7 @@ def _build_disk(rng, n, radius, thickness, central_mass, dispersion, mass):
     n_disk = n - n_bulge
     b = _BULGE_SCALE * radius
     x = _BULGE_EXTENT / (_BULGE_SCALE * _PLUMMER_A)  # the truncation radius in Plummer radii
-    bulge_pos, bulge_vel = plummer_henon(rng, n_bulge, mass_fraction=x ** 3 / (1.0 + x * x) ** 1.5)
+    bulge_pos, bulge_vel = plummer_henon(rng, n_bulge, mass_fraction=x**3 / (1.0 + x * x) ** 1.5)
     bulge_pos *= b
     bulge_vel *= np.sqrt(n_bulge * m / b)
 
@@ -204,11 +213,14 @@ def _build_disk(rng, n, radius, thickness, central_mass, dispersion, mass):
     r_sph = np.linalg.norm(disk_pos, axis=1)
     enclosed = m * np.searchsorted(all_r, r_sph, side="right")
     eps = _DISK_SOFTENING * radius
-    v_c = np.sqrt(enclosed * r_cyl ** 2 / (r_sph ** 2 + eps ** 2) ** 1.5)
+    v_c = np.sqrt(enclosed * r_cyl**2 / (r_sph**2 + eps**2) ** 1.5)
     tangent = np.column_stack([-np.sin(phi), np.cos(phi), np.zeros(n_disk)])
     disk_vel = v_c[:, None] * tangent + rng.normal(0.0, 1.0, (n_disk, 3)) * (dispersion * v_c)[:, None]
-    return (np.concatenate([bulge_pos, disk_pos]), np.concatenate([bulge_vel, disk_vel]),
-            [("bulge", n_bulge), ("disk", n_disk)])
+    return (
+        np.concatenate([bulge_pos, disk_pos]),
+        np.concatenate([bulge_vel, disk_vel]),
+        [("bulge", n_bulge), ("disk", n_disk)],
+    )
 
 
 _DISK_PARAMS = {
@@ -252,8 +264,9 @@ def _build_collision(rng, n, separation, speed, impact, mass_ratio, tilt, radius
     f1, f2 = m2 / (m1 + m2), m1 / (m1 + m2)  # each galaxy's share of the relative motion, about the COM
     pos = np.concatenate([pos1 - f1 * rel_pos, pos2 + f2 * rel_pos])
     vel = np.concatenate([vel1 - f1 * rel_vel, vel2 + f2 * rel_vel])
-    parts = [(f"galaxy{k}-{name}", count) for k, galaxy in ((1, parts1), (2, parts2))
-             for name, count in galaxy]
+    parts = [
+        (f"galaxy{k}-{name}", count) for k, galaxy in ((1, parts1), (2, parts2)) for name, count in galaxy
+    ]
     return pos, vel, parts
 
 
@@ -280,39 +293,79 @@ def _build_expand(rng, n, radius, rate, mass):
     return pos, rate * pos
 
 
-GENERATORS: dict[str, Generator] = {g.name: g for g in (
-    Generator("plummer", "Plummer sphere in Hénon units (M = 1, E = -1/4, virial equilibrium)", {
-        "scale": Param(1.0, float, 1e-6, _BIG, "length unit: the virial radius (Plummer a = 3π/16 · scale)"),
-        "mass": _MASS,
-    }, _build_plummer, equilibrium=True),
-    Generator("disk", "rotating disk galaxy: central bulge plus an exponential disk on near-circular orbits",
-              _DISK_PARAMS, _build_disk, equilibrium=True),
-    Generator("collision", "two disk galaxies on an approaching orbit, the second tilted about x", {
-        "separation": Param(6.0, float, 1e-6, _BIG, "initial distance between the galaxies along x"),
-        "speed": Param(0.5, float, 0.0, _BIG, "relative approach speed along x (at G = 1; times √G)"),
-        "impact": Param(1.0, float, -_BIG, _BIG, "impact parameter: offset across the approach (y)"),
-        "mass_ratio": Param(1.0, float, 0.01, 100.0, "secondary mass / primary mass"),
-        "tilt": Param(45.0, float, -180.0, 180.0, "tilt of the secondary's disk about x, degrees"),
-        "radius": Param(1.0, float, 1e-6, _BIG, "primary disk radius; the secondary scales as mass^(1/3)"),
-        "mass": _MASS,
-    }, _build_collision, min_n=2, equilibrium=True),
-    Generator("cube", "uniform random positions in a cube, optional small random velocities", {
-        "size": Param(2.0, float, 1e-6, _BIG, "edge length of the cube"),
-        "velocity": Param(0.0, float, 0.0, _BIG, "maximum random speed per velocity component"),
-        "mass": _MASS,
-    }, _build_cube),
-    Generator("shell", "bodies on a thin spherical shell, rotating rigidly about z", {
-        "radius": Param(1.0, float, 1e-6, _BIG, "mean shell radius"),
-        "thickness": Param(0.1, float, 0.0, 1.9, "shell width as a fraction of radius"),
-        "rotation": Param(0.5, float, -_BIG, _BIG, "angular velocity about +z"),
-        "mass": _MASS,
-    }, _build_shell),
-    Generator("expand", "uniform sphere with a radial Hubble-like outflow v = rate · r", {
-        "radius": Param(1.0, float, 1e-6, _BIG, "radius of the sphere"),
-        "rate": Param(1.0, float, 0.0, _BIG, "expansion rate H (escape for M = R = 1 is √2)"),
-        "mass": _MASS,
-    }, _build_expand),
-)}
+GENERATORS: dict[str, Generator] = {
+    g.name: g
+    for g in (
+        Generator(
+            "plummer",
+            "Plummer sphere in Hénon units (M = 1, E = -1/4, virial equilibrium)",
+            {
+                "scale": Param(
+                    1.0, float, 1e-6, _BIG, "length unit: the virial radius (Plummer a = 3π/16 · scale)"
+                ),
+                "mass": _MASS,
+            },
+            _build_plummer,
+            equilibrium=True,
+        ),
+        Generator(
+            "disk",
+            "rotating disk galaxy: central bulge plus an exponential disk on near-circular orbits",
+            _DISK_PARAMS,
+            _build_disk,
+            equilibrium=True,
+        ),
+        Generator(
+            "collision",
+            "two disk galaxies on an approaching orbit, the second tilted about x",
+            {
+                "separation": Param(6.0, float, 1e-6, _BIG, "initial distance between the galaxies along x"),
+                "speed": Param(0.5, float, 0.0, _BIG, "relative approach speed along x (at G = 1; times √G)"),
+                "impact": Param(1.0, float, -_BIG, _BIG, "impact parameter: offset across the approach (y)"),
+                "mass_ratio": Param(1.0, float, 0.01, 100.0, "secondary mass / primary mass"),
+                "tilt": Param(45.0, float, -180.0, 180.0, "tilt of the secondary's disk about x, degrees"),
+                "radius": Param(
+                    1.0, float, 1e-6, _BIG, "primary disk radius; the secondary scales as mass^(1/3)"
+                ),
+                "mass": _MASS,
+            },
+            _build_collision,
+            min_n=2,
+            equilibrium=True,
+        ),
+        Generator(
+            "cube",
+            "uniform random positions in a cube, optional small random velocities",
+            {
+                "size": Param(2.0, float, 1e-6, _BIG, "edge length of the cube"),
+                "velocity": Param(0.0, float, 0.0, _BIG, "maximum random speed per velocity component"),
+                "mass": _MASS,
+            },
+            _build_cube,
+        ),
+        Generator(
+            "shell",
+            "bodies on a thin spherical shell, rotating rigidly about z",
+            {
+                "radius": Param(1.0, float, 1e-6, _BIG, "mean shell radius"),
+                "thickness": Param(0.1, float, 0.0, 1.9, "shell width as a fraction of radius"),
+                "rotation": Param(0.5, float, -_BIG, _BIG, "angular velocity about +z"),
+                "mass": _MASS,
+            },
+            _build_shell,
+        ),
+        Generator(
+            "expand",
+            "uniform sphere with a radial Hubble-like outflow v = rate · r",
+            {
+                "radius": Param(1.0, float, 1e-6, _BIG, "radius of the sphere"),
+                "rate": Param(1.0, float, 0.0, _BIG, "expansion rate H (escape for M = R = 1 is √2)"),
+                "mass": _MASS,
+            },
+            _build_expand,
+        ),
+    )
+}
 
 
 def _lookup(name: str) -> Generator:

@@ -73,9 +73,14 @@ def _rows_per_chunk(n: int) -> int:
     return max(1, min(512, _PAIRS_PER_CHUNK // max(n, 1)))
 
 
-def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics,
-                  targets: slice | np.ndarray | None = None, chunk: int | None = None,
-                  progress: Callable[[int], None] | None = None) -> np.ndarray:
+def accelerations(
+    pos: np.ndarray,
+    mass: np.ndarray,
+    physics: Physics,
+    targets: slice | np.ndarray | None = None,
+    chunk: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> np.ndarray:
     """Softened accelerations in float64, (N, 3); `targets` (a slice or an index array) restricts
     which bodies receive them, in that order, against all N sources.
 
@@ -86,11 +91,11 @@ def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics,
     mass = np.asarray(mass, dtype=np.float64)
     idx = np.arange(pos.shape[0])[targets if targets is not None else slice(None)]
     out = np.empty((idx.size, 3))
-    eps2 = physics.softening ** 2
+    eps2 = physics.softening**2
     h = physics.h
     chunk = chunk or _rows_per_chunk(pos.shape[0])
     for start in range(0, idx.size, chunk):
-        rows = idx[start:start + chunk]
+        rows = idx[start : start + chunk]
         d = pos[None, :, :] - pos[rows, None, :]  # (c, N, 3): x_j - x_i
         s2 = np.einsum("cnk,cnk->cn", d, d) + eps2
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -99,7 +104,7 @@ def accelerations(pos: np.ndarray, mass: np.ndarray, physics: Physics,
             w = physics.G * inv3 - h * inv3 * inv * inv if h else physics.G * inv3
         w[s2 == 0.0] = 0.0  # the self term when ε = 0 (and exact coincidences)
         w *= mass[None, :]
-        out[start:start + rows.size] = np.einsum("cn,cnk->ck", w, d)
+        out[start : start + rows.size] = np.einsum("cn,cnk->ck", w, d)
         if progress:
             progress(rows.size)
     return out
@@ -109,15 +114,20 @@ def kinetic_energy(vel: np.ndarray, mass: np.ndarray) -> float:
     return float(0.5 * np.sum(mass * np.einsum("ij,ij->i", vel, vel)))
 
 
-def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk: int | None = None,
-                     progress: Callable[[int], None] | None = None) -> float:
+def potential_energy(
+    pos: np.ndarray,
+    mass: np.ndarray,
+    physics: Physics,
+    chunk: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> float:
     """Σ over pairs i<j of -G m_i m_j / s + H m_i m_j / (3 s³), s² = r² + ε² (float64, chunked);
     `progress(rows)` is told how many more rows are done after each chunk (for a progress bar).
     Not finite (without a numpy warning) when two bodies coincide at ε = 0."""
     pos = np.asarray(pos, dtype=np.float64)
     mass = np.asarray(mass, dtype=np.float64)
     n = pos.shape[0]
-    eps2 = physics.softening ** 2
+    eps2 = physics.softening**2
     h = physics.h
     total = 0.0
     chunk = chunk or _rows_per_chunk(n)
@@ -128,7 +138,7 @@ def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, chunk:
         upper = np.arange(n)[None, :] > rows[:, None]  # each pair once
         s = np.sqrt(np.where(upper, s2, 1.0))
         with np.errstate(divide="ignore"):  # two bodies coinciding at ε = 0: -inf, which callers report
-            pair = -physics.G / s + (h / (3.0 * s ** 3) if h else 0.0)
+            pair = -physics.G / s + (h / (3.0 * s**3) if h else 0.0)
         total += float(np.sum(np.where(upper, pair * mass[rows, None] * mass[None, :], 0.0)))
         if progress:
             progress(rows.size)
@@ -168,8 +178,12 @@ class Diagnostics:
         return self.kinetic + self.potential
 
 
-def diagnostics(bodies: Bodies, physics: Physics, progress: Callable[[int], None] | None = None,
-                potential: Callable | None = None) -> Diagnostics:
+def diagnostics(
+    bodies: Bodies,
+    physics: Physics,
+    progress: Callable[[int], None] | None = None,
+    potential: Callable | None = None,
+) -> Diagnostics:
     """Conserved quantities in float64; `potential(pos, mass, physics, progress=)` computes the O(N²)
     term (default: the numpy reference here; app.engine.energy's numba sum is the fast one)."""
     potential = potential or potential_energy
@@ -192,7 +206,7 @@ def relative_errors(approx: np.ndarray, ref: np.ndarray) -> np.ndarray:
     ref = np.asarray(ref, dtype=np.float64)
     diff = np.linalg.norm(np.asarray(approx, dtype=np.float64) - ref, axis=-1)
     mag = np.linalg.norm(ref, axis=-1)
-    floor = 1e-3 * float(np.sqrt(np.mean(mag ** 2))) if mag.size else 0.0
+    floor = 1e-3 * float(np.sqrt(np.mean(mag**2))) if mag.size else 0.0
     return diff / np.maximum(mag, floor if floor > 0 else 1e-300)
 
 
@@ -200,11 +214,15 @@ def error_summary(approx: np.ndarray, ref: np.ndarray) -> dict[str, float]:
     """{'max', 'p99', 'median', 'rms'} of relative_errors: what `validate` prints and ErrorBudget judges,
     and the live force error (app/engine/force_error.py) shows."""
     rel = relative_errors(approx, ref)
-    return {"max": float(rel.max()), "p99": float(np.percentile(rel, 99)), "median": float(np.median(rel)),
-            "rms": float(np.sqrt(np.mean(rel ** 2)))}
+    return {
+        "max": float(rel.max()),
+        "p99": float(np.percentile(rel, 99)),
+        "median": float(np.median(rel)),
+        "rms": float(np.sqrt(np.mean(rel**2))),
+    }
 
 
 def relative_error(approx: np.ndarray, ref: np.ndarray) -> tuple[float, float]:
     """(max, RMS) of relative_errors."""
     rel = relative_errors(approx, ref)
-    return float(np.max(rel)), float(np.sqrt(np.mean(rel ** 2)))
+    return float(np.max(rel)), float(np.sqrt(np.mean(rel**2)))

@@ -96,36 +96,50 @@ class SeriesWriter:
         if resume is None:
             if self.manifest.exists() or self._stray():
                 what = MANIFEST if self.manifest.exists() else f"{PREFIX}*.npz files"
-                raise ConfigError(f"--out-dir {self.directory} already holds a snapshot series ({what}); "
-                                  "name a new folder, or add --resume FILE to continue that run")
+                raise ConfigError(
+                    f"--out-dir {self.directory} already holds a snapshot series ({what}); "
+                    "name a new folder, or add --resume FILE to continue that run"
+                )
             return 0
         self.t0 = resume.time
         old = self._read_manifest()
         if old is None:
             if self._stray():
-                raise ConfigError(f"--out-dir {self.directory} holds {PREFIX}*.npz files but no {MANIFEST}: "
-                                  "it is not a series this command can continue; name a new folder")
+                raise ConfigError(
+                    f"--out-dir {self.directory} holds {PREFIX}*.npz files but no {MANIFEST}: "
+                    "it is not a series this command can continue; name a new folder"
+                )
             return 0  # a new series that starts at the resumed state
         if old.get("dt") != self.dt:
             was = old.get("dt")
-            raise ConfigError(f"--out-dir {self.directory}: the series was written with dt = {was}, this "
-                              f"run has dt = {self.dt}; resume with --dt {was} or name a new --out-dir")
+            raise ConfigError(
+                f"--out-dir {self.directory}: the series was written with dt = {was}, this "
+                f"run has dt = {self.dt}; resume with --dt {was} or name a new --out-dir"
+            )
         if old.get("n") != resume.n:
-            raise ConfigError(f"--out-dir {self.directory}: the series has N = {old.get('n')}, the resumed "
-                              f"state N = {resume.n}; resume from that run's checkpoint or name a new "
-                              "--out-dir")
+            raise ConfigError(
+                f"--out-dir {self.directory}: the series has N = {old.get('n')}, the resumed "
+                f"state N = {resume.n}; resume from that run's checkpoint or name a new "
+                "--out-dir"
+            )
         self.t0, self.n = float(old["t0"]), old.get("n")
         exact = (resume.time - self.t0) / self.dt
         step = round(exact)
         if step < 0 or abs(exact - step) > 1e-6 * max(1.0, abs(exact)):
-            raise ConfigError(f"--resume: its time {resume.time:.17g} is not on the grid of the series in "
-                              f"{self.directory} (t0 + k x dt, t0 = {self.t0:.17g}, dt = {self.dt:g}): it is "
-                              "not a checkpoint of that run; name a new --out-dir")
+            raise ConfigError(
+                f"--resume: its time {resume.time:.17g} is not on the grid of the series in "
+                f"{self.directory} (t0 + k x dt, t0 = {self.t0:.17g}, dt = {self.dt:g}): it is "
+                "not a checkpoint of that run; name a new --out-dir"
+            )
         self.entries = [Entry(**e) for e in old["snapshots"] if int(e["step"]) <= step]
         dropped = len(old["snapshots"]) - len(self.entries)
         if dropped:
-            log.info("%s: %d snapshots after step %d will be written again by the resumed run",
-                     self.directory, dropped, step)
+            log.info(
+                "%s: %d snapshots after step %d will be written again by the resumed run",
+                self.directory,
+                dropped,
+                step,
+            )
         return step
 
     def prepare(self, resume: Bodies | None = None, steps: int = 0) -> None:
@@ -157,8 +171,9 @@ class SeriesWriter:
             self.t0 = float(bodies.time)
         # the time on the series' grid, as the uninterrupted run computes it (a resumed run's own clock,
         # t_resume + k x dt, can differ from t0 + step x dt in the last bit)
-        bodies = Bodies(bodies.pos, bodies.vel, bodies.mass, self.t0 + step * self.dt, bodies.ids,
-                        bodies.components)
+        bodies = Bodies(
+            bodies.pos, bodies.vel, bodies.mass, self.t0 + step * self.dt, bodies.ids, bodies.components
+        )
         formats.write(self.directory / name, bodies, "npz")
         self.entries = [e for e in self.entries if e.step != step]
         self.entries.append(Entry(name, int(step), float(bodies.time)))
@@ -186,9 +201,17 @@ class SeriesWriter:
         return read_manifest(self.manifest)
 
     def _write_manifest(self) -> None:
-        data = {"kind": KIND, "version": 1, "complete": self.complete, "n": self.n, "dt": self.dt,
-                "every": self.every, "t0": self.t0, "final_step": self.final_step,
-                "snapshots": [{"file": e.file, "step": e.step, "time": e.time} for e in self.entries]}
+        data = {
+            "kind": KIND,
+            "version": 1,
+            "complete": self.complete,
+            "n": self.n,
+            "dt": self.dt,
+            "every": self.every,
+            "t0": self.t0,
+            "final_step": self.final_step,
+            "snapshots": [{"file": e.file, "step": e.step, "time": e.time} for e in self.entries],
+        }
         snapshots = data.pop("snapshots")
         head = json.dumps(data, indent=1)[:-2]  # one line per snapshot below
         rows = ",\n  ".join(json.dumps(e) for e in snapshots)
@@ -201,11 +224,15 @@ def read_manifest(path: Path) -> dict:
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
-        raise InputFileError(f"{path}: unreadable series manifest ({e}); delete it to replay the snapshot "
-                             "files in its folder in name order") from None
+        raise InputFileError(
+            f"{path}: unreadable series manifest ({e}); delete it to replay the snapshot "
+            "files in its folder in name order"
+        ) from None
     if not (isinstance(data, dict) and data.get("kind") == KIND and isinstance(data.get("snapshots"), list)):
-        raise InputFileError(f"{path}: not an nbody-live series manifest; delete or rename it to replay the "
-                             "snapshot files in its folder in name order")
+        raise InputFileError(
+            f"{path}: not an nbody-live series manifest; delete or rename it to replay the "
+            "snapshot files in its folder in name order"
+        )
     return data
 
 
@@ -219,8 +246,9 @@ def _natural_key(path: Path):
 
 def _is_snapshot_file(path: Path) -> bool:
     name = path.name.lower().removesuffix(".gz")
-    return (path.is_file() and not path.name.startswith(".")
-            and any(name.endswith(s) for s in SNAPSHOT_SUFFIXES))
+    return (
+        path.is_file() and not path.name.startswith(".") and any(name.endswith(s) for s in SNAPSHOT_SUFFIXES)
+    )
 
 
 def series_paths(arg: str) -> tuple[list[Path], dict | None]:
@@ -236,23 +264,35 @@ def series_paths(arg: str) -> tuple[list[Path], dict | None]:
             return [p / e["file"] for e in data["snapshots"]], data
         paths = sorted((c for c in p.iterdir() if _is_snapshot_file(c)), key=_natural_key)
         if not paths:
-            raise InputFileError(f"{p}: no snapshot files in this folder (looked for "
-                                 f"{', '.join(SNAPSHOT_SUFFIXES)}, optionally .gz); write a series with "
-                                 "`nbody-live simulate ... --snapshot-every K --out-dir DIR`")
+            raise InputFileError(
+                f"{p}: no snapshot files in this folder (looked for "
+                f"{', '.join(SNAPSHOT_SUFFIXES)}, optionally .gz); write a series with "
+                "`nbody-live simulate ... --snapshot-every K --out-dir DIR`"
+            )
         return paths, None
     paths = sorted((Path(m) for m in glob.glob(arg) if Path(m).is_file()), key=_natural_key)
     if not paths:
-        raise InputFileError(f"{arg}: the pattern matches no files; quote it so that the shell does not "
-                             "expand it, and check the folder")
+        raise InputFileError(
+            f"{arg}: the pattern matches no files; quote it so that the shell does not "
+            "expand it, and check the folder"
+        )
     return paths, None
 
 
 class Series:
     """The snapshots of one series, checked, with positions and speeds interpolated in time."""
 
-    def __init__(self, name: str, paths: list[Path], frames: list[tuple[np.ndarray, np.ndarray]] | None,
-                 times: np.ndarray, first: Bodies, order: list[np.ndarray | None], fmt: str | None,
-                 manifest: dict | None):
+    def __init__(
+        self,
+        name: str,
+        paths: list[Path],
+        frames: list[tuple[np.ndarray, np.ndarray]] | None,
+        times: np.ndarray,
+        first: Bodies,
+        order: list[np.ndarray | None],
+        fmt: str | None,
+        manifest: dict | None,
+    ):
         self.name = name
         self.paths = paths
         self.times = times
@@ -326,13 +366,20 @@ class Series:
     def state_at(self, t: float) -> Bodies:
         """The float64 state shown at time t (exactly a snapshot's values, as float32, at its time)."""
         pos, vel = self._interpolated(t, np.float64)
-        return Bodies(np.ascontiguousarray(pos), np.ascontiguousarray(vel), self.mass.copy(), float(t),
-                      None if self.ids is None else self.ids.copy(), self.components)
+        return Bodies(
+            np.ascontiguousarray(pos),
+            np.ascontiguousarray(vel),
+            self.mass.copy(),
+            float(t),
+            None if self.ids is None else self.ids.copy(),
+            self.components,
+        )
 
     def describe(self) -> str:
         state = "" if self.complete else " (from an interrupted run: complete snapshots only)"
-        return (f"{self.name}: {len(self)} snapshots of N = {self.n:,}, t = {self.start:g} .. {self.end:g}"
-                f"{state}")
+        return (
+            f"{self.name}: {len(self)} snapshots of N = {self.n:,}, t = {self.start:g} .. {self.end:g}{state}"
+        )
 
 
 def _load(path: Path, fmt: str | None, order: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -351,9 +398,10 @@ def _row_order(path: Path, first: Bodies, b: Bodies) -> np.ndarray | None:
     try:
         return np.fromiter((where[int(k)] for k in first.ids), np.int64, count=first.n)
     except KeyError as e:
-        raise InputFileError(f"{path}: has no body with ID {e.args[0]}, which the first snapshot "
-                             f"({first.n:,} bodies) has; a series must hold the same bodies throughout"
-                             ) from None
+        raise InputFileError(
+            f"{path}: has no body with ID {e.args[0]}, which the first snapshot "
+            f"({first.n:,} bodies) has; a series must hold the same bodies throughout"
+        ) from None
 
 
 def open_series(arg: str, format: str | None = None, progress=None) -> Series:
@@ -368,24 +416,32 @@ def open_series(arg: str, format: str | None = None, progress=None) -> Series:
     times, order = [], []
     for path in paths:
         if not path.is_file():
-            raise InputFileError(f"{path}: listed in {path.parent / MANIFEST} but missing; restore it, or "
-                                 f"delete {MANIFEST} to replay the files that are there")
+            raise InputFileError(
+                f"{path}: listed in {path.parent / MANIFEST} but missing; restore it, or "
+                f"delete {MANIFEST} to replay the files that are there"
+            )
         try:
             b = formats.read(path, format=format)
         except UserError as e:
-            raise InputFileError(f"{e} (snapshot {len(times) + 1} of {len(paths)} in the series; remove or "
-                                 "fix that file to replay the others)") from None
+            raise InputFileError(
+                f"{e} (snapshot {len(times) + 1} of {len(paths)} in the series; remove or "
+                "fix that file to replay the others)"
+            ) from None
         except OSError as e:
-            raise InputFileError(f"{path}: cannot read it ({e.strerror or e}); fix its permissions or remove "
-                                 "it from the series") from None
+            raise InputFileError(
+                f"{path}: cannot read it ({e.strerror or e}); fix its permissions or remove "
+                "it from the series"
+            ) from None
         if first is None:
             first = b
             if b.n * len(paths) * 24 > KEEP_BYTES:
                 frames = None
         elif b.n != first.n:
-            raise InputFileError(f"{path}: N = {b.n:,}, but the series starts with N = {first.n:,} "
-                                 f"({paths[0].name}); a replay needs the same bodies in every snapshot: "
-                                 "remove that file or replay the two parts separately")
+            raise InputFileError(
+                f"{path}: N = {b.n:,}, but the series starts with N = {first.n:,} "
+                f"({paths[0].name}); a replay needs the same bodies in every snapshot: "
+                "remove that file or replay the two parts separately"
+            )
         rows = _row_order(path, first, b)
         order.append(rows)
         times.append(b.time)
@@ -410,15 +466,18 @@ def _timeline(paths: list[Path], times: np.ndarray) -> np.ndarray:
     """The snapshots' times; one unit per snapshot when they carry none (all equal). InputFileError when
     two snapshots have the same time but others differ (a replay could not tell which comes first)."""
     if len(times) > 1 and np.all(times == times[0]):
-        log.info("the snapshots all have t = %g: replaying one time unit per snapshot, in name order",
-                 times[0])
+        log.info(
+            "the snapshots all have t = %g: replaying one time unit per snapshot, in name order", times[0]
+        )
         return np.arange(len(times), dtype=np.float64)
     seen: dict[float, Path] = {}
     for p, t in zip(paths, times.tolist(), strict=True):
         if not math.isfinite(t):
             raise InputFileError(f"{p}: its time is {t}; a series needs finite times")
         if t in seen:
-            raise InputFileError(f"{p} and {seen[t]} both have t = {t:.17g}: a replay plays snapshots in "
-                                 "time order; remove one of them (two runs in one folder?)")
+            raise InputFileError(
+                f"{p} and {seen[t]} both have t = {t:.17g}: a replay plays snapshots in "
+                "time order; remove one of them (two runs in one folder?)"
+            )
         seen[t] = p
     return times

@@ -98,8 +98,10 @@ class Pairs(Decomposition):
 
 class Domains(Decomposition):
     name = "domains"
-    doc = ("each device: the whole tree from all positions, the walk of its key range's groups; every "
-           "device integrates every body")
+    doc = (
+        "each device: the whole tree from all positions, the walk of its key range's groups; every "
+        "device integrates every body"
+    )
     exchanges = "accelerations in key order (all-gather), scattered back to state order on each device"
     integrate_all = True
     exchanges_positions = False
@@ -135,8 +137,10 @@ class Domains(Decomposition):
         total = sum(counted)
         if ops.layout is not None:  # part of a larger run: the other participants' counts too
             if ops.rank_sum is None:
-                raise ConfigError("rebuild_rule=adaptive needs the whole evaluation's interaction count, "
-                                  "and this run cannot sum it over its participants; use rebuild_rule=fixed")
+                raise ConfigError(
+                    "rebuild_rule=adaptive needs the whole evaluation's interaction count, "
+                    "and this run cannot sum it over its participants; use rebuild_rule=fixed"
+                )
             total = ops.rank_sum(total)
         for device in ops.devices:
             device.evaluator.observe_evaluation(total)

@@ -101,7 +101,9 @@ class DeviceState(Protocol):
     # domains: after the exchange the device moves its whole state into the last tree's key order
     # (acc = sacc; pos, vel, speed and ids permuted alike), as Bonsai keeps its bodies
     def take_key_order(self) -> None: ...
+
     ids: np.ndarray  # the body (load order) in each state row (on a GPU: a host copy of its device array)
+
     def timed(self, category: str): ...  # a context: work queued inside it timed on the device's clock
     def kick_drift(self, half_dt: float, dt: float) -> None: ...  # on the share, timed as "integrate"
     def kick(self, half_dt: float) -> None: ...
@@ -128,7 +130,7 @@ def split(n: int, weights: Sequence[float]) -> list[Span]:
     total = float(sum(weights))
     exact = [n * w / total for w in weights]
     counts = [int(x) for x in exact]
-    for i in sorted(range(len(weights)), key=lambda i: exact[i] - counts[i], reverse=True)[:n - sum(counts)]:
+    for i in sorted(range(len(weights)), key=lambda i: exact[i] - counts[i], reverse=True)[: n - sum(counts)]:
         counts[i] += 1
     spans, start = [], 0
     for count in counts:
@@ -144,13 +146,16 @@ def resolve_device_count(request, available: int, what: str = "GPUs") -> int:
     if request == "all":
         return available
     if request > available:
-        raise ConfigError(f"--gpus {request}: this machine has {available} {what}; ask for at most "
-                          f"{available} (or --gpus all)")
+        raise ConfigError(
+            f"--gpus {request}: this machine has {available} {what}; ask for at most "
+            f"{available} (or --gpus all)"
+        )
     return request
 
 
-def balanced_weights(previous: Sequence[float], shares: Sequence[Span], times_ms: Sequence[float],
-                     smoothing: float = SMOOTHING) -> list[float]:
+def balanced_weights(
+    previous: Sequence[float], shares: Sequence[Span], times_ms: Sequence[float], smoothing: float = SMOOTHING
+) -> list[float]:
     """New share weights from each device's measured speed (its bodies per ms of force evaluation),
     blended with the previous weights so that one noisy frame does not swing the split. Unchanged while
     any device has no measurement (an empty share, an untimed step)."""
@@ -158,8 +163,10 @@ def balanced_weights(previous: Sequence[float], shares: Sequence[Span], times_ms
         return list(previous)
     speeds = [s.count / t for s, t in zip(shares, times_ms, strict=True)]
     total_prev, total_speed = float(sum(previous)), sum(speeds)
-    return [(1 - smoothing) * p / total_prev + smoothing * v / total_speed
-            for p, v in zip(previous, speeds, strict=True)]
+    return [
+        (1 - smoothing) * p / total_prev + smoothing * v / total_speed
+        for p, v in zip(previous, speeds, strict=True)
+    ]
 
 
 # --- drivers -------------------------------------------------------------------------------------------
@@ -172,8 +179,9 @@ class ThreadsDriver:
     name = "threads"
 
     def __init__(self, devices: Sequence[DeviceState]):
-        self._pools = [ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device{i}")
-                       for i in range(len(devices))]
+        self._pools = [
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"device{i}") for i in range(len(devices))
+        ]
         if len(devices) > 1:  # see SWITCH_INTERVAL_S
             sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL_S))
         self.devices = list(devices)
@@ -418,9 +426,16 @@ class MultiDeviceOps:
     back from `finish()`, after the driver waited once for every device (the integrator sums what
     `force()` returns: nothing here)."""
 
-    def __init__(self, devices: Sequence[DeviceState], driver, exchange, decomposition=TARGETS,
-                 layout: tuple[list[Span], int] | None = None, key_ordered: bool = False,
-                 rank_sum: Callable[[int], int] | None = None):
+    def __init__(
+        self,
+        devices: Sequence[DeviceState],
+        driver,
+        exchange,
+        decomposition=TARGETS,
+        layout: tuple[list[Span], int] | None = None,
+        key_ordered: bool = False,
+        rank_sum: Callable[[int], int] | None = None,
+    ):
         """`layout`: (every participant's share, the first of these devices' index among them) where the
         devices are part of a larger run (an MPI rank's one device among the ranks' shares); None: these
         devices are all of it. `key_ordered`: the state is in a tree's key order already (one device that
@@ -544,8 +559,14 @@ class MultiDeviceRun:
 
     check_every = CHECK_EVERY
 
-    def __init__(self, make_devices: DeviceFactory, k: int, driver: str = "auto", weights=None,
-                 make_exchange: Callable[[list], object] = lambda devices: HostExchange()):
+    def __init__(
+        self,
+        make_devices: DeviceFactory,
+        k: int,
+        driver: str = "auto",
+        weights=None,
+        make_exchange: Callable[[list], object] = lambda devices: HostExchange(),
+    ):
         if k < 1:
             raise ValueError(f"devices: {k} must be >= 1")
         if driver not in DRIVERS:
@@ -572,8 +593,9 @@ class MultiDeviceRun:
         self.close()
         self.physics = physics
         self.devices = self.make_devices(bodies, physics, kernel, split(bodies.n, self.weights))
-        self._set_decomposition(decomposition_of(getattr(getattr(self.devices[0], "evaluator", None),
-                                                         "record", None)))
+        self._set_decomposition(
+            decomposition_of(getattr(getattr(self.devices[0], "evaluator", None), "record", None))
+        )
         self.stepper.restart()
 
     # --- the state in key order (domains): rows are not bodies -------------------------------------------

@@ -76,8 +76,12 @@ class OrbitCamera:
     @classmethod
     def from_settings(cls, settings, extent: float = 1.0, center=(0.0, 0.0, 0.0), aspect: float = 16 / 9):
         """From a scene's CameraSettings; None distance/target are fitted to `extent` around `center`."""
-        cam = cls(azimuth=settings.azimuth, elevation=settings.elevation, fov=settings.fov,
-                  target=np.asarray(settings.target if settings.target is not None else center, float))
+        cam = cls(
+            azimuth=settings.azimuth,
+            elevation=settings.elevation,
+            fov=settings.fov,
+            target=np.asarray(settings.target if settings.target is not None else center, float),
+        )
         if settings.distance is None:
             cam.fit(extent, cam.target, aspect=aspect)
         else:
@@ -197,4 +201,4 @@ class OrbitCamera:
 
     def zoom(self, steps: float) -> None:
         """Wheel zoom: positive steps move closer (each step multiplies the distance by 0.88)."""
-        self.distance = float(np.clip(self.distance * ZOOM_PER_WHEEL_STEP ** steps, 1e-6, 1e9))
+        self.distance = float(np.clip(self.distance * ZOOM_PER_WHEEL_STEP**steps, 1e-6, 1e9))

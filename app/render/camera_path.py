@@ -162,14 +162,18 @@ class KeyframePath(CameraPath):
         self.source = source
         self.times = np.array([k.t for k in keys], dtype=np.float64)
         self.positions = np.array([k.position for k in keys], dtype=np.float64)
-        self.targets = np.array([k.target if k.target is not None else self.base.target for k in keys],
-                                dtype=np.float64)
+        self.targets = np.array(
+            [k.target if k.target is not None else self.base.target for k in keys], dtype=np.float64
+        )
         self.fovs = np.array([k.fov if k.fov is not None else self.base.fov for k in keys], dtype=np.float64)
 
     def pose(self, t: float) -> Pose:
         t = float(t)
-        return Pose(hermite(self.times, self.positions, t), hermite(self.times, self.targets, t),
-                    smoothstep_between(self.times, self.fovs, t))
+        return Pose(
+            hermite(self.times, self.positions, t),
+            hermite(self.times, self.targets, t),
+            smoothstep_between(self.times, self.fovs, t),
+        )
 
     def apply(self, camera, t: float) -> None:
         p = self.pose(t)
@@ -188,7 +192,9 @@ def make_path(settings, base, spec: str | None = None) -> CameraPath:
         return OrbitPath(base, settings.orbit_speed, settings.orbit_elevation)
     if spec == "keys":
         if not settings.keys:
-            raise ConfigError("camera path 'keys' needs [[camera.keys]] tables in the scene file "
-                              "(t, position, optionally target and fov)")
+            raise ConfigError(
+                "camera path 'keys' needs [[camera.keys]] tables in the scene file "
+                "(t, position, optionally target and fov)"
+            )
         return KeyframePath(base, settings.keys, "camera.keys")
     return KeyframePath(base, load_keys_file(spec), str(spec))

@@ -63,23 +63,44 @@ class Viewer(app.Canvas):
     Change render settings at run time with `viewer.renderer.apply_settings(scene.render)`.
     """
 
-    def __init__(self, scene, backend, size=(1280, 720), headless: bool | None = None,
-                 title: str = "NBody Live", vsync: bool = False, show: bool = True):
+    def __init__(
+        self,
+        scene,
+        backend,
+        size=(1280, 720),
+        headless: bool | None = None,
+        title: str = "NBody Live",
+        vsync: bool = False,
+        show: bool = True,
+    ):
         self.kind = gl_setup.configure(headless)
         self.headless = self.kind == "egl"
         self.scene = scene
         self.backend = backend
         self.base_title = title
-        app.Canvas.__init__(self, size=tuple(int(s) for s in size), title=title, vsync=vsync,
-                            keys=None, show=False, resizable=not self.headless)
+        app.Canvas.__init__(
+            self,
+            size=tuple(int(s) for s in size),
+            title=title,
+            vsync=vsync,
+            keys=None,
+            show=False,
+            resizable=not self.headless,
+        )
         self.set_current()
         self.overlays: list[Callable[[Viewer], None]] = []
         self.capture_mouse: list[Callable[[], bool]] = []
         self.capture_keyboard: list[Callable[[], bool]] = []
         self.view_covers: list[Callable[[], tuple[float, float, float, float] | None]] = []
         self.key_actions: dict[str, Callable[[], None]] = {
-            "Escape": self.request_quit, "Space": self.toggle_pause, "F": self.fit, "C": self.reset_camera,
-            "R": self.reset_camera, "[": lambda: self.cycle_kernel(-1), "]": lambda: self.cycle_kernel(+1)}
+            "Escape": self.request_quit,
+            "Space": self.toggle_pause,
+            "F": self.fit,
+            "C": self.reset_camera,
+            "R": self.reset_camera,
+            "[": lambda: self.cycle_kernel(-1),
+            "]": lambda: self.cycle_kernel(+1),
+        }
         self.screenshot_overlays = False  # the exit screenshot includes the overlays (the panel)
         self.stats = FrameStats()
         self.paused = False

@@ -23,8 +23,17 @@ from pathlib import Path
 
 import numpy as np
 
-X264_PRESETS = ("ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow", "slower",
-                "veryslow")
+X264_PRESETS = (
+    "ultrafast",
+    "superfast",
+    "veryfast",
+    "faster",
+    "fast",
+    "medium",
+    "slow",
+    "slower",
+    "veryslow",
+)
 _STOP = object()
 
 
@@ -42,9 +51,11 @@ class FrameInfo:
 
     def hud_lines(self) -> list[str]:
         first = " | ".join(s for s in (self.scene, self.kernel, f"N = {self.n:,}" if self.n else "") if s)
-        second = [f"t = {self.sim_time:.3f}" if self.sim_time is not None else "",
-                  f"step {self.steps:,}" if self.steps is not None else "",
-                  f"frame {self.index} ({self.t:.2f} s)"]
+        second = [
+            f"t = {self.sim_time:.3f}" if self.sim_time is not None else "",
+            f"step {self.steps:,}" if self.steps is not None else "",
+            f"frame {self.index} ({self.t:.2f} s)",
+        ]
         return [line for line in (first, " | ".join(s for s in second if s)) if line]
 
 
@@ -93,8 +104,10 @@ class _Worker:
         self.work_ms: list[float] = []
         self.peak_queue = 0
         self._lock = threading.Lock()
-        self._threads = [threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
-                         for i in range(max(int(workers), 1))]
+        self._threads = [
+            threading.Thread(target=self._run, name=f"{name}-{i}", daemon=True)
+            for i in range(max(int(workers), 1))
+        ]
         self._closed = False
 
     def start(self) -> None:
@@ -192,8 +205,17 @@ class _Worker:
 class VideoEncoder(_Worker):
     """H.264 in an mp4 at `path` (the caller's temporary name), one encoding thread (x264 has its own)."""
 
-    def __init__(self, path: Path, size: tuple[int, int], fps: float, crf: int = 20, preset: str = "fast",
-                 threads: int = 0, hud: bool = False, queue_size: int = 8):
+    def __init__(
+        self,
+        path: Path,
+        size: tuple[int, int],
+        fps: float,
+        crf: int = 20,
+        preset: str = "fast",
+        threads: int = 0,
+        hud: bool = False,
+        queue_size: int = 8,
+    ):
         import av
 
         super().__init__(queue_size, workers=1, name="encoder")
@@ -202,8 +224,7 @@ class VideoEncoder(_Worker):
         self.rate = Fraction(str(fps)).limit_denominator(1001)
         self.hud = Hud(self.size[1]) if hud else None
         self.last_frame: np.ndarray | None = None
-        self.container = av.open(str(self.path), mode="w", format="mp4",
-                                 options={"movflags": "+faststart"})
+        self.container = av.open(str(self.path), mode="w", format="mp4", options={"movflags": "+faststart"})
         try:
             stream = self.container.add_stream("libx264", rate=self.rate)
             stream.width, stream.height = self.size
@@ -230,8 +251,9 @@ class VideoEncoder(_Worker):
         if self.hud is not None:
             self.hud.draw(img, info.hud_lines())
         if img.shape[:2] != (self.size[1], self.size[0]):
-            raise ValueError(f"frame of {img.shape[1]}x{img.shape[0]} in a {self.size[0]}x{self.size[1]} "
-                             "recording")
+            raise ValueError(
+                f"frame of {img.shape[1]}x{img.shape[0]} in a {self.size[0]}x{self.size[1]} recording"
+            )
         img = np.ascontiguousarray(img)
         fmt = "rgba" if img.shape[2] == 4 else "rgb24"
         frame = av.VideoFrame.from_numpy_buffer(img, format=fmt)
@@ -256,8 +278,16 @@ class VideoEncoder(_Worker):
 class PngSequenceWriter(_Worker):
     """frame_000000.png, ... in `directory`, each written under a hidden name and renamed when complete."""
 
-    def __init__(self, directory: Path, hud: bool = False, height: int = 720, queue_size: int = 8,
-                 workers: int | None = None, compress_level: int = 3, prefix: str = "frame_"):
+    def __init__(
+        self,
+        directory: Path,
+        hud: bool = False,
+        height: int = 720,
+        queue_size: int = 8,
+        workers: int | None = None,
+        compress_level: int = 3,
+        prefix: str = "frame_",
+    ):
         workers = workers or max(1, min(4, os.cpu_count() or 1))
         super().__init__(queue_size, workers=workers, name="png")
         self.directory = Path(directory)
@@ -285,6 +315,7 @@ def write_png(img: np.ndarray, path: Path, compress_level: int = 3, what: str = 
     from app.core.outputs import atomic_write
 
     with atomic_write(path, "wb", what) as f:
-        Image.fromarray(np.ascontiguousarray(img[..., :3])).save(f, format="PNG",
-                                                                 compress_level=compress_level)
+        Image.fromarray(np.ascontiguousarray(img[..., :3])).save(
+            f, format="PNG", compress_level=compress_level
+        )
     return Path(path)

@@ -159,8 +159,17 @@ class FrameRecord:
         return rate(self.interactions, self.force_ms)
 
 
-SUMMARY_FIELDS = ("frame_ms", "force_ms", "integrate_ms", "map_ms", "unmap_ms", "draw_ms", "upload_ms",
-                  "outside_force_ms", "record_ms")
+SUMMARY_FIELDS = (
+    "frame_ms",
+    "force_ms",
+    "integrate_ms",
+    "map_ms",
+    "unmap_ms",
+    "draw_ms",
+    "upload_ms",
+    "outside_force_ms",
+    "record_ms",
+)
 
 
 CSV_FIELDS = (*(f.name for f in fields(FrameRecord)), "outside_force_ms")
@@ -205,15 +214,24 @@ class FrameLog:
             self._t0 = now
         s = viewer.stats
         st = s.step
-        self.records.append(FrameRecord(
-            frame=s.frame, t=now - self._t0, kernel=s.kernel, n=s.n,
-            steps=getattr(st, "steps", 0) if st is not None and not s.paused else 0,
-            frame_ms=s.frame_ms, force_ms=getattr(st, "force_ms", 0.0) if st is not None else 0.0,
-            integrate_ms=getattr(st, "integrate_ms", 0.0) if st is not None else 0.0,
-            map_ms=getattr(st, "map_ms", 0.0) if st is not None else 0.0,
-            unmap_ms=getattr(st, "unmap_ms", 0.0) if st is not None else 0.0,
-            draw_ms=s.draw_ms, upload_ms=s.upload_ms, record_ms=getattr(s, "record_ms", 0.0),
-            interactions=getattr(st, "interactions", 0) if st is not None and not s.paused else 0))
+        self.records.append(
+            FrameRecord(
+                frame=s.frame,
+                t=now - self._t0,
+                kernel=s.kernel,
+                n=s.n,
+                steps=getattr(st, "steps", 0) if st is not None and not s.paused else 0,
+                frame_ms=s.frame_ms,
+                force_ms=getattr(st, "force_ms", 0.0) if st is not None else 0.0,
+                integrate_ms=getattr(st, "integrate_ms", 0.0) if st is not None else 0.0,
+                map_ms=getattr(st, "map_ms", 0.0) if st is not None else 0.0,
+                unmap_ms=getattr(st, "unmap_ms", 0.0) if st is not None else 0.0,
+                draw_ms=s.draw_ms,
+                upload_ms=s.upload_ms,
+                record_ms=getattr(s, "record_ms", 0.0),
+                interactions=getattr(st, "interactions", 0) if st is not None and not s.paused else 0,
+            )
+        )
         if self._csv is not None:
             r = self.records[-1]
             try:
@@ -237,8 +255,9 @@ class FrameLog:
                 for row in csv.DictReader(f):
                     log_.records.append(FrameRecord(**{k: convert[t](row[k]) for k, t in types.items()}))
         except (OSError, KeyError, TypeError, ValueError) as e:
-            raise RuntimeFault(f"{path}: not a per-frame timings CSV of `run --timings` ({type(e).__name__}: "
-                               f"{e})") from e
+            raise RuntimeFault(
+                f"{path}: not a per-frame timings CSV of `run --timings` ({type(e).__name__}: {e})"
+            ) from e
         return log_
 
     def medians(self, skip: int = 5) -> dict[str, float]:
@@ -255,12 +274,14 @@ class FrameLog:
         m = self.medians(skip)
         if not m:
             return "no frames drawn"
-        return (f"median over {m['frames']} frames: frame {m['frame_ms']:.2f} ms, "
-                f"force {m['force_ms']:.2f} ms, "
-                f"integrate {m['integrate_ms']:.3f} ms, map+unmap {m['map_ms'] + m['unmap_ms']:.3f} ms, "
-                f"draw {m['draw_ms']:.2f} ms, upload {m['upload_ms']:.2f} ms, outside force "
-                f"{m['outside_force_ms']:.2f} ms, {m['interactions_per_s'] / 1e9:.1f} G interactions/s"
-                + (f", record {m['record_ms']:.2f} ms" if m["record_ms"] > 0 else ""))
+        return (
+            f"median over {m['frames']} frames: frame {m['frame_ms']:.2f} ms, "
+            f"force {m['force_ms']:.2f} ms, "
+            f"integrate {m['integrate_ms']:.3f} ms, map+unmap {m['map_ms'] + m['unmap_ms']:.3f} ms, "
+            f"draw {m['draw_ms']:.2f} ms, upload {m['upload_ms']:.2f} ms, outside force "
+            f"{m['outside_force_ms']:.2f} ms, {m['interactions_per_s'] / 1e9:.1f} G interactions/s"
+            + (f", record {m['record_ms']:.2f} ms" if m["record_ms"] > 0 else "")
+        )
 
 
 # --- the panel's rings ------------------------------------------------------------------------------------

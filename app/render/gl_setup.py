@@ -27,8 +27,11 @@ import time
 
 log = logging.getLogger(__name__)
 
-_EGL_VENDOR_DIRS = ("/usr/share/glvnd/egl_vendor.d", "/etc/glvnd/egl_vendor.d",
-                    "/usr/local/share/glvnd/egl_vendor.d")
+_EGL_VENDOR_DIRS = (
+    "/usr/share/glvnd/egl_vendor.d",
+    "/etc/glvnd/egl_vendor.d",
+    "/usr/local/share/glvnd/egl_vendor.d",
+)
 
 _chosen: str | None = None
 
@@ -46,8 +49,11 @@ def has_display() -> bool:
 
 def display_problem() -> str | None:
     """None when a window can be opened; otherwise why not, in a few words for a log line."""
-    return _display_problem(os.environ.get("DISPLAY", ""), os.environ.get("WAYLAND_DISPLAY", ""),
-                            os.environ.get("XDG_RUNTIME_DIR", ""))
+    return _display_problem(
+        os.environ.get("DISPLAY", ""),
+        os.environ.get("WAYLAND_DISPLAY", ""),
+        os.environ.get("XDG_RUNTIME_DIR", ""),
+    )
 
 
 @functools.cache
@@ -111,8 +117,10 @@ def wants_headless(headless: bool | None = None) -> bool:
 
 def _egl_environment() -> None:
     if "OpenGL" in sys.modules and os.environ.get("PYOPENGL_PLATFORM") != "egl":
-        log.warning("PyOpenGL was imported before the EGL setup; its GL entry points may not resolve "
-                    "(import app.render.gl_setup and call configure() first)")
+        log.warning(
+            "PyOpenGL was imported before the EGL setup; its GL entry points may not resolve "
+            "(import app.render.gl_setup and call configure() first)"
+        )
     if display_problem() and (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
         # named but not there: hide it from what follows (vispy's DPI probe runs xdpyinfo on $DISPLAY,
         # Mesa may try it), so that a stale display behaves exactly as none
@@ -135,8 +143,10 @@ def configure(headless: bool | None = None) -> str:
     name = "egl" if wants_headless(headless) else "glfw"
     if _chosen is not None:
         if _chosen != name:
-            raise RuntimeError(f"the GL backend is already {_chosen!r} in this process; cannot switch to "
-                               f"{name!r} (start a new process, e.g. with NBODY_HEADLESS=1)")
+            raise RuntimeError(
+                f"the GL backend is already {_chosen!r} in this process; cannot switch to "
+                f"{name!r} (start a new process, e.g. with NBODY_HEADLESS=1)"
+            )
         return _chosen
     if name == "egl":
         _egl_environment()

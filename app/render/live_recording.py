@@ -60,10 +60,27 @@ class LiveRecorder(Recorder):
     """The Recorder of the live viewer: never blocks (`block=False`), skips the capture of a frame the
     encoder could not take anyway (its queue is full), and counts both kinds of drop."""
 
-    def __init__(self, size, fps: float = RECORD_FPS, crf: int = RECORD_CRF, preset: str = RECORD_PRESET,
-                 queue_size: int = 8, ring: int = 3, threads: int | None = None):
-        super().__init__(size, fps, crf=crf, preset=preset, hud=False, queue_size=queue_size, block=False,
-                         ring=ring, threads=_encoder_threads() if threads is None else threads)
+    def __init__(
+        self,
+        size,
+        fps: float = RECORD_FPS,
+        crf: int = RECORD_CRF,
+        preset: str = RECORD_PRESET,
+        queue_size: int = 8,
+        ring: int = 3,
+        threads: int | None = None,
+    ):
+        super().__init__(
+            size,
+            fps,
+            crf=crf,
+            preset=preset,
+            hud=False,
+            queue_size=queue_size,
+            block=False,
+            ring=ring,
+            threads=_encoder_threads() if threads is None else threads,
+        )
         self.skipped = 0  # frames not captured because the encoder's queue was full
 
     @property
@@ -134,14 +151,16 @@ def blit_from(viewer, screen: int, src_size: tuple[int, int]):
                 bw, bh = max(int(round(sw * scale)), 1), max(int(round(sh * scale)), 1)
                 x0, y0 = (w - bw) // 2, (h - bh) // 2
                 GL.glClearBufferfv(GL.GL_COLOR, 0, (0.0, 0.0, 0.0, 1.0))
-                GL.glBlitFramebuffer(0, 0, sw, sh, x0, y0, x0 + bw, y0 + bh, GL.GL_COLOR_BUFFER_BIT,
-                                     GL.GL_LINEAR)
+                GL.glBlitFramebuffer(
+                    0, 0, sw, sh, x0, y0, x0 + bw, y0 + bh, GL.GL_COLOR_BUFFER_BIT, GL.GL_LINEAR
+                )
         finally:
             GL.glBindFramebuffer(GL.GL_READ_FRAMEBUFFER, dst)
             if scissor:
                 GL.glEnable(GL.GL_SCISSOR_TEST)
 
     return draw
+
 
 def _log_report(message: str, failed: bool) -> None:
     (log.warning if failed else log.info)("%s", message)
@@ -154,9 +173,14 @@ class ViewRecorder:
     a recording that fails while frames are drawn, go to `report(message, failed)`.
     """
 
-    def __init__(self, viewer, report: Callable[[str, bool], None] = _log_report,
-                 directory: str | Path = "out", fps: float = RECORD_FPS,
-                 clock: Callable[[], float] = time.perf_counter):
+    def __init__(
+        self,
+        viewer,
+        report: Callable[[str, bool], None] = _log_report,
+        directory: str | Path = "out",
+        fps: float = RECORD_FPS,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
         self.viewer = viewer
         self.report = report
         self.directory = Path(directory)  # where recording-<time>.mp4 goes
@@ -222,8 +246,11 @@ class ViewRecorder:
             with contextlib.suppress(Exception):
                 r.recorder.abort()
             v.update_title()
-            return self._fail(str(e) if isinstance(e, RuntimeFault) else
-                              f"recording {r.path} failed: {type(e).__name__}: {e}")
+            return self._fail(
+                str(e)
+                if isinstance(e, RuntimeFault)
+                else f"recording {r.path} failed: {type(e).__name__}: {e}"
+            )
         self.recordings.append(res)
         v.update_title()
         self.report(recording_line(res, r.drawn), False)
@@ -279,8 +306,13 @@ class ViewRecorder:
 
                 viewer.context.flush_commands()  # the particle pass is issued; the window's framebuffer bound
                 screen = int(GL.glGetIntegerv(GL.GL_DRAW_FRAMEBUFFER_BINDING))
-                info = FrameInfo(index=index, t=index / rec.fps, scene=viewer.scene.name,
-                                 kernel=viewer.stats.kernel, n=viewer.stats.n)
+                info = FrameInfo(
+                    index=index,
+                    t=index / rec.fps,
+                    scene=viewer.scene.name,
+                    kernel=viewer.stats.kernel,
+                    n=viewer.stats.n,
+                )
                 # the window's frame is the recording's unless the panel moved the scene aside (a lens
                 # shift, app.render.view_area): then the particles are drawn again, centred
                 shifted = viewer.lens_shift() != 0.0
@@ -291,8 +323,11 @@ class ViewRecorder:
             with contextlib.suppress(Exception):
                 r.recorder.abort()  # (a RuntimeFault from the recorder has aborted already)
             viewer.update_title()
-            self._fail(str(e) if isinstance(e, RuntimeFault) else
-                       f"recording {r.path} failed: {type(e).__name__}: {e}; the partial file was removed")
+            self._fail(
+                str(e)
+                if isinstance(e, RuntimeFault)
+                else f"recording {r.path} failed: {type(e).__name__}: {e}; the partial file was removed"
+            )
             return
         ms = (time.perf_counter() - t0) * 1e3
         viewer.stats.record_ms = ms
@@ -348,13 +383,28 @@ def measure_record_cost(viewer, recorder: ViewRecorder, frames: int = 400, warmu
     def mean(x):
         return statistics.fmean(x) if x else 0.0
 
-    out = {"frames": frames, "off_ms": med(off), "on_ms": med(on), "off_mean_ms": mean(off),
-           "on_mean_ms": mean(on), "record_ms": med(rec_ms), "record_mean_ms": mean(rec_ms),
-           "record_p95_ms": sorted(rec_ms)[int(0.95 * (len(rec_ms) - 1))] if rec_ms else 0.0,
-           "captured_ms": med(captured_ms), "captured_mean_ms": mean(captured_ms),
-           "captured": len(captured_ms), "drawn": drawn, "encoded": res.frames, "dropped": res.dropped,
-           "skipped": skipped, "size": res.size,
-           "fps": recorder.fps, "path": res.path, "stop_ms": stop_ms, "timings": dict(res.timings)}
+    out = {
+        "frames": frames,
+        "off_ms": med(off),
+        "on_ms": med(on),
+        "off_mean_ms": mean(off),
+        "on_mean_ms": mean(on),
+        "record_ms": med(rec_ms),
+        "record_mean_ms": mean(rec_ms),
+        "record_p95_ms": sorted(rec_ms)[int(0.95 * (len(rec_ms) - 1))] if rec_ms else 0.0,
+        "captured_ms": med(captured_ms),
+        "captured_mean_ms": mean(captured_ms),
+        "captured": len(captured_ms),
+        "drawn": drawn,
+        "encoded": res.frames,
+        "dropped": res.dropped,
+        "skipped": skipped,
+        "size": res.size,
+        "fps": recorder.fps,
+        "path": res.path,
+        "stop_ms": stop_ms,
+        "timings": dict(res.timings),
+    }
     out["delta_ms"] = out["on_ms"] - out["off_ms"]
     out["delta_mean_ms"] = out["on_mean_ms"] - out["off_mean_ms"]
     return out
@@ -362,12 +412,14 @@ def measure_record_cost(viewer, recorder: ViewRecorder, frames: int = 400, warmu
 
 def record_cost_line(m: dict, device: str = "") -> str:
     w, h = m["size"]
-    return (f"record cost over {m['frames']}+{m['frames']} frames{' on ' + device if device else ''}: frame "
-            f"median {m['off_ms']:.2f} ms not recording vs {m['on_ms']:.2f} ms recording "
-            f"({m['delta_ms']:+.2f} ms/frame; mean {m['off_mean_ms']:.2f} vs {m['on_mean_ms']:.2f}, "
-            f"{m['delta_mean_ms']:+.2f}); record_ms median {m['record_ms']:.2f} ms over all frames "
-            f"(mean {m['record_mean_ms']:.2f}, p95 {m['record_p95_ms']:.2f}), {m['captured_ms']:.2f} ms "
-            f"median over the frames captured (mean {m['captured_mean_ms']:.2f}); {w}x{h} at {m['fps']:g} "
-            f"fps: {m['drawn']} frames drawn while recording, {m['encoded']} encoded, {m['dropped']} dropped "
-            f"({m['skipped']} not captured: encoder queue full); stop (finalise) {m['stop_ms']:.0f} ms; "
-            f"{m['path']}")
+    return (
+        f"record cost over {m['frames']}+{m['frames']} frames{' on ' + device if device else ''}: frame "
+        f"median {m['off_ms']:.2f} ms not recording vs {m['on_ms']:.2f} ms recording "
+        f"({m['delta_ms']:+.2f} ms/frame; mean {m['off_mean_ms']:.2f} vs {m['on_mean_ms']:.2f}, "
+        f"{m['delta_mean_ms']:+.2f}); record_ms median {m['record_ms']:.2f} ms over all frames "
+        f"(mean {m['record_mean_ms']:.2f}, p95 {m['record_p95_ms']:.2f}), {m['captured_ms']:.2f} ms "
+        f"median over the frames captured (mean {m['captured_mean_ms']:.2f}); {w}x{h} at {m['fps']:g} "
+        f"fps: {m['drawn']} frames drawn while recording, {m['encoded']} encoded, {m['dropped']} dropped "
+        f"({m['skipped']} not captured: encoder queue full); stop (finalise) {m['stop_ms']:.0f} ms; "
+        f"{m['path']}"
+    )

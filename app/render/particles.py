@@ -40,8 +40,14 @@ from app.scene import RenderSettings
 
 log = logging.getLogger(__name__)
 
-COLOR_BY = {"speed": 0.0, "mass": 1.0, "none": 2.0, "component": 3.0, "component-speed": 4.0,
-            "component-mass": 5.0}
+COLOR_BY = {
+    "speed": 0.0,
+    "mass": 1.0,
+    "none": 2.0,
+    "component": 3.0,
+    "component-speed": 4.0,
+    "component-mass": 5.0,
+}
 CMAP_LOW = 0.22  # slow bodies take the colormap from here: inferno/magma start black, which adds no light
 INTENSITY = 1.1  # peak light of one sprite at brightness 1 (1 - exp(-1.1) = 67%)
 # Above DENSITY_REF_N bodies each sprite gives sqrt(REF / N) of the light, so dense cores do not burn out.
@@ -88,8 +94,9 @@ class ParticleRenderer:
         if settings.colormap != self._cmap_name:
             data = colormap_texture_data(settings.colormap)
             if self._cmap_tex is None:
-                self._cmap_tex = gloo.Texture2D(data, interpolation="linear", wrapping="clamp_to_edge",
-                                                internalformat="rgb32f")
+                self._cmap_tex = gloo.Texture2D(
+                    data, interpolation="linear", wrapping="clamp_to_edge", internalformat="rgb32f"
+                )
             else:
                 self._cmap_tex.set_data(data)
             self._cmap_name = settings.colormap
@@ -110,8 +117,11 @@ class ParticleRenderer:
         self.components = components
         unmatched = comps.check_styles(self.settings.components, components)
         if unmatched and components is not None:
-            log.warning("render.components: %s match no component (components: %s)", ", ".join(unmatched),
-                        ", ".join(components.names))
+            log.warning(
+                "render.components: %s match no component (components: %s)",
+                ", ".join(unmatched),
+                ", ".join(components.names),
+            )
         if self.comp_vbo is not None and self.n:
             index = np.zeros(self.n) if components is None else components.index
             self.comp_vbo.set_data(index.astype(np.float32))
@@ -245,14 +255,25 @@ class ParticleRenderer:
         gloo.set_clear_color(tuple(float(c) for c in self.settings.background) + (1.0,))
         gloo.clear(color=True, depth=False)
         if self.n > 0:
-            gloo.set_state(None, blend=True, depth_test=False, cull_face=False,
-                           blend_func=("one_minus_dst_color", "one"), blend_equation="func_add")
+            gloo.set_state(
+                None,
+                blend=True,
+                depth_test=False,
+                cull_face=False,
+                blend_func=("one_minus_dst_color", "one"),
+                blend_equation="func_add",
+            )
             p.draw("points", indices=self._drawn_indices())
         gloo.set_state(None, blend=False, depth_test=False, cull_face=False)
 
     def delete(self) -> None:
-        for obj in (self.pos_vbo, self.speed_vbo, self.comp_vbo, self._cmap_tex,
-                    self._strided[1] if self._strided else None):
+        for obj in (
+            self.pos_vbo,
+            self.speed_vbo,
+            self.comp_vbo,
+            self._cmap_tex,
+            self._strided[1] if self._strided else None,
+        ):
             if obj is not None:
                 obj.delete()
         self._strided = None

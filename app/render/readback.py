@@ -72,8 +72,10 @@ class PboCapture:
                 GL.glBindBuffer(GL.GL_PIXEL_PACK_BUFFER, name)
                 GL.glBufferData(GL.GL_PIXEL_PACK_BUFFER, self.nbytes, None, GL.GL_STREAM_READ)
         except Exception as e:
-            raise RuntimeFault(f"cannot create pixel-pack buffers of {self.nbytes / 2**20:.1f} MiB for "
-                               f"{self.w}x{self.h} readback: {e}") from e
+            raise RuntimeFault(
+                f"cannot create pixel-pack buffers of {self.nbytes / 2**20:.1f} MiB for "
+                f"{self.w}x{self.h} readback: {e}"
+            ) from e
         finally:
             GL.glBindBuffer(GL.GL_PIXEL_PACK_BUFFER, 0)
 

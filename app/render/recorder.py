@@ -75,9 +75,12 @@ class RecordResult:
         if "encode" in t:
             parts.append(f"encode {t['encode']:.2f} ms (worker thread)")
         w, h = self.size
-        return (f"{self.frames} frames {w}x{h} in {self.seconds:.2f} s wall: {self.fps:.1f} frames per wall "
-                f"second" + (f"; median per frame: {', '.join(parts)}" if parts else "")
-                + (f"; {self.dropped} dropped" if self.dropped else ""))
+        return (
+            f"{self.frames} frames {w}x{h} in {self.seconds:.2f} s wall: {self.fps:.1f} frames per wall "
+            f"second"
+            + (f"; median per frame: {', '.join(parts)}" if parts else "")
+            + (f"; {self.dropped} dropped" if self.dropped else "")
+        )
 
 
 def even_size(size) -> tuple[int, int]:
@@ -171,8 +174,15 @@ def exit_status(interrupted) -> int:
 class _Sink:
     """Shared by Recorder (mp4) and PngSequence: capture through a PBO ring into a worker queue."""
 
-    def __init__(self, size, fps: float = 30.0, hud: bool = False, queue_size: int = 8, block: bool = True,
-                 ring: int = 3):
+    def __init__(
+        self,
+        size,
+        fps: float = 30.0,
+        hud: bool = False,
+        queue_size: int = 8,
+        block: bool = True,
+        ring: int = 3,
+    ):
         self.size = (int(size[0]), int(size[1]))
         self.fps = float(fps)
         if not self.fps > 0:
@@ -246,9 +256,14 @@ class _Sink:
             self._capture = PboCapture(viewer, self.size, self.ring)
         if info is None:
             sim_time = viewer.backend.time
-            info = FrameInfo(index=self._capture.captured, t=self._capture.captured / self.fps,
-                             scene=getattr(viewer.scene, "name", ""), kernel=viewer.stats.kernel,
-                             n=viewer.stats.n, sim_time=sim_time if isinstance(sim_time, float) else None)
+            info = FrameInfo(
+                index=self._capture.captured,
+                t=self._capture.captured / self.fps,
+                scene=getattr(viewer.scene, "name", ""),
+                kernel=viewer.stats.kernel,
+                n=viewer.stats.n,
+                sim_time=sim_time if isinstance(sim_time, float) else None,
+            )
         draw = draw or (lambda size: viewer.draw_scene(size, overlays=False))
         ready = self._capture.capture(draw, info, wait=self.block)
         for img, meta in ready:
@@ -295,15 +310,26 @@ class _Sink:
     def _fail(self, e: BaseException):
         path = self.path
         self.abort()
-        raise RuntimeFault(f"recording {path} failed: {_os_message(e)}; the partial output was removed"
-                           ) from e
+        raise RuntimeFault(
+            f"recording {path} failed: {_os_message(e)}; the partial output was removed"
+        ) from e
 
 
 class Recorder(_Sink):
     """Frames in, a finished H.264 mp4 out (see the module docstring)."""
 
-    def __init__(self, size, fps: float = 30.0, crf: int = 20, preset: str = "fast", threads: int = 0,
-                 hud: bool = False, queue_size: int = 8, block: bool = True, ring: int = 3):
+    def __init__(
+        self,
+        size,
+        fps: float = 30.0,
+        crf: int = 20,
+        preset: str = "fast",
+        threads: int = 0,
+        hud: bool = False,
+        queue_size: int = 8,
+        block: bool = True,
+        ring: int = 3,
+    ):
         size = even_size(size)  # yuv420p needs even sizes
         super().__init__(size, fps, hud, queue_size, block, ring)
         if not 0 <= int(crf) <= 51:
@@ -319,8 +345,9 @@ class Recorder(_Sink):
         self.path = check_output(Path(path).expanduser().resolve(), "video")
         self._tmp = partial_file(self.path, "video")
         try:
-            self._worker = VideoEncoder(self._tmp, self.size, self.fps, self.crf, self.preset, self.threads,
-                                        self.hud, self.queue_size)
+            self._worker = VideoEncoder(
+                self._tmp, self.size, self.fps, self.crf, self.preset, self.threads, self.hud, self.queue_size
+            )
         except OSError as e:
             discard(self._tmp)
             self._tmp = None
@@ -346,8 +373,15 @@ class Recorder(_Sink):
             raise RuntimeFault(f"cannot finish {self.path}: {e.strerror or e}") from e
         finally:
             self._tmp = None
-        return RecordResult(self.path, None, frames, self.size, time.perf_counter() - self._t0,
-                            dropped=dropped, timings=timings)
+        return RecordResult(
+            self.path,
+            None,
+            frames,
+            self.size,
+            time.perf_counter() - self._t0,
+            dropped=dropped,
+            timings=timings,
+        )
 
     def abort(self) -> None:
         """Stop and delete the partial file."""
@@ -363,8 +397,16 @@ class Recorder(_Sink):
 class PngSequence(_Sink):
     """Frames in, DIR/frame_000000.png ... out (each PNG renamed into place when complete)."""
 
-    def __init__(self, size, fps: float = 30.0, hud: bool = False, queue_size: int = 8, block: bool = True,
-                 ring: int = 3, workers: int | None = None):
+    def __init__(
+        self,
+        size,
+        fps: float = 30.0,
+        hud: bool = False,
+        queue_size: int = 8,
+        block: bool = True,
+        ring: int = 3,
+        workers: int | None = None,
+    ):
         super().__init__(size, fps, hud, queue_size, block, ring)
         self.workers = workers
 
@@ -379,13 +421,21 @@ class PngSequence(_Sink):
 
     def stop(self) -> RecordResult:
         worker, timings = self._close_worker()
-        numbers = (p.stem[len(worker.prefix):] for p in self.path.glob(f"{worker.prefix}*.png"))
+        numbers = (p.stem[len(worker.prefix) :] for p in self.path.glob(f"{worker.prefix}*.png"))
         stale = sum(1 for s in numbers if s.isdigit() and int(s) >= self._next_index)
         if stale:
-            log.warning("%d older frame PNGs numbered from %d on were left in %s", stale, self._next_index,
-                        self.path)
-        return RecordResult(self.path, None, worker.frames, self.size, time.perf_counter() - self._t0,
-                            dropped=worker.dropped, timings=timings)
+            log.warning(
+                "%d older frame PNGs numbered from %d on were left in %s", stale, self._next_index, self.path
+            )
+        return RecordResult(
+            self.path,
+            None,
+            worker.frames,
+            self.size,
+            time.perf_counter() - self._t0,
+            dropped=worker.dropped,
+            timings=timings,
+        )
 
     def abort(self) -> None:
         """Stop; PNGs already written stay (each is complete)."""
@@ -410,16 +460,37 @@ def frame_parts(run, index: int, draws_within_steps: bool = True) -> tuple[int, 
 
 def frame_info(viewer, index: int, fps: float) -> FrameInfo:
     if viewer.backend.replays:  # a series replay: its own time, no steps
-        return FrameInfo(index=index, t=index / fps, scene=viewer.scene.name, kernel=viewer.backend.kernel,
-                         n=int(viewer.backend.n), steps=None, sim_time=viewer.backend.time)
+        return FrameInfo(
+            index=index,
+            t=index / fps,
+            scene=viewer.scene.name,
+            kernel=viewer.backend.kernel,
+            n=int(viewer.backend.n),
+            steps=None,
+            sim_time=viewer.backend.time,
+        )
     parts, per_step = frame_parts(viewer.scene.run, index, viewer.backend.draws_within_steps)
-    return FrameInfo(index=index, t=index / fps, scene=viewer.scene.name,
-                     kernel=viewer.stats.kernel or viewer.backend.kernel, n=int(viewer.backend.n),
-                     steps=parts // per_step, sim_time=parts / per_step * float(viewer.scene.physics.dt))
+    return FrameInfo(
+        index=index,
+        t=index / fps,
+        scene=viewer.scene.name,
+        kernel=viewer.stats.kernel or viewer.backend.kernel,
+        n=int(viewer.backend.n),
+        steps=parts // per_step,
+        sim_time=parts / per_step * float(viewer.scene.physics.dt),
+    )
 
 
-def record_scene(viewer, sink: _Sink, out, frames: int, camera=None, progress: bool = True,
-                 guard: InterruptGuard | None = None, window: bool = False) -> RecordResult:
+def record_scene(
+    viewer,
+    sink: _Sink,
+    out,
+    frames: int,
+    camera=None,
+    progress: bool = True,
+    guard: InterruptGuard | None = None,
+    window: bool = False,
+) -> RecordResult:
     """Record `frames` frames of `viewer` into `sink` (a Recorder or PngSequence; started at `out` here
     unless the caller already started it, e.g. to fail fast on an unwritable path before any setup).
 
@@ -443,8 +514,14 @@ def record_scene(viewer, sink: _Sink, out, frames: int, camera=None, progress: b
     try:
         with guard if own_guard else contextlib.nullcontext():
             t0 = time.perf_counter()
-            bar = tqdm(total=frames, desc=f"recording {Path(out).name}", unit="frame", disable=not progress,
-                       leave=False, dynamic_ncols=True)
+            bar = tqdm(
+                total=frames,
+                desc=f"recording {Path(out).name}",
+                unit="frame",
+                disable=not progress,
+                leave=False,
+                dynamic_ncols=True,
+            )
             with bar:
                 for i in range(frames):
                     if guard.stop:
@@ -483,8 +560,16 @@ def record_scene(viewer, sink: _Sink, out, frames: int, camera=None, progress: b
     return result
 
 
-def render_still(viewer, path, t: float, fps: float, camera=None, hud: bool = False, progress: bool = True,
-                 guard: InterruptGuard | None = None) -> RecordResult:
+def render_still(
+    viewer,
+    path,
+    t: float,
+    fps: float,
+    camera=None,
+    hud: bool = False,
+    progress: bool = True,
+    guard: InterruptGuard | None = None,
+) -> RecordResult:
     """Frame round(t * fps) of the `record_scene` sequence (same steps, camera, HUD) as a PNG at `path`."""
     from tqdm import tqdm
 
@@ -501,8 +586,13 @@ def render_still(viewer, path, t: float, fps: float, camera=None, hud: bool = Fa
     try:
         with guard if own_guard else contextlib.nullcontext():
             t0 = time.perf_counter()
-            for _ in tqdm(range(index), desc=f"advancing to frame {index}", unit="frame", leave=False,
-                          disable=not progress or index == 0):
+            for _ in tqdm(
+                range(index),
+                desc=f"advancing to frame {index}",
+                unit="frame",
+                leave=False,
+                disable=not progress or index == 0,
+            ):
                 if guard.stop:
                     r = RecordResult(None, None, 0, viewer.physical_size, time.perf_counter() - t0)
                     r.interrupted = guard.signum
@@ -527,8 +617,17 @@ def render_still(viewer, path, t: float, fps: float, camera=None, hud: bool = Fa
 # v1
 
 
-def record(viewer, out_path, frames: int, fps: float = 30, still_path=None, progress: bool = True,
-           step: bool = True, crf: int = 18, preset: str = "fast") -> RecordResult:
+def record(
+    viewer,
+    out_path,
+    frames: int,
+    fps: float = 30,
+    still_path=None,
+    progress: bool = True,
+    step: bool = True,
+    crf: int = 18,
+    preset: str = "fast",
+) -> RecordResult:
     """Render `frames` frames (advancing the simulation before each when `step`) into `out_path` (mp4)
     with `viewer.render_to_array`, at the viewer's size rounded down to even numbers.
 
@@ -551,8 +650,9 @@ def record(viewer, out_path, frames: int, fps: float = 30, still_path=None, prog
         if still_path is not None:
             check_output(still_path, "still")
         img = None
-        for _ in tqdm(range(frames), desc=f"recording {out_path.name}", unit="frame", disable=not progress,
-                      leave=False):
+        for _ in tqdm(
+            range(frames), desc=f"recording {out_path.name}", unit="frame", disable=not progress, leave=False
+        ):
             if step:
                 viewer.advance()
             img = viewer.render_to_array((w, h))

@@ -50,8 +50,9 @@ def check_compile(source: str, stage: str, path: Path | str) -> None:
         if not gl.glGetShaderParameter(handle, gl.GL_COMPILE_STATUS):
             log = _decode(gl.glGetShaderInfoLog(handle)).strip()
             first = log.splitlines()[0] if log else "(the driver gave no info log)"
-            raise ShaderError(f"GLSL {stage} shader {path} failed to compile: {first}\n{log}",
-                              (str(path),), log)
+            raise ShaderError(
+                f"GLSL {stage} shader {path} failed to compile: {first}\n{log}", (str(path),), log
+            )
     finally:
         gl.glDeleteShader(handle)
 
@@ -72,6 +73,9 @@ def build_program(vert: str, frag: str, directory: str | Path | None = None, can
             canvas.context.glir.associate(program.glir)
             canvas.context.flush_commands()
         except RuntimeError as e:
-            raise ShaderError(f"GLSL program {vpath.name} + {fpath.name} failed to link: {e}",
-                              (str(vpath), str(fpath)), str(e)) from e
+            raise ShaderError(
+                f"GLSL program {vpath.name} + {fpath.name} failed to link: {e}",
+                (str(vpath), str(fpath)),
+                str(e),
+            ) from e
     return program

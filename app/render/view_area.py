@@ -24,8 +24,7 @@ def free_span(width: float, covers: Iterable[Rect | None]) -> tuple[float, float
     width = float(width)
     if width <= 0:
         return 0.0, max(width, 0.0)
-    spans = sorted((max(0.0, min(c[0], c[2])), min(width, max(c[0], c[2])))
-                   for c in covers if c is not None)
+    spans = sorted((max(0.0, min(c[0], c[2])), min(width, max(c[0], c[2]))) for c in covers if c is not None)
     spans = [(a, b) for a, b in spans if b > a]
     if not spans:
         return 0.0, width

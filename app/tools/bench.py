@@ -70,11 +70,13 @@ CUDA_SAMPLES_H200 = {4096: 120e9, 16384: 495e9, 65536: 1409e9, 131072: 1461e9, 1
 DEFAULT_SCENE = BENCH_SCENE
 # targets whose force error an approximate kernel's row samples after its timing (0: none)
 DEFAULT_ERROR_SAMPLE = 4096
-ERROR_REFERENCE = ("relative acceleration error |a - a_exact| / |a_exact| "
-                   "(app.model.physics.relative_errors) of `error_sample` random targets; a_exact = the "
-                   "all-pairs sum over every source in the kernel's precision on the same device "
-                   "(Backend.force_error_sample: `shared` on CUDA, cpu-simd's kernel on the CPU; under "
-                   "--gpus on device 0)")
+ERROR_REFERENCE = (
+    "relative acceleration error |a - a_exact| / |a_exact| "
+    "(app.model.physics.relative_errors) of `error_sample` random targets; a_exact = the "
+    "all-pairs sum over every source in the kernel's precision on the same device "
+    "(Backend.force_error_sample: `shared` on CUDA, cpu-simd's kernel on the CPU; under "
+    "--gpus on device 0)"
+)
 
 
 # --- initial conditions ---------------------------------------------------------------------------------
@@ -101,8 +103,11 @@ def device_info(backend) -> dict:
         info = backend.device_info()
     except Exception as e:  # facts are nice to have; the numbers still count
         return {"name": f"unknown ({e})"}
-    return dict(info) if info is not None else {"name": f"unknown ({backend.name} says nothing)",
-                                                 "backend": backend.name}
+    return (
+        dict(info)
+        if info is not None
+        else {"name": f"unknown ({backend.name} says nothing)", "backend": backend.name}
+    )
 
 
 def reference_lines(gpu: bool, fp32_limit: float | None) -> list[dict]:
@@ -110,14 +115,27 @@ def reference_lines(gpu: bool, fp32_limit: float | None) -> list[dict]:
     `{"label", "interactions_per_s"}` is a constant, `{"label", "points": [[N, rate], ...]}` a series."""
     refs = []
     if fp32_limit:
-        refs.append({"label": f"FP32 issue limit {fp32_limit / 1e9:,.0f} G/s (12 FP32 instr./interaction)",
-                     "interactions_per_s": fp32_limit})
+        refs.append(
+            {
+                "label": f"FP32 issue limit {fp32_limit / 1e9:,.0f} G/s (12 FP32 instr./interaction)",
+                "interactions_per_s": fp32_limit,
+            }
+        )
     elif gpu:  # the device did not say: DESIGN.md's estimate for the GPUs we are lent
-        refs.append({"label": f"FP32 issue limit H100/H200 ≈ {DEFAULT_GPU_FP32_LIMIT / 1e9:,.0f} G/s "
-                              "(12 FP32 instr./interaction)", "interactions_per_s": DEFAULT_GPU_FP32_LIMIT})
+        refs.append(
+            {
+                "label": f"FP32 issue limit H100/H200 ≈ {DEFAULT_GPU_FP32_LIMIT / 1e9:,.0f} G/s "
+                "(12 FP32 instr./interaction)",
+                "interactions_per_s": DEFAULT_GPU_FP32_LIMIT,
+            }
+        )
     if gpu:
-        refs.append({"label": "CUDA samples nbody, H200 (DESIGN.md)",
-                     "points": [[n, v] for n, v in sorted(CUDA_SAMPLES_H200.items())]})
+        refs.append(
+            {
+                "label": "CUDA samples nbody, H200 (DESIGN.md)",
+                "points": [[n, v] for n, v in sorted(CUDA_SAMPLES_H200.items())],
+            }
+        )
     return refs
 
 
@@ -130,10 +148,20 @@ def _progress(total: int, enabled: bool):
     return tqdm(total=total, unit="part", file=sys.stderr, leave=False, disable=not enabled)
 
 
-def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, repeats: int = 10,
-              progress: bool = True, physics: Physics | None = None, seed: int = 42,
-              scenes: list[str] | tuple[str, ...] = (DEFAULT_SCENE,), tunables: dict[str, list] | None = None,
-              error_sample: int = DEFAULT_ERROR_SAMPLE, max_seconds: float | None = None) -> dict:
+def run_bench(
+    backend_cls,
+    kernels: list[str],
+    ns: list[int],
+    warmup: int = 3,
+    repeats: int = 10,
+    progress: bool = True,
+    physics: Physics | None = None,
+    seed: int = 42,
+    scenes: list[str] | tuple[str, ...] = (DEFAULT_SCENE,),
+    tunables: dict[str, list] | None = None,
+    error_sample: int = DEFAULT_ERROR_SAMPLE,
+    max_seconds: float | None = None,
+) -> dict:
     """Time the force launch of every kernel at every N (see the module doc); returns the JSON-ready
     result. `scenes`: app.model.ics generators whose seeded bodies are timed, one set of rows per scene;
     `tunables`: {name: [values]} swept (app.tools.bench_sweep); `error_sample`: targets sampled for the force
@@ -146,8 +174,9 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
     warmup = max(int(warmup), 0)
     scenes = list(scenes)
     records = {rec.name: rec for rec in backend_cls.kernels()}
-    settings = kernel_settings([records[k] for k in kernels if k in records], tunables or {},
-                               records.values())  # ConfigError before any work
+    settings = kernel_settings(
+        [records[k] for k in kernels if k in records], tunables or {}, records.values()
+    )  # ConfigError before any work
     for scene in scenes:
         check_scene(scene)
     result = {
@@ -176,8 +205,13 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
         "results": [],
     }
     reason = backend_cls.why_not()
-    plan = [(scene, int(n), name, setting) for scene in scenes for n in ns for name in kernels
-            for setting in settings.get(name, [{}])]
+    plan = [
+        (scene, int(n), name, setting)
+        for scene in scenes
+        for n in ns
+        for name in kernels
+        for setting in settings.get(name, [{}])
+    ]
     approximate = {name for name, rec in records.items() if rec.approximate}
     sampled = sum(error_sample > 0 and name in approximate for _, _, name, _ in plan)
     bar = _progress(len(plan) + sampled, progress and reason is None)
@@ -188,7 +222,8 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
             backend = backend_cls()
             result["device"] = device_info(backend)
             result["fp32_issue_limit_interactions_per_s"] = result["device"].get(
-                "fp32_issue_limit_interactions_per_s")
+                "fp32_issue_limit_interactions_per_s"
+            )
         limit = result["fp32_issue_limit_interactions_per_s"]
         result["references"] = reference_lines(backend_cls.memory == "device", limit)
         for scene, n, name, setting in plan:
@@ -208,8 +243,9 @@ def run_bench(backend_cls, kernels: list[str], ns: list[int], warmup: int = 3, r
             if why is not None:
                 entry.update(status="skipped", reason=why)
             else:
-                entry.update(_time_one(backend, rec, bodies, physics, setting, warmup, repeats, max_seconds,
-                                       period))
+                entry.update(
+                    _time_one(backend, rec, bodies, physics, setting, warmup, repeats, max_seconds, period)
+                )
                 peak = result["device"].get("fp32_peak_tflops")
                 if peak and entry.get(WALK_TFLOPS_FIELD):
                     entry["walk_fp32_peak_fraction"] = entry[WALK_TFLOPS_FIELD] / peak
@@ -276,8 +312,13 @@ def _predicted_over(done: list[dict], entry: dict, steps: int, max_seconds: floa
     nothing smaller ran. The work of an all-pairs row grows as N²; that of a row that counted fewer
     interactions than N² (a tree) as N log N, which the trees' measured growth stays under (x5.1 to x8.3
     from 1M to 8M on the H200, against x9.2), so a tree is predicted long rather than short."""
-    smaller = [r for r in done if r.get("status") == "ok" and r["n"] < entry["n"]
-               and all(r.get(k) == entry[k] for k in ("kernel", "scene", "tunables"))]
+    smaller = [
+        r
+        for r in done
+        if r.get("status") == "ok"
+        and r["n"] < entry["n"]
+        and all(r.get(k) == entry[k] for k in ("kernel", "scene", "tunables"))
+    ]
     if not smaller:
         return None
     base = max(smaller, key=lambda r: r["n"])
@@ -285,16 +326,27 @@ def _predicted_over(done: list[dict], entry: dict, steps: int, max_seconds: floa
     if "pair_equivalent" in base:
         growth, law = ratio * math.log(entry["n"]) / math.log(max(base["n"], 2)), "N log N"
     else:
-        growth, law = ratio ** 2, "N²"
+        growth, law = ratio**2, "N²"
     predicted = steps * base["step_median_ms"] * 1e-3 * growth
     if predicted <= max_seconds:
         return None
-    return (f"not run: {steps} steps predicted to take {predicted:,.1f} s ({law} from "
-            f"{base['step_median_ms']:.3g} ms per step at N = {base['n']:,}) > --max-seconds {max_seconds:g}")
+    return (
+        f"not run: {steps} steps predicted to take {predicted:,.1f} s ({law} from "
+        f"{base['step_median_ms']:.3g} ms per step at N = {base['n']:,}) > --max-seconds {max_seconds:g}"
+    )
 
 
-def _time_one(backend, rec, bodies: Bodies, physics: Physics, setting: dict, warmup: int, repeats: int,
-              max_seconds: float | None, period: int = 1) -> dict:
+def _time_one(
+    backend,
+    rec,
+    bodies: Bodies,
+    physics: Physics,
+    setting: dict,
+    warmup: int,
+    repeats: int,
+    max_seconds: float | None,
+    period: int = 1,
+) -> dict:
     """One row: `warmup` untimed steps, then `repeats` samples of `period` single steps each (a method
     whose work repeats over a cycle, KernelRecord.period_tunable: each sample is the mean step of one
     whole cycle, so that the build of a tree refitted between builds counts at its share)."""
@@ -384,17 +436,24 @@ def cycle_mean(steps: list[StepTimings]) -> StepTimings:
         for key, value in t.extra.items():
             extra[key] = extra.get(key, 0.0) + value / k
     return StepTimings(
-        kernel=steps[0].kernel, steps=1, n=steps[0].n,
-        force_ms=sum(t.force_ms for t in steps) / k, integrate_ms=sum(t.integrate_ms for t in steps) / k,
-        map_ms=sum(t.map_ms for t in steps) / k, unmap_ms=sum(t.unmap_ms for t in steps) / k,
+        kernel=steps[0].kernel,
+        steps=1,
+        n=steps[0].n,
+        force_ms=sum(t.force_ms for t in steps) / k,
+        integrate_ms=sum(t.integrate_ms for t in steps) / k,
+        map_ms=sum(t.map_ms for t in steps) / k,
+        unmap_ms=sum(t.unmap_ms for t in steps) / k,
         interactions=round(sum(t.interactions for t in steps) / k),
         pair_equivalent=round(sum(t.pair_equivalent for t in steps) / k),
         force_evals=round(sum(t.force_evals for t in steps) / k),
-        body_cell=round(sum(t.body_cell for t in steps) / k), extra=extra)
+        body_cell=round(sum(t.body_cell for t in steps) / k),
+        extra=extra,
+    )
 
 
-def _running_over(done: int, total: int, elapsed: float, last: float,
-                  max_seconds: float | None) -> str | None:
+def _running_over(
+    done: int, total: int, elapsed: float, last: float, max_seconds: float | None
+) -> str | None:
     """Why a row stops after `done` of `total` steps: the wall time so far plus the remaining steps at the
     last one's pace exceeds `max_seconds`. The pace is trusted from the second step on (the first may
     include compiling and loading kernels), the elapsed time always."""
@@ -403,8 +462,10 @@ def _running_over(done: int, total: int, elapsed: float, last: float,
     projected = elapsed + (total - done) * last if done >= 2 else elapsed
     if projected <= max_seconds:
         return None
-    return (f"stopped after {done} of {total} steps: {projected:,.0f} s projected (the last step took "
-            f"{last:.2f} s) > --max-seconds {max_seconds:g}")
+    return (
+        f"stopped after {done} of {total} steps: {projected:,.0f} s projected (the last step took "
+        f"{last:.2f} s) > --max-seconds {max_seconds:g}"
+    )
 
 
 def _error_sample(backend, k: int, seed: int) -> dict:
@@ -416,8 +477,15 @@ def _error_sample(backend, k: int, seed: int) -> dict:
         s = measure(backend, k, np.random.default_rng(seed))
     except Exception as e:  # noqa: BLE001 - the timing stands; the row says why it has no error
         return {"sample": 0, "reason": f"{type(e).__name__}: {e}"}
-    return {"sample": s.k, "median": s.median, "p99": s.p99, "max": s.max, "budget_p99": s.budget_p99,
-            "within_budget": s.within_budget, "ms": s.ms}
+    return {
+        "sample": s.k,
+        "median": s.median,
+        "p99": s.p99,
+        "max": s.max,
+        "budget_p99": s.budget_p99,
+        "within_budget": s.within_budget,
+        "ms": s.ms,
+    }
 
 
 # --- bench --gpus 1,2: the same benchmark on K devices, and the scaling between them ----------------------
@@ -451,11 +519,20 @@ def scaling_rows(rows: list[dict]) -> list[dict]:
         base = min(by_k)
         for k in sorted(by_k):
             speedup = step_ms(by_k[base]) / step_ms(by_k[k])
-            out.append({"kernel": kernel, "scene": scene, "n": n,
-                        "tunables": dict(by_k[k].get("tunables") or {}), "gpus": k, "baseline_gpus": base,
-                        "step_ms": step_ms(by_k[k]),
-                        "exchange_ms": by_k[k].get(EXCHANGE_FIELD, 0.0), "speedup": speedup,
-                        "efficiency": speedup * base / k})
+            out.append(
+                {
+                    "kernel": kernel,
+                    "scene": scene,
+                    "n": n,
+                    "tunables": dict(by_k[k].get("tunables") or {}),
+                    "gpus": k,
+                    "baseline_gpus": base,
+                    "step_ms": step_ms(by_k[k]),
+                    "exchange_ms": by_k[k].get(EXCHANGE_FIELD, 0.0),
+                    "speedup": speedup,
+                    "efficiency": speedup * base / k,
+                }
+            )
     return out
 
 
@@ -467,8 +544,11 @@ def scaling_at_budget(result: dict) -> list[dict]:
     fewest = min(result.get("gpu_counts") or [1])
     entries = result.get("fastest_within_budget") or []
     sampled = {(e["kernel"], e.get("scene"), e["n"]) for e in entries}
-    chosen = {(e["kernel"], e.get("scene"), e["n"]): e["tunables"] for e in entries
-              if e.get("gpus", fewest) == fewest and e.get("tunables") is not None}
+    chosen = {
+        (e["kernel"], e.get("scene"), e["n"]): e["tunables"]
+        for e in entries
+        if e.get("gpus", fewest) == fewest and e.get("tunables") is not None
+    }
     out = []
     for row in result.get("scaling") or []:
         key = (row["kernel"], row.get("scene"), row["n"])
@@ -507,15 +587,21 @@ def format_scaling(result: dict) -> str:
     rows = result.get("scaling_at_budget") or []
     if not rows:
         return ""
-    lines = [f"{'kernel':<22} {'scene':<10} {'N':>11} {'GPUs':>5} {'step ms':>10} {'exchange ms':>12} "
-             f"{'speed-up':>9} {'efficiency':>10}"]
+    lines = [
+        f"{'kernel':<22} {'scene':<10} {'N':>11} {'GPUs':>5} {'step ms':>10} {'exchange ms':>12} "
+        f"{'speed-up':>9} {'efficiency':>10}"
+    ]
     for r in rows:
         label = " ".join(filter(None, [r["kernel"], format_tunables(r.get("tunables") or {})]))
-        lines.append(f"{label:<22} {r.get('scene') or '':<10} {r['n']:>11,} {r['gpus']:>5} "
-                     f"{r['step_ms']:>10.4f} {r['exchange_ms']:>12.4f} {r['speedup']:>9.2f} "
-                     f"{100 * r['efficiency']:>9.0f}%")
-    return ("scaling (force + exchange per step against the fewest devices; a tree at the fastest θ within "
-            "its budget on the fewest):\n" + "\n".join(lines))
+        lines.append(
+            f"{label:<22} {r.get('scene') or '':<10} {r['n']:>11,} {r['gpus']:>5} "
+            f"{r['step_ms']:>10.4f} {r['exchange_ms']:>12.4f} {r['speedup']:>9.2f} "
+            f"{100 * r['efficiency']:>9.0f}%"
+        )
+    return (
+        "scaling (force + exchange per step against the fewest devices; a tree at the fastest θ within "
+        "its budget on the fewest):\n" + "\n".join(lines)
+    )
 
 
 def rank_medians(per_step: list[dict[str, list[float]]]) -> dict:
@@ -570,17 +656,20 @@ def format_table(result: dict) -> str:
     # error columns only when a row sampled its force error
     equivalent = any(EQUIVALENT_FIELD in r for r in rows)
     errors = any("p99" in (r.get("error") or {}) for r in rows)
-    heads = (["force ms", "step ms", "G inter/s", "GFLOP/s(20)"]
-             + (["eq. all-pairs G/s"] if equivalent else [])
-             + (["err median", "err p99", "err max"] if errors else []))
+    heads = (
+        ["force ms", "step ms", "G inter/s", "GFLOP/s(20)"]
+        + (["eq. all-pairs G/s"] if equivalent else [])
+        + (["err median", "err p99", "err max"] if errors else [])
+    )
     widths = [11, 11, 11, 12] + ([17] if equivalent else []) + ([10, 9, 9] if errors else [])
     labels = [row_label(r) for r in rows]
     label_w = max([16, *map(len, labels)])
     scene_w = max([5, *(len(r.get("scene", DEFAULT_SCENE)) for r in rows)])
 
     def line(label: str, scene: str, n: str, cells: list[str], note: str = "") -> str:
-        text = (f"{label:<{label_w}} {scene:<{scene_w}} {n:>10} "
-                + " ".join(f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)))
+        text = f"{label:<{label_w}} {scene:<{scene_w}} {n:>10} " + " ".join(
+            f"{c:>{w}}" for c, w in zip(cells, widths, strict=True)
+        )
         return text + (f"  {note}" if note else "")
 
     lines = [head, line("kernel", "scene", "N", heads, "note")]
@@ -589,13 +678,17 @@ def format_table(result: dict) -> str:
         if r.get("status") == "ok":
             ips = r["interactions_per_s"]
             step = r.get("step_median_ms")
-            cells = [f"{r['median_ms']:.4f}", "-" if step is None else f"{step:.4f}", f"{ips / 1e9:.2f}",
-                     f"{r[GFLOPS_FIELD]:.1f}"]
+            cells = [
+                f"{r['median_ms']:.4f}",
+                "-" if step is None else f"{step:.4f}",
+                f"{ips / 1e9:.2f}",
+                f"{r[GFLOPS_FIELD]:.1f}",
+            ]
             if equivalent:
                 cells.append(f"{r[EQUIVALENT_FIELD] / 1e9:.2f}" if EQUIVALENT_FIELD in r else "-")
             err = r.get("error") or {}
             if errors:
-                cells += ([f"{err[k]:.2e}" for k in ("median", "p99", "max")] if "p99" in err else ["-"] * 3)
+                cells += [f"{err[k]:.2e}" for k in ("median", "p99", "max")] if "p99" in err else ["-"] * 3
             note = f"error sample: {err['reason']}" if "reason" in err else ""
             lines.append(line(label, scene, n, cells, note))
             lines += _detail_lines(r)
@@ -603,12 +696,12 @@ def format_table(result: dict) -> str:
             lines.append(line(label, scene, n, ["-"] * len(heads), f"{r.get('status')}: {r.get('reason')}"))
     if any("p99" in (r.get("error") or {}) for r in rows):
         k = max((r["error"]["sample"] for r in rows if "p99" in (r.get("error") or {})), default=0)
-        lines.append(f"err: relative acceleration error of {k:,} random targets against the exact all-pairs "
-                     "sum on the same device (step ms = force + integrate)")
+        lines.append(
+            f"err: relative acceleration error of {k:,} random targets against the exact all-pairs "
+            "sum on the same device (step ms = force + integrate)"
+        )
     lines += summary_lines(result.get("fastest_within_budget", []))
     return "\n".join(lines)
-
-
 
 
 def _detail_lines(r: dict) -> list[str]:
@@ -617,9 +710,11 @@ def _detail_lines(r: dict) -> list[str]:
     out = [f"{'':<16}   runs {r['runs']}"] if r.get("runs") else []
     if EQUIVALENT_FIELD in r:
         cells = r.get("body_cell", 0)
-        out.append(f"{'':<16}   {r['interactions'] / r['n']:,.0f} interactions/body (body-body + body-cell, "
-                   f"{100 * cells / r['interactions']:.0f}% body-cell): {r['interactions_per_s'] / 1e9:.2f} "
-                   f"G/s; equivalent all-pairs N²/t {r[EQUIVALENT_FIELD] / 1e9:.2f} G/s")
+        out.append(
+            f"{'':<16}   {r['interactions'] / r['n']:,.0f} interactions/body (body-body + body-cell, "
+            f"{100 * cells / r['interactions']:.0f}% body-cell): {r['interactions_per_s'] / 1e9:.2f} "
+            f"G/s; equivalent all-pairs N²/t {r[EQUIVALENT_FIELD] / 1e9:.2f} G/s"
+        )
     if r.get(STAGES_FIELD):
         split = " · ".join(f"{name} {ms:.3f}" for name, ms in r[STAGES_FIELD].items())
         out.append(f"{'':<16}   stages (median ms): {split}")
@@ -627,16 +722,20 @@ def _detail_lines(r: dict) -> list[str]:
         bb, bc = r["walk_flops"]
         share = r.get("walk_fp32_peak_fraction")
         peak = f", {100 * share:.0f}% of the device's FP32 peak" if share else ""
-        out.append(f"{'':<16}   walk {r[WALK_TFLOPS_FIELD]:.1f} TFLOP/s FP32 ({bb} flops per body-body, "
-                   f"{bc} per body-cell){peak}")
+        out.append(
+            f"{'':<16}   walk {r[WALK_TFLOPS_FIELD]:.1f} TFLOP/s FP32 ({bb} flops per body-body, "
+            f"{bc} per body-cell){peak}"
+        )
     if r.get(DEVICES_FIELD):
         split = " · ".join(f"{name} {ms:.3f}" for name, ms in r[DEVICES_FIELD].items())
         out.append(f"{'':<16}   devices (median force ms): {split}; exchange {r[EXCHANGE_FIELD]:.3f}")
     if r.get("ranks"):
         force = " / ".join(f"{v:.3f}" for v in r["rank_force_median_ms"])
         exchange = " / ".join(f"{v:.3f}" for v in r["rank_exchange_median_ms"])
-        out.append(f"{'':<16}   {r['ranks']} ranks (median ms per rank): force {force} · exchange {exchange}"
-                   f" · imbalance {100 * r['rank_imbalance']:.0f}%")
+        out.append(
+            f"{'':<16}   {r['ranks']} ranks (median ms per rank): force {force} · exchange {exchange}"
+            f" · imbalance {100 * r['rank_imbalance']:.0f}%"
+        )
     return out
 
 
@@ -654,9 +753,21 @@ def load_json(path) -> dict:
 def compare_kernel(first: dict, second: dict, kernel: str, ns: list[int]) -> list[dict]:
     """`kernel`'s rate at each N in two bench results: [{n, first, second, ratio = first / second}], with
     None where a result has no ok row (bench/best_default.sh: best untuned / best tuned)."""
+
     def rates(result: dict) -> dict[int, float]:
-        return {r["n"]: r["interactions_per_s"] for r in result.get("results", [])
-                if r.get("kernel") == kernel and r.get("status") == "ok"}
+        return {
+            r["n"]: r["interactions_per_s"]
+            for r in result.get("results", [])
+            if r.get("kernel") == kernel and r.get("status") == "ok"
+        }
+
     a, b = rates(first), rates(second)
-    return [{"n": n, "first": a.get(n), "second": b.get(n),
-             "ratio": a[n] / b[n] if a.get(n) and b.get(n) else None} for n in ns]
+    return [
+        {
+            "n": n,
+            "first": a.get(n),
+            "second": b.get(n),
+            "ratio": a[n] / b[n] if a.get(n) and b.get(n) else None,
+        }
+        for n in ns
+    ]

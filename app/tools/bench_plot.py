@@ -28,8 +28,18 @@ from app.engine.forces import format_tunables
 from app.tools.bench import EQUIVALENT_FIELD
 from app.tools.bench_sweep import step_ms
 
-COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
-          "#bcbd22", "#17becf")  # matplotlib's tab10: ten hues that stay apart
+COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)  # matplotlib's tab10: ten hues that stay apart
 MARKERS = "os^vDP*Xh<>p"  # 12 markers against 10 colours: the first repeated look is kernel 61
 LIMIT_COLOR = "crimson"
 REFERENCE_COLOR = "0.35"
@@ -73,8 +83,10 @@ def _looks(result: dict, labels: list[str]) -> dict[str, dict]:
     """label -> {color, marker}: one colour per kernel and scene (the part before the tunables), the
     marker stepping on per series, so that settings of one kernel share a hue and differ in marker."""
     several_scenes = len(result.get("scenes") or []) > 1
-    group_of = {series_label(r, several_scenes): (r["kernel"], r.get("scene") if several_scenes else None)
-                for r in result.get("results", [])}
+    group_of = {
+        series_label(r, several_scenes): (r["kernel"], r.get("scene") if several_scenes else None)
+        for r in result.get("results", [])
+    }
     groups = list(dict.fromkeys(group_of[label] for label in labels))
     seen: dict[tuple, int] = {}
     out = {}
@@ -121,15 +133,33 @@ def _rates_panel(ax, result: dict) -> None:
         ax.plot([n for n, _ in pts], [v / 1e9 for _, v in pts], linewidth=2, label=name, **style)
         if name in equivalent:
             eq = equivalent[name]
-            ax.plot([n for n, _ in eq], [v / 1e9 for _, v in eq], linestyle=":", linewidth=1.5,
-                    markerfacecolor="none", label=f"{name} (equivalent all-pairs)", **style)
+            ax.plot(
+                [n for n, _ in eq],
+                [v / 1e9 for _, v in eq],
+                linestyle=":",
+                linewidth=1.5,
+                markerfacecolor="none",
+                label=f"{name} (equivalent all-pairs)",
+                **style,
+            )
     for ref in result.get("references", []):
         if "interactions_per_s" in ref:
-            ax.axhline(ref["interactions_per_s"] / 1e9, linestyle="--", linewidth=1.5, color=LIMIT_COLOR,
-                       label=ref["label"])
+            ax.axhline(
+                ref["interactions_per_s"] / 1e9,
+                linestyle="--",
+                linewidth=1.5,
+                color=LIMIT_COLOR,
+                label=ref["label"],
+            )
         else:
-            ax.plot([n for n, _ in ref["points"]], [v / 1e9 for _, v in ref["points"]], linestyle="--",
-                    marker=".", color=REFERENCE_COLOR, label=ref["label"])
+            ax.plot(
+                [n for n, _ in ref["points"]],
+                [v / 1e9 for _, v in ref["points"]],
+                linestyle="--",
+                marker=".",
+                color=REFERENCE_COLOR,
+                label=ref["label"],
+            )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: _n_label(int(round(v)))))
@@ -144,8 +174,16 @@ def _rates_panel(ax, result: dict) -> None:
     ax.grid(True, which="major", alpha=0.35)
     skipped = sum(r.get("status") != "ok" for r in result.get("results", []))
     if skipped:
-        ax.text(0.99, 0.01, f"{skipped} run(s) not measured: see the JSON", transform=ax.transAxes,
-                ha="right", va="bottom", fontsize=9, color="0.4")
+        ax.text(
+            0.99,
+            0.01,
+            f"{skipped} run(s) not measured: see the JSON",
+            transform=ax.transAxes,
+            ha="right",
+            va="bottom",
+            fontsize=9,
+            color="0.4",
+        )
     _legend(ax)
 
 
@@ -156,27 +194,57 @@ def _accuracy_panel(ax, result: dict) -> None:
     groups: dict[tuple, list[dict]] = {}
     for r in sampled:
         groups.setdefault((r["kernel"], r.get("scene"), r["n"]), []).append(r)
-    chosen = {(e["kernel"], e["scene"], e["n"]): e for e in result.get("fastest_within_budget", [])
-              if e.get("tunables") is not None}
+    chosen = {
+        (e["kernel"], e["scene"], e["n"]): e
+        for e in result.get("fastest_within_budget", [])
+        if e.get("tunables") is not None
+    }
     exact = [r for r in rows if "p99" not in (r.get("error") or {})]
     for g, ((kernel, scene, n), group) in enumerate(groups.items()):
         color, marker = COLORS[g % len(COLORS)], MARKERS[g % len(MARKERS)]
         xs, ys = [r["error"]["p99"] for r in group], [step_ms(r) for r in group]
-        ax.plot(xs, ys, color=color, marker=marker, linewidth=1.5,
-                label=f"{kernel} · {scene} · {_n_label(n)}")
+        ax.plot(
+            xs, ys, color=color, marker=marker, linewidth=1.5, label=f"{kernel} · {scene} · {_n_label(n)}"
+        )
         for r, x, y in zip(group, xs, ys, strict=True):
-            ax.annotate(format_tunables(r.get("tunables") or {}) or "default", (x, y),
-                        textcoords="offset points", xytext=(4, 4), fontsize=7, color=color)
+            ax.annotate(
+                format_tunables(r.get("tunables") or {}) or "default",
+                (x, y),
+                textcoords="offset points",
+                xytext=(4, 4),
+                fontsize=7,
+                color=color,
+            )
         best = chosen.get((kernel, scene, n))
         if best is not None:
-            ax.plot([best["p99"]], [best["step_median_ms"]], linestyle="none", marker="o", markersize=14,
-                    markerfacecolor="none", markeredgecolor=color, markeredgewidth=1.5)
-            ax.annotate(f"{best['step_median_ms']:.2f} ms", (best["p99"], best["step_median_ms"]),
-                        textcoords="offset points", xytext=(8, -12), fontsize=8, color=color, weight="bold")
+            ax.plot(
+                [best["p99"]],
+                [best["step_median_ms"]],
+                linestyle="none",
+                marker="o",
+                markersize=14,
+                markerfacecolor="none",
+                markeredgecolor=color,
+                markeredgewidth=1.5,
+            )
+            ax.annotate(
+                f"{best['step_median_ms']:.2f} ms",
+                (best["p99"], best["step_median_ms"]),
+                textcoords="offset points",
+                xytext=(8, -12),
+                fontsize=8,
+                color=color,
+                weight="bold",
+            )
         for r in exact:
             if (r.get("scene"), r["n"]) == (scene, n):
-                ax.axhline(step_ms(r), color=color, linestyle="-.", linewidth=1.2,
-                           label=f"{r['kernel']} · {scene} · {_n_label(n)} (all-pairs: {step_ms(r):,.1f} ms)")
+                ax.axhline(
+                    step_ms(r),
+                    color=color,
+                    linestyle="-.",
+                    linewidth=1.2,
+                    label=f"{r['kernel']} · {scene} · {_n_label(n)} (all-pairs: {step_ms(r):,.1f} ms)",
+                )
     for budget in sorted({r["error"]["budget_p99"] for r in sampled if r["error"].get("budget_p99")}):
         ax.axvline(budget, color=LIMIT_COLOR, linestyle="--", linewidth=1.2, label=f"p99 budget {budget:g}")
     ax.set_xscale("log")

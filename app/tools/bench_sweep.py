@@ -20,8 +20,9 @@ from app.core.errors import ConfigError
 from app.engine.forces import KernelRecord, format_tunables
 
 
-def kernel_settings(selected: Iterable[KernelRecord], lists: Mapping[str, list],
-                    every: Iterable[KernelRecord]) -> dict[str, list[dict]]:
+def kernel_settings(
+    selected: Iterable[KernelRecord], lists: Mapping[str, list], every: Iterable[KernelRecord]
+) -> dict[str, list[dict]]:
     """kernel name -> the settings ({tunable: value}, validated by the record) to time it with, in the
     order given; [{}] for a kernel that has none of the listed tunables. ConfigError for a tunable none of
     `selected` has (naming those of `every` that have it) or a value out of a kernel's range."""
@@ -30,16 +31,25 @@ def kernel_settings(selected: Iterable[KernelRecord], lists: Mapping[str, list],
         if not any(_has(rec, name) for rec in selected):
             owners = [rec.name for rec in every if _has(rec, name)]
             chosen = ", ".join(rec.name for rec in selected) or "none"
-            where = (f"kernels with {name!r}: {', '.join(owners)}" if owners
-                     else "no kernel has it (`nbody-live info --kernels` lists the tunables)")
-            raise ConfigError(f"--tunable {name}: none of the selected kernels ({chosen}) has this tunable; "
-                              f"{where}")
+            where = (
+                f"kernels with {name!r}: {', '.join(owners)}"
+                if owners
+                else "no kernel has it (`nbody-live info --kernels` lists the tunables)"
+            )
+            raise ConfigError(
+                f"--tunable {name}: none of the selected kernels ({chosen}) has this tunable; {where}"
+            )
     out = {}
     for rec in selected:
-        own = [(name, list(dict.fromkeys(rec.tunable(name).validate(v, rec.name) for v in values)))
-               for name, values in lists.items() if _has(rec, name)]
-        out[rec.name] = [dict(zip([name for name, _ in own], combo, strict=True))
-                         for combo in itertools.product(*(values for _, values in own))]
+        own = [
+            (name, list(dict.fromkeys(rec.tunable(name).validate(v, rec.name) for v in values)))
+            for name, values in lists.items()
+            if _has(rec, name)
+        ]
+        out[rec.name] = [
+            dict(zip([name for name, _ in own], combo, strict=True))
+            for combo in itertools.product(*(values for _, values in own))
+        ]
     return out
 
 
@@ -66,12 +76,16 @@ def fastest_within_budget(rows: Iterable[dict]) -> list[dict]:
         within = [r for r in group if r["error"]["p99"] <= budget]
         if within:
             best = min(within, key=step_ms)
-            entry.update(tunables=best.get("tunables", {}), step_median_ms=step_ms(best),
-                         p99=best["error"]["p99"])
+            entry.update(
+                tunables=best.get("tunables", {}), step_median_ms=step_ms(best), p99=best["error"]["p99"]
+            )
         else:
             closest = min(group, key=lambda r: r["error"]["p99"])
-            entry.update(tunables=None, smallest_p99=closest["error"]["p99"],
-                         smallest_p99_tunables=closest.get("tunables", {}))
+            entry.update(
+                tunables=None,
+                smallest_p99=closest["error"]["p99"],
+                smallest_p99_tunables=closest.get("tunables", {}),
+            )
         out.append(entry)
     return out
 
@@ -89,12 +103,16 @@ def summary_lines(entries: Iterable[dict]) -> list[str]:
         gpus = f" · {e['gpus']} GPU(s)" if "gpus" in e else ""
         head = f"{e['kernel']} · {e['scene']} · N = {e['n']:,}{gpus}: "
         if e["tunables"] is not None:
-            lines.append(head + f"fastest within p99 <= {e['budget_p99']:g}: "
-                         f"{format_tunables(e['tunables']) or 'default tunables'}, step "
-                         f"{e['step_median_ms']:.3f} ms (p99 {e['p99']:.2e}; {e['settings']} setting(s) "
-                         "measured)")
+            lines.append(
+                head + f"fastest within p99 <= {e['budget_p99']:g}: "
+                f"{format_tunables(e['tunables']) or 'default tunables'}, step "
+                f"{e['step_median_ms']:.3f} ms (p99 {e['p99']:.2e}; {e['settings']} setting(s) "
+                "measured)"
+            )
         else:
-            lines.append(head + f"none of {e['settings']} setting(s) met p99 <= {e['budget_p99']:g}; the "
-                         f"smallest p99 was {e['smallest_p99']:.2e} "
-                         f"({format_tunables(e['smallest_p99_tunables']) or 'default tunables'})")
+            lines.append(
+                head + f"none of {e['settings']} setting(s) met p99 <= {e['budget_p99']:g}; the "
+                f"smallest p99 was {e['smallest_p99']:.2e} "
+                f"({format_tunables(e['smallest_p99_tunables']) or 'default tunables'})"
+            )
     return lines

@@ -52,7 +52,6 @@ def series(result: dict, ranks: dict | None = None) -> dict[str, dict]:
     return out
 
 
-
 def scaling_figure(result: dict, ranks: dict | None = None) -> Figure:
     fig = Figure(figsize=(SIZE_PX[0] / DPI, SIZE_PX[1] / DPI), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
@@ -64,15 +63,27 @@ def scaling_figure(result: dict, ranks: dict | None = None) -> Figure:
         for key, pts in s["points"].items():
             pts = sorted(pts)
             how = f"{key} GPU{'s' if key != 1 else ''}" if isinstance(key, int) else key
-            times.plot([n for n, _ in pts], [ms for _, ms in pts], styles.get(key, ":"), color=color,
-                       marker=marker, label=f"{label} · {how}")
+            times.plot(
+                [n for n, _ in pts],
+                [ms for _, ms in pts],
+                styles.get(key, ":"),
+                color=color,
+                marker=marker,
+                label=f"{label} · {how}",
+            )
         for key, pts in s["speedup"].items():
             if key == counts[0]:
                 continue
             pts = sorted(pts)
             how = f"{key} GPUs" if isinstance(key, int) else key
-            gains.plot([n for n, _ in pts], [x for _, x in pts], styles.get(key, ":"), color=color,
-                       marker=marker, label=f"{label} · {how}")
+            gains.plot(
+                [n for n, _ in pts],
+                [x for _, x in pts],
+                styles.get(key, ":"),
+                color=color,
+                marker=marker,
+                label=f"{label} · {how}",
+            )
     ticks = sorted({r["n"] for r in result.get("scaling_at_budget") or []})
     for ax in (times, gains):
         log2_axis(ax, ticks, [_n_label(n) for n in ticks], "N (bodies)")

@@ -86,4 +86,5 @@ class Benchmark:
 
     def summary(self) -> str:
         return "benchmark done: " + ", ".join(
-            f"{r.kernel} {r.interactions_per_s / 1e9:.2f} G/s" for r in self.results if not r.error)
+            f"{r.kernel} {r.interactions_per_s / 1e9:.2f} G/s" for r in self.results if not r.error
+        )

@@ -17,8 +17,10 @@ def components_section(panel) -> None:
     renderer = panel.viewer.renderer
     panel._header("Components")
     if renderer.components is None:
-        imgui.text_disabled("the bodies form one component (no parts named by the file, the generator or "
-                            "the scene's [[components]])")
+        imgui.text_disabled(
+            "the bodies form one component (no parts named by the file, the generator or "
+            "the scene's [[components]])"
+        )
         return
     swatch = imgui.ColorEditFlags_.no_inputs | imgui.ColorEditFlags_.no_label
     for d in renderer.drawn:
@@ -37,8 +39,9 @@ def components_section(panel) -> None:
         imgui.same_line(210.0)
         imgui.set_next_item_width(130.0)
         lo, hi = BRIGHTNESS_RANGE
-        changed, v = imgui.slider_float(f"##brightness:{d.name}", float(d.brightness), lo, hi, "%.2f",
-                                        imgui.SliderFlags_.logarithmic)
+        changed, v = imgui.slider_float(
+            f"##brightness:{d.name}", float(d.brightness), lo, hi, "%.2f", imgui.SliderFlags_.logarithmic
+        )
         panel._rect(f"component:{d.name}:brightness")
         panel._tooltip(f"{key}.brightness: multiplies render.brightness for these bodies")
         if changed:

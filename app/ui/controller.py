@@ -51,8 +51,20 @@ PER_KERNEL_CAP = 8192  # frames kept per (kernel, N) for the median table
 MEDIAN_EVERY_S = 1.0  # how often the median table is recomputed while it is on screen
 LIVE_WINDOW = 15  # frames the live numbers are the median of
 ENERGY_RESET_KEYS = {"physics.G", "physics.softening", "physics.model", "physics.repulsion"}
-HISTORY_FIELDS = ("frame_ms", "force_ms", "integrate_ms", "mapunmap_ms", "draw_ms", "upload_ms", "record_ms",
-                  "panel_ms", "energy_ms", "probe_ms", "python_ms", "interactions_per_s")
+HISTORY_FIELDS = (
+    "frame_ms",
+    "force_ms",
+    "integrate_ms",
+    "mapunmap_ms",
+    "draw_ms",
+    "upload_ms",
+    "record_ms",
+    "panel_ms",
+    "energy_ms",
+    "probe_ms",
+    "python_ms",
+    "interactions_per_s",
+)
 
 
 @dataclass
@@ -100,9 +112,15 @@ class Controller(Actions):
         self._single_step: tuple[int, int] | None = None  # (frame at request, saved steps_per_frame)
         self.view_recorder = ViewRecorder(viewer, self._report)
         self.last_snapshot: Path | None = None
-        viewer.key_actions.update({"R": self.reset, "[": lambda: self.cycle_kernel(-1),
-                                   "]": lambda: self.cycle_kernel(+1), "V": self.toggle_recording,
-                                   "S": self.save_snapshot})
+        viewer.key_actions.update(
+            {
+                "R": self.reset,
+                "[": lambda: self.cycle_kernel(-1),
+                "]": lambda: self.cycle_kernel(+1),
+                "V": self.toggle_recording,
+                "S": self.save_snapshot,
+            }
+        )
 
     # --- what there is ---------------------------------------------------------------------------
     @property
@@ -129,8 +147,10 @@ class Controller(Actions):
                 return reason
         if self.backend.ranks > 1:
             if rec.backend != self.backend.name:
-                return (f"the {self.backend.ranks} MPI ranks run the {self.backend.name} backend (chosen at "
-                        "start: --backend)")
+                return (
+                    f"the {self.backend.ranks} MPI ranks run the {self.backend.name} backend (chosen at "
+                    "start: --backend)"
+                )
             reason = type(self.backend).kernel_why_not(name)  # what ranks add (GPU ranks: fp32 only)
             if reason:
                 return reason
@@ -314,8 +334,12 @@ class Controller(Actions):
             new = load_scene(name, {"initial.n": cur.initial.n})
             new.run.backend, new.run.kernel = cur.run.backend, self.backend.kernel
             ph = self.backend.physics
-            new.physics = new.physics.with_(timesteps=ph.timesteps, block_levels=ph.block_levels,
-                                            block_eta=ph.block_eta, block_coarsen=ph.block_coarsen)
+            new.physics = new.physics.with_(
+                timesteps=ph.timesteps,
+                block_levels=ph.block_levels,
+                block_eta=ph.block_eta,
+                block_coarsen=ph.block_coarsen,
+            )
             bodies = make_bodies(new)
             self.backend.set_physics(new.physics)
             self.viewer.scene = new
@@ -370,8 +394,10 @@ class Controller(Actions):
     # --- benchmark -------------------------------------------------------------------------------
     def start_benchmark(self, steps: int | None = None) -> str | None:
         if self.backend.ranks > 1:
-            return self._fail(f"the benchmark runs on one process, not on {self.backend.ranks} MPI ranks: "
-                              f"mpiexec -n {self.backend.ranks} nbody-live bench")
+            return self._fail(
+                f"the benchmark runs on one process, not on {self.backend.ranks} MPI ranks: "
+                f"mpiexec -n {self.backend.ranks} nbody-live bench"
+            )
         names = self.available()
         if not names:
             return self._fail("no kernel is available to benchmark")
@@ -379,8 +405,13 @@ class Controller(Actions):
         if steps < 1:
             return self._fail("benchmark steps must be at least 1")
         self.bench_steps = steps
-        self.bench = Benchmark(steps=steps, n=self.backend.n, pending=[self.record(n) for n in names],
-                               state=self.backend.state(), physics=self.backend.physics)
+        self.bench = Benchmark(
+            steps=steps,
+            n=self.backend.n,
+            pending=[self.record(n) for n in names],
+            state=self.backend.state(),
+            physics=self.backend.physics,
+        )
         self._ok(f"benchmark: {len(names)} kernels x {steps} steps at N = {self.backend.n:,}")
         return None
 
@@ -441,14 +472,34 @@ class Controller(Actions):
             self._skip_frames.discard(rec.frame)
             return  # start-up frames (compiles, first uploads) and benchmark frames are not the run's
         # panel_ms / energy_ms still hold the previous overlay's: the one inside this record's frame time
-        measured = (rec.force_ms + rec.integrate_ms + rec.map_ms + rec.unmap_ms + rec.draw_ms + rec.upload_ms
-                    + rec.record_ms + self.panel_ms + self.energy_ms + self.probe_ms)
+        measured = (
+            rec.force_ms
+            + rec.integrate_ms
+            + rec.map_ms
+            + rec.unmap_ms
+            + rec.draw_ms
+            + rec.upload_ms
+            + rec.record_ms
+            + self.panel_ms
+            + self.energy_ms
+            + self.probe_ms
+        )
         python_ms = max(rec.frame_ms - measured, 0.0) if rec.frame_ms > 0 else 0.0
-        self.history.push(rec.t, frame_ms=rec.frame_ms, force_ms=rec.force_ms, integrate_ms=rec.integrate_ms,
-                          mapunmap_ms=rec.map_ms + rec.unmap_ms, draw_ms=rec.draw_ms, upload_ms=rec.upload_ms,
-                          record_ms=rec.record_ms,
-                          panel_ms=self.panel_ms, energy_ms=self.energy_ms, probe_ms=self.probe_ms,
-                          python_ms=python_ms, interactions_per_s=rec.interactions_per_s)
+        self.history.push(
+            rec.t,
+            frame_ms=rec.frame_ms,
+            force_ms=rec.force_ms,
+            integrate_ms=rec.integrate_ms,
+            mapunmap_ms=rec.map_ms + rec.unmap_ms,
+            draw_ms=rec.draw_ms,
+            upload_ms=rec.upload_ms,
+            record_ms=rec.record_ms,
+            panel_ms=self.panel_ms,
+            energy_ms=self.energy_ms,
+            probe_ms=self.probe_ms,
+            python_ms=python_ms,
+            interactions_per_s=rec.interactions_per_s,
+        )
         if rec.steps > 0 and step is not None and step.kernel == rec.kernel:
             self._stages.append(step.stages)
             if "active_fraction" in step.extra:
@@ -514,8 +565,10 @@ class Controller(Actions):
         if not rows:
             return {}, 0.0
         names = list(rows[-1][0])
-        return ({name: float(np.median([d.get(name, 0.0) for d, _ in rows])) for name in names},
-                float(np.median([x for _, x in rows])))
+        return (
+            {name: float(np.median([d.get(name, 0.0) for d, _ in rows])) for name in names},
+            float(np.median([x for _, x in rows])),
+        )
 
     def close(self) -> None:
         """Finalise a recording still running (the viewer's GL context must still exist), stop the energy

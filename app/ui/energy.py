@@ -36,6 +36,7 @@ log = logging.getLogger(__name__)
 
 HOST_MAX_N = 65_536  # above this the host O(N²) potential takes seconds: energy needs the device reduction
 
+
 def potential_energy(pos: np.ndarray, mass: np.ndarray, physics: Physics, parallel: bool = False) -> float:
     """The host potential of app/engine/energy.py, with coincident pairs skipped as the forces skip them."""
     return fast_potential(pos, mass, physics, parallel, coincident_inf=False)
@@ -52,14 +53,19 @@ class Sample:
     e_total: float | None
 
 
-def host_diagnostics(bodies, physics: Physics, with_energy: bool = True,
-                     parallel: bool = False) -> tuple[Diagnostics, float]:
+def host_diagnostics(
+    bodies, physics: Physics, with_energy: bool = True, parallel: bool = False
+) -> tuple[Diagnostics, float]:
     """(Diagnostics, Σ m|r||v|) of a host state; potential energy NaN when `with_energy` is False."""
     pot = potential_energy(bodies.pos, bodies.mass, physics, parallel) if with_energy else float("nan")
-    d = Diagnostics(time=bodies.time, kinetic=kinetic_energy(bodies.vel, bodies.mass), potential=pot,
-                    momentum=tuple(linear_momentum(bodies.vel, bodies.mass)),
-                    angular_momentum=tuple(angular_momentum(bodies.pos, bodies.vel, bodies.mass)),
-                    momentum_scale=momentum_scale(bodies.vel, bodies.mass))
+    d = Diagnostics(
+        time=bodies.time,
+        kinetic=kinetic_energy(bodies.vel, bodies.mass),
+        potential=pot,
+        momentum=tuple(linear_momentum(bodies.vel, bodies.mass)),
+        angular_momentum=tuple(angular_momentum(bodies.pos, bodies.vel, bodies.mass)),
+        momentum_scale=momentum_scale(bodies.vel, bodies.mass),
+    )
     r, v = np.linalg.norm(bodies.pos, axis=1), np.linalg.norm(bodies.vel, axis=1)
     lscale = float(np.sum(bodies.mass * r * v))
     return d, lscale
@@ -153,8 +159,14 @@ class EnergyMonitor:
         self.source = "host read-back"
         bodies = backend.state()
         with_energy = bodies.n <= HOST_MAX_N
-        self.note = "" if with_energy else (f"N = {bodies.n:,} > {HOST_MAX_N:,}: the host O(N²) energy is "
-                                            "off (needs the device-side reduction)")
+        self.note = (
+            ""
+            if with_energy
+            else (
+                f"N = {bodies.n:,} > {HOST_MAX_N:,}: the host O(N²) energy is "
+                "off (needs the device-side reduction)"
+            )
+        )
         gen = self._generation
         parallel = not backend.uses_all_cores  # (else its kernels and this sum would fight over the cores)
         fut: Future = Future()
@@ -191,10 +203,13 @@ class EnergyMonitor:
             energy = abs(d.energy - e0) / abs(e0)
         dp = float(np.linalg.norm(np.subtract(d.momentum, b.momentum)))
         dl = float(np.linalg.norm(np.subtract(d.angular_momentum, b.angular_momentum)))
-        s = Sample(time=d.time, energy=energy,
-                   momentum=dp / b.momentum_scale if b.momentum_scale > 0 else 0.0,
-                   angular=dl / bl if bl > 0 else 0.0,
-                   e_total=d.energy if math.isfinite(d.potential) else None)
+        s = Sample(
+            time=d.time,
+            energy=energy,
+            momentum=dp / b.momentum_scale if b.momentum_scale > 0 else 0.0,
+            angular=dl / bl if bl > 0 else 0.0,
+            e_total=d.energy if math.isfinite(d.potential) else None,
+        )
         self.samples.append(s)
         if len(self.samples) > self.max_samples:
             del self.samples[: len(self.samples) - self.max_samples]

@@ -43,12 +43,36 @@ _BUTTONS = {1: 0, 2: 1, 3: 2}  # vispy: 1 left, 2 right, 3 middle -> ImGui 0, 1,
 def _key_map(imgui) -> dict[str, object]:
     K = imgui.Key
     m = {
-        "Tab": K.tab, "Left": K.left_arrow, "Right": K.right_arrow, "Up": K.up_arrow, "Down": K.down_arrow,
-        "PageUp": K.page_up, "PageDown": K.page_down, "Home": K.home, "End": K.end, "Insert": K.insert,
-        "Delete": K.delete, "Backspace": K.backspace, "Space": K.space, "Enter": K.enter, "Return": K.enter,
-        "Escape": K.escape, "Shift": K.left_shift, "Control": K.left_ctrl, "Alt": K.left_alt,
-        "Meta": K.left_super, "[": K.left_bracket, "]": K.right_bracket, "-": K.minus, "=": K.equal,
-        ".": K.period, ",": K.comma, "/": K.slash, ";": K.semicolon, "'": K.apostrophe, "\\": K.backslash,
+        "Tab": K.tab,
+        "Left": K.left_arrow,
+        "Right": K.right_arrow,
+        "Up": K.up_arrow,
+        "Down": K.down_arrow,
+        "PageUp": K.page_up,
+        "PageDown": K.page_down,
+        "Home": K.home,
+        "End": K.end,
+        "Insert": K.insert,
+        "Delete": K.delete,
+        "Backspace": K.backspace,
+        "Space": K.space,
+        "Enter": K.enter,
+        "Return": K.enter,
+        "Escape": K.escape,
+        "Shift": K.left_shift,
+        "Control": K.left_ctrl,
+        "Alt": K.left_alt,
+        "Meta": K.left_super,
+        "[": K.left_bracket,
+        "]": K.right_bracket,
+        "-": K.minus,
+        "=": K.equal,
+        ".": K.period,
+        ",": K.comma,
+        "/": K.slash,
+        ";": K.semicolon,
+        "'": K.apostrophe,
+        "\\": K.backslash,
         "`": K.grave_accent,
     }
     for c in "abcdefghijklmnopqrstuvwxyz":
@@ -85,9 +109,19 @@ def _replay_renderer_class():
     from OpenGL.raw.GL.VERSION import GL_3_0 as g30
     from OpenGL.raw.GL.VERSION import GL_3_2 as g32
 
-    ints = ("GL_CURRENT_PROGRAM", "GL_ACTIVE_TEXTURE", "GL_TEXTURE_BINDING_2D", "GL_ARRAY_BUFFER_BINDING",
-            "GL_VERTEX_ARRAY_BINDING", "GL_BLEND_SRC_RGB", "GL_BLEND_DST_RGB", "GL_BLEND_SRC_ALPHA",
-            "GL_BLEND_DST_ALPHA", "GL_BLEND_EQUATION_RGB", "GL_BLEND_EQUATION_ALPHA")
+    ints = (
+        "GL_CURRENT_PROGRAM",
+        "GL_ACTIVE_TEXTURE",
+        "GL_TEXTURE_BINDING_2D",
+        "GL_ARRAY_BUFFER_BINDING",
+        "GL_VERTEX_ARRAY_BINDING",
+        "GL_BLEND_SRC_RGB",
+        "GL_BLEND_DST_RGB",
+        "GL_BLEND_SRC_ALPHA",
+        "GL_BLEND_DST_ALPHA",
+        "GL_BLEND_EQUATION_RGB",
+        "GL_BLEND_EQUATION_ALPHA",
+    )
     caps = (GL.GL_BLEND, GL.GL_CULL_FACE, GL.GL_DEPTH_TEST, GL.GL_SCISSOR_TEST)
     enums = [int(getattr(GL, n)) for n in ints]
     idx_type = GL.GL_UNSIGNED_SHORT if imgui.INDEX_SIZE == 2 else GL.GL_UNSIGNED_INT
@@ -120,8 +154,24 @@ def _replay_renderer_class():
                 return
             draw_data.scale_clip_rects(io.display_framebuffer_scale)
             p = self._proj
-            p[:] = (2.0 / dw, 0.0, 0.0, 0.0, 0.0, -2.0 / dh, 0.0, 0.0,
-                    0.0, 0.0, -1.0, 0.0, -1.0, 1.0, 0.0, 1.0)
+            p[:] = (
+                2.0 / dw,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                -2.0 / dh,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                -1.0,
+                0.0,
+                -1.0,
+                1.0,
+                0.0,
+                1.0,
+            )
             vsize, isize = imgui.VERTEX_SIZE, imgui.INDEX_SIZE
             vparts, iparts, cmds = [], [], self._cmds
             vbase = ibase = 0
@@ -133,8 +183,18 @@ def _replay_renderer_class():
                     x, y, z, w = cmd.clip_rect
                     if z <= x or w <= y or cmd.elem_count == 0:
                         continue
-                    cmds.append((cmd.tex_ref.get_tex_id(), int(x), int(fb_h - w), int(z - x), int(w - y),
-                                 cmd.elem_count, (ibase + cmd.idx_offset) * isize, vbase + cmd.vtx_offset))
+                    cmds.append(
+                        (
+                            cmd.tex_ref.get_tex_id(),
+                            int(x),
+                            int(fb_h - w),
+                            int(z - x),
+                            int(w - y),
+                            cmd.elem_count,
+                            (ibase + cmd.idx_offset) * isize,
+                            vbase + cmd.vtx_offset,
+                        )
+                    )
                 vbase += nv
                 ibase += ni
             self.vertices = vbase
@@ -245,9 +305,14 @@ class ImGuiBridge:
         self._keys = _key_map(imgui)
         self._mods: set[str] = set()
         ev = viewer.events
-        self._connections = [(ev.mouse_move, self._on_mouse_move), (ev.mouse_press, self._on_mouse_press),
-                             (ev.mouse_release, self._on_mouse_release), (ev.mouse_wheel, self._on_wheel),
-                             (ev.key_press, self._on_key_press), (ev.key_release, self._on_key_release)]
+        self._connections = [
+            (ev.mouse_move, self._on_mouse_move),
+            (ev.mouse_press, self._on_mouse_press),
+            (ev.mouse_release, self._on_mouse_release),
+            (ev.mouse_wheel, self._on_wheel),
+            (ev.key_press, self._on_key_press),
+            (ev.key_release, self._on_key_release),
+        ]
         for emitter, cb in self._connections:
             emitter.connect(cb, position="first")
         self._capture_mouse = lambda: self.enabled and self._io_quiet().want_capture_mouse
@@ -258,8 +323,11 @@ class ImGuiBridge:
     # --- set-up ----------------------------------------------------------------------------------
     def _load_fonts(self, io, px: float) -> dict:
         fonts = {}
-        for key, rel in (("ui", "Roboto/Roboto-Regular.ttf"), ("bold", "Roboto/Roboto-Bold.ttf"),
-                         ("mono", "Inconsolata-Medium.ttf")):
+        for key, rel in (
+            ("ui", "Roboto/Roboto-Regular.ttf"),
+            ("bold", "Roboto/Roboto-Bold.ttf"),
+            ("mono", "Inconsolata-Medium.ttf"),
+        ):
             path = _font_dir() / rel
             try:
                 fonts[key] = io.fonts.add_font_from_file_ttf(str(path), px)
@@ -285,16 +353,26 @@ class ImGuiBridge:
         s.window_padding = (10.0, 8.0)
         C = imgui.Col_
         colors = {
-            C.window_bg: (0.07, 0.08, 0.10, 0.90), C.child_bg: (0.0, 0.0, 0.0, 0.0),
-            C.popup_bg: (0.09, 0.10, 0.12, 0.97), C.border: (0.30, 0.34, 0.40, 0.45),
-            C.frame_bg: (0.16, 0.18, 0.22, 0.90), C.frame_bg_hovered: (0.22, 0.26, 0.32, 1.0),
-            C.frame_bg_active: (0.26, 0.31, 0.38, 1.0), C.title_bg: (0.09, 0.10, 0.13, 1.0),
-            C.title_bg_active: (0.12, 0.15, 0.20, 1.0), C.header: (0.20, 0.30, 0.42, 0.70),
-            C.header_hovered: (0.26, 0.40, 0.56, 0.85), C.header_active: (0.30, 0.46, 0.64, 1.0),
-            C.button: (0.20, 0.30, 0.42, 0.80), C.button_hovered: (0.27, 0.42, 0.58, 1.0),
-            C.button_active: (0.32, 0.50, 0.70, 1.0), C.check_mark: (1.0, 0.67, 0.25, 1.0),
-            C.slider_grab: (1.0, 0.60, 0.20, 0.85), C.slider_grab_active: (1.0, 0.70, 0.30, 1.0),
-            C.plot_histogram: (1.0, 0.60, 0.20, 1.0), C.separator: (0.30, 0.34, 0.40, 0.5),
+            C.window_bg: (0.07, 0.08, 0.10, 0.90),
+            C.child_bg: (0.0, 0.0, 0.0, 0.0),
+            C.popup_bg: (0.09, 0.10, 0.12, 0.97),
+            C.border: (0.30, 0.34, 0.40, 0.45),
+            C.frame_bg: (0.16, 0.18, 0.22, 0.90),
+            C.frame_bg_hovered: (0.22, 0.26, 0.32, 1.0),
+            C.frame_bg_active: (0.26, 0.31, 0.38, 1.0),
+            C.title_bg: (0.09, 0.10, 0.13, 1.0),
+            C.title_bg_active: (0.12, 0.15, 0.20, 1.0),
+            C.header: (0.20, 0.30, 0.42, 0.70),
+            C.header_hovered: (0.26, 0.40, 0.56, 0.85),
+            C.header_active: (0.30, 0.46, 0.64, 1.0),
+            C.button: (0.20, 0.30, 0.42, 0.80),
+            C.button_hovered: (0.27, 0.42, 0.58, 1.0),
+            C.button_active: (0.32, 0.50, 0.70, 1.0),
+            C.check_mark: (1.0, 0.67, 0.25, 1.0),
+            C.slider_grab: (1.0, 0.60, 0.20, 0.85),
+            C.slider_grab_active: (1.0, 0.70, 0.30, 1.0),
+            C.plot_histogram: (1.0, 0.60, 0.20, 1.0),
+            C.separator: (0.30, 0.34, 0.40, 0.5),
         }
         for idx, col in colors.items():
             s.set_color_(idx, imgui.ImVec4(*col))
@@ -337,8 +415,12 @@ class ImGuiBridge:
     def _sync_mods(self, io, event) -> None:
         mods = {m.name for m in (event.modifiers or ()) if m is not None}
         K = self.imgui.Key
-        for name, key in (("Control", K.mod_ctrl), ("Shift", K.mod_shift), ("Alt", K.mod_alt),
-                          ("Meta", K.mod_super)):
+        for name, key in (
+            ("Control", K.mod_ctrl),
+            ("Shift", K.mod_shift),
+            ("Alt", K.mod_alt),
+            ("Meta", K.mod_super),
+        ):
             io.add_key_event(key, name in mods)
         self._mods = mods
 
@@ -385,8 +467,14 @@ class ImGuiBridge:
         self._get_ints(self._GL_VIEWPORT, self._vp)
         fw, fh = int(self._vp[2]) or w, int(self._vp[3]) or h
         target = (w, h, fw, fh)
-        rebuild = (force or self._dirty or self.refresh_hz <= 0 or self._last_t is None
-                   or target != self._target or t0 - self._last_t >= 1.0 / self.refresh_hz)
+        rebuild = (
+            force
+            or self._dirty
+            or self.refresh_hz <= 0
+            or self._last_t is None
+            or target != self._target
+            or t0 - self._last_t >= 1.0 / self.refresh_hz
+        )
         if rebuild:
             imgui.set_current_context(self.ctx)
             implot.set_current_context(self.plot_ctx)
@@ -438,8 +526,10 @@ class ImGuiBridge:
         for emitter, cb in self._connections:
             with contextlib.suppress(Exception):  # the canvas may already be gone
                 emitter.disconnect(cb)
-        for lst, f in ((self.viewer.capture_mouse, self._capture_mouse),
-                       (self.viewer.capture_keyboard, self._capture_keyboard)):
+        for lst, f in (
+            (self.viewer.capture_mouse, self._capture_mouse),
+            (self.viewer.capture_keyboard, self._capture_keyboard),
+        ):
             if f in lst:
                 lst.remove(f)
         imgui = self.imgui

@@ -62,10 +62,15 @@ from app.ui.style import (
 log = logging.getLogger(__name__)
 
 
-
 class Panel(OverlayPanel):
-    def __init__(self, viewer, controller: Controller | None = None, frame_log=None, visible: bool = True,
-                 screenshot_dir: str | Path = "out"):
+    def __init__(
+        self,
+        viewer,
+        controller: Controller | None = None,
+        frame_log=None,
+        visible: bool = True,
+        screenshot_dir: str | Path = "out",
+    ):
         from imgui_bundle import imgui, implot
 
         self.implot = implot
@@ -243,8 +248,13 @@ class Panel(OverlayPanel):
         if disabled_reason:
             imgui.begin_disabled()
         imgui.set_next_item_width(150.0)
-        self._combo(f"{label}##{key}", key, choices, self.controller.current_value(key),
-                    lambda c: self.controller.set_value(key, c))
+        self._combo(
+            f"{label}##{key}",
+            key,
+            choices,
+            self.controller.current_value(key),
+            lambda c: self.controller.set_value(key, c),
+        )
         if disabled_reason:
             imgui.end_disabled()
             self._tooltip(disabled_reason, disabled=True)
@@ -313,12 +323,14 @@ class Panel(OverlayPanel):
         else:
             dl.add_circle_filled(imgui.ImVec2(cx, cy), r, red)
         w, h = (int(v) for v in self.viewer.physical_size)
-        self._tooltip(f"V: record what the viewer draws - the particles only, without this panel - at the "
-                      f"window size ({w - w % 2}x{h - h % 2}) into {vr.directory}/recording-<time>.mp4 "
-                      f"(H.264, {vr.fps:g} fps sampled by wall time, the record "
-                      "command's quality settings). The file is written under a hidden temporary name and "
-                      "renamed when you stop (V again, or quitting). Frames the encoder cannot take are "
-                      "dropped and counted; the view never waits for it.")
+        self._tooltip(
+            f"V: record what the viewer draws - the particles only, without this panel - at the "
+            f"window size ({w - w % 2}x{h - h % 2}) into {vr.directory}/recording-<time>.mp4 "
+            f"(H.264, {vr.fps:g} fps sampled by wall time, the record "
+            "command's quality settings). The file is written under a hidden temporary name and "
+            "renamed when you stop (V again, or quitting). Frames the encoder cannot take are "
+            "dropped and counted; the view never waits for it."
+        )
         imgui.same_line()
         if rec is not None:
             q = imgui.get_cursor_screen_pos()
@@ -332,10 +344,13 @@ class Panel(OverlayPanel):
             self._rect("rec_indicator")
             imgui.same_line()
             dropped = rec.dropped
-            imgui.text_colored(imgui.ImVec4(*(WARN_TEXT if dropped else DIM_TEXT)),
-                               f"{rec.drawn} frames · {dropped} dropped")
-            self._tooltip(f"{rec.path}\ncapture {self.viewer.stats.record_ms:.2f} ms this frame; dropped: "
-                          "frames the encoder was too busy to take")
+            imgui.text_colored(
+                imgui.ImVec4(*(WARN_TEXT if dropped else DIM_TEXT)), f"{rec.drawn} frames · {dropped} dropped"
+            )
+            self._tooltip(
+                f"{rec.path}\ncapture {self.viewer.stats.record_ms:.2f} ms this frame; dropped: "
+                "frames the encoder was too busy to take"
+            )
         elif vr.recordings:
             imgui.align_text_to_frame_padding()
             imgui.text_disabled(str(vr.recordings[-1].path))
@@ -350,8 +365,10 @@ class Panel(OverlayPanel):
             imgui.pop_text_wrap_pos()
             self._rect("record_error")
 
-def measure_panel_cost(viewer, panel: Panel, frames: int = 200, block: int | None = None,
-                       warmup: int = 10) -> dict:
+
+def measure_panel_cost(
+    viewer, panel: Panel, frames: int = 200, block: int | None = None, warmup: int = 10
+) -> dict:
     """Frame time with the panel shown vs hidden, alternating blocks of `block` frames (the first frame
     of each block is dropped: its time spans the switch), driving `viewer.step_and_render()`.
 
@@ -387,16 +404,26 @@ def measure_panel_cost(viewer, panel: Panel, frames: int = 200, block: int | Non
     def trimmed(x, cut=0.05):  # the mean without the slowest / fastest 5 % (stray OS or GC pauses)
         x = sorted(x)
         k = int(len(x) * cut)
-        return mean(x[k:len(x) - k] if len(x) > 2 * k else x)
+        return mean(x[k : len(x) - k] if len(x) > 2 * k else x)
 
-    out = {"frames": frames, "shown_ms": med(shown), "hidden_ms": med(hidden),
-           "shown_mean_ms": mean(shown), "hidden_mean_ms": mean(hidden),
-           "shown_trim_ms": trimmed(shown), "hidden_trim_ms": trimmed(hidden),
-           "panel_cpu_ms": med(cpu), "panel_cpu_mean_ms": mean(cpu), "panel_gpu_ms": med(gpu),
-           "gpu_timer": panel.bridge.gpu_timer.method if panel.bridge.gpu_timed else "none",
-           "rebuilds": panel.bridge.builds - builds0, "shown_frames": len(shown),
-           "refresh_hz": panel.bridge.refresh_hz, "build_ms": panel.bridge.build_ms,
-           "replay_ms": panel.bridge.replay_ms}
+    out = {
+        "frames": frames,
+        "shown_ms": med(shown),
+        "hidden_ms": med(hidden),
+        "shown_mean_ms": mean(shown),
+        "hidden_mean_ms": mean(hidden),
+        "shown_trim_ms": trimmed(shown),
+        "hidden_trim_ms": trimmed(hidden),
+        "panel_cpu_ms": med(cpu),
+        "panel_cpu_mean_ms": mean(cpu),
+        "panel_gpu_ms": med(gpu),
+        "gpu_timer": panel.bridge.gpu_timer.method if panel.bridge.gpu_timed else "none",
+        "rebuilds": panel.bridge.builds - builds0,
+        "shown_frames": len(shown),
+        "refresh_hz": panel.bridge.refresh_hz,
+        "build_ms": panel.bridge.build_ms,
+        "replay_ms": panel.bridge.replay_ms,
+    }
     out["delta_ms"] = out["shown_ms"] - out["hidden_ms"]
     out["delta_mean_ms"] = out["shown_mean_ms"] - out["hidden_mean_ms"]
     out["delta_trim_ms"] = out["shown_trim_ms"] - out["hidden_trim_ms"]
@@ -404,10 +431,12 @@ def measure_panel_cost(viewer, panel: Panel, frames: int = 200, block: int | Non
 
 
 def panel_cost_line(m: dict) -> str:
-    return (f"panel cost over {m['frames']} frames: frame median {m['shown_ms']:.2f} ms shown vs "
-            f"{m['hidden_ms']:.2f} ms hidden ({m['delta_ms']:+.2f} ms/frame), "
-            f"mean {m['shown_mean_ms']:.2f} vs {m['hidden_mean_ms']:.2f} ms ({m['delta_mean_ms']:+.2f}), "
-            f"5%-trimmed mean {m['delta_trim_ms']:+.2f} ms/frame; the panel's own CPU time "
-            f"{m['panel_cpu_mean_ms']:.2f} ms/frame mean (median {m['panel_cpu_ms']:.2f}; UI rebuilt "
-            f"{m['rebuilds']}x at <= {m['refresh_hz']:g} Hz, last rebuild {m['build_ms']:.2f} ms + upload, "
-            f"replay {m['replay_ms']:.3f} ms), GPU {m['panel_gpu_ms']:.3f} ms ({m['gpu_timer']})")
+    return (
+        f"panel cost over {m['frames']} frames: frame median {m['shown_ms']:.2f} ms shown vs "
+        f"{m['hidden_ms']:.2f} ms hidden ({m['delta_ms']:+.2f} ms/frame), "
+        f"mean {m['shown_mean_ms']:.2f} vs {m['hidden_mean_ms']:.2f} ms ({m['delta_mean_ms']:+.2f}), "
+        f"5%-trimmed mean {m['delta_trim_ms']:+.2f} ms/frame; the panel's own CPU time "
+        f"{m['panel_cpu_mean_ms']:.2f} ms/frame mean (median {m['panel_cpu_ms']:.2f}; UI rebuilt "
+        f"{m['rebuilds']}x at <= {m['refresh_hz']:g} Hz, last rebuild {m['build_ms']:.2f} ms + upload, "
+        f"replay {m['replay_ms']:.3f} ms), GPU {m['panel_gpu_ms']:.3f} ms ({m['gpu_timer']})"
+    )

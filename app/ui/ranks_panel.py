@@ -20,8 +20,10 @@ def rank_medians(backend, frames: int) -> tuple[list[float], list[float]]:
     rows = list(backend.splits)[-frames:]
     if not rows:
         return [0.0] * backend.ranks, [0.0] * backend.ranks
-    return ([float(v) for v in np.median([f for f, _ in rows], axis=0)],
-            [float(v) for v in np.median([e for _, e in rows], axis=0)])
+    return (
+        [float(v) for v in np.median([f for f, _ in rows], axis=0)],
+        [float(v) for v in np.median([e for _, e in rows], axis=0)],
+    )
 
 
 def ranks_section(panel, frames: int) -> None:
@@ -43,13 +45,17 @@ def ranks_section(panel, frames: int) -> None:
                 panel._mono(text)
         imgui.end_table()
     panel._rect("ranks:table")
-    panel._tooltip("each rank's force evaluation of its share of the targets against all bodies, and its "
-                   "position exchange (Allgatherv after each step: it includes waiting for slower ranks)")
+    panel._tooltip(
+        "each rank's force evaluation of its share of the targets against all bodies, and its "
+        "position exchange (Allgatherv after each step: it includes waiting for slower ranks)"
+    )
     imgui.text(f"force imbalance {100 * imbalance(force):.0f}% (slowest / mean - 1)")
     imgui.set_next_item_width(160.0)
     changed, k = imgui.slider_int("gather every (frames)", int(b.gather_every), 1, GATHER_EVERY_MAX)
     panel._rect("ranks:gather_every")
-    panel._tooltip("how often rank 0 gathers every rank's velocities (the colours by speed, the energy "
-                   "monitor, snapshots); positions reach rank 0 every step through the exchange itself")
+    panel._tooltip(
+        "how often rank 0 gathers every rank's velocities (the colours by speed, the energy "
+        "monitor, snapshots); positions reach rank 0 every step through the exchange itself"
+    )
     if changed:
         ctl.set_gather_every(k)

@@ -45,11 +45,17 @@ class ReplayController(Actions):
         self.viewer = viewer
         self.message = ""
         self.view_recorder = ViewRecorder(viewer, self._report)
-        viewer.key_actions.update({
-            "Space": self.toggle_play, "Left": lambda: self.step_snapshot(-1),
-            "Right": lambda: self.step_snapshot(+1), "Home": lambda: self.replay.seek_snapshot(0),
-            "End": self.to_last, "V": self.view_recorder.toggle,
-            "R": lambda: self.replay.seek_snapshot(0)})
+        viewer.key_actions.update(
+            {
+                "Space": self.toggle_play,
+                "Left": lambda: self.step_snapshot(-1),
+                "Right": lambda: self.step_snapshot(+1),
+                "Home": lambda: self.replay.seek_snapshot(0),
+                "End": self.to_last,
+                "V": self.view_recorder.toggle,
+                "R": lambda: self.replay.seek_snapshot(0),
+            }
+        )
         for key in ("[", "]", "S"):  # kernels and snapshots of a live run: nothing to do in a replay
             viewer.key_actions.pop(key, None)
 
@@ -125,19 +131,34 @@ class ReplayPanel(OverlayPanel):
                 imgui.text_colored(imgui.ImVec4(*RED), "series of an interrupted run: its complete snapshots")
             self._transport()
             imgui.set_next_item_width(-1)
-            changed, t = imgui.slider_float("##time", float(r.t), float(s.start), float(s.end), "t = %.4g",
-                                            imgui.SliderFlags_.no_round_to_format)
+            changed, t = imgui.slider_float(
+                "##time",
+                float(r.t),
+                float(s.start),
+                float(s.end),
+                "t = %.4g",
+                imgui.SliderFlags_.no_round_to_format,
+            )
             self._rect("time_slider")
-            self._tooltip("the time shown: drag or click to move through the series; positions between two "
-                          "snapshots are interpolated linearly in time (velocities too, for the colours)")
+            self._tooltip(
+                "the time shown: drag or click to move through the series; positions between two "
+                "snapshots are interpolated linearly in time (velocities too, for the colours)"
+            )
             if changed:
                 ctl.seek(t)
             imgui.set_next_item_width(200)
-            changed, sps = imgui.slider_float("snapshots / s", float(ctl.snapshots_per_s()), *SPEED_RANGE,
-                                              "%.3g", imgui.SliderFlags_.logarithmic)
+            changed, sps = imgui.slider_float(
+                "snapshots / s",
+                float(ctl.snapshots_per_s()),
+                *SPEED_RANGE,
+                "%.3g",
+                imgui.SliderFlags_.logarithmic,
+            )
             self._rect("speed")
-            self._tooltip("playback speed in snapshots per second of wall time (mean spacing); each drawn "
-                          "frame shows the interpolated positions at its own time")
+            self._tooltip(
+                "playback speed in snapshots per second of wall time (mean spacing); each drawn "
+                "frame shows the interpolated positions at its own time"
+            )
             if changed:
                 ctl.set_snapshots_per_s(sps)
             changed, loop = imgui.checkbox("loop", r.loop)
@@ -184,9 +205,11 @@ class ReplayPanel(OverlayPanel):
         if imgui.button("Stop (V)" if rec else "Record (V)"):
             vr.toggle()
         self._rect("record")
-        self._tooltip(f"V: record what the viewer draws (without this panel) into {vr.directory}/"
-                      f"recording-<time>.mp4 at {vr.fps:g} fps of wall time; for a clip that spans the "
-                      "series frame by frame, use `nbody-live record DIR`")
+        self._tooltip(
+            f"V: record what the viewer draws (without this panel) into {vr.directory}/"
+            f"recording-<time>.mp4 at {vr.fps:g} fps of wall time; for a clip that spans the "
+            "series frame by frame, use `nbody-live record DIR`"
+        )
         imgui.same_line()
         imgui.align_text_to_frame_padding()
         if rec is not None:

@@ -96,8 +96,10 @@ class CudaBackend(MultiDeviceBackend):
         if reason:
             return reason
         if find_nvcc() is None:
-            return ("nvcc not found: the kernels are compiled on first use; install the CUDA toolkit "
-                    "(or set CUDA_HOME / NBODY_NVCC)")
+            return (
+                "nvcc not found: the kernels are compiled on first use; install the CUDA toolkit "
+                "(or set CUDA_HOME / NBODY_NVCC)"
+            )
         return None
 
     @classmethod
@@ -295,14 +297,17 @@ class CudaBackend(MultiDeviceBackend):
         run = self._require_state()
         n = self.n
         if n > registry.PAIR_MATRIX_MAX_N:
-            raise ConfigError(f"interaction matrix: N = {n:,} is over {registry.PAIR_MATRIX_MAX_N:,} "
-                              f"(it would take {4 * n * n / 2**30:.1f} GiB)")
+            raise ConfigError(
+                f"interaction matrix: N = {n:,} is over {registry.PAIR_MATRIX_MAX_N:,} "
+                f"(it would take {4 * n * n / 2**30:.1f} GiB)"
+            )
         repulsion, soft, eps2, g, h = force_arguments(self._physics)
         out = np.empty((n, n), dtype=np.float32)
         pos = run.devices[0].ptr["pos"]
         with self.device.scope:
-            fn = self.device.function(registry.PAIR_MATRIX_SOURCE,
-                                      f"pair_matrix_fill_{suffix(repulsion, soft)}", "PPifff")
+            fn = self.device.function(
+                registry.PAIR_MATRIX_SOURCE, f"pair_matrix_fill_{suffix(repulsion, soft)}", "PPifff"
+            )
             buf = self.device.drv.mem_alloc(max(4 * n * n, 16))
             try:
                 grid = (ceil_div(n, 16), ceil_div(n, 16))

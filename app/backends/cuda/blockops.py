@@ -95,8 +95,9 @@ class CudaBlockOps:
             return self.cp.linalg.norm(self.acc[self._rows(rows)], axis=1)  # stays on the device
 
     def tidal_norms(self, rows: np.ndarray) -> np.ndarray:
-        raise ValueError("criterion 'tidal' needs ||T|| from the walk, which the GPU tree does not compute "
-                         "yet")
+        raise ValueError(
+            "criterion 'tidal' needs ||T|| from the walk, which the GPU tree does not compute yet"
+        )
 
     # --- the state ---------------------------------------------------------------------------------
     @contextmanager
@@ -111,7 +112,6 @@ class CudaBlockOps:
             vel32 = cp.zeros((self.n, 4), np.float32)
             vel32[:, :3] = self.vel.astype(np.float32)
             yield "fp32", self.rows32.data.ptr, vel32.data.ptr
-
 
     # --- the host's view, for a Backend (app/backends/block.py) --------------------------------------
     def synchronize(self) -> None:
@@ -142,6 +142,7 @@ class CudaBlockOps:
         CUDA–GL interop), queued on the current stream; the caller synchronises before unmapping."""
         cp = self.cp
         with self.scope():
+
             def over(ptr: int, shape: tuple[int, ...]):
                 nbytes = int(np.prod(shape)) * 4
                 memory = cp.cuda.UnownedMemory(int(ptr), nbytes, owner=self)

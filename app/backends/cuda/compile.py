@@ -89,8 +89,9 @@ class FunctionResources:
     def problems(self) -> list[str]:
         out = []
         if self.spill_stores or self.spill_loads:
-            out.append(f"{self.name}: {self.spill_stores} bytes spill stores, "
-                       f"{self.spill_loads} bytes spill loads")
+            out.append(
+                f"{self.name}: {self.spill_stores} bytes spill stores, {self.spill_loads} bytes spill loads"
+            )
         if self.stack_frame:
             out.append(f"{self.name}: {self.stack_frame} bytes stack frame")
         return out
@@ -118,8 +119,9 @@ def parse_ptxas(log: str) -> dict[str, FunctionResources]:
             continue
         if (m := _FRAME.search(line)) and props is not None:
             target = found.setdefault(props, {"name": props})
-            target.update(stack_frame=int(m.group(1)), spill_stores=int(m.group(2)),
-                          spill_loads=int(m.group(3)))
+            target.update(
+                stack_frame=int(m.group(1)), spill_stores=int(m.group(2)), spill_loads=int(m.group(3))
+            )
             continue
         if (m := _USED.search(line)) and entry is not None:
             rec = found[entry]
@@ -174,8 +176,14 @@ def cache_key(path: Path, arch: str, options, include_dirs, nvcc: str) -> str:
     return h.hexdigest()
 
 
-def compile_file(source: str | os.PathLike, arch: str, options=None, include_dirs=None,
-                 use_cache: bool = True, nvcc: str | None = None) -> CompiledModule:
+def compile_file(
+    source: str | os.PathLike,
+    arch: str,
+    options=None,
+    include_dirs=None,
+    use_cache: bool = True,
+    nvcc: str | None = None,
+) -> CompiledModule:
     """Compile one .cu to a cubin for `arch` (e.g. 'sm_90'); served from the disk cache when unchanged.
 
     `options` None: NVCC_OPTIONS."""
@@ -184,8 +192,9 @@ def compile_file(source: str | os.PathLike, arch: str, options=None, include_dir
         raise KernelCompileError(path, arch, -1, f"{path}: no such kernel file")
     nvcc = nvcc or find_nvcc()
     if nvcc is None:
-        raise KernelCompileError(path, arch, -1, "nvcc not found (install the CUDA toolkit, or set CUDA_HOME "
-                                 "or NBODY_NVCC)")
+        raise KernelCompileError(
+            path, arch, -1, "nvcc not found (install the CUDA toolkit, or set CUDA_HOME or NBODY_NVCC)"
+        )
     dirs = _include_dirs(path, include_dirs)
     options = tuple(NVCC_OPTIONS if options is None else options)
     key = cache_key(path, arch, options, dirs, nvcc)
@@ -212,8 +221,9 @@ def compile_file(source: str | os.PathLike, arch: str, options=None, include_dir
         if proc.returncode != 0 or not out.is_file():
             raise KernelCompileError(path, arch, proc.returncode, log, cmd)
         cubin = out.read_bytes()
-    module = CompiledModule(path=path, arch=arch, cubin=cubin, log=log, functions=parse_ptxas(log),
-                            cached=False, key=key)
+    module = CompiledModule(
+        path=path, arch=arch, cubin=cubin, log=log, functions=parse_ptxas(log), cached=False, key=key
+    )
     if use_cache:
         _write_cache(cdir, stem, module)
     return module
@@ -228,8 +238,9 @@ def _read_cache(cdir: Path, stem: str, path: Path, arch: str, key: str) -> Compi
         functions = {name: FunctionResources(**f) for name, f in meta.get("functions", {}).items()}
     except (OSError, ValueError, TypeError):
         return None
-    return CompiledModule(path=path, arch=arch, cubin=cubin, log=meta.get("log", ""), functions=functions,
-                          cached=True, key=key)
+    return CompiledModule(
+        path=path, arch=arch, cubin=cubin, log=meta.get("log", ""), functions=functions, cached=True, key=key
+    )
 
 
 def _write_cache(cdir: Path, stem: str, module: CompiledModule) -> None:
@@ -239,8 +250,13 @@ def _write_cache(cdir: Path, stem: str, module: CompiledModule) -> None:
 
     try:
         cdir.mkdir(parents=True, exist_ok=True)
-        meta = {"key": module.key, "source": str(module.path), "arch": module.arch, "log": module.log,
-                "functions": {name: asdict(f) for name, f in module.functions.items()}}
+        meta = {
+            "key": module.key,
+            "source": str(module.path),
+            "arch": module.arch,
+            "log": module.log,
+            "functions": {name: asdict(f) for name, f in module.functions.items()},
+        }
         for suffix, data in ((".cubin", module.cubin), (".json", json.dumps(meta, indent=1).encode())):
             with atomic_write(cdir / f"{stem}{suffix}", "wb", "compiled kernel") as f:
                 f.write(data)

@@ -165,8 +165,11 @@ class DeviceFacts:
 
 
 def _smi_rows(extra: list[str]) -> list[str]:
-    cmd = ["nvidia-smi", "--query-gpu=clocks.max.sm,clocks.sm,driver_version",
-           "--format=csv,noheader,nounits"]
+    cmd = [
+        "nvidia-smi",
+        "--query-gpu=clocks.max.sm,clocks.sm,driver_version",
+        "--format=csv,noheader,nounits",
+    ]
     try:
         out = subprocess.run(cmd + extra, capture_output=True, text=True, timeout=20)
     except (OSError, subprocess.SubprocessError):
@@ -179,7 +182,7 @@ def _nvidia_smi(pci_bus_id: str | None, ordinal: int) -> dict:
     rows = _smi_rows([f"--id={pci_bus_id}"]) if pci_bus_id else []
     if not rows:
         every = _smi_rows([])
-        rows = every if len(every) == 1 else every[ordinal:ordinal + 1]
+        rows = every if len(every) == 1 else every[ordinal : ordinal + 1]
     if not rows:
         return {}
     fields = [f.strip() for f in rows[0].split(",")]
@@ -190,9 +193,11 @@ def _nvidia_smi(pci_bus_id: str | None, ordinal: int) -> dict:
         except ValueError:
             return None
 
-    return {"sm_clock_max_mhz": num(fields[0]) if fields else None,
-            "sm_clock_mhz": num(fields[1]) if len(fields) > 1 else None,
-            "driver_version": fields[2] if len(fields) > 2 else None}
+    return {
+        "sm_clock_max_mhz": num(fields[0]) if fields else None,
+        "sm_clock_mhz": num(fields[1]) if len(fields) > 1 else None,
+        "driver_version": fields[2] if len(fields) > 2 else None,
+    }
 
 
 def device_count() -> int:

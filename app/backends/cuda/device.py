@@ -94,8 +94,9 @@ class CudaDevice:
                 try:
                     fn = module.get_function(symbol)
                 except Exception as e:
-                    raise RuntimeFault(f"{source}: kernel symbol {symbol!r} not found on {self.name} "
-                                       f"({e})") from e
+                    raise RuntimeFault(
+                        f"{source}: kernel symbol {symbol!r} not found on {self.name} ({e})"
+                    ) from e
                 fn.prepare(arg_types)
             self._functions[key] = fn
         return fn

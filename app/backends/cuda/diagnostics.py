@@ -76,8 +76,15 @@ def potential_symbol(precision: str, repulsion: bool, soft: bool) -> str:
 def from_results(out: np.ndarray, time: float) -> DeviceDiagnostics:
     """The ten doubles diag_finalize writes, as a Diagnostics."""
     v = [float(x) for x in out]
-    return DeviceDiagnostics(time=float(time), kinetic=v[0], potential=v[9], momentum=(v[1], v[2], v[3]),
-                             angular_momentum=(v[4], v[5], v[6]), momentum_scale=v[7], angular_scale=v[8])
+    return DeviceDiagnostics(
+        time=float(time),
+        kinetic=v[0],
+        potential=v[9],
+        momentum=(v[1], v[2], v[3]),
+        angular_momentum=(v[4], v[5], v[6]),
+        momentum_scale=v[7],
+        angular_scale=v[8],
+    )
 
 
 # --- the launches ----------------------------------------------------------------------------------------
@@ -137,8 +144,9 @@ def launch_diagnostics(backend) -> PendingDiagnostics:
         prec = "f64" if fp64 else "f32"
         out = dev.pinned("diagnostics", RESULTS, np.float64)
         moments = dev.function(SOURCE, f"diag_moments_{prec}", "PPiP")
-        potential = dev.function(SOURCE, potential_symbol(prec, repulsion, soft),
-                                 "PidddiP" if fp64 else "PifddiP")
+        potential = dev.function(
+            SOURCE, potential_symbol(prec, repulsion, soft), "PidddiP" if fp64 else "PifddiP"
+        )
         finalize = dev.function(SOURCE, "diag_finalize", "PiPiP")
         base = dev.scratch("diagnostics", 8 * (MOMENTS * n_moments + n_potential + RESULTS))
         part_m = base

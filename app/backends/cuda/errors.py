@@ -16,16 +16,27 @@ class KernelCompileError(RuntimeFault):
         self.returncode = returncode
         self.log = log
         self.command = command
-        super().__init__(f"{path}: nvcc could not compile it for {arch} (exit status {returncode}):\n"
-                         f"{log.strip()}")
+        super().__init__(
+            f"{path}: nvcc could not compile it for {arch} (exit status {returncode}):\n{log.strip()}"
+        )
 
 
-def out_of_memory(n: int, need: int, free: int, gpu: str, bytes_per_body: float, what: str = "",
-                  held: int = 0, error: type[RuntimeFault] = RuntimeFault) -> RuntimeFault:
+def out_of_memory(
+    n: int,
+    need: int,
+    free: int,
+    gpu: str,
+    bytes_per_body: float,
+    what: str = "",
+    held: int = 0,
+    error: type[RuntimeFault] = RuntimeFault,
+) -> RuntimeFault:
     """The one out-of-memory message of the CUDA backend, all-pairs state and tree buffers alike: what N
     needs, what is free on which GPU, and the N that would fit (95% of `free` plus the `held` bytes the
     caller gives back first, at `bytes_per_body`), as an `error` (the state's: StateOutOfMemory)."""
     fits = max(0, int((free + held) * 0.95 / max(bytes_per_body, 1.0)))
     what = f" ({what})" if what else ""
-    return error(f"out of GPU memory: N = {n:,} bodies need {need / 2**20:,.1f} MiB{what} on {gpu} "
-                        f"but only {free / 2**20:,.1f} MiB are free; at most N ≈ {fits:,} fits")
+    return error(
+        f"out of GPU memory: N = {n:,} bodies need {need / 2**20:,.1f} MiB{what} on {gpu} "
+        f"but only {free / 2**20:,.1f} MiB are free; at most N ≈ {fits:,} fits"
+    )

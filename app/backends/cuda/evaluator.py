@@ -62,8 +62,9 @@ class CudaEvaluator(ForceEvaluator):
         if (n, devices) not in self._resolved:
             rec, tun, source, warning = policy.resolve(self._records, self.device.facts, n, devices)
             line = f"best: {source}: N = {n:,} -> {rec.name} {format_tunables(tun)}".strip()
-            said, key = (self._said, n) if devices == 1 else (_SAID_FOR_DEVICES,
-                                                              (self.device.facts.name, n, devices))
+            said, key = (
+                (self._said, n) if devices == 1 else (_SAID_FOR_DEVICES, (self.device.facts.name, n, devices))
+            )
             if said.get(key) != (warning, line):  # a reload resolves again: say it once, unless changed
                 if warning:
                     log.warning("%s", warning)
@@ -91,9 +92,11 @@ class CudaEvaluator(ForceEvaluator):
         rec, tun = self.active(sources.count)
         policy = rec.policy
         if policy.targets_within_sources and not sources.contains(targets):
-            raise ConfigError(f"{rec.name}: targets [{targets.start}, {targets.stop}) must lie within "
-                              f"the sources [{sources.start}, {sources.stop}) (Newton's third law needs both "
-                              "ends of every pair)")
+            raise ConfigError(
+                f"{rec.name}: targets [{targets.start}, {targets.stop}) must lie within "
+                f"the sources [{sources.start}, {sources.stop}) (Newton's third law needs both "
+                "ends of every pair)"
+            )
         work = policy.work(targets, sources)
         if targets.count == 0:  # a grid of no blocks cannot be launched; no sources still means a = 0
             return lambda: ForceWork(evaluations=1)
@@ -102,14 +105,16 @@ class CudaEvaluator(ForceEvaluator):
         if run is None:
             if len(self._plans) >= MAX_PLANS:
                 self._plans.clear()
-            run = self._plans[key] = policy.plan(self.device, rec, tun, self._args, targets.count,
-                                                 sources.count)
+            run = self._plans[key] = policy.plan(
+                self.device, rec, tun, self._args, targets.count, sources.count
+            )
         row = policy.row_bytes
         t, s, a = pos + row * targets.start, pos + row * sources.start, acc + row * targets.start
 
         def force() -> ForceWork:
             run(t, s, a, stream)
             return work
+
         return force
 
     def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:

@@ -43,13 +43,13 @@ def shown(path: Path) -> str:
 def check_pick(pick, records: dict, where: str) -> dict:
     """A pick {n, variant, tunables, ...} that names a swept kernel with allowed tunables, or the error."""
     if not isinstance(pick, dict) or not isinstance(pick.get("n"), int) or pick["n"] < 1:
-        raise HeuristicTableError(f"{where}: expected {{n (a whole number >= 1), variant, tunables}}, "
-                                  f"got {pick!r}")
+        raise HeuristicTableError(
+            f"{where}: expected {{n (a whole number >= 1), variant, tunables}}, got {pick!r}"
+        )
     rec = records.get(pick.get("variant"))
     if rec is None or not rec.tuned:
         swept = ", ".join(name for name, r in records.items() if r.tuned)
-        raise HeuristicTableError(f"{where}: {pick.get('variant')!r} is not a kernel `tune` sweeps "
-                                  f"({swept})")
+        raise HeuristicTableError(f"{where}: {pick.get('variant')!r} is not a kernel `tune` sweeps ({swept})")
     tunables = pick.get("tunables", {})
     if not isinstance(tunables, dict):
         raise HeuristicTableError(f"{where}: tunables must be a table, got {tunables!r}")
@@ -63,8 +63,9 @@ def check_pick(pick, records: dict, where: str) -> dict:
 def check_table(table, records: dict, path: Path) -> dict:
     """The table, after checking its schema and that every pick names an existing kernel configuration."""
     if not isinstance(table, dict) or table.get("schema") != SCHEMA:
-        raise HeuristicTableError(f"{path} is not a `best` heuristic table (its schema is not {SCHEMA}); "
-                                  + REPAIR)
+        raise HeuristicTableError(
+            f"{path} is not a `best` heuristic table (its schema is not {SCHEMA}); " + REPAIR
+        )
     families = table.get("families")
     if not isinstance(families, list):
         raise HeuristicTableError(f"{path}: 'families' must be a list")
@@ -87,11 +88,13 @@ def load_table(records, path: Path | None = None) -> dict:
     try:
         table = json.loads(path.read_text())
     except OSError as e:
-        raise HeuristicTableError(f"cannot read the `best` heuristic table {path}: {e.strerror or e}; "
-                                  f"{REPAIR}") from None
+        raise HeuristicTableError(
+            f"cannot read the `best` heuristic table {path}: {e.strerror or e}; {REPAIR}"
+        ) from None
     except ValueError as e:
-        raise HeuristicTableError(f"the `best` heuristic table {path} is not valid JSON ({e}); {REPAIR}") \
-            from None
+        raise HeuristicTableError(
+            f"the `best` heuristic table {path} is not valid JSON ({e}); {REPAIR}"
+        ) from None
     return check_table(table, {r.name: r for r in records}, path)
 
 
@@ -142,14 +145,18 @@ def family_from_tune(tune: dict, records, source: str, previous: dict | None = N
     try:
         layout = tuning_cache.as_file(tune)
     except ValueError:
-        raise HeuristicTableError(f"{source} is not a tune result (schema {tuning_cache.SCHEMA} or "
-                                  f"{tuning_cache.SCHEMA_1} with a gpu): give the file `nbody-live tune "
-                                  "--json` wrote") from None
+        raise HeuristicTableError(
+            f"{source} is not a tune result (schema {tuning_cache.SCHEMA} or "
+            f"{tuning_cache.SCHEMA_1} with a gpu): give the file `nbody-live tune "
+            "--json` wrote"
+        ) from None
     tunings = layout["tunings"]
     if "1" not in tunings:
         counts = ", ".join(tuning_cache.on_gpus(int(k)) for k in tunings)
-        raise HeuristicTableError(f"{source}: a tuning on {counts}, and the table holds the picks of one "
-                                  "GPU: give the JSON of `nbody-live tune` without --gpus")
+        raise HeuristicTableError(
+            f"{source}: a tuning on {counts}, and the table holds the picks of one "
+            "GPU: give the JSON of `nbody-live tune` without --gpus"
+        )
     tune = {**{k: layout.get(k) for k in tuning_cache.HEADER}, **tunings["1"]}
     best = tune.get("best")
     if not isinstance(best, list) or not best:
@@ -157,12 +164,23 @@ def family_from_tune(tune: dict, records, source: str, previous: dict | None = N
     picks = []
     for i, entry in enumerate(best):
         check_pick(entry, by_name, f"{source}: best[{i}]")
-        picks.append({k: entry[k] for k in ("n", "variant", "tunables", "interactions_per_s", "median_ms")
-                      if k in entry})
+        picks.append(
+            {
+                k: entry[k]
+                for k in ("n", "variant", "tunables", "interactions_per_s", "median_ms")
+                if k in entry
+            }
+        )
     cc = tune.get("compute_capability") or (previous or {}).get("compute_capability")
-    return {"gpu": tune["gpu"], "compute_capability": cc, "from": source, "tuned": tune.get("created"),
-            "driver": tune.get("driver"), "source_hash": tune.get("source_hash"),
-            "picks": sorted(picks, key=lambda p: p["n"])}
+    return {
+        "gpu": tune["gpu"],
+        "compute_capability": cc,
+        "from": source,
+        "tuned": tune.get("created"),
+        "driver": tune.get("driver"),
+        "source_hash": tune.get("source_hash"),
+        "picks": sorted(picks, key=lambda p: p["n"]),
+    }
 
 
 def updated_table(table: dict | None, tune: dict, records, source: str) -> dict:
@@ -171,10 +189,12 @@ def updated_table(table: dict | None, tune: dict, records, source: str) -> dict:
     previous = next((f for f in families if f.get("gpu") == tune.get("gpu")), None)
     family = family_from_tune(tune, records, source, previous)
     kept = [f for f in families if f.get("gpu") != family["gpu"]]
-    return {"schema": SCHEMA,
-            "doc": "best's picks per N for a GPU with no tuning cache; made by `nbody-live tune "
-                   "--update-heuristic TUNE.json` (app/backends/cuda/heuristic.py); do not edit by hand",
-            "families": sorted([*kept, family], key=lambda f: f["gpu"])}
+    return {
+        "schema": SCHEMA,
+        "doc": "best's picks per N for a GPU with no tuning cache; made by `nbody-live tune "
+        "--update-heuristic TUNE.json` (app/backends/cuda/heuristic.py); do not edit by hand",
+        "families": sorted([*kept, family], key=lambda f: f["gpu"]),
+    }
 
 
 def update_from_tune(tune_path: Path, records, path: Path | None = None) -> dict:

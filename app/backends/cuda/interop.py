@@ -83,9 +83,11 @@ class GLBuffers:
         """`mapped()`, checking that the buffers hold n bodies (RuntimeFault saying what to do if not)."""
         with self.mapped() as m:
             if m.pos_bytes < 16 * n or m.speed_bytes < 4 * n:
-                raise RuntimeFault(f"the GL buffers hold {m.pos_bytes // 16} positions / "
-                                   f"{m.speed_bytes // 4} speeds but N = {n}: resize them and call "
-                                   "attach_gl_buffers again")
+                raise RuntimeFault(
+                    f"the GL buffers hold {m.pos_bytes // 16} positions / "
+                    f"{m.speed_bytes // 4} speeds but N = {n}: resize them and call "
+                    "attach_gl_buffers again"
+                )
             yield m
 
     def capacity(self) -> int:

@@ -82,8 +82,11 @@ class IpcExchange:
         with self.device.timed("exchange"):
             for rank, span in enumerate(spans):
                 if rank != self.comm.rank and span.count:
-                    drv.memcpy_dtod_async(self.device.row_pointer(field, span),
-                                          self._base(rank, field) + size * span.start, size * span.count)
+                    drv.memcpy_dtod_async(
+                        self.device.row_pointer(field, span),
+                        self._base(rank, field) + size * span.start,
+                        size * span.count,
+                    )
         self._settled()
         self.ms += (time.perf_counter() - t) * 1e3
 
@@ -106,8 +109,9 @@ class IpcExchange:
                 slot = device.device.scratch("reduce-slot", size * span.count)
                 for rank in range(self.comm.size):
                     if rank != self.comm.rank:  # stream order: each add reads the slot before the next copy
-                        drv.memcpy_dtod_async(slot, self._base(rank, field) + size * span.start,
-                                              size * span.count)
+                        drv.memcpy_dtod_async(
+                            slot, self._base(rank, field) + size * span.start, size * span.count
+                        )
                         device.add_rows(field, span, slot)
         self._settled()
         self.ms += (time.perf_counter() - t) * 1e3

@@ -65,8 +65,9 @@ KEY_ORDER_SCRATCH = ("vel", "speed", "ids")  # take_key_order's gather goes thro
 class CudaShareDevice:
     """One GPU of a run: the single-GPU backend's one, each of --gpus K, each MPI rank's (module doc)."""
 
-    def __init__(self, ordinal: int, record_name: str, physics: Physics, bodies: Bodies, share: Span,
-                 devices: int = 1):
+    def __init__(
+        self, ordinal: int, record_name: str, physics: Physics, bodies: Bodies, share: Span, devices: int = 1
+    ):
         """`devices`: how many devices the run has (its `best` runs the tuning on that many GPUs; the fp64
         record runs on one only)."""
         self._records = {r.name: r for r in registry.RECORDS}
@@ -195,8 +196,9 @@ class CudaShareDevice:
                 tiles = policy.tiles(self.device, tun, self.n)
                 lo, hi = tiles.slices(weights)[self.index]
                 run = policy.plan_slice(self.device, rec, tun, args, self.n, lo, hi)
-                work = ForceWork(interactions=tiles.work(lo, hi), pair_equivalent=self.share.count * self.n,
-                                 evaluations=1)
+                work = ForceWork(
+                    interactions=tiles.work(lo, hi), pair_equivalent=self.share.count * self.n, evaluations=1
+                )
                 plan = self._pair_plans[key] = (run, work)
             run, work = plan
             run(self.ptr["pos"], self.ptr["acc"])
@@ -212,8 +214,13 @@ class CudaShareDevice:
         with self.device.scope:
             start = self.timer.start()
         work, self.domain_cuts = yield from self.evaluator.domain_phases(
-            self.ptr["pos"], self.ptr["sacc"], self.n, share_cuts(self.shares), self.index,
-            prev=self.ptr["acc"])
+            self.ptr["pos"],
+            self.ptr["sacc"],
+            self.n,
+            share_cuts(self.shares),
+            self.index,
+            prev=self.ptr["acc"],
+        )
         with self.device.scope:
             self.timer.stop("force", start)
         return work
@@ -237,12 +244,26 @@ class CudaShareDevice:
         grid = (ceil_div(n, 256), 1)
         with self.device.scope, self.timer.time("force"):
             gather = self.device.function(INTEGRATE_SOURCE, "key_order_gather", "PiPPPPPP")
-            gather.prepared_call(grid, (256, 1, 1), order, n, *(self.ptr[f] for f in KEY_ORDER_SCRATCH),
-                                 *(scratch[f] for f in KEY_ORDER_SCRATCH))
+            gather.prepared_call(
+                grid,
+                (256, 1, 1),
+                order,
+                n,
+                *(self.ptr[f] for f in KEY_ORDER_SCRATCH),
+                *(scratch[f] for f in KEY_ORDER_SCRATCH),
+            )
             take = self.device.function(INTEGRATE_SOURCE, "key_order_take", "iPPPPPPPPPP")
-            take.prepared_call(grid, (256, 1, 1), n, spos, self.ptr["sacc"],
-                               *(scratch[f] for f in KEY_ORDER_SCRATCH), self.ptr["pos"], self.ptr["acc"],
-                               *(self.ptr[f] for f in KEY_ORDER_SCRATCH))
+            take.prepared_call(
+                grid,
+                (256, 1, 1),
+                n,
+                spos,
+                self.ptr["sacc"],
+                *(scratch[f] for f in KEY_ORDER_SCRATCH),
+                self.ptr["pos"],
+                self.ptr["acc"],
+                *(self.ptr[f] for f in KEY_ORDER_SCRATCH),
+            )
         self._ids = None
         self.key_ordered = True
 
@@ -266,15 +287,24 @@ class CudaShareDevice:
         elif self.n:
             fn = self.device.function(INTEGRATE_SOURCE, "scatter_by_id", "iPPPPP")
             with self.device.scope:
-                fn.prepared_call((ceil_div(self.n, 256), 1), (256, 1, 1), self.n, self.ptr["ids"],
-                                 self.ptr["pos"], self.ptr["speed"], pos, speed)
+                fn.prepared_call(
+                    (ceil_div(self.n, 256), 1),
+                    (256, 1, 1),
+                    self.n,
+                    self.ptr["ids"],
+                    self.ptr["pos"],
+                    self.ptr["speed"],
+                    pos,
+                    speed,
+                )
 
     def add_rows(self, field: str, span: Span, part: int) -> None:
         """rows `span` of `field` += the float4 rows at device pointer `part` (a reduce-scatter's sum)."""
         if span.count:
             fn = self.device.function(INTEGRATE_SOURCE, "add_rows", "PPi")
-            fn.prepared_call((ceil_div(span.count, 256), 1), (256, 1, 1), self.row_pointer(field, span), part,
-                             span.count)
+            fn.prepared_call(
+                (ceil_div(span.count, 256), 1), (256, 1, 1), self.row_pointer(field, span), part, span.count
+            )
 
     def rank_exchange(self, comm, shares: list[Span], host):
         """MPI ranks (app/backends/distributed.py RankRun): a CUDA IPC exchange (ipc.py) where every rank of
@@ -426,8 +456,9 @@ class PeerExchange:
             with other.device.scope, other.timer.time("exchange"):
                 for owner, span in zip(devices, spans, strict=True):
                     if other is not owner and span.count:
-                        other.device.drv.memcpy_dtod_async(other.row_pointer(field, span),
-                                                           owner.row_pointer(field, span), size * span.count)
+                        other.device.drv.memcpy_dtod_async(
+                            other.row_pointer(field, span), owner.row_pointer(field, span), size * span.count
+                        )
         queue_after(devices, devices, f"{field}-read")
 
     def reduce_scatter(self, devices: list[CudaShareDevice], field: str) -> None:
@@ -446,8 +477,9 @@ class PeerExchange:
                 slot = owner.device.scratch("reduce-slot", size * span.count)
                 for other in devices:
                     if other is not owner:  # stream order: each add reads the slot before the next copy
-                        owner.device.drv.memcpy_dtod_async(slot, other.row_pointer(field, span),
-                                                           size * span.count)
+                        owner.device.drv.memcpy_dtod_async(
+                            slot, other.row_pointer(field, span), size * span.count
+                        )
                         owner.add_rows(field, span, slot)
         queue_after(devices, devices, f"{field}-reduced")
 
@@ -457,11 +489,17 @@ def make_exchange(devices: list[CudaShareDevice]):
     `--exchange auto` and `--exchange peer`."""
     ordinals = [d.device.ordinal for d in devices]
     drv = devices[0].device.drv
-    blocked = [(a, b) for a in ordinals for b in ordinals
-               if a != b and not drv.Device(a).can_access_peer(drv.Device(b))]
+    blocked = [
+        (a, b)
+        for a in ordinals
+        for b in ordinals
+        if a != b and not drv.Device(a).can_access_peer(drv.Device(b))
+    ]
     if blocked:
-        log.warning("GPUs %s cannot reach each other directly: positions are exchanged through host memory",
-                    ", ".join(f"{a}->{b}" for a, b in blocked))
+        log.warning(
+            "GPUs %s cannot reach each other directly: positions are exchanged through host memory",
+            ", ".join(f"{a}->{b}" for a, b in blocked),
+        )
         return HostExchange()
     return PeerExchange(devices)
 
@@ -480,6 +518,7 @@ def gpu_devices(ordinals: list[int]):
                 device.close()
             raise
         return devices
+
     return make
 
 
@@ -549,8 +588,9 @@ class GpuDevices:
         return gpu_devices(list(range(k)))
 
     @staticmethod
-    def gl_target(position_vbo: int, speed_vbo: int, devices: list, n: int, whole: bool = False,
-                  ordinal: int = 0):
+    def gl_target(
+        position_vbo: int, speed_vbo: int, devices: list, n: int, whole: bool = False, ordinal: int = 0
+    ):
         """CUDA-GL interop for the renderer's VBOs on the run's first GPU (`ordinal`; multi_interop.py),
         or None (it said why); `whole`: that GPU holds every body's rows."""
         from app.backends.cuda.multi_interop import attach_render_target

@@ -74,8 +74,9 @@ class GpuRenderTarget:
             self.gl.unregister()
 
 
-def attach_render_target(position_vbo: int, speed_vbo: int, devices, n: int, whole: bool = False,
-                         ordinal: int = 0) -> GpuRenderTarget | None:
+def attach_render_target(
+    position_vbo: int, speed_vbo: int, devices, n: int, whole: bool = False, ordinal: int = 0
+) -> GpuRenderTarget | None:
     """The VBOs registered on the run's first GPU (`ordinal`) and filled with the current state
     (`devices` empty: nothing loaded yet; `whole`: GpuRenderTarget.publish), or None after one warning
     saying why interop cannot work (the renderer uploads from the host)."""
@@ -98,6 +99,11 @@ def attach_render_target(position_vbo: int, speed_vbo: int, devices, n: int, who
             target.close()
             fall_back(str(e))
             return None
-    log.info("CUDA-GL interop active on GPU %d: the run's GPUs copy into GL buffers %d (positions) and %d "
-             "(speeds)", ordinal, int(position_vbo), int(speed_vbo))
+    log.info(
+        "CUDA-GL interop active on GPU %d: the run's GPUs copy into GL buffers %d (positions) and %d "
+        "(speeds)",
+        ordinal,
+        int(position_vbo),
+        int(speed_vbo),
+    )
     return target

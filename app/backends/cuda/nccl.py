@@ -53,8 +53,10 @@ def load_nccl():
     try:
         from cupy.cuda import nccl
     except ImportError as e:
-        raise ConfigError(f"--exchange nccl needs CuPy's NCCL binding, which does not import ({e}): "
-                          "pip install cupy-cuda13x, and " + FIX) from e
+        raise ConfigError(
+            f"--exchange nccl needs CuPy's NCCL binding, which does not import ({e}): "
+            "pip install cupy-cuda13x, and " + FIX
+        ) from e
     if not getattr(nccl, "available", True):
         raise ConfigError(f"--exchange nccl: NCCL is not installed: {FIX}")
     return nccl
@@ -79,8 +81,10 @@ class NcclExchange:
     def __init__(self, devices):
         ordinals = [d.device.ordinal for d in devices]
         if len(set(ordinals)) != len(ordinals):
-            raise ConfigError(f"--exchange nccl: GPUs {ordinals} repeat one; NCCL takes one rank per GPU "
-                              "(use --exchange peer)")
+            raise ConfigError(
+                f"--exchange nccl: GPUs {ordinals} repeat one; NCCL takes one rank per GPU "
+                "(use --exchange peer)"
+            )
         self.nccl = load_nccl()
         self.comms = self.nccl.NcclCommunicator.initAll(ordinals)
 
@@ -121,8 +125,9 @@ class NcclExchange:
                         if how == "broadcast":
                             comm.broadcast(rows, rows, floats * span.count, nccl.NCCL_FLOAT32, root, 0)
                         else:
-                            comm.reduce(rows, rows, floats * span.count, nccl.NCCL_FLOAT32, nccl.NCCL_SUM,
-                                        root, 0)
+                            comm.reduce(
+                                rows, rows, floats * span.count, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, root, 0
+                            )
         finally:
             nccl.groupEnd()
         for device, start in zip(devices, starts, strict=True):

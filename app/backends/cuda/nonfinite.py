@@ -52,8 +52,9 @@ class NonFiniteCheck:
         if rows.count:
             fn = self.device.function(INTEGRATE_SOURCE, "first_nonfinite", "PPiP")
             offset = ROW_BYTES * rows.start
-            fn.prepared_call((ceil_div(rows.count, BLOCK), 1), (BLOCK, 1, 1), pos + offset, vel + offset,
-                             rows.count, flag)
+            fn.prepared_call(
+                (ceil_div(rows.count, BLOCK), 1), (BLOCK, 1, 1), pos + offset, vel + offset, rows.count, flag
+            )
         self._launched = rows.start
 
     def result(self, wait: bool) -> int:

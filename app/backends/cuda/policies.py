@@ -94,8 +94,10 @@ class GridPolicy:
 
     def entries(self, rec, repulsion: bool, soft: bool, tun: dict) -> list[tuple[str, str]]:
         """(symbol, arg types) of every kernel one launch with these tunables uses, the force entry first."""
-        return [(self.symbol(rec, repulsion, soft, tun), self.arg_types),
-                *self.helpers(rec, repulsion, soft, tun)]
+        return [
+            (self.symbol(rec, repulsion, soft, tun), self.arg_types),
+            *self.helpers(rec, repulsion, soft, tun),
+        ]
 
     def symbols(self, rec) -> list[str]:
         """Every entry this record can launch over its allowed tunables (compile tests, preloading)."""
@@ -125,6 +127,7 @@ class GridPolicy:
 
         def run(t, s, a, stream=None):
             launch(fn, grid, block, stream, t, s, a, ni, nj, eps2, g, h, shared=shared)
+
         return run
 
     def candidates(self, rec, n: int, sms: int) -> list[dict]:
@@ -174,6 +177,7 @@ class MultiThreadPolicy(GridPolicy):
 
         def run(t, s, a, stream=None):
             launch(fn, grid, block, stream, t, s, a, ni, nj, eps2, g, h, shared=shared)
+
         return run
 
     def candidates(self, rec, n, sms):
@@ -200,6 +204,7 @@ class StreamsPolicy(GridPolicy):
                 launch(fn, (nfull // block, 1), block, s1, t, s, a, ni, nj, eps2, g, h, shared=shared)
             if ni > nfull:
                 launch(tail, (1, 1), block, s2, t, s, a, ni, nj, eps2, g, h, shared=shared)
+
         return run
 
 
@@ -251,8 +256,11 @@ class RegisterBlockedPolicy(GridPolicy):
         return [REGBLOCK_REDUCE]
 
     def symbol_tunables(self, rec):
-        return [{"k": k, "block_size": b} for k in rec.tunable("k").values
-                for b in rec.tunable("block_size").values]
+        return [
+            {"k": k, "block_size": b}
+            for k in rec.tunable("k").values
+            for b in rec.tunable("block_size").values
+        ]
 
     def plan(self, dev, rec, tun, args, ni, nj):
         repulsion, soft, eps2, g, h = args
@@ -265,8 +273,10 @@ class RegisterBlockedPolicy(GridPolicy):
             slices //= 2
         slice_len, slices = slice_plan(nj, block, slices)
         if slices == 1:
+
             def run(t, s, a, stream=None):
                 launch(fn, (body_blocks, 1), block, stream, t, s, a, ni, nj, eps2, g, h, 0, slice_len)
+
             return run
         red = dev.function(rec.source, *REGBLOCK_REDUCE, self.nvcc_options)
         nbytes, scale, rgrid = slices * npad * 16, 1.0 if repulsion else g, ceil_div(ni, REDUCE_BLOCK)
@@ -275,6 +285,7 @@ class RegisterBlockedPolicy(GridPolicy):
             partial = dev.scratch("regblock-partial", nbytes)  # looked up per launch: it may have grown
             launch(fn, (body_blocks, slices), block, stream, t, s, a, ni, nj, eps2, g, h, partial, slice_len)
             launch(red, (rgrid, 1), REDUCE_BLOCK, stream, partial, a, ni, npad, slices, scale)
+
         return run
 
     def candidates(self, rec, n, sms):
@@ -284,8 +295,11 @@ class RegisterBlockedPolicy(GridPolicy):
             auto = auto_slices(n, n, b, k, sms)
             others = (auto // 2, auto * 2, auto + auto // 2)
             near = {auto} | {slice_plan(n, b, s)[1] for s in others if s >= 1}
-            changes += [{"k": k, "block_size": b, "slices": 0 if s == auto else s}
-                        for s in sorted(near) if (0 if s == auto else s) in allowed]
+            changes += [
+                {"k": k, "block_size": b, "slices": 0 if s == auto else s}
+                for s in sorted(near)
+                if (0 if s == auto else s) in allowed
+            ]
         return _sweep(rec, changes)
 
 
@@ -354,8 +368,10 @@ class N3LPolicy(GridPolicy):
             launch(fn, (blocks, 1), block, stream, s, a, nj, eps2, g, h, chunk, cpr, 0, tasks)
 
         if ni == nj:  # the evaluator checked that the targets lie within the sources: they are the sources
+
             def run(t, s, a, stream=None):
                 whole(s, a, stream)
+
             return run
 
         def run(t, s, a, stream=None):
@@ -365,6 +381,7 @@ class N3LPolicy(GridPolicy):
                 drv.memcpy_dtod(a, scratch + (t - s), 16 * ni)
             else:
                 drv.memcpy_dtod_async(a, scratch + (t - s), 16 * ni, stream)
+
         return run
 
     def tiles(self, dev, tun: dict, n: int) -> PairTiles:
@@ -390,8 +407,23 @@ class N3LPolicy(GridPolicy):
             else:
                 drv.memset_d32_async(acc, 0, 4 * n, stream)
             if task_hi > task_lo:
-                launch(fn, (blocks, 1), block, stream, pos, acc, n, eps2, g, h, tiles.chunk,
-                       tiles.chunks_per_row, task_lo, task_hi)
+                launch(
+                    fn,
+                    (blocks, 1),
+                    block,
+                    stream,
+                    pos,
+                    acc,
+                    n,
+                    eps2,
+                    g,
+                    h,
+                    tiles.chunk,
+                    tiles.chunks_per_row,
+                    task_lo,
+                    task_hi,
+                )
+
         return run
 
     def candidates(self, rec, n, sms):
@@ -419,6 +451,7 @@ class Fp64Policy(GridPolicy):
         def run(t, s, a, stream=None):
             acc32 = dev.scratch("fp64-acc32", 16 * ni)
             launch(fn, grid, block, stream, t, s, acc32, ni, nj, eps2, g, h, a, shared=shared)
+
         return run
 
 
@@ -453,10 +486,16 @@ class BestPolicy(GridPolicy):
             if rec is not None:
                 return rec, tun, f"tuned cache for {facts.name} on {devices} GPUs", None
             rec, tun, source, warning = self.resolve(records, facts, n)
-            fallback = (f"best: no tuning on {devices} GPUs for N = {n:,} ({why}); running the one-GPU pick "
-                        f"{rec.name}; run `nbody-live tune --gpus {devices}` to tune on {devices} GPUs")
-            return (rec, tun, f"{source}, the one-GPU pick (none tuned on {devices} GPUs)",
-                    "; ".join(w for w in (warning, fallback) if w))
+            fallback = (
+                f"best: no tuning on {devices} GPUs for N = {n:,} ({why}); running the one-GPU pick "
+                f"{rec.name}; run `nbody-live tune --gpus {devices}` to tune on {devices} GPUs"
+            )
+            return (
+                rec,
+                tun,
+                f"{source}, the one-GPU pick (none tuned on {devices} GPUs)",
+                "; ".join(w for w in (warning, fallback) if w),
+            )
         from app.backends.cuda import heuristic
 
         warning = None
@@ -473,8 +512,10 @@ class BestPolicy(GridPolicy):
         if family is not None:
             pick = heuristic.nearest(family["picks"], n)
             rec = records[pick["variant"]]
-            source = (f"heuristic from {heuristic.shown(table_path)} for "
-                      f"{heuristic.describe_family(family, facts)} ({hint})")
+            source = (
+                f"heuristic from {heuristic.shown(table_path)} for "
+                f"{heuristic.describe_family(family, facts)} ({hint})"
+            )
             return rec, rec.with_tunables(pick.get("tunables", {})), source, warning
         rec = records[self.safe]
         unknown = "" if table is None else f", a GPU {heuristic.shown(table_path)} does not know"
@@ -494,8 +535,13 @@ class BestPolicy(GridPolicy):
             return None, None, why
         try:
             rec = records[choice["variant"]]
-            tun = rec.with_tunables({k: v for k, v in choice.get("tunables", {}).items()
-                                     if any(t.name == k for t in rec.tunables)})
+            tun = rec.with_tunables(
+                {
+                    k: v
+                    for k, v in choice.get("tunables", {}).items()
+                    if any(t.name == k for t in rec.tunables)
+                }
+            )
         except (ConfigError, KeyError, TypeError, ValueError) as e:
             return None, None, f"the cached choice cannot be used ({e})"
         return rec, tun, ""

@@ -23,11 +23,28 @@ from .force_sample import gather_rows
 from .state_ops import BYTES_PER_BODY, Fp32Ops, Fp64Ops
 
 # bytes per row on the device, and (values per row, dtype) of a row on the host
-ROW_BYTES = {"pos": 16, "vel": 16, "acc": 16, "speed": 4, "sacc": 16, "ids": 4,
-             "pos64": 32, "vel64": 32, "acc64": 32}
-HOST_ROWS = {"pos": (4, np.float32), "vel": (4, np.float32), "acc": (4, np.float32), "speed": (1, np.float32),
-             "sacc": (4, np.float32), "ids": (1, np.int32),
-             "pos64": (4, np.float64), "vel64": (4, np.float64), "acc64": (4, np.float64)}
+ROW_BYTES = {
+    "pos": 16,
+    "vel": 16,
+    "acc": 16,
+    "speed": 4,
+    "sacc": 16,
+    "ids": 4,
+    "pos64": 32,
+    "vel64": 32,
+    "acc64": 32,
+}
+HOST_ROWS = {
+    "pos": (4, np.float32),
+    "vel": (4, np.float32),
+    "acc": (4, np.float32),
+    "speed": (1, np.float32),
+    "sacc": (4, np.float32),
+    "ids": (1, np.int32),
+    "pos64": (4, np.float64),
+    "vel64": (4, np.float64),
+    "acc64": (4, np.float64),
+}
 STATE = ("pos", "vel", "acc", "speed")  # what every state holds
 FP64 = ("pos64", "vel64", "acc64")  # the fp64 record's double state
 
@@ -79,8 +96,15 @@ class GpuState:
             raise self._oom(n, need, free, 0) from e
 
     def _oom(self, n: int, need: int, free: int, held: int) -> StateOutOfMemory:
-        return out_of_memory(n, need, free, self.name or self.device.facts.name, BYTES_PER_BODY, held=held,
-                             error=StateOutOfMemory)
+        return out_of_memory(
+            n,
+            need,
+            free,
+            self.name or self.device.facts.name,
+            BYTES_PER_BODY,
+            held=held,
+            error=StateOutOfMemory,
+        )
 
     def holds(self, field: str) -> bool:
         return field in self._alloc
@@ -160,5 +184,10 @@ class GpuState:
         """The fp64 record's updates (kernels/fp64.cu) on every row: the double state, and the float rows
         drawn and checked."""
         everyone = Span.all(self.n)
-        return Fp64Ops(self.device, force, self.n, *(self.pointer(f) for f in FP64),
-                       *(self.row_pointer(f, everyone) for f in ("pos", "vel", "speed")))
+        return Fp64Ops(
+            self.device,
+            force,
+            self.n,
+            *(self.pointer(f) for f in FP64),
+            *(self.row_pointer(f, everyone) for f in ("pos", "vel", "speed")),
+        )

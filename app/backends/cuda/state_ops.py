@@ -51,19 +51,31 @@ class Fp32Ops(_Ops):
 class Fp64Ops(_Ops):
     KERNELS = {"fp64_kick_drift": "PPPPPidd", "fp64_kick": "PPPPid", "fp64_euler_damped": "PPPPPPidd"}
 
-    def __init__(self, device, force, n: int, pos64: int, vel64: int, acc64: int, pos: int, vel: int,
-                 speed: int):
+    def __init__(
+        self, device, force, n: int, pos64: int, vel64: int, acc64: int, pos: int, vel: int, speed: int
+    ):
         super().__init__(device, force, n, FP64_SOURCE, self.KERNELS)
         self.pos64, self.vel64, self.acc64 = pos64, vel64, acc64
         self.pos, self.vel, self.speed = pos, vel, speed
 
     def kick_drift(self, half_dt: float, dt: float) -> None:
-        self._launch("fp64_kick_drift", self.pos64, self.vel64, self.acc64, self.pos, self.vel, self.n,
-                     half_dt, dt)
+        self._launch(
+            "fp64_kick_drift", self.pos64, self.vel64, self.acc64, self.pos, self.vel, self.n, half_dt, dt
+        )
 
     def kick(self, half_dt: float) -> None:
         self._launch("fp64_kick", self.vel64, self.acc64, self.vel, self.speed, self.n, half_dt)
 
     def euler_damped(self, dt: float, damping: float) -> None:
-        self._launch("fp64_euler_damped", self.pos64, self.vel64, self.acc64, self.pos, self.vel, self.speed,
-                     self.n, dt, damping)
+        self._launch(
+            "fp64_euler_damped",
+            self.pos64,
+            self.vel64,
+            self.acc64,
+            self.pos,
+            self.vel,
+            self.speed,
+            self.n,
+            dt,
+            damping,
+        )

@@ -81,8 +81,11 @@ def format_topology(topo: Topology) -> list[str]:
     lines.append("  links: " + "; ".join(f"{code} = {describe_link(code)}" for code in kinds))
     blocked = [(a, b) for a in range(k) for b in range(k) if a != b and not topo.peer[a][b]]
     if blocked:
-        lines.append("  without peer access: " + ", ".join(f"{a}->{b}" for a, b in blocked)
-                     + " (--exchange auto then goes through host memory)")
+        lines.append(
+            "  without peer access: "
+            + ", ".join(f"{a}->{b}" for a, b in blocked)
+            + " (--exchange auto then goes through host memory)"
+        )
     return lines
 
 

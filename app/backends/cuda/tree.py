@@ -96,8 +96,10 @@ def cupy_module():
     try:
         import cupy
     except ImportError as e:  # pragma: no cover - depends on the machine
-        raise RuntimeFault("the GPU tree needs CuPy for its device sort: pip install cupy-cuda13x "
-                           "(make run installs it on a machine with an NVIDIA GPU)") from e
+        raise RuntimeFault(
+            "the GPU tree needs CuPy for its device sort: pip install cupy-cuda13x "
+            "(make run installs it on a machine with an NVIDIA GPU)"
+        ) from e
     return cupy
 
 
@@ -204,8 +206,9 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
     def _out_of_memory(self, n: int) -> RuntimeFault:
         need, free, held = self._memory(n)
         per_body = GROWTH * self.bytes_per_body(n) + BYTES_PER_BODY  # the tree's and the state's
-        return out_of_memory(n, need, free, self.device.facts.name, per_body, what="the tree's buffers",
-                             held=held)
+        return out_of_memory(
+            n, need, free, self.device.facts.name, per_body, what="the tree's buffers", held=held
+        )
 
     def stage_ms(self) -> dict[str, float]:
         """Milliseconds per stage (keys, sort, build, moments, walk) since the last call."""
@@ -227,15 +230,18 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
 
     def _require_within(self, targets: Span, sources: Span) -> None:
         if not sources.contains(targets):
-            raise ConfigError(f"{self.record.name}: targets [{targets.start}, {targets.stop}) must lie "
-                              f"within the sources [{sources.start}, {sources.stop}) (the GPU tree walks the "
-                              "groups of the sources' key order)")
+            raise ConfigError(
+                f"{self.record.name}: targets [{targets.start}, {targets.stop}) must lie "
+                f"within the sources [{sources.start}, {sources.stop}) (the GPU tree walks the "
+                "groups of the sources' key order)"
+            )
 
     def bind(self, pos: int, acc: int, targets: Span, sources: Span, stream=None) -> Callable[[], ForceWork]:
         self._require_within(targets, sources)
 
         def force() -> ForceWork:
             return self.evaluate(pos, acc, targets, sources, stream)
+
         return force
 
     def evaluate(self, pos, acc, targets: Span, sources: Span, stream=None) -> ForceWork:
@@ -257,8 +263,10 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         evaluation, as the twin's `evaluate_rows`. The work counts the active targets only. Builds every
         time (block steps need a(x) from x alone); the relative opening test is refused for that reason."""
         if self._tunables.get("opening") == "rel":
-            raise ConfigError(f"{self.record.name}: block steps take a geometric opening test (the relative "
-                              "one reads the last accelerations); use opening=cube or bmax")
+            raise ConfigError(
+                f"{self.record.name}: block steps take a geometric opening test (the relative "
+                "one reads the last accelerations); use opening=cube or bmax"
+            )
         cp = cupy_module()
         if isinstance(rows, np.ndarray):
             rows = rows.astype(np.int64, copy=False)
@@ -270,11 +278,23 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             mask = self._buf("active-mask", n, np.uint8)
             mask[:n] = 0
             mask[cp.asarray(rows)] = 1  # (a no-op copy for device rows, the block-step scheduler's)
-        return drain(self._phases(int(pos), int(acc), everyone, everyone, stream, int(rows.size) * n, None,
-                                  (0, 0), mask.data.ptr))[0]
+        return drain(
+            self._phases(
+                int(pos),
+                int(acc),
+                everyone,
+                everyone,
+                stream,
+                int(rows.size) * n,
+                None,
+                (0, 0),
+                mask.data.ptr,
+            )
+        )[0]
 
-    def evaluate_domain(self, pos, out, n: int, cuts, index: int, stream=None,
-                        prev: int = 0) -> tuple[ForceWork, list[int]]:
+    def evaluate_domain(
+        self, pos, out, n: int, cuts, index: int, stream=None, prev: int = 0
+    ) -> tuple[ForceWork, list[int]]:
         """One device's part of a domain split (app/parallel/decomposition.py): the tree of all n rows of
         `pos`, the walk of the groups of key range `index` only, each of its bodies' accelerations written to
         out[k] at its place k in key order (float4 rows). `cuts` (K + 1 bounds from 0 to n) are moved to
@@ -311,8 +331,9 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             # a refit's rows are its bodies in key order: a body's last row is its place
             return (yield from self._refit_phases(int(pos), int(out), built, stream, (int(prev), 0)))
         # a build's sorted body k was row sorder[k] of pos, and of prev
-        result = yield from self._phases(int(pos), int(out), everyone, everyone, stream, 0,
-                                         (list(cuts), int(index)), (int(prev), 1))
+        result = yield from self._phases(
+            int(pos), int(out), everyone, everyone, stream, 0, (list(cuts), int(index)), (int(prev), 1)
+        )
         if cadence.refits:
             self._built = _Built(key, list(self.levels), self._last_groups_range, result[1])
         cadence.built(int(n))
@@ -358,8 +379,18 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             buf = self._buffers[key] = new
         return buf
 
-    def _phases(self, pos: int, acc: int, targets: Span, sources: Span, stream, pairs: int,
-                domain=None, prev=(0, 0), mask: int = 0):
+    def _phases(
+        self,
+        pos: int,
+        acc: int,
+        targets: Span,
+        sources: Span,
+        stream,
+        pairs: int,
+        domain=None,
+        prev=(0, 0),
+        mask: int = 0,
+    ):
         """The evaluation as a generator that yields before each host read (`domain_phases`); `domain`
         (cuts, index): a domain split's part (evaluate_domain), else the targets' rows; `prev` (pointer,
         by_order): where the walk reads its targets' last accelerations (`_walk_all`); `mask`: a device
@@ -389,8 +420,9 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             part = self._buf("part", 6 * BOUNDS_BLOCKS, np.float32)
             box = self._buf("box", 5, np.float64)  # lo, size and the keys' scale (tree_bounds_finish)
             launch(self._fn("tree_bounds_partial"), (BOUNDS_BLOCKS, 1), 256, stream, src, nj, part.data.ptr)
-            launch(self._fn("tree_bounds_finish"), (1, 1), 1, stream, part.data.ptr, BOUNDS_BLOCKS,
-                   box.data.ptr)
+            launch(
+                self._fn("tree_bounds_finish"), (1, 1), 1, stream, part.data.ptr, BOUNDS_BLOCKS, box.data.ptr
+            )
             keys = self._buf("keys", nj, np.uint64)
             run("tree_keys", nj, src, nj, box.data.ptr, keys.data.ptr)
             events[1].record(stream)
@@ -401,8 +433,17 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             spos = self._buf("spos", 4 * nj, np.float32)
             skeys = self._buf("skeys", nj, np.uint64)
             sorder = self._buf("sorder", nj, np.int32)
-            run("tree_gather", nj, src, keys.data.ptr, order.data.ptr, nj, spos.data.ptr, skeys.data.ptr,
-                sorder.data.ptr)
+            run(
+                "tree_gather",
+                nj,
+                src,
+                keys.data.ptr,
+                order.data.ptr,
+                nj,
+                spos.data.ptr,
+                skeys.data.ptr,
+                sorder.data.ptr,
+            )
             del order
         cuts = None if domain is None else [int(c) for c in domain[0]]
         levels, cells, look = yield from self._build(on, run, stream, nj, leaf, group, skeys, cuts)
@@ -412,8 +453,8 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         groups, aligned = (0, self.ngroups), None
         if domain is not None:  # this device's run of groups: the cuts moved to group starts
             index = domain[1]
-            found = look[CUTS_SLOT:CUTS_SLOT + 2 * len(cuts)]
-            at, aligned = found[:len(cuts)], [int(a) for a in found[len(cuts):]]
+            found = look[CUTS_SLOT : CUTS_SLOT + 2 * len(cuts)]
+            at, aligned = found[: len(cuts)], [int(a) for a in found[len(cuts) :]]
             groups = (int(at[index]), int(at[index + 1]))
             pairs = (aligned[index + 1] - aligned[index]) * nj
         self._last_groups_range = groups
@@ -426,13 +467,39 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             lvl = self._buffers["levels"]
             cell_ptrs = [cells[k].data.ptr for k in CELL_FIELDS]
             for lv in range(len(levels) - 2, -1, -1):
-                self._per_level("tree_moments", stream, lvl.data.ptr, lv, spos.data.ptr, *cell_ptrs,
-                                mass.data.ptr, com.data.ptr, m2.data.ptr, bmax.data.ptr)
+                self._per_level(
+                    "tree_moments",
+                    stream,
+                    lvl.data.ptr,
+                    lv,
+                    spos.data.ptr,
+                    *cell_ptrs,
+                    mass.data.ptr,
+                    com.data.ptr,
+                    m2.data.ptr,
+                    bmax.data.ptr,
+                )
             mac, rel, pack, links = self._pack(run, levels, cell_ptrs, 0)
             events[4].record(stream)
-        work = yield from self._walk_all(on, group, gstart, targets, sources, spos.data.ptr,
-                                         sorder.data.ptr, links, mac, rel, pack, out, stream, groups,
-                                         sorted_out=domain is not None, prev=prev, mask=mask)
+        work = yield from self._walk_all(
+            on,
+            group,
+            gstart,
+            targets,
+            sources,
+            spos.data.ptr,
+            sorder.data.ptr,
+            links,
+            mac,
+            rel,
+            pack,
+            out,
+            stream,
+            groups,
+            sorted_out=domain is not None,
+            prev=prev,
+            mask=mask,
+        )
         self.levels = levels
         return self._finish(on, work, pairs), aligned
 
@@ -449,10 +516,28 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         trace_factor = 1.0 if repulsion else float(np.float32(eps2))
         b = self._buffers
         opening = OPENINGS.index(self._tunables.get("opening", "cube"))  # tree_pack's 0 cube, 1 bmax, 2 rel
-        run("tree_pack", ncell, ncell, b["levels"].data.ptr, len(levels) - 1, b["skeys"].data.ptr, *cell_ptrs,
-            b["box"].data.ptr, b["mass"].data.ptr, b["com"].data.ptr, b["m2"].data.ptr, b["bmax"].data.ptr,
-            cubes, float(self._tunables["theta"]), opening, trace_factor, mac.data.ptr, rel.data.ptr,
-            pack.data.ptr, links.data.ptr)
+        run(
+            "tree_pack",
+            ncell,
+            ncell,
+            b["levels"].data.ptr,
+            len(levels) - 1,
+            b["skeys"].data.ptr,
+            *cell_ptrs,
+            b["box"].data.ptr,
+            b["mass"].data.ptr,
+            b["com"].data.ptr,
+            b["m2"].data.ptr,
+            b["bmax"].data.ptr,
+            cubes,
+            float(self._tunables["theta"]),
+            opening,
+            trace_factor,
+            mac.data.ptr,
+            rel.data.ptr,
+            pack.data.ptr,
+            links.data.ptr,
+        )
         return mac, rel, pack, links
 
     def _finish(self, on, work: tuple[int, int], pairs: int) -> ForceWork:
@@ -493,16 +578,45 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             grown = self._buf("refit-grown", 1, np.int32)
             self._set32(grown.data.ptr, 0, 1, stream)
             for lv in range(len(levels) - 2, -1, -1):
-                self._per_level("tree_refit", stream, b["levels"].data.ptr, lv, pos, *cell_ptrs,
-                                b["skeys"].data.ptr, b["box"].data.ptr, b["mass"].data.ptr, b["com"].data.ptr,
-                                b["m2"].data.ptr, b["bmax"].data.ptr, lo3.data.ptr, hi3.data.ptr,
-                                cubes.data.ptr, grown.data.ptr)
+                self._per_level(
+                    "tree_refit",
+                    stream,
+                    b["levels"].data.ptr,
+                    lv,
+                    pos,
+                    *cell_ptrs,
+                    b["skeys"].data.ptr,
+                    b["box"].data.ptr,
+                    b["mass"].data.ptr,
+                    b["com"].data.ptr,
+                    b["m2"].data.ptr,
+                    b["bmax"].data.ptr,
+                    lo3.data.ptr,
+                    hi3.data.ptr,
+                    cubes.data.ptr,
+                    grown.data.ptr,
+                )
             mac, rel, pack, links = self._pack(run, levels, cell_ptrs, cubes.data.ptr)
             events[4].record(stream)
         everyone = Span.all(n)
-        work = yield from self._walk_all(on, group, b["group-start"], everyone, everyone, pos,
-                                         b["sorder"].data.ptr, links, mac, rel, pack, out, stream,
-                                         built.groups, sorted_out=True, prev=prev)
+        work = yield from self._walk_all(
+            on,
+            group,
+            b["group-start"],
+            everyone,
+            everyone,
+            pos,
+            b["sorder"].data.ptr,
+            links,
+            mac,
+            rel,
+            pack,
+            out,
+            stream,
+            built.groups,
+            sorted_out=True,
+            prev=prev,
+        )
         index = built.key[1]
         pairs = (built.aligned[index + 1] - built.aligned[index]) * n
         return self._finish(on, work, pairs), list(built.aligned)
@@ -569,7 +683,7 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
                 self._set32(cells["start"].data.ptr, 0, 1, stream)
                 self._set32(cells["count"].data.ptr, nj, 1, stream)
                 if cuts is not None:
-                    lvl[CUTS_SLOT + 2 * ncuts:CUTS_SLOT + 3 * ncuts].set(np.asarray(cuts, dtype=np.int32))
+                    lvl[CUTS_SLOT + 2 * ncuts : CUTS_SLOT + 3 * ncuts].set(np.asarray(cuts, dtype=np.int32))
             tickets = lvl.data.ptr + 4 * (LEVEL_SLOTS + 1)
             flag = lvl.data.ptr + 4 * LEVEL_SLOTS
             start, count, child, nchild = (cells[k].data.ptr for k in CELL_FIELDS)
@@ -577,30 +691,63 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
             while True:
                 with on():
                     for lv in range(level, stop):
-                        self._per_level("tree_level_split", stream, lvl.data.ptr, lv, leaf, skeys.data.ptr,
-                                        start, count, child, nchild, edges.data.ptr, cap, flag,
-                                        status.data.ptr, tickets, block=SPLIT_THREADS)
+                        self._per_level(
+                            "tree_level_split",
+                            stream,
+                            lvl.data.ptr,
+                            lv,
+                            leaf,
+                            skeys.data.ptr,
+                            start,
+                            count,
+                            child,
+                            nchild,
+                            edges.data.ptr,
+                            cap,
+                            flag,
+                            status.data.ptr,
+                            tickets,
+                            block=SPLIT_THREADS,
+                        )
                     # the groups, as if the tree ended here (it usually does): every cell is in
                     # [0, lvl[stop + 1]) then (level stop is empty and so are those after it)
                     mark = self._buf("group-mark", nj, np.int32)
                     incl = self._buf("group-incl", nj, np.int32)
                     gstart = self._buf("group-start", nj + 1, np.int32)
                     self._set32(mark.data.ptr, 0, nj, stream)
-                    run("tree_group_marks", cap, lvl.data.ptr + 4 * (stop + 1), GROUP_CELL_FACTOR * group,
-                        group, start, count, child, nchild, mark.data.ptr)
+                    run(
+                        "tree_group_marks",
+                        cap,
+                        lvl.data.ptr + 4 * (stop + 1),
+                        GROUP_CELL_FACTOR * group,
+                        group,
+                        start,
+                        count,
+                        child,
+                        nchild,
+                        mark.data.ptr,
+                    )
                     cp.cumsum(mark[:nj], dtype=np.int32, out=incl[:nj])
                     ngroups_at = lvl.data.ptr + 4 * NGROUPS_SLOT
-                    run("tree_group_starts", nj, mark.data.ptr, incl.data.ptr, nj, gstart.data.ptr,
-                        ngroups_at)
+                    run(
+                        "tree_group_starts", nj, mark.data.ptr, incl.data.ptr, nj, gstart.data.ptr, ngroups_at
+                    )
                     if cuts is not None:
-                        run("tree_domain_cuts", ncuts, gstart.data.ptr, ngroups_at,
-                            lvl.data.ptr + 4 * (CUTS_SLOT + 2 * ncuts), ncuts, lvl.data.ptr + 4 * CUTS_SLOT)
+                        run(
+                            "tree_domain_cuts",
+                            ncuts,
+                            gstart.data.ptr,
+                            ngroups_at,
+                            lvl.data.ptr + 4 * (CUTS_SLOT + 2 * ncuts),
+                            ncuts,
+                            lvl.data.ptr + 4 * CUTS_SLOT,
+                        )
                     self._events[3].record(stream)
                     queued = self._queued(stream)
                 yield queued
                 with on():
                     queued.wait()
-                    look = lvl[:CUTS_SLOT + 2 * ncuts].get()  # the host's one look at the build (usually)
+                    look = lvl[: CUTS_SLOT + 2 * ncuts].get()  # the host's one look at the build (usually)
                 if look[LEVEL_SLOTS] or stop > MAX_LEVEL or look[stop + 1] == look[stop]:
                     break  # overflowed, or every level queued, or the level after the last queued is empty
                 level, stop = stop, min(stop + EXTRA_LEVELS, MAX_LEVEL + 1)
@@ -610,8 +757,26 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
                 return levels, cells, look
             cap *= 2
 
-    def _walk_all(self, on, group, gstart, targets, sources, spos: int, sorder: int, links, mac, rel, pack,
-                  out, stream, groups: tuple[int, int], sorted_out: bool = False, prev=(0, 0), mask: int = 0):
+    def _walk_all(
+        self,
+        on,
+        group,
+        gstart,
+        targets,
+        sources,
+        spos: int,
+        sorder: int,
+        links,
+        mac,
+        rel,
+        pack,
+        out,
+        stream,
+        groups: tuple[int, int],
+        sorted_out: bool = False,
+        prev=(0, 0),
+        mask: int = 0,
+    ):
         """Launch the walk over the groups [groups[0], groups[1]) of the sorted bodies at `spos` (their
         rows: `sorder`); re-run it with deeper stacks if one overflowed (a generator of phases, as
         `_phases`). `prev` (pointer, by_order): the members' last accelerations for the relative test, at
@@ -623,8 +788,12 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
         fn = self._walk(repulsion, soft, group)
         ngroups = self.ngroups
         g_lo, g_hi = groups
-        blocks = max(1, min((g_hi - g_lo + WALK_WARPS - 1) // WALK_WARPS,
-                            WALK_BLOCKS_PER_SM * int(self.device.facts.sms)))
+        blocks = max(
+            1,
+            min(
+                (g_hi - g_lo + WALK_WARPS - 1) // WALK_WARPS, WALK_BLOCKS_PER_SM * int(self.device.facts.sms)
+            ),
+        )
         t_lo = int(targets.start - sources.start)
         while True:
             with on():
@@ -634,12 +803,35 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
                 stacks = self._buf("stacks", blocks * WALK_WARPS * self._stack_cap, np.int32)
                 self._set32(flags.data.ptr, 0, 2, stream)
                 self._set32(totals.data.ptr, 0, 4, stream)  # two uint64
-                args = (spos, sorder, gstart.data.ptr, t_lo, t_lo + int(targets.count),
-                        links.data.ptr, mac.data.ptr, pack.data.ptr, out, eps2, g, h, g_hi,
-                        stacks.data.ptr, self._stack_cap, flags.data.ptr, per_group["nbody"].data.ptr,
-                        per_group["ncell"].data.ptr, per_group["nactive"].data.ptr, totals.data.ptr, g_lo,
-                        int(sorted_out), rel.data.ptr, prev_ptr, int(prev_by_order), float(rel_scale),
-                        int(mask))
+                args = (
+                    spos,
+                    sorder,
+                    gstart.data.ptr,
+                    t_lo,
+                    t_lo + int(targets.count),
+                    links.data.ptr,
+                    mac.data.ptr,
+                    pack.data.ptr,
+                    out,
+                    eps2,
+                    g,
+                    h,
+                    g_hi,
+                    stacks.data.ptr,
+                    self._stack_cap,
+                    flags.data.ptr,
+                    per_group["nbody"].data.ptr,
+                    per_group["ncell"].data.ptr,
+                    per_group["nactive"].data.ptr,
+                    totals.data.ptr,
+                    g_lo,
+                    int(sorted_out),
+                    rel.data.ptr,
+                    prev_ptr,
+                    int(prev_by_order),
+                    float(rel_scale),
+                    int(mask),
+                )
                 launch(fn, (blocks, 1), 32 * WALK_WARPS, stream, *args)
                 queued = self._queued(stream)
             yield queued
@@ -651,17 +843,21 @@ class TreeEvaluator(CadencedTree, ForceEvaluator):
                     self._evaluated = True  # the rows written are this evaluator's: the next walk may read
                     return int(t[0]), int(t[1])
             if self._stack_cap >= 1 << 20:
-                raise RuntimeFault(f"{self.record.name}: the walk's stack overflowed at {self._stack_cap} "
-                                   "cells per group; this tree is deeper than any the walk is made for")
+                raise RuntimeFault(
+                    f"{self.record.name}: the walk's stack overflowed at {self._stack_cap} "
+                    "cells per group; this tree is deeper than any the walk is made for"
+                )
             self._stack_cap *= 2
-            log.warning("tree: a group's walk overflowed its stack; re-running with %d cells per warp",
-                        self._stack_cap)
+            log.warning(
+                "tree: a group's walk overflowed its stack; re-running with %d cells per warp",
+                self._stack_cap,
+            )
 
     def last_groups(self) -> dict[str, np.ndarray]:
         """Of the last walk: the group starts (with the end) and per group the list lengths (nbody,
         ncell) and targets written (nactive)."""
-        out = {k: self._buffers[f"group-{k}"][:self.ngroups].get() for k in GROUP_LISTS}
-        out["start"] = self._buffers["group-start"][:self.ngroups + 1].get()
+        out = {k: self._buffers[f"group-{k}"][: self.ngroups].get() for k in GROUP_LISTS}
+        out["start"] = self._buffers["group-start"][: self.ngroups + 1].get()
         return out
 
 

@@ -62,6 +62,8 @@ FINALISTS = 4
 FINAL_ROUNDS = 5
 FINAL_MAX_S = 3.0
 NOISE = 0.03  # within 3% of the fastest, a variant at its defaults wins over a tuned configuration
+
+
 def candidates(records) -> list[str]:
     """The names of the records `tune` sweeps, in phase-1 order: each record's `tune_rank`, most promising
     first (the first three are timed whatever the budget); swept records without one come after, in
@@ -93,17 +95,28 @@ def _measure(backend, repeats: int) -> dict:
     repeats = repeats_for(step_ms(backend.step(1)), repeats)
     steps = [backend.step(1) for _ in range(repeats)]
     samples = [step_ms(t) for t in steps]
-    out = {"median_ms": statistics.median(samples), "samples_ms": samples,
-           "interactions": steps[-1].interactions}
+    out = {
+        "median_ms": statistics.median(samples),
+        "samples_ms": samples,
+        "interactions": steps[-1].interactions,
+    }
     if steps[-1].devices:  # what the time of a step over several devices is made of
         out["force_median_ms"] = statistics.median(float(t.force_ms) for t in steps)
         out["exchange_median_ms"] = statistics.median(float(t.exchange_ms) for t in steps)
     return out
 
 
-def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budget_s: float = 120.0,
-             repeats: int = 3, physics=None, seed: int = 42, write: bool = True,
-             say: Callable[[str], None] = print) -> dict:
+def run_tune(
+    backend_cls,
+    ns: list[int],
+    variants: list[str] | None = None,
+    budget_s: float = 120.0,
+    repeats: int = 3,
+    physics=None,
+    seed: int = 42,
+    write: bool = True,
+    say: Callable[[str], None] = print,
+) -> dict:
     """Tune every variant at every N within `budget_s` seconds in all; write (as the tuning of its device
     count) and return the result. `backend_cls`: one GPU's backend, or its form over K devices
     (multi_backend_class: `base` and `k`), see the module doc."""
@@ -132,14 +145,26 @@ def run_tune(backend_cls, ns: list[int], variants: list[str] | None = None, budg
     gpu, driver = tuning_cache.device_key(facts)
     on = f" on {tuning_cache.on_gpus(devices)}" if devices > 1 else ""
     if devices > 1:
-        say(f"timing{on} through the multi-device driver (as `run --gpus {devices}` runs); the float64 "
-            f"reference on one GPU")
-    data = {"schema": tuning_cache.SCHEMA, "gpu": gpu, "driver": driver,
-            "compute_capability": heuristic.compute_capability(facts),
-            "source_hash": tuning_cache.source_hash(records.values()), "gpus": devices,
-            "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "physics": physics.as_dict(), "seed": seed, "repeats": repeats, "budget_s": budget_s,
-            "tolerance": TOLERANCE, "best": [], "measurements": []}
+        say(
+            f"timing{on} through the multi-device driver (as `run --gpus {devices}` runs); the float64 "
+            f"reference on one GPU"
+        )
+    data = {
+        "schema": tuning_cache.SCHEMA,
+        "gpu": gpu,
+        "driver": driver,
+        "compute_capability": heuristic.compute_capability(facts),
+        "source_hash": tuning_cache.source_hash(records.values()),
+        "gpus": devices,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "physics": physics.as_dict(),
+        "seed": seed,
+        "repeats": repeats,
+        "budget_s": budget_s,
+        "tolerance": TOLERANCE,
+        "best": [],
+        "measurements": [],
+    }
     begun = time.perf_counter()
     try:
         ns = sorted(set(int(n) for n in ns))
@@ -205,12 +230,24 @@ class _Sweep:
             backend.set_tunables(**cfg)
             m = _measure(backend, self.repeats)
         except Exception as e:  # recorded: one broken variant must not stop the sweep
-            return {"n": n, "variant": name, "tunables": cfg, "status": "failed",
-                    "reason": f"{type(e).__name__}: {e}"}
+            return {
+                "n": n,
+                "variant": name,
+                "tunables": cfg,
+                "status": "failed",
+                "reason": f"{type(e).__name__}: {e}",
+            }
         ips = m["interactions"] / (m["median_ms"] * 1e-3) if m["median_ms"] > 0 else 0.0
         split = {"split": decomposition_of(self.records[name]).name} if self.devices > 1 else {}
-        return {"n": n, "variant": name, "tunables": cfg, "status": "ok", "interactions_per_s": ips,
-                **split, **m}
+        return {
+            "n": n,
+            "variant": name,
+            "tunables": cfg,
+            "status": "ok",
+            "interactions_per_s": ips,
+            **split,
+            **m,
+        }
 
 
 def _keep_winner(data: dict, winner: dict | None, n: int, rows: list[dict], on: str, say) -> None:
@@ -218,15 +255,32 @@ def _keep_winner(data: dict, winner: dict | None, n: int, rows: list[dict], on: 
     if winner is None:
         say(f"N = {n:>9,}{on}: no configuration ran correctly")
         return
-    data["best"].append({k: winner[k] for k in ("n", "variant", "tunables", "interactions_per_s",
-                                                "median_ms", "max_rel_err", "chosen_because", "split",
-                                                "force_median_ms", "exchange_median_ms") if k in winner})
+    data["best"].append(
+        {
+            k: winner[k]
+            for k in (
+                "n",
+                "variant",
+                "tunables",
+                "interactions_per_s",
+                "median_ms",
+                "max_rel_err",
+                "chosen_because",
+                "split",
+                "force_median_ms",
+                "exchange_median_ms",
+            )
+            if k in winner
+        }
+    )
     rounds = len(winner.get("round_medians_ms", []))
     split = f" (split by {winner['split']})" if "split" in winner else ""
-    say(f"N = {n:>9,}{on}: {winner['variant']} {format_tunables(winner['tunables'])}{split}: "
+    say(
+        f"N = {n:>9,}{on}: {winner['variant']} {format_tunables(winner['tunables'])}{split}: "
         f"{winner['interactions_per_s'] / 1e9:,.0f} G interactions/s "
         f"({sum(r['status'] == 'ok' for r in rows)} configurations timed"
-        + (f"; the leaders again in {rounds} rounds)" if rounds else ")"))
+        + (f"; the leaders again in {rounds} rounds)" if rounds else ")")
+    )
 
 
 def _reference(backend, records, bodies, physics, relative_error) -> tuple:
@@ -262,11 +316,13 @@ def _compile_first(backend, names, bodies, physics, say) -> None:
 
 def _retimer(backend, bodies, physics, repeats: int) -> Callable[[dict], float]:
     """A function timing one row's configuration again on a fresh load (median force ms)."""
+
     def retime(row: dict) -> float:
         backend.load(bodies, physics, kernel=row["variant"])  # fresh buffers: a load's own variance counts
         backend.clear_tunables()
         backend.set_tunables(**row["tunables"])
         return _measure(backend, repeats)["median_ms"]
+
     return retime
 
 
@@ -304,8 +360,10 @@ def final_order(rows: list[dict], records: dict, retime: Callable[[dict], float]
     within_noise = [r for r in ok if r["median_ms"] <= ok[0]["median_ms"] * (1 + NOISE)]
     plain = next((r for r in within_noise if _at_defaults(r, records)), None)
     if plain is not None and plain is not ok[0]:
-        plain["chosen_because"] = (f"at its defaults and within {NOISE:.0%} of the fastest "
-                                   f"({ok[0]['variant']} {format_tunables(ok[0]['tunables'])})")
+        plain["chosen_because"] = (
+            f"at its defaults and within {NOISE:.0%} of the fastest "
+            f"({ok[0]['variant']} {format_tunables(ok[0]['tunables'])})"
+        )
         ok = [plain] + [r for r in ok if r is not plain]
     return ok
 
@@ -324,7 +382,11 @@ def _validated_winner(backend, order, bodies, physics, reference, tolerance, rel
         row["max_rel_err"] = worst
         if worst <= tolerance:
             return row
-        log.warning("tune: %s %s: max rel err %.2e against float64 (allowed %.2e): not chosen",
-                    row["variant"], format_tunables(row["tunables"]), worst, tolerance)
+        log.warning(
+            "tune: %s %s: max rel err %.2e against float64 (allowed %.2e): not chosen",
+            row["variant"],
+            format_tunables(row["tunables"]),
+            worst,
+            tolerance,
+        )
     return None
-

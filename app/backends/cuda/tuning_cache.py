@@ -93,8 +93,12 @@ HEADER = ("gpu", "driver", "compute_capability", "source_hash")  # the file's, c
 def _check_tuning(result, where: str) -> dict:
     entries = result.get("best") if isinstance(result, dict) else None
     if not isinstance(entries, list) or not all(
-            isinstance(e, dict) and isinstance(e.get("n"), int) and isinstance(e.get("variant"), str)
-            and isinstance(e.get("tunables", {}), dict) for e in entries):
+        isinstance(e, dict)
+        and isinstance(e.get("n"), int)
+        and isinstance(e.get("variant"), str)
+        and isinstance(e.get("tunables", {}), dict)
+        for e in entries
+    ):
         raise ValueError(f"{where}'best' is not a list of {{n, variant, tunables}}")
     if not isinstance(result.get("gpus", 1), int) or gpus_of(result) < 1:
         raise ValueError(f"{where}'gpus' is not a device count >= 1")
@@ -149,8 +153,10 @@ def read_cache(gpu: str, driver: str | None, src_hash: str, gpus: int = 1) -> tu
     result = data["tunings"].get(str(gpus))
     if result is None:
         tuned = ", ".join(on_gpus(int(k)) for k in data["tunings"])
-        return None, f"the tuning cache {cache_path(gpu, driver)} has no tuning on {on_gpus(gpus)} " \
-                     f"(tuned on {tuned})"
+        return (
+            None,
+            f"the tuning cache {cache_path(gpu, driver)} has no tuning on {on_gpus(gpus)} (tuned on {tuned})",
+        )
     return result, ""
 
 
@@ -164,8 +170,11 @@ def write_cache(result: dict) -> Path:
     kept, _why = read_file(gpu, driver, result.get("source_hash"))
     tunings = dict(kept["tunings"]) if kept is not None else {}
     tunings[str(gpus_of(result))] = result
-    data = {"schema": SCHEMA, **{k: result.get(k) for k in HEADER},
-            "tunings": {k: tunings[k] for k in sorted(tunings, key=int)}}
+    data = {
+        "schema": SCHEMA,
+        **{k: result.get(k) for k in HEADER},
+        "tunings": {k: tunings[k] for k in sorted(tunings, key=int)},
+    }
     path = cache_path(gpu, driver)
     path.parent.mkdir(parents=True, exist_ok=True)  # our own cache folder
     with atomic_write(path, "w", "tuning cache") as f:

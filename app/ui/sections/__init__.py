@@ -5,5 +5,11 @@ from __future__ import annotations
 
 from app.ui.sections import benchmark, medians, plots, simulation, system, view
 
-TABS = (("Plots", plots.draw), ("Medians", medians.draw), ("Simulation", simulation.draw),
-        ("Benchmark", benchmark.draw), ("View", view.draw), ("System", system.draw))
+TABS = (
+    ("Plots", plots.draw),
+    ("Medians", medians.draw),
+    ("Simulation", simulation.draw),
+    ("Benchmark", benchmark.draw),
+    ("View", view.draw),
+    ("System", system.draw),
+)

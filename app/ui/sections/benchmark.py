@@ -25,13 +25,18 @@ def draw(panel) -> None:
     panel._rect("bench")
     if running:
         imgui.end_disabled()
-    panel._tooltip("each available kernel: a fresh backend loaded with a copy of the current state, "
-                  "1 warm-up step, then the fixed number of steps; interactions/s from the kernel's "
-                  "own timer")
+    panel._tooltip(
+        "each available kernel: a fresh backend loaded with a copy of the current state, "
+        "1 warm-up step, then the fixed number of steps; interactions/s from the kernel's "
+        "own timer"
+    )
     if bench is None:
         return
-    imgui.progress_bar(bench.progress, imgui.ImVec2(-1, 0),
-                       f"{len(bench.results)}/{bench.total} at N = {bench.n:,}, {bench.steps} steps")
+    imgui.progress_bar(
+        bench.progress,
+        imgui.ImVec2(-1, 0),
+        f"{len(bench.results)}/{bench.total} at N = {bench.n:,}, {bench.steps} steps",
+    )
     done = [r for r in bench.results if not r.error]
     for r in bench.results:
         if r.error:

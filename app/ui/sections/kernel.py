@@ -82,7 +82,8 @@ def _tunables(panel) -> None:
         if isinstance(spec, FloatRange):
             lo, hi = _slider_ends(spec)
             flags = imgui.SliderFlags_.no_round_to_format | (
-                imgui.SliderFlags_.logarithmic if spec.log else 0)
+                imgui.SliderFlags_.logarithmic if spec.log else 0
+            )
             red = key in panel.field_errors
             if red:
                 for col in (imgui.Col_.frame_bg, imgui.Col_.frame_bg_hovered, imgui.Col_.frame_bg_active):
@@ -95,15 +96,23 @@ def _tunables(panel) -> None:
                 _set_tunable(panel, key, spec.name, _slider_value(spec, v))
         else:
             options = spec.values if isinstance(spec, IntChoice) else spec.options
-            panel._combo(f"{spec.name}##{key}", key, options, current,
-                        lambda c, key=key, name=spec.name: _set_tunable(panel, key, name, c))
+            panel._combo(
+                f"{spec.name}##{key}",
+                key,
+                options,
+                current,
+                lambda c, key=key, name=spec.name: _set_tunable(panel, key, name, c),
+            )
         if unread:
             imgui.end_disabled()
             panel.unread[key] = unread
         else:
             panel.unread.pop(key, None)
-        panel._tooltip(f"{spec.name}: {spec.doc + ' ' if spec.doc else ''}({spec.describe()}, default "
-                      f"{spec.default})" + (f"\n{unread}" if unread else ""), disabled=bool(unread))
+        panel._tooltip(
+            f"{spec.name}: {spec.doc + ' ' if spec.doc else ''}({spec.describe()}, default "
+            f"{spec.default})" + (f"\n{unread}" if unread else ""),
+            disabled=bool(unread),
+        )
         if key in panel.field_errors:
             panel._rejected(key, str(values.get(spec.name, spec.default)))
 
@@ -114,5 +123,6 @@ def _set_tunable(panel, key: str, name: str, value) -> None:
         panel.field_errors[key] = msg
     else:
         panel.field_errors.pop(key, None)
+
 
 # --- the panel -------------------------------------------------------------------------------

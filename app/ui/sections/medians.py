@@ -27,11 +27,18 @@ def draw(panel) -> None:
                 continue
             imgui.table_next_row()
             if key == cur:
-                imgui.table_set_bg_color(imgui.TableBgTarget_.row_bg1,
-                                         imgui.get_color_u32(imgui.ImVec4(0.35, 0.22, 0.08, 0.6)))
-            for v in (key[0], f"{key[1]:,}", f"{m['frames']}", f"{m['frame_ms']:.2f}",
-                      f"{m['force_ms']:.2f}", fmt_rate(m["interactions_per_s"]),
-                      f"{m['interactions_per_s'] * FLOPS_PER_INTERACTION * 1e-9:,.1f}"):
+                imgui.table_set_bg_color(
+                    imgui.TableBgTarget_.row_bg1, imgui.get_color_u32(imgui.ImVec4(0.35, 0.22, 0.08, 0.6))
+                )
+            for v in (
+                key[0],
+                f"{key[1]:,}",
+                f"{m['frames']}",
+                f"{m['frame_ms']:.2f}",
+                f"{m['force_ms']:.2f}",
+                fmt_rate(m["interactions_per_s"]),
+                f"{m['interactions_per_s'] * FLOPS_PER_INTERACTION * 1e-9:,.1f}",
+            ):
                 imgui.table_next_column()
                 imgui.text(v)
         imgui.end_table()

@@ -23,8 +23,9 @@ def _history(panel) -> None:
         implot.setup_axis_limits(implot.ImAxis_.x1, -HISTORY_S, 0.0, implot.Cond_.always)
         # kernels differ by orders of magnitude (a CPU kernel next to a GPU one): log time axis
         implot.setup_axis_scale(implot.ImAxis_.y1, implot.Scale_.log10)
-        implot.setup_legend(implot.Location_.north_west,
-                            implot.LegendFlags_.horizontal | implot.LegendFlags_.outside)
+        implot.setup_legend(
+            implot.Location_.north_west, implot.LegendFlags_.horizontal | implot.LegendFlags_.outside
+        )
         if t.size:
             x = t - t[-1]
             for name, label in (("frame_ms", "frame"), ("force_ms", "force"), ("draw_ms", "draw")):
@@ -40,8 +41,9 @@ def _history(panel) -> None:
                 tag = imgui.ImVec4(0.20, 0.25, 0.34, 1.0)
                 top = implot.get_plot_limits().y.max
                 for m in marks:
-                    implot.annotation(m.t - t_end, top, tag, imgui.ImVec2(2, 2), True,
-                                      m.label.replace("%", "%%"))
+                    implot.annotation(
+                        m.t - t_end, top, tag, imgui.ImVec2(2, 2), True, m.label.replace("%", "%%")
+                    )
         implot.end_plot()
     panel._rect("history_plot")
 
@@ -51,8 +53,10 @@ def _energy(panel) -> None:
     en = panel.controller.energy
     panel._header("Conservation: energy and momentum drift")
     last = en.latest
-    how = (f"sampled every {en.every} frames ({en.source or '...'}); |dE/E0|: energy drift since the "
-           "baseline; |dP|: linear momentum drift / sum m|v|; |dL|: angular momentum drift / sum m|r||v|")
+    how = (
+        f"sampled every {en.every} frames ({en.source or '...'}); |dE/E0|: energy drift since the "
+        "baseline; |dP|: linear momentum drift / sum m|v|; |dL|: angular momentum drift / sum m|r||v|"
+    )
     if last is None:
         imgui.text_disabled("waiting for the first sample ...")
     else:

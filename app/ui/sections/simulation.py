@@ -26,8 +26,10 @@ def draw(panel) -> None:
     if imgui.button("Save snapshot", imgui.ImVec2(110, 0)):
         ctl.save_snapshot()
     panel._rect("save_snapshot")
-    panel._tooltip(f"S: the current state to {ctl.view_recorder.directory}/snapshot-<time>.npz (float64, "
-                  "original body order; opens with `nbody-live run FILE`)")
+    panel._tooltip(
+        f"S: the current state to {ctl.view_recorder.directory}/snapshot-<time>.npz (float64, "
+        "original body order; opens with `nbody-live run FILE`)"
+    )
     if panel._presets is None:
         from app.scene import preset_names
 
@@ -47,21 +49,31 @@ def draw(panel) -> None:
     panel._field("G", "physics.G")
     panel._choice("integrator", "physics.integrator", INTEGRATORS)
     phys = ctl.backend.physics
-    panel._field("damping", "physics.damping",
-                None if phys.integrator == "euler-damped" else "applies to the euler-damped integrator")
+    panel._field(
+        "damping",
+        "physics.damping",
+        None if phys.integrator == "euler-damped" else "applies to the euler-damped integrator",
+    )
     panel._choice("force model", "physics.model", MODELS)
-    panel._field("repulsion H", "physics.repulsion",
-                None if phys.model == "gravity-repulsion" else "applies to the gravity-repulsion model")
+    panel._field(
+        "repulsion H",
+        "physics.repulsion",
+        None if phys.model == "gravity-repulsion" else "applies to the gravity-repulsion model",
+    )
     panel._choice("time steps", "physics.timesteps", TIMESTEPS)
-    panel._tooltip("shared: every body takes dt. block: hierarchical levels, body i steps dt / 2^l_i "
-                  "(GADGET-2's criterion), only the active bodies are walked; dt is the max step; the "
-                  "tree on one device (docs/blocksteps.md)")
+    panel._tooltip(
+        "shared: every body takes dt. block: hierarchical levels, body i steps dt / 2^l_i "
+        "(GADGET-2's criterion), only the active bodies are walked; dt is the max step; the "
+        "tree on one device (docs/blocksteps.md)"
+    )
     not_block = None if phys.timesteps == "block" else "applies to block time steps"
     panel._field("block levels L", "physics.block_levels", not_block)
     panel._field("block η", "physics.block_eta", not_block)
     panel._choice("block coarsening", "physics.block_coarsen", COARSEN, not_block)
     panel._field("steps / frame", "run.steps_per_frame")
     panel._field("frames / max step", "run.frames_per_step", not_block)
-    panel._tooltip("block steps: frames drawn inside each max step, the bodies at the frame's time "
-                  "(substeps that end by then run, the others predicted along their drift); a frame "
-                  "advances steps/frame ÷ this many max steps")
+    panel._tooltip(
+        "block steps: frames drawn inside each max step, the bodies at the frame's time "
+        "(substeps that end by then run, the others predicted along their drift); a frame "
+        "advances steps/frame ÷ this many max steps"
+    )

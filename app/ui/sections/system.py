@@ -9,8 +9,13 @@ def draw(panel) -> None:
     imgui = panel.imgui
     ctl = panel.controller
     b = ctl.backend
-    rows = [("backend", b.name), ("data path", b.data_path), ("GL", panel.gl["renderer"]),
-            ("GL version", panel.gl["version"]), ("window", panel.bridge.backend)]
+    rows = [
+        ("backend", b.name),
+        ("data path", b.data_path),
+        ("GL", panel.gl["renderer"]),
+        ("GL version", panel.gl["version"]),
+        ("window", panel.bridge.backend),
+    ]
     try:
         d = b.device_info()
     except Exception:  # noqa: BLE001 - a name is a nicety
@@ -20,8 +25,12 @@ def draw(panel) -> None:
     br = panel.bridge
     gpu = f"{br.gpu_ms:.3f} ms GPU" if br.gpu_timed else "GPU: no timer queries"
     rows.append(("panel cost", f"{panel.cost_ms:.2f} ms CPU · {gpu}"))
-    rows.append(("UI rebuild", f"{br.build_ms:.2f} ms + {br.render_ms:.2f} ms upload/draw; "
-                               f"replay {br.replay_ms:.2f} ms"))
+    rows.append(
+        (
+            "UI rebuild",
+            f"{br.build_ms:.2f} ms + {br.render_ms:.2f} ms upload/draw; replay {br.replay_ms:.2f} ms",
+        )
+    )
     for k, v in rows:
         imgui.text_disabled(f"{k:>11}")
         imgui.same_line()
@@ -30,8 +39,10 @@ def draw(panel) -> None:
     changed, hz = imgui.slider_float("UI refresh", float(br.refresh_hz), 0.0, 120.0, "%.0f Hz")
     if changed:
         br.refresh_hz = hz
-    panel._tooltip("how often the widgets are rebuilt without input (0: every frame); other frames "
-                  "redraw the last draw lists. Input always rebuilds at once.")
+    panel._tooltip(
+        "how often the widgets are rebuilt without input (0: every frame); other frames "
+        "redraw the last draw lists. Input always rebuilds at once."
+    )
     if imgui.button("Screenshot"):
         panel.request_screenshot()
     panel._rect("screenshot")

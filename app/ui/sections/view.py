@@ -18,8 +18,9 @@ def draw(panel) -> None:
     if changed:
         ctl.set_value("render.point_size", v)
     imgui.set_next_item_width(150.0)
-    changed, v = imgui.slider_float("brightness", float(r.brightness), 0.05, 10.0, "%.2f",
-                                    imgui.SliderFlags_.logarithmic)
+    changed, v = imgui.slider_float(
+        "brightness", float(r.brightness), 0.05, 10.0, "%.2f", imgui.SliderFlags_.logarithmic
+    )
     if changed:
         ctl.set_value("render.brightness", v)
     changed, v = imgui.checkbox("size by mass", bool(r.size_by_mass))
