@@ -17,8 +17,8 @@ STAMP := $(VENV)/.nbody-live-installed
 
 help:
 	@echo "make run      set up .venv and open the viewer (ARGS='collision --n 32768' to pass options)"
-	@echo "make test     set up .venv and run the test suite (PYTEST_ARGS='-m gpu' to pick tests)"
-	@echo "make lint     ruff over the project"
+	@echo "make test     set up .venv, run make lint, then the test suite (PYTEST_ARGS='-m gpu' to pick tests)"
+	@echo "make lint     ruff check, ruff format --check and mypy (app/); ruff format app tests bench fixes the format"
 	@echo "make wheelhouse  download every wheel needed into wheelhouse/ for offline installs"
 
 $(STAMP): pyproject.toml
@@ -31,11 +31,15 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/nbody-live run $(ARGS)
 
-test: $(STAMP)
+# CI runs exactly `make test` (.ci/run), so the lint runs there too, first: a format slip or a type error
+# fails in seconds, before the suite's minutes.
+test: lint
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check app tests
+	$(BIN)/ruff check app tests bench
+	$(BIN)/ruff format --check app tests bench
+	$(BIN)/mypy
 
 wheelhouse:
 	$(PYTHON) -m pip download --disable-pip-version-check -d wheelhouse setuptools wheel '.[test,mpi]'

@@ -63,7 +63,11 @@ class Channel:
 
     def exchange(self, control: Control | None) -> Control:
         """Rank 0 passes its Control, the others None; every rank returns the same decoded Control."""
-        buf = control.encode() if self.comm.rank == 0 else np.zeros(CONTROL_BYTES, dtype=np.uint8)
+        if self.comm.rank == 0:
+            assert control is not None, "rank 0 passes its Control"
+            buf = control.encode()
+        else:
+            buf = np.zeros(CONTROL_BYTES, dtype=np.uint8)
         request = self.comm.Ibcast(buf, root=0)
         while not request.Test():
             time.sleep(POLL_S)

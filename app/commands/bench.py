@@ -97,7 +97,7 @@ def _device_classes(cls, args) -> dict:
     from app.commands.assembly import several_devices
     from app.model.config import parse_device_count
 
-    classes = {}
+    classes: dict[int, type] = {}
     for text in args.gpus.split(","):
         parse_device_count(text, "--gpus")
         multi = several_devices(
@@ -261,10 +261,12 @@ def _bench(args, comm) -> int:
         print(f"wrote {args.json}")
     if args.plot:
         if len(result.get("gpu_counts") or []) > 1:  # what a second device buys
-            from app.tools.scaling_plot import plot_scaling as plot
+            from app.tools.scaling_plot import plot_scaling
+
+            plot_scaling(result, args.plot)
         else:
             from app.tools.bench_plot import plot
 
-        plot(result, args.plot)
+            plot(result, args.plot)
         print(f"wrote {args.plot}")
     return 0

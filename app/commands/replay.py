@@ -79,7 +79,7 @@ def replay_scene(args: argparse.Namespace, series):
     from app.model.config import parse_assignment
     from app.scene import load_scene
 
-    overrides = dict(parse_assignment(text) for text in getattr(args, "assignments", []))
+    overrides: dict[str, object] = dict(parse_assignment(text) for text in getattr(args, "assignments", []))
     scene = load_scene(None, overrides)
     if "scene.name" not in overrides:
         scene.name = series.name

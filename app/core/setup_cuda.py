@@ -110,8 +110,8 @@ def missing_build_tools() -> list[str]:
 
 
 def build_wheel(cuda_root: Path, dest: Path) -> Path:
-    with tempfile.TemporaryDirectory(prefix="pycuda-build-") as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory(prefix="pycuda-build-") as tmp_name:
+        tmp = Path(tmp_name)
         # Build tools come from this environment, not an isolated one: offline (PIP_NO_INDEX) there is
         # no index to fill an isolated build environment from, even to read the sdist's metadata.
         missing = missing_build_tools()

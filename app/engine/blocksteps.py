@@ -248,13 +248,20 @@ class BlockSteps:
         self.coarsen = coarsen
         self.dt_max = float(physics.dt)
         self.dt_min = self.dt_max / (1 << self.max_level)
-        self.levels = None if levels is None else self._checked(levels)
-        self.floor = None  # coarsen "settled": the levels wanted at the last max-step boundary
+        self.levels: np.ndarray | None = None if levels is None else self._checked(levels)
+        self.floor: np.ndarray | None = (
+            None  # coarsen "settled": the levels wanted at the last max-step boundary
+        )
         self.steps = 0
         self.ready = False  # a(x) of every body and the levels match the state (begin() makes them)
         self.last = MaxStepRecord()
         self.total = MaxStepRecord()  # every substep since begin()/resume(), for the counts
         self.work = ForceWork()
+
+    def _known_levels(self) -> np.ndarray:
+        """The levels, which the constructor (frozen), begin() or a resume have set by now."""
+        assert self.levels is not None, "no levels yet: begin() has not run"
+        return self.levels
 
     def _checked(self, levels) -> np.ndarray:
         levels = array_module(levels).array(levels, dtype=np.int32)  # (a copy, numpy or CuPy as given)
@@ -297,13 +304,14 @@ class BlockSteps:
 
     def step_ticks(self, levels: np.ndarray | None = None) -> np.ndarray:
         """Ticks per step of each body (int64)."""
-        levels = self.levels if levels is None else levels
+        levels = self._known_levels() if levels is None else levels
         xp = array_module(levels)
         return xp.left_shift(xp.ones(levels.shape, np.int64), self.max_level - levels.astype(np.int64))
 
     def half_dts(self, rows: np.ndarray) -> np.ndarray:
         # exact: dt_max times a power of two (ldexp, not exp2, which CUDA's libm does not promise exact)
-        return array_module(self.levels).ldexp(0.5 * self.dt_max, -self.levels[rows])
+        levels = self._known_levels()
+        return array_module(levels).ldexp(0.5 * self.dt_max, -levels[rows])
 
     def _on(self, ops: BlockOps):
         """The ops' array module (`ops.xp`, numpy by default), the levels moved there (a resume from a
@@ -341,8 +349,8 @@ class BlockSteps:
             self.floor = self._wanted(ops, everyone)
         elif self.mode != "frozen":
             self.levels = self._assign(self._wanted(ops, everyone), None, 0)
-        elif self.levels.shape != (ops.n,):
-            raise ValueError(f"{self.levels.shape[0]} levels for {ops.n} bodies")
+        elif self._known_levels().shape != (ops.n,):  # frozen: the constructor's levels
+            raise ValueError(f"{self._known_levels().shape[0]} levels for {ops.n} bodies")
         self.ready = True
         self.work += work
         return work
@@ -354,10 +362,11 @@ class BlockSteps:
             floor, self.floor = self.floor, wanted.copy()
             if floor is not None and rows is not None:
                 wanted = array_module(wanted).maximum(wanted, floor)
-        new = relevel(wanted, t, self.max_level, None if rows is None else self.levels[rows], self.coarsen)
+        before = None if rows is None else self._known_levels()[rows]
+        new = relevel(wanted, t, self.max_level, before, self.coarsen)
         if rows is None:
             return new
-        levels = self.levels.copy()
+        levels = self._known_levels().copy()
         levels[rows] = new
         return levels
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time as _time
 from collections import defaultdict, deque
 from contextlib import contextmanager
+from typing import Any
 
 
 class HostTimer:
@@ -61,8 +62,8 @@ class EventTimer:
     def __init__(self, drv):
         self._drv = drv
         self._free: list = []
-        self._batch: list[tuple[str, object, object]] = []
-        self._pending: deque[list[tuple[str, object, object]]] = deque()
+        self._batch: list[tuple[str, Any, Any]] = []
+        self._pending: deque[list[tuple[str, Any, Any]]] = deque()
 
     def reset(self) -> None:
         """Start a new batch (the previous one, if not collected, is dropped)."""

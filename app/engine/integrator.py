@@ -194,18 +194,22 @@ class NumpyOps:
         everyone = Span.all(b.n)
         return all_pairs_work(everyone, everyone)
 
+    def _forces(self) -> np.ndarray:
+        assert self.acc is not None, "the Integrator evaluates the forces before any kick"
+        return self.acc
+
     def kick_drift(self, half_dt: float, dt: float) -> None:
         b = self.bodies
-        b.vel += half_dt * self.acc
+        b.vel += half_dt * self._forces()
         b.pos += dt * b.vel
         b.time += dt
 
     def kick(self, half_dt: float) -> None:
-        self.bodies.vel += half_dt * self.acc
+        self.bodies.vel += half_dt * self._forces()
 
     def euler_damped(self, dt: float, damping: float) -> None:
         b = self.bodies
-        b.vel += dt * self.acc
+        b.vel += dt * self._forces()
         b.vel *= damping
         b.pos += dt * b.vel
         b.time += dt

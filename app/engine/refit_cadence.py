@@ -159,7 +159,7 @@ class CadencedTree:
         self._cadence = RefitCadence.of(self._tunables)
         self._evaluated = False
 
-    def _relative_scale(self, g) -> float:
+    def _relative_scale(self, g) -> np.float32 | float:
         """The walk's rel_scale (`relative_scale`), or 0 before this evaluator's first
         evaluation since its start (the geometric test)."""
         return relative_scale(self._tunables, g) if self._evaluated else 0.0

@@ -200,12 +200,12 @@ def parse_table(tables, origin: str = "") -> tuple[tuple[str, int, int], ...]:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"{key}.name must be a non-empty text")
         rows = t.get("rows")
-        ok = (
+        if not (
             isinstance(rows, list | tuple)
             and len(rows) == 2
             and all(isinstance(r, int) and not isinstance(r, bool) for r in rows)
-        )
-        if not ok or not 0 <= rows[0] < rows[1]:
+            and 0 <= rows[0] < rows[1]
+        ):
             raise ConfigError(
                 f"{key}.rows = {rows!r}: expected [first, end) with 0 <= first < end, e.g. rows = [0, 20000]"
             )

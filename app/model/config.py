@@ -51,7 +51,7 @@ class Field:
 
     def describe(self) -> str:
         if self.choices:
-            return "one of: " + ", ".join(map(str, self.allowed()))
+            return "one of: " + ", ".join(map(str, self.allowed() or ()))
         if self.kind in ("vec3", "color"):
             rng = f" each in [{self.lo:g}, {self.hi:g}]" if self.lo is not None else ""
             return f"three numbers{rng}"
@@ -352,7 +352,7 @@ def coerce(key: str, value, f: Field):
         return out
     if not isinstance(value, str):
         raise ConfigError(f"{key} = {value!r}: expected text ({f.describe()})")
-    if f.choices and value not in f.allowed():
+    if f.choices and value not in (f.allowed() or ()):
         raise ConfigError(f"{key} = {value!r} is not allowed; {f.describe()}")
     return value
 

@@ -210,9 +210,8 @@ class SeriesWriter:
             "every": self.every,
             "t0": self.t0,
             "final_step": self.final_step,
-            "snapshots": [{"file": e.file, "step": e.step, "time": e.time} for e in self.entries],
         }
-        snapshots = data.pop("snapshots")
+        snapshots = [{"file": e.file, "step": e.step, "time": e.time} for e in self.entries]
         head = json.dumps(data, indent=1)[:-2]  # one line per snapshot below
         rows = ",\n  ".join(json.dumps(e) for e in snapshots)
         with atomic_write(self.manifest, "w", what="snapshot series manifest") as f:
@@ -413,7 +412,8 @@ def open_series(arg: str, format: str | None = None, progress=None) -> Series:
     paths, manifest = series_paths(arg)
     first: Bodies | None = None
     frames: list[tuple[np.ndarray, np.ndarray]] | None = []
-    times, order = [], []
+    times: list[float] = []
+    order: list[np.ndarray | None] = []
     for path in paths:
         if not path.is_file():
             raise InputFileError(
@@ -458,6 +458,7 @@ def open_series(arg: str, format: str | None = None, progress=None) -> Series:
         frames = None if frames is None else [frames[i] for i in by_time]
         times_arr = times_arr[by_time]
         log.info("%s: the snapshots' times are not in name order; playing them in time order", arg)
+    assert first is not None  # series_paths lists at least one snapshot
     name = Path(arg).name if Path(arg).is_dir() else Path(arg).parent.name or arg
     return Series(name or str(arg), paths, frames, times_arr, first, order, format, manifest)
 

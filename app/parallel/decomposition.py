@@ -240,8 +240,8 @@ class PairTiles:
             raise ValueError(f"weights must be >= 0 with a positive sum, not {list(weights)}")
         total = np.cumsum(self.interactions)
         goals = np.cumsum(w)[:-1] / w.sum() * (total[-1] if total.size else 0)
-        cuts = [0, *(int(c) for c in np.searchsorted(total, goals, side="left") + 1), self.tasks]
-        cuts = np.minimum(np.maximum.accumulate(cuts), self.tasks)
+        wanted = [0, *(int(c) for c in np.searchsorted(total, goals, side="left") + 1), self.tasks]
+        cuts = np.minimum(np.maximum.accumulate(wanted), self.tasks)
         return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
 
     def work(self, lo: int, hi: int) -> int:

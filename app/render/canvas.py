@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import numpy as np
@@ -92,7 +93,7 @@ class Viewer(app.Canvas):
         self.capture_mouse: list[Callable[[], bool]] = []
         self.capture_keyboard: list[Callable[[], bool]] = []
         self.view_covers: list[Callable[[], tuple[float, float, float, float] | None]] = []
-        self.key_actions: dict[str, Callable[[], None]] = {
+        self.key_actions: dict[str, Callable[[], object]] = {
             "Escape": self.request_quit,
             "Space": self.toggle_pause,
             "F": self.fit,
@@ -112,16 +113,16 @@ class Viewer(app.Canvas):
         self.renderer = ParticleRenderer(scene.render, canvas=self)
         self.draw_timer = DrawTimer()
         self.stats.draw_timer = self.draw_timer.method
-        self._fbo = None
-        self._fbo_size = None
+        self._fbo: Any = None  # vispy gloo objects: no stubs
+        self._fbo_size: tuple[int, int] | None = None
         self._frame_limit: int | None = None
-        self._timer = None
+        self._timer: Any = None  # vispy's app.Timer while run() loops
         self._last_draw_t: float | None = None
         self._last_tick_t: float | None = None
         self._title_t = 0.0
         self._fps_ema = 0.0
-        self._mouse_last = None
-        self._mouse_mode = None
+        self._mouse_last: np.ndarray | None = None
+        self._mouse_mode: str | None = None
         self._host_frame = 0
         self._components = False
         self.sync_buffers()
@@ -220,9 +221,9 @@ class Viewer(app.Canvas):
     def free_span(self, width: int | None = None) -> tuple[float, float]:
         """The stretch [x0, x1] of a `width`-pixel frame (default the window's) that no overlay covers."""
         lw = max(float(self.size[0]), 1.0)
-        width = float(self.physical_size[0] if width is None else width)
+        pixels = float(self.physical_size[0] if width is None else width)
         x0, x1 = view_area.free_span(lw, (cover() for cover in self.view_covers))
-        return x0 / lw * width, x1 / lw * width
+        return x0 / lw * pixels, x1 / lw * pixels
 
     def _fit_aspect(self) -> float:
         """The aspect ratio of the free part of the window, which a fit fills."""
@@ -442,13 +443,15 @@ def open_viewer(scene, backend, size, headless: bool, **kwargs) -> Viewer:
     """The Viewer; a window is tried a few times (a loaded X server closes some new connections, see
     gl_setup.CONNECT_ATTEMPTS), then given up in one line (glfw's "Could not init glfw" spans several)."""
     attempts = 1 if headless else gl_setup.CONNECT_ATTEMPTS
-    for attempt in range(1, attempts + 1):
+    for _ in range(attempts - 1):  # the tries before the last
         try:
             return Viewer(scene, backend, size=size, headless=headless, **kwargs)
         except OSError as e:
-            if headless:
-                raise
-            if attempt == attempts:
-                raise RuntimeFault(f"cannot open a window: {' '.join(str(e).split())}") from e
             log.debug("opening the window failed (%s); trying again", e)
             time.sleep(gl_setup.CONNECT_PAUSE_S)
+    try:
+        return Viewer(scene, backend, size=size, headless=headless, **kwargs)
+    except OSError as e:
+        if headless:
+            raise
+        raise RuntimeFault(f"cannot open a window: {' '.join(str(e).split())}") from e

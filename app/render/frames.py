@@ -20,6 +20,7 @@ import statistics
 import time as _time
 from collections import deque
 from dataclasses import astuple, dataclass, field, fields
+from typing import Any
 
 import numpy as np
 
@@ -182,7 +183,7 @@ class FrameLog:
     def __init__(self, capacity: int | None = 4096):  # None: keep every frame (a CSV read back)
         self.records: deque[FrameRecord] = deque(maxlen=capacity)
         self._t0: float | None = None
-        self._csv = None  # (the StreamedFile, its csv.writer) while streaming
+        self._csv: tuple[Any, Any] | None = None  # (the StreamedFile, its csv.writer) while streaming
         self.stream_error = ""  # why the streamed CSV stopped (a full disk): the caller reports it
 
     def stream_csv(self, path) -> FrameLog:
@@ -194,8 +195,9 @@ class FrameLog:
         from app.core.outputs import StreamedFile
 
         out = StreamedFile(path, "timings")
-        self._csv = (out, csv.writer(out))
-        self._csv[1].writerow(CSV_FIELDS)
+        writer = csv.writer(out)
+        writer.writerow(CSV_FIELDS)
+        self._csv = (out, writer)
         return self
 
     def close(self) -> None:
@@ -247,7 +249,7 @@ class FrameLog:
         RuntimeFault naming the file when it is missing or not such a CSV."""
         import csv
 
-        types = {f.name: f.type for f in fields(FrameRecord)}
+        types = {f.name: str(f.type) for f in fields(FrameRecord)}  # annotations are texts here
         convert = {"str": str, "int": int, "float": float}
         log_ = cls(capacity=None)
         try:

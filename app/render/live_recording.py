@@ -224,6 +224,7 @@ class ViewRecorder:
             rec.start(path)
         except (RuntimeFault, OSError) as e:
             return self._fail(str(e))
+        assert rec.path is not None  # start() names the file it writes
         self.recording = LiveRecording(rec, rec.path, self.clock(), self.clock)
         self.error = ""
         v.overlays.insert(0, self._overlay)  # before the FrameLog and the panel: particles only
@@ -260,7 +261,8 @@ class ViewRecorder:
         """Finalise a recording still running (the viewer's GL context must still exist); unhook."""
         if self.recording is not None:
             if self.viewer._closed:  # too late to read back the last frames: keep what was encoded
-                self._end().recorder.abort()
+                self.recording.recorder.abort()
+                self._end()
                 self._fail("the viewer closed before the recording could be finalised")
             elif self.stop() is None:  # an exit that skipped the close event (Ctrl-C)
                 log.warning("%s (finalised at exit)", recording_line(self.recordings[-1]))
@@ -362,6 +364,7 @@ def measure_record_cost(viewer, recorder: ViewRecorder, frames: int = 400, warmu
     if err:
         raise RuntimeFault(err)
     r = recorder.recording
+    assert r is not None  # started without an error
     for i in range(frames):
         viewer.step_and_render()
         if i >= 2:

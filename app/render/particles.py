@@ -77,8 +77,8 @@ class ParticleRenderer:
         self.drawn: list[comps.Drawn] = comps.drawn(None, {})  # each component's effective style
         self.speed_scale = 1.0
         self.mean_mass = 1.0
-        self._cmap_name = None
-        self._cmap_tex = None
+        self._cmap_name: str | None = None
+        self._cmap_tex: gloo.Texture2D | None = None
         self.settings = settings or RenderSettings()
         self.apply_settings(self.settings)
         self.set_mean_mass(1.0)
@@ -219,14 +219,16 @@ class ParticleRenderer:
 
         Flushes the GLIR queue so the buffers exist in GL with their full size.
         """
-        if self.pos_vbo is None:
+        if self.pos_vbo is None or self.speed_vbo is None:
             raise RuntimeError("allocate(n) before asking for the buffers' GL names")
         ctx = self._canvas.context
         for vbo in (self.pos_vbo, self.speed_vbo):
             ctx.glir.associate(vbo.glir)
         ctx.flush_commands()
         parser = ctx.shared.parser
-        return tuple(int(parser.get_object(v.id).handle) for v in (self.pos_vbo, self.speed_vbo))
+        return int(parser.get_object(self.pos_vbo.id).handle), int(
+            parser.get_object(self.speed_vbo.id).handle
+        )
 
     def upload(self, pos4: np.ndarray, speeds: np.ndarray) -> None:
         """Host path: copy (N, 4) float32 [x, y, z, m] and (N,) float32 speeds into the VBOs."""
@@ -236,6 +238,7 @@ class ParticleRenderer:
             raise ValueError(f"{pos4.shape[0]} positions but {speeds.shape[0]} speeds")
         self.allocate(pos4.shape[0])
         self.set_mean_mass(float(pos4[:, 3].mean()) if len(pos4) else 1.0)
+        assert self.pos_vbo is not None and self.speed_vbo is not None  # allocate() made them
         if len(pos4):
             self.pos_vbo.set_data(pos4)
             self.speed_vbo.set_data(speeds)

@@ -13,13 +13,19 @@ from __future__ import annotations
 
 import copy
 import logging
+from typing import TYPE_CHECKING
 
 log = logging.getLogger(__name__)
+
+
+if TYPE_CHECKING:
+    from app.render.canvas import Viewer
 
 
 class Actions:
     """Needs `self.viewer`; sets `self.message`."""
 
+    viewer: Viewer  # set by the class it is mixed into
     LIVE_SECTIONS: tuple[str, ...] = ("camera",)  # sections whose keys apply with no further action
     message = ""
 

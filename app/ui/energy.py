@@ -106,7 +106,7 @@ class EnergyMonitor:
         self.note = ""  # why energy is not shown (N too large for the host path), else ""
         self.source = ""  # "device diagnostics()" | "host read-back"
         self._base: tuple[Diagnostics, float] | None = None
-        self._future: Future | None = None
+        self._future: Future | _DeviceSample | None = None  # the sample in flight
         self._generation = 0
         self._frames = 0
         self._due = False  # a sample is due at the next frame whose state is synchronised
@@ -169,7 +169,7 @@ class EnergyMonitor:
         )
         gen = self._generation
         parallel = not backend.uses_all_cores  # (else its kernels and this sum would fight over the cores)
-        fut: Future = Future()
+        host_sum: Future = Future()
 
         def work():  # a daemon thread: a long O(N²) sum never holds up the app's exit
             try:
@@ -177,11 +177,11 @@ class EnergyMonitor:
                     import numba
 
                     numba.set_num_threads(max(1, numba.config.NUMBA_NUM_THREADS // 2))
-                fut.set_result((gen, host_diagnostics(bodies, physics, with_energy, parallel)))
+                host_sum.set_result((gen, host_diagnostics(bodies, physics, with_energy, parallel)))
             except Exception as e:  # noqa: BLE001 - reported by tick()
-                fut.set_exception(e)
+                host_sum.set_exception(e)
 
-        self._future = fut
+        self._future = host_sum
         threading.Thread(target=work, name="nbody-energy", daemon=True).start()
 
     def wait(self, timeout: float = 30.0) -> None:

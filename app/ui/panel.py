@@ -380,7 +380,10 @@ def measure_panel_cost(
     block = block or max(2, min(20, frames // 4))
     for _ in range(warmup):
         viewer.step_and_render()
-    shown, hidden, cpu, gpu = [], [], [], []
+    shown: list[float] = []
+    hidden: list[float] = []
+    cpu: list[float] = []
+    gpu: list[float] = []
     builds0 = panel.bridge.builds
     for i in range(frames):
         visible = (i // block) % 2 == 0

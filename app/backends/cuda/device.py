@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import Any
 
 from app.backends.cuda.compile import CompiledModule, compile_file, resolve_source
 from app.backends.cuda.context import ContextScope, DeviceFacts, device_facts, driver
@@ -64,12 +65,13 @@ class CudaDevice:
         self.ordinal = int(ordinal)
         self.facts: DeviceFacts = device_facts(self.ordinal)
         self.scope = ContextScope(self.ordinal)
-        self._modules: dict[str, object] = {}
-        self._functions: dict[tuple[str, str], object] = {}
-        self._scratch: dict[str, object] = {}
+        # pycuda's modules, functions, allocations and streams (pycuda ships no type stubs)
+        self._modules: dict[str, Any] = {}
+        self._functions: dict[tuple[str, str], Any] = {}
+        self._scratch: dict[str, Any] = {}
         self._scratch_bytes: dict[str, int] = {}
-        self._pinned: dict[str, object] = {}
-        self._streams: dict[str, object] = {}
+        self._pinned: dict[str, Any] = {}
+        self._streams: dict[str, Any] = {}
         with self.scope:
             self.timer = EventTimer(self.drv)
 

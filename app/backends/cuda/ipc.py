@@ -25,6 +25,7 @@ several nodes exchange through MpiExchange (host memory), one log line says so.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from app.engine.forces import Span
 from app.parallel.decomposition import agreed_ranges
@@ -45,7 +46,7 @@ class IpcExchange:
         with device.device.scope:
             mine = {field: bytes(drv.mem_get_ipc_handle(device.ptr[field])) for field in EXPORTED}
         every = comm.allgather(mine)
-        self._opened: dict[tuple[int, str], object] = {}
+        self._opened: dict[tuple[int, str], Any] = {}  # pycuda IPC handles (no stubs)
         with device.device.scope:
             for rank, handles in enumerate(every):
                 if rank != comm.rank:
