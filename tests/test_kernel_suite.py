@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from summation import far_cluster
 
 from app.backends import backend_class
 from app.backends.cuda import registry, tune
@@ -38,22 +39,8 @@ from app.core.paths import KERNELS
 from app.engine.forces import format_tunables
 
 ARCH = "sm_90"
-SUITE = (
-    "gpu5-branchy",
-    "naive",
-    "shared",
-    "shared-unroll",
-    "shared-ptx-fma",
-    "block-template",
-    "warp-shuffle",
-    "multi-thread-per-body",
-    "register-blocked",
-    "atomics-n3l",
-    "streams-remainder",
-    "fp64",
-    "pair-matrix",
-    "best",
-)
+# every all-pairs record (issue 5's variants): the registry's, less the approximate methods (the tree)
+SUITE = tuple(r.name for r in registry.RECORDS if not r.approximate)
 needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit not installed)")
 
 
@@ -460,19 +447,13 @@ def test_every_tunable_agrees_with_float64(backend, name, cfg, config):
     assert worst <= 1e-4, f"{name} {cfg} {config}: max rel err {worst:.3g} (rms {rms:.3g})"
 
 
-# The fp32 variants whose per-target sum is the two-level one of kernels/common.cuh: partial sums of
-# NBODY_PARTIAL_LEN sources. pair-matrix shares tiled_sum but refuses this N; register-blocked's source
-# slices and atomics-n3l's tasks are partial sums of their own lengths.
-TWO_LEVEL = (
-    "naive",
-    "shared",
-    "gpu5-branchy",
-    "shared-unroll",
-    "shared-ptx-fma",
-    "block-template",
-    "warp-shuffle",
-    "multi-thread-per-body",
-    "streams-remainder",
+# The fp32 variants whose per-target sum is the two-level one of kernels/common.cuh (`partial_sums`), at
+# the test scene's N (pair-matrix sums that way but refuses it); register-blocked's source slices and
+# atomics-n3l's tasks are partial sums of their own lengths.
+TWO_LEVEL = tuple(
+    r.name
+    for r in registry.RECORDS
+    if r.partial_sums and (r.max_n is None or r.max_n >= far_cluster().shape[0])
 )
 
 
@@ -481,7 +462,7 @@ TWO_LEVEL = (
 def test_partial_sums_keep_a_distant_clusters_pull(backend, name):
     """tests/summation.py's scene: with one running sum these variants lose the cluster (8.4e-4 in a
     CPU emulation of their arithmetic); with partial sums, 2.6e-5."""
-    from summation import TARGETS, far_cluster
+    from summation import TARGETS
 
     from app.engine.forces import FP32_BUDGET
     from app.model.bodies import Bodies

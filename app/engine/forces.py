@@ -262,6 +262,9 @@ class KernelRecord:
     # walk's FP32 throughput (docs/tree.md, "Counts"); None for a method without a walk stage
     walk_flops: tuple[int, int] | None = None
     roles: frozenset[str] = frozenset()  # ROLES it plays for its backend
+    # an fp32 all-pairs sum kept as kernels/common.cuh's two-level one (partial sums of NBODY_PARTIAL_LEN
+    # sources added to the running total): such a record keeps a distant cluster's pull (tests/summation.py)
+    partial_sums: bool = False
     # `tune`'s phase-1 order among the swept records (0 first: the most promising); None: after them
     tune_rank: int | None = None
 

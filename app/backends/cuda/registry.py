@@ -79,6 +79,7 @@ RECORDS: tuple[KernelRecord, ...] = (
         GridPolicy(),
         "textbook all-pairs loop (the floor every tiled variant is measured against)",
         tune_rank=10,
+        partial_sums=True,
     ),
     _record(
         "shared",
@@ -89,6 +90,7 @@ RECORDS: tuple[KernelRecord, ...] = (
         "GPU Gems 3 ch. 31 (Nyland, Harris & Prins 2007); NVIDIA CUDA samples nbody",
         tune_rank=4,
         roles=frozenset({"exact", "baseline"}),
+        partial_sums=True,
     ),
     _record(
         "gpu5-branchy",
@@ -98,6 +100,7 @@ RECORDS: tuple[KernelRecord, ...] = (
         GridPolicy(),
         "the brute-force optimisation write-ups' starting kernel (separate force and move kernels)",
         tune_rank=9,
+        partial_sums=True,
     ),
     _record(
         "shared-unroll",
@@ -107,6 +110,7 @@ RECORDS: tuple[KernelRecord, ...] = (
         GridPolicy(TILE),
         "GPU Gems 3 ch. 31 §31.4 loop unrolling; the brute-force optimisation write-ups",
         tune_rank=3,
+        partial_sums=True,
     ),
     _record(
         "shared-ptx-fma",
@@ -116,6 +120,7 @@ RECORDS: tuple[KernelRecord, ...] = (
         GridPolicy(TILE),
         "the brute-force optimisation write-ups (hand-written FMA); PTX ISA fma.rn.f32",
         tune_rank=5,
+        partial_sums=True,
     ),
     _record(
         "block-template",
@@ -125,6 +130,7 @@ RECORDS: tuple[KernelRecord, ...] = (
         BlockTemplatePolicy(),
         "CUDA samples tiling example (template<int BLOCKSIZE>); CUDA Handbook ch. 14",
         tune_rank=2,
+        partial_sums=True,
     ),
     _record(
         "warp-shuffle",
@@ -134,6 +140,7 @@ RECORDS: tuple[KernelRecord, ...] = (
         GridPolicy(),
         "CUDA Handbook ch. 14 (N-body with warp shuffle); Kepler shuffle write-ups",
         tune_rank=8,
+        partial_sums=True,
     ),
     _record(
         "multi-thread-per-body",
@@ -144,6 +151,7 @@ RECORDS: tuple[KernelRecord, ...] = (
         "GPU Gems 3 ch. 31 §31.4 (several threads per body for small N)",
         tunables=(block_size(), IntChoice("q", (2, 4, 8, 16, 32), 4, "threads per body")),
         tune_rank=6,
+        partial_sums=True,
     ),
     _record(
         "register-blocked",
@@ -182,6 +190,7 @@ RECORDS: tuple[KernelRecord, ...] = (
         StreamsPolicy(TILE),
         "the brute-force optimisation write-ups (remainder handling with CUDA streams)",
         tune_rank=7,
+        partial_sums=True,
     ),
     _record(
         "fp64",
@@ -204,6 +213,7 @@ RECORDS: tuple[KernelRecord, ...] = (
         "GPU Gems 3 ch. 31 fig. 31-1 (the N x N grid of pair interactions)",
         max_n=PAIR_MATRIX_MAX_N,
         tuned=False,
+        partial_sums=True,
     ),
     _record(
         BEST,
