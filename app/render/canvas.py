@@ -26,8 +26,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from vispy import app, gloo
