@@ -8,6 +8,8 @@ perf_counter on the CPU). The panel, the CLI and the tests only ever walk `kerne
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -16,6 +18,9 @@ from app.engine.forces import ForceEvaluator, KernelRecord, Tunable
 from app.engine.timing import StepTimings  # noqa: F401  (re-exported: backends build it)
 from app.model.bodies import Bodies
 from app.model.physics import INTEGRATORS, MODELS, Physics
+
+if TYPE_CHECKING:
+    from app.parallel.multidevice import DeviceFactory, DeviceState
 
 INTEROP_PATH = "CUDA-GL interop"  # data_path's start when a backend writes the renderer's VBOs itself
 REFERENCE_ROWS = 1024  # targets per evaluation of reference_rows, so that a progress bar moves
@@ -34,6 +39,19 @@ def check_physics(physics: Physics) -> Physics:
     return physics
 
 
+class _KernelsWithStore(Protocol):
+    """What TunablesPerKernel uses of the Backend it is mixed into (its methods' self type)."""
+
+    @property
+    def kernel(self) -> str: ...
+
+    def record(self, name: str) -> KernelRecord: ...
+
+    def _tunable_store(self) -> dict[str, dict]: ...
+
+    def _tunables_changed(self) -> None: ...
+
+
 class TunablesPerKernel:
     """The Backend ABC's tunables kept on the host, per kernel, checked against its record: for backends
     (and test doubles) that hold no evaluator of their own. Mixed in before `Backend`; `_tunables_changed`
@@ -42,21 +60,69 @@ class TunablesPerKernel:
     def _tunable_store(self) -> dict[str, dict]:
         return self.__dict__.setdefault("_tunables", {})  # kernel -> the values set over its defaults
 
-    def tunables(self) -> dict:
+    def tunables(self: _KernelsWithStore) -> dict:
         return self.record(self.kernel).with_tunables(self._tunable_store().get(self.kernel, {}))
 
-    def set_tunables(self, **values) -> None:
+    def set_tunables(self: _KernelsWithStore, **values) -> None:
         checked = self.record(self.kernel).validate_tunables(values)
         store = self._tunable_store()
         store[self.kernel] = {**store.get(self.kernel, {}), **checked}
         self._tunables_changed()
 
-    def clear_tunables(self) -> None:
+    def clear_tunables(self: _KernelsWithStore) -> None:
         self._tunable_store().clear()
         self._tunables_changed()
 
     def _tunables_changed(self) -> None:
         """After set_tunables / clear_tunables: nothing to pass on by default."""
+
+
+class RenderTarget(Protocol):
+    """The renderer's VBOs kept current on the devices themselves (DeviceKind.gl_target): GPU 0's
+    CUDA-GL interop (app/backends/cuda/multi_interop.py GpuRenderTarget)."""
+
+    gl: Any  # the registered buffers (app/backends/cuda/interop.py GLBuffers)
+
+    @property
+    def map_ms(self) -> float: ...
+
+    @property
+    def unmap_ms(self) -> float: ...
+
+    def capacity(self) -> int: ...  # how many bodies the VBOs hold
+
+    def publish(self, devices: list, n: int, whole: bool = False) -> None: ...  # the state into the VBOs
+
+    def close(self) -> None: ...
+
+
+class DeviceKind(Protocol):
+    """The kind of device `--gpus K` and MPI ranks split a backend over (`Backend.device_kind`): GPUs
+    (app/backends/cuda/multi.py GpuDevices) or shares of the host (app/backends/cpu_multi.py CpuDevices)."""
+
+    what: str  # the devices in a sentence: "GPUs", "CPU devices"
+    default_kernel: str  # the kernel a load without one runs
+
+    def count(self) -> int: ...  # how many exist here
+
+    def names(self, k: int) -> list[str]: ...  # the names devices 0..k-1 will have
+
+    def rank_device_name(self) -> str: ...  # what each MPI rank's device is
+
+    # make_device(rank, bodies, physics, kernel, share) for this MPI rank (app/backends/distributed.py)
+    def rank_maker(self, comm) -> Callable[..., DeviceState]: ...
+
+    def why_not(self, record: KernelRecord) -> str | None: ...  # why these devices cannot run a record
+
+    def check_exchange(self, name: str) -> None: ...  # ConfigError for an exchange they cannot make
+
+    def factory(self, k: int) -> DeviceFactory: ...  # the multi-device run's devices 0..k-1
+
+    def exchange(self, name: str) -> Callable[[list], object]: ...  # make_exchange(devices) of a name
+
+    def gl_target(
+        self, position_vbo: int, speed_vbo: int, devices: list, n: int, whole: bool = False, ordinal: int = 0
+    ) -> RenderTarget | None: ...  # the renderer's VBOs filled on device `ordinal`, or None: host upload
 
 
 class Backend(ABC):
@@ -69,8 +135,7 @@ class Backend(ABC):
     # processes that share this state (the MPI ranks of app/backends/ranks.py): anything that would run a
     # copy of it on one process alone (the panel's benchmark, another backend's kernel) needs 1
     ranks = 1
-    devices = 1  # devices of one process that share this state (--gpus N: app/backends/multi.py)
-    k = 1  # the same, known to the class (a multi-device form's K)
+    k = 1  # its devices (`devices`), known to the class (a multi-device form's K)
     base: type[Backend] | None = None  # the one-device backend a multi-device or block-step form wraps
     # the time-step scheme: "shared" (every body takes dt), or "block" (app/backends/block.py, which also
     # answers levels_histogram() and block_summary())
@@ -90,8 +155,13 @@ class Backend(ABC):
     # a series replay (app/backends/replay.py): its time comes from the snapshots, no steps are made
     replays = False
 
+    @property
+    def devices(self) -> int:
+        """Devices of one process that share this state (--gpus N: app/backends/multi.py)."""
+        return 1
+
     @classmethod
-    def device_kind(cls):
+    def device_kind(cls) -> DeviceKind | None:
         """The kind of device `--gpus K` and MPI ranks split this backend over (app/backends/multi.py:
         count, names, factory, exchanges, render target, rank devices), or None: one device only."""
         return None
@@ -198,6 +268,10 @@ class Backend(ABC):
         return self._physics
 
     # Simulation time is t0 + steps·dt: `_t0`, `_steps` and `_physics` are the backend's own fields.
+    _t0: float
+    _steps: int
+    _physics: Physics
+
     @property
     def time(self) -> float:
         return self._t0 + self._steps * self._physics.dt

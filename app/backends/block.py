@@ -227,6 +227,7 @@ class BlockStepsBackend(Backend):
             ops = self._make_ops(self.state(), self._physics, values)
             self._close_ops()
             self._ops = ops
+            assert self._sched is not None, "made with the ops by load"
             self._sched.ready = False
         self._set = values
 
@@ -276,6 +277,7 @@ class BlockStepsBackend(Backend):
                 if self._flight is None:
                     self._flight = sched.substeps(ops)
                     self._at = next(self._flight)  # the opening half-kicks
+                assert self._at is not None, "a max step in flight has run a substep"
                 # the substeps whose end tick s has s / end <= part / per_step (integers: exact)
                 while self._at.t_next * per_step <= self._part * end and not self._at.done:
                     self._at = next(self._flight)
@@ -316,6 +318,7 @@ class BlockStepsBackend(Backend):
         if self._flight is None:
             return work
         ops, _ = self._require()
+        assert self._at is not None, "a max step in flight has run a substep"
         with ops_scope(ops):
             while not self._at.done:
                 self._at = next(self._flight)
@@ -343,6 +346,7 @@ class BlockStepsBackend(Backend):
         substep's end."""
         if self._at is None:
             return 0.0
+        assert self._sched is not None, "a max step in flight has its scheduler"
         end = 1 << self._sched.max_level
         return (self._part * end / self._per_step - self._at.t) * self._sched.dt_min
 
@@ -418,6 +422,7 @@ class BlockStepsBackend(Backend):
         with self._ops.scope():
             gl, reason = register_gl_buffers(position_vbo, speed_vbo)
         if gl is None:
+            assert reason is not None, "register_gl_buffers says why it registered nothing"
             return fall_back(reason)
         self._gl = gl
         try:

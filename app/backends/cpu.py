@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -36,11 +37,18 @@ from app.backends.cpu_forces import (
 from app.backends.cpu_multi import CpuDevices
 from app.core.errors import NonFiniteState
 from app.engine.clocks import HostTimer
-from app.engine.forces import ForceEvaluator, Span, target_chunks, with_role
+from app.engine.forces import Span, target_chunks, with_role
 from app.engine.integrator import Stepper
 from app.engine.timing import stage_entries
 from app.model.bodies import Bodies
 from app.model.physics import Physics
+
+if TYPE_CHECKING:
+    from app.backends.cpu_forces import CpuPairsEvaluator
+    from app.backends.cpu_tree import CpuTreeEvaluator
+
+    # what the CPU records' policies make: each holds its numba force kernel (`kernel`) and its `dtype`
+    HostEvaluator = CpuEvaluator | CpuPairsEvaluator | CpuTreeEvaluator
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +172,7 @@ class CPUBackend(Backend):
         if self._pos is None:
             raise RuntimeError("CPUBackend: call load() before stepping or reading the state")
 
-    def evaluator(self, name: str | None = None) -> ForceEvaluator:
+    def evaluator(self, name: str | None = None) -> HostEvaluator:
         """A record (default: the current kernel) with the current physics and the tunables set for it
         (cheap: the compiled kernel is looked up, not rebuilt). The same object while the state, kernel,
         force parameters and tunables stay: an evaluator may carry work from one step() call to the next
@@ -181,7 +189,7 @@ class CPUBackend(Backend):
         self._kept_evaluator = (key, evaluator)
         return evaluator
 
-    def _ops(self, evaluator: CpuEvaluator) -> CpuOps:
+    def _ops(self, evaluator: HostEvaluator) -> CpuOps:
         return CpuOps(evaluator, self._pos, self._vel, self._acc, self._speed)
 
     def _positions_in(self, dtype) -> np.ndarray:
@@ -199,7 +207,7 @@ class CPUBackend(Backend):
             self._render_pos = None
             self._stepper.invalidate()
 
-    def _warm_up(self, evaluator: CpuEvaluator) -> None:
+    def _warm_up(self, evaluator: HostEvaluator) -> None:
         """Compile (or load from numba's cache) the kernels of one step outside the timed region."""
         key = (evaluator.record.name, evaluator.kernel.py_func.__name__)
         if key in CPUBackend._warm:

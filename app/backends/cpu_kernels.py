@@ -32,6 +32,8 @@ includes its captured values but not the compile flags, so each specialisation h
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit, prange
 
@@ -104,7 +106,7 @@ def _make_accel(ftype, fastmath: bool, repulsion: bool, skip_self: bool):
     return accel
 
 
-_ACCEL = {}
+_ACCEL: dict[tuple[type, bool, bool, bool], Any] = {}  # (dtype, fastmath, repulsion, skip_self) -> kernel
 
 
 def accel_kernel(dtype, fastmath: bool, repulsion: bool, skip_self: bool):
@@ -171,7 +173,7 @@ def _make_pairs(repulsion: bool, skip_self: bool):
     return pairs
 
 
-_PAIRS = {}
+_PAIRS: dict[tuple[bool, bool], Any] = {}  # (repulsion, skip_self) -> kernel (numba dispatchers: Any)
 
 
 def pairs_kernel(repulsion: bool, skip_self: bool):

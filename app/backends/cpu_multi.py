@@ -12,6 +12,7 @@ by the same kernel over the same sources in the same order, whoever computes it)
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -49,9 +50,11 @@ class CpuDevice:
         self.ids = np.arange(bodies.n, dtype=np.int64)  # the body (load order) in each row
         self.everyone = Span.all(bodies.n)
         self.integrate_all = False  # set by the run from its decomposition
-        self.index, self.shares, self.domain_cuts = 0, [share], []
+        self.index, self.shares = 0, [share]
+        self.domain_cuts: list[int] = []
         self.timer = HostTimer()  # perf_counter: a CPU device's work is done when its call returns
-        self._ops, self._ops_share = None, None
+        self._ops: CpuOps | None = None  # the updates on the rows it integrates ...
+        self._ops_share: Span | None = None  # ... which are these (_share_ops)
         self._found = -1  # what the latest non-finite check found (a body index), until it is read
 
     def _share_ops(self) -> CpuOps:
@@ -64,6 +67,7 @@ class CpuDevice:
                 self.evaluator, self.pos[rows], self.vel[rows], self.acc[rows], self.speed[rows]
             )
             self._ops_share = span
+        assert self._ops is not None, "made with the span it covers"
         return self._ops
 
     def set_physics(self, physics: Physics) -> None:
@@ -195,7 +199,8 @@ def share_cores(comm) -> int:
 
     on_node = comm.Split_type(MPI.COMM_TYPE_SHARED).size  # collective: every rank calls it
     if "NUMBA_NUM_THREADS" not in os.environ:
-        numba.set_num_threads(max(1, numba.config.NUMBA_NUM_THREADS // on_node))
+        config: Any = numba.config  # (it sets its NUMBA_* names through globals(): no type knows them)
+        numba.set_num_threads(max(1, config.NUMBA_NUM_THREADS // on_node))
     return numba.get_num_threads()
 
 

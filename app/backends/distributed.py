@@ -408,6 +408,7 @@ class RankRun:
             vel = self.ops.exchange.gather_to_root(self.device, "vel")
         if self.comm.rank != 0:
             return None
+        assert vel is not None, "rank 0 holds every velocity: its own rows, or gathered to it"
         pos = self.positions()
         return Bodies(
             pos=pos[:, :3].astype(np.float64),

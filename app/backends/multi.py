@@ -32,13 +32,16 @@ devices, each frame (the "host upload" path).
 from __future__ import annotations
 
 import logging
+from typing import ClassVar
 
 import numpy as np
 
 from app.backends.base import (
     INTEROP_PATH,
     Backend,
+    DeviceKind,
     KernelRecord,
+    RenderTarget,
     StepTimings,
     TunablesPerKernel,
     check_physics,
@@ -94,7 +97,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         "each device's own clock (CUDA events on GPUs); force and integrate: the slowest device's, "
         "read a frame late while drawing"
     )
-    kind = None
+    kind: ClassVar[DeviceKind]
     k = 1
     driver = "auto"
     exchange = "auto"
@@ -136,7 +139,8 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
         self._mass, self._ids = np.zeros(0), None
         self._t0, self._steps = 0.0, 0
         self._tunables: dict[str, dict] = {}
-        self._gl_target = None  # the kind's render target while the renderer's VBOs are attached
+        # the kind's render target while the renderer's VBOs are attached
+        self._gl_target: RenderTarget | None = None
 
     # --- state -----------------------------------------------------------------------------------
     def load(self, bodies: Bodies, physics: Physics, kernel: str | None = None) -> None:
@@ -238,6 +242,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
             self._gl_target.publish(run.devices, self.n, run.render_whole)
             map_ms, unmap_ms = self._gl_target.map_ms, self._gl_target.unmap_ms
         lagged = self._gl_target is not None
+        assert run.ops is not None, "a loaded run has its ops"
         times = run.ops.take_times(lagged=lagged)
         device_ms = times["force"]
         timings = StepTimings(
@@ -269,6 +274,7 @@ class MultiDeviceBackend(TunablesPerKernel, Backend):
 
     def _nonfinite(self, device: int, body: int) -> NonFiniteState:
         """What a non-finite body found by device `device` raises (the device named)."""
+        assert self._run is not None, "found by a step of the loaded run"
         return NonFiniteState(
             body, step=self._steps, time=self.time, device=device, device_name=self._run.devices[device].name
         )

@@ -42,10 +42,11 @@ import json
 import signal
 from collections import deque
 from contextlib import suppress
+from typing import Any
 
 import numpy as np
 
-from app.backends.base import Backend, TunablesPerKernel, check_physics
+from app.backends.base import Backend, DeviceKind, RenderTarget, TunablesPerKernel, check_physics
 from app.backends.distributed import RankRun, device_maker
 from app.backends.rank_control import Channel, Control
 from app.core.errors import BackendUnavailable, NonFiniteState
@@ -79,8 +80,8 @@ class RanksBackend(TunablesPerKernel, Backend):
         "time.perf_counter around each rank's force evaluation of its share; a step's time is the "
         "slowest rank's"
     )
-    comm = None
-    inner: type[Backend] = Backend
+    comm: Any = None  # the job's mpi4py communicator (mpi4py ships no type stubs)
+    inner: type[Backend]  # the backend every rank runs (set by ranks_backend_class)
     gather_every = 1  # frames between rank 0's gathers of the velocities (the view)
 
     # --- discovery: the inner backend's kernels --------------------------------------------------------
@@ -112,12 +113,24 @@ class RanksBackend(TunablesPerKernel, Backend):
         self._view_read = True
         self._frames_since_view = 0
         self._n = 0
-        self._gl_target = None  # rank 0: the VBOs filled on its GPU (attach_gl_buffers), or None
+        self._gl_target: RenderTarget | None = None  # rank 0: the VBOs filled on its GPU (attach_gl_buffers)
         self.quit_seen = False
         self.splits: deque[tuple[list[float], list[float]]] = deque(maxlen=SPLIT_FRAMES)
         self.fingerprints: list[str] = []  # after each applied change: the same on every rank
 
     # --- what rank 0 asks for (shown at once, applied by every rank at the next step) -------------------
+    @classmethod
+    def _kind(cls) -> DeviceKind:
+        """The inner backend's device kind (every rank's device)."""
+        kind = cls.inner.device_kind()
+        assert kind is not None, "device_maker refused an inner backend without one when this was made"
+        return kind
+
+    def _last_view(self) -> Bodies:
+        """Rank 0's view: the bodies it loaded, then the state it last gathered."""
+        assert self._view is not None, "rank 0 holds a view from its load on"
+        return self._view
+
     def _runnable(self, name: str) -> str:
         name = self.record(name).name
         reason = self.kernel_why_not(name)
@@ -154,7 +167,7 @@ class RanksBackend(TunablesPerKernel, Backend):
 
     @property
     def time(self) -> float:
-        return self.run.time if self._applied is not None else float(self._view.time)
+        return self.run.time if self._applied is not None else float(self._last_view().time)
 
     def _wanted(self, steps: int) -> Control:
         due = self._view_read and self._frames_since_view + 1 >= max(int(self.gather_every), 1)
@@ -251,7 +264,7 @@ class RanksBackend(TunablesPerKernel, Backend):
         elif changed:
             remade = self.run.reload(physics, control.kernel)
         # (set again without a change they would restart a tree's refit cadence, which one process keeps)
-        if remade or control.tunables != was.tunables:
+        if remade or was is None or control.tunables != was.tunables:
             self.run.set_tunables(control.tunables)
         if not self.lead:  # what rank 0 asked for is what this rank now runs
             self._kernel, self._physics, self._n = control.kernel, physics, self.run.n
@@ -278,6 +291,7 @@ class RanksBackend(TunablesPerKernel, Backend):
         """A hash of what this rank runs and holds: the applied Control (less the step count) and its
         whole copy of the positions (every rank's is the same after each exchange)."""
         c = self._applied
+        assert c is not None, "taken after a Control is applied"
         what = json.dumps([c.kernel, c.tunables, c.physics, self.run.time], sort_keys=True).encode()
         pos = np.ascontiguousarray(self.run.positions())
         return hashlib.sha256(what + pos.tobytes()).hexdigest()
@@ -288,7 +302,7 @@ class RanksBackend(TunablesPerKernel, Backend):
         if not self.lead:
             raise RuntimeError("only rank 0 holds the gathered state")
         self._view_read = True
-        v = self._view
+        v = self._last_view()
         return Bodies(
             pos=v.pos.copy(),
             vel=v.vel.copy(),
@@ -305,7 +319,7 @@ class RanksBackend(TunablesPerKernel, Backend):
             speeds = np.asarray(self.run.own_rows("speed"), dtype=np.float32)
             return np.array(self.run.positions(), dtype=np.float32), speeds.reshape(-1)
         self._view_read = True
-        v = self._view
+        v = self._last_view()
         speeds = np.linalg.norm(v.vel, axis=1).astype(np.float32)
         if self._applied is None:
             return v.pos4(np.float32), speeds
@@ -327,7 +341,7 @@ class RanksBackend(TunablesPerKernel, Backend):
             return False
         device = self.run.device if self._applied is not None and self.run.n == self._n else None
         whole = device is not None and self.run.decomposition.integrate_all
-        self._gl_target = self.inner.device_kind().gl_target(
+        self._gl_target = self._kind().gl_target(
             position_vbo, speed_vbo, [device] if whole else [], self._n, whole
         )
         return self._gl_target is not None
@@ -344,7 +358,7 @@ class RanksBackend(TunablesPerKernel, Backend):
         return f"host upload, {self.ranks} MPI ranks"
 
     def device_info(self) -> dict:
-        name = self.inner.device_kind().rank_device_name()
+        name = self._kind().rank_device_name()
         return {
             "name": f"{self.ranks} MPI ranks, each: {name}",
             "ranks": self.ranks,

@@ -119,6 +119,7 @@ class ReplayBackend(Backend):
                 self._ticks += 1
                 self._move_to(self._origin + self._ticks * self.per_frame)
         else:
+            assert self.clock is not None, "a replay without per_frame follows its clock"
             now = self.clock()
             wall = 0.0 if self._last is None else min(max(now - self._last, 0.0), MAX_FRAME_S)
             self._last = now

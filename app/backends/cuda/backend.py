@@ -23,10 +23,11 @@ import atexit
 import logging
 import weakref
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.backends.base import INTEROP_PATH, REFERENCE_ROWS, Backend, KernelRecord
+from app.backends.base import INTEROP_PATH, REFERENCE_ROWS, KernelRecord
 from app.backends.cuda import registry
 from app.backends.cuda.compile import find_nvcc, nvcc_version
 from app.backends.cuda.context import (
@@ -44,9 +45,12 @@ from app.backends.cuda.policies import ceil_div, force_arguments, suffix
 from app.backends.cuda.state_ops import INTEGRATE_SOURCE
 from app.backends.multi import MultiDeviceBackend
 from app.core.errors import BackendUnavailable, ConfigError
-from app.engine.forces import ForceEvaluator, Span, target_chunks, with_role
+from app.engine.forces import Span, target_chunks, with_role
 from app.engine.timing import stage_entries
 from app.model.physics import Diagnostics, Physics
+
+if TYPE_CHECKING:
+    from app.backends.cuda.evaluator import GpuEvaluator
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +112,8 @@ class CudaBackend(MultiDeviceBackend):
 
     @classmethod
     def record(cls, name: str) -> KernelRecord:
-        return Backend.record.__func__(cls, name)  # (the --gpus K form asks its kind about each record)
+        # Backend's lookup, past MultiDeviceBackend's (the --gpus K form asks its kind about each record)
+        return super(MultiDeviceBackend, cls).record(name)
 
     @classmethod
     def kernel_why_not(cls, name: str) -> str | None:
@@ -119,6 +124,7 @@ class CudaBackend(MultiDeviceBackend):
             rec = cls.record(name)
         except ConfigError as e:
             return str(e)
+        assert rec.source is not None, "every CUDA record names its kernel file (registry._record)"
         sources = [(rec.source, rec.policy.nvcc_options), (INTEGRATE_SOURCE, None)]
         for source, options in sources if not rec.policy.resolves else sources[1:]:
             try:
@@ -144,7 +150,7 @@ class CudaBackend(MultiDeviceBackend):
         self.render_ordinal = self.device.ordinal
         self._closed = False
         self._records = {r.name: r for r in self.kernels()}
-        self._evaluators: dict[str, ForceEvaluator] = {}
+        self._evaluators: dict[str, GpuEvaluator] = {}
         self._gl_reason: str | None = None  # why interop is not used (after an attach attempt)
         self._warned_copy = False
         self._render_reads = 0
@@ -177,7 +183,7 @@ class CudaBackend(MultiDeviceBackend):
         return super()._require_state()
 
     # --- records, evaluators, tunables -------------------------------------------------------------
-    def evaluator(self, name: str | None = None) -> ForceEvaluator:
+    def evaluator(self, name: str | None = None) -> GpuEvaluator:
         """An evaluator of a record (default: the current kernel) on this backend's GPU, with the current
         physics, for tools and tests that evaluate forces on the state's pointers (`state_arrays`)."""
         rec = self.record(name or self._kernel)
@@ -189,13 +195,14 @@ class CudaBackend(MultiDeviceBackend):
         return ev
 
     @property
-    def _running(self) -> ForceEvaluator | None:
+    def _running(self) -> GpuEvaluator | None:
         """The evaluator the steps run (for `best`: the record it picked), once loaded."""
         return self._run.devices[0].evaluator if self._run is not None else None
 
     def active_record(self) -> KernelRecord:
         """The record the next force launch runs (`best` resolved for the current N)."""
-        return self._running.record if self._run is not None else self.record(self._kernel)
+        running = self._running
+        return running.record if running is not None else self.record(self._kernel)
 
     @property
     def precision(self) -> str:
@@ -203,14 +210,16 @@ class CudaBackend(MultiDeviceBackend):
 
     def tunables(self) -> dict:
         """The tunables the next launch uses (for `best`: the resolved variant's)."""
-        if self._run is None:
+        running = self._running
+        if running is None:
             return super().tunables()
-        return dict(self._running.active(self.n)[1])
+        return dict(running.active(self.n)[1])
 
     @property
     def resolved_kernel(self) -> str:
         """'register-blocked block_size=128 k=4 slices=0': what actually runs (useful for `best`)."""
-        return self._running.describe(self.n) if self._run is not None else self.evaluator().describe(0)
+        running = self._running
+        return running.describe(self.n) if running is not None else self.evaluator().describe(0)
 
     def set_kernel(self, name: str) -> None:
         """In place on the GPU's state (compiled first: a failure leaves the current kernel)."""
@@ -221,14 +230,18 @@ class CudaBackend(MultiDeviceBackend):
             self._tunables_changed()
         else:
             if not rec.policy.resolves:
+                assert rec.source is not None, "every CUDA record names its kernel file (registry._record)"
                 self.device.compiled(rec.source, rec.policy.nvcc_options)
             self._kernel = rec.name
 
     # --- stepping (MultiDeviceBackend.step), what one GPU reports -------------------------------------
     def _step_entries(self, device_ms: list[float], exchange_ms: float) -> dict[str, float]:
-        return stage_entries(self._running.stage_ms())  # a tree's split of its force time; {} otherwise
+        running = self._running
+        assert running is not None, "called by step(), on the loaded run"
+        return stage_entries(running.stage_ms())  # a tree's split of its force time; {} otherwise
 
     def _nonfinite(self, device: int, body: int) -> NonFiniteState:
+        assert self._run is not None, "found by a check of the loaded run"
         return NonFiniteState(body, step=self._run.steps_done, time=self.time)
 
     def check_finite(self) -> None:

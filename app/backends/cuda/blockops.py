@@ -18,6 +18,7 @@ positions (tests/test_blocksteps_gpu.py).
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -25,6 +26,9 @@ from app.engine.blocksteps import block_tunables
 from app.engine.forces import ForceWork, with_role
 from app.model.bodies import Bodies
 from app.model.physics import Physics
+
+if TYPE_CHECKING:
+    from app.backends.cuda.evaluator import GpuEvaluator
 
 
 class CudaBlockOps:
@@ -53,7 +57,8 @@ class CudaBlockOps:
             self.rows32 = cp.empty((n, 4), np.float32)  # float32 [x, y, z, m] for the walk
             self.acc32 = cp.zeros((n, 4), np.float32)
         self.time = float(bodies.time)
-        self._exact = None  # the force error's all-pairs evaluator, made at its first sample
+        # the force error's all-pairs evaluator, made at its first sample
+        self._exact: GpuEvaluator | None = None
         self.diag_pending = None  # app.backends.cuda.diagnostics' surface (energy on the device)
         self._mass64 = np.array(bodies.mass, dtype=np.float64)  # the state's own masses, for bodies()
 

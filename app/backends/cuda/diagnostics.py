@@ -22,11 +22,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from app.backends.cuda.policies import ceil_div, force_arguments
 from app.model.physics import Diagnostics
+
+if TYPE_CHECKING:
+    from app.backends.cuda.context import ContextScope
 
 SOURCE = "diagnostics.cu"
 BLOCK = 256  # DIAG_BLOCK: the threads of every diagnostics block and the potential's tile length
@@ -95,8 +99,8 @@ class PendingDiagnostics:
     `host` is the backend's one pinned buffer (allocating pinned memory synchronises the whole device,
     which is the stall this avoids); the next launch first settles this one into its own copy."""
 
-    scope: object  # the backend's ContextScope: event calls need its context current
-    event: object
+    scope: ContextScope  # the backend's: event calls need its context current
+    event: Any  # a pycuda Event (pycuda ships no type stubs)
     host: np.ndarray
     time: float
     _values: np.ndarray | None = None
@@ -117,6 +121,7 @@ class PendingDiagnostics:
     def result(self) -> DeviceDiagnostics:
         """Waits for the GPU to get there if it has not yet."""
         self.settle()
+        assert self._values is not None, "kept by settle()"
         return from_results(self._values, self.time)
 
 

@@ -14,7 +14,8 @@ physics arguments, span sizes).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
+from typing import TYPE_CHECKING, TypeAlias
 
 from app.core.errors import ConfigError
 from app.engine.forces import ForceEvaluator, ForceWork, KernelRecord, Span, format_tunables
@@ -22,12 +23,15 @@ from app.model.physics import Physics
 
 from .policies import FORMS, force_arguments
 
+if TYPE_CHECKING:
+    from .tree import TreeEvaluator
+
 log = logging.getLogger(__name__)
 MAX_PLANS = 64
 # What `best` said for (GPU, N, K) when resolving for K > 1 devices: each of the K devices makes its own
 # evaluator, again at every load, so the process says it once for all of them (one GPU: the evaluator's
 # own memory, as before).
-_SAID_FOR_DEVICES: dict[tuple, tuple] = {}
+_SAID_FOR_DEVICES: dict[Hashable, tuple] = {}  # (GPU, N, K) -> (warning, line)
 
 
 class CudaEvaluator(ForceEvaluator):
@@ -38,7 +42,7 @@ class CudaEvaluator(ForceEvaluator):
         self._args = force_arguments(Physics())
         self._plans: dict[tuple, Callable] = {}
         self._resolved: dict[tuple[int, int], tuple[KernelRecord, dict]] = {}  # (N, devices) -> what runs
-        self._said: dict[int, tuple] = {}  # N -> the (warning, line) last said of it; survives forget()
+        self._said: dict[Hashable, tuple] = {}  # N -> the (warning, line) last said of it; survives forget()
 
     def set_physics(self, physics: Physics) -> None:
         self._args = force_arguments(physics)
@@ -121,7 +125,12 @@ class CudaEvaluator(ForceEvaluator):
         return self.bind(pos, acc, targets, sources, stream)()
 
 
-def make_evaluator(record: KernelRecord, device, records: dict[str, KernelRecord]) -> ForceEvaluator:
+if TYPE_CHECKING:
+    # what a CUDA record's evaluator is (make_evaluator): the launch-plan one, or its policy's own (the tree)
+    GpuEvaluator: TypeAlias = "CudaEvaluator | TreeEvaluator"
+
+
+def make_evaluator(record: KernelRecord, device, records: dict[str, KernelRecord]) -> GpuEvaluator:
     """The evaluator of a CUDA record on `device`: its policy's own (the tree) or the launch-plan one."""
     build = getattr(record.policy, "evaluator", None)
     return build(record, device, records) if build is not None else CudaEvaluator(record, device, records)

@@ -86,6 +86,7 @@ def attach_render_target(
     with scope:
         gl, reason = register_gl_buffers(position_vbo, speed_vbo)
     if gl is None:
+        assert reason is not None, "register_gl_buffers says why it registered nothing"
         fall_back(reason)
         return None
     drv = driver()

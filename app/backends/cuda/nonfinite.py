@@ -84,6 +84,7 @@ class NonFiniteCheck:
         -1 while it is still on its way."""
         if self._event is None:
             return -1
+        assert self._copied is not None, "set with the event (_queue_copy)"
         if wait:
             self._event.synchronize()
         elif not self._event.query():

@@ -12,6 +12,8 @@ device, and makes the integrator's element-wise updates (state_ops.py) over a sp
 
 from __future__ import annotations
 
+from typing import Any, cast
+
 import numpy as np
 
 from app.core.errors import StateOutOfMemory
@@ -58,7 +60,7 @@ class GpuState:
         self.device = device
         self.name = name
         self.n = 0
-        self._alloc: dict[str, object] = {}
+        self._alloc: dict[str, Any] = {}  # pycuda DeviceAllocations (pycuda ships no type stubs)
 
     # --- memory ----------------------------------------------------------------------------------
     def allocate(self, n: int, fields=STATE) -> None:
@@ -96,14 +98,18 @@ class GpuState:
             raise self._oom(n, need, free, 0) from e
 
     def _oom(self, n: int, need: int, free: int, held: int) -> StateOutOfMemory:
-        return out_of_memory(
-            n,
-            need,
-            free,
-            self.name or self.device.facts.name,
-            BYTES_PER_BODY,
-            held=held,
-            error=StateOutOfMemory,
+        # (out_of_memory builds the `error` class it is given; its return type names their base)
+        return cast(
+            StateOutOfMemory,
+            out_of_memory(
+                n,
+                need,
+                free,
+                self.name or self.device.facts.name,
+                BYTES_PER_BODY,
+                held=held,
+                error=StateOutOfMemory,
+            ),
         )
 
     def holds(self, field: str) -> bool:
