@@ -241,3 +241,45 @@ def test_mpi_ranks_take_the_toy(toy, tmp_path):
     assert "on 2 ranks" in many.stdout
     a, b = np.load(tmp_path / "one.npz"), np.load(tmp_path / "many.npz")
     assert np.array_equal(a["pos"], b["pos"]) and np.array_equal(a["vel"], b["vel"])
+
+
+# --- tunables: one store, one rule for what a change invalidates ----------------------------------------
+def _tree_backends():
+    from app.backends.cpu import CPUBackend
+    from app.backends.multi import multi_backend_class
+
+    yield pytest.param(CPUBackend, id="cpu")
+    yield pytest.param(multi_backend_class(CPUBackend, 2, "single"), id="cpu-devices-2")
+    yield pytest.param("cuda", id="cuda", marks=pytest.mark.gpu)
+
+
+@pytest.mark.parametrize("cls", list(_tree_backends()))
+def test_a_tunables_change_drops_the_cached_forces(cls):
+    """The rule of TunablesPerKernel, on each backend: after set_tunables the next step evaluates a(x)
+    afresh with the new values, so it continues exactly as a fresh load of the same state with those
+    values does (a kept a(x) from the old theta would make the first kick differ)."""
+    from app.backends import backend_class
+    from app.model.ics import generate
+    from app.model.physics import Physics
+
+    cls = backend_class(cls) if isinstance(cls, str) else cls
+    kernel = next(r.name for r in cls.kernels() if r.approximate)  # the tree: theta changes its a(x)
+    physics = Physics(softening=0.05, dt=0.01)
+    changed, fresh = cls(), cls()
+    try:
+        changed.load(generate("plummer", 2048, 3), physics, kernel=kernel)
+        changed.set_tunables(theta=0.9, rebuild_every=1)
+        changed.step(1)
+        fresh.load(changed.state(), physics, kernel=kernel)
+        fresh.set_tunables(theta=0.3, rebuild_every=1)
+        changed.set_tunables(theta=0.3)
+        assert changed.tunables()["theta"] == fresh.tunables()["theta"] == 0.3
+        changed.step(1)
+        fresh.step(1)
+        a, b = changed.state(), fresh.state()
+        assert np.array_equal(a.vel, b.vel) and np.array_equal(a.pos, b.pos)
+        changed.clear_tunables()  # back to the record's defaults, by the same rule
+        assert changed.tunables() == changed.record(kernel).default_tunables()
+    finally:
+        changed.close()
+        fresh.close()

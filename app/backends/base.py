@@ -53,9 +53,11 @@ class _KernelsWithStore(Protocol):
 
 
 class TunablesPerKernel:
-    """The Backend ABC's tunables kept on the host, per kernel, checked against its record: for backends
-    (and test doubles) that hold no evaluator of their own. Mixed in before `Backend`; `_tunables_changed`
-    is where a backend passes the values on."""
+    """The Backend ABC's tunables, the one store of them: per kernel, the values set (checked against its
+    record) over the record's defaults, kept on the host. Mixed in before `Backend`. The one rule for a
+    change: `_tunables_changed` passes the values on to the evaluators and drops the stepper's cached
+    a(x), so the next step evaluates the forces afresh with the new values (an evaluator that keeps work
+    between steps, a tree's refit, builds again: its own set_tunables)."""
 
     def _tunable_store(self) -> dict[str, dict]:
         return self.__dict__.setdefault("_tunables", {})  # kernel -> the values set over its defaults

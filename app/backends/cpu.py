@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.backends.base import REFERENCE_ROWS, Backend, KernelRecord, StepTimings, check_physics
+from app.backends.base import (
+    REFERENCE_ROWS,
+    Backend,
+    KernelRecord,
+    StepTimings,
+    TunablesPerKernel,
+    check_physics,
+)
 from app.backends.cpu_forces import (
     DEFAULT_KERNEL,
     RECORDS,
@@ -54,7 +61,7 @@ log = logging.getLogger(__name__)
 
 
 # --- the backend -----------------------------------------------------------------------------------------
-class CPUBackend(Backend):
+class CPUBackend(TunablesPerKernel, Backend):
     name = "cpu"
     default_kernel = DEFAULT_KERNEL
     uses_all_cores = True  # numba prange over every core
@@ -92,7 +99,6 @@ class CPUBackend(Backend):
         self._steps = 0  # ... plus steps taken since, times dt
         self._stepper = Stepper()  # the integrator's cached a(x), stepping (app/engine/integrator.py)
         self._timer = HostTimer()
-        self._tunables: dict[str, dict] = {}  # record name -> values set (validated), over its defaults
 
     # --- discovery -------------------------------------------------------------------------------
     @classmethod
@@ -147,17 +153,8 @@ class CPUBackend(Backend):
     def n(self) -> int:
         return int(self._mass.shape[0])
 
-    # --- tunables --------------------------------------------------------------------------------
-    def tunables(self) -> dict:
-        return self.record(self._kernel).with_tunables(self._tunables.get(self._kernel, {}))
-
-    def set_tunables(self, **values) -> None:
-        checked = self.record(self._kernel).validate_tunables(values)
-        self._tunables[self._kernel] = {**self._tunables.get(self._kernel, {}), **checked}
-        self._stepper.invalidate()
-
-    def clear_tunables(self) -> None:
-        self._tunables.clear()
+    # --- tunables (kept per kernel by TunablesPerKernel; evaluator() hands them on) -------------------
+    def _tunables_changed(self) -> None:
         self._stepper.invalidate()
 
     # --- stepping --------------------------------------------------------------------------------
@@ -178,7 +175,7 @@ class CPUBackend(Backend):
         force parameters and tunables stay: an evaluator may carry work from one step() call to the next
         (the tree's refit, rebuild_every), as the devices' evaluators of the multi-device run do."""
         record = self.record(name or self._kernel)
-        tunables = self._tunables.get(record.name, {})
+        tunables = self._tunable_store().get(record.name, {})
         # the force parameters, not dt or the integrator: those keep the evaluator
         key = (record.name, self._physics.forces, tuple(sorted(tunables.items())))
         kept = self._kept_evaluator
