@@ -24,8 +24,9 @@ COLORMAPS = ("inferno", "magma", "plasma", "viridis", "white")
 # several devices (app/parallel/multidevice.py runs them): the drivers and the exchanges a run may name
 DRIVERS = ("auto", "threads", "single")  # auto: the decomposition's (Decomposition.driver)
 EXCHANGES = ("auto", "peer", "nccl", "host")  # auto: peer copies where every pair can, else host
-# snapshot formats: the one list (app/model/formats.py)
-FORMAT_CHOICES = ("tipsy", "nemo", "nbabel", "npz", "csv")
+# snapshot formats: the names of app/model/formats' TABLE (tests/test_format_table.py holds the two equal),
+# here so that the settings check a name without loading the readers; formats.register adds a new one's
+FORMAT_CHOICES: list[str] = ["tipsy", "nemo", "nbabel", "npz", "csv"]
 
 
 @dataclass(frozen=True)
@@ -38,14 +39,15 @@ class Field:
     lo: float | None = None
     hi: float | None = None
     lo_open: bool = False  # lo itself not allowed
-    choices: tuple | Callable[[], tuple] | None = None  # a callable: read when asked (the backends' table)
+    # a list is read as it is when asked (the formats' names); a callable is called (the backends' table)
+    choices: tuple | list | Callable[[], tuple] | None = None
     optional: bool = False  # may be left unset (None): e.g. camera.distance = fit
 
     def _limit(self, value: float) -> str:
         """An int key's limit as the integer it is (16777216, not 1.67772e+07)."""
         return str(int(value)) if self.kind == "int" else f"{value:g}"
 
-    def allowed(self) -> tuple | None:
+    def allowed(self) -> tuple | list | None:
         """The values it takes, when it is a choice."""
         return self.choices() if callable(self.choices) else self.choices
 
