@@ -29,461 +29,57 @@ Output is written under a hidden `.NAME.*.part` name and `os.replace()`d into pl
 a failure (unwritable directory, full disk) never leaves a file that looks finished.
 
 `record(viewer, out_path, frames, ...)` is the v1 function: advance, `viewer.render_to_array`, encode.
+
+This module is the two loops (`record_scene`, `record`); the rest lives in its own module and is
+re-exported here: record_sinks.py (RecordResult, Recorder, PngSequence), interrupts.py (InterruptGuard,
+exit_status), frame_schedule.py (frame_parts, frame_info: where frame i stands), stills.py (render_still).
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
-import os
-import signal
-import statistics
-import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from app.core.errors import ConfigError, RuntimeFault
-from app.core.outputs import check_output, discard, partial_file
-from app.render.encoder import FrameInfo, PngSequenceWriter, VideoEncoder, write_png
+from app.core.outputs import check_output
+from app.render.encoder import write_png
+from app.render.frame_schedule import frame_info, frame_parts
+from app.render.interrupts import InterruptGuard, exit_status
+from app.render.record_sinks import (
+    FrameSink,
+    PngSequence,
+    Recorder,
+    RecordResult,
+    even_size,
+    median,
+    os_message,
+    prepare_frames_dir,
+)
+from app.render.stills import render_still
+
+__all__ = [  # what this module defines, and what its importers take from it that the pieces define
+    "InterruptGuard",
+    "PngSequence",
+    "RecordResult",
+    "Recorder",
+    "even_size",
+    "exit_status",
+    "frame_info",
+    "frame_parts",
+    "prepare_frames_dir",
+    "record",
+    "record_scene",
+    "render_still",
+]
 
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class RecordResult:
-    path: Path | None  # the video, or the PNG directory / still
-    still: Path | None
-    frames: int
-    size: tuple[int, int]  # (width, height)
-    seconds: float  # wall time spent recording (setup excluded)
-    interrupted: int | None = None  # the signal that stopped the recording early, if any
-    dropped: int = 0  # frames dropped because the encoder was behind (block=False only)
-    timings: dict = field(default_factory=dict)  # medians in ms: step, draw, readback, encode
-
-    @property
-    def fps(self) -> float:
-        """Frames per wall second."""
-        return self.frames / self.seconds if self.seconds > 0 else 0.0
-
-    def summary_line(self) -> str:
-        t = self.timings
-        parts = [f"{k} {t[k]:.2f} ms" for k in ("step", "draw", "readback") if k in t]
-        if "encode" in t:
-            parts.append(f"encode {t['encode']:.2f} ms (worker thread)")
-        w, h = self.size
-        return (
-            f"{self.frames} frames {w}x{h} in {self.seconds:.2f} s wall: {self.fps:.1f} frames per wall "
-            f"second"
-            + (f"; median per frame: {', '.join(parts)}" if parts else "")
-            + (f"; {self.dropped} dropped" if self.dropped else "")
-        )
-
-
-def even_size(size) -> tuple[int, int]:
-    w, h = (int(s) for s in size)
-    return max(w - w % 2, 2), max(h - h % 2, 2)
-
-
-def _median(values) -> float | None:
-    values = list(values)
-    return statistics.median(values) if values else None
-
-
-# --------------------------------------------------------------------------------------------------
-# files
-
-
-def _os_message(e: BaseException) -> str:
-    if isinstance(e, OSError) and e.errno == errno.ENOSPC:
-        return "the disk is full (No space left on device)"
-    if isinstance(e, OSError):
-        return e.strerror or str(e)
-    return f"{type(e).__name__}: {e}"
-
-
-def prepare_frames_dir(directory: Path) -> Path:
-    """Create `directory` if needed and check that files can be created in it (one-line RuntimeFault)."""
-    directory = Path(directory).expanduser().resolve()
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise RuntimeFault(f"cannot write frames to {directory}: {e.strerror or e}") from e
-    if not directory.is_dir():
-        raise RuntimeFault(f"cannot write frames to {directory}: it is not a directory")
-    check_output(directory / "frame_probe", "frames to")
-    return directory
-
-
-# --------------------------------------------------------------------------------------------------
-# signals
-
-
-class InterruptGuard:
-    """SIGINT/SIGTERM while recording: the first sets `signum` (stop after this frame and finalise) and
-    calls `on_signal(signum)` (the live viewer: quit at the next tick, which finalises its recording), a
-    second raises KeyboardInterrupt (abandon). Installed only on the main thread; restored on exit."""
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, on_signal=None, doing: str = "stopping after this frame and finalising the file"):
-        self.signum: int | None = None
-        self.on_signal = on_signal
-        self.doing = doing
-        self._previous: dict = {}
-
-    def _handler(self, signum, frame) -> None:
-        if self.signum is not None:
-            raise KeyboardInterrupt(f"{signal.Signals(signum).name} again: recording abandoned")
-        self.signum = signum
-        log.warning("%s: %s (again to abandon it)", signal.Signals(signum).name, self.doing)
-        if self.on_signal is not None:
-            self.on_signal(signum)
-
-    def __enter__(self) -> InterruptGuard:
-        if threading.current_thread() is threading.main_thread():
-            for s in self.SIGNALS:
-                self._previous[s] = signal.signal(s, self._handler)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for s, h in self._previous.items():
-            signal.signal(s, h)
-        self._previous.clear()
-
-    @property
-    def stop(self) -> bool:
-        return self.signum is not None
-
-
-def exit_status(interrupted) -> int:
-    """The shell's convention for a run a signal stopped (130 for SIGINT, 143 for SIGTERM), else 0; the
-    recorder and the live viewer both finalise their file first."""
-    if interrupted in (signal.SIGINT, signal.SIGTERM):
-        return 128 + int(interrupted)
-    return 0
-
-
-# --------------------------------------------------------------------------------------------------
-# sinks
-
-
-class _Sink:
-    """Shared by Recorder (mp4) and PngSequence: capture through a PBO ring into a worker queue."""
-
-    def __init__(
-        self,
-        size,
-        fps: float = 30.0,
-        hud: bool = False,
-        queue_size: int = 8,
-        block: bool = True,
-        ring: int = 3,
-    ):
-        self.size = (int(size[0]), int(size[1]))
-        self.fps = float(fps)
-        if not self.fps > 0:
-            raise ConfigError(f"record: fps must be > 0 (got {fps})")
-        self.hud = bool(hud)
-        self.queue_size = int(queue_size)
-        self.block = bool(block)
-        self.ring = int(ring)
-        self.path: Path | None = None
-        self._worker = None
-        self._capture = None
-        self._next_index = 0
-        self._t0 = 0.0
-
-    @property
-    def recording(self) -> bool:
-        return self._worker is not None
-
-    @property
-    def captured(self) -> int:
-        """Frames drawn by `capture` or handed to `add_frame` so far (some may still be in flight)."""
-        return max(self._capture.captured if self._capture else 0, self._next_index)
-
-    @property
-    def frames(self) -> int:
-        """Frames handed to the worker so far."""
-        return self._next_index - (self._worker.dropped if self._worker else 0)
-
-    @property
-    def queued(self) -> int:
-        """Frames handed to the worker and not yet taken by it (0 when not recording)."""
-        return self._worker.queued() if self._worker is not None else 0
-
-    @property
-    def queue_full(self) -> bool:
-        """Whether the worker's queue is full now: the next frame handed over waits (block=True) or is
-        dropped (block=False). False when not recording."""
-        return self._worker is not None and self._worker.full()
-
-    @property
-    def dropped(self) -> int:
-        """Frames dropped at the hand-over so far (block=False, the queue full); 0 when not recording."""
-        return self._worker.dropped if self._worker is not None else 0
-
-    def _info(self, info: FrameInfo | None) -> FrameInfo:
-        if info is None:
-            info = FrameInfo(index=self._next_index, t=self._next_index / self.fps)
-        self._next_index = max(self._next_index, info.index) + 1
-        return info
-
-    def add_frame(self, img: np.ndarray, info: FrameInfo | None = None) -> bool:
-        """Queue an (H, W, 3|4) uint8 image, top row first; the worker may draw on it. False: dropped."""
-        if self._worker is None:
-            raise RuntimeError("add_frame() before start()")
-        img = np.asarray(img)
-        if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] not in (3, 4):
-            raise ValueError(f"expected an (H, W, 3|4) uint8 image, got {img.dtype} {img.shape}")
-        try:
-            return self._worker.put(img, self._info(info), block=self.block)
-        except OSError as e:
-            self._fail(e)
-
-    def capture(self, viewer, info: FrameInfo | None = None, draw=None) -> int:
-        """Draw `viewer` (without its overlays) into the recorder's framebuffer and queue the frames whose
-        readback finished; returns how many were queued. `draw((w, h))` replaces the viewer's draw."""
-        if self._worker is None:
-            raise RuntimeError("capture() before start()")
-        if self._capture is None:
-            from app.render.readback import PboCapture
-
-            self._capture = PboCapture(viewer, self.size, self.ring)
-        if info is None:
-            sim_time = viewer.backend.time
-            info = FrameInfo(
-                index=self._capture.captured,
-                t=self._capture.captured / self.fps,
-                scene=getattr(viewer.scene, "name", ""),
-                kernel=viewer.stats.kernel,
-                n=viewer.stats.n,
-                sim_time=sim_time if isinstance(sim_time, float) else None,
-            )
-        draw = draw or (lambda size: viewer.draw_scene(size, overlays=False))
-        ready = self._capture.capture(draw, info, wait=self.block)
-        for img, meta in ready:
-            self.add_frame(img, meta)
-        return len(ready)
-
-    def _drain(self) -> None:
-        if self._capture is not None:
-            for img, meta in self._capture.drain():
-                self.add_frame(img, meta)
-
-    def _release_gl(self) -> None:
-        if self._capture is not None:
-            self._capture.close()
-            self._capture = None
-
-    def timings(self) -> dict:
-        out = {}
-        if self._capture is not None and self._capture.readback_ms:
-            out["readback"] = _median(self._capture.readback_ms)
-        if self._worker is not None and self._worker.work_ms:
-            out["encode"] = _median(self._worker.work_ms)
-        return out
-
-    def _close_worker(self):
-        """The common half of stop(): drain the readback and the queue, close the worker (on a write
-        error: clean up and raise RuntimeFault). Returns (the closed worker, its timings)."""
-        if self._worker is None:
-            raise RuntimeError("stop() before start()")
-        try:
-            self._drain()
-            worker = self._worker
-            worker.close()
-        except OSError as e:
-            self._fail(e)
-        except BaseException:
-            self.abort()
-            raise
-        timings = self.timings()
-        self._release_gl()
-        self._worker = None
-        return worker, timings
-
-    def _fail(self, e: BaseException):
-        path = self.path
-        self.abort()
-        raise RuntimeFault(
-            f"recording {path} failed: {_os_message(e)}; the partial output was removed"
-        ) from e
-
-
-class Recorder(_Sink):
-    """Frames in, a finished H.264 mp4 out (see the module docstring)."""
-
-    def __init__(
-        self,
-        size,
-        fps: float = 30.0,
-        crf: int = 20,
-        preset: str = "fast",
-        threads: int = 0,
-        hud: bool = False,
-        queue_size: int = 8,
-        block: bool = True,
-        ring: int = 3,
-    ):
-        size = even_size(size)  # yuv420p needs even sizes
-        super().__init__(size, fps, hud, queue_size, block, ring)
-        if not 0 <= int(crf) <= 51:
-            raise ConfigError(f"record: quality (x264 CRF) must be in [0, 51] (got {crf})")
-        self.crf, self.preset, self.threads = int(crf), preset, int(threads)
-        self._tmp: Path | None = None
-        self.last_frame: np.ndarray | None = None
-
-    def start(self, path) -> Recorder:
-        """Open a hidden temporary mp4 beside `path` and start the encoder thread."""
-        if self._worker is not None:
-            raise RuntimeError("the recorder is already recording")
-        self.path = check_output(Path(path).expanduser().resolve(), "video")
-        self._tmp = partial_file(self.path, "video")
-        try:
-            self._worker = VideoEncoder(
-                self._tmp, self.size, self.fps, self.crf, self.preset, self.threads, self.hud, self.queue_size
-            )
-        except OSError as e:
-            discard(self._tmp)
-            self._tmp = None
-            raise RuntimeFault(f"cannot write video {self.path}: {_os_message(e)}") from e
-        self._next_index = 0
-        self.last_frame = None
-        self._t0 = time.perf_counter()
-        return self
-
-    def stop(self) -> RecordResult:
-        """Drain the readback and the queue, finalise the mp4 and rename it into place."""
-        worker, timings = self._close_worker()
-        frames, dropped = worker.frames, worker.dropped
-        self.last_frame = worker.last_frame
-        if frames == 0:
-            discard(self._tmp)
-            self._tmp = None
-            raise RuntimeFault(f"no frames were recorded; {self.path} was not written")
-        try:
-            os.replace(self._tmp, self.path)
-        except OSError as e:
-            discard(self._tmp)
-            raise RuntimeFault(f"cannot finish {self.path}: {e.strerror or e}") from e
-        finally:
-            self._tmp = None
-        return RecordResult(
-            self.path,
-            None,
-            frames,
-            self.size,
-            time.perf_counter() - self._t0,
-            dropped=dropped,
-            timings=timings,
-        )
-
-    def abort(self) -> None:
-        """Stop and delete the partial file."""
-        if self._worker is not None:
-            self._worker.abort()
-            self._worker = None
-        with contextlib.suppress(Exception):
-            self._release_gl()
-        discard(self._tmp)
-        self._tmp = None
-
-
-class PngSequence(_Sink):
-    """Frames in, DIR/frame_000000.png ... out (each PNG renamed into place when complete)."""
-
-    def __init__(
-        self,
-        size,
-        fps: float = 30.0,
-        hud: bool = False,
-        queue_size: int = 8,
-        block: bool = True,
-        ring: int = 3,
-        workers: int | None = None,
-    ):
-        super().__init__(size, fps, hud, queue_size, block, ring)
-        self.workers = workers
-
-    def start(self, directory) -> PngSequence:
-        if self._worker is not None:
-            raise RuntimeError("already recording")
-        self.path = prepare_frames_dir(directory)
-        self._worker = PngSequenceWriter(self.path, self.hud, self.size[1], self.queue_size, self.workers)
-        self._next_index = 0
-        self._t0 = time.perf_counter()
-        return self
-
-    def stop(self) -> RecordResult:
-        worker, timings = self._close_worker()
-        numbers = (p.stem[len(worker.prefix) :] for p in self.path.glob(f"{worker.prefix}*.png"))
-        stale = sum(1 for s in numbers if s.isdigit() and int(s) >= self._next_index)
-        if stale:
-            log.warning(
-                "%d older frame PNGs numbered from %d on were left in %s", stale, self._next_index, self.path
-            )
-        return RecordResult(
-            self.path,
-            None,
-            worker.frames,
-            self.size,
-            time.perf_counter() - self._t0,
-            dropped=worker.dropped,
-            timings=timings,
-        )
-
-    def abort(self) -> None:
-        """Stop; PNGs already written stay (each is complete)."""
-        if self._worker is not None:
-            self._worker.abort()
-            self._worker = None
-        with contextlib.suppress(Exception):
-            self._release_gl()
-
-
-# --------------------------------------------------------------------------------------------------
-# the deterministic loop
-
-
-def frame_parts(run, index: int, draws_within_steps: bool = True) -> tuple[int, int]:
-    """(parts, per_step): frame `index` of a simulated run stands `parts` 1/per_step-ths of a step from the
-    start (steps_per_frame parts a frame; per_step is run.frames_per_step where the backend draws inside
-    steps, block steps: canvas.advance, else 1)."""
-    per_step = max(int(run.frames_per_step), 1) if draws_within_steps else 1
-    return index * max(int(run.steps_per_frame), 1), per_step
-
-
-def frame_info(viewer, index: int, fps: float) -> FrameInfo:
-    if viewer.backend.replays:  # a series replay: its own time, no steps
-        return FrameInfo(
-            index=index,
-            t=index / fps,
-            scene=viewer.scene.name,
-            kernel=viewer.backend.kernel,
-            n=int(viewer.backend.n),
-            steps=None,
-            sim_time=viewer.backend.time,
-        )
-    parts, per_step = frame_parts(viewer.scene.run, index, viewer.backend.draws_within_steps)
-    return FrameInfo(
-        index=index,
-        t=index / fps,
-        scene=viewer.scene.name,
-        kernel=viewer.stats.kernel or viewer.backend.kernel,
-        n=int(viewer.backend.n),
-        steps=parts // per_step,
-        sim_time=parts / per_step * float(viewer.scene.physics.dt),
-    )
-
-
 def record_scene(
     viewer,
-    sink: _Sink,
+    sink: FrameSink,
     out,
     frames: int,
     camera=None,
@@ -510,7 +106,6 @@ def record_scene(
     guard = guard or InterruptGuard()
     step_ms: list[float] = []
     draw_ms: list[float] = []
-    interrupted = None
     try:
         with guard if own_guard else contextlib.nullcontext():
             t0 = time.perf_counter()
@@ -523,26 +118,9 @@ def record_scene(
                 dynamic_ncols=True,
             )
             with bar:
-                for i in range(frames):
-                    if guard.stop:
-                        interrupted = guard.signum
-                        break
-                    if i > 0:
-                        ts = time.perf_counter()
-                        viewer.advance()
-                        step_ms.append((time.perf_counter() - ts) * 1e3)
-                    if camera is not None:
-                        camera.apply(viewer.camera, i / sink.fps)
-                    sink.capture(viewer, frame_info(viewer, i, sink.fps))
-                    draw_ms.append(viewer.stats.draw_ms)
-                    bar.update(1)
-                    if window:
-                        if viewer._closed:
-                            log.warning("the window was closed: stopping after %d frames", i + 1)
-                            interrupted = "window"
-                            break
-                        viewer.update()
-                        viewer.app.process_events()
+                interrupted = _record_frames(
+                    viewer, sink, frames, camera, guard, window, bar, step_ms, draw_ms
+                )
             if interrupted is not None and sink.captured == 0:
                 sink.abort()
                 result = RecordResult(None, None, 0, sink.size, time.perf_counter() - t0)
@@ -556,65 +134,42 @@ def record_scene(
     result.interrupted = interrupted
     for name, values in (("step", step_ms), ("draw", draw_ms)):
         if values:
-            result.timings[name] = _median(values[5:] if len(values) > 10 else values)
+            result.timings[name] = median(values[5:] if len(values) > 10 else values)
     return result
 
 
-def render_still(
+def _record_frames(
     viewer,
-    path,
-    t: float,
-    fps: float,
-    camera=None,
-    hud: bool = False,
-    progress: bool = True,
-    guard: InterruptGuard | None = None,
-) -> RecordResult:
-    """Frame round(t * fps) of the `record_scene` sequence (same steps, camera, HUD) as a PNG at `path`."""
-    from tqdm import tqdm
-
-    from app.render.encoder import Hud
-    from app.render.readback import PboCapture
-
-    if not (t >= 0 and np.isfinite(t)):
-        raise ConfigError(f"--still {t}: the time must be a number of seconds >= 0")
-    path = check_output(Path(path).expanduser().resolve(), "still")  # before the minutes of stepping
-    index = int(round(float(t) * fps))
-    capture = None
-    own_guard = guard is None
-    guard = guard or InterruptGuard()
-    try:
-        with guard if own_guard else contextlib.nullcontext():
-            t0 = time.perf_counter()
-            for _ in tqdm(
-                range(index),
-                desc=f"advancing to frame {index}",
-                unit="frame",
-                leave=False,
-                disable=not progress or index == 0,
-            ):
-                if guard.stop:
-                    r = RecordResult(None, None, 0, viewer.physical_size, time.perf_counter() - t0)
-                    r.interrupted = guard.signum
-                    return r
-                viewer.advance()
-            if camera is not None:
-                camera.apply(viewer.camera, index / fps)
-            capture = PboCapture(viewer, tuple(int(s) for s in viewer.physical_size), depth=1)
-            info = frame_info(viewer, index, fps)
-            [(img, _)] = capture.capture(lambda size: viewer.draw_scene(size, overlays=False), info)
-            if hud:
-                Hud(img.shape[0]).draw(img, info.hud_lines())
-            write_png(img, path, what="still")
-            size = capture.size
-    finally:
-        if capture is not None:
-            capture.close()
-    return RecordResult(path, path, 1, size, time.perf_counter() - t0)
-
-
-# --------------------------------------------------------------------------------------------------
-# v1
+    sink: FrameSink,
+    frames: int,
+    camera,
+    guard: InterruptGuard,
+    window: bool,
+    bar,
+    step_ms: list[float],
+    draw_ms: list[float],
+) -> int | str | None:
+    """record_scene's frames, each step and draw time appended to `step_ms` / `draw_ms`; returns what
+    stopped them early (the signal, "window" when the window was closed) or None."""
+    for i in range(frames):
+        if guard.stop:
+            return guard.signum
+        if i > 0:
+            ts = time.perf_counter()
+            viewer.advance()
+            step_ms.append((time.perf_counter() - ts) * 1e3)
+        if camera is not None:
+            camera.apply(viewer.camera, i / sink.fps)
+        sink.capture(viewer, frame_info(viewer, i, sink.fps))
+        draw_ms.append(viewer.stats.draw_ms)
+        bar.update(1)
+        if window:
+            if viewer._closed:
+                log.warning("the window was closed: stopping after %d frames", i + 1)
+                return "window"
+            viewer.update()
+            viewer.app.process_events()
+    return None
 
 
 def record(
@@ -659,10 +214,11 @@ def record(
             rec.add_frame(img)
         result = rec.stop()
         if still_path is not None:
+            assert img is not None  # frames >= 1: the loop drew one
             write_png(img, still_path, what="still")
     except OSError as e:
         rec.abort()
-        raise RuntimeFault(f"recording {out_path} failed: {_os_message(e)}") from e
+        raise RuntimeFault(f"recording {out_path} failed: {os_message(e)}") from e
     except BaseException:
         rec.abort()
         raise

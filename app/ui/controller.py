@@ -20,60 +20,55 @@ Live recording (`start_recording` / `stop_recording` / `toggle_recording`, key V
 app.render.live_recording's ViewRecorder (`ctl.view_recorder`: the recording in progress, the finished
 ones, the last error); its messages land in `ctl.message` like every other action's. The benchmark's
 records are app.ui.benchmark's.
+
+Beside the kernels, backends, tunables and parameters here, the Controller is made of two mixins, each
+re-exported here for its importers: app.ui.scene_actions (N, reset, presets, snapshots) and
+app.ui.live_stats (the history rings, markers, medians and live numbers that `on_frame` feeds).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 
 from app.backends import all_kernel_records, backend_class
 from app.core.errors import ConfigError
 from app.engine.force_error import ForceErrorProbe
-from app.engine.forces import STAGES
-from app.engine.timing import FLOPS_PER_INTERACTION, StepTimings
-from app.render.frames import FrameLog, FrameRecord, History
+from app.render.frames import FrameLog
 from app.render.live_recording import ViewRecorder
-from app.ui.actions import Actions
 from app.ui.benchmark import Benchmark, BenchResult
 from app.ui.energy import EnergyMonitor
+from app.ui.live_stats import (
+    HISTORY_CAP,
+    HISTORY_FIELDS,
+    HISTORY_S,
+    LIVE_WINDOW,
+    MEDIAN_EVERY_S,
+    PER_KERNEL_CAP,
+    LiveStats,
+    Marker,
+)
+from app.ui.scene_actions import SceneActions
+
+__all__ = [  # what this module defines, and what its importers take from it that the mixins define
+    "ENERGY_RESET_KEYS",
+    "HISTORY_CAP",
+    "HISTORY_FIELDS",
+    "HISTORY_S",
+    "LIVE_WINDOW",
+    "MEDIAN_EVERY_S",
+    "PER_KERNEL_CAP",
+    "Controller",
+    "Marker",
+]
 
 log = logging.getLogger(__name__)
 
-HISTORY_S = 10.0  # what the history plots show
-HISTORY_CAP = 16384  # frames kept in the rings (10 s at up to ~1600 FPS)
-PER_KERNEL_CAP = 8192  # frames kept per (kernel, N) for the median table
-MEDIAN_EVERY_S = 1.0  # how often the median table is recomputed while it is on screen
-LIVE_WINDOW = 15  # frames the live numbers are the median of
 ENERGY_RESET_KEYS = {"physics.G", "physics.softening", "physics.model", "physics.repulsion"}
-HISTORY_FIELDS = (
-    "frame_ms",
-    "force_ms",
-    "integrate_ms",
-    "mapunmap_ms",
-    "draw_ms",
-    "upload_ms",
-    "record_ms",
-    "panel_ms",
-    "energy_ms",
-    "probe_ms",
-    "python_ms",
-    "interactions_per_s",
-)
 
 
-@dataclass
-class Marker:
-    t: float  # FrameLog clock
-    label: str
-
-
-class Controller(Actions):
+class Controller(SceneActions, LiveStats):
     LIVE_SECTIONS = ("run", "camera")
 
     def __init__(self, viewer, frame_log: FrameLog | None = None, energy_every: int = 30):
@@ -82,19 +77,10 @@ class Controller(Actions):
         self.records = all_kernel_records()
         self._why_not: dict[str, str | None] = {}
         self.refresh_availability()
-        self.history = History(HISTORY_FIELDS, HISTORY_CAP)
-        self.markers: list[Marker] = []
-        self.per_kernel: dict[tuple[str, int], FrameLog] = {}
-        self.medians: dict[tuple[str, int], dict] = {}
-        self._stale: set[tuple[str, int]] = set()
-        self._medians_t = 0.0
+        self._init_live_stats()
         self.energy = EnergyMonitor(every=energy_every)
         # an approximate record's live force error (app/engine/force_error.py)
         self.force_error = ForceErrorProbe()
-        self._stages: deque[dict[str, float]] = deque(maxlen=LIVE_WINDOW)  # force split of the last frames
-        self._active: deque[float] = deque(maxlen=LIVE_WINDOW)  # block steps: active fraction per frame
-        # several devices (--gpus): each device's force ms and the exchange ms of the last frames
-        self._devices: deque[tuple[dict[str, float], float]] = deque(maxlen=LIVE_WINDOW)
         self.bench: Benchmark | None = None
         self.bench_steps = 10
         self.message = ""
@@ -102,13 +88,6 @@ class Controller(Actions):
         self.energy_ms = 0.0  # the energy monitor's part of the last frame (a host read-back every k frames)
         self.bench_ms = 0.0  # a benchmark kernel run in the last frame
         self.probe_ms = 0.0  # the force-error probe's part of the last frame (a sample every second)
-        self._live: dict | None = None
-        self._live_t = 0.0
-        self._live_count = -1
-        self._last_frame: int | None = None
-        self._last_kernel: str | None = None
-        self._last_n: int | None = None
-        self._skip_frames: set[int] = set()  # frames whose time includes a benchmark run
         self._single_step: tuple[int, int] | None = None  # (frame at request, saved steps_per_frame)
         self.view_recorder = ViewRecorder(viewer, self._report)
         self.last_snapshot: Path | None = None
@@ -272,86 +251,6 @@ class Controller(Actions):
         self.energy.rebase()
         return f"time steps: {physics.timesteps} ({kernel}) from the next step"
 
-    def _set_n(self, trial) -> str | None:
-        from app.scene import make_bodies
-
-        if trial.initial.file:
-            raise ConfigError("N is fixed by the snapshot file the bodies come from")
-        n = trial.initial.n
-        if n == self.backend.n:
-            return None
-        self._load(make_bodies(trial))
-        return f"N = {n:,}: buffers re-allocated"
-
-    def _load(self, bodies, physics=None) -> None:
-        """New bodies into the running backend; new VBOs when N changed (re-registered with CUDA)."""
-        self.viewer.set_current()
-        b = self.backend
-        b.load(bodies, physics or b.physics, b.kernel)
-        b.components = bodies.components
-        self.viewer.sync_buffers(force=True)
-        self.energy.rebase()
-
-    def reset(self) -> str | None:
-        """The scene's initial bodies again (same seed, current N, current kernel), camera reset."""
-        from app.scene import make_bodies
-
-        try:
-            self._load(make_bodies(self.scene), self.scene.physics)
-        except Exception as e:  # noqa: BLE001
-            return self._fail(f"reset failed: {e}")
-        self.viewer.reset_camera()
-        self._ok("reset to the scene's initial bodies")
-        return None
-
-    def save_snapshot(self) -> str | None:
-        """Write the current state (float64, original body order, the time, the components) to
-        <recording folder>/snapshot-<time>.npz atomically; loads back bitwise with `formats.read`."""
-        from app.core.outputs import check_output
-        from app.model import formats
-
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        folder = self.view_recorder.directory
-        path, i = folder / f"snapshot-{stamp}.npz", 1
-        while path.exists():
-            path, i = folder / f"snapshot-{stamp}-{i}.npz", i + 1
-        try:
-            folder.mkdir(parents=True, exist_ok=True)
-            formats.write(check_output(path, "snapshot"), self.backend.state())  # (with the components)
-        except Exception as e:  # noqa: BLE001 - a failed save is reported; the viewer goes on
-            return self._fail(f"snapshot not saved: {e}")
-        self.last_snapshot = path
-        self._ok(f"wrote {path}")
-        return None
-
-    def load_preset(self, name: str) -> str | None:
-        """A preset's bodies, physics, camera and render settings; N, backend, kernel and time steps
-        (shared or block, with L and η) are kept."""
-        from app.scene import load_scene, make_bodies
-
-        cur = self.scene
-        try:
-            new = load_scene(name, {"initial.n": cur.initial.n})
-            new.run.backend, new.run.kernel = cur.run.backend, self.backend.kernel
-            ph = self.backend.physics
-            new.physics = new.physics.with_(
-                timesteps=ph.timesteps,
-                block_levels=ph.block_levels,
-                block_eta=ph.block_eta,
-                block_coarsen=ph.block_coarsen,
-            )
-            bodies = make_bodies(new)
-            self.backend.set_physics(new.physics)
-            self.viewer.scene = new
-            self.viewer.renderer.apply_settings(new.render)
-            self._load(bodies, new.physics)
-        except Exception as e:  # noqa: BLE001
-            self.viewer.scene = cur
-            return self._fail(f"preset {name}: {e}")
-        self.viewer.reset_camera()
-        self._ok(f"scene {name} (N = {bodies.n:,})")
-        return None
-
     # --- MPI ranks (app/backends/ranks.py) ----------------------------------------------------------
     def set_gather_every(self, frames) -> str | None:
         """Frames between rank 0's gathers of every rank's velocities (positions arrive every step)."""
@@ -417,7 +316,9 @@ class Controller(Actions):
 
     def bench_tick(self) -> BenchResult | None:
         """Run the next pending kernel of the benchmark (one per frame keeps the window alive)."""
-        res = self.bench.run_next() if self.bench is not None else None
+        if self.bench is None:
+            return None
+        res = self.bench.run_next()
         if res is None:
             return None
         self._skip_frames.add(self.viewer.stats.frame + 1)  # that frame's time includes the benchmark
@@ -456,119 +357,6 @@ class Controller(Actions):
         self.energy_ms = (t1 - t0) * 1e3
         self.probe_ms = (t2 - t1) * 1e3
         self.bench_ms = (time.perf_counter() - t2) * 1e3
-
-    def _ingest(self, rec: FrameRecord, step: StepTimings | None = None) -> None:
-        if rec.kernel and rec.kernel != self._last_kernel:
-            self.markers.append(Marker(rec.t, rec.kernel))
-            self._last_kernel = rec.kernel
-            self._stages.clear()
-            self._devices.clear()
-        elif rec.n != self._last_n and self._last_n is not None:
-            self.markers.append(Marker(rec.t, f"N={rec.n:,}"))
-        self._last_n = rec.n
-        if len(self.markers) > 256:
-            del self.markers[:-256]
-        if rec.frame <= 2 or rec.frame in self._skip_frames:
-            self._skip_frames.discard(rec.frame)
-            return  # start-up frames (compiles, first uploads) and benchmark frames are not the run's
-        # panel_ms / energy_ms still hold the previous overlay's: the one inside this record's frame time
-        measured = (
-            rec.force_ms
-            + rec.integrate_ms
-            + rec.map_ms
-            + rec.unmap_ms
-            + rec.draw_ms
-            + rec.upload_ms
-            + rec.record_ms
-            + self.panel_ms
-            + self.energy_ms
-            + self.probe_ms
-        )
-        python_ms = max(rec.frame_ms - measured, 0.0) if rec.frame_ms > 0 else 0.0
-        self.history.push(
-            rec.t,
-            frame_ms=rec.frame_ms,
-            force_ms=rec.force_ms,
-            integrate_ms=rec.integrate_ms,
-            mapunmap_ms=rec.map_ms + rec.unmap_ms,
-            draw_ms=rec.draw_ms,
-            upload_ms=rec.upload_ms,
-            record_ms=rec.record_ms,
-            panel_ms=self.panel_ms,
-            energy_ms=self.energy_ms,
-            probe_ms=self.probe_ms,
-            python_ms=python_ms,
-            interactions_per_s=rec.interactions_per_s,
-        )
-        if rec.steps > 0 and step is not None and step.kernel == rec.kernel:
-            self._stages.append(step.stages)
-            if "active_fraction" in step.extra:
-                self._active.append(step.extra["active_fraction"])
-            if step.devices:
-                self._devices.append((step.devices, step.exchange_ms))
-        if rec.steps > 0 and rec.frame_ms > 0:
-            key = (rec.kernel, rec.n)
-            self.per_kernel.setdefault(key, FrameLog(capacity=PER_KERNEL_CAP)).records.append(rec)
-            self._stale.add(key)
-
-    def update_medians(self, max_age_s: float = 0.0) -> dict[tuple[str, int], dict]:
-        """Per-(kernel, N) medians via FrameLog.medians (the first 3 frames of each are warm-up), for the
-        (kernel, N) pairs that got frames since the last update; at most every `max_age_s` seconds.
-        The panel asks while its table is on screen; nothing is computed otherwise."""
-        now = time.perf_counter()
-        if now - self._medians_t >= max_age_s:
-            self._medians_t = now
-            for key in list(self._stale):
-                self.medians[key] = self.per_kernel[key].medians(skip=3)
-            self._stale.clear()
-        return self.medians
-
-    def live(self, max_age_s: float = 0.1) -> dict[str, float]:
-        """The live numbers: medians of the last LIVE_WINDOW frames (steadier than one frame), recomputed
-        at most every `max_age_s` (readable, and cheap at any frame rate)."""
-        now = time.perf_counter()
-        fresh = now - self._live_t < max_age_s or self._live_count == self.history.count
-        if self._live is not None and fresh:
-            return self._live
-        out = self.history.recent_medians(LIVE_WINDOW)
-        out["gflops"] = out["interactions_per_s"] * FLOPS_PER_INTERACTION * 1e-9
-        out["fps"] = self.viewer.stats.fps
-        self._live, self._live_t, self._live_count = out, now, self.history.count
-        return out
-
-    def live_stages(self) -> dict[str, float]:
-        """The force evaluation's split (StepTimings.stages, ms per frame) of the current kernel: the
-        mean per stage over the last frames that reported one, every one of a tree's STAGES in their
-        order, a stage a frame did not run counting 0 (a tree refitted between builds has no keys or sort
-        on most frames: the mean is what its builds cost a frame), then any of its own; {} when the
-        kernel reports none."""
-        kernel = self.backend.kernel
-        rows = [s for s in self._stages if s]
-        if not rows or self._last_kernel != kernel:
-            return {}
-        seen = set().union(*rows)
-        names = list(STAGES) + sorted(seen.difference(STAGES))
-        return {name: float(np.mean([s.get(name, 0.0) for s in rows])) for name in names}
-
-    def live_block(self) -> tuple[float, np.ndarray] | None:
-        """Block time steps: (the median active fraction of the last frames' max steps, bodies per level
-        now); None under shared steps."""
-        if self.backend.timesteps != "block":
-            return None
-        fraction = float(np.median(self._active)) if self._active else float("nan")
-        return fraction, self.backend.levels_histogram()
-
-    def live_devices(self) -> tuple[dict[str, float], float]:
-        """Several devices (--gpus): ({"<index> <name>": median force ms per frame}, median exchange ms
-        per frame) over the last frames; ({}, 0.0) with one device."""
-        rows = [d for d in self._devices if d[0]]
-        if not rows:
-            return {}, 0.0
-        names = list(rows[-1][0])
-        return (
-            {name: float(np.median([d.get(name, 0.0) for d, _ in rows])) for name in names},
-            float(np.median([x for _, x in rows])),
-        )
 
     def close(self) -> None:
         """Finalise a recording still running (the viewer's GL context must still exist), stop the energy

@@ -12,12 +12,13 @@ last frame, like any ImGui back end) in `viewer.capture_mouse` / `viewer.capture
 camera and the viewer's key actions ignore input that ImGui uses. imgui-bundle's own glfw back end is
 never attached: it would replace vispy's callbacks.
 
-Drawing: imgui-bundle's PyOpenGL `ProgrammablePipelineRenderer` (GLSL 330), with its `render` redone
-on PyOpenGL's raw entry points (half the panel's CPU cost was PyOpenGL's wrappers), draws onto whatever
-framebuffer is bound (window back buffer, EGL surface, the viewer's screenshot FBO); it saves and
-restores the GL state it touches (program, VAO, buffers, texture, blend, scissor, viewport), and the
-viewer makes vispy re-issue glUseProgram after overlays. Display size = the viewer's logical size;
-framebuffer scale = bound viewport / logical size (HiDPI, screenshots at another size).
+Drawing: app.ui.imgui_renderer's ReplayRenderer, imgui-bundle's PyOpenGL `ProgrammablePipelineRenderer`
+(GLSL 330) with its `render` redone on PyOpenGL's raw entry points (half the panel's CPU cost was
+PyOpenGL's wrappers), draws onto whatever framebuffer is bound (window back buffer, EGL surface, the
+viewer's screenshot FBO); it saves and restores the GL state it touches (program, VAO, buffers, texture,
+blend, scissor, viewport), and the viewer makes vispy re-issue glUseProgram after overlays. Display
+size = the viewer's logical size; framebuffer scale = bound viewport / logical size (HiDPI, screenshots
+at another size).
 
 Cost: `cpu_ms` is the perf_counter time of one whole ImGui frame (new_frame + the caller's build +
 render submission), `gpu_ms` the GL_TIME_ELAPSED time of the draw calls (timer queries read back a few
@@ -84,174 +85,6 @@ def _key_map(imgui) -> dict[str, object]:
     return m
 
 
-def _replay_renderer_class():
-    """imgui-bundle's ProgrammablePipelineRenderer (its shader, VAO and texture handling) with `render`
-    redone for a per-frame overlay:
-
-    * `render(draw_data)` copies every command list into ONE vertex and ONE index buffer and keeps the
-      draw commands (texture, scissor, count, offset, base vertex) as a Python list; `render(None)`
-      replays the last uploaded lists: a handful of GL calls, no ImGui work at all.
-    * PyOpenGL's raw entry points (a wrapped glGetIntegerv costs ~12 µs, a raw one ~1 µs).
-    * The GL state saved and restored is the set the original handles (less polygon mode, which
-      nothing here changes); a texture is bound only when it changes between commands.
-    """
-    import ctypes
-
-    from imgui_bundle import imgui
-    from imgui_bundle.python_backends.opengl_backend_programmable import ProgrammablePipelineRenderer
-    from OpenGL import GL
-    from OpenGL.raw.GL.VERSION import GL_1_0 as g10
-    from OpenGL.raw.GL.VERSION import GL_1_1 as g11
-    from OpenGL.raw.GL.VERSION import GL_1_3 as g13
-    from OpenGL.raw.GL.VERSION import GL_1_4 as g14
-    from OpenGL.raw.GL.VERSION import GL_1_5 as g15
-    from OpenGL.raw.GL.VERSION import GL_2_0 as g20
-    from OpenGL.raw.GL.VERSION import GL_3_0 as g30
-    from OpenGL.raw.GL.VERSION import GL_3_2 as g32
-
-    ints = (
-        "GL_CURRENT_PROGRAM",
-        "GL_ACTIVE_TEXTURE",
-        "GL_TEXTURE_BINDING_2D",
-        "GL_ARRAY_BUFFER_BINDING",
-        "GL_VERTEX_ARRAY_BINDING",
-        "GL_BLEND_SRC_RGB",
-        "GL_BLEND_DST_RGB",
-        "GL_BLEND_SRC_ALPHA",
-        "GL_BLEND_DST_ALPHA",
-        "GL_BLEND_EQUATION_RGB",
-        "GL_BLEND_EQUATION_ALPHA",
-    )
-    caps = (GL.GL_BLEND, GL.GL_CULL_FACE, GL.GL_DEPTH_TEST, GL.GL_SCISSOR_TEST)
-    enums = [int(getattr(GL, n)) for n in ints]
-    idx_type = GL.GL_UNSIGNED_SHORT if imgui.INDEX_SIZE == 2 else GL.GL_UNSIGNED_INT
-
-    class ReplayRenderer(ProgrammablePipelineRenderer):
-        def __init__(self):
-            super().__init__()
-            self._int1 = ctypes.c_int(0)
-            self._vp = (ctypes.c_int * 4)()
-            self._sc = (ctypes.c_int * 4)()
-            self._proj = (ctypes.c_float * 16)()
-            self._cmds: list[tuple] = []
-            self._pending: tuple[bytes, bytes] | None = None
-            self._fb = (0, 0)
-            self.vertices = 0  # of the last upload (for the System section)
-
-        def _get(self, e: int) -> int:
-            g10.glGetIntegerv(e, ctypes.byref(self._int1))
-            return self._int1.value
-
-        def _prepare(self, draw_data) -> None:
-            io = self.io
-            dw, dh = io.display_size
-            sx, sy = io.display_framebuffer_scale
-            fb_w, fb_h = int(dw * sx), int(dh * sy)
-            self._update_textures()
-            self._cmds = []
-            self._fb = (fb_w, fb_h)
-            if fb_w <= 0 or fb_h <= 0:
-                return
-            draw_data.scale_clip_rects(io.display_framebuffer_scale)
-            p = self._proj
-            p[:] = (
-                2.0 / dw,
-                0.0,
-                0.0,
-                0.0,
-                0.0,
-                -2.0 / dh,
-                0.0,
-                0.0,
-                0.0,
-                0.0,
-                -1.0,
-                0.0,
-                -1.0,
-                1.0,
-                0.0,
-                1.0,
-            )
-            vsize, isize = imgui.VERTEX_SIZE, imgui.INDEX_SIZE
-            vparts, iparts, cmds = [], [], self._cmds
-            vbase = ibase = 0
-            for cl in draw_data.cmd_lists:
-                nv, ni = cl.vtx_buffer.size(), cl.idx_buffer.size()
-                vparts.append(ctypes.string_at(cl.vtx_buffer.data_address(), nv * vsize))
-                iparts.append(ctypes.string_at(cl.idx_buffer.data_address(), ni * isize))
-                for cmd in cl.cmd_buffer:
-                    x, y, z, w = cmd.clip_rect
-                    if z <= x or w <= y or cmd.elem_count == 0:
-                        continue
-                    cmds.append(
-                        (
-                            cmd.tex_ref.get_tex_id(),
-                            int(x),
-                            int(fb_h - w),
-                            int(z - x),
-                            int(w - y),
-                            cmd.elem_count,
-                            (ibase + cmd.idx_offset) * isize,
-                            vbase + cmd.vtx_offset,
-                        )
-                    )
-                vbase += nv
-                ibase += ni
-            self.vertices = vbase
-            self._pending = (b"".join(vparts), b"".join(iparts))
-
-        def render(self, draw_data=None) -> None:
-            """Upload and draw `draw_data`; with None, draw the last uploaded lists again."""
-            if draw_data is not None:
-                self._prepare(draw_data)
-            if not self._cmds:
-                return
-            saved = [self._get(e) for e in enums]
-            enabled = [bool(g10.glIsEnabled(c)) for c in caps]
-            g10.glGetIntegerv(GL.GL_VIEWPORT, self._vp)
-            g10.glGetIntegerv(GL.GL_SCISSOR_BOX, self._sc)
-            g10.glEnable(GL.GL_BLEND)
-            g14.glBlendEquation(GL.GL_FUNC_ADD)
-            g10.glBlendFunc(GL.GL_SRC_ALPHA, GL.GL_ONE_MINUS_SRC_ALPHA)
-            g10.glDisable(GL.GL_CULL_FACE)
-            g10.glDisable(GL.GL_DEPTH_TEST)
-            g10.glEnable(GL.GL_SCISSOR_TEST)
-            g13.glActiveTexture(GL.GL_TEXTURE0)
-            g10.glViewport(0, 0, *self._fb)
-            g20.glUseProgram(self._shader_handle)
-            g20.glUniform1i(self._attrib_location_tex, 0)
-            g20.glUniformMatrix4fv(self._attrib_proj_mtx, 1, GL.GL_FALSE, self._proj)
-            g30.glBindVertexArray(self._vao_handle)
-            g15.glBindBuffer(GL.GL_ARRAY_BUFFER, self._vbo_handle)
-            g15.glBindBuffer(GL.GL_ELEMENT_ARRAY_BUFFER, self._elements_handle)
-            if self._pending is not None:
-                vdata, idata = self._pending
-                self._pending = None
-                g15.glBufferData(GL.GL_ARRAY_BUFFER, len(vdata), vdata, GL.GL_STREAM_DRAW)
-                g15.glBufferData(GL.GL_ELEMENT_ARRAY_BUFFER, len(idata), idata, GL.GL_STREAM_DRAW)
-            bound = None
-            for tex, x, y, w, h, count, offset, base in self._cmds:
-                if tex != bound:
-                    g11.glBindTexture(GL.GL_TEXTURE_2D, tex)
-                    bound = tex
-                g10.glScissor(x, y, w, h)
-                g32.glDrawElementsBaseVertex(GL.GL_TRIANGLES, count, idx_type, ctypes.c_void_p(offset), base)
-            (program, active, tex2d, array_buf, vao, src_rgb, dst_rgb, src_a, dst_a, eq_rgb, eq_a) = saved
-            g30.glBindVertexArray(vao)  # restores that VAO's element buffer binding with it
-            g15.glBindBuffer(GL.GL_ARRAY_BUFFER, array_buf)
-            g20.glUseProgram(program)
-            g13.glActiveTexture(active)
-            g11.glBindTexture(GL.GL_TEXTURE_2D, tex2d)
-            g20.glBlendEquationSeparate(eq_rgb, eq_a)
-            g14.glBlendFuncSeparate(src_rgb, dst_rgb, src_a, dst_a)
-            for cap, on in zip(caps, enabled, strict=True):
-                (g10.glEnable if on else g10.glDisable)(cap)
-            g10.glScissor(*self._sc)
-            g10.glViewport(*self._vp)
-
-    return ReplayRenderer
-
-
 def _font_dir() -> Path:
     import imgui_bundle
 
@@ -271,7 +104,7 @@ class ImGuiBridge:
         self.enabled = True  # False: no ImGui frame at all (the panel hidden), input passes through
         viewer.set_current()
         self._prev_ctx = imgui.get_current_context()
-        self.ctx = imgui.create_context()
+        self.ctx: imgui.internal.Context | None = imgui.create_context()  # None once closed
         imgui.set_current_context(self.ctx)
         self.plot_ctx = implot.create_context()
         implot.set_current_context(self.plot_ctx)
@@ -279,7 +112,9 @@ class ImGuiBridge:
         io.set_ini_filename(None)  # no imgui.ini next to wherever the user started the app
         self.fonts = self._load_fonts(io, font_px)
         self._style()
-        self.renderer = _replay_renderer_class()()
+        from app.ui.imgui_renderer import ReplayRenderer  # PyOpenGL and the GL objects: now, not at import
+
+        self.renderer = ReplayRenderer()
         self.gpu_timer = DrawTimer()
         self.gpu_timed = self.gpu_timer.method == "GL_TIME_ELAPSED"
         self.backend = backend_name() or "?"
@@ -291,7 +126,7 @@ class ImGuiBridge:
         self.gpu_ms = 0.0
         self.builds = 0
         self._dirty = SETTLE_FRAMES  # frames still to rebuild because of recent input
-        self._target = None
+        self._target: tuple[int, int, int, int] | None = None
         import ctypes
 
         from OpenGL import GL
@@ -467,7 +302,7 @@ class ImGuiBridge:
         self._get_ints(self._GL_VIEWPORT, self._vp)
         fw, fh = int(self._vp[2]) or w, int(self._vp[3]) or h
         target = (w, h, fw, fh)
-        rebuild = (
+        rebuild = bool(
             force
             or self._dirty
             or self.refresh_hz <= 0
