@@ -792,3 +792,24 @@ def test_alpha_is_greyed_until_the_relative_opening_test_reads_it(tree_ui):
     assert ui.backend.tunables()["alpha"] > 0.001, ui.ctl.message
     # rebuild_rule is read only when the tree refits (rebuild_every > 1: the default 16)
     assert "tunable:rebuild_rule" not in ui.panel.unread
+
+
+def test_a_tab_added_in_one_entry_shows_and_its_control_reaches_the_scene(gl_env, monkeypatch):
+    """docs/architecture.md's "a panel control" row, followed once from tests/: a module and one entry in
+    TABS give a tab that a click opens, and its button's Controller call changes the scene."""
+    import toy_section
+
+    import app.ui.panel
+
+    monkeypatch.setattr(app.ui.panel, "TABS", (*app.ui.panel.TABS, (toy_section.NAME, toy_section.draw)))
+    # a window tall enough for the panel to need no scroll bar: with one, six tabs fill its width and ImGui
+    # squeezes a seventh, so its drawn place is not where its rect says
+    u = UI(height=1100)
+    try:
+        assert "toy:brighter" not in u.panel.item_rects  # another tab is open
+        u.tab(toy_section.NAME)
+        before = u.scene.render.brightness
+        u.click("toy:brighter")
+        assert before != toy_section.BRIGHTER and u.scene.render.brightness == toy_section.BRIGHTER
+    finally:
+        u.close()
