@@ -25,9 +25,11 @@ from tree_device import (  # first: puts the checkout on sys.path
 )
 
 import app.backends.cuda.tree as tree_module
+from app.backends.cuda import tree_build, tree_refit, tree_walk
 from app.engine.forces import Span
 
 WARMUP = 5
+LAUNCHING = (tree_module, tree_build, tree_walk, tree_refit)  # the evaluator's layers that call `launch`
 
 
 def profile(dev, record, pos: np.ndarray, theta: float) -> tuple[dict, dict, int]:
@@ -36,7 +38,7 @@ def profile(dev, record, pos: np.ndarray, theta: float) -> tuple[dict, dict, int
     plain_fn, plain_walk, plain_launch = (
         tree_module.TreeEvaluator._fn,
         tree_module.TreeEvaluator._walk,
-        tree_module.launch,
+        tree_module.launch,  # (every layer's is policies.launch)
     )
 
     def named_fn(self, symbol):
@@ -57,7 +59,8 @@ def profile(dev, record, pos: np.ndarray, theta: float) -> tuple[dict, dict, int
         marks.append((names.get(id(fn), "?"), before, after))
 
     tree_module.TreeEvaluator._fn, tree_module.TreeEvaluator._walk = named_fn, named_walk
-    tree_module.launch = timed_launch
+    for module in LAUNCHING:
+        module.launch = timed_launch
     try:
         ev = tree_evaluator(record, dev, theta)
         n = pos.shape[0]
@@ -75,7 +78,8 @@ def profile(dev, record, pos: np.ndarray, theta: float) -> tuple[dict, dict, int
         return dict(totals), stages, len(ev.levels) - 1
     finally:
         tree_module.TreeEvaluator._fn, tree_module.TreeEvaluator._walk = plain_fn, plain_walk
-        tree_module.launch = plain_launch
+        for module in LAUNCHING:
+            module.launch = plain_launch
 
 
 def main(argv=None) -> int:

@@ -27,6 +27,7 @@ from tree_device import (  # first: puts the checkout on sys.path
 )
 
 import app.backends.cuda.tree as tree_module
+import app.backends.cuda.tree_walk as walk_module  # the walk's layer: it reads WALK_* when it launches
 from app.engine.forces import Span
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -78,9 +79,9 @@ def main(argv=None) -> int:
             for k, (warps, min_blocks, group) in enumerate(VARIANTS, 1):
                 path = Path(f"/tmp/nbody-walk-w{warps}-b{min_blocks}.cu")
                 path.write_text(variant_source(source, warps, min_blocks))
-                tree_module.WALK_SOURCE = str(path)
-                tree_module.WALK_WARPS = warps
-                tree_module.WALK_BLOCKS_PER_SM = min_blocks or 32 // warps
+                walk_module.WALK_SOURCE = str(path)
+                walk_module.WALK_WARPS = warps
+                walk_module.WALK_BLOCKS_PER_SM = min_blocks or 32 // warps
                 ev = tree_evaluator(record, dev, args.theta, group=group)
                 fn = ev._walk(False, True)
                 regs = fn.get_attribute(dev.drv.function_attribute.NUM_REGS)

@@ -18,6 +18,7 @@ import pytest
 from app.backends.cuda import backend as cuda_backend
 from app.backends.cuda import multi as cuda_multi
 from app.backends.cuda import registry
+from app.backends.cuda import share_device as cuda_share_device
 from app.backends.cuda.backend import CudaBackend
 from app.backends.cuda.errors import KernelCompileError
 from app.backends.cuda.state import GpuState
@@ -178,12 +179,12 @@ def backend(gpu, monkeypatch):
             pass
 
     monkeypatch.setattr(CudaBackend, "why_not", classmethod(lambda cls: None))
-    for module in (cuda_backend, cuda_multi):
+    for module in (cuda_backend, cuda_share_device):
         monkeypatch.setattr(module, "CudaDevice", FakeDevice)
     monkeypatch.setattr(cuda_backend, "default_ordinal", lambda: 0)
-    monkeypatch.setattr(cuda_multi, "NonFiniteCheck", FakeCheck)
+    monkeypatch.setattr(cuda_share_device, "NonFiniteCheck", FakeCheck)
     monkeypatch.setattr(
-        cuda_multi, "make_evaluator", lambda record, device, records: FakeEvaluator(gpu, record)
+        cuda_share_device, "make_evaluator", lambda record, device, records: FakeEvaluator(gpu, record)
     )
     monkeypatch.setattr(cuda_multi.GpuDevices, "count", staticmethod(lambda: 2))
     monkeypatch.setattr(GpuState, "ops", lambda self, force, span: RecordingOps(gpu, force, "fp32"))

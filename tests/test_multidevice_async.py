@@ -20,8 +20,8 @@ import pytest
 from test_multidevice_backend import cloud
 from test_multidevice_interop import KERNEL, TwinGpuDevice, TwinGpus, memmove, single_cpu, twin_backend
 
-import app.backends.cuda.multi as cuda_multi
 import app.backends.cuda.multi_interop as cuda_multi_interop
+import app.backends.cuda.peer as cuda_peer
 from app.engine.forces import all_pairs_work
 from app.model.physics import Physics
 from app.parallel.multidevice import DRIVERS
@@ -226,7 +226,7 @@ def test_stepping_never_blocks_on_a_device_and_waits_for_threads_at_most_once_a_
 
 def test_without_the_waits_between_devices_the_trajectory_breaks(monkeypatch):
     """The control: the same run with `queue_after` doing nothing is caught by the check above."""
-    monkeypatch.setattr(cuda_multi, "queue_after", lambda *args: None)
+    monkeypatch.setattr(cuda_peer, "queue_after", lambda *args: None)
     monkeypatch.setattr(cuda_multi_interop, "queue_after", lambda *args: None)
     with pytest.raises(AssertionError, match="after"):
         for seed in range(4):
