@@ -59,6 +59,14 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
         help=SCENE_HELP + ("" if scene_required else " (default: plummer)") + (SERIES_HELP if series else ""),
     )
     g = p.add_argument_group("scene overrides (applied after the scene file)")
+    _add_initial_options(g)
+    _add_physics_options(g)
+    _add_block_step_options(g)
+    _add_run_options(g)
+
+
+def _add_initial_options(g) -> None:
+    """The bodies: how many, the seed, a snapshot's subset and format."""
     g.add_argument("--n", type=str, metavar="N", help="number of bodies (generators only)")
     g.add_argument("--seed", type=str, metavar="S", help="random seed of the generator (and of --subsample)")
     g.add_argument(
@@ -72,6 +80,10 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
         choices=FORMAT_CHOICES,
         help="format of a snapshot SCENE (default: from the extension or content)",
     )
+
+
+def _add_physics_options(g) -> None:
+    """[physics]: the step, the force law, the integrator, shared or block time steps."""
     g.add_argument("--dt", type=str, metavar="DT", help="time step (> 0)")
     g.add_argument("--softening", type=str, metavar="EPS", help="Plummer softening length (>= 0)")
     g.add_argument("--G", type=str, metavar="G", help="gravitational constant (> 0)")
@@ -91,6 +103,10 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
         "Runs on the tree (kernel tree, or cpu-tree on the CPU), one device "
         "(docs/blocksteps.md)",
     )
+
+
+def _add_block_step_options(g) -> None:
+    """Block time steps' levels, criterion and coarsening rule."""
     g.add_argument(
         "--block-levels",
         dest="block_levels",
@@ -116,6 +132,10 @@ def add_scene_options(p: argparse.ArgumentParser, scene_required: bool = False, 
         "aligned (at any tick aligned with the coarser step; better where close "
         "encounters at small softening dominate)",
     )
+
+
+def _add_run_options(g) -> None:
+    """[run]: backend, kernel, steps and frames, tunables, and --set for any key."""
     g.add_argument(
         "--backend",
         type=str,

@@ -142,29 +142,13 @@ def run_tune(
         one.close()
         raise
     facts = one.device.facts
-    gpu, driver = tuning_cache.device_key(facts)
     on = f" on {tuning_cache.on_gpus(devices)}" if devices > 1 else ""
     if devices > 1:
         say(
             f"timing{on} through the multi-device driver (as `run --gpus {devices}` runs); the float64 "
             f"reference on one GPU"
         )
-    data = {
-        "schema": tuning_cache.SCHEMA,
-        "gpu": gpu,
-        "driver": driver,
-        "compute_capability": heuristic.compute_capability(facts),
-        "source_hash": tuning_cache.source_hash(records.values()),
-        "gpus": devices,
-        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-        "physics": physics.as_dict(),
-        "seed": seed,
-        "repeats": repeats,
-        "budget_s": budget_s,
-        "tolerance": TOLERANCE,
-        "best": [],
-        "measurements": [],
-    }
+    data = _result_head(facts, records, devices, physics, seed, repeats, budget_s)
     begun = time.perf_counter()
     try:
         ns = sorted(set(int(n) for n in ns))
@@ -192,6 +176,29 @@ def run_tune(
         data["path"] = str(path)
         say(f"wrote {path}")
     return data
+
+
+def _result_head(
+    facts, records: dict, devices: int, physics, seed: int, repeats: int, budget_s: float
+) -> dict:
+    """The tuning's facts before its rows: the GPU and driver, the sources' hash, what was asked."""
+    gpu, driver = tuning_cache.device_key(facts)
+    return {
+        "schema": tuning_cache.SCHEMA,
+        "gpu": gpu,
+        "driver": driver,
+        "compute_capability": heuristic.compute_capability(facts),
+        "source_hash": tuning_cache.source_hash(records.values()),
+        "gpus": devices,
+        "created": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        "physics": physics.as_dict(),
+        "seed": seed,
+        "repeats": repeats,
+        "budget_s": budget_s,
+        "tolerance": TOLERANCE,
+        "best": [],
+        "measurements": [],
+    }
 
 
 class _Sweep:
