@@ -23,7 +23,16 @@ from app.backends.cpu_tree import key_order
 from app.engine.forces import Span
 from app.model.bodies import Bodies
 from app.model.physics import Physics
-from app.parallel.decomposition import DOMAINS, PAIRS, TARGETS, PairTiles, align_cuts, of, share_cuts
+from app.parallel.decomposition import (
+    DECOMPOSITIONS,
+    DOMAINS,
+    PAIRS,
+    TARGETS,
+    PairTiles,
+    align_cuts,
+    of,
+    share_cuts,
+)
 from app.parallel.multidevice import DRIVERS, HostExchange, MultiDeviceRun
 
 N = 1501  # uneven shares and a last, partial tile for every K below
@@ -79,8 +88,16 @@ def whole_copy(device) -> dict[str, np.ndarray]:
 def test_every_cpu_record_declares_a_split_the_driver_knows():
     names = {rec.name: of(rec) for rec in CPUBackend.kernels()}
     assert names == {"cpu-simd": TARGETS, "cpu-fp64": TARGETS, "cpu-tree": DOMAINS, "cpu-n3l": PAIRS}
-    for split in (TARGETS, PAIRS, DOMAINS):
+    for split in DECOMPOSITIONS:  # the package's splits, each described
         assert split.name and split.doc and split.exchanges
+    assert len({split.name for split in DECOMPOSITIONS}) == len(DECOMPOSITIONS)
+
+
+def test_every_record_names_a_split_of_the_package():
+    from app.backends.cuda import registry
+
+    for rec in (*CPUBackend.kernels(), *registry.RECORDS):
+        assert of(rec) in DECOMPOSITIONS, rec.name
 
 
 # --- domains: the tree --------------------------------------------------------------------------------------

@@ -147,7 +147,7 @@ class Domains(Decomposition):
 
 
 TARGETS, PAIRS, DOMAINS = Targets(), Pairs(), Domains()
-DECOMPOSITIONS = (TARGETS, PAIRS, DOMAINS)
+DECOMPOSITIONS = (TARGETS, PAIRS, DOMAINS)  # the package's splits (tests/test_decomposition.py walks them)
 
 
 def of(record) -> Decomposition:
