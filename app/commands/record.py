@@ -74,6 +74,13 @@ def add_parser(sub) -> None:
     add_scene_options(p, series=True)
     add_gpu_options(p)
     g = p.add_argument_group("recording")
+    _add_frame_options(g)
+    _add_output_options(g)
+    p.set_defaults(func=main)
+
+
+def _add_frame_options(g) -> None:
+    """What is recorded: the output, the frames' size, rate and number, the camera path, the HUD."""
     g.add_argument(
         "--out",
         type=Path,
@@ -120,6 +127,10 @@ def add_parser(sub) -> None:
         help="write scene, kernel, N, simulation time, step and frame in the top-left corner "
         "(default: no HUD)",
     )
+
+
+def _add_output_options(g) -> None:
+    """How it is written: the encoder's settings, a PNG sequence or a still, the readback ring, a window."""
     g.add_argument(
         "--quality",
         type=int,
@@ -179,7 +190,6 @@ def add_parser(sub) -> None:
         "recorded; closing the window stops the recording and keeps the frames",
     )
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.set_defaults(func=main)
 
 
 def _nonneg_float(text: str) -> float:
@@ -268,6 +278,57 @@ def _frame_advance(scene, index: int) -> str:
 
 
 def main(args) -> int:
+    size = parse_size(args.size)
+    _check_options(args)
+    series = open_replay(args) if is_series_arg(args.scene) else None  # a replay: no forces
+    scene = _scene(args, series)
+    fps = float(args.fps)
+    frames = args.frames or max(1, round((args.seconds or 5.0) * fps))
+    replay = (lambda: record_backend(series, frames)) if series is not None else lambda: None
+    progress = not args.no_progress and sys.stderr.isatty()
+    if args.still is not None:
+        return _still(args, scene, size, fps, frames, series, replay, progress)
+    return _video(args, scene, size, fps, frames, series, replay, progress)
+
+
+def _check_options(args) -> None:
+    """The encoder's settings in range, and --still alone of the lengths and outputs of a sequence."""
+    if not 0 <= args.quality <= 51:
+        raise ConfigError(f"--quality {args.quality}: the x264 CRF must be in [0, 51]")
+    if args.encoder_threads < 0:
+        raise ConfigError(f"--encoder-threads {args.encoder_threads}: must be >= 0 (0 = auto)")
+    if args.still is not None and (args.frames_dir or args.frames or args.seconds):
+        raise ConfigError("--still T writes one PNG: leave out --frames, --seconds and --frames-dir")
+
+
+def _still(args, scene, size, fps: float, frames: int, series, replay, progress: bool) -> int:
+    """--still T: one PNG of the frame at T seconds of video (`frames` and `series`: what a replay's line
+    says of it)."""
+    from app.render import camera_path
+    from app.render.recorder import InterruptGuard, exit_status, render_still
+
+    out = args.out or _default_out("out/still.png")
+    if out.suffix.lower() != ".png":
+        out = out.with_suffix(".png")
+    out = check_output(out.expanduser().resolve(), "still")  # fail fast, before any setup
+    with InterruptGuard() as guard, _viewer(scene, size, args.window, replay()) as viewer:
+        path = camera_path.make_path(scene.camera, viewer.camera)
+        res = render_still(viewer, out, args.still, fps, path, hud=args.hud, progress=progress, guard=guard)
+    if res.interrupted is not None:
+        print(
+            f"interrupted ({_interrupt_name(res.interrupted)}) before the still was drawn; "
+            f"{out} was not written"
+        )
+        return exit_status(res.interrupted)
+    index = round(args.still * fps)
+    where = _frame_advance(scene, index) if series is None else f"of {frames}: {record_line(series, frames)}"
+    print(f"wrote {out} ({res.size[0]}x{res.size[1]}, t = {args.still:g} s = frame {index}, {where})")
+    return 0
+
+
+def _video(args, scene, size, fps: float, frames: int, series, replay, progress: bool) -> int:
+    """`frames` frames into an H.264 video, or a PNG sequence with --frames-dir; the sink is started (its
+    target checked) before the backend and GL start, and aborted if the recording fails."""
     from app.render import camera_path
     from app.render.recorder import (
         InterruptGuard,
@@ -276,46 +337,9 @@ def main(args) -> int:
         even_size,
         exit_status,
         record_scene,
-        render_still,
     )
 
-    size = parse_size(args.size)
-    if not 0 <= args.quality <= 51:
-        raise ConfigError(f"--quality {args.quality}: the x264 CRF must be in [0, 51]")
-    if args.encoder_threads < 0:
-        raise ConfigError(f"--encoder-threads {args.encoder_threads}: must be >= 0 (0 = auto)")
-    if args.still is not None and (args.frames_dir or args.frames or args.seconds):
-        raise ConfigError("--still T writes one PNG: leave out --frames, --seconds and --frames-dir")
-    series = open_replay(args) if is_series_arg(args.scene) else None  # a replay: no forces
-    scene = _scene(args, series)
-    fps = float(args.fps)
-    frames = args.frames or max(1, round((args.seconds or 5.0) * fps))
-    replay = (lambda: record_backend(series, frames)) if series is not None else lambda: None
-    progress = not args.no_progress and sys.stderr.isatty()
-
-    if args.still is not None:
-        out = args.out or _default_out("out/still.png")
-        if out.suffix.lower() != ".png":
-            out = out.with_suffix(".png")
-        out = check_output(out.expanduser().resolve(), "still")  # fail fast, before any setup
-        with InterruptGuard() as guard, _viewer(scene, size, args.window, replay()) as viewer:
-            path = camera_path.make_path(scene.camera, viewer.camera)
-            res = render_still(
-                viewer, out, args.still, fps, path, hud=args.hud, progress=progress, guard=guard
-            )
-        if res.interrupted is not None:
-            print(
-                f"interrupted ({_interrupt_name(res.interrupted)}) before the still was drawn; "
-                f"{out} was not written"
-            )
-            return exit_status(res.interrupted)
-        index = round(args.still * fps)
-        where = (
-            _frame_advance(scene, index) if series is None else f"of {frames}: {record_line(series, frames)}"
-        )
-        print(f"wrote {out} ({res.size[0]}x{res.size[1]}, t = {args.still:g} s = frame {index}, {where})")
-        return 0
-
+    sink: PngSequence | Recorder
     if args.frames_dir:
         sink = PngSequence(size, fps, hud=args.hud, ring=args.pbo_ring)
         target = args.frames_dir
@@ -351,6 +375,12 @@ def main(args) -> int:
     except BaseException:
         sink.abort()
         raise
+    _report(res, frames, fps)
+    return exit_status(res.interrupted)
+
+
+def _report(res, frames: int, fps: float) -> None:
+    """The recording's last lines: what an interruption kept, or what was written; then its timings."""
     if res.interrupted is not None:
         if res.frames == 0:
             print(
@@ -366,7 +396,6 @@ def main(args) -> int:
         print(f"wrote {res.path} ({res.frames} frames at {fps:g} fps, {res.frames / fps:.2f} s)")
     if res.frames:
         print("recorded " + res.summary_line(), flush=True)
-    return exit_status(res.interrupted)
 
 
 def record_demo(
@@ -405,6 +434,7 @@ def record_demo(
         return exit_status(res.interrupted)
     from app.render.encoder import write_png
 
+    assert rec.last_frame is not None  # set by the frames recorded
     write_png(rec.last_frame, Path(still), what="still")
     print(f"wrote {out} ({res.frames} frames at {fps} fps) and {still}")
     return exit_status(res.interrupted)

@@ -165,17 +165,7 @@ def _run(args, comm) -> int:
     """The viewer; under MPI (`comm`) rank 0 opens it and every other rank follows its frames."""
     size = parse_size(args.size)
     lead = comm is None or comm.rank == 0
-    if lead:  # every output is checked before any work: a bad path is one line now, not a traceback
-        check_outputs((args.timings, "timings"), (args.screenshot, "screenshot"))
-    replaying = is_series_arg(args.scene)  # a folder or a glob of snapshots: a replay, no forces
-    if replaying and (args.panel_cost or args.record_cost):
-        raise ConfigError(
-            "--panel-cost and --record-cost measure a live simulation; leave them out for a replay"
-        )
-    if comm is None and args.gather_every is not None:
-        raise ConfigError("--gather-every applies to MPI runs (mpiexec -n R nbody-live run ...) only")
-    if comm is not None and replaying:
-        raise ConfigError("a replay computes nothing to share among MPI ranks: run it without mpiexec")
+    replaying = _check_options(args, comm, lead)
     series = replay.open_replay(args) if replaying else None
     scene = scene_from_args(args) if series is None else replay.replay_scene(args, series)
     if not lead:
@@ -188,33 +178,61 @@ def _run(args, comm) -> int:
     # a display that is named but does not answer (a stale $DISPLAY) is no display: never a glfw traceback
     no_display = None if args.headless else display_problem()
     if no_display and args.frames is None:
-        if comm is not None:
-            raise ConfigError(
-                f"{no_display}: under mpiexec, rank 0 needs a display, or --headless --frames N"
-            )
-        if args.timings or args.screenshot:  # the demo would silently not write them
-            raise ConfigError(
-                f"{no_display}: without --frames N, run records a demo instead of opening a "
-                "window, which writes no --timings or --screenshot; add --frames N to run "
-                "headless"
-            )
-        from app.commands.record import record_demo
-
-        log.info("%s: recording a short demo instead of opening a window", no_display)
-        return record_demo(
-            scene,
-            Path("out/demo.mp4"),
-            Path("out/demo.png"),
-            size=size,
-            frames=DEMO_FRAMES,
-            backend=None if series is None else replay.record_backend(series, DEMO_FRAMES),
-        )
+        return _demo(args, comm, scene, series, size, no_display)
     if no_display:
         log.info("%s: rendering headless (EGL)", no_display)
     headless = args.headless or bool(no_display)
     configure(headless=headless)
     if series is not None:
         return replay.run_replay(args, scene, series, size, headless)
+    return _live(args, comm, scene, size, headless)
+
+
+def _check_options(args, comm, lead: bool) -> bool:
+    """Every output checked before any work (a bad path is one line now, not a traceback) and the options
+    that exclude each other; returns whether SCENE is a series to replay (a folder or a glob of
+    snapshots: no forces)."""
+    if lead:
+        check_outputs((args.timings, "timings"), (args.screenshot, "screenshot"))
+    replaying = is_series_arg(args.scene)
+    if replaying and (args.panel_cost or args.record_cost):
+        raise ConfigError(
+            "--panel-cost and --record-cost measure a live simulation; leave them out for a replay"
+        )
+    if comm is None and args.gather_every is not None:
+        raise ConfigError("--gather-every applies to MPI runs (mpiexec -n R nbody-live run ...) only")
+    if comm is not None and replaying:
+        raise ConfigError("a replay computes nothing to share among MPI ranks: run it without mpiexec")
+    return replaying
+
+
+def _demo(args, comm, scene, series, size, no_display: str) -> int:
+    """No display and no --frames: a short demo video and still under out/ instead of a window (refused
+    where it would silently leave out what was asked for)."""
+    if comm is not None:
+        raise ConfigError(f"{no_display}: under mpiexec, rank 0 needs a display, or --headless --frames N")
+    if args.timings or args.screenshot:  # the demo would silently not write them
+        raise ConfigError(
+            f"{no_display}: without --frames N, run records a demo instead of opening a "
+            "window, which writes no --timings or --screenshot; add --frames N to run "
+            "headless"
+        )
+    from app.commands.record import record_demo
+
+    log.info("%s: recording a short demo instead of opening a window", no_display)
+    return record_demo(
+        scene,
+        Path("out/demo.mp4"),
+        Path("out/demo.png"),
+        size=size,
+        frames=DEMO_FRAMES,
+        backend=None if series is None else replay.record_backend(series, DEMO_FRAMES),
+    )
+
+
+def _live(args, comm, scene, size, headless: bool) -> int:
+    """The live viewer on the scene's backend (with its panel), until it quits, then its report; every
+    part it opened is closed, the backend the panel may have switched to included."""
     from app.render.canvas import open_viewer
     from app.render.frames import FrameLog
 
@@ -242,44 +260,11 @@ def _run(args, comm) -> int:
         # full collection now and then stalls a frame for ~50-100 ms
         gc.collect()
         gc.freeze()
-        if args.panel_cost:
-            from app.ui.panel import measure_panel_cost, panel_cost_line
-
-            print(panel_cost_line(measure_panel_cost(viewer, panel, frames=args.frames)))
-            if args.screenshot:
-                viewer.save_png(args.screenshot, overlays=True)
-            viewer.close()
-        elif args.record_cost:
-            from app.render.live_recording import measure_record_cost, record_cost_line
-
-            cost = measure_record_cost(viewer, recorder, frames=args.frames)
-            print(record_cost_line(cost, device=_device_name(viewer.backend, panel)))
-            if args.screenshot:
-                viewer.save_png(args.screenshot, overlays=True)
-            viewer.close()
-        else:
-            from app.render.recorder import InterruptGuard
-
-            # SIGTERM (a window manager's or a service's stop) or Ctrl-C: quit at the next tick, as
-            # Escape does, so that a recording still running is finalised; the status says which signal
-            with InterruptGuard(
-                lambda _: viewer.request_quit(), "quitting and finalising any recording"
-            ) as guard:
-                viewer.run(frames=args.frames)
-            interrupted = guard.signum
+        interrupted = _drive(args, viewer, panel, recorder)
         backend = viewer.backend  # the panel may have switched to another backend's kernel
         if comm is not None:
             backend.quit_all()  # every other rank's _follow returns
-        kernels = list(dict.fromkeys(r.kernel for r in frame_log.records if r.kernel))
-        print(
-            f"drew {viewer.stats.frame} frames; {viewer.stats.kernel or backend.kernel} N={backend.n} "
-            f"({backend.data_path}): " + frame_log.summary_line()
-        )
-        if len(kernels) > 1:
-            print("kernels used: " + " -> ".join(kernels))
-        if comm is not None:
-            print(backend.split_line())
-        report_viewer_outputs(args, viewer, frame_log, recorder, recordings=not args.record_cost)
+        _report(args, comm, viewer, backend, frame_log, recorder)
     finally:
         if frame_log is not None:
             frame_log.close()
@@ -291,6 +276,49 @@ def _run(args, comm) -> int:
     from app.render.recorder import exit_status
 
     return exit_status(interrupted)
+
+
+def _drive(args, viewer, panel, recorder):
+    """Runs the viewer: the panel's or the recording's cost measured (then closed), or frames until it
+    quits (Escape, the window closed, --frames, a signal); returns the signal that quit it, if one did."""
+    if args.panel_cost:
+        from app.ui.panel import measure_panel_cost, panel_cost_line
+
+        print(panel_cost_line(measure_panel_cost(viewer, panel, frames=args.frames)))
+        if args.screenshot:
+            viewer.save_png(args.screenshot, overlays=True)
+        viewer.close()
+        return None
+    if args.record_cost:
+        from app.render.live_recording import measure_record_cost, record_cost_line
+
+        cost = measure_record_cost(viewer, recorder, frames=args.frames)
+        print(record_cost_line(cost, device=_device_name(viewer.backend, panel)))
+        if args.screenshot:
+            viewer.save_png(args.screenshot, overlays=True)
+        viewer.close()
+        return None
+    from app.render.recorder import InterruptGuard
+
+    # SIGTERM (a window manager's or a service's stop) or Ctrl-C: quit at the next tick, as
+    # Escape does, so that a recording still running is finalised; the status says which signal
+    with InterruptGuard(lambda _: viewer.request_quit(), "quitting and finalising any recording") as guard:
+        viewer.run(frames=args.frames)
+    return guard.signum
+
+
+def _report(args, comm, viewer, backend, frame_log, recorder) -> None:
+    """The run's last lines: frames and timings, the kernels used, the MPI split, the files written."""
+    kernels = list(dict.fromkeys(r.kernel for r in frame_log.records if r.kernel))
+    print(
+        f"drew {viewer.stats.frame} frames; {viewer.stats.kernel or backend.kernel} N={backend.n} "
+        f"({backend.data_path}): " + frame_log.summary_line()
+    )
+    if len(kernels) > 1:
+        print("kernels used: " + " -> ".join(kernels))
+    if comm is not None:
+        print(backend.split_line())
+    report_viewer_outputs(args, viewer, frame_log, recorder, recordings=not args.record_cost)
 
 
 def _follow(scene, comm) -> int:

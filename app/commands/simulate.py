@@ -7,11 +7,17 @@ import logging
 import math
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from app.commands.assembly import make_backend, make_rank_run, scene_from_args
 from app.commands.options import add_gpu_options, add_scene_options, positive_int
 from app.commands.running import Interruption, progress_bar
+
+if TYPE_CHECKING:
+    from app.core.outputs import StreamedFile
+    from app.model.series import SeriesWriter
 
 log = logging.getLogger("nbody-live")
 
@@ -200,15 +206,88 @@ def main(args) -> int:
     return distributed.as_job(_simulate, args)  # under mpiexec: an error on any rank ends every rank
 
 
+@dataclass
+class _Job:
+    """What the phases of one run share: the options, the MPI communicator (None: one process), whether
+    this process checks and writes the outputs (rank 0), and the outputs: --out (`default_out`: it is
+    DIR/last.npz of the series), the series and its first state's step in the series' numbering."""
+
+    args: argparse.Namespace
+    comm: Any
+    writer: bool
+    out: Path
+    default_out: bool
+    series: SeriesWriter | None = None
+    base: int = 0
+
+
+@dataclass
+class _Log:
+    """The conservation log as the run writes it: its file (rank 0's), the first state's diagnostics (the
+    drifts' reference), the last row written and the step whose row a signal left out."""
+
+    file: StreamedFile | None = None
+    d0: Any = None
+    last: list | None = None
+    cut: int | None = None
+
+    def write(self, row: list) -> None:
+        assert self.file is not None  # rank 0's
+        self.last = row
+        self.file.write(_csv_line(row))
+
+
 def _simulate(args, comm) -> int:
     """The run; under MPI (`comm`) every rank steps its share and rank 0 alone checks and writes the
     outputs. Collective calls (a step, reading the state) happen on every rank at the same points."""
     from app.backends import distributed
     from app.backends.multi import devices_line
-    from app.core.errors import ConfigError
-    from app.core.outputs import StreamedFile, check_output
+    from app.core.outputs import StreamedFile
     from app.model import formats
-    from app.model.series import SeriesWriter
+
+    job = _check_outputs(args, comm)
+    scene = scene_from_args(args)
+    start = formats.read(args.resume) if args.resume else None
+    _prepare_series(job, scene, start)
+    backend = make_backend(scene, start) if comm is None else make_rank_run(comm, scene, start)
+    rows = _Log()
+    try:
+        with Interruption() as stop:
+            rows.file = StreamedFile(args.log) if args.log and job.writer else None
+            if rows.file:  # the header first: a run stopped during its first energy still leaves a CSV
+                rows.file.write(_csv_line(LOG_COLUMNS))
+            measure = _measure(backend, args, stop)
+            _first_row(args, rows, measure)
+            done = _step_all(job, backend, stop, rows, measure)
+            final = backend.state()
+            if job.writer:
+                formats.write(job.out, final)
+                if job.series and done == args.steps:
+                    job.series.finish(job.base + done, final)
+            kernel = backend.kernel
+            if backend.timesteps == "block":
+                kernel += f", {backend.block_summary()}"
+            devices = devices_line(backend)
+            signum = distributed.any_rank(comm, stop.signum)
+    finally:
+        backend.close()
+        if rows.file:
+            rows.file.close()
+    if not job.writer:
+        return 0
+    ranks = f" on {comm.size} ranks" if comm is not None else devices
+    return _report(
+        job, done, rows, signum, f"{args.steps} steps of N={final.n} with {kernel}{ranks} -> {job.out}"
+    )
+
+
+def _check_outputs(args, comm) -> _Job:
+    """The options that go together, and every output checked before any work (by rank 0: the others
+    only read the options): --out, whose default DIR/last.npz is checked once the series' folder exists
+    (`_prepare_series`), and --log, which a resumed run may not overwrite."""
+    from app.core.errors import ConfigError
+    from app.core.outputs import check_output
+    from app.model import formats
 
     writer = comm is None or comm.rank == 0
     if (args.snapshot_every is None) != (args.out_dir is None):
@@ -233,108 +312,119 @@ def _simulate(args, comm) -> int:
         raise ConfigError(
             f"--log {args.log} exists: a resumed run would overwrite it; name a new log for the resumed part"
         )
-    scene = scene_from_args(args)
-    start = formats.read(args.resume) if args.resume else None
-    series, base = None, 0  # base: the absolute step of the first state, in the series' numbering
-    if args.out_dir is not None:
-        series = SeriesWriter(args.out_dir, args.snapshot_every, scene.physics.dt)
-        if writer:
-            series.prepare(start, args.steps)  # DIR made and checked; another run's series refused
-            if default_out:
-                out = check_output(args.out, "snapshot")
-        base = series.base if comm is None else comm.bcast(series.base if writer else None, root=0)
-    backend = make_backend(scene, start) if comm is None else make_rank_run(comm, scene, start)
-    log_file = None
-    last = cut = None  # the last row written; the step whose row a signal left out
-    try:
-        with Interruption() as stop:
-            log_file = StreamedFile(args.log) if args.log and writer else None
-            if log_file:  # the header first: a run stopped during its first energy still leaves a CSV
-                log_file.write(_csv_line(LOG_COLUMNS))
-            every = (args.log_every or max(1, args.steps // 20)) if args.log else args.steps
-            checkpoint = args.checkpoint_every or args.steps
-            measure = _measure(backend, args, stop)
-            if args.log:
-                d0 = measure()  # None: a signal stopped it, and the loop below will not start
-                if log_file and d0 is not None and not math.isfinite(d0.energy):
-                    log.warning(
-                        "the energy is not finite: two bodies coincide at softening 0 (the forces "
-                        "skip such a pair); so are the log's energy columns; use --softening > 0"
-                    )
-                if d0 is None:
-                    cut = 0
-                elif log_file:
-                    last = _row(0, d0, d0, 0.0)
-                    log_file.write(_csv_line(last))
-            done, force_ms, since = 0, 0.0, 0
-            snap = series.every if series else args.steps
-            if series and base % snap == 0:  # the first state (step 0, or a resumed one on the grid)
-                state = backend.state()
-                if writer and series.due(base):
-                    series.write(base, state)
-            with progress_bar(args, total=args.steps, unit="step", desc=backend.kernel, show=writer) as bar:
-                while done < args.steps and not distributed.any_rank(comm, stop.signum):
-                    k = min(
-                        MAX_CHUNK,
-                        args.steps - done,
-                        every - done % every,
-                        checkpoint - done % checkpoint,
-                        snap - (base + done) % snap,
-                    )
-                    force_ms += backend.step(k).force_ms
-                    done, since = done + k, since + k
-                    bar.update(k)
-                    if args.log and (done % every == 0 or done == args.steps):
-                        diag = measure()
-                        if diag is None:
-                            cut = done  # the loop ends here: stop.signum is set
-                        elif log_file:
-                            last = _row(done, diag, d0, force_ms / since)
-                            log_file.write(_csv_line(last))
-                        force_ms, since = 0.0, 0
-                    snapshot = series is not None and (base + done) % snap == 0
-                    if (done % checkpoint == 0 or snapshot) and done < args.steps:
-                        state = backend.state()
-                        if writer and done % checkpoint == 0:
-                            formats.write(out, state)
-                        if writer and snapshot:
-                            series.write(base + done, state)
-            final = backend.state()
-            if writer:
-                formats.write(out, final)
-                if series and done == args.steps:
-                    series.finish(base + done, final)
-            kernel = backend.kernel
-            if backend.timesteps == "block":
-                kernel += f", {backend.block_summary()}"
-            devices = devices_line(backend)
-            signum = distributed.any_rank(comm, stop.signum)
-    finally:
-        backend.close()
-        if log_file:
-            log_file.close()
-    if not writer:
-        return 0
+    return _Job(args, comm, writer, out, default_out)
+
+
+def _prepare_series(job: _Job, scene, start) -> None:
+    """With --out-dir: the series (rank 0 makes and checks DIR, refusing another run's series, then checks
+    a default --out in it) and its first step, which every rank learns."""
+    from app.core.outputs import check_output
+    from app.model.series import SeriesWriter
+
+    args, comm = job.args, job.comm
+    if args.out_dir is None:
+        return
+    series = job.series = SeriesWriter(args.out_dir, args.snapshot_every, scene.physics.dt)
+    if job.writer:
+        series.prepare(start, args.steps)  # DIR made and checked; another run's series refused
+        if job.default_out:
+            job.out = check_output(args.out, "snapshot")
+    job.base = series.base if comm is None else comm.bcast(series.base if job.writer else None, root=0)
+
+
+def _first_row(args, rows: _Log, measure) -> None:
+    """With --log: the first state's diagnostics (on every rank: the energy may be a collective) and, on
+    rank 0, its row."""
+    if not args.log:
+        return
+    rows.d0 = measure()  # None: a signal stopped it, and the loop will not start
+    if rows.file and rows.d0 is not None and not math.isfinite(rows.d0.energy):
+        log.warning(
+            "the energy is not finite: two bodies coincide at softening 0 (the forces "
+            "skip such a pair); so are the log's energy columns; use --softening > 0"
+        )
+    if rows.d0 is None:
+        rows.cut = 0
+    elif rows.file:
+        rows.write(_row(0, rows.d0, rows.d0, 0.0))
+
+
+def _step_all(job: _Job, backend, stop, rows: _Log, measure) -> int:
+    """The steps, in chunks of at most MAX_CHUNK that end at each log row, checkpoint and snapshot of the
+    series, until --steps are done or a signal came (to any rank); returns the steps done."""
+    from app.backends import distributed
+
+    args, series, base = job.args, job.series, job.base
+    every = (args.log_every or max(1, args.steps // 20)) if args.log else args.steps
+    checkpoint = args.checkpoint_every or args.steps
+    done, force_ms, since = 0, 0.0, 0
+    snap = series.every if series else args.steps
+    if series and base % snap == 0:  # the first state (step 0, or a resumed one on the grid)
+        state = backend.state()
+        if job.writer and series.due(base):
+            series.write(base, state)
+    with progress_bar(args, total=args.steps, unit="step", desc=backend.kernel, show=job.writer) as bar:
+        while done < args.steps and not distributed.any_rank(job.comm, stop.signum):
+            k = min(
+                MAX_CHUNK,
+                args.steps - done,
+                every - done % every,
+                checkpoint - done % checkpoint,
+                snap - (base + done) % snap,
+            )
+            force_ms += backend.step(k).force_ms
+            done, since = done + k, since + k
+            bar.update(k)
+            if args.log and (done % every == 0 or done == args.steps):
+                diag = measure()
+                if diag is None:
+                    rows.cut = done  # the loop ends here: stop.signum is set
+                elif rows.file:
+                    rows.write(_row(done, diag, rows.d0, force_ms / since))
+                force_ms, since = 0.0, 0
+            snapshot = series is not None and (base + done) % snap == 0
+            if (done % checkpoint == 0 or snapshot) and done < args.steps:
+                _save(job, backend, done, done % checkpoint == 0, snapshot)
+    return done
+
+
+def _save(job: _Job, backend, done: int, checkpoint: bool, snapshot: bool) -> None:
+    """The state after `done` steps (read on every rank), written by rank 0 to --out (a checkpoint) and/or
+    to the series (a snapshot)."""
+    from app.model import formats
+
+    state = backend.state()
+    if job.writer and checkpoint:
+        formats.write(job.out, state)
+    if job.writer and snapshot:
+        assert job.series is not None  # a snapshot is the series'
+        job.series.write(job.base + done, state)
+
+
+def _report(job: _Job, done: int, rows: _Log, signum, summary: str) -> int:
+    """Rank 0's last lines and the exit status: what an interrupted run kept (stderr, 128 + the signal),
+    else the drifts, `summary` and the series."""
+    args, series = job.args, job.series
     # Stopped by a signal: before the last step, or during the last row's energy (a signal after that
     # changes nothing).
-    if done < args.steps or cut is not None:
-        kept = f", log -> {args.log} ({_log_end(last, cut)})" if args.log else ""
+    if done < args.steps or rows.cut is not None:
+        kept = f", log -> {args.log} ({_log_end(rows.last, rows.cut)})" if args.log else ""
         if series:
             kept += f", {len(series.entries)} complete snapshots -> {args.out_dir} (marked incomplete)"
         name = signal.Signals(signum).name
         print(
             f"nbody-live simulate: interrupted by {name} at step {done} of {args.steps}: state so far "
-            f"-> {out}{kept}",
+            f"-> {job.out}{kept}",
             file=sys.stderr,
         )
         return 128 + signum
-    if log_file:
-        print(f"energy drift {last[5]:.3e}, momentum drift {last[12]:.3e} (relative) -> {args.log}")
-    ranks = f" on {comm.size} ranks" if comm is not None else devices
-    print(f"{args.steps} steps of N={final.n} with {kernel}{ranks} -> {out}")
+    if rows.file:
+        assert rows.last is not None  # step 0's row at least: a run whose first energy was stopped has none
+        print(f"energy drift {rows.last[5]:.3e}, momentum drift {rows.last[12]:.3e} (relative) -> {args.log}")
+    print(summary)
     if series:
         print(
             f"series: {len(series.entries)} snapshots (every {series.every} steps, up to step "
-            f"{base + done}) -> {args.out_dir}; replay: nbody-live run {args.out_dir}"
+            f"{job.base + done}) -> {args.out_dir}; replay: nbody-live run {args.out_dir}"
         )
     return 0
