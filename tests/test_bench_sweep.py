@@ -12,7 +12,7 @@ from app.backends import backend_class
 from app.backends.base import KernelRecord, StepTimings
 from app.cli import main
 from app.core.errors import ConfigError
-from app.engine.forces import FloatRange, IntChoice
+from app.core.values import FloatRange, IntChoice
 from app.model.ics import generate
 from app.tools import bench
 from app.tools.bench_sweep import fastest_within_budget, kernel_settings, summary_lines

@@ -12,7 +12,7 @@ from app.backends import backend_class, cpu, cpu_forces
 from app.backends.cpu import CPUBackend
 from app.backends.cpu_forces import cpu_accelerations_fp64
 from app.core.errors import ConfigError
-from app.engine.forces import IntChoice
+from app.core.values import IntChoice
 from app.engine.integrator import integrate
 from app.model.bodies import Bodies
 from app.model.physics import Physics, accelerations, relative_error

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from fakes import FakeBackend
 
-from app.engine.forces import FloatRange, IntChoice, KernelRecord
+from app.core.values import FloatRange, IntChoice
+from app.engine.forces import KernelRecord
 from app.render import gl_setup
 
 pytestmark = pytest.mark.gl

@@ -236,7 +236,7 @@ class Backend(ABC):
     def set_kernel(self, name: str) -> None:
         """Use `name` from the next step on; the state is left exactly as it is."""
 
-    # --- tunables of the current kernel (typed: app.engine.forces.IntChoice / FloatRange / Choice) ----------
+    # --- tunables of the current kernel (typed: app.core.values.IntChoice / FloatRange / Choice) ----------
     def tunable_specs(self) -> tuple[Tunable, ...]:
         """The tunables of the current kernel's record, which the panel renders and `tune` sweeps."""
         return self.record(self.kernel).tunables

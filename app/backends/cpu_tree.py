@@ -55,8 +55,9 @@ from app.backends.cpu_octree import (  # noqa: F401
     key_order,
     refit,
 )
+from app.core.values import Choice, FloatRange
 from app.engine.clocks import HostTimer
-from app.engine.forces import Choice, FloatRange, ForceEvaluator, ForceWork, KernelRecord, Span, drain
+from app.engine.forces import ForceEvaluator, ForceWork, KernelRecord, Span, drain
 from app.engine.refit_cadence import CadencedTree
 from app.model.physics import Physics
 from app.parallel.decomposition import align_cuts

@@ -20,86 +20,15 @@ of acc never disagree about which row is whose.
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.errors import ConfigError
+from app.core.values import Choice, FloatRange, IntChoice
 
-
-# --- typed tunables ----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class IntChoice:
-    """An integer from a fixed set (block size, bodies per thread). The panel shows a combo."""
-
-    name: str
-    values: tuple[int, ...]
-    default: int
-    doc: str = ""
-    read_when: tuple[str, tuple] | None = None  # (another tunable, its values under which this one is read)
-
-    def validate(self, value, owner: str = "") -> int:
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            number = None
-        if number is None or number != value or number not in self.values:
-            allowed = ", ".join(map(str, self.values))
-            raise ConfigError(f"{_key(owner, self.name)}: {value!r} is not one of {allowed}")
-        return number
-
-    def describe(self) -> str:
-        return f"one of {', '.join(map(str, self.values))}"
-
-
-@dataclass(frozen=True)
-class FloatRange:
-    """A float in [lo, hi] (or (lo, hi] with lo_open): the tree's θ. The panel shows a slider."""
-
-    name: str
-    lo: float
-    hi: float
-    default: float
-    doc: str = ""
-    lo_open: bool = False
-    log: bool = False  # the slider moves logarithmically
-    read_when: tuple[str, tuple] | None = None  # (another tunable, its values under which this one is read)
-
-    def validate(self, value, owner: str = "") -> float:
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            number = math.nan
-        low_ok = number > self.lo if self.lo_open else number >= self.lo
-        if isinstance(value, bool) or not (low_ok and number <= self.hi):
-            raise ConfigError(f"{_key(owner, self.name)}: {value!r} is not in {self.describe()}")
-        return number
-
-    def describe(self) -> str:
-        return f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}]"
-
-
-@dataclass(frozen=True)
-class Choice:
-    """One of a few named options. The panel shows a combo."""
-
-    name: str
-    options: tuple[str, ...]
-    default: str
-    doc: str = ""
-    read_when: tuple[str, tuple] | None = None  # (another tunable, its values under which this one is read)
-
-    def validate(self, value, owner: str = "") -> str:
-        if value not in self.options:
-            raise ConfigError(f"{_key(owner, self.name)}: {value!r} is not one of {', '.join(self.options)}")
-        return value
-
-    def describe(self) -> str:
-        return f"one of {', '.join(self.options)}"
-
-
+# --- typed tunables: their types are the settings' too (app/core/values.py) ---------------------------------
 Tunable = IntChoice | FloatRange | Choice
 
 
@@ -117,10 +46,6 @@ def unread_reason(spec: Tunable, values: Mapping[str, Any]) -> str | None:
 def format_tunables(values: Mapping[str, Any]) -> str:
     """'block_size=128 k=4 slices=0': tunable values as the logs, tune and the panel print them."""
     return " ".join(f"{k}={v}" for k, v in sorted(values.items()))
-
-
-def _key(owner: str, name: str) -> str:
-    return f"{owner}.{name}" if owner else name
 
 
 # --- ranges and work ---------------------------------------------------------------------------------------

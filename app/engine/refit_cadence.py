@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.engine.forces import Choice, IntChoice
+from app.core.values import Choice, IntChoice
 
 # what a build costs beyond a refit, in walk interactions (the module's docstring says where from)
 BUILD_FIXED = 3.1e8

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from app.core.backend_table import backend_choices
 from app.core.errors import ConfigError
+from app.core.values import within
 from app.model.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
 
 BACKEND_CHOICES = backend_choices  # auto, then app/core/backend_table.py's names (read when asked)
@@ -312,9 +313,9 @@ def _number(key: str, value, want_int: bool):
 
 
 def _in_range(key: str, value: float, f: Field) -> None:
-    low_bad = f.lo is not None and (value <= f.lo if f.lo_open else value < f.lo)
-    high_bad = f.hi is not None and value > f.hi
-    if low_bad or high_bad:
+    lo = -math.inf if f.lo is None else f.lo
+    hi = math.inf if f.hi is None else f.hi
+    if not within(value, lo, hi, f.lo_open and f.lo is not None):  # the tunables' test (app/core/values.py)
         raise ConfigError(f"{key} = {value!r} is out of range: must be {f.describe()}")
 
 

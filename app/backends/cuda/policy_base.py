@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from app.core.errors import ConfigError
-from app.engine.forces import ForceWork, IntChoice, Span, all_pairs_work
+from app.core.values import IntChoice
+from app.engine.forces import ForceWork, Span, all_pairs_work
 from app.model.physics import Physics
 
 SOFT_EPS2_MIN = 1e-12  # NBODY_MIN_SOFT_EPS2 in kernels/common.cuh: below it the PLAIN form is used

@@ -27,7 +27,8 @@ from app.backends.cuda.policies import (
     block_size,
 )
 from app.backends.cuda.tree import WALK_SOURCE, TreePolicy
-from app.engine.forces import TREE_WALK_FLOPS, ErrorBudget, IntChoice, KernelRecord, with_role
+from app.core.values import IntChoice
+from app.engine.forces import TREE_WALK_FLOPS, ErrorBudget, KernelRecord, with_role
 from app.engine.refit_cadence import REFIT_TUNABLES
 from app.parallel.decomposition import DOMAINS, PAIRS
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.engine.forces import FloatRange, IntChoice, unread_reason
+from app.core.values import FloatRange, IntChoice
+from app.engine.forces import unread_reason
 from app.ui.style import DIM_TEXT, RED_BG
 
 
