@@ -17,6 +17,7 @@ from app.commands.replay import open_replay, record_backend, record_line, replay
 from app.core.errors import ConfigError
 from app.core.outputs import check_output
 from app.model.series import is_series_arg
+from app.render.encoder import X264_PRESETS
 
 log = logging.getLogger("nbody-live")
 
@@ -141,17 +142,7 @@ def _add_output_options(g) -> None:
     g.add_argument(
         "--preset",
         default="fast",
-        choices=(
-            "ultrafast",
-            "superfast",
-            "veryfast",
-            "faster",
-            "fast",
-            "medium",
-            "slow",
-            "slower",
-            "veryslow",
-        ),
+        choices=X264_PRESETS,
         help="x264 speed/size trade-off (default fast)",
     )
     g.add_argument(
