@@ -131,20 +131,26 @@ class CudaBlockOps:
         with self.scope():
             return self.acc.get()
 
+    def _fill_render_rows(self, rows, speed, ahead: float) -> None:
+        """Write float32 [x, y, z, m] rows (x + v·ahead: a drawing predicted between substeps) and speeds
+        into the device arrays `rows` (N, 4) and `speed` (N,), queued on the current stream."""
+        rows[:, :3] = (self.pos + ahead * self.vel if ahead else self.pos).astype(np.float32)
+        rows[:, 3] = self.mass
+        speed[:] = self.cp.sqrt(self.cp.sum(self.vel * self.vel, axis=1)).astype(np.float32)
+
     def render_arrays(self, ahead: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
-        """float32 [x, y, z, m] rows (x + v·ahead: a drawing predicted between substeps) and speeds made
-        on the device: 20 bytes a body cross to the host, not the 48 of the float64 state."""
+        """The render rows and speeds (`_fill_render_rows`) made on the device and copied to the host:
+        20 bytes a body cross to the host, not the 48 of the float64 state."""
         cp = self.cp
         with self.scope():
-            rows = cp.empty((self.n, 4), np.float32)
-            rows[:, :3] = (self.pos + ahead * self.vel if ahead else self.pos).astype(np.float32)
-            rows[:, 3] = self.mass
-            speed = cp.sqrt(cp.sum(self.vel * self.vel, axis=1)).astype(np.float32)
+            rows, speed = cp.empty((self.n, 4), np.float32), cp.empty(self.n, np.float32)
+            self._fill_render_rows(rows, speed, ahead)
             return rows.get(), speed.get()
 
     def write_render_rows(self, pos_ptr: int, speed_ptr: int, ahead: float = 0.0) -> None:
-        """render_arrays' rows and speeds written into device buffers (the renderer's VBOs, mapped:
-        CUDA–GL interop), queued on the current stream; the caller synchronises before unmapping."""
+        """The render rows and speeds (`_fill_render_rows`) written into device buffers (the renderer's
+        VBOs, mapped: CUDA–GL interop), queued on the current stream; the caller synchronises before
+        unmapping."""
         cp = self.cp
         with self.scope():
 
@@ -153,10 +159,7 @@ class CudaBlockOps:
                 memory = cp.cuda.UnownedMemory(int(ptr), nbytes, owner=self)
                 return cp.ndarray(shape, np.float32, cp.cuda.MemoryPointer(memory, 0))
 
-            rows, speed = over(pos_ptr, (self.n, 4)), over(speed_ptr, (self.n,))
-            rows[:, :3] = (self.pos + ahead * self.vel if ahead else self.pos).astype(np.float32)
-            rows[:, 3] = self.mass
-            speed[:] = cp.sqrt(cp.sum(self.vel * self.vel, axis=1)).astype(np.float32)
+            self._fill_render_rows(over(pos_ptr, (self.n, 4)), over(speed_ptr, (self.n,)), ahead)
 
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a(x) kept for `rows`, their all-pairs accelerations from the float32 rows the last walk read,
