@@ -127,6 +127,12 @@ class DeviceKind(Protocol):
     ) -> RenderTarget | None: ...  # the renderer's VBOs filled on device `ordinal`, or None: host upload
 
 
+def wrapped_capabilities(base: type[Backend]) -> dict:
+    """What a form over `base` (`--gpus`, block steps, MPI ranks: a class made with `type`) answers as
+    `base` does: its name, where its state lives, whether its kernels take every core."""
+    return {"name": base.name, "memory": base.memory, "uses_all_cores": base.uses_all_cores}
+
+
 class Backend(ABC):
     """Simulation state plus kernels. Construct, `load`, then `step` as often as you like."""
 

@@ -40,7 +40,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from app.backends.base import Backend, KernelRecord, StepTimings, check_physics
+from app.backends.base import Backend, KernelRecord, StepTimings, check_physics, wrapped_capabilities
 from app.core.errors import ConfigError
 from app.engine.blocksteps import BlockSteps, Substep, block_tunables, ops_scope
 from app.engine.forces import ForceWork, with_role
@@ -64,7 +64,7 @@ def block_steps_backend_class(base: type[Backend]) -> type[BlockStepsBackend]:
     return type(
         f"BlockSteps{base.__name__}",
         (BlockStepsBackend,),
-        {"base": base, "name": base.name, "memory": base.memory, "uses_all_cores": base.uses_all_cores},
+        {**wrapped_capabilities(base), "base": base},
     )
 
 

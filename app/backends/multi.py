@@ -45,6 +45,7 @@ from app.backends.base import (
     StepTimings,
     TunablesPerKernel,
     check_physics,
+    wrapped_capabilities,
 )
 from app.core.errors import ConfigError, NonFiniteState, StateOutOfMemory
 from app.engine.forces import Span
@@ -77,14 +78,12 @@ def multi_backend_class(base: type[Backend], k, driver: str = "auto", exchange: 
         f"Multi{base.__name__}",
         (MultiDeviceBackend,),
         {
+            **wrapped_capabilities(base),
             "base": base,
-            "name": base.name,
             "kind": kind,
             "k": count,
             "driver": driver,
             "exchange": exchange,
-            "memory": base.memory,
-            "uses_all_cores": base.uses_all_cores,
         },
     )
 

@@ -46,7 +46,14 @@ from typing import Any
 
 import numpy as np
 
-from app.backends.base import Backend, DeviceKind, RenderTarget, TunablesPerKernel, check_physics
+from app.backends.base import (
+    Backend,
+    DeviceKind,
+    RenderTarget,
+    TunablesPerKernel,
+    check_physics,
+    wrapped_capabilities,
+)
 from app.backends.distributed import RankRun, device_maker
 from app.backends.rank_control import Channel, Control
 from app.core.errors import BackendUnavailable, NonFiniteState
@@ -64,13 +71,11 @@ def ranks_backend_class(comm, inner: type[Backend], gather_every: int = 1) -> ty
         f"Ranks{inner.__name__}",
         (RanksBackend,),
         {
+            **wrapped_capabilities(inner),
             "comm": comm,
             "inner": inner,
-            "name": inner.name,
             "ranks": comm.size,
             "gather_every": gather_every,
-            "memory": inner.memory,
-            "uses_all_cores": inner.uses_all_cores,
         },
     )
 
