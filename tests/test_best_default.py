@@ -405,7 +405,9 @@ def test_a_bench_row_of_best_says_what_it_ran():
     from app.backends import find_kernel
     from app.engine.timing import StepTimings
     from app.model.physics import Physics
-    from app.tools.bench import _detail_lines, _time_one, bench_bodies
+    from app.tools.bench import bench_bodies
+    from app.tools.bench_report import detail_lines
+    from app.tools.bench_row import time_one
 
     class Resolving:
         resolved_kernel = "atomics-n3l block_size=128 chunk=16 ki=4"
@@ -431,12 +433,12 @@ def test_a_bench_row_of_best_says_what_it_ran():
             )
 
     bodies = bench_bodies(64, seed=1)
-    row = _time_one(
+    row = time_one(
         Resolving(), find_kernel("best"), bodies, Physics(), {}, warmup=1, repeats=3, max_seconds=None
     )
     assert row["runs"] == Resolving.resolved_kernel
-    assert any("runs atomics-n3l" in line for line in _detail_lines({**row, "n": 64}))
+    assert any("runs atomics-n3l" in line for line in detail_lines({**row, "n": 64}))
     Resolving.resolved_kernel = "shared block_size=256"
-    assert "runs" not in _time_one(
+    assert "runs" not in time_one(
         Resolving(), find_kernel("shared"), bodies, Physics(), {}, warmup=1, repeats=3, max_seconds=None
     )

@@ -56,7 +56,6 @@ from app.tools.bench_machine import (
 )
 from app.tools.bench_report import (
     compare_kernel,
-    detail_lines,
     format_table,
     load_json,
     print_table,
@@ -127,9 +126,6 @@ ERROR_REFERENCE = (
     "(Backend.force_error_sample: `shared` on CUDA, cpu-simd's kernel on the CPU; under "
     "--gpus on device 0)"
 )
-
-# the names two of the pieces had here (tests/test_best_default.py imports them from this module)
-_time_one, _detail_lines = time_one, detail_lines
 
 
 def _progress(total: int, enabled: bool):
