@@ -205,7 +205,7 @@ def validate(scene: Scene) -> None:
     from app.core.errors import ConfigError
     from app.model import ics
 
-    if scene.run.kernel not in ("auto", "best"):
+    if scene.run.kernel != "auto":
         from app.backends import find_kernel
 
         find_kernel(scene.run.kernel)  # ConfigError listing every kernel name

@@ -78,7 +78,7 @@ def select_backend(name: str = "auto", kernel: str | None = None) -> type[Backen
     'auto' falls back with one log line per skipped backend; an explicit name that cannot run raises
     BackendUnavailable carrying its why_not.
     """
-    if kernel and kernel not in ("auto", "best"):
+    if kernel and kernel != "auto":
         owner = find_kernel(kernel).backend
         if name not in ("auto", owner):
             raise ConfigError(f"kernel {kernel!r} belongs to backend {owner!r}, not {name!r}")
