@@ -25,8 +25,9 @@ import numpy as np
 from app.backends.blocksteps_ops import NumpyBlockOps, TreeBlockOps
 from app.backends.cpu_forces import cpu_name, exact_rows
 from app.engine.blocksteps import CRITERIA, BlockSteps
+from app.model.config import COARSEN
 from app.model.ics import generate
-from app.model.physics import COARSEN, Physics, total_energy
+from app.model.physics import Physics, total_energy
 
 # (scene, N, seed, dt_max, L, η, ε, max steps)
 CASES = (

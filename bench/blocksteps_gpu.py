@@ -230,7 +230,7 @@ def _schedule(mode: str, physics, args, n: int):
 
 def _adaptive(mode: str) -> tuple[str, str] | None:
     """(block or shared, the coarsening rule) of a mode "block[:rule]" / "shared[:rule]", else None."""
-    from app.model.physics import COARSEN
+    from app.model.config import COARSEN
 
     kind, _, coarsen = mode.partition(":")
     coarsen = coarsen or COARSEN[0]  # the scheduler's default

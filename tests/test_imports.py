@@ -187,6 +187,15 @@ def test_app_has_no_import_cycles_hidden_in_functions():
     )
 
 
+def test_app_has_no_import_cycles_even_through_type_hints():
+    """Nor through imports made only for the type checker: model's bodies -> components -> config ->
+    physics -> bodies was such a loop (the physics' names now live in the settings table)."""
+    cycles = find_cycles(import_graph(ROOT, "app", lazy=True, typing=True))
+    assert not cycles, "import cycles in app/ (counting lazy and TYPE_CHECKING imports):\n" + "\n".join(
+        " -> ".join(c) for c in cycles
+    )
+
+
 # --- the layers, top to bottom (docs/architecture.md "Layers"): a module may import its own layer and those
 # below it. A module is in the layer of the longest prefix that names it.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (

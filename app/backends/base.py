@@ -17,7 +17,8 @@ from app.core.errors import ConfigError
 from app.engine.forces import ForceEvaluator, KernelRecord, Tunable
 from app.engine.timing import StepTimings  # noqa: F401  (re-exported: backends build it)
 from app.model.bodies import Bodies
-from app.model.physics import INTEGRATORS, MODELS, Physics
+from app.model.config import INTEGRATORS, MODELS
+from app.model.physics import Physics
 
 if TYPE_CHECKING:
     from app.parallel.multidevice import DeviceFactory, DeviceState

@@ -52,7 +52,8 @@ import numpy as np
 
 from app.core.errors import ConfigError
 from app.engine.forces import ForceWork
-from app.model.physics import COARSEN, Physics
+from app.model.config import COARSEN
+from app.model.physics import Physics
 
 MODES = ("block", "shared", "frozen")  # per-body levels; one level for all (the finest wanted); fixed levels
 CRITERIA = ("gadget", "tidal")  # sqrt(2 η ε / |a|); its min with sqrt(2 η / |T|) (docs/blocksteps.md)

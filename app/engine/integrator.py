@@ -35,7 +35,8 @@ import numpy as np
 
 from app.engine.forces import ForceWork, Span, all_pairs_work
 from app.model.bodies import Bodies
-from app.model.physics import INTEGRATORS, Physics, accelerations
+from app.model.config import INTEGRATORS
+from app.model.physics import Physics, accelerations
 
 # Steps between the devices' non-finite checks (one GPU, or each device of several; 0: never): a check is
 # one small launch whose 4-byte answer the host reads without waiting, so a blow-up pauses the viewer

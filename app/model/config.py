@@ -17,8 +17,14 @@ from pathlib import Path
 from app.core.backend_table import backend_choices
 from app.core.errors import ConfigError
 from app.core.values import within
-from app.model.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
 
+# the physics' names (app/model/physics.py Physics takes one of each)
+INTEGRATORS = ("leapfrog", "euler-damped")
+MODELS = ("gravity", "gravity-repulsion")
+TIMESTEPS = ("shared", "block")
+# block steps: coarser only between max steps and no coarser than the level wanted at the boundary before
+# (the default); only between max steps; at any aligned tick (app.engine.blocksteps.relevel)
+COARSEN = ("settled", "boundary", "aligned")
 BACKEND_CHOICES = backend_choices  # auto, then app/core/backend_table.py's names (read when asked)
 COLOR_BY = ("speed", "mass", "none", "component", "component-speed", "component-mass")
 COLORMAPS = ("inferno", "magma", "plasma", "viridis", "white")

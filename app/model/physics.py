@@ -25,13 +25,6 @@ import numpy as np
 
 from app.model.bodies import Bodies
 
-INTEGRATORS = ("leapfrog", "euler-damped")
-MODELS = ("gravity", "gravity-repulsion")
-TIMESTEPS = ("shared", "block")
-# block steps: coarser only between max steps and no coarser than the level wanted at the boundary before
-# (the default); only between max steps; at any aligned tick (app.engine.blocksteps.relevel)
-COARSEN = ("settled", "boundary", "aligned")
-
 
 @dataclass(frozen=True)
 class Physics:
@@ -45,7 +38,7 @@ class Physics:
     timesteps: str = "shared"  # or "block": hierarchical levels below dt (app/engine/blocksteps.py)
     block_levels: int = 6  # block steps: L, the finest step is dt / 2^L
     block_eta: float = 0.025  # block steps: the criterion's accuracy η (GADGET-2's default)
-    block_coarsen: str = "settled"  # block steps: when a level may get coarser (COARSEN)
+    block_coarsen: str = "settled"  # block steps: when a level may get coarser (config.COARSEN)
 
     def with_(self, **changes) -> Physics:
         return replace(self, **changes)

@@ -17,9 +17,9 @@ from app.core.errors import ConfigError, InputFileError
 from app.core.outputs import atomic_write
 from app.model import components
 from app.model.bodies import Bodies, StepLevels
+from app.model.config import COARSEN
 from app.model.formats.opening import open_for_reading
 from app.model.formats.snapshot_format import Head, SnapshotFormat, checked_bodies
-from app.model.physics import COARSEN
 
 _ZIP_SIGNATURE = b"PK\x03\x04"
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.model.physics import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
+from app.model.config import COARSEN, INTEGRATORS, MODELS, TIMESTEPS
 
 
 def draw(panel) -> None:
