@@ -8,7 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.backends.cuda.compile import find_nvcc
 from app.core.paths import SHARED_DATA
+
+# compile-only tests (PTX, SASS of the kernels) need nvcc, not a GPU: CI has nvcc, and no GPU
+needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit not installed)")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -15,11 +15,11 @@ import re
 
 import numpy as np
 import pytest
-from conftest import gl_vbo
+from conftest import gl_vbo, needs_nvcc
 
 from app.backends import backend_class
 from app.backends.cuda import diagnostics as dg
-from app.backends.cuda.compile import compile_file, find_nvcc
+from app.backends.cuda.compile import compile_file
 from app.core.paths import KERNELS
 from app.model.bodies import Bodies
 from app.model.physics import (
@@ -116,7 +116,7 @@ def test_kernel_constants_match_the_host():
     assert int(defines["DIAG_RESULTS"]) == dg.RESULTS
 
 
-@pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit not installed)")
+@needs_nvcc
 def test_every_symbol_the_host_launches_exists(tmp_path, monkeypatch):
     monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path))
     module = compile_file(KERNELS / dg.SOURCE, "sm_90")

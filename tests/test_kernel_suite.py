@@ -19,6 +19,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from conftest import needs_nvcc
 from summation import far_cluster
 
 from app.backends import backend_class
@@ -41,7 +42,6 @@ from app.engine.forces import format_tunables
 ARCH = "sm_90"
 # every all-pairs record (issue 5's variants): the registry's, less the approximate methods (the tree)
 SUITE = tuple(r.name for r in registry.RECORDS if not r.approximate)
-needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit not installed)")
 
 
 # --- the registry ---------------------------------------------------------------------------------------

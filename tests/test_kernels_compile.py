@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from conftest import needs_nvcc
 
 from app.backends.cuda import registry
 from app.backends.cuda.compile import (
@@ -36,8 +37,6 @@ ARCH = "sm_90"
 CU_FILES = kernel_files()
 # diagnostics' potentials sum over one set of bodies; integrate.cu moves them
 SUPPORT_SYMBOLS = ("kick_drift", "kick", "euler_damped", "speeds", "first_nonfinite")
-
-needs_nvcc = pytest.mark.skipif(find_nvcc() is None, reason="nvcc not found (CUDA toolkit not installed)")
 
 
 @pytest.fixture(scope="module")

@@ -305,9 +305,6 @@ def test_two_gpu_ranks_give_one_ranks_accelerations_within_the_budget(tmp_path, 
     from app.model.physics import relative_errors
     from app.tools.bench import bench_bodies
 
-    cuda = backend_class("cuda")
-    if cuda.why_not():
-        pytest.skip(cuda.why_not())
     n, out = 65536, tmp_path / "gpu-ranks.npz"
     job = ROOT / "tests" / "mpi_gpu_job.py"
     env = job_env()
@@ -320,7 +317,7 @@ def test_two_gpu_ranks_give_one_ranks_accelerations_within_the_budget(tmp_path, 
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    backend = cuda()
+    backend = backend_class("cuda")()
     try:
         import mpi_gpu_job
 
@@ -345,11 +342,6 @@ def test_a_nan_body_on_gpu_rank_1_is_reported_by_it_naming_the_body(tmp_path):
     with rank 1's line naming the body, as on CPU ranks."""
     import mpi_job
 
-    from app.backends import backend_class
-
-    cuda = backend_class("cuda")
-    if cuda.why_not():
-        pytest.skip(cuda.why_not())
     n = 4096
     job = ROOT / "tests" / "mpi_gpu_job.py"
     start = time.monotonic()
