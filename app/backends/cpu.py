@@ -89,9 +89,12 @@ class CPUBackend(TunablesPerKernel, Backend):
     def __init__(self):
         self._kernel = self.default_kernel
         self._physics = Physics()
-        self._pos = self._vel = self._acc = None
+        # the state in the kernel's precision, (N, 4) rows: positions with the mass, velocities, a(x)
+        self._pos: np.ndarray | None = None
+        self._vel: np.ndarray | None = None
+        self._acc: np.ndarray | None = None
         self._speed = np.zeros(0, np.float32)
-        self._render_pos = None
+        self._render_pos: np.ndarray | None = None
         self._kept_evaluator = None
         self._mass = np.zeros(0)
         self._ids = None
@@ -165,9 +168,11 @@ class CPUBackend(TunablesPerKernel, Backend):
     def _resolve(self, name: str | None) -> str:
         return self.record(name or self.default_kernel).name  # (ConfigError naming this backend's kernels)
 
-    def _require_state(self):
-        if self._pos is None:
+    def _state(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(pos, vel, acc) of the loaded state; RuntimeError before load()."""
+        if self._pos is None or self._vel is None or self._acc is None:
             raise RuntimeError("CPUBackend: call load() before stepping or reading the state")
+        return self._pos, self._vel, self._acc
 
     def evaluator(self, name: str | None = None) -> HostEvaluator:
         """A record (default: the current kernel) with the current physics and the tunables set for it
@@ -187,19 +192,21 @@ class CPUBackend(TunablesPerKernel, Backend):
         return evaluator
 
     def _ops(self, evaluator: HostEvaluator) -> CpuOps:
-        return CpuOps(evaluator, self._pos, self._vel, self._acc, self._speed)
+        pos, vel, acc = self._state()
+        return CpuOps(evaluator, pos, vel, acc, self._speed)
 
     def _positions_in(self, dtype) -> np.ndarray:
         """The positions in `dtype`, masses from the float64 originals rather than a rounded copy."""
-        pos = self._pos.astype(dtype)
+        pos = self._state()[0].astype(dtype)
         pos[:, 3] = self._mass
         return pos
 
     def _to_kernel_precision(self) -> None:
         dtype = self._dtype
-        if self._pos.dtype != dtype:
+        pos, vel, _ = self._state()
+        if pos.dtype != dtype:
             self._pos = self._positions_in(dtype)
-            self._vel = self._vel.astype(dtype)
+            self._vel = vel.astype(dtype)
             self._acc = np.zeros_like(self._pos)
             self._render_pos = None
             self._stepper.invalidate()
@@ -228,7 +235,7 @@ class CPUBackend(TunablesPerKernel, Backend):
     def step(self, steps: int = 1) -> StepTimings:
         if steps < 0:
             raise ValueError(f"steps must be >= 0, not {steps}")
-        self._require_state()
+        self._state()  # (RuntimeError before load())
         self._check_finite()  # before: one bad body contaminates every force within a single step
         self._to_kernel_precision()
         evaluator = self.evaluator()
@@ -260,7 +267,8 @@ class CPUBackend(TunablesPerKernel, Backend):
     def _check_finite(self) -> None:
         """The GPU's guard on the host: a blown-up state pauses the viewer instead of drawing NaNs.
         One vectorised pass per step() call (about 0.1 ms at N = 65k), not per step."""
-        bad = first_nonfinite(self._pos, self._vel)
+        pos, vel, _ = self._state()
+        bad = first_nonfinite(pos, vel)
         if bad >= 0:
             raise NonFiniteState(bad, step=self._steps, time=self.time)
 
@@ -271,11 +279,11 @@ class CPUBackend(TunablesPerKernel, Backend):
         """a(x) of the current state by the current kernel, (N, 4) in its dtype: the stepper's cached
         one (computed now, and cached, if not valid), or after a switch to a kernel of another precision
         not stepped yet, evaluated on a converted copy with the state untouched."""
-        self._require_state()
+        pos, _, acc = self._state()
         evaluator = self.evaluator()
-        if self._pos.dtype == evaluator.dtype:  # a(x) of the state: the cached one, or cached from now on
+        if pos.dtype == evaluator.dtype:  # a(x) of the state: the cached one, or cached from now on
             self._stepper.ensure_acc(self._ops(evaluator))
-            return self._acc
+            return acc
         pos = self._positions_in(evaluator.dtype)
         acc = np.zeros(pos.shape, evaluator.dtype)
         evaluator.evaluate(pos, acc, Span.all(self.n), Span.all(self.n))
@@ -287,14 +295,15 @@ class CPUBackend(TunablesPerKernel, Backend):
         if it is not current), exact = `exact_rows` in the kernel's precision."""
         rows = np.asarray(rows, dtype=np.int64)
         approx = self._current_acc()[rows, :3].astype(np.float64)
-        pos = self._pos if self._pos.dtype == self._dtype else self._positions_in(self._dtype)
+        pos = self._state()[0]
+        pos = pos if pos.dtype == self._dtype else self._positions_in(self._dtype)
         return approx, exact_rows(pos, rows, self._physics)
 
     def state(self) -> Bodies:
-        self._require_state()
+        pos, vel, _ = self._state()
         return Bodies(
-            pos=self._pos[:, :3].astype(np.float64),
-            vel=self._vel[:, :3].astype(np.float64),
+            pos=pos[:, :3].astype(np.float64),
+            vel=vel[:, :3].astype(np.float64),
             mass=self._mass.copy(),
             time=self.time,
             ids=None if self._ids is None else self._ids.copy(),
@@ -305,12 +314,12 @@ class CPUBackend(TunablesPerKernel, Backend):
     def host_render_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """The live float32 (N, 4) positions and (N,) speeds: no copy on the fp32 path, so they are
         overwritten by the next `step` and must be treated as read-only."""
-        self._require_state()
-        if self._pos.dtype == np.float32:
-            return self._pos, self._speed
+        pos = self._state()[0]
+        if pos.dtype == np.float32:
+            return pos, self._speed
         if self._render_pos is None:
-            self._render_pos = np.empty(self._pos.shape, np.float32)
-        np.copyto(self._render_pos, self._pos, casting="same_kind")
+            self._render_pos = np.empty(pos.shape, np.float32)
+        np.copyto(self._render_pos, pos, casting="same_kind")
         return self._render_pos, self._speed
 
     def close(self) -> None:

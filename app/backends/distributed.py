@@ -41,8 +41,9 @@ from app.engine.integrator import CHECK_EVERY, Stepper
 from app.engine.timing import StepTimings
 from app.model.bodies import Bodies
 from app.model.physics import Physics, diagnostics
-from app.parallel.decomposition import TARGETS, agreed_ranges
+from app.parallel.decomposition import TARGETS, Decomposition, agreed_ranges
 from app.parallel.decomposition import of as decomposition_of
+from app.parallel.device_state import DeviceState
 from app.parallel.multidevice import MultiDeviceOps, SingleDriver, in_load_order, split
 
 # Rank-count variables set by the common launchers: MPICH/Hydra and Intel MPI, Open MPI, PMIx (srun).
@@ -259,10 +260,19 @@ class RankRun:
         self.comm, self.make_device = comm, make_device
         self.stepper = Stepper()  # the integrator and the checks' cadence, as a multi-device run's
         self.physics = Physics()
-        self.decomposition = TARGETS  # the running record's (set by load)
-        self.device = self.ops = None
+        self.decomposition: Decomposition = TARGETS  # the running record's (set by load)
+        self.device: DeviceState | None = None  # this rank's, once loaded
+        self.ops: MultiDeviceOps | None = None
         self.kernel, self.n = "", 0
         self.components = None
+
+    def _device(self) -> DeviceState:
+        assert self.device is not None, "load() before stepping or reading the state"
+        return self.device
+
+    def _ops(self) -> MultiDeviceOps:
+        assert self.ops is not None, "load() before stepping or reading the state"
+        return self.ops
 
     def load(self, bodies: Bodies, physics: Physics, kernel: str) -> None:
         self.physics, self.kernel, self.n = physics, kernel, bodies.n
@@ -312,11 +322,11 @@ class RankRun:
     def step(self, steps: int = 1) -> StepTimings:
         """Advance; the timings and work are this rank's (its share of the forces, its device's own clock:
         CUDA events on a GPU); the position exchange is `extra["exchange_ms"]`, not part of integrate_ms."""
-        exchange = self.ops.exchange
+        exchange = self._ops().exchange
         before = exchange.ms
-        self.stepper.advance(self.ops, self.physics, steps, self.check_every, self._check_finite)
-        work = self.ops.finish()
-        times = self.ops.take_times()
+        self.stepper.advance(self._ops(), self.physics, steps, self.check_every, self._check_finite)
+        work = self._ops().finish()
+        times = self._ops().take_times()
         exchanged = exchange.ms - before
         return StepTimings(
             kernel=self.kernel,
@@ -337,11 +347,11 @@ class RankRun:
         none): every rank raises the same NonFiniteState, naming the body and the rank that holds it, or
         none does. The check's answer is waited for: the exchange reads this device's rows every step
         anyway, so this adds one small kernel and one small allreduce every `check_every` steps."""
-        self.ops.launch_checks()
-        mine = self.device.check_result(wait=True)
+        self._ops().launch_checks()
+        mine = self._device().check_result(wait=True)
         first = self.comm.allreduce(mine if mine >= 0 else self.n, op=_mpi_op("MIN"))
         if first < self.n:
-            owner = next(r for r, s in enumerate(self.ops.exchange.shares) if s.contains(Span(first, 1)))
+            owner = next(r for r, s in enumerate(self._ops().exchange.shares) if s.contains(Span(first, 1)))
             body = first if self.ids is None else int(self.ids[first])  # the body that row holds
             raise NonFiniteState(body, step=self._steps, time=self.time, rank=owner)
 
@@ -368,7 +378,7 @@ class RankRun:
 
     def set_tunables(self, values: dict) -> None:
         """The current kernel's tunables, all of them (its defaults under `values`), from the next step."""
-        self.device.evaluator.set_tunables(**self.device.evaluator.record.with_tunables(values))
+        self._device().evaluator.set_tunables(**self._device().evaluator.record.with_tunables(values))
         self.integrator.invalidate()
 
     @property
@@ -382,21 +392,21 @@ class RankRun:
     def gathered(self, field: str) -> np.ndarray:
         """The whole of `field` on every rank, in load order."""
         self.gathered_on_device(field)
-        return in_load_order(self.device.rows(field, Span.all(self.n)).copy(), self.ids)
+        return in_load_order(self._device().rows(field, Span.all(self.n)).copy(), self.ids)
 
     def gathered_on_device(self, field: str) -> None:
         """Every share's rows of `field` into this rank's device copy (collective; no host copy where the
         exchange moves rows device to device)."""
-        self.ops.exchange.gather([self.device], field)
+        self._ops().exchange.gather([self._device()], field)
 
     def positions(self) -> np.ndarray:
         """This rank's copy of every position (N, 4) in load order: whole after each step's exchange."""
-        return in_load_order(self.device.rows("pos", Span.all(self.n)), self.ids)
+        return in_load_order(self._device().rows("pos", Span.all(self.n)), self.ids)
 
     def own_rows(self, field: str) -> np.ndarray:
         """This rank's copy of every row of `field`, in load order (no exchange: whole where the rank
         integrates every body)."""
-        return in_load_order(self.device.rows(field, Span.all(self.n)), self.ids)
+        return in_load_order(self._device().rows(field, Span.all(self.n)), self.ids)
 
     def state_on_root(self) -> Bodies | None:
         """The whole state on rank 0 (its own positions, every share's velocities gathered); None on the
@@ -405,7 +415,7 @@ class RankRun:
         if self.decomposition.integrate_all:
             vel = self.own_rows("vel") if self.comm.rank == 0 else None
         else:
-            vel = self.ops.exchange.gather_to_root(self.device, "vel")
+            vel = self._ops().exchange.gather_to_root(self._device(), "vel")
         if self.comm.rank != 0:
             return None
         assert vel is not None, "rank 0 holds every velocity: its own rows, or gathered to it"
@@ -440,7 +450,7 @@ class RankRun:
         return diagnostics(state, self.physics, potential=partial(potential_energy, parallel=True))
 
     def accelerations(self) -> np.ndarray:
-        self.ops.force()
+        self._ops().force()
         self.integrator.acc_valid = True
         return self.gathered("acc")[:, :3].astype(np.float64)
 

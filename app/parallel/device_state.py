@@ -10,7 +10,7 @@ from typing import Protocol
 import numpy as np
 
 from app.core.errors import RuntimeFault
-from app.engine.forces import ForceWork, Span
+from app.engine.forces import ForceEvaluator, ForceWork, Span
 from app.model.physics import Physics
 
 
@@ -38,6 +38,7 @@ class DeviceState(Protocol):
     def timer(self) -> object: ...
 
     integrate_all: bool  # the run's decomposition integrates every row on every device (domains)
+    evaluator: ForceEvaluator  # the record it runs, bound to this device (tunables reach it here)
 
     def force(self) -> ForceWork: ...  # targets: acc[share] = F(pos[share]; pos[all]), timed as "force"
     # pairs: acc[all] = the partial sums of this device's slice of the pair tiles

@@ -42,7 +42,7 @@ class DrawTimer:
     def __init__(self):
         self.method = "glFinish+perf_counter"
         self.ms = 0.0
-        self._gl = None
+        self._gl: Any = None  # PyOpenGL's GL module once imported (queries used only when it is)
         self._queries: list[int] = []
         self._pending: list[int] = []
         self._slot = 0

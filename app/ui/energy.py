@@ -19,6 +19,7 @@ import math
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -176,7 +177,8 @@ class EnergyMonitor:
                 if parallel:  # half the cores: the render loop's thread must not be crowded out
                     import numba
 
-                    numba.set_num_threads(max(1, numba.config.NUMBA_NUM_THREADS // 2))
+                    config: Any = numba.config  # (it sets its NUMBA_* names through globals())
+                    numba.set_num_threads(max(1, config.NUMBA_NUM_THREADS // 2))
                 host_sum.set_result((gen, host_diagnostics(bodies, physics, with_energy, parallel)))
             except Exception as e:  # noqa: BLE001 - reported by tick()
                 host_sum.set_exception(e)

@@ -15,6 +15,7 @@ viewer's GL context current), never at start-up.
 from __future__ import annotations
 
 import ctypes
+from typing import Any
 
 from imgui_bundle import imgui
 from imgui_bundle.python_backends.opengl_backend_programmable import ProgrammablePipelineRenderer
@@ -55,7 +56,7 @@ class ReplayRenderer(ProgrammablePipelineRenderer):
         self._int1 = ctypes.c_int(0)
         self._vp = (ctypes.c_int * 4)()
         self._sc = (ctypes.c_int * 4)()
-        self._proj = (ctypes.c_float * 16)()
+        self._proj: Any = (ctypes.c_float * 16)()  # filled from floats by slice (ctypes' stubs want c_float)
         self._cmds: list[tuple] = []
         self._pending: tuple[bytes, bytes] | None = None
         self._fb = (0, 0)

@@ -197,10 +197,10 @@ class RegisterBlockedPolicy(GridPolicy):
         slice_len, slices = slice_plan(nj, block, slices)
         if slices == 1:
 
-            def run(t, s, a, stream=None):
+            def run_one_slice(t, s, a, stream=None):
                 launch(fn, (body_blocks, 1), block, stream, t, s, a, ni, nj, eps2, g, h, 0, slice_len)
 
-            return run
+            return run_one_slice
         red = dev.function(rec.source, *REGBLOCK_REDUCE, self.nvcc_options)
         nbytes, scale, rgrid = slices * npad * 16, 1.0 if repulsion else g, ceil_div(ni, REDUCE_BLOCK)
 

@@ -38,7 +38,7 @@ from app.backends.cuda.force_sample import exact_rows
 from app.backends.cuda.nonfinite import NonFiniteCheck
 from app.backends.cuda.policies import ceil_div, force_arguments
 from app.backends.cuda.state import FP64, ROW_BYTES, STATE, GpuState
-from app.backends.cuda.state_ops import INTEGRATE_SOURCE
+from app.backends.cuda.state_ops import INTEGRATE_SOURCE, Fp32Ops, Fp64Ops
 from app.core.errors import ConfigError
 from app.engine.forces import ForceWork, Span, drain, with_role
 from app.model.bodies import Bodies
@@ -79,7 +79,9 @@ class CudaShareDevice:
         self._exact: GpuEvaluator | None = None  # the "exact" record's, made by the first force-error sample
         self.timer = self.device.timer  # CUDA events on the GPU's legacy stream
         self._marks: dict[str, StreamMark] = {}
-        self._share_ops, self._ops_key = None, None
+        # the updates over the rows it integrates, and what they were made for (a span, or "fp64")
+        self._share_ops: Fp32Ops | Fp64Ops | None = None
+        self._ops_key: Span | str | None = None
         self._check = NonFiniteCheck(self.device)  # the non-finite check, on this share's rows
         self.state = GpuState(self.device, self.name)
         with self.device.scope:
@@ -164,6 +166,7 @@ class CudaShareDevice:
         """The element-wise updates on the rows it integrates (its share, or every row for a domain
         split; the force is `force`, over the whole copy), made again only when those change."""
         s = self.everyone if self.integrate_all else self.share
+        key: Span | str
         if self.fp64:
             key = "fp64"  # (one GPU: every row)
         else:
