@@ -3,9 +3,8 @@ tuning cache (tuning_cache.py), else the committed heuristic table (heuristic.py
 
 from __future__ import annotations
 
+from app.backends.cuda.policy_base import GridPolicy
 from app.core.errors import ConfigError
-
-from .policy_base import GridPolicy
 
 
 class BestPolicy(GridPolicy):

@@ -17,14 +17,13 @@ import logging
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, TypeAlias
 
+from app.backends.cuda.policies import FORMS, force_arguments
 from app.core.errors import ConfigError
 from app.engine.forces import ForceEvaluator, ForceWork, KernelRecord, Span, format_tunables
 from app.model.physics import Physics
 
-from .policies import FORMS, force_arguments
-
 if TYPE_CHECKING:
-    from .tree import TreeEvaluator
+    from app.backends.cuda.tree import TreeEvaluator
 
 log = logging.getLogger(__name__)
 MAX_PLANS = 64

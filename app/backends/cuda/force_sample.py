@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from app.backends.cuda.tree import cupy_module
 from app.engine.forces import ForceEvaluator, Span
-
-from .tree import cupy_module
 
 
 def _unowned(cp, ptr: int, nbytes: int, owner):

@@ -4,10 +4,9 @@ and one device's slice of the tasks for a pair split over several devices (app/p
 
 from __future__ import annotations
 
+from app.backends.cuda.policy_base import GridPolicy, ceil_div, launch, suffix, sweep
 from app.engine.forces import ForceWork, all_pairs_work
 from app.parallel.decomposition import PairTiles
-
-from .policy_base import GridPolicy, ceil_div, launch, suffix, sweep
 
 
 # --- Newton's third law ----------------------------------------------------------------------------------

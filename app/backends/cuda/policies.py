@@ -19,9 +19,9 @@ from __future__ import annotations
 import logging
 import math
 
-from .best_policy import BestPolicy
-from .n3l_policy import N3LPolicy, auto_chunk, n3l_geometry, n3l_tasks
-from .policy_base import (
+from app.backends.cuda.best_policy import BestPolicy
+from app.backends.cuda.n3l_policy import N3LPolicy, auto_chunk, n3l_geometry, n3l_tasks
+from app.backends.cuda.policy_base import (
     BLOCK_SIZES,
     FLT_MIN,
     FORMS,

@@ -16,13 +16,12 @@ from typing import Any, cast
 
 import numpy as np
 
+from app.backends.cuda.errors import out_of_memory
+from app.backends.cuda.force_sample import gather_rows
+from app.backends.cuda.state_ops import BYTES_PER_BODY, Fp32Ops, Fp64Ops
 from app.core.errors import StateOutOfMemory
 from app.engine.forces import Span
 from app.model.bodies import Bodies
-
-from .errors import out_of_memory
-from .force_sample import gather_rows
-from .state_ops import BYTES_PER_BODY, Fp32Ops, Fp64Ops
 
 # bytes per row on the device, and (values per row, dtype) of a row on the host
 ROW_BYTES = {

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from app.backends.cuda.policies import ceil_div
 from app.engine.forces import ForceWork
-
-from .policies import ceil_div
 
 INTEGRATE_SOURCE = "integrate.cu"
 FP64_SOURCE = "fp64.cu"

@@ -41,13 +41,9 @@ from functools import partial
 
 import numpy as np
 
-from app.core.errors import ConfigError
-from app.engine.forces import STAGES, ForceWork, KernelRecord, Span, drain
-from app.model.physics import Physics
-
-from .policies import FORMS, ceil_div, force_arguments, launch, suffix
-from .tree_build import Queued
-from .tree_kernels import (
+from app.backends.cuda.policies import FORMS, ceil_div, force_arguments, launch, suffix
+from app.backends.cuda.tree_build import Queued
+from app.backends.cuda.tree_kernels import (
     BLOCK,
     BOUNDS_BLOCKS,
     BUILD_KERNELS,
@@ -70,8 +66,11 @@ from .tree_kernels import (
     WALK_SOURCE,
     WALK_WARPS,
 )
-from .tree_memory import GROWTH, cupy_module
-from .tree_refit import Built, TreeRefit
+from app.backends.cuda.tree_memory import GROWTH, cupy_module
+from app.backends.cuda.tree_refit import Built, TreeRefit
+from app.core.errors import ConfigError
+from app.engine.forces import STAGES, ForceWork, KernelRecord, Span, drain
+from app.model.physics import Physics
 
 __all__ = [  # the policy and evaluator, and the names of the layers' modules (their importers' path)
     "BLOCK",

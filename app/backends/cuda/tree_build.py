@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..cpu_tree import GROUP_CELL_FACTOR, OPENINGS
-from .policies import ceil_div, launch
-from .tree_kernels import (
+from app.backends.cpu_tree import GROUP_CELL_FACTOR, OPENINGS
+from app.backends.cuda.policies import ceil_div, launch
+from app.backends.cuda.tree_kernels import (
     BLOCK,
     BOUNDS_BLOCKS,
     BUILD_KERNELS,
@@ -28,7 +28,7 @@ from .tree_kernels import (
     SPLIT_THREADS,
     SPLIT_TILE,
 )
-from .tree_memory import TreeMemory, cell_capacity, cupy_module
+from app.backends.cuda.tree_memory import TreeMemory, cell_capacity, cupy_module
 
 
 class TreeBuild(TreeMemory):

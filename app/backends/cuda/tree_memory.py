@@ -11,13 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from app.backends.cuda.errors import out_of_memory
+from app.backends.cuda.state_ops import BYTES_PER_BODY
+from app.backends.cuda.tree_kernels import CELL_LANES
 from app.core.errors import RuntimeFault
 from app.engine.forces import ForceEvaluator
 from app.engine.refit_cadence import CadencedTree
-
-from .errors import out_of_memory
-from .state_ops import BYTES_PER_BODY
-from .tree_kernels import CELL_LANES
 
 GROWTH = 1.5  # _buf allocates half again over what is asked, so that a slowly growing N reuses it
 

@@ -10,11 +10,10 @@ from functools import partial
 
 import numpy as np
 
+from app.backends.cuda.policies import ceil_div, launch
+from app.backends.cuda.tree_kernels import BLOCK, CELL_FIELDS
+from app.backends.cuda.tree_walk import TreeWalk
 from app.engine.forces import Span
-
-from .policies import ceil_div, launch
-from .tree_kernels import BLOCK, CELL_FIELDS
-from .tree_walk import TreeWalk
 
 
 class TreeRefit(TreeWalk):

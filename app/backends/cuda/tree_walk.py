@@ -9,12 +9,11 @@ from typing import Any
 
 import numpy as np
 
+from app.backends.cuda.policies import launch
+from app.backends.cuda.tree_build import TreeBuild
+from app.backends.cuda.tree_kernels import GROUP_LISTS, WALK_ARGS, WALK_BLOCKS_PER_SM, WALK_SOURCE, WALK_WARPS
 from app.core.errors import RuntimeFault
 from app.engine.forces import STAGES, ForceWork
-
-from .policies import launch
-from .tree_build import TreeBuild
-from .tree_kernels import GROUP_LISTS, WALK_ARGS, WALK_BLOCKS_PER_SM, WALK_SOURCE, WALK_WARPS
 
 log = logging.getLogger(__name__)
 
