@@ -170,6 +170,13 @@ class Backend(ABC):
         return 1
 
     @classmethod
+    def block_ops(cls, bodies: Bodies, physics: Physics, tunables: dict, held: dict):
+        """Block time steps' ops (app/engine/blocksteps.py BlockOps) over `bodies` with this backend's
+        record in the role "block-steps" (app/backends/block.py steps them); `held` keeps across loads
+        what they may reuse (a GPU device), each with close(). A backend with such a record overrides it."""
+        raise NotImplementedError(f"backend {cls.name!r} has no block-step ops")
+
+    @classmethod
     def device_kind(cls) -> DeviceKind | None:
         """The kind of device `--gpus K` and MPI ranks split this backend over (app/backends/multi.py:
         count, names, factory, exchanges, render target, rank devices), or None: one device only."""

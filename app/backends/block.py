@@ -107,7 +107,7 @@ class BlockStepsBackend(Backend):
     def __init__(self):
         self._ops = None
         self._sched: BlockSteps | None = None
-        self._device = None
+        self._held: dict = {}  # what the base's block ops keep across loads (a GPU device)
         self._physics = Physics(timesteps="block")
         self._t0, self._steps = 0.0, 0
         self._mass = np.zeros(0)
@@ -175,16 +175,7 @@ class BlockStepsBackend(Backend):
     def _make_ops(self, bodies: Bodies, physics: Physics, tunables: dict):
         # a copy (Backend.load's contract): the CPU twin's ops step their Bodies' arrays in place
         copy = Bodies.from_arrays(bodies.pos.copy(), bodies.vel.copy(), bodies.mass.copy(), time=bodies.time)
-        if self.base.name == "cuda":
-            from app.backends.cuda.blockops import CudaBlockOps
-            from app.backends.cuda.device import CudaDevice
-
-            if self._device is None:
-                self._device = CudaDevice(0)
-            return CudaBlockOps(copy, physics, self._device, tunables)
-        from app.backends.blocksteps_ops import TreeBlockOps
-
-        return TreeBlockOps(copy, physics, tunables)
+        return self.base.block_ops(copy, physics, tunables, self._held)
 
     @staticmethod
     def _scheduler(physics: Physics, levels=None) -> BlockSteps:
@@ -417,7 +408,7 @@ class BlockStepsBackend(Backend):
         from app.backends.cuda.interop import fall_back, register_gl_buffers
 
         self.detach_gl_buffers()
-        if self.base.name != "cuda" or self._ops is None:
+        if self.base.memory != "device" or self._ops is None:  # interop needs the state on a GPU
             return False
         with self._ops.scope():
             gl, reason = register_gl_buffers(position_vbo, speed_vbo)
@@ -467,6 +458,6 @@ class BlockStepsBackend(Backend):
     def close(self) -> None:
         self.detach_gl_buffers()
         self._close_ops()
-        if self._device is not None:
-            self._device.close()
-            self._device = None
+        for held in self._held.values():
+            held.close()
+        self._held.clear()

@@ -67,6 +67,13 @@ class CPUBackend(TunablesPerKernel, Backend):
     uses_all_cores = True  # numba prange over every core
 
     @classmethod
+    def block_ops(cls, bodies: Bodies, physics: Physics, tunables: dict, held: dict):
+        """The cpu-tree twin's block-step ops (on `bodies`' own arrays, in place)."""
+        from app.backends.blocksteps_ops import TreeBlockOps
+
+        return TreeBlockOps(bodies, physics, tunables)
+
+    @classmethod
     def device_kind(cls):
         """CPU "devices" over this backend's records (`--gpus K`, MPI ranks: cpu_multi.py)."""
         return CpuDevices(cls.record, cls.default_kernel)

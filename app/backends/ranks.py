@@ -101,8 +101,9 @@ class RanksBackend(TunablesPerKernel, Backend):
     @classmethod
     def kernel_why_not(cls, name: str) -> str | None:
         reason = cls.inner.kernel_why_not(name)
-        if reason is None and cls.inner.name == "cuda" and cls.record(name).precision != "fp32":
-            reason = "MPI ranks on GPUs run the fp32 records only"
+        kind = cls.inner.device_kind()  # each rank is one device of that kind: what it refuses, ranks refuse
+        if reason is None and kind is not None:
+            reason = kind.why_not(cls.record(name))
         return reason
 
     def __init__(self):

@@ -47,6 +47,7 @@ from app.backends.multi import MultiDeviceBackend
 from app.core.errors import BackendUnavailable, ConfigError
 from app.engine.forces import Span, target_chunks, with_role
 from app.engine.timing import stage_entries
+from app.model.bodies import Bodies
 from app.model.physics import Diagnostics, Physics
 
 if TYPE_CHECKING:
@@ -109,6 +110,15 @@ class CudaBackend(MultiDeviceBackend):
     @classmethod
     def kernels(cls) -> list[KernelRecord]:
         return list(registry.RECORDS)  # one GPU runs every record, the fp64 one included
+
+    @classmethod
+    def block_ops(cls, bodies: Bodies, physics: Physics, tunables: dict, held: dict):
+        """The GPU tree's block-step ops on GPU 0, whose CudaDevice `held` keeps for the next load."""
+        from app.backends.cuda.blockops import CudaBlockOps
+
+        if "device" not in held:
+            held["device"] = CudaDevice(0)
+        return CudaBlockOps(bodies, physics, held["device"], tunables)
 
     @classmethod
     def record(cls, name: str) -> KernelRecord:
