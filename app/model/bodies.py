@@ -53,8 +53,10 @@ class Bodies:
         ids=None,
         source: str = "bodies",
         components: Components | None = None,
+        row_label=None,
     ) -> Bodies:
-        """Build and validate; `source` names the origin (a file, a generator) in error messages."""
+        """Build (float64, contiguous) and validate; `source` names the origin (a file, a generator) in
+        error messages, `row_label(i)` body i's place in it (see `validate`)."""
         bodies = cls(
             pos=np.ascontiguousarray(pos, dtype=np.float64).reshape(-1, 3),
             vel=np.ascontiguousarray(vel, dtype=np.float64).reshape(-1, 3),
@@ -63,7 +65,7 @@ class Bodies:
             ids=None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1),
             components=components,
         )
-        bodies.validate(source)
+        bodies.validate(source, row_label)
         return bodies
 
     def validate(self, source: str = "bodies", row_label=None) -> None:

@@ -9,8 +9,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from app.model.bodies import Bodies
 from app.model.formats.text_rows import Row, data_rows
 
@@ -68,13 +66,4 @@ class SnapshotFormat:
 def checked_bodies(path: Path, pos, vel, mass, time, ids, label: Callable[[int], str], comp=None) -> Bodies:
     """The Bodies a reader returns (float64, contiguous), validated: `label(i)` names body i's row in the
     file for the InputFileError of a bad value."""
-    bodies = Bodies(
-        pos=np.ascontiguousarray(pos, dtype=np.float64).reshape(-1, 3),
-        vel=np.ascontiguousarray(vel, dtype=np.float64).reshape(-1, 3),
-        mass=np.ascontiguousarray(mass, dtype=np.float64).reshape(-1),
-        time=float(time),
-        ids=None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1),
-        components=comp,
-    )
-    bodies.validate(source=str(path), row_label=label)
-    return bodies
+    return Bodies.from_arrays(pos, vel, mass, time, ids, source=str(path), components=comp, row_label=label)
