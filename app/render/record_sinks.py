@@ -126,7 +126,13 @@ class FrameSink:
         raise NotImplementedError
 
     def abort(self) -> None:
-        raise NotImplementedError
+        """Stop the worker and let go of the GL read-back; what was written stays (a sink with a partial
+        file deletes it)."""
+        if self._worker is not None:
+            self._worker.abort()
+            self._worker = None
+        with contextlib.suppress(Exception):
+            self._release_gl()
 
     @property
     def recording(self) -> bool:
@@ -315,11 +321,7 @@ class Recorder(FrameSink):
 
     def abort(self) -> None:
         """Stop and delete the partial file."""
-        if self._worker is not None:
-            self._worker.abort()
-            self._worker = None
-        with contextlib.suppress(Exception):
-            self._release_gl()
+        super().abort()
         discard(self._tmp)
         self._tmp = None
 
@@ -367,11 +369,3 @@ class PngSequence(FrameSink):
             dropped=worker.dropped,
             timings=timings,
         )
-
-    def abort(self) -> None:
-        """Stop; PNGs already written stay (each is complete)."""
-        if self._worker is not None:
-            self._worker.abort()
-            self._worker = None
-        with contextlib.suppress(Exception):
-            self._release_gl()
