@@ -102,9 +102,8 @@ class RanksBackend(TunablesPerKernel, Backend):
     def kernel_why_not(cls, name: str) -> str | None:
         reason = cls.inner.kernel_why_not(name)
         kind = cls.inner.device_kind()  # each rank is one device of that kind: what it refuses, ranks refuse
-        if reason is None and kind is not None:
-            reason = kind.why_not(cls.record(name))
-        return reason
+        refused = kind.why_not(cls.record(name)) if reason is None and kind is not None else None
+        return f"MPI ranks: {refused}" if refused else reason
 
     def __init__(self):
         self.lead = self.comm.rank == 0
