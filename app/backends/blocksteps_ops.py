@@ -149,10 +149,10 @@ class TreeBlockOps(NumpyBlockOps):
     def __init__(
         self, bodies: Bodies, physics: Physics, tunables: dict | None = None, acc: np.ndarray | None = None
     ):
-        from app.backends.cpu import CPUBackend  # lazy: numba
+        from app.backends.cpu_forces import RECORDS  # lazy: numba (the CPU backend's records)
 
         super().__init__(bodies, physics, acc=acc)
-        record = with_role(CPUBackend.kernels(), "block-steps")  # cpu-tree
+        record = with_role(RECORDS, "block-steps")  # cpu-tree
         self.evaluator = record.policy.evaluator(record, physics)
         self.evaluator.set_tunables(**block_tunables(tunables))
         self._pos4 = np.empty((self.n, 4))
