@@ -6,6 +6,8 @@ twin's (app/backends/blocksteps_ops.py TreeBlockOps, CpuTreeEvaluator.evaluate_r
 - The scheduler on GPU ops: over two max steps of a 4,096-body collision the levels, active sets and
   trajectory follow the twin's (the walks sum in another order, so within float32 rounding, not bitwise),
   and a GPU resume from x, v and the levels continues bitwise.
+- The ops' own updates (kernels/blocksteps.cu: drift, kick, the walk's float32 rows, a(x) kept, |a|) are
+  bitwise the twin's numpy expressions on the same arrays.
 - The relative opening test and a refit cadence are refused (a(x) must follow from x alone).
 """
 
@@ -98,6 +100,42 @@ def test_the_scheduler_on_gpu_ops_follows_the_twin_and_resumes_bitwise_from_x_v_
     assert np.array_equal(fresh.bodies().vel, gpu.bodies().vel)
     assert np.array_equal(resumed.levels.get(), sched_gpu.levels.get())
     assert isinstance(checkpoint.levels, np.ndarray)  # a checkpoint's levels are on the host
+
+
+def test_the_gpu_ops_updates_are_the_twin_s_numpy_expressions_bit_for_bit(device):
+    """Each kernel of kernels/blocksteps.cu against the expression NumpyBlockOps / TreeBlockOps evaluate,
+    on host copies of the same float64 arrays: equality, not a tolerance (an FMA contraction or another
+    summation order would change low bits in a fraction of the rows, which this size catches)."""
+    from app.backends.cuda.blockops import CudaBlockOps
+
+    rng = np.random.default_rng(7)
+    bodies = generate("collision", 4096, 5)
+    bodies.vel[:] = rng.normal(size=bodies.vel.shape) * 1.3  # low bits everywhere
+    ops = CudaBlockOps(copy.deepcopy(bodies), SOFT, device)
+    pos, vel = ops.host_state()
+    ops.drift_all(0.0123)
+    pos = pos + 0.0123 * vel
+    assert np.array_equal(ops.host_state()[0], pos)
+
+    rows = np.sort(rng.choice(bodies.n, 1500, replace=False))
+    before = ops.host_acc()
+    ops.force_active(rows)
+    rows32 = ops.rows32.get()
+    assert np.array_equal(rows32[:, :3], pos.astype(np.float32))
+    assert np.array_equal(rows32[:, 3], bodies.mass.astype(np.float32))
+    acc, acc32 = ops.host_acc(), ops.acc32.get()
+    assert np.array_equal(acc[rows], acc32[rows, :3].astype(np.float64))
+    others = np.setdiff1d(np.arange(bodies.n), rows)
+    assert np.array_equal(acc[others], before[others])  # rows not evaluated keep their a(x)
+    assert np.count_nonzero(acc[rows]) > 0.9 * acc[rows].size
+
+    half = rng.uniform(1e-4, 1e-2, rows.size)
+    ops.kick(ops.cp.asarray(rows), ops.cp.asarray(half))
+    vel[rows] += acc[rows] * half[:, None]
+    assert np.array_equal(ops.host_state()[1], vel)
+    assert np.array_equal(ops.acc_norms(rows).get(), np.linalg.norm(acc[rows], axis=1))
+    with pytest.raises(ValueError, match="half steps"):
+        ops.kick(rows, half[:-1])
 
 
 def test_gpu_block_ops_refuse_what_would_make_a_of_x_depend_on_history(device):

@@ -145,6 +145,18 @@ def test_tree_build_prepare_strings_match_the_kernels():
         assert params.get(symbol) == arg_types, f"{tree.BUILD_SOURCE}:{symbol} takes {params.get(symbol)}"
 
 
+@needs_nvcc
+def test_block_step_prepare_strings_match_the_kernels_and_nothing_is_contracted():
+    """kernels/blocksteps.cu takes what app/backends/cuda/blockops.py prepares, and its float64 products and
+    sums stay separate (no fma): they must be the CPU twin's numpy expressions bit for bit."""
+    from app.backends.cuda import blockops
+
+    params = ptx_parameters(blockops.SOURCE, None)
+    for symbol, arg_types in blockops.KERNELS.items():
+        assert params.get(symbol) == arg_types, f"{blockops.SOURCE}:{symbol} takes {params.get(symbol)}"
+    assert not re.search(r"\bfma\.", ptx_of(blockops.SOURCE, None))
+
+
 # --- float64 in the GPU tree (issue 25): none in the walk, only the build's few, said and bounded ---------
 # An FP64 arithmetic instruction: the opcode with .f64 in its type (cvt from or to f64 too), maybe guarded.
 _FP64_OP = re.compile(

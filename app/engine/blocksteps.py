@@ -101,8 +101,9 @@ def step_levels(dt: np.ndarray, dt_max: float, max_level: int) -> np.ndarray:
     xp = array_module(dt)
     dt = xp.asarray(dt, dtype=np.float64)
     dt = xp.where(xp.isnan(dt), 0.0, dt)
-    steps = xp.asarray(dt_max / np.exp2(np.arange(max_level + 1)))  # exact: powers of two
-    level = xp.searchsorted(-steps, -dt, side="left")  # the first l with steps[l] <= dt
+    # -dt_max / 2^l, made where dt lives (no copy from the host), exact: ldexp scales by a power of two
+    minus_steps = xp.ldexp(xp.full(max_level + 1, -float(dt_max)), -xp.arange(max_level + 1, dtype=np.int32))
+    level = xp.searchsorted(minus_steps, -dt, side="left")  # the first l with steps[l] <= dt
     return xp.minimum(level, max_level).astype(np.int32)
 
 
@@ -303,11 +304,18 @@ class BlockSteps:
         needs no device context current)."""
         return np.bincount(_host(self.levels), minlength=self.max_level + 1)
 
-    def step_ticks(self, levels: np.ndarray | None = None) -> np.ndarray:
-        """Ticks per step of each body (int64)."""
-        levels = self._known_levels() if levels is None else levels
-        xp = array_module(levels)
-        return xp.left_shift(xp.ones(levels.shape, np.int64), self.max_level - levels.astype(np.int64))
+    def finest_ticks(self) -> int:
+        """Ticks of the finest step any body takes (a step of level l is 2^(L - l) ticks): from a tick that
+        is a multiple of every step, the next substep ends this far ahead."""
+        return 1 << (self.max_level - int(self._known_levels().max()))
+
+    def active_rows(self, t: int):
+        """The bodies whose steps end at tick t (0 < t <= 2^L), in index order: t is a multiple of 2^(L - l)
+        exactly when l >= aligned_level(t), so one comparison over the levels finds them (on the GPU this
+        replaced five launches over every body: each one's ticks, then t mod ticks)."""
+        return array_module(self._known_levels()).flatnonzero(
+            self._known_levels() >= aligned_level(t, self.max_level)
+        )
 
     def half_dts(self, rows: np.ndarray) -> np.ndarray:
         # exact: dt_max times a power of two (ldexp, not exp2, which CUDA's libm does not promise exact)
@@ -413,14 +421,13 @@ class BlockSteps:
         record = MaxStepRecord(n=ops.n)
         work = ForceWork()
         t = 0
-        ticks = self.step_ticks()
         ops.kick(rows, self.half_dts(rows))  # opening half-kicks
-        t_next = t + int(ticks.min())  # t is a multiple of every step: the finest ends first
+        t_next = t + self.finest_ticks()  # t is a multiple of every step: the finest ends first
         yield Substep(t, t_next, ForceWork())
         while True:
             ops.drift_all((t_next - t) * self.dt_min)
             t = t_next
-            rows = xp.flatnonzero(t % ticks == 0)
+            rows = self.active_rows(t)
             done = ops.force_active(rows)
             work += done
             self._count(record, t, rows.size)
@@ -428,11 +435,10 @@ class BlockSteps:
             ops.kick(rows, self.half_dts(rows))  # closing half-kicks, with each step's own dt
             if self.mode != "frozen":
                 self.levels = self._assign(self._wanted(ops, rows), rows, t)
-                ticks = self.step_ticks()
             if t == end:
                 break
             ops.kick(rows, self.half_dts(rows))  # opening half-kicks of the steps starting at t
-            t_next = t + int(ticks.min())
+            t_next = t + self.finest_ticks()
             yield Substep(t, t_next, done, int(rows.size))
         self.steps += 1
         self.last = record

@@ -10,6 +10,10 @@ walks only the groups that hold an active row (`TreeEvaluator.evaluate_rows`), s
 depend on which rows are active. a(x) is kept in float64 (the float32 walk's values, exact), so the
 criterion reads what the twin's reads.
 
+The updates themselves (drift, kick, the walk's float32 rows, a(x) kept, |a|) are kernels/blocksteps.cu,
+one launch each, with the twin's float64 arithmetic bit for bit; CuPy's fancy indexing spent four to six
+launches on each, about 1.5 ms of host time a substep (bench/results/h200-2026-11-26-blocksteps-profile.txt).
+
 Not bitwise the twin: the walk sums in another order (docs/tree.md, "What the GPU version must
 reproduce"), so trajectories part at float32 rounding; the lists of a substep are the twin's for the same
 positions (tests/test_blocksteps_gpu.py).
@@ -22,6 +26,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from app.backends.cuda.policies import ceil_div
+from app.core.errors import ConfigError
 from app.engine.blocksteps import block_tunables
 from app.engine.forces import ForceWork, with_role
 from app.model.bodies import Bodies
@@ -29,6 +35,19 @@ from app.model.physics import Physics
 
 if TYPE_CHECKING:
     from app.backends.cuda.evaluator import GpuEvaluator
+
+
+SOURCE = "blocksteps.cu"
+# entry -> its prepare string (P pointer, i int, d double); tests/test_kernels_compile.py reads the PTX
+KERNELS = {
+    "block_drift": "PPid",
+    "block_kick": "PPPPi",
+    "block_pack_rows": "PPPi",
+    "block_take_acc": "PPPi",
+    "block_acc_norms": "PPPi",
+}
+THREADS = 256
+MAX_BODIES = (2**31 - 1) // 3  # the kernels index the (N, 3) float64 state with 32-bit ints
 
 
 class CudaBlockOps:
@@ -45,6 +64,8 @@ class CudaBlockOps:
         self.device = device
         self.physics = physics
         self.n = n = bodies.n
+        if n > MAX_BODIES:
+            raise ConfigError(f"block steps on a GPU take at most {MAX_BODIES:,} bodies; {n:,} were given")
         record = with_role(RECORDS, "block-steps")
         self.evaluator = record.policy.evaluator(record, device, {})
         self.evaluator.set_physics(physics)
@@ -71,33 +92,59 @@ class CudaBlockOps:
         stack.enter_context(self.cp.cuda.Device(self.device.ordinal))
         return stack
 
+    def _launch(self, symbol: str, count: int, *args) -> None:
+        """kernels/blocksteps.cu's `symbol` over `count` threads, queued on the current stream."""
+        if count:
+            fn = self.device.function(SOURCE, symbol, KERNELS[symbol])
+            fn.prepared_call((ceil_div(count, THREADS), 1), (THREADS, 1, 1), *args)
+
     # --- BlockOps ----------------------------------------------------------------------------------
     def drift_all(self, dt: float) -> None:
-        with self.scope():
-            self.pos += dt * self.vel  # as NumpyBlockOps: the product, then the sum (no contraction)
+        with self.scope():  # x + dt * v, each rounded on its own (as NumpyBlockOps)
+            self._launch(
+                "block_drift", 3 * self.n, self.pos.data.ptr, self.vel.data.ptr, 3 * self.n, float(dt)
+            )
         self.time += dt
 
     def _rows(self, rows):
-        """`rows` on the device (the scheduler passes CuPy arrays, xp; a host array is copied)."""
-        return rows if not isinstance(rows, np.ndarray) else self.cp.asarray(rows.astype(np.int64))
+        """`rows` on the device as contiguous int64 (the scheduler passes CuPy arrays, xp: then no copy)."""
+        return self.cp.ascontiguousarray(self.cp.asarray(rows), dtype=np.int64)
+
+    def _pack_rows(self) -> None:
+        """rows32 = float32 [x, y, z, m] from the float64 positions (for the walk and the diagnostics)."""
+        self._launch(
+            "block_pack_rows", self.n, self.rows32.data.ptr, self.pos.data.ptr, self.mass.data.ptr, self.n
+        )
 
     def force_active(self, rows) -> ForceWork:
         with self.scope():
             rows = self._rows(rows)
-            self.rows32[:, :3] = self.pos.astype(np.float32)
-            self.rows32[:, 3] = self.mass
+            self._pack_rows()
             work = self.evaluator.evaluate_rows(self.rows32.data.ptr, self.acc32.data.ptr, self.n, rows)
-            self.acc[rows] = self.acc32[rows, :3].astype(np.float64)  # float32 -> float64: exact
+            # a(x) of the rows kept in float64 (float32 -> float64: exact)
+            self._launch(
+                "block_take_acc", rows.size, self.acc.data.ptr, self.acc32.data.ptr, rows.data.ptr, rows.size
+            )
         return work
 
     def kick(self, rows, half_dts) -> None:
-        with self.scope():
+        with self.scope():  # v + a * h, each rounded on its own (as NumpyBlockOps)
             rows = self._rows(rows)
-            self.vel[rows] += self.acc[rows] * self.cp.asarray(half_dts, np.float64)[:, None]
+            half = self.cp.ascontiguousarray(self.cp.asarray(half_dts), dtype=np.float64)
+            if half.shape != rows.shape:
+                raise ValueError(f"kick: {half.size} half steps for {rows.size} rows")
+            args = (self.vel.data.ptr, self.acc.data.ptr, rows.data.ptr, half.data.ptr, rows.size)
+            self._launch("block_kick", rows.size, *args)
 
     def acc_norms(self, rows):
+        """|a| of the rows in numpy's order, sqrt((x² + y²) + z²), on the device."""
         with self.scope():
-            return self.cp.linalg.norm(self.acc[self._rows(rows)], axis=1)  # stays on the device
+            rows = self._rows(rows)
+            out = self.cp.empty(rows.size, np.float64)
+            self._launch(
+                "block_acc_norms", rows.size, out.data.ptr, self.acc.data.ptr, rows.data.ptr, rows.size
+            )
+            return out
 
     def tidal_norms(self, rows: np.ndarray) -> np.ndarray:
         raise ValueError(
@@ -112,8 +159,7 @@ class CudaBlockOps:
         sums each tile in float, then in double; enough for drifts far above 1e-7)."""
         cp = self.cp
         with self.scope():
-            self.rows32[:, :3] = self.pos.astype(np.float32)
-            self.rows32[:, 3] = self.mass
+            self._pack_rows()
             vel32 = cp.zeros((self.n, 4), np.float32)
             vel32[:, :3] = self.vel.astype(np.float32)
             yield "fp32", self.rows32.data.ptr, vel32.data.ptr
