@@ -16,8 +16,9 @@ device synchronisations, so that its wall time splits into:
 - everything outside it (drift, kicks, the criterion, the scheduler's array work, the host's loop).
 
 The synchronisations cost a little; the speed ratio bench/blocksteps_gpu.py reports is the one to quote.
-The summary and the plot leave out each mode's first max step: its first substeps pay the memory pool's
-first allocations at N (90 ms in one substep of the 1M collision on an H200), which no later step does.
+The summary and the plot leave out each mode's first max step, which may pay one-time costs: with the ops
+of f3f7ce7, block's first substep on the 1M collision took 91 ms outside the force on an H200 (once; not
+seen since the ops became kernels/blocksteps.cu, cause not measured).
 What this adds are the bounds. The targets ratio (targets shared steps evaluate / block's) and the
 interactions ratio (the same for the walk's interactions) bound what any implementation can gain on the
 scene: a substep can cost no less than its walk. "Walk at shared's rate" is block's time with its walk
@@ -225,7 +226,7 @@ def _settled(rows: list[dict]) -> list[dict]:
 def summarise(rows: list[dict]) -> None:
     if _settled(rows):
         rows = _settled(rows)
-        print("(each mode's max step 1 left out: the first allocations at N)")
+        print("(each mode's max step 1 left out: one-time costs)")
     parts = {m: _parts([r for r in rows if r["mode"] == m]) for m in ("block", "shared")}
     for mode, p in parts.items():
         per = p["substeps"]
