@@ -313,9 +313,8 @@ class BlockSteps:
         """The bodies whose steps end at tick t (0 < t <= 2^L), in index order: t is a multiple of 2^(L - l)
         exactly when l >= aligned_level(t), so one comparison over the levels finds them (on the GPU this
         replaced five launches over every body: each one's ticks, then t mod ticks)."""
-        return array_module(self._known_levels()).flatnonzero(
-            self._known_levels() >= aligned_level(t, self.max_level)
-        )
+        levels = self._known_levels()
+        return array_module(levels).flatnonzero(levels >= aligned_level(t, self.max_level))
 
     def half_dts(self, rows: np.ndarray) -> np.ndarray:
         # exact: dt_max times a power of two (ldexp, not exp2, which CUDA's libm does not promise exact)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from app.backends.cuda.policies import ceil_div
+from app.backends.cuda.policies import ceil_div, launch
 from app.core.errors import ConfigError
 from app.engine.blocksteps import block_tunables
 from app.engine.forces import ForceWork, with_role
@@ -96,7 +96,7 @@ class CudaBlockOps:
         """kernels/blocksteps.cu's `symbol` over `count` threads, queued on the current stream."""
         if count:
             fn = self.device.function(SOURCE, symbol, KERNELS[symbol])
-            fn.prepared_call((ceil_div(count, THREADS), 1), (THREADS, 1, 1), *args)
+            launch(fn, (ceil_div(count, THREADS), 1), THREADS, None, *args)
 
     # --- BlockOps ----------------------------------------------------------------------------------
     def drift_all(self, dt: float) -> None:
