@@ -27,7 +27,8 @@ other part as measured. The level histogram after the first evaluation gives the
 mean(2^level) targets.
 
 A CSV row per substep (mode, max step, tick, active rows, wall ms, force ms, stage ms, interactions) is
-written as it comes; the summary goes to stdout. Exit status 0 when it ran, 2 bad input, 130 interrupted
+written as it comes, a line per max step goes to stdout, then the summary. The file or scene is read
+before the GPU starts. Exit status 0 when it ran, 2 bad input, 130 interrupted
 (the CSV keeps every row written).
 """
 
@@ -41,6 +42,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from app.core.errors import UserError
 
 BUILD_STAGES = ("keys", "sort", "build", "moments")
 FIELDS = ("mode", "max_step", "tick", "active", "wall_ms", "force_ms", *BUILD_STAGES, "walk", "interactions")
@@ -72,7 +75,12 @@ def main(argv=None) -> int:
         plot(args.csv, args.plot)
         return 0
     try:
-        rows = profile(args)
+        bodies = load_bodies(args)  # before the GPU starts: a bad file or scene costs nothing
+    except UserError as e:
+        print(f"blocksteps_profile: {e}", file=sys.stderr)
+        return 2
+    try:
+        rows = profile(args, bodies)
     except KeyboardInterrupt:
         print(f"interrupted: {args.csv} keeps the rows written", file=sys.stderr)
         return 130
@@ -100,16 +108,22 @@ def _check(args) -> str | None:
     return None
 
 
-def profile(args) -> list[dict]:
+def load_bodies(args):
+    """The bodies of --ics or --scene (UserError, said as it comes, for a bad file or an unknown scene)."""
+    from app.model import formats
+    from app.model.ics import generate
+
+    return formats.read(args.ics) if args.ics else generate(args.scene, args.n, args.seed)
+
+
+def profile(args, bodies) -> list[dict]:
     from app.backends.cuda.blockops import CudaBlockOps
     from app.backends.cuda.device import CudaDevice
     from app.engine.blocksteps import BlockSteps
-    from app.model import formats
     from app.model.ics import generate
     from app.model.physics import Physics
 
     physics = Physics(softening=args.softening, dt=args.dt)
-    bodies = formats.read(args.ics) if args.ics else generate(args.scene, args.n, args.seed)
     scene = args.ics.name if args.ics else args.scene
     steps = max(1, round(args.t / args.dt))
     device = CudaDevice(0)
@@ -133,10 +147,16 @@ def profile(args) -> list[dict]:
                 sched.begin(ops)
                 _say_levels(mode, sched.histogram(), args.levels)
                 for k in range(1, steps + 1):
-                    for row in _timed_max_step(ops, sched, mode, k):
+                    timed = _timed_max_step(ops, sched, mode, k)
+                    for row in timed:
                         out.writerow(row)
                         rows.append(row)
                     f.flush()
+                    wall = sum(r["wall_ms"] for r in timed)
+                    print(
+                        f"  {mode:6} max step {k:3}/{steps}: {len(timed)} substeps, {wall:8.1f} ms",
+                        flush=True,
+                    )
                 print(f"  {mode}: {steps} max steps, {sched.total.targets:,} targets", flush=True)
     finally:
         device.close()
