@@ -1,9 +1,10 @@
 // Block time steps' state updates on one GPU (app/backends/cuda/blockops.py), one launch each.
 //
 // The same float64 arithmetic as the CPU twin's ops (app/backends/blocksteps_ops.py), where CuPy's fancy
-// indexing took four to six launches per update and a substep paid about 1.5 ms of host time for them
-// (bench/results/h200-2026-11-26-blocksteps-profile.txt). Every product and sum is rounded on its own
-// (__dmul_rn, __dadd_rn: the compiler may not contract them into an FMA), in numpy's order:
+// indexing took four to six launches per update (bench/results/h200-2026-11-26-blocksteps-profile-*.txt:
+// with the scheduler's change, 0.65-0.8 ms less per 1M-body substep on an H200). Every product and sum is
+// rounded on its own (__dmul_rn, __dadd_rn: the compiler may not contract them into an FMA), in numpy's
+// order:
 //   drift        x + dt * v
 //   kick         v + a * h                 (h: the row's half step)
 //   norms        sqrt((ax*ax + ay*ay) + az*az)

@@ -12,7 +12,8 @@ criterion reads what the twin's reads.
 
 The updates themselves (drift, kick, the walk's float32 rows, a(x) kept, |a|) are kernels/blocksteps.cu,
 one launch each, with the twin's float64 arithmetic bit for bit; CuPy's fancy indexing spent four to six
-launches on each, about 1.5 ms of host time a substep (bench/results/h200-2026-11-26-blocksteps-profile.txt).
+launches on each. With the scheduler's active rows from one comparison, that took 0.65-0.8 ms off a 1M-body
+substep and 0.9 ms off a 22k one on an H200 (bench/results/h200-2026-11-26-blocksteps-profile-*.txt).
 
 Not bitwise the twin: the walk sums in another order (docs/tree.md, "What the GPU version must
 reproduce"), so trajectories part at float32 rounding; the lists of a substep are the twin's for the same
