@@ -247,7 +247,9 @@ def make_bodies(scene: Scene):
             bodies.components = components.from_table(scene.components, bodies.n, f"{scene.name}")
         return subsample(bodies, init.subsample, init.seed) if init.subsample else bodies
     assert init.generator is not None, "a scene without a file names a generator (InitialConditions)"
-    bodies = ics.generate(init.generator, init.n, init.seed, init.params, G=scene.physics.G)
+    bodies = ics.generate(
+        init.generator, init.n, init.seed, init.params, G=scene.physics.G, softening=scene.physics.softening
+    )
     if scene.components:
         bodies.components = components.from_table(scene.components, bodies.n, f"{scene.name}")
     return bodies

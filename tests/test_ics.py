@@ -8,6 +8,7 @@ from app.model import ics
 from app.model.physics import Physics, kinetic_energy, potential_energy
 
 NAMES = sorted(ics.GENERATORS)
+GALAXIES = ("disk", "collision")
 
 
 def test_registry_records_are_documented():
@@ -30,9 +31,10 @@ def test_deterministic_exact_n_finite(name):
     np.testing.assert_array_equal(a.vel, b.vel)
     assert not np.array_equal(a.pos, c.pos)
     assert a.mass.sum() == pytest.approx(1.0, rel=1e-12)
-    assert np.ptp(a.mass) == 0.0
-    np.testing.assert_allclose(a.pos.mean(axis=0), 0.0, atol=1e-12)
-    np.testing.assert_allclose(a.vel.mean(axis=0), 0.0, atol=1e-12)
+    if name not in GALAXIES:  # the galaxies' parts have their own body masses
+        assert np.ptp(a.mass) == 0.0
+    np.testing.assert_allclose(a.mass @ a.pos, 0.0, atol=1e-12)  # the centre-of-mass frame
+    np.testing.assert_allclose(a.mass @ a.vel, 0.0, atol=1e-12)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -105,28 +107,89 @@ def test_plummer_scale_and_mass():
 
 
 def test_disk_rotates_and_is_thin():
-    b = ics.generate("disk", 2000, 5, {"central_mass": 0.1})
-    r = np.hypot(b.pos[:, 0], b.pos[:, 1])
-    v_phi = (b.pos[:, 0] * b.vel[:, 1] - b.pos[:, 1] * b.vel[:, 0]) / r
-    disk = r > 0.3
-    assert (v_phi[disk] > 0).mean() > 0.95
-    assert np.median(np.abs(b.pos[disk, 2])) < 0.05
-    assert np.linalg.norm(b.pos, axis=1).max() < 1.2  # the bulge is truncated inside the disk
+    b = ics.generate("disk", 4000, 5, {"bulge_mass": 0.1})
+    rows = b.components.rows("disk")
+    pos, vel = b.pos[rows], b.vel[rows]
+    r = np.hypot(pos[:, 0], pos[:, 1])
+    v_phi = (pos[:, 0] * vel[:, 1] - pos[:, 1] * vel[:, 0]) / r
+    outer = r > 0.3
+    assert (v_phi[outer] > 0).mean() > 0.9
+    assert np.median(np.abs(pos[:, 2])) < 0.05
+    assert r.max() < 1.02  # the disk ends at its radius (about the centre of mass of all parts)
+    bulge = b.pos[b.components.rows("bulge")]
+    assert np.median(np.linalg.norm(bulge, axis=1)) < 0.2  # Hernquist scale 0.05: half its mass inside 0.12
 
 
-def test_collision_two_clumps_approaching():
-    n = 2000
+def test_galaxy_parts_masses_and_counts():
+    n = 10_000
+    b = ics.generate("disk", n, 1, {"bulge_mass": 0.25, "halo_mass": 10.0, "bulge_bodies": 0.2, "halo_bodies": 0.4})
+    assert b.components.names == ("bulge", "disk", "halo")
+    counts = dict(zip(b.components.names, b.components.counts(), strict=True))
+    assert counts == {"bulge": 2000, "disk": 4000, "halo": 4000}
+    total = {name: b.mass[b.components.rows(name)].sum() for name in b.components.names}
+    assert total["bulge"] / total["disk"] == pytest.approx(0.25, rel=1e-12)
+    assert total["halo"] / total["disk"] == pytest.approx(10.0, rel=1e-12)
+    no_halo = ics.generate("disk", 1000, 1, {"halo_mass": 0.0, "bulge_mass": 0.0})
+    assert no_halo.components is None  # one part: a plain disk
+    with pytest.raises(ConfigError, match="leave no body .* for the disk"):
+        ics.generate("disk", 10, 0, {"bulge_bodies": 0.5, "halo_bodies": 0.5})
+
+
+def test_galaxy_velocities_use_the_runs_softening():
+    soft = ics.generate("disk", 3000, 4, {}, softening=0.05)
+    hard = ics.generate("disk", 3000, 4, {}, softening=0.001)
+    np.testing.assert_array_equal(soft.pos, hard.pos)
+    rows = soft.components.rows("disk")
+    inner = rows[np.hypot(soft.pos[rows, 0], soft.pos[rows, 1]) < 0.05]
+    # softening weakens the pull near the centre: slower orbits there
+    speed = lambda b: np.linalg.norm(b.vel[inner], axis=1).mean()  # noqa: E731
+    assert speed(soft) < 0.95 * speed(hard)
+
+
+@pytest.mark.parametrize("e, separation", [(1.0, 6.0), (0.5, 2.5), (2.0, 10.0)])
+def test_collision_orbit_is_the_kepler_conic(e, separation):
+    """The relative orbit's energy and angular momentum are those of the conic with this pericentre."""
+    mass, rp = 1.0, 1.2
+    rel_pos, rel_vel = ics.kepler_orbit(separation, rp, e, mass)
+    assert np.linalg.norm(rel_pos) == pytest.approx(separation, rel=1e-12)
+    energy = 0.5 * rel_vel @ rel_vel - mass / separation
+    h = np.cross(rel_pos, rel_vel)
+    assert h[2] > 0 and h[:2] == pytest.approx([0.0, 0.0])
+    assert h[2] ** 2 == pytest.approx(mass * rp * (1 + e), rel=1e-12)  # h^2 = G M p
+    assert energy == pytest.approx(mass * (e - 1) / (2 * rp * (1 + e)) * (1 + e), rel=1e-9, abs=1e-12)
+    assert rel_pos @ rel_vel < 0  # approaching
+
+
+def test_collision_orbit_refuses_impossible_starts():
+    with pytest.raises(ConfigError, match="beyond the orbit's apocentre"):
+        ics.kepler_orbit(10.0, 1.0, 0.5, 1.0)  # apocentre 3
+    with pytest.raises(ConfigError, match="inside the pericentre"):
+        ics.kepler_orbit(0.5, 1.0, 1.0, 1.0)
+
+
+def test_collision_two_galaxies_on_their_orbit():
+    n = 4000
     b = ics.generate("collision", n, 9, {"separation": 8.0, "mass_ratio": 0.5})
     n1, n2 = ics.collision_split(n, 0.5)
     assert n1 + n2 == n and n2 / n1 == pytest.approx(0.5, rel=0.01)
-    c1, c2 = b.pos[:n1].mean(axis=0), b.pos[n1:].mean(axis=0)
-    v1, v2 = b.vel[:n1].mean(axis=0), b.vel[n1:].mean(axis=0)
-    gap = np.linalg.norm(c2 - c1)
-    assert gap == pytest.approx(np.hypot(8.0, 1.0), rel=1e-6)
-    r1 = np.quantile(np.linalg.norm(b.pos[:n1] - c1, axis=1), 0.9)
-    r2 = np.quantile(np.linalg.norm(b.pos[n1:] - c2, axis=1), 0.9)
-    assert r1 + r2 < 0.5 * gap  # separated clumps
-    assert np.dot(c2 - c1, v2 - v1) < 0  # closing in
+    names = b.components.names
+    assert names == tuple(f"galaxy{k}-{p}" for k in (1, 2) for p in ("bulge", "disk", "halo"))
+    first, second = slice(0, n1), slice(n1, n)
+
+    def centre(part):
+        w = b.mass[part] / b.mass[part].sum()
+        return w @ b.pos[part], w @ b.vel[part]
+
+    (c1, v1), (c2, v2) = centre(first), centre(second)
+    assert b.mass[second].sum() / b.mass[first].sum() == pytest.approx(0.5, rel=1e-12)
+    rel_pos, rel_vel = ics.kepler_orbit(8.0, 1.0, 1.0, 1.0)
+    np.testing.assert_allclose(c2 - c1, rel_pos, atol=1e-9)
+    np.testing.assert_allclose(v2 - v1, rel_vel, atol=1e-9)
+    spin = lambda rows, c, v: np.cross(b.pos[rows] - c, b.vel[rows] - v).sum(axis=0)  # noqa: E731
+    s1 = spin(b.components.rows("galaxy1-disk"), c1, v1)
+    s2 = spin(b.components.rows("galaxy2-disk"), c2, v2)
+    assert s1[2] / np.linalg.norm(s1) > 0.99  # the primary's disk lies in the orbit's plane
+    assert s2[2] / np.linalg.norm(s2) == pytest.approx(np.cos(np.radians(45.0)), abs=0.03)
 
 
 @pytest.mark.parametrize(
@@ -150,8 +213,8 @@ def test_unknown_param_lists_valid_keys():
 
 
 def test_out_of_range_names_range():
-    with pytest.raises(ConfigError, match=r"tilt = 400.0 is out of range; expected float in \[-180, 180\]"):
-        ics.generate("collision", 10, 0, {"tilt": 400.0})
+    with pytest.raises(ConfigError, match=r"incline2 = 400.0 is out of range; expected float in \[-180, 180\]"):
+        ics.generate("collision", 10, 0, {"incline2": 400.0})
 
 
 def test_validate_params_for_scenes():

@@ -42,6 +42,7 @@ class Param(NamedTuple):
 
 
 _MASS = Param(1.0, float, 1e-12, 1e12, "total mass, shared equally by all bodies")
+DEFAULT_SOFTENING = 0.01  # physics.softening's default (app/model/physics.py), for callers without a scene
 
 
 @dataclass(frozen=True)
@@ -49,11 +50,13 @@ class Generator:
     name: str
     doc: str
     params: dict[str, Param]
-    # (rng, n, **params) -> (pos, vel) for G = 1, or (pos, vel, parts): parts [(name, count), ...] are the
-    # model's components (app.model.components) as consecutive blocks of rows
+    # (rng, n, **params) -> (pos, vel) for G = 1, or (pos, vel, parts), or (pos, vel, parts, masses): parts
+    # [(name, count), ...] are the model's components (app.model.components) as consecutive blocks of rows;
+    # masses, per body, summing to the `mass` parameter (else every body has mass / n)
     build: Callable[..., tuple]
     min_n: int = 1
     equilibrium: bool = False  # velocities balance gravity: scaled by √G
+    softened: bool = False  # the builder takes the run's softening (velocities from the softened pull)
 
     def resolve(self, params: dict, key_prefix: str = "") -> dict:
         """Defaults overlaid with `params`, each checked for name, type and range.
@@ -73,20 +76,25 @@ class Generator:
             for key, spec in self.params.items()
         }
 
-    def make(self, n: int, seed: int, G: float = 1.0, **params) -> Bodies:
+    def make(
+        self, n: int, seed: int, G: float = 1.0, softening: float = DEFAULT_SOFTENING, **params
+    ) -> Bodies:
         values = self.resolve(params)
         n = _check_int(f"generator {self.name!r}: n", n, self.min_n)
         seed = _check_int(f"generator {self.name!r}: seed", seed, 0)
-        pos, vel, *parts = self.build(np.random.default_rng(seed), n, **values)
-        pos, vel = _centre(pos, vel)
+        if self.softened:
+            values["softening"] = float(softening)
+        pos, vel, *rest = self.build(np.random.default_rng(seed), n, **values)
+        mass = rest[1] if len(rest) > 1 else np.full(n, values["mass"] / n)
+        pos, vel = _centre(pos, vel, mass)
         if self.equilibrium:
             vel = vel * math.sqrt(G)
         return Bodies.from_arrays(
             pos,
             vel,
-            np.full(n, values["mass"] / n),
+            mass,
             source=f"generator {self.name!r}",
-            components=Components.from_sizes(parts[0]) if parts else None,
+            components=Components.from_sizes(rest[0]) if rest else None,
         )
 
 
@@ -120,9 +128,10 @@ def _check_int(what: str, value, minimum: int) -> int:
     return int(value)
 
 
-def _centre(pos: np.ndarray, vel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    # Equal masses: the centre of mass is the plain mean.
-    return pos - pos.mean(axis=0), vel - vel.mean(axis=0)
+def _centre(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Moved to the centre-of-mass frame (position and velocity)."""
+    w = mass / mass.sum()
+    return pos - w @ pos, vel - w @ vel
 
 
 def _isotropic(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -174,62 +183,87 @@ def _build_plummer(rng, n, scale, mass):
     return pos * scale, vel * np.sqrt(mass / scale)
 
 
-# ------------------------------------------------------------------------------------------------- disk
+# ------------------------------------------------------------------------------------- disk, collision
 
-_DISK_SCALE = 0.25  # exponential scale length as a fraction of the outer radius (~91% of the mass inside)
-_BULGE_SCALE = 0.1  # bulge virial radius as a fraction of the disk radius
-_BULGE_EXTENT = 0.5  # bulge truncation radius as a fraction of the disk radius: no bulge stars far out
-_DISK_SOFTENING = 0.05  # keeps v_c finite for disk bodies near the centre, as a fraction of the radius
-
-
-def _disk_radii(rng: np.random.Generator, n: int, scale_length: float, r_max: float) -> np.ndarray:
-    """R with density ∝ R exp(-R / h), i.e. Gamma(2, h), redrawn beyond r_max."""
-    r = rng.gamma(2.0, scale_length, n)
-    while (out := r > r_max).any():
-        r[out] = rng.gamma(2.0, scale_length, int(out.sum()))
-    return r
-
-
-def _build_disk(rng, n, radius, thickness, central_mass, dispersion, mass):
-    """Bulge (a small Plummer sphere) plus exponential disk in the x-y plane, rotating about +z; the
-    bulge's rows come first (components bulge, disk)."""
-    m = mass / n
-    n_bulge = round(central_mass * n)
-    n_disk = n - n_bulge
-    b = _BULGE_SCALE * radius
-    x = _BULGE_EXTENT / (_BULGE_SCALE * _PLUMMER_A)  # the truncation radius in Plummer radii
-    bulge_pos, bulge_vel = plummer_henon(rng, n_bulge, mass_fraction=x**3 / (1.0 + x * x) ** 1.5)
-    bulge_pos *= b
-    bulge_vel *= np.sqrt(n_bulge * m / b)
-
-    r_cyl = _disk_radii(rng, n_disk, _DISK_SCALE * radius, radius)
-    phi = rng.uniform(0.0, 2.0 * np.pi, n_disk)
-    z = rng.normal(0.0, thickness * radius, n_disk)
-    disk_pos = np.column_stack([r_cyl * np.cos(phi), r_cyl * np.sin(phi), z])
-
-    # Circular speed from the mass enclosed in a sphere through each body: a spherical approximation of
-    # bulge + disk, close enough for "near-circular" and cheap (one sort) at any N.
-    all_r = np.sort(np.linalg.norm(np.concatenate([bulge_pos, disk_pos]), axis=1))
-    r_sph = np.linalg.norm(disk_pos, axis=1)
-    enclosed = m * np.searchsorted(all_r, r_sph, side="right")
-    eps = _DISK_SOFTENING * radius
-    v_c = np.sqrt(enclosed * r_cyl**2 / (r_sph**2 + eps**2) ** 1.5)
-    tangent = np.column_stack([-np.sin(phi), np.cos(phi), np.zeros(n_disk)])
-    disk_vel = v_c[:, None] * tangent + rng.normal(0.0, 1.0, (n_disk, 3)) * (dispersion * v_c)[:, None]
-    return (
-        np.concatenate([bulge_pos, disk_pos]),
-        np.concatenate([bulge_vel, disk_vel]),
-        [("bulge", n_bulge), ("disk", n_disk)],
-    )
-
-
-_DISK_PARAMS = {
-    "radius": Param(1.0, float, 1e-6, _BIG, "outer radius of the disk (length)"),
-    "thickness": Param(0.02, float, 0.0, 1.0, "vertical Gaussian scale height as a fraction of radius"),
-    "central_mass": Param(0.2, float, 0.0, 1.0, "fraction of the bodies in the central bulge"),
-    "dispersion": Param(0.05, float, 0.0, 1.0, "random velocity per component, fraction of circular speed"),
-    "mass": _MASS,
+# The galaxy generators' shared parameters (app/model/galaxy.py builds the model; docs/galaxies.md). Lengths
+# are fractions of `radius`, the disk's outer radius, whose exponential scale length is radius / 4; masses
+# are ratios to the disk's. The defaults are Milky-Way-like: halo 12x the disk within the model, the disk
+# sub-maximal (the halo holds 0.6 of the pull at 2.2 scale lengths), Toomre Q 1.5.
+_BULGE_EXTENT = 1.0  # where the bulge's density is cut off, fraction of radius (Hernquist scale 0.05)
+_GALAXY_PARAMS = {
+    "radius": Param(
+        1.0, float, 1e-6, _BIG, "outer radius of the disk (length); its scale length is radius/4"
+    ),
+    "thickness": Param(0.025, float, 1e-4, 1.0, "disk's sech^2 scale height z0, as a fraction of radius"),
+    "bulge_mass": Param(0.2, float, 0.0, 10.0, "bulge mass / disk mass (0: no bulge)"),
+    "bulge_scale": Param(0.05, float, 1e-3, 1.0, "bulge's Hernquist scale, as a fraction of radius"),
+    "halo_mass": Param(12.0, float, 0.0, 100.0, "dark halo mass within the model / disk mass (0: no halo)"),
+    "halo_scale": Param(1.25, float, 1e-2, 100.0, "halo's Hernquist scale, as a fraction of radius"),
+    "halo_radius": Param(3.75, float, 0.1, 100.0, "where the halo's density is cut off, fraction of radius"),
+    "bulge_bodies": Param(0.1, float, 0.0, 0.9, "fraction of the bodies in the bulge"),
+    "halo_bodies": Param(0.5, float, 0.0, 0.9, "fraction of the bodies in the halo"),
+    "toomre_q": Param(
+        1.5, float, 0.5, 10.0, "the disk's Toomre Q at every radius (sets its radial dispersion)"
+    ),
+    "mass": Param(1.0, float, 1e-12, 1e12, "total mass of the model: disk, bulge and halo"),
 }
+
+
+def galaxy_counts(n: int, bulge_bodies: float, halo_bodies: float, bulge_mass: float, halo_mass: float):
+    """(bulge, disk, halo) bodies out of n; a part without mass gets none, and the disk at least one."""
+    n_bulge = round(bulge_bodies * n) if bulge_mass > 0 else 0
+    n_halo = round(halo_bodies * n) if halo_mass > 0 else 0
+    n_disk = n - n_bulge - n_halo
+    if n_disk < 1:
+        raise ConfigError(
+            f"bulge_bodies + halo_bodies leave no body of {n} for the disk; lower them or raise n"
+        )
+    return n_bulge, n_disk, n_halo
+
+
+def _build_galaxy(
+    rng,
+    n,
+    softening,
+    radius,
+    thickness,
+    bulge_mass,
+    bulge_scale,
+    halo_mass,
+    halo_scale,
+    halo_radius,
+    bulge_bodies,
+    halo_bodies,
+    toomre_q,
+    mass,
+):
+    """One equilibrium galaxy (app/model/galaxy.py), scaled from its internal units (disk scale length 1,
+    disk mass 1) to `radius` and `mass`; per-body masses, components bulge, disk, halo."""
+    from app.model.galaxy import DISK_SCALES_PER_RADIUS, GalaxySpec, make_galaxy
+
+    counts = galaxy_counts(n, bulge_bodies, halo_bodies, bulge_mass, halo_mass)
+    k = DISK_SCALES_PER_RADIUS  # internal lengths per `radius`
+    length = radius / k
+    spec = GalaxySpec(
+        disk_height=thickness * k,
+        disk_extent=k,
+        bulge_mass=bulge_mass if counts[0] else 0.0,
+        bulge_scale=bulge_scale * k,
+        bulge_radius=_BULGE_EXTENT * k,
+        halo_mass=halo_mass if counts[2] else 0.0,
+        halo_scale=halo_scale * k,
+        halo_radius=halo_radius * k,
+        toomre_q=toomre_q,
+        softening=softening / length,
+    )
+    galaxy = make_galaxy(rng, counts, spec)
+    mass_unit = mass / galaxy.mass.sum()
+    speed = math.sqrt(mass_unit / length)
+    return galaxy.pos * length, galaxy.vel * speed, galaxy.parts, galaxy.mass * mass_unit
+
+
+def _build_disk(rng, n, softening, **params):
+    return _build_galaxy(rng, n, softening, **params)
 
 
 # -------------------------------------------------------------------------------------------- collision
@@ -246,28 +280,61 @@ def collision_split(n: int, mass_ratio: float) -> tuple[int, int]:
     return n1, n - n1
 
 
-def _build_collision(rng, n, separation, speed, impact, mass_ratio, tilt, radius, mass):
-    """Primary at -x, secondary (tilted about x) at +x offset by `impact` in y, closing along x."""
+def kepler_orbit(separation: float, pericentre: float, eccentricity: float, mass: float):
+    """Relative position and velocity (secondary minus primary) of two point masses of total `mass`
+    (G = 1) at `separation`, approaching on the conic with this pericentre and eccentricity; the orbit
+    lies in the x-y plane with its angular momentum along +z."""
+    if separation < pericentre:
+        raise ConfigError(
+            f"separation = {separation:g} is inside the pericentre ({pericentre:g}); start farther out"
+        )
+    semi_latus = pericentre * (1.0 + eccentricity)
+    cos_f = (semi_latus / separation - 1.0) / eccentricity
+    if cos_f < -1.0:
+        apocentre = semi_latus / (1.0 - eccentricity)
+        raise ConfigError(
+            f"separation = {separation:g} is beyond the orbit's apocentre ({apocentre:g}) at eccentricity "
+            f"{eccentricity:g}; start closer or raise the eccentricity"
+        )
+    f = -math.acos(min(cos_f, 1.0))  # before pericentre: approaching
+    v_scale = math.sqrt(mass / semi_latus)
+    v_r = v_scale * eccentricity * math.sin(f)
+    v_t = v_scale * (1.0 + eccentricity * math.cos(f))
+    radial = np.array([math.cos(f), math.sin(f), 0.0])
+    along = np.array([-math.sin(f), math.cos(f), 0.0])
+    return separation * radial, v_r * radial + v_t * along
+
+
+def _build_collision(
+    rng, n, softening, separation, pericentre, eccentricity, mass_ratio, incline1, incline2, **galaxy
+):
+    """Two equilibrium galaxies (halos included) on a Kepler orbit of their total masses; the secondary's
+    lengths scale as mass^(1/3) (equal mean density); each disk is inclined about x by its angle."""
     n1, n2 = collision_split(n, mass_ratio)
-    m1, m2 = mass * n1 / n, mass * n2 / n  # equal body masses: the realised ratio is n2 / n1
-    d = _DISK_PARAMS
-    common = {k: d[k].default for k in ("thickness", "central_mass", "dispersion")}
-    pos1, vel1, parts1 = _build_disk(rng, n1, radius=radius, mass=m1, **common)
-    pos1, vel1 = _centre(pos1, vel1)
-    # Equal mean density: a lighter galaxy is smaller.
-    pos2, vel2, parts2 = _build_disk(rng, n2, radius=radius * (m2 / m1) ** (1 / 3), mass=m2, **common)
-    pos2, vel2 = _centre(pos2, vel2)
-    rot = _rotation_x(tilt)
-    pos2, vel2 = pos2 @ rot.T, vel2 @ rot.T
-    rel_pos = np.array([separation, impact, 0.0])
-    rel_vel = np.array([-speed, 0.0, 0.0])
-    f1, f2 = m2 / (m1 + m2), m1 / (m1 + m2)  # each galaxy's share of the relative motion, about the COM
-    pos = np.concatenate([pos1 - f1 * rel_pos, pos2 + f2 * rel_pos])
-    vel = np.concatenate([vel1 - f1 * rel_vel, vel2 + f2 * rel_vel])
+    mass = galaxy.pop("mass")
+    m1 = mass / (1.0 + mass_ratio)
+    m2 = mass - m1
+    radius = galaxy.pop("radius")
+    built = []
+    for count, m, r, incline in (
+        (n1, m1, radius, incline1),
+        (n2, m2, radius * mass_ratio ** (1 / 3), incline2),
+    ):
+        pos, vel, parts, masses = _build_galaxy(rng, count, softening, radius=r, mass=m, **galaxy)
+        pos, vel = _centre(pos, vel, masses)
+        rot = _rotation_x(incline)
+        built.append((pos @ rot.T, vel @ rot.T, parts, masses))
+    rel_pos, rel_vel = kepler_orbit(separation, pericentre, eccentricity, mass)
+    f1, f2 = m2 / mass, m1 / mass  # each galaxy's share of the relative motion, about the centre of mass
+    (p1, v1, parts1, w1), (p2, v2, parts2, w2) = built
+    pos = np.concatenate([p1 - f1 * rel_pos, p2 + f2 * rel_pos])
+    vel = np.concatenate([v1 - f1 * rel_vel, v2 + f2 * rel_vel])
     parts = [
-        (f"galaxy{k}-{name}", count) for k, galaxy in ((1, parts1), (2, parts2)) for name, count in galaxy
+        (f"galaxy{k}-{name}", count)
+        for k, galaxy_parts in ((1, parts1), (2, parts2))
+        for name, count in galaxy_parts
     ]
-    return pos, vel, parts
+    return pos, vel, parts, np.concatenate([w1, w2])
 
 
 # ----------------------------------------------------------------------------------- cube, shell, expand
@@ -310,28 +377,38 @@ GENERATORS: dict[str, Generator] = {
         ),
         Generator(
             "disk",
-            "rotating disk galaxy: central bulge plus an exponential disk on near-circular orbits",
-            _DISK_PARAMS,
+            "equilibrium disk galaxy: exponential disk, Hernquist bulge, live dark halo (docs/galaxies.md)",
+            _GALAXY_PARAMS,
             _build_disk,
             equilibrium=True,
+            softened=True,
         ),
         Generator(
             "collision",
-            "two disk galaxies on an approaching orbit, the second tilted about x",
+            "two equilibrium disk galaxies, halos included, on a Kepler orbit of chosen pericentre",
             {
-                "separation": Param(6.0, float, 1e-6, _BIG, "initial distance between the galaxies along x"),
-                "speed": Param(0.5, float, 0.0, _BIG, "relative approach speed along x (at G = 1; times √G)"),
-                "impact": Param(1.0, float, -_BIG, _BIG, "impact parameter: offset across the approach (y)"),
-                "mass_ratio": Param(1.0, float, 0.01, 100.0, "secondary mass / primary mass"),
-                "tilt": Param(45.0, float, -180.0, 180.0, "tilt of the secondary's disk about x, degrees"),
-                "radius": Param(
-                    1.0, float, 1e-6, _BIG, "primary disk radius; the secondary scales as mass^(1/3)"
+                "separation": Param(6.0, float, 1e-6, _BIG, "initial distance between the galaxies' centres"),
+                "pericentre": Param(1.0, float, 1e-6, _BIG, "closest approach of the point-mass orbit"),
+                "eccentricity": Param(
+                    1.0, float, 0.01, 100.0, "of the orbit: 1 parabolic, < 1 bound, > 1 not"
                 ),
-                "mass": _MASS,
+                "mass_ratio": Param(1.0, float, 0.01, 100.0, "secondary mass / primary mass"),
+                "incline1": Param(
+                    0.0, float, -180.0, 180.0, "the primary disk's inclination about x, degrees"
+                ),
+                "incline2": Param(
+                    45.0, float, -180.0, 180.0, "the secondary disk's inclination about x, degrees"
+                ),
+                **_GALAXY_PARAMS,
+                "radius": Param(
+                    1.0, float, 1e-6, _BIG, "primary disk's outer radius; the secondary scales as mass^(1/3)"
+                ),
+                "mass": Param(1.0, float, 1e-12, 1e12, "total mass of both galaxies, halos included"),
             },
             _build_collision,
             min_n=2,
             equilibrium=True,
+            softened=True,
         ),
         Generator(
             "cube",
@@ -380,10 +457,17 @@ def validate_params(name: str, params: dict, key_prefix: str = "") -> dict:
     return _lookup(name).resolve(params, key_prefix)
 
 
-def generate(name: str, n: int, seed: int, params: dict | None = None, G: float = 1.0) -> Bodies:
-    """Bodies from generator `name` for gravitational constant G; ConfigError for an unknown name, bad
-    n/seed or a bad parameter."""
-    return _lookup(name).make(n, seed, G, **(params or {}))
+def generate(
+    name: str,
+    n: int,
+    seed: int,
+    params: dict | None = None,
+    G: float = 1.0,
+    softening: float = DEFAULT_SOFTENING,
+) -> Bodies:
+    """Bodies from generator `name` for gravitational constant G and the run's softening (the galaxies'
+    velocities balance the softened pull); ConfigError for an unknown name, bad n/seed or a bad parameter."""
+    return _lookup(name).make(n, seed, G, softening, **(params or {}))
 
 
 BENCH_SCENE = "plummer"  # the benchmark's and tune's default generator
