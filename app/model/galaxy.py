@@ -113,21 +113,26 @@ def eddington(r: np.ndarray, rho: np.ndarray, psi: np.ndarray) -> np.ndarray:
     return np.maximum(np.gradient(big_f, psi) / (math.sqrt(8.0) * np.pi**2), 0.0)
 
 
-def density_from_f(r: np.ndarray, f: np.ndarray, psi: np.ndarray, nodes: int = 400) -> np.ndarray:
-    """rho(r) = 4 pi int_0^{v_esc} f(psi - v^2 / 2) v^2 dv: the check that `eddington` inverted right."""
-    e_up, f_up = psi[::-1], f[::-1]
+def density_from_f(psi_at: np.ndarray, psi: np.ndarray, f: np.ndarray, nodes: int = 400) -> np.ndarray:
+    """rho = 4 pi int_0^{v_esc} f(psi - v^2 / 2) v^2 dv at the relative potentials `psi_at`, f tabulated at
+    E = psi: the check that `eddington` inverted right."""
+    e_up, f_up = _increasing(psi, f)
     q = np.linspace(0.0, 1.0, nodes)
-    out = np.empty_like(r)
-    for i, p in enumerate(psi):
-        v_esc = math.sqrt(2.0 * p)
-        v = q * v_esc
+    out = np.empty(len(psi_at))
+    for i, p in enumerate(psi_at):
+        v = q * math.sqrt(2.0 * p)
         out[i] = 4.0 * np.pi * np.trapezoid(np.interp(p - 0.5 * v * v, e_up, f_up) * v * v, v)
     return out
 
 
+def _increasing(psi: np.ndarray, f: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """f's table in increasing E, from E = 0 (unbound: f = 0) rather than clamped at the grid's last psi."""
+    return np.concatenate([[0.0], psi[::-1]]), np.concatenate([[0.0], f[::-1]])
+
+
 def sample_speeds(rng, radii, r_grid, psi, f) -> np.ndarray:
     """Speeds at `radii` from p(v) ~ v^2 f(psi(r) - v^2 / 2), by the inverse CDF per radial node."""
-    e_up, f_up = psi[::-1], f[::-1]
+    e_up, f_up = _increasing(psi, f)
     node = np.clip(
         np.rint(np.interp(np.log(radii), np.log(r_grid), np.arange(r_grid.size))), 0, r_grid.size - 1
     )
@@ -241,7 +246,7 @@ def potential(spec: GalaxySpec, disk: Disk, bulge: Spheroid | None, halo: Sphero
     return Potential(r, psi, table_R, table_z, a_R.reshape(RR.shape), a_z.reshape(RR.shape))
 
 
-def _bilinear(x_grid, y_grid, table, x, y):
+def bilinear(x_grid, y_grid, table, x, y):
     i = np.clip(np.searchsorted(x_grid, x) - 1, 0, x_grid.size - 2)
     j = np.clip(np.searchsorted(y_grid, y) - 1, 0, y_grid.size - 2)
     tx = np.clip((x - x_grid[i]) / (x_grid[i + 1] - x_grid[i]), 0.0, 1.0)
@@ -301,7 +306,8 @@ class Galaxy:
 def make_galaxy(rng: np.random.Generator, counts: tuple[int, int, int], spec: GalaxySpec) -> Galaxy:
     """A galaxy of counts = (bulge, disk, halo) bodies in internal units (disk mass 1, R_d = 1)."""
     n_bulge, n_disk, n_halo = counts
-    r_grid = np.geomspace(1e-4, 2.5 * max(spec.halo_radius, spec.bulge_radius), _GRID)
+    # out to 10x the largest cut-off radius: psi there is small beside psi where any body is
+    r_grid = np.geomspace(1e-4, 10.0 * max(spec.halo_radius, spec.bulge_radius), _GRID)
     disk = Disk(spec.disk_height, spec.disk_extent)
     halo = Spheroid(spec.halo_mass, spec.halo_scale, spec.halo_radius, r_grid)
     bulge = (
@@ -333,10 +339,10 @@ def make_galaxy(rng: np.random.Generator, counts: tuple[int, int, int], spec: Ga
 def _disk_bodies(rng, n: int, disk: Disk, kin: DiskKinematics) -> tuple[np.ndarray, np.ndarray]:
     R, phi, z = disk.sample(rng, n)
     az = np.abs(z)
-    v_mean = np.sqrt(_bilinear(kin.R, kin.z, kin.v_phi2, R, az))
+    v_mean = np.sqrt(bilinear(kin.R, kin.z, kin.v_phi2, R, az))
     s_R = np.interp(R, kin.R, kin.sigma_R)
     s_phi = np.interp(R, kin.R, kin.sigma_phi)
-    s_z = np.sqrt(np.maximum(_bilinear(kin.R, kin.z, kin.sigma_z2, R, az), 0.0))
+    s_z = np.sqrt(np.maximum(bilinear(kin.R, kin.z, kin.sigma_z2, R, az), 0.0))
     v_R = s_R * rng.standard_normal(n)
     v_phi = v_mean + s_phi * rng.standard_normal(n)
     v_z = s_z * rng.standard_normal(n)
