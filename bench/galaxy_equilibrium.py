@@ -29,7 +29,9 @@ Q_FLOOR = 1.2
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scene", default="disk", help="preset or scene file with a disk component (default disk)")
+    ap.add_argument(
+        "--scene", default="disk", help="preset or scene file with a disk component (default disk)"
+    )
     ap.add_argument("--ics", help="start from this snapshot (any format the project reads) instead")
     ap.add_argument("--n", type=int, help="bodies (default: the scene's)")
     ap.add_argument("--time", type=float, default=2.0, help="time units to run (default 2)")
@@ -40,7 +42,9 @@ def parse_args(argv=None):
     ap.add_argument("--kernel", default="auto", help="force kernel, e.g. tree or cpu-tree (default auto)")
     ap.add_argument("--disk", default="disk", help="the disk component's name (default disk)")
     ap.add_argument("--out", help="output prefix (PREFIX.csv, -q.csv, .txt, .png)")
-    ap.add_argument("--replot", metavar="PREFIX", help="only redraw PREFIX.png and PREFIX.txt from PREFIX.csv")
+    ap.add_argument(
+        "--replot", metavar="PREFIX", help="only redraw PREFIX.png and PREFIX.txt from PREFIX.csv"
+    )
     args = ap.parse_args(argv)
     if args.replot is None and args.out is None:
         ap.error("--out PREFIX is required (or --replot PREFIX)")
@@ -65,7 +69,9 @@ def scene_and_bodies(args):
     bodies = formats.read(args.ics) if args.ics else make_bodies(scene)
     if bodies.components is None or args.disk not in bodies.components.names:
         names = ", ".join(bodies.components.names) if bodies.components is not None else "none"
-        raise SystemExit(f"error: the bodies have no component {args.disk!r} (components: {names}); pass --disk")
+        from app.core.errors import ConfigError
+
+        raise ConfigError(f"the bodies have no component {args.disk!r} (they have: {names}); pass --disk")
     return scene, bodies
 
 
@@ -89,7 +95,10 @@ def run(args) -> Path:
     )
     components = bodies.components
     fields = None
-    with open(prefix.with_suffix(".csv"), "w", newline="") as fh, open(f"{prefix}-q.csv", "w", newline="") as qh:
+    with (
+        open(prefix.with_suffix(".csv"), "w", newline="") as fh,
+        open(f"{prefix}-q.csv", "w", newline="") as qh,
+    ):
         qw = csv.writer(qh)
         qw.writerow(["time", "R", "Q"])
         try:
@@ -98,7 +107,9 @@ def run(args) -> Path:
                     backend.step(steps_per)
                 state = backend.state()
                 acc = backend.accelerations()
-                report = measure(state.pos, state.vel, state.mass, acc, components, backend.time, G, args.disk)
+                report = measure(
+                    state.pos, state.vel, state.mass, acc, components, backend.time, G, args.disk
+                )
                 row = report.row()
                 if fields is None:
                     fields = list(row)
@@ -110,8 +121,9 @@ def run(args) -> Path:
                     qw.writerow([f"{report.time:.6g}", f"{radius:.6g}", f"{q:.6g}"])
                 qh.flush()
                 print(
-                    f"t {report.time:7.3f}  r50 {report.r50:.4f}  r90 {report.r90:.4f}  rms z {report.rms_z:.4f}  "
-                    f"sigma_R {report.sigma_R:.4f}  Q min {row['q_min']:.2f}  ({time.perf_counter() - t0:.0f} s)",
+                    f"t {report.time:7.3f}  r50 {report.r50:.4f}  r90 {report.r90:.4f}  "
+                    f"rms z {report.rms_z:.4f}  sigma_R {report.sigma_R:.4f}  Q min {row['q_min']:.2f}  "
+                    f"({time.perf_counter() - t0:.0f} s)",
                     file=sys.stderr,
                 )
         except KeyboardInterrupt:
@@ -121,10 +133,17 @@ def run(args) -> Path:
     return prefix
 
 
+def read_rows(path) -> list[dict]:
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
 def summarise(prefix: Path) -> str:
-    rows = list(csv.DictReader(open(prefix.with_suffix(".csv"))))
+    rows = read_rows(prefix.with_suffix(".csv"))
     if len(rows) < 2:
-        raise SystemExit(f"error: {prefix}.csv has {len(rows)} checkpoint(s); two are needed")
+        from app.core.errors import InputFileError
+
+        raise InputFileError(f"{prefix}.csv has {len(rows)} checkpoint(s); two are needed")
     first, last = rows[0], rows[-1]
     lines = [f"{prefix.name}: t = {float(first['time']):g} .. {float(last['time']):g}", ""]
     lines.append(f"{'quantity':<12}{'start':>10}{'end':>10}{'change':>9}{'bound':>8}  ok")
@@ -133,7 +152,9 @@ def summarise(prefix: Path) -> str:
         change = b / a - 1.0
         lines.append(f"{name:<12}{a:10.4f}{b:10.4f}{change:+9.1%}{bound:8.0%}  {abs(change) < bound}")
     q_end = float(last["q_min"])
-    lines.append(f"{'Q min':<12}{float(first['q_min']):10.3f}{q_end:10.3f}{'':9}{Q_FLOOR:8.2f}  {q_end >= Q_FLOOR}")
+    lines.append(
+        f"{'Q min':<12}{float(first['q_min']):10.3f}{q_end:10.3f}{'':9}{Q_FLOOR:8.2f}  {q_end >= Q_FLOOR}"
+    )
     for key in first:
         if key.startswith("virial_"):
             lines.append(f"{'2K/|W| ' + key[7:]:<24}{float(first[key]):10.3f}{float(last[key]):10.3f}")
@@ -144,7 +165,7 @@ def plot(prefix: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    rows = list(csv.DictReader(open(prefix.with_suffix(".csv"))))
+    rows = read_rows(prefix.with_suffix(".csv"))
     t = np.array([float(r["time"]) for r in rows])
     fig = Figure(figsize=(11, 4))
     FigureCanvasAgg(fig)
@@ -157,11 +178,12 @@ def plot(prefix: Path) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     ax = fig.add_subplot(1, 2, 2)
-    q_rows = list(csv.DictReader(open(f"{prefix}-q.csv")))
+    q_rows = read_rows(f"{prefix}-q.csv")
     times = sorted({float(r["time"]) for r in q_rows})
     for when in (times[0], times[-1]):
         sel = [r for r in q_rows if float(r["time"]) == when]
-        ax.plot([float(r["R"]) for r in sel], [float(r["Q"]) for r in sel], marker="o", label=f"t = {when:g}")
+        radii, q = [float(r["R"]) for r in sel], [float(r["Q"]) for r in sel]
+        ax.plot(radii, q, marker="o", label=f"t = {when:g}")
     ax.axhline(Q_FLOOR, color="grey", ls="--", lw=1)
     ax.set_xlabel("R")
     ax.set_ylabel("Toomre Q")
@@ -173,17 +195,17 @@ def plot(prefix: Path) -> None:
 
 
 def main(argv=None) -> int:
+    from app.core.errors import ConfigError, InputFileError
+
     args = parse_args(argv)
     try:
         prefix = Path(args.replot) if args.replot else run(args)
-    except Exception as e:  # a scene or file the user named: one line, not a traceback
-        from app.core.errors import ConfigError, InputFileError
-
-        if isinstance(e, ConfigError | InputFileError):
-            print(f"error: {e}", file=sys.stderr)
-            return 2
-        raise
-    text = summarise(prefix)
+        if args.replot and not prefix.with_suffix(".csv").is_file():
+            raise InputFileError(f"{prefix}.csv: no such file to replot")
+        text = summarise(prefix)
+    except (ConfigError, InputFileError) as e:  # a scene or file the user named: one line, not a traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     prefix.with_suffix(".txt").write_text(text)
     plot(prefix)
     print(text, end="")

@@ -80,7 +80,9 @@ def measure(
         area = np.pi * (q_bins[1:] ** 2 - q_bins[:-1] ** 2)
         surface = mass_in / area
         mean_vr = np.bincount(which[inside], weights=(m * v_R)[inside], minlength=k) / mass_in
-        var_vr = np.bincount(which[inside], weights=(m * v_R * v_R)[inside], minlength=k) / mass_in - mean_vr**2
+        var_vr = (
+            np.bincount(which[inside], weights=(m * v_R * v_R)[inside], minlength=k) / mass_in - mean_vr**2
+        )
         omega2 = -np.bincount(which[inside], weights=(m * a_R)[inside], minlength=k) / mass_in / centre
         kappa2 = centre * np.gradient(omega2, centre) + 4.0 * omega2
         q = np.sqrt(np.maximum(var_vr, 0.0)) * np.sqrt(np.maximum(kappa2, 0.0)) / (TOOMRE * G * surface)
