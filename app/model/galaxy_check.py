@@ -3,7 +3,8 @@
 From one snapshot (positions, velocities, masses, components) and the accelerations at those positions:
 
 * the disk's half-mass and 90%-mass cylindrical radii, its rms thickness and its radial dispersion sigma_R
-  (rms v_R of every disk body), about the disk's own centre of mass and mean velocity;
+  (rms v_R of every disk body), about the disk's own centre of mass and mean velocity, in its own plane
+  (z along its angular momentum: an inclined disk of a collision is measured as an isolated one);
 * Toomre's Q = sigma_R kappa / (3.36 G Sigma) in radial bins, with kappa from the bodies' own radial pull
   (kappa^2 = R d Omega^2 / dR + 4 Omega^2, Omega^2 = <-a_R> / R in each bin);
 * each component's virial ratio 2 K / |W|, W = sum m x . a in the total field (1 in a steady state, for
@@ -62,6 +63,9 @@ def measure(
     x = pos[rows] - w @ pos[rows]
     v = vel[rows] - w @ vel[rows]
     a = acc[rows]
+    # into the disk's own frame: z along its angular momentum (an inclined galaxy of a collision)
+    turn = _onto_z(m @ np.cross(x, v))
+    x, v, a = x @ turn.T, v @ turn.T, a @ turn.T
     R = np.hypot(x[:, 0], x[:, 1])
     safe = np.maximum(R, 1e-30)
     v_R = (x[:, 0] * v[:, 0] + x[:, 1] * v[:, 1]) / safe
@@ -97,6 +101,18 @@ def measure(
         q=q,
         virial=virial_ratios(pos, vel, mass, acc, components),
     )
+
+
+def _onto_z(spin: np.ndarray) -> np.ndarray:
+    """The rotation taking the direction of `spin` onto +z (Rodrigues' formula about spin x z)."""
+    n = spin / np.linalg.norm(spin)
+    axis = np.cross(n, [0.0, 0.0, 1.0])
+    s, c = np.linalg.norm(axis), n[2]
+    if s < 1e-12:
+        return np.eye(3) if c > 0 else np.diag([1.0, -1.0, -1.0])
+    k = axis / s
+    cross = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
+    return np.eye(3) + s * cross + (1.0 - c) * cross @ cross
 
 
 def virial_ratios(pos, vel, mass, acc, components) -> dict[str, float]:
