@@ -274,12 +274,14 @@ class DiskKinematics:
 
 def disk_kinematics(spec: GalaxySpec, disk: Disk, pot: Potential) -> DiskKinematics:
     R, z = pot.table_R, pot.table_z
-    omega2 = np.maximum(-pot.a_R[:, 0] / R, 0.0)
-    kappa2 = np.maximum(R * np.gradient(omega2, R) + 4.0 * omega2, 1e-12)
+    omega2 = np.maximum(-pot.a_R[:, 0] / R, 1e-12)
+    # kappa^2 between Omega^2 (a point mass) and 4 Omega^2 (solid rotation): beyond the disk's sharp cut
+    # its slope alone would make kappa^2 negative, and sigma_R = Q 3.36 G Sigma / kappa blow up there
+    kappa2 = np.clip(R * np.gradient(omega2, R) + 4.0 * omega2, omega2, 4.0 * omega2)
     kappa = np.sqrt(kappa2)
     sigma = np.maximum(disk.sigma0 * np.exp(-R), 1e-12)  # the exponential's Sigma (no cut) for the drift
     sigma_R = spec.toomre_q * _TOOMRE * sigma / kappa
-    ratio = kappa2 / (4.0 * np.maximum(omega2, 1e-12))  # sigma_phi^2 / sigma_R^2 (epicycles)
+    ratio = kappa2 / (4.0 * omega2)  # sigma_phi^2 / sigma_R^2 (epicycles)
     sigma_phi = sigma_R * np.sqrt(ratio)
     dln = np.gradient(np.log(sigma * sigma_R**2), np.log(R))
     v_c2 = np.maximum(-pot.a_R * R[:, None], 0.0)
