@@ -150,20 +150,35 @@ def test_block_steps_keep_the_energy_of_shared_steps_with_fewer_forces():
     print(numbers)
 
 
-def test_coarsening_between_max_steps_keeps_a_softened_collision_s_energy():
-    """The two-disk collision, N = 2,048, ε = 0.01, dt_max = 1/16, L = 6, η = 0.01, 16 max steps, the
-    float64 reference: levels that coarsen only between max steps ("boundary", the default) keep block
-    steps' energy within shared steps' (measured 4.29e-5 against 7.24e-5) with about half the forces;
-    the control, coarsening at aligned ticks inside a max step, drifts 14x more (5.92e-4)."""
+def test_block_steps_on_a_softened_collision_beat_uniform_half_steps_with_a_quarter_of_the_forces():
+    """The equilibrium two-galaxy collision (halos included), N = 2,048, ε = 0.01, dt_max = 1/16, L = 6,
+    η = 0.01, 16 max steps, the float64 reference, levels coarsening between max steps ("boundary"): block
+    steps evaluate over 3.5x fewer targets than shared steps at the same η (measured 124,691 against
+    516,096, 4.14x) and drift over 3x less than uniform steps of dt_max / 2, which take half block's
+    targets (1.42e-4 against 9.19e-4, 6.5x); seeds 1-8 gave 4.0-4.3x and 5.8-35x. Either bound fails
+    when the levels go wrong: all too fine costs the forces, all too coarse the energy.
+
+    Restated for the equilibrium galaxies (issue 29). On the old collision (disks out of equilibrium)
+    "boundary" kept the energy within shared steps' (4.29e-5 against 7.24e-5) and coarsening at aligned
+    ticks drifted 14x more (5.92e-4). Neither holds here: the levels churn less (961 coarsenings inside
+    max steps over the run under "aligned", against 4,673 there) and the drift comes from encounters at ε
+    on coarse levels, which neither rule resolves (docs/blocksteps.md, "Why no criterion gets there"):
+    boundary 1.42e-4, aligned 1.44e-4 (seeds 1-8: 0.5-1.4x boundary), shared 6.90e-6 (21x; 3-21x over
+    seeds 1-8)."""
     physics = Physics(dt=1 / 16, softening=0.01)
-    bodies = generate("collision", 2048, 5)
-    boundary, sched = energy_run(bodies, physics, "block", 16, max_level=6, coarsen="boundary")
-    aligned, _ = energy_run(bodies, physics, "block", 16, max_level=6, coarsen="aligned")
+    bodies = generate("collision", 2048, 5, softening=physics.softening)
+    block, sched = energy_run(bodies, physics, "block", 16, max_level=6, coarsen="boundary")
     shared, shared_sched = energy_run(bodies, physics, "shared", 16, max_level=6, coarsen="boundary")
-    numbers = f"max |dE/E|: boundary {boundary:.3e}, aligned {aligned:.3e}, shared {shared:.3e}"
-    assert boundary <= 2.0 * shared, numbers
-    assert aligned > 5 * boundary, numbers
-    assert shared_sched.total.targets >= 1.8 * sched.total.targets, numbers
+    half, half_sched = energy_run(bodies, physics, "shared", 16, max_level=1)  # every body at dt_max / 2
+    assert np.array_equal(half_sched.histogram(), [0, bodies.n])
+    numbers = (
+        f"max |dE/E|: block {block:.3e}, shared {shared:.3e}, dt_max / 2 {half:.3e}; targets: block "
+        f"{sched.total.targets:,}, shared {shared_sched.total.targets:,}, "
+        f"dt_max / 2 {half_sched.total.targets:,}"
+    )
+    assert shared_sched.total.targets >= 3.5 * sched.total.targets, numbers
+    print(numbers)
+    assert 3 * block <= half, numbers
 
 
 # --- 4. checkpoint and resume -------------------------------------------------------------------------

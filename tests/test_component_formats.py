@@ -63,11 +63,11 @@ def test_npz_and_csv_keep_any_components_in_body_order(tmp_path, ext, ids):
 
 
 def test_csv_component_column_and_names_comment(tmp_path):
-    b = ics.generate("disk", 40, 3)  # bulge, disk
+    b = ics.generate("disk", 40, 3)  # bulge, disk, halo
     path = tmp_path / "d.csv"
     formats.write(path, b)
     lines = path.read_text().splitlines()
-    assert lines[0] == '# component_names = ["bulge", "disk"]'
+    assert lines[0] == '# component_names = ["bulge", "disk", "halo"]'
     assert lines[1] == "m,x,y,z,vx,vy,vz,component"
     assert [int(line.rsplit(",", 1)[1]) for line in lines[2:]] == b.components.index.tolist()
     # a hand-made table: the column without names gives the indices as names
@@ -173,7 +173,8 @@ def test_tipsy_names_of_parts_become_section_names_with_a_warning(tmp_path, capl
     [
         (
             ics.generate("collision", 60, 2).components,
-            "galaxy1-bulge, galaxy1-disk, galaxy2-bulge, galaxy2-disk names none of them",
+            "galaxy1-bulge, galaxy1-disk, galaxy1-halo, galaxy2-bulge, galaxy2-disk, galaxy2-halo "
+            "names none of them",
         ),
         (Components(("star", "dark"), np.repeat([0, 1], [20, 40])), "in another order"),
         (Components(("gas", "dark"), np.array([0, 1] * 30)), "in another order"),
@@ -196,7 +197,7 @@ def test_tipsy_that_cannot_keep_the_components_writes_dark_and_says_so(tmp_path,
 
 @pytest.mark.parametrize("ext", ["npz", "csv", "tipsy"])
 def test_simulate_writes_the_components_in_every_format(tmp_path, ext):
-    """Disk: bulge then disk (star in Tipsy); the final snapshot and the series keep them."""
+    """Disk: bulge, disk, halo (star, star, dark in Tipsy); the final snapshot and the series keep them."""
     out = tmp_path / f"final.{ext}"
     assert (
         main(
@@ -222,8 +223,8 @@ def test_simulate_writes_the_components_in_every_format(tmp_path, ext):
     )
     start = make_bodies(load_scene("disk", {"initial.n": 120}))
     got = formats.read(out).components
-    if ext == "tipsy":  # two parts in one section: one component ("star") read back, the warning said so
-        assert got is None and _header(out) == (0, 0, 120)
+    if ext == "tipsy":  # the halo (dark) after the stars: no section order keeps the rows, so all dark
+        assert got is None and _header(out) == (0, 120, 0)
     else:
         _same_components(start.components, got)
     for snap in sorted((tmp_path / "series").glob("snap_*.npz")):

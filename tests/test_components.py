@@ -79,19 +79,23 @@ def test_bonsai_ids_beat_sections():
 
 
 def test_generators_give_their_parts():
-    disk = ics.generate("disk", 1000, 1, {"central_mass": 0.3})
-    assert disk.components.names == ("bulge", "disk")
-    assert disk.components.counts().tolist() == [300, 700]
-    # the bulge is the compact part: its bodies lie closer in
+    disk = ics.generate("disk", 1000, 1, {"bulge_bodies": 0.3, "halo_bodies": 0.4})
+    assert disk.components.names == ("bulge", "disk", "halo")
+    assert disk.components.counts().tolist() == [300, 300, 400]
+    # the bulge is the compact part, the halo the extended one
     r = np.linalg.norm(disk.pos, axis=1)
-    assert np.median(r[disk.components.rows("bulge")]) < 0.5 * np.median(r[disk.components.rows("disk")])
+    bulge, part, halo = (np.median(r[disk.components.rows(k)]) for k in ("bulge", "disk", "halo"))
+    assert bulge < 0.5 * part and halo > 2.0 * part
     col = ics.generate("collision", 2000, 1)
-    assert col.components.names == ("galaxy1-bulge", "galaxy1-disk", "galaxy2-bulge", "galaxy2-disk")
+    names = ("bulge", "disk", "halo")
+    assert col.components.names == tuple(f"galaxy{k}-{p}" for k in (1, 2) for p in names)
     n1, _ = ics.collision_split(2000, 1.0)
-    assert col.components.counts()[:2].sum() == n1
-    g1 = col.components.index < 2  # the primary starts at -x, the secondary at +x
-    assert col.pos[g1, 0].mean() < 0 < col.pos[~g1, 0].mean()
-    assert ics.generate("disk", 100, 1, {"central_mass": 0.0}).components is None
+    assert col.components.counts()[:3].sum() == n1
+    g1 = col.components.index < 3  # on opposite sides of the centre of mass (the Kepler orbit's x-y plane)
+    centre1, centre2 = (np.average(col.pos[g], axis=0, weights=col.mass[g]) for g in (g1, ~g1))
+    assert centre1 @ centre2 < 0 and np.linalg.norm(centre1 - centre2) == pytest.approx(6.0)  # separation
+    assert ics.generate("disk", 100, 1, {"bulge_mass": 0.0}).components.names == ("disk", "halo")
+    assert ics.generate("disk", 100, 1, {"bulge_mass": 0.0, "halo_mass": 0.0}).components is None
     assert ics.generate("plummer", 100, 1).components is None
 
 
@@ -142,14 +146,15 @@ def test_render_component_keys_from_toml_and_set_patterns_and_order(tmp_path):
         "brightness = 0.5\n\n[render.components.galaxy1-disk]\nvisible = false\n"
     )
     scene = load_scene(
-        str(toml), {"render.components.galaxy2-*.color": "0,1,0", "render.components.3.brightness": "2"}
+        str(toml), {"render.components.galaxy2-*.color": "0,1,0", "render.components.4.brightness": "2"}
     )
     comp = make_bodies(scene).components
     d = {x.name: x for x in components.drawn(comp, scene.render.components)}
     assert d["galaxy1-bulge"].brightness == 0.5 and d["galaxy1-bulge"].visible
     assert not d["galaxy1-disk"].visible and d["galaxy1-disk"].gain == 0.0
     assert d["galaxy2-bulge"].color == (0.0, 1.0, 0.0) and d["galaxy2-bulge"].brightness == 0.5
-    assert d["galaxy2-disk"].brightness == 2.0  # by index, set after the pattern
+    assert d["galaxy2-disk"].brightness == 2.0  # by index (4: after galaxy1's three), set after the pattern
+    assert d["galaxy1-halo"].brightness == 0.5 and d["galaxy2-halo"].color == (0.0, 1.0, 0.0)
     # a key set again moves to the end: it wins over a pattern set after it the first time
     styles = components.set_style(scene.render.components, "components.*.brightness", 0.25)
     styles = components.set_style(styles, "components.galaxy1-bulge.brightness", 3.0)

@@ -128,7 +128,8 @@ def test_hidden_bodies_still_feel_and_exert_gravity(gl_env):  # noqa: F811
         scene = load_scene("collision", over)
         v = Viewer(scene, make_backend(scene), size=(64, 48), headless=True)
         try:
-            assert [d.gain == 0 for d in v.renderer.drawn] == [False, False, hidden, hidden]
+            # the halos are hidden by the scene (collision.toml), galaxy 2 by the key
+            assert [d.gain == 0 for d in v.renderer.drawn] == [False, False, True, hidden, hidden, True]
             for _ in range(3):
                 v.step_and_render()
             states.append(v.backend.state())
@@ -143,6 +144,7 @@ def test_record_honours_component_keys_from_set(gl_env, tmp_path):  # noqa: F811
     from PIL import Image
 
     from app.cli import main
+    from app.scene import load_scene, make_bodies
 
     # a fixed camera (an unset distance fits the bodies drawn, which hiding changes)
     common = [
@@ -182,7 +184,11 @@ def test_record_honours_component_keys_from_set(gl_env, tmp_path):  # noqa: F811
     )
     assert lit(every).sum() > 100 and not lit(none).any()
     assert 0 < lit(g1).sum() < 0.8 * lit(every).sum()
-    assert lit(g1)[:, 80:].sum() < 0.2 * lit(g1).sum()  # galaxy 1 starts at -x: the left of the picture
+    # galaxy 1 starts at x = +2 (the Kepler orbit puts galaxy 2 at -2): the right of the picture
+    start = make_bodies(load_scene("collision", {"initial.n": 1000}))
+    g = start.components.index < 3
+    assert np.average(start.pos[g, 0], weights=start.mass[g]) == pytest.approx(2.0)
+    assert lit(g1)[:, :80].sum() < 0.2 * lit(g1).sum()
 
 
 def test_a_recording_on_cpu_devices_colours_the_bodies_as_one_device_through_the_trees_re_sorts(

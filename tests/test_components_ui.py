@@ -72,12 +72,13 @@ def test_component_checkbox_hides_and_shows_its_bodies(scene_ui):
     state = ui.backend.state()
     ui.click("component:galaxy2-disk:visible")
     assert ui.scene.render.components["galaxy2-disk"].visible is False
-    assert [d.visible for d in ui.viewer.renderer.drawn] == [True, True, True, False]
+    # galaxy1-bulge, -disk, -halo, galaxy2-bulge, -disk, -halo; the halos hidden by the scene (collision.toml)
+    assert [d.visible for d in ui.viewer.renderer.drawn] == [True, True, False, True, False, False]
     hidden = _particles(ui)
     assert hidden.sum() < 0.9 * before.sum()  # its light is gone
     assert ui.ctl.message == "render.components.galaxy2-disk.visible = False"
     ui.click("component:galaxy2-bulge:visible")  # the rest of galaxy 2
-    assert [d.visible for d in ui.viewer.renderer.drawn] == [True, True, False, False]
+    assert [d.visible for d in ui.viewer.renderer.drawn] == [True, True, False, False, False, False]
     assert _particles(ui).sum() < hidden.sum()
     ui.click("component:galaxy2-disk:visible")
     ui.click("component:galaxy2-bulge:visible")

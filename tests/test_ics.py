@@ -122,7 +122,9 @@ def test_disk_rotates_and_is_thin():
 
 def test_galaxy_parts_masses_and_counts():
     n = 10_000
-    b = ics.generate("disk", n, 1, {"bulge_mass": 0.25, "halo_mass": 10.0, "bulge_bodies": 0.2, "halo_bodies": 0.4})
+    b = ics.generate(
+        "disk", n, 1, {"bulge_mass": 0.25, "halo_mass": 10.0, "bulge_bodies": 0.2, "halo_bodies": 0.4}
+    )
     assert b.components.names == ("bulge", "disk", "halo")
     counts = dict(zip(b.components.names, b.components.counts(), strict=True))
     assert counts == {"bulge": 2000, "disk": 4000, "halo": 4000}
@@ -213,7 +215,9 @@ def test_unknown_param_lists_valid_keys():
 
 
 def test_out_of_range_names_range():
-    with pytest.raises(ConfigError, match=r"incline2 = 400.0 is out of range; expected float in \[-180, 180\]"):
+    with pytest.raises(
+        ConfigError, match=r"incline2 = 400.0 is out of range; expected float in \[-180, 180\]"
+    ):
         ics.generate("collision", 10, 0, {"incline2": 400.0})
 
 

@@ -18,6 +18,6 @@ def test_script_parses():
 def test_scene_reaches_twenty():
     text = SCRIPT.read_text()
     sets = dict(re.findall(r"--set (initial\.\w+)=([\d.]+)", text))
-    assert {"initial.separation", "initial.radius", "initial.impact", "initial.speed"} <= set(sets)
+    assert {"initial.separation", "initial.radius", "initial.pericentre"} <= set(sets)
     bodies = make_bodies(load_scene("collision", {**sets, "initial.n": 8192}))
     assert 17 < np.abs(bodies.pos).max() < 23

@@ -84,7 +84,7 @@ def test_a_series_keeps_its_components_for_the_replay(tmp_path):
         )
         == 0
     )
-    names = ("galaxy1-bulge", "galaxy1-disk", "galaxy2-bulge", "galaxy2-disk")
+    names = tuple(f"galaxy{k}-{part}" for k in (1, 2) for part in ("bulge", "disk", "halo"))
     assert ReplayBackend(open_series(str(out))).components.names == names
 
 
