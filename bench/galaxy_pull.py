@@ -12,21 +12,11 @@ import numpy as np
 
 from app.backends.cpu import CPUBackend
 from app.engine.forces import Span
-from app.model.galaxy import Disk, GalaxySpec, Spheroid, make_galaxy, potential
+from app.model import ics
+from app.model.galaxy import Disk, Spheroid, make_galaxy, potential
 from app.model.physics import Physics
 
-spec = GalaxySpec(
-    disk_height=0.1,
-    disk_extent=4.0,
-    bulge_mass=0.2,
-    bulge_scale=0.2,
-    bulge_radius=4.0,
-    halo_mass=12.0,
-    halo_scale=5.0,
-    halo_radius=15.0,
-    toomre_q=1.5,
-    softening=0.08,
-)
+spec, _ = ics.galaxy_spec(softening=0.02)  # the presets' galaxy (internal ε 0.08)
 
 
 def main() -> None:

@@ -10,23 +10,12 @@ import pytest
 
 from app.model import ics
 from app.model.components import Components
-from app.model.galaxy import GalaxySpec, Spheroid, bilinear, density_from_f, eddington, make_galaxy
+from app.model.galaxy import Spheroid, bilinear, density_from_f, eddington, make_galaxy
 from app.model.galaxy_check import measure, virial_ratios
 from app.model.galaxy_pull import elliptic_ke, ring_pull, shell_potential_and_pull
 from app.model.physics import Physics, accelerations
 
-SPEC = GalaxySpec(
-    disk_height=0.1,
-    disk_extent=4.0,
-    bulge_mass=0.2,
-    bulge_scale=0.2,
-    bulge_radius=4.0,
-    halo_mass=12.0,
-    halo_scale=5.0,
-    halo_radius=15.0,
-    toomre_q=1.5,
-    softening=0.08,
-)
+SPEC, _ = ics.galaxy_spec(softening=0.02)  # the presets' galaxy (internal ε 0.08)
 
 
 def test_elliptic_integrals_known_values():

@@ -221,41 +221,37 @@ def galaxy_counts(n: int, bulge_bodies: float, halo_bodies: float, bulge_mass: f
     return n_bulge, n_disk, n_halo
 
 
-def _build_galaxy(
-    rng,
-    n,
-    softening,
-    radius,
-    thickness,
-    bulge_mass,
-    bulge_scale,
-    halo_mass,
-    halo_scale,
-    halo_radius,
-    bulge_bodies,
-    halo_bodies,
-    toomre_q,
-    mass,
-):
-    """One equilibrium galaxy (app/model/galaxy.py), scaled from its internal units (disk scale length 1,
-    disk mass 1) to `radius` and `mass`; per-body masses, components bulge, disk, halo."""
-    from app.model.galaxy import DISK_SCALES_PER_RADIUS, GalaxySpec, make_galaxy
+def galaxy_spec(softening: float = DEFAULT_SOFTENING, counts=(1, 1, 1), **params):
+    """The internal GalaxySpec (disk scale length 1, disk mass 1) of the galaxy parameters `params` (the
+    table's defaults for the rest) at the run's `softening`, and the length unit it is scaled by; a part
+    with no bodies in `counts` (bulge, disk, halo) is left out of the model."""
+    from app.model.galaxy import DISK_SCALES_PER_RADIUS, GalaxySpec
 
-    counts = galaxy_counts(n, bulge_bodies, halo_bodies, bulge_mass, halo_mass)
+    p = {key: spec.default for key, spec in _GALAXY_PARAMS.items()} | params
     k = DISK_SCALES_PER_RADIUS  # internal lengths per `radius`
-    length = radius / k
+    length = p["radius"] / k
     spec = GalaxySpec(
-        disk_height=thickness * k,
+        disk_height=p["thickness"] * k,
         disk_extent=k,
-        bulge_mass=bulge_mass if counts[0] else 0.0,
-        bulge_scale=bulge_scale * k,
+        bulge_mass=p["bulge_mass"] if counts[0] else 0.0,
+        bulge_scale=p["bulge_scale"] * k,
         bulge_radius=_BULGE_EXTENT * k,
-        halo_mass=halo_mass if counts[2] else 0.0,
-        halo_scale=halo_scale * k,
-        halo_radius=halo_radius * k,
-        toomre_q=toomre_q,
+        halo_mass=p["halo_mass"] if counts[2] else 0.0,
+        halo_scale=p["halo_scale"] * k,
+        halo_radius=p["halo_radius"] * k,
+        toomre_q=p["toomre_q"],
         softening=softening / length,
     )
+    return spec, length
+
+
+def _build_galaxy(rng, n, softening, bulge_bodies, halo_bodies, mass, **params):
+    """One equilibrium galaxy (app/model/galaxy.py), scaled from its internal units (disk scale length 1,
+    disk mass 1) to `radius` and `mass`; per-body masses, components bulge, disk, halo."""
+    from app.model.galaxy import make_galaxy
+
+    counts = galaxy_counts(n, bulge_bodies, halo_bodies, params["bulge_mass"], params["halo_mass"])
+    spec, length = galaxy_spec(softening, counts, **params)
     galaxy = make_galaxy(rng, counts, spec)
     mass_unit = mass / galaxy.mass.sum()
     speed = math.sqrt(mass_unit / length)
