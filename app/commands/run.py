@@ -51,7 +51,7 @@ each available kernel on a copy of the current state; "Screenshot" writes out/sc
 While the panel shows, the scene is centred in the part of the window it leaves free.
 
 Components (Tipsy's gas / dark / star or Bonsai's disk / bulge / halo, the disk and collision
-generators' bulges and disks, a scene's [[components]] row ranges) are listed in the panel's View tab,
+generators' bulges, disks and halos, a scene's [[components]] row ranges) are listed in the panel's View tab,
 each with a colour swatch, a show/hide checkbox and a brightness slider; the same from the command line:
 --set render.components.halo.visible=false, --set render.components.NAME.brightness=0.3,
 --set render.color_by=component. Hidden bodies still feel and exert gravity. (docs/components.md)
