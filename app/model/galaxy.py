@@ -321,20 +321,24 @@ def make_galaxy(rng: np.random.Generator, counts: tuple[int, int, int], spec: Ga
     kin = disk_kinematics(spec, disk, pot)
 
     pos, vel, mass, parts = [], [], [], []
-    for name, part, count in (("bulge", bulge, n_bulge), ("halo", halo, n_halo)):
-        if name == "halo":  # the disk's rows go between the bulge's and the halo's
-            dp, dv = _disk_bodies(rng, n_disk, disk, kin)
-            pos.append(dp), vel.append(dv), mass.append(np.full(n_disk, 1.0 / max(n_disk, 1)))
-            parts.append(("disk", n_disk))
-        if part is None or count == 0:
-            continue
+
+    def add(name: str, p: np.ndarray, v: np.ndarray, m: float) -> None:
+        pos.append(p)
+        vel.append(v)
+        mass.append(np.full(len(p), m / max(len(p), 1)))
+        parts.append((name, len(p)))
+
+    def spheroid(part: Spheroid, count: int) -> tuple[np.ndarray, np.ndarray]:
         radii = part.sample_radii(rng, count)
-        f = eddington(pot.r, part.rho, pot.psi)
-        speeds = sample_speeds(rng, radii, pot.r, pot.psi, f)
-        pos.append(radii[:, None] * isotropic(rng, count))
-        vel.append(speeds[:, None] * isotropic(rng, count))
-        mass.append(np.full(count, part.mass / count))
-        parts.append((name, count))
+        speeds = sample_speeds(rng, radii, pot.r, pot.psi, eddington(pot.r, part.rho, pot.psi))
+        return radii[:, None] * isotropic(rng, count), speeds[:, None] * isotropic(rng, count)
+
+    # rows in the order bulge, disk, halo; a part without bodies is left out (its mass too: the spec)
+    if bulge is not None and n_bulge:
+        add("bulge", *spheroid(bulge, n_bulge), bulge.mass)
+    add("disk", *_disk_bodies(rng, n_disk, disk, kin), 1.0)
+    if n_halo:
+        add("halo", *spheroid(halo, n_halo), halo.mass)
     return Galaxy(np.concatenate(pos), np.concatenate(vel), np.concatenate(mass), parts, pot, kin)
 
 
