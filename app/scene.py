@@ -94,6 +94,12 @@ def resolve_scene_path(name_or_path: str):
     from app.core.paths import SCENES
 
     p = Path(name_or_path)
+    if p.exists() and not p.is_file():  # said before any read: a fifo would block it
+        kind = "a folder" if p.is_dir() else "not a regular file (a fifo, a socket or a device)"
+        raise InputFileError(
+            f"{p}: {kind}; give a preset name, a scene .toml or a snapshot file (a folder of snapshots is a "
+            "series, which run and record replay)"
+        )
     if p.suffix == ".toml" or p.exists():
         if not p.is_file():
             raise InputFileError(missing_file(p, "scene file"))
@@ -138,6 +144,11 @@ def load_scene(name_or_path: str | None = None, overrides: dict[str, object] | N
             data = tomllib.loads(path.read_text())
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        if not data:  # an empty file is a mistake, not a request for the defaults
+            raise ConfigError(
+                f"{path}: the scene file is empty; give at least an [initial] table (a generator and n, or a "
+                "file), or run a preset by name (nbody-live info --scenes, --keys)"
+            )
         scene.name = path.stem
         origin = str(path)
         for section, table in data.items():

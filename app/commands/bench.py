@@ -210,13 +210,14 @@ def _bench(args, comm) -> int:
     from app.backends import find_kernel, select_backend
     from app.commands.options import parse_tunable_lists
     from app.core.errors import ConfigError
-    from app.core.outputs import check_outputs
+    from app.core.outputs import check_outputs, check_suffix
     from app.tools import bench
 
     tunables = parse_tunable_lists(args.tunables)
     lead = comm is None or comm.rank == 0
     if lead:
         check_outputs((args.json, "bench results"), (args.plot, "bench plot"))  # before the benchmarking
+        check_suffix(args.plot, (".png",), "plot", "--plot")  # matplotlib's PNG under a .jpg name was one
     if comm is not None and args.gpus:
         raise ConfigError(
             f"--gpus {args.gpus}: under mpiexec each rank takes one GPU (of its local rank); "

@@ -15,7 +15,7 @@ from app.commands.options import add_gpu_options, add_scene_options, parse_size,
 from app.commands.replay import RECORD_HELP as REPLAY_HELP
 from app.commands.replay import open_replay, record_backend, record_line, replay_scene
 from app.core.errors import ConfigError
-from app.core.outputs import check_output
+from app.core.outputs import check_output, check_suffix
 from app.model.series import is_series_arg
 from app.render.encoder import X264_PRESETS
 
@@ -346,6 +346,7 @@ def _video(args, scene, size, fps: float, frames: int, series, replay, progress:
             hud=args.hud,
             ring=args.pbo_ring,
         )
+        check_suffix(args.out, (".mp4",), "video (H.264 in MP4)", "--out")  # a PNG wants --still
         target = args.out or _default_out("out/record.mp4")
         what = str(target)
     sink.start(target)  # fail fast on an unwritable target, before the backend and GL start

@@ -30,7 +30,9 @@ before any work.
 With --log, every --log-every steps a row of float64 diagnostics is appended to the CSV (and flushed,
 so an interrupted run keeps every row): time, kinetic/potential/total energy, relative energy drift,
 linear and angular momentum and the momentum drift relative to sum(m|v|) at the start. The O(N²)
-energy is computed only for the log, on the GPU when the backend has one.
+energy is computed only for the log, on the GPU when the backend has one. A log that cannot be written
+(a full disk) is said in one line and closed; the run goes on, writes --out, and ends with exit status 1
+naming the log's last row. --out and --log may not name the same file.
 
 --checkpoint-every K writes the state so far to --out every K steps (atomically: --out is always a
 complete snapshot). Ctrl-C or SIGTERM stops between two steps, writes the state so far to --out and
@@ -230,11 +232,31 @@ class _Log:
     d0: Any = None
     last: list | None = None
     cut: int | None = None
+    lost: str | None = None  # why the log stopped (a full disk): the run went on without it
 
     def write(self, row: list) -> None:
+        if self.write_line(_csv_line(row)):
+            self.last = row
+
+    def write_line(self, text: str) -> bool:
+        """Append to the log; a log that cannot be written (a full disk) is closed and the run goes on
+        without it, loudly: the state the run computes is worth more than its log."""
+        from app.core.errors import RuntimeFault
+
         assert self.file is not None  # rank 0's
-        self.last = row
-        self.file.write(_csv_line(row))
+        try:
+            self.file.write(text)
+            return True
+        except RuntimeFault as e:
+            self.lost = str(e)
+            self.file.close()
+            self.file = None
+            print(
+                f"nbody-live simulate: {e}; the run goes on without the log (its rows so far are kept) and "
+                "still writes --out",
+                file=sys.stderr,
+            )
+            return False
 
 
 def _simulate(args, comm) -> int:
@@ -255,7 +277,7 @@ def _simulate(args, comm) -> int:
         with Interruption() as stop:
             rows.file = StreamedFile(args.log) if args.log and job.writer else None
             if rows.file:  # the header first: a run stopped during its first energy still leaves a CSV
-                rows.file.write(_csv_line(LOG_COLUMNS))
+                rows.write_line(_csv_line(LOG_COLUMNS))
             measure = _measure(backend, args, stop)
             _first_row(args, rows, measure)
             done = _step_all(job, backend, stop, rows, measure)
@@ -286,7 +308,7 @@ def _check_outputs(args, comm) -> _Job:
     only read the options): --out, whose default DIR/last.npz is checked once the series' folder exists
     (`_prepare_series`), and --log, which a resumed run may not overwrite."""
     from app.core.errors import ConfigError
-    from app.core.outputs import check_output
+    from app.core.outputs import check_output, refuse_same_file
     from app.model import formats
 
     writer = comm is None or comm.rank == 0
@@ -303,6 +325,8 @@ def _check_outputs(args, comm) -> _Job:
     if default_out:
         args.out = args.out_dir / "last.npz"
     formats.output_format(args.out)
+    if args.log and writer:  # before any file is touched: the snapshot would overwrite the log
+        refuse_same_file([(args.out, "snapshot (--out)"), (args.log, "log (--log)")])
     out = check_output(args.out, "snapshot") if writer and not default_out else args.out
     if args.log and writer:
         check_output(args.log, "log")
@@ -422,6 +446,13 @@ def _report(job: _Job, done: int, rows: _Log, signum, summary: str) -> int:
         assert rows.last is not None  # step 0's row at least: a run whose first energy was stopped has none
         print(f"energy drift {rows.last[5]:.3e}, momentum drift {rows.last[12]:.3e} (relative) -> {args.log}")
     print(summary)
+    if rows.lost is not None:  # the state is written; the log is not whole: say so and fail
+        print(
+            f"nbody-live simulate: the log {args.log} is incomplete ({_log_end(rows.last, None)}): "
+            f"{rows.lost}",
+            file=sys.stderr,
+        )
+        return 1
     if series:
         print(
             f"series: {len(series.entries)} snapshots (every {series.every} steps, up to step "

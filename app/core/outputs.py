@@ -22,36 +22,84 @@ import secrets
 from collections.abc import Iterator
 from pathlib import Path
 
-from app.core.errors import RuntimeFault
+from app.core.errors import ConfigError, RuntimeFault
 
 
 def check_output(path, what: str = "output") -> Path:
     """`path` as a Path if a file can be written there, else RuntimeFault naming the path and the reason."""
     target = Path(path)
     directory = target.parent
-    if target.is_dir():
-        raise RuntimeFault(f"cannot write {what} {target}: it is a directory")
-    if not directory.exists():
-        raise RuntimeFault(f"cannot write {what} {target}: folder {directory} does not exist")
-    if not directory.is_dir():
-        raise RuntimeFault(f"cannot write {what} {target}: {directory} is not a folder")
+    limit = name_max(directory)
+    if len(os.fsencode(target.name)) > limit:
+        raise RuntimeFault(
+            f"cannot write {what} {_short(target)}: its name is {len(os.fsencode(target.name))} bytes, and "
+            f"this file system takes at most {limit}; choose a shorter name"
+        )
+    try:
+        if target.is_dir():
+            raise RuntimeFault(f"cannot write {what} {target}: it is a directory")
+        if not directory.exists():
+            raise RuntimeFault(f"cannot write {what} {target}: folder {directory} does not exist")
+        if not directory.is_dir():
+            raise RuntimeFault(f"cannot write {what} {target}: {directory} is not a folder")
+    except OSError as e:  # a path the system cannot even look at (too long a path, a loop of links)
+        raise RuntimeFault(f"cannot write {what} {_short(target)}: {e.strerror or e}") from e
     discard(partial_file(target, what))
     return target
 
 
-def check_outputs(*outputs: tuple[object, str]) -> None:
+def check_outputs(*outputs: tuple[str | os.PathLike | None, str]) -> None:
     """`check_output(path, what)` for each (path, what) whose path was given (not None): a command's
-    optional outputs, all checked before its work."""
+    optional outputs, all checked before its work; two outputs naming one file are refused (the second
+    would overwrite the first)."""
+    given = [(Path(path), what) for path, what in outputs if path is not None]
+    refuse_same_file(given)
+    for path, what in given:
+        check_output(path, what)
+
+
+def check_suffix(path, suffixes: tuple[str, ...], what: str, option: str) -> None:
+    """ConfigError when `path` (given to `option`) does not end in one of `suffixes` (lower case, with the
+    dot): a writer of one format must not put its bytes under another format's name."""
+    if path is not None and Path(path).suffix.lower() not in suffixes:
+        raise ConfigError(
+            f"{option} {path}: the {what} is written as {suffixes[0][1:].upper()}, so its name must end in "
+            f"{' or '.join(suffixes)}; rename it (e.g. {Path(path).with_suffix(suffixes[0])})"
+        )
+
+
+def refuse_same_file(outputs) -> None:
+    """RuntimeFault when two of the (path, what) outputs are one file (after resolving links and '..')."""
+    seen: dict[Path, str] = {}
     for path, what in outputs:
-        if path is not None:
-            check_output(path, what)
+        key = Path(os.path.realpath(path))
+        if key in seen:
+            raise RuntimeFault(
+                f"the {seen[key]} and the {what} are the same file, {path}: the second would overwrite "
+                "the first; give each its own name"
+            )
+        seen[key] = what
+
+
+def name_max(directory: Path) -> int:
+    """The longest file name (in bytes) the file system of `directory` takes (255 where it cannot say)."""
+    with contextlib.suppress(OSError, ValueError):
+        return int(os.pathconf(directory if directory.is_dir() else ".", "PC_NAME_MAX"))
+    return 255
+
+
+def _short(path: Path, keep: int = 60) -> str:
+    """A path for a message: a very long name cut in the middle."""
+    text = str(path)
+    return text if len(text) <= 2 * keep else f"{text[:keep]}...{text[-keep:]}"
 
 
 def partial_file(target: Path, what: str = "output") -> Path:
     """Create an empty hidden file beside `target` (mode 0o666 through the umask, as open() would), the
     temporary a writer fills and renames over `target`; RuntimeFault naming `target` if it cannot."""
+    stem = target.name[: max(1, name_max(target.parent) - 16)]  # ".{stem}.{8 hex}.part" fits the limit
     for _ in range(100):
-        name = target.parent / f".{target.name}.{secrets.token_hex(4)}.part"
+        name = target.parent / f".{stem}.{secrets.token_hex(4)}.part"
         try:
             fd = os.open(name, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666)
         except FileExistsError:
@@ -113,5 +161,8 @@ class StreamedFile:
             raise RuntimeFault(f"cannot write {self.what} {self.path}: {e.strerror or e}") from e
 
     def close(self) -> None:
+        """Close; a file whose last write failed (a full disk) may fail again here: that was already
+        said by `write`, so it is not raised twice."""
         if not self._f.closed:
-            self._f.close()
+            with contextlib.suppress(OSError):
+                self._f.close()

@@ -1,0 +1,145 @@
+"""Rows of issue 28's table of bad inputs, each re-run through the command line: one line naming the
+problem, the right exit status, no traceback, and nothing lost or falsely reported. The rows here, what
+they did before and what they do now:
+
+- `simulate --out` with a 300-character name: an OSError traceback; now one line, exit 1, before any work;
+- `simulate --log /dev/full`: the message, then a traceback from close(); now the run goes on without the
+  log and writes --out, exit 1;
+- `simulate --log` whose disk fills mid-run: chained tracebacks and no state written; now --out is
+  written and the rows so far kept, exit 1;
+- `simulate --out x.csv --log x.csv`: exit 0, the snapshot overwrote the log; now refused before any work;
+- `bench --plot out.jpg`: PNG bytes in a .jpg; now refused before benchmarking, exit 2;
+- `record --out x.png` without --still: MP4 bytes in a .png; now refused before the backend starts, exit 2;
+- an empty scene .toml: the default Plummer sphere, silently; now refused, exit 2;
+- a folder or a fifo as the scene: "no such scene file; did you mean adir?"; now "a folder" or "not a
+  regular file", exit 2.
+"""
+
+from __future__ import annotations
+
+import csv
+import errno
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.cli import main
+from app.core import outputs
+
+
+class WorkStarted(Exception):
+    pass
+
+
+def never(*args, **kwargs):
+    raise WorkStarted("the work started before the input was checked")
+
+
+def one_line(capsys, rc: int, status: int, *fragments: str) -> str:
+    err = capsys.readouterr().err
+    assert rc == status, err
+    assert "Traceback" not in err
+    lines = [ln for ln in err.strip().splitlines() if not ln.startswith("nbody-live: backend")]
+    assert len(lines) == 1, err
+    for fragment in fragments:
+        assert fragment in lines[0], err
+    return lines[0]
+
+
+SIMULATE = ["simulate", "plummer", "--n", "64", "--steps", "4", "--backend", "cpu", "--kernel", "cpu-simd"]
+
+
+def test_too_long_a_name_is_one_line_before_any_work(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("app.commands.simulate.make_backend", never)
+    out = tmp_path / ("a" * 300 + ".npz")
+    rc = main([*SIMULATE, "--out", str(out)])
+    one_line(capsys, rc, 1, "cannot write snapshot", "its name is 304 bytes", "at most 255")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_name_near_the_limit_still_gets_its_temporary(tmp_path):
+    """The hidden temporary beside a 255-byte name is cut to fit, so the longest legal name is writable."""
+    target = tmp_path / ("b" * 251 + ".npz")
+    with outputs.atomic_write(target, "wb") as f:
+        f.write(b"x")
+    assert target.read_bytes() == b"x" and [p.name for p in tmp_path.iterdir()] == [target.name]
+
+
+@pytest.mark.parametrize("same", ["x.csv", "sub/../x.csv"])
+def test_the_same_file_for_out_and_log_is_refused_before_any_work(tmp_path, capsys, monkeypatch, same):
+    monkeypatch.setattr("app.commands.simulate.make_backend", never)
+    (tmp_path / "sub").mkdir()
+    rc = main([*SIMULATE, "--out", str(tmp_path / "x.csv"), "--log", str(tmp_path / same)])
+    one_line(capsys, rc, 1, "are the same file", "snapshot (--out)", "log (--log)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sub"]
+
+
+def test_a_log_on_dev_full_keeps_the_run_and_its_state(tmp_path, capsys):
+    out = tmp_path / "state.npz"
+    rc = main([*SIMULATE, "--out", str(out), "--log", "/dev/full", "--log-every", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err, err
+    assert "cannot write log /dev/full" in err and "goes on without the log" in err
+    assert "the log /dev/full is incomplete" in err
+    assert np.load(out)["pos"].shape == (64, 3)  # the state was written
+
+
+def test_a_log_whose_disk_fills_mid_run_keeps_its_rows_and_the_state(tmp_path, capsys, monkeypatch):
+    """A full disk after the header and two rows (an injected writer: deterministic, no tmpfs needed)."""
+    real = outputs.StreamedFile.write
+    calls = {"n": 0}
+
+    def filling(self, text):
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise outputs.RuntimeFault(f"cannot write {self.what} {self.path}: {os.strerror(errno.ENOSPC)}")
+        return real(self, text)
+
+    monkeypatch.setattr(outputs.StreamedFile, "write", filling)
+    out, log = tmp_path / "state.npz", tmp_path / "log.csv"
+    rc = main([*SIMULATE, "--out", str(out), "--log", str(log), "--log-every", "1"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err, err
+    assert "No space left on device" in err and "last row: step 1" in err
+    with open(log, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0][0] == "step" and [r[0] for r in rows[1:]] == ["0", "1"]
+    assert np.load(out)["pos"].shape == (64, 3)
+
+
+def test_bench_refuses_a_plot_name_of_another_format(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("app.tools.bench.run_bench", never)
+    rc = main(["bench", "--backend", "cpu", "--n", "64", "--no-progress", "--plot", str(tmp_path / "b.jpg")])
+    one_line(capsys, rc, 2, "--plot", "b.jpg", "must end in .png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_record_refuses_a_video_under_another_name(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("app.commands.record.make_backend", never)
+    rc = main(["record", "plummer", "--n", "64", "--frames", "2", "--out", str(tmp_path / "x.png")])
+    one_line(capsys, rc, 2, "--out", "x.png", "must end in .mp4")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_scene_file_is_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr("app.commands.simulate.make_backend", never)
+    scene = tmp_path / "empty.toml"
+    scene.write_text("\n# nothing here\n")
+    rc = main(["simulate", str(scene), "--steps", "1", "--out", str(tmp_path / "o.npz")])
+    one_line(capsys, rc, 2, "empty.toml", "the scene file is empty")
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_folder_or_a_fifo_as_the_scene_says_what_it_is(tmp_path, capsys, monkeypatch, kind):
+    monkeypatch.setattr("app.commands.simulate.make_backend", never)
+    path = tmp_path / "adir"
+    if kind == "folder":
+        path.mkdir()
+    else:
+        os.mkfifo(path)
+    rc = main(["simulate", str(path), "--steps", "1", "--out", str(tmp_path / "o.npz")])
+    line = one_line(capsys, rc, 2, str(path), "a folder" if kind == "folder" else "not a regular file")
+    assert "did you mean" not in line
+    assert Path(path).exists()
