@@ -143,3 +143,16 @@ def test_a_folder_or_a_fifo_as_the_scene_says_what_it_is(tmp_path, capsys, monke
     line = one_line(capsys, rc, 2, str(path), "a folder" if kind == "folder" else "not a regular file")
     assert "did you mean" not in line
     assert Path(path).exists()
+
+
+def test_a_still_far_in_the_future_says_how_long_it_will_take():
+    """`record --still 1e9` advanced for minutes without a word: after 2 s of advancing it now says what
+    the rest will take at the rate so far, once, when that is over a minute."""
+    from app.render.stills import eta_line
+
+    assert eta_line(100, 3 * 10**10, 1.0) is None  # too early to estimate
+    line = eta_line(100, 3 * 10**10, 2.0)  # 50 frames/s, 3e10 frames: ~19 years
+    assert line is not None and "frame 30,000,000,000" in line and "19.0 years" in line and "Ctrl-C" in line
+    assert eta_line(100, 2000, 2.0) is None  # 38 s to go: not worth a line
+    assert "1.7 h" in eta_line(100, 300_000, 2.0)  # 299,900 frames at 50 a second
+    assert eta_line(100, 100, 5.0) is None  # done
