@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import json
 import os
 from pathlib import Path
 
@@ -156,3 +157,89 @@ def test_a_still_far_in_the_future_says_how_long_it_will_take():
     assert eta_line(100, 2000, 2.0) is None  # 38 s to go: not worth a line
     assert "1.7 h" in eta_line(100, 300_000, 2.0)  # 299,900 frames at 50 a second
     assert eta_line(100, 100, 5.0) is None  # done
+
+
+BENCH = [
+    "bench",
+    "--backend",
+    "cpu",
+    "--kernels",
+    "cpu-simd,cpu-fp64",
+    "--n",
+    "64,128",
+    "--warmup",
+    "1",
+    "--repeats",
+    "1",
+    "--error-sample",
+    "0",
+    "--no-progress",
+]
+
+
+def test_an_interrupted_bench_keeps_its_rows_and_resume_finishes_them(tmp_path, capsys, monkeypatch):
+    """Issue 28's "bench interrupted by Ctrl-C" row: exit 130 and every finished row lost. Now the JSON is
+    rewritten after every row, marked incomplete, and --resume runs only the rows it lacks."""
+    from app.tools import bench
+
+    real = bench._Sweep.row
+    calls = {"n": 0}
+
+    def interrupted_at_the_third(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt
+        return real(self, *args, **kwargs)
+
+    out = tmp_path / "b.json"
+    monkeypatch.setattr(bench._Sweep, "row", interrupted_at_the_third)
+    assert main([*BENCH, "--json", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and f"--resume {out}" in err and "Traceback" not in err
+    kept = json.loads(out.read_text())
+    assert kept["complete"] is False and len(kept["results"]) == 2
+    monkeypatch.setattr(bench._Sweep, "row", real)
+    ran = []
+    monkeypatch.setattr(bench._Sweep, "row", lambda self, *a, **k: ran.append(a[:3]) or real(self, *a, **k))
+    assert main([*BENCH, "--resume", str(out)]) == 0
+    done = json.loads(out.read_text())
+    assert done["complete"] is True and done["resumed_rows"] == 2
+    assert done["results"][:2] == kept["results"]  # the kept rows, as they were
+    assert [(r["kernel"], r["n"]) for r in done["results"]] == [
+        ("cpu-simd", 64),
+        ("cpu-fp64", 64),
+        ("cpu-simd", 128),
+        ("cpu-fp64", 128),
+    ]
+    assert ran == [("plummer", 128, "cpu-simd"), ("plummer", 128, "cpu-fp64")]  # only the missing rows
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (["--seed", "7"], "it was run with seed = 42"),
+        (["--kernels", "cpu-simd", "--n", "256"], "has a row this command would not run"),
+    ],
+)
+def test_resume_refuses_another_plan(tmp_path, capsys, change, message):
+    out = tmp_path / "b.json"
+    result = {
+        "complete": False,
+        "seed": 42,
+        "warmup": 1,
+        "repeats": 1,
+        "max_seconds": None,
+        "results": [{"kernel": "cpu-simd", "scene": "plummer", "n": 64, "tunables": {}}],
+    }
+    out.write_text(json.dumps(result))
+    args = list(BENCH)
+    for flag, value in zip(change[::2], change[1::2], strict=True):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    rc = main([*args, "--resume", str(out)])
+    one_line(capsys, rc, 2, message)
+    out.write_text(json.dumps({**result, "complete": True}))
+    rc = main([*BENCH, "--resume", str(out)])
+    one_line(capsys, rc, 2, "that bench is complete")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from app.commands.options import add_gpu_options, non_negative_int, positive_float, positive_int
@@ -181,7 +182,20 @@ def add_parser(sub) -> None:
         metavar="K",
         help="timed launches; the median is reported (10)",
     )
-    p.add_argument("--json", type=Path, metavar="FILE", help="write the results as JSON")
+    p.add_argument(
+        "--json",
+        type=Path,
+        metavar="FILE",
+        help='write the results as JSON, rewritten after every row (marked "complete": false until the '
+        "last), so an interrupted bench keeps what it measured",
+    )
+    p.add_argument(
+        "--resume",
+        type=Path,
+        metavar="FILE",
+        help="continue an interrupted bench from its JSON: its rows are kept, the rest of the same plan "
+        "is run (give the same options), and the JSON is completed (in FILE, or --json)",
+    )
     p.add_argument(
         "--plot",
         type=Path,
@@ -204,6 +218,41 @@ def main(args) -> int:
     return distributed.as_job(_bench, args)
 
 
+def _resumed_rows(args) -> list[dict]:
+    """The rows of the interrupted bench in --resume FILE; ConfigError when it is not one, or is complete,
+    or was run with other settings than these options."""
+    import json
+
+    from app.core.errors import ConfigError, InputFileError
+
+    path = args.resume
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputFileError(f"--resume {path}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise InputFileError(f"--resume {path}: not a bench JSON ({e})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list) or "complete" not in data:
+        raise InputFileError(
+            f"--resume {path}: not the JSON of an interrupted bench (no results, no complete)"
+        )
+    if data["complete"]:
+        raise ConfigError(f"--resume {path}: that bench is complete; nothing to resume")
+    wanted = {
+        "seed": args.seed,
+        "warmup": args.warmup,
+        "repeats": args.repeats,
+        "max_seconds": args.max_seconds,
+    }
+    for key, value in wanted.items():
+        if data.get(key) != value:
+            raise ConfigError(
+                f"--resume {path}: it was run with {key} = {data.get(key)!r}, this command asks for "
+                f"{value!r}; give the interrupted run's options"
+            )
+    return data["results"]
+
+
 def _bench(args, comm) -> int:
     """The benchmark; under MPI (`comm`) every rank times its share of every step together and rank 0
     prints and writes the result."""
@@ -215,6 +264,9 @@ def _bench(args, comm) -> int:
 
     tunables = parse_tunable_lists(args.tunables)
     lead = comm is None or comm.rank == 0
+    done_rows = _resumed_rows(args) if args.resume else None
+    if args.resume and args.json is None:
+        args.json = args.resume
     if lead:
         check_outputs((args.json, "bench results"), (args.plot, "bench plot"))  # before the benchmarking
         check_suffix(args.plot, (".png",), "plot", "--plot")  # matplotlib's PNG under a .jpg name was one
@@ -249,11 +301,35 @@ def _bench(args, comm) -> int:
         "error_sample": args.error_sample,
         "max_seconds": args.max_seconds,
     }
-    result = (
-        bench.run_scaling(counts, names, args.n, **options)
-        if counts
-        else bench.run_bench(cls, names, args.n, **options)
-    )
+    if counts and args.resume:
+        raise ConfigError("--resume continues a one-device bench; a --gpus bench runs again from the start")
+
+    def keep(result: dict) -> None:  # the rows so far, after each row: Ctrl-C keeps what was measured
+        bench.write_json(result, args.json)
+
+    try:
+        result = (
+            bench.run_scaling(counts, names, args.n, **options)
+            if counts
+            else bench.run_bench(
+                cls,
+                names,
+                args.n,
+                **options,
+                on_row=keep if lead and args.json else None,
+                done_rows=done_rows,
+            )
+        )
+    except KeyboardInterrupt:
+        if lead:
+            kept = (
+                f"the rows measured so far are in {args.json} (marked incomplete); continue with "
+                f"nbody-live bench ... --resume {args.json}"
+                if args.json and args.json.exists() and not counts
+                else "nothing was kept: give --json FILE to keep the rows as they finish"
+            )
+            print(f"nbody-live bench: interrupted; {kept}", file=sys.stderr)
+        return 130
     if not lead:
         return 0
     bench.print_table(result)

@@ -35,6 +35,7 @@ git commit, the device facts, the reference lines), bench_report.py (the JSON, t
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import platform
 import sys
@@ -149,9 +150,14 @@ def run_bench(
     tunables: dict[str, list] | None = None,
     error_sample: int = DEFAULT_ERROR_SAMPLE,
     max_seconds: float | None = None,
+    on_row=None,
+    done_rows: list[dict] | None = None,
 ) -> dict:
     """Time the force launch of every kernel at every N (see the module doc); returns the JSON-ready
-    result. `scenes`: app.model.ics generators whose seeded bodies are timed, one set of rows per scene;
+    result, its "complete" false until the last row. `on_row(result)` is called after every row (the
+    command writes its JSON there, so an interrupted run keeps what it measured); `done_rows`, the rows
+    of an interrupted run of the same plan, are kept and not run again (`bench --resume`).
+    `scenes`: app.model.ics generators whose seeded bodies are timed, one set of rows per scene;
     `tunables`: {name: [values]} swept (app.tools.bench_sweep); `error_sample`: targets sampled for the force
     error of approximate kernels (0: none); `max_seconds`: a row whose warm-up and timed steps would take
     longer is skipped with the reason (predicted from a smaller N, or stopped while running)."""
@@ -178,6 +184,11 @@ def run_bench(
         for name in kernels
         for setting in settings.get(name, [{}])
     ]
+    if done_rows:
+        plan = resumed_plan(plan, done_rows)
+        result["results"] = list(done_rows)
+        result["resumed_rows"] = len(done_rows)
+    result["complete"] = False
     approximate = {name for name, rec in records.items() if rec.approximate}
     sampled = sum(error_sample > 0 and name in approximate for _, _, name, _ in plan)
     bar = _progress(len(plan) + sampled, progress and reason is None)
@@ -198,10 +209,33 @@ def run_bench(
         sweep.open(result)
         for scene, n, name, setting in plan:
             result["results"].append(sweep.row(scene, n, name, setting, result))
+            if on_row is not None:
+                on_row(result)
     finally:
         sweep.close()
+    result["complete"] = True
     result["fastest_within_budget"] = fastest_within_budget(result["results"])
     return result
+
+
+def row_key(scene: str, n: int, kernel: str, tunables: dict) -> tuple:
+    """What names a row of a bench's plan: its scene, N, kernel and tunable setting."""
+    return (scene, int(n), kernel, json.dumps(tunables, sort_keys=True, default=str))
+
+
+def resumed_plan(plan: list[tuple], done_rows: list[dict]) -> list[tuple]:
+    """The plan's rows that `done_rows` lacks, in plan order; ConfigError when a done row is not in the
+    plan (the resumed command asks for other kernels, N, scenes or tunables)."""
+    keys = [row_key(*entry) for entry in plan]
+    done = {row_key(r["scene"], r["n"], r["kernel"], r.get("tunables", {})) for r in done_rows}
+    stray = done - set(keys)
+    if stray:
+        scene, n, kernel, tunables = sorted(stray)[0]
+        raise ConfigError(
+            f"--resume: the file has a row this command would not run ({kernel}, {scene}, N = {n:,}, "
+            f"tunables {tunables}); give the interrupted run's --kernels, --n, --scene and --tunable"
+        )
+    return [entry for entry, key in zip(plan, keys, strict=True) if key not in done]
 
 
 def _result_head(
