@@ -243,3 +243,18 @@ def test_resume_refuses_another_plan(tmp_path, capsys, change, message):
     out.write_text(json.dumps({**result, "complete": True}))
     rc = main([*BENCH, "--resume", str(out)])
     one_line(capsys, rc, 2, "that bench is complete")
+
+
+def test_gpus_all_on_the_cpu_means_one_device_a_core(monkeypatch):
+    """Issue 28's row: `--gpus all --backend cpu` on 2 cores gave 8 "devices" (a fixed cap). "all" is now
+    the core count (at most 8); an explicit K up to 8 still runs, for the CI's driver tests."""
+    from app.backends.cpu import CPUBackend
+    from app.backends.cpu_multi import MAX_CPU_DEVICES, CpuDevices
+    from app.backends.multi import multi_backend_class
+
+    for cores, want in ((2, 2), (1, 1), (64, MAX_CPU_DEVICES)):
+        monkeypatch.setattr(os, "cpu_count", lambda c=cores: c)
+        assert CpuDevices.all_count() == want
+        assert multi_backend_class(CPUBackend, "all").k == want
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert multi_backend_class(CPUBackend, 4).k == 4

@@ -158,6 +158,9 @@ class TwinGpus:
     def count(self) -> int:
         return 4
 
+    def all_count(self) -> int:
+        return 4
+
     def names(self, k):
         return [f"twin{i}" for i in range(k)]
 

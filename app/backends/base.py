@@ -106,7 +106,9 @@ class DeviceKind(Protocol):
     what: str  # the devices in a sentence: "GPUs", "CPU devices"
     default_kernel: str  # the kernel a load without one runs
 
-    def count(self) -> int: ...  # how many exist here
+    def count(self) -> int: ...  # how many exist here (the most --gpus K may ask for)
+
+    def all_count(self) -> int: ...  # how many `--gpus all` means
 
     def names(self, k: int) -> list[str]: ...  # the names devices 0..k-1 will have
 

@@ -11,6 +11,7 @@ by the same kernel over the same sources in the same order, whoever computes it)
 
 from __future__ import annotations
 
+import os
 from functools import partial
 from typing import Any
 
@@ -221,6 +222,12 @@ class CpuDevices:
         kernel runs parallel over every core anyway), there to exercise the driver, also on a CI machine
         with two cores."""
         return MAX_CPU_DEVICES
+
+    @staticmethod
+    def all_count() -> int:
+        """`--gpus all` on the CPU: one device a core (at most MAX_CPU_DEVICES), which is what "all" says;
+        an explicit K up to MAX_CPU_DEVICES still runs on fewer cores (the CI's two)."""
+        return max(1, min(os.cpu_count() or 1, MAX_CPU_DEVICES))
 
     @staticmethod
     def names(k: int) -> list[str]:

@@ -71,7 +71,7 @@ def multi_backend_class(base: type[Backend], k, driver: str = "auto", exchange: 
     if kind is None:
         raise ConfigError(f"--gpus: backend {base.name!r} has no multi-device form; use one device")
     kind.check_exchange(exchange)
-    count = resolve_device_count(k, kind.count(), kind.what)
+    count = resolve_device_count(k, kind.count(), kind.what, all_count=kind.all_count())
     if count == 1 and issubclass(base, MultiDeviceBackend) and (driver, exchange) == ("auto", "auto"):
         return base  # one GPU is the K = 1 run already (app/backends/cuda/backend.py)
     return type(

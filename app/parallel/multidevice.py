@@ -93,12 +93,12 @@ __all__ = [  # what the run uses, and the names of the modules it was split into
 ]
 
 
-def resolve_device_count(request, available: int, what: str = "GPUs") -> int:
-    """How many devices a request means here: "all" is every one; more than exist is a ConfigError
-    (exit 2) saying how many there are."""
+def resolve_device_count(request, available: int, what: str = "GPUs", all_count: int | None = None) -> int:
+    """How many devices a request means here: "all" is `all_count` (default: every one that exists); more
+    than exist is a ConfigError (exit 2) saying how many there are."""
     request = parse_device_count(request)
     if request == "all":
-        return available
+        return available if all_count is None else all_count
     if request > available:
         raise ConfigError(
             f"--gpus {request}: this machine has {available} {what}; ask for at most "

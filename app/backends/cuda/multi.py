@@ -80,6 +80,10 @@ class GpuDevices:
 
         return device_count()
 
+    @classmethod
+    def all_count(cls) -> int:
+        return cls.count()  # every GPU
+
     @staticmethod
     def names(k: int) -> list[str]:
         """The names the GPUs will have (CudaDevice.name), before any context is made."""
