@@ -150,9 +150,9 @@ def test_record_button_indicator_and_v_finalise_a_playable_mp4_of_the_particles(
     # frame k of the clip is the first drawn at or after k / 60 s: with the clock standing still, the
     # clip catches up with it (started between two frames, it is one behind) ...
     ui.frame(2, dt=0.0)
-    assert rec.offered == math.floor(rec.elapsed * 60) + 1
+    assert rec.next_slot == math.floor(rec.elapsed * 60) + 1
     ui.frame(3, dt=0.0)  # ... and then frames drawn faster than 60 fps are not sampled
-    assert rec.offered == math.floor(rec.elapsed * 60) + 1
+    assert rec.next_slot == math.floor(rec.elapsed * 60) + 1
     ui.key("Space", " ")  # pause: the last frames show a state we can render again for comparison
     offered = rec.offered
     ui.frame(2)
@@ -293,3 +293,31 @@ def test_run_command_record_cost_timings_and_help(gl_env, tmp_path, capsys):
     help_text = capsys.readouterr().out
     assert "--record-to" in help_text and "--record-cost" in help_text
     assert any(line.split()[:1] == ["V"] and "record" in line for line in help_text.splitlines())
+
+
+@pytest.mark.parametrize("view_fps", [20, 45, 60])
+def test_the_clip_lasts_the_wall_time_it_recorded_at_any_view_rate(ui, view_fps):
+    """Issue 28: a view drawn at 20 fps gave a 60 fps clip of a third of the time (4 s of viewing, 0.6 s of
+    clip). Each sampled frame now carries its wall-clock slot, so a slow view's frames last as long as they
+    were on screen: 2 s of viewing (the recorder's clock) plays 2 s, within 5%, at 20, 45 and 60 fps."""
+    import av
+
+    ui.ctl.toggle_recording()
+    rec = ui.rec.recording
+    assert rec is not None, ui.ctl.message
+    start = rec.elapsed
+    frames = round(2.0 * view_fps)
+    for k in range(frames):
+        ui.frame(1, dt=1.0 / view_fps)
+        if k % 8 == 7 or k == frames - 1:
+            ui.settle()  # no drops: the test is about time, not about this machine's encoder speed
+    wall = rec.elapsed - start
+    ui.ctl.toggle_recording()
+    res = ui.rec.recordings[-1]
+    with av.open(str(res.path)) as c:
+        s = c.streams.video[0]
+        times = [float(f.pts * f.time_base) for f in c.decode(video=0)]
+    clip = times[-1] - times[0] + 1.0 / 60.0  # the last frame lasts one video frame
+    assert res.dropped == 0
+    assert len(times) == res.frames and s.average_rate is not None
+    assert clip == pytest.approx(wall, rel=0.05), (view_fps, len(times), clip, wall)

@@ -13,9 +13,10 @@ particles are drawn again, centred: recordings look the same with or without the
 asynchronous PBO readback; frames whose readback is done go to the encoder thread,
 and when its queue is full the frame is dropped and counted instead of waiting, so the view keeps its
 frame rate. The CPU time of that per frame is `viewer.stats.record_ms` (and the FrameLog's `record_ms`).
-The mp4 has the `record` command's encoder settings: a fixed rate (60 fps) sampled by wall time, so the
+The mp4 has the `record` command's encoder settings: a 60 fps time base sampled by wall time, so the
 clip plays at the speed the user saw: frame k is the first frame drawn at or after t = k / fps (frames
-drawn faster than that are not sampled; a dropped frame leaves its slot to the previous one), x264 CRF
+drawn faster than that are not sampled; a view drawn slower leaves gaps in the frames' times, so each
+frame lasts as long as it was on screen; a dropped frame leaves its slot to the previous one), x264 CRF
 20, preset fast. Stop (V again, or closing the viewer: the close event comes while the GL context still
 lives) drains the readback and the encoder and renames the hidden temporary file into place. A failure
 (unwritable directory, full disk, an encoder error) stops the recording, removes the partial file and
@@ -104,12 +105,13 @@ class LiveRecording:
     clock: Callable[[], float] = time.perf_counter  # seconds; the ViewRecorder's (a test's own)
     drawn: int = 0  # frames the viewer drew while recording
     offered: int = 0  # video frames handed to the recorder (captured, or dropped when it was full)
+    next_slot: int = 0  # the next video frame time due (t = next_slot / fps): past a slow view's gaps
     record_ms: list[float] = field(default_factory=list)  # capture CPU time of each frame captured
 
     def due(self, fps: float) -> bool:
         """Whether wall time has reached the next video frame: the clip plays at the speed the user saw,
         and the encoder sees at most `fps` frames a second however fast the view draws."""
-        return self.elapsed * fps >= self.offered
+        return self.elapsed * fps >= self.next_slot
 
     @property
     def elapsed(self) -> float:
@@ -295,7 +297,11 @@ class ViewRecorder:
             viewer.stats.record_ms = 0.0
             viewer.stats.extra["recording"] = r.indicator()
             return
-        index = r.offered  # the clip's frame k is the first frame drawn at or after t = k / fps
+        # the clip's frame k is the first frame drawn at or after t = k / fps, and it lasts until the next
+        # one sampled: a view drawn slower than `fps` leaves gaps in the frames' times (their pts), which the
+        # mp4 plays as the longer frames the user saw, so the clip lasts the wall time it recorded
+        index = max(r.next_slot, int(r.elapsed * rec.fps))
+        r.next_slot = index + 1
         r.offered += 1
         try:
             # a frame the encoder cannot take now would be dropped at the hand-over anyway: the blit,
