@@ -814,3 +814,33 @@ def test_a_tab_added_in_one_entry_shows_and_its_control_reaches_the_scene(gl_env
         assert before != toy_section.BRIGHTER and u.scene.render.brightness == toy_section.BRIGHTER
     finally:
         u.close()
+
+
+def test_tab_brings_the_panel_back_without_giving_a_widget_the_keyboard(gl_env):
+    """Issue 28: Tab (hide, then show the panel) also reached ImGui, whose Tab moved the keyboard into the
+    θ slider's text field, so the next V typed a "v" there instead of starting a recording. Tab is the
+    viewer's key: after hiding and showing the panel, no widget takes text and V reaches its action."""
+    from vispy.util import keys
+
+    ui = UI(kernel="cpu-tree")  # a kernel with tunables: the θ slider is drawn
+    request = None
+    try:
+        assert any("theta" in name for name in ui.panel.item_rects), sorted(ui.panel.item_rects)
+        request = _tab_then_v(ui, keys)
+    finally:
+        ui.close()
+    assert request == ["V"]
+
+
+def _tab_then_v(ui, keys) -> list[str]:
+    pressed: list[str] = []
+    ui.viewer.key_actions["V"] = lambda: pressed.append("V")
+    ui.key(keys.TAB)
+    assert not ui.panel.visible
+    ui.key(keys.TAB)
+    assert ui.panel.visible
+    ui.frame(3)
+    io = ui.panel.bridge._io()
+    assert not io.want_text_input and not ui.panel.modal_input
+    ui.key(keys.Key("V"), "v")
+    return pressed

@@ -43,8 +43,9 @@ _BUTTONS = {1: 0, 2: 1, 3: 2}  # vispy: 1 left, 2 right, 3 middle -> ImGui 0, 1,
 
 def _key_map(imgui) -> dict[str, object]:
     K = imgui.Key
+    # No Tab: it is the viewer's key (show / hide the panel), and ImGui's Tab moves the keyboard into the
+    # next widget's text field (the θ slider), where the next V would be typed instead of recording
     m = {
-        "Tab": K.tab,
         "Left": K.left_arrow,
         "Right": K.right_arrow,
         "Up": K.up_arrow,
