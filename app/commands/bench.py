@@ -182,6 +182,19 @@ def add_parser(sub) -> None:
         metavar="K",
         help="timed launches; the median is reported (10)",
     )
+    _add_output_options(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_gpu_options(
+        p,
+        gpus_help="comma-separated device counts, e.g. 1,2 or 1,all: every kernel and N on "
+        "each count through the multi-device driver, plus scaling rows (speed-up "
+        'and efficiency per N); with --backend cpu, CPU "devices"',
+    )
+    p.set_defaults(func=main)
+
+
+def _add_output_options(p) -> None:
+    """--json, --resume and --plot."""
     p.add_argument(
         "--json",
         type=Path,
@@ -202,14 +215,6 @@ def add_parser(sub) -> None:
         metavar="FILE.png",
         help="write interactions/s vs N as a PNG (with --gpus 1,2: step time and speed-up)",
     )
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_gpu_options(
-        p,
-        gpus_help="comma-separated device counts, e.g. 1,2 or 1,all: every kernel and N on "
-        "each count through the multi-device driver, plus scaling rows (speed-up "
-        'and efficiency per N); with --backend cpu, CPU "devices"',
-    )
-    p.set_defaults(func=main)
 
 
 def main(args) -> int:
@@ -256,7 +261,7 @@ def _resumed_rows(args) -> list[dict]:
 def _bench(args, comm) -> int:
     """The benchmark; under MPI (`comm`) every rank times its share of every step together and rank 0
     prints and writes the result."""
-    from app.backends import find_kernel, select_backend
+    from app.backends import select_backend
     from app.commands.options import parse_tunable_lists
     from app.core.errors import ConfigError
     from app.core.outputs import check_outputs, check_suffix
@@ -280,13 +285,7 @@ def _bench(args, comm) -> int:
     counts = _device_classes(cls, args) if args.gpus else None
     if counts:
         cls = next(iter(counts.values()))
-    names = [r.name for r in cls.kernels()] if args.kernels == "all" else args.kernels.split(",")
-    for name in names:
-        if find_kernel(name).backend != cls.name:
-            raise ConfigError(
-                f"kernel {name!r} is not a {cls.name} kernel; {cls.name} kernels: "
-                + ", ".join(r.name for r in cls.kernels())
-            )
+    names = _kernel_names(cls, args.kernels)
     if comm is not None:
         from app.backends.ranks import ranks_backend_class
 
@@ -332,6 +331,29 @@ def _bench(args, comm) -> int:
         return 130
     if not lead:
         return 0
+    _write_outputs(result, args)
+    return 0
+
+
+def _kernel_names(cls, kernels: str) -> list[str]:
+    """--kernels (all, or names) as names of `cls`'s records; ConfigError naming one of another backend."""
+    from app.backends import find_kernel
+    from app.core.errors import ConfigError
+
+    names = [r.name for r in cls.kernels()] if kernels == "all" else kernels.split(",")
+    for name in names:
+        if find_kernel(name).backend != cls.name:
+            raise ConfigError(
+                f"kernel {name!r} is not a {cls.name} kernel; {cls.name} kernels: "
+                + ", ".join(r.name for r in cls.kernels())
+            )
+    return names
+
+
+def _write_outputs(result: dict, args) -> None:
+    """The table, and the complete JSON and plot (rank 0's)."""
+    from app.tools import bench
+
     bench.print_table(result)
     if args.json:
         bench.write_json(result, args.json)
@@ -346,4 +368,3 @@ def _bench(args, comm) -> int:
 
             plot(result, args.plot)
         print(f"wrote {args.plot}")
-    return 0
