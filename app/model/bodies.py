@@ -57,14 +57,16 @@ class Bodies:
     ) -> Bodies:
         """Build (float64, contiguous) and validate; `source` names the origin (a file, a generator) in
         error messages, `row_label(i)` body i's place in it (see `validate`)."""
-        bodies = cls(
-            pos=np.ascontiguousarray(pos, dtype=np.float64).reshape(-1, 3),
-            vel=np.ascontiguousarray(vel, dtype=np.float64).reshape(-1, 3),
-            mass=np.ascontiguousarray(mass, dtype=np.float64).reshape(-1),
-            time=float(time),
-            ids=None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1),
-            components=components,
-        )
+        # a damaged file's NaN or huge values warn in the casts; `validate` below names the body instead
+        with np.errstate(invalid="ignore", over="ignore"):
+            bodies = cls(
+                pos=np.ascontiguousarray(pos, dtype=np.float64).reshape(-1, 3),
+                vel=np.ascontiguousarray(vel, dtype=np.float64).reshape(-1, 3),
+                mass=np.ascontiguousarray(mass, dtype=np.float64).reshape(-1),
+                time=float(time),
+                ids=None if ids is None else np.asarray(ids, dtype=np.int64).reshape(-1),
+                components=components,
+            )
         bodies.validate(source, row_label)
         return bodies
 

@@ -8,7 +8,9 @@ as ``component`` (N,) and ``component_names`` (K,) texts.
 
 from __future__ import annotations
 
+import struct
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +38,19 @@ def read_npz(path) -> Bodies:
         try:
             with np.load(f, allow_pickle=False) as z:
                 arrays = {key: z[key] for key in z.files}
-        except (zipfile.BadZipFile, ValueError, EOFError, OSError) as e:
+        # what a damaged archive raises from zipfile, zlib and numpy's header parser (found by fuzzing,
+        # tests/test_fuzz_readers.py: an unsupported "zip version" or compression method among them)
+        except (
+            zipfile.BadZipFile,
+            ValueError,
+            EOFError,
+            OSError,
+            NotImplementedError,
+            KeyError,
+            struct.error,
+            zlib.error,
+            MemoryError,
+        ) as e:
             raise InputFileError(
                 f"{path}: damaged npz archive ({e}); expected numpy.savez output with keys "
                 "pos, vel, mass, time, ids"

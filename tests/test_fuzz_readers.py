@@ -1,0 +1,109 @@
+"""Issue 28, item 5 (a first part): every snapshot reader (Tipsy, NEMO, NBabel, csv, npz) fed damaged
+copies of a valid file — truncated, bit-flipped, bytes overwritten by huge counts, byte-swapped — either
+reads Bodies or raises the project's UserError naming the file. Anything else (a traceback's
+IndexError, ValueError, struct.error, MemoryError) fails, and so does a case slower than CASE_S. Found
+with hypothesis; its shrunk inputs for bugs found are kept below as regression cases."""
+
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from app.core.errors import UserError  # noqa: E402
+from app.model import formats  # noqa: E402
+from app.model.bodies import Bodies  # noqa: E402
+
+CASES = 2000  # per reader (the issue's floor)
+CASE_S = 2.0  # one damaged file, read or refused
+EXTENSIONS = {"tipsy": ".tipsy", "nemo": ".nemo", "nbabel": ".nbabel", "csv": ".csv", "npz": ".npz"}
+
+
+def _valid(tmp: Path, fmt: str) -> bytes:
+    rng = np.random.default_rng(3)
+    n = 24
+    bodies = Bodies.from_arrays(rng.normal(size=(n, 3)), rng.normal(size=(n, 3)), np.full(n, 1.0 / n))
+    rows = np.column_stack([bodies.mass, bodies.pos, bodies.vel])
+    if fmt == "nbabel":  # no writer: `-1 m x y z vx vy vz` per line (the NBabel inputs' layout)
+        return "".join(f"{i} " + " ".join(f"{v:.17g}" for v in r) + "\n" for i, r in enumerate(rows)).encode()
+    if fmt == "nemo":  # no writer: `N t`, then `m x y z vx vy vz` per line (NEMO's ASCII snapshot)
+        return (f"{n} 0.0\n" + "".join(" ".join(f"{v:.17g}" for v in r) + "\n" for r in rows)).encode()
+    path = tmp / f"valid{EXTENSIONS[fmt]}"
+    formats.write(path, bodies, format=fmt)
+    return path.read_bytes()
+
+
+@st.composite
+def damaged(draw, data: bytes) -> bytes:
+    """One of: a truncation, bit flips, a 4- or 8-byte run set to a huge count, or a byte-swapped run."""
+    kind = draw(st.sampled_from(["truncate", "flip", "huge", "swap"]))
+    b = bytearray(data)
+    if kind == "truncate":
+        return bytes(b[: draw(st.integers(0, max(len(b) - 1, 0)))])
+    if kind == "flip":
+        for _ in range(draw(st.integers(1, 8))):
+            i = draw(st.integers(0, len(b) - 1))
+            b[i] ^= 1 << draw(st.integers(0, 7))
+        return bytes(b)
+    at = draw(st.integers(0, max(len(b) - 8, 0)))
+    if kind == "huge":
+        value = draw(st.sampled_from([2**31 - 1, 2**32 - 1, 10**12, -1, 2**63 - 1]))
+        packed = (
+            struct.pack("<q", value)
+            if draw(st.booleans())
+            else struct.pack("<i", max(min(value, 2**31 - 1), -(2**31)))
+        )
+        b[at : at + len(packed)] = packed
+        return bytes(b)
+    run = b[at : at + 8]
+    b[at : at + 8] = run[::-1]
+    return bytes(b)
+
+
+@pytest.mark.filterwarnings("error")  # a warning would be a second line on the terminal
+@pytest.mark.parametrize("fmt", sorted(EXTENSIONS))
+def test_a_damaged_snapshot_is_read_or_refused_in_one_line(fmt, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"fuzz-{fmt}")
+    data = _valid(tmp, fmt)
+    path = tmp / f"damaged{EXTENSIONS[fmt]}"
+
+    @settings(
+        max_examples=CASES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(damaged(data))
+    def check(blob: bytes) -> None:
+        path.write_bytes(blob)
+        t0 = time.perf_counter()
+        try:
+            bodies = formats.read(path, format=fmt)
+        except UserError as e:
+            message = str(e)
+            assert path.name in message and "\n" not in message.strip(), message
+        else:
+            assert isinstance(bodies, Bodies)
+        assert time.perf_counter() - t0 < CASE_S
+
+    check()
+
+
+def test_regression_an_npz_member_of_an_unknown_zip_version(tmp_path):
+    """Found by the fuzzing above: a flipped "version needed to extract" in the zip's central directory
+    made zipfile raise NotImplementedError ("zip file version 25.5"), a traceback past the npz reader."""
+    data = bytearray(_valid(tmp_path, "npz"))
+    central = data.index(b"PK\x01\x02")
+    data[central + 6 : central + 8] = b"\xff\x00"  # version needed: 25.5
+    path = tmp_path / "odd.npz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(UserError, match="odd.npz: damaged npz archive"):
+        formats.read(path)
