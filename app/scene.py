@@ -141,9 +141,14 @@ def load_scene(name_or_path: str | None = None, overrides: dict[str, object] | N
     if name_or_path:
         path = resolve_scene_path(name_or_path)
         try:
-            data = tomllib.loads(path.read_text())
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
         except tomllib.TOMLDecodeError as e:
             raise ConfigError(f"{path}: not valid TOML: {e}") from None
+        except UnicodeDecodeError as e:  # a binary or damaged file (found by tests/test_fuzz_readers.py)
+            raise ConfigError(
+                f"{path}: not a text file (byte {e.object[e.start]:#04x} at offset {e.start} is not "
+                "UTF-8); a scene file is TOML text"
+            ) from None
         if not data:  # an empty file is a mistake, not a request for the defaults
             raise ConfigError(
                 f"{path}: the scene file is empty; give at least an [initial] table (a generator and n, or a "

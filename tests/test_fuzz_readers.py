@@ -1,8 +1,9 @@
-"""Issue 28, item 5 (a first part): every snapshot reader (Tipsy, NEMO, NBabel, csv, npz) fed damaged
-copies of a valid file — truncated, bit-flipped, bytes overwritten by huge counts, byte-swapped — either
-reads Bodies or raises the project's UserError naming the file. Anything else (a traceback's
-IndexError, ValueError, struct.error, MemoryError) fails, and so does a case slower than CASE_S. Found
-with hypothesis; its shrunk inputs for bugs found are kept below as regression cases."""
+"""Issue 28, item 5 (a first part): every snapshot reader (Tipsy, NEMO, NBabel, csv, npz), and the scene
+TOML, fed damaged copies of a valid file (truncated, bit-flipped, bytes overwritten by huge counts,
+byte-swapped) either reads it or raises the project's UserError naming the file in one line. Anything
+else (a traceback's IndexError, ValueError, struct.error, MemoryError, a warning) fails, and so does a case
+slower than CASE_S. Found with hypothesis (derandomized: the same cases every run); the inputs of the bugs
+it found are kept below as regression cases."""
 
 from __future__ import annotations
 
@@ -107,3 +108,45 @@ def test_regression_an_npz_member_of_an_unknown_zip_version(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(UserError, match="odd.npz: damaged npz archive"):
         formats.read(path)
+
+
+@pytest.mark.filterwarnings("error")
+def test_a_damaged_scene_file_is_loaded_or_refused_in_one_line(tmp_path_factory):
+    """The collision preset's TOML, damaged the same ways: load_scene (and make_bodies' checks of its
+    values) either gives a Scene or raises the project's UserError naming the file."""
+    from app.core.paths import SCENES
+    from app.scene import load_scene
+
+    tmp = tmp_path_factory.mktemp("fuzz-scene")
+    data = (SCENES / "collision.toml").read_bytes()
+    path = tmp / "damaged.toml"
+
+    @settings(
+        max_examples=CASES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(damaged(data))
+    def check(blob: bytes) -> None:
+        path.write_bytes(blob)
+        t0 = time.perf_counter()
+        try:
+            load_scene(str(path))
+        except UserError as e:
+            message = str(e)
+            assert "\n" not in message.strip(), message
+        assert time.perf_counter() - t0 < CASE_S
+
+    check()
+
+
+def test_regression_a_scene_file_that_is_not_utf8(tmp_path):
+    """Found by the fuzzing above: a scene file starting with 0xff raised UnicodeDecodeError (a traceback)."""
+    from app.scene import load_scene
+
+    path = tmp_path / "binary.toml"
+    path.write_bytes(b"\xff\xff\xff\x7f[scene]\n")
+    with pytest.raises(UserError, match=r"binary.toml: not a text file \(byte 0xff at offset 0"):
+        load_scene(str(path))
