@@ -1,5 +1,5 @@
-"""Issue 28, item 5 (a first part): every snapshot reader (Tipsy, NEMO, NBabel, csv, npz), and the scene
-TOML, fed damaged copies of a valid file (truncated, bit-flipped, bytes overwritten by huge counts,
+"""Issue 28, item 5: every snapshot reader (Tipsy, NEMO, NBabel, csv, npz), the scene TOML and a series'
+series.json, fed damaged copies of a valid file (truncated, bit-flipped, bytes overwritten by huge counts,
 byte-swapped) either reads it or raises the project's UserError naming the file in one line. Anything
 else (a traceback's IndexError, ValueError, struct.error, MemoryError, a warning) fails, and so does a case
 slower than CASE_S. Found with hypothesis (derandomized: the same cases every run); the inputs of the bugs
@@ -150,3 +150,75 @@ def test_regression_a_scene_file_that_is_not_utf8(tmp_path):
     path.write_bytes(b"\xff\xff\xff\x7f[scene]\n")
     with pytest.raises(UserError, match=r"binary.toml: not a text file \(byte 0xff at offset 0"):
         load_scene(str(path))
+
+
+@pytest.mark.filterwarnings("error")
+def test_a_damaged_series_manifest_is_opened_or_refused_in_one_line(tmp_path_factory):
+    """A series written by `simulate --snapshot-every`, its series.json damaged the same ways: open_series
+    either opens the series or raises the project's UserError in one line."""
+    from app.cli import main
+    from app.model.series import MANIFEST, open_series
+
+    folder = tmp_path_factory.mktemp("fuzz-series") / "run"
+    argv = [
+        "simulate",
+        "plummer",
+        "--n",
+        "32",
+        "--steps",
+        "4",
+        "--snapshot-every",
+        "2",
+        "--out-dir",
+        str(folder),
+    ]
+    assert main([*argv, "--backend", "cpu", "--kernel", "cpu-simd"]) == 0
+    manifest = folder / MANIFEST
+    data = manifest.read_bytes()
+
+    @settings(
+        max_examples=CASES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(damaged(data))
+    def check(blob: bytes) -> None:
+        manifest.write_bytes(blob)
+        t0 = time.perf_counter()
+        try:
+            open_series(str(folder), progress=None)
+        except UserError as e:
+            message = str(e)
+            assert "\n" not in message.strip(), message
+        assert time.perf_counter() - t0 < CASE_S
+
+    check()
+
+
+def test_regression_a_series_manifest_entry_without_its_file(tmp_path):
+    """Found by the fuzzing above: an entry whose "file" key was damaged raised KeyError (a traceback)."""
+    from app.cli import main
+    from app.model.series import MANIFEST, open_series
+
+    folder = tmp_path / "run"
+    argv = [
+        "simulate",
+        "plummer",
+        "--n",
+        "32",
+        "--steps",
+        "4",
+        "--snapshot-every",
+        "2",
+        "--out-dir",
+        str(folder),
+    ]
+    assert main([*argv, "--backend", "cpu", "--kernel", "cpu-simd"]) == 0
+    manifest = folder / MANIFEST
+    manifest.write_text(
+        manifest.read_text().replace('"file": "snap_00000002.npz"', '"": "snap_00000002.npz"')
+    )
+    with pytest.raises(UserError, match="series.json: snapshot entry 1 is damaged"):
+        open_series(str(folder), progress=None)

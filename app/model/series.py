@@ -232,6 +232,26 @@ def read_manifest(path: Path) -> dict:
             f"{path}: not an nbody-live series manifest; delete or rename it to replay the "
             "snapshot files in its folder in name order"
         )
+    # every entry as the readers and a resumed writer use it (a damaged one raised KeyError or TypeError
+    # past this check: tests/test_fuzz_readers.py)
+    for k, entry in enumerate(data["snapshots"]):
+        if not (
+            isinstance(entry, dict)
+            and set(entry) == {"file", "step", "time"}
+            and isinstance(entry["file"], str)
+            and entry["file"] == Path(entry["file"]).name != ""
+            and isinstance(entry["step"], int)
+            and not isinstance(entry["step"], bool)
+            and isinstance(entry["time"], int | float)
+            and not isinstance(entry["time"], bool)
+        ):
+            raise InputFileError(
+                f"{path}: snapshot entry {k} is damaged ({str(entry)[:80]}); each is "
+                '{"file": NAME, "step": K, "time": T}; delete the manifest to replay the snapshot files in '
+                "its folder in name order"
+            )
+    if "t0" in data and (isinstance(data["t0"], bool) or not isinstance(data["t0"], int | float)):
+        raise InputFileError(f"{path}: t0 = {data['t0']!r} is not a number; delete the damaged manifest")
     return data
 
 
