@@ -218,6 +218,9 @@ class SeriesWriter:
             f.write(f'{head},\n "snapshots": [\n  {rows}\n ]\n}}\n')
 
 
+REBUILD = "delete the manifest to replay the snapshot files in its folder in name order"
+
+
 def read_manifest(path: Path) -> dict:
     """A series.json, checked enough to be used; InputFileError naming it otherwise."""
     try:
@@ -233,25 +236,18 @@ def read_manifest(path: Path) -> dict:
             "snapshot files in its folder in name order"
         )
     # every entry as the readers and a resumed writer use it (a damaged one raised KeyError or TypeError
-    # past this check: tests/test_fuzz_readers.py)
-    for k, entry in enumerate(data["snapshots"]):
+    # past this check: tests/test_fuzz_readers.py); type() is, not isinstance: True is not a step
+    for k, e in enumerate(data["snapshots"]):
         if not (
-            isinstance(entry, dict)
-            and set(entry) == {"file", "step", "time"}
-            and isinstance(entry["file"], str)
-            and entry["file"] == Path(entry["file"]).name != ""
-            and isinstance(entry["step"], int)
-            and not isinstance(entry["step"], bool)
-            and isinstance(entry["time"], int | float)
-            and not isinstance(entry["time"], bool)
+            isinstance(e, dict) and set(e) == {"file", "step", "time"} and type(e["file"]) is str
+        ) or not (
+            e["file"] == Path(e["file"]).name != ""
+            and type(e["step"]) is int
+            and type(e["time"]) in (int, float)
         ):
-            raise InputFileError(
-                f"{path}: snapshot entry {k} is damaged ({str(entry)[:80]}); each is "
-                '{"file": NAME, "step": K, "time": T}; delete the manifest to replay the snapshot files in '
-                "its folder in name order"
-            )
-    if "t0" in data and (isinstance(data["t0"], bool) or not isinstance(data["t0"], int | float)):
-        raise InputFileError(f"{path}: t0 = {data['t0']!r} is not a number; delete the damaged manifest")
+            raise InputFileError(f"{path}: snapshot entry {k} is damaged ({str(e)[:80]}); {REBUILD}")
+    if type(data.get("t0", 0.0)) not in (int, float):
+        raise InputFileError(f"{path}: t0 = {data['t0']!r} is not a number; {REBUILD}")
     return data
 
 
