@@ -237,15 +237,15 @@ def read_manifest(path: Path) -> dict:
         )
     # every entry as the readers and a resumed writer use it (a damaged one raised KeyError or TypeError
     # past this check: tests/test_fuzz_readers.py); type() is, not isinstance: True is not a step
-    for k, e in enumerate(data["snapshots"]):
+    for k, row in enumerate(data["snapshots"]):
         if not (
-            isinstance(e, dict) and set(e) == {"file", "step", "time"} and type(e["file"]) is str
+            isinstance(row, dict) and set(row) == {"file", "step", "time"} and type(row["file"]) is str
         ) or not (
-            e["file"] == Path(e["file"]).name != ""
-            and type(e["step"]) is int
-            and type(e["time"]) in (int, float)
+            row["file"] == Path(row["file"]).name != ""
+            and type(row["step"]) is int
+            and type(row["time"]) in (int, float)
         ):
-            raise InputFileError(f"{path}: snapshot entry {k} is damaged ({str(e)[:80]}); {REBUILD}")
+            raise InputFileError(f"{path}: snapshot entry {k} is damaged ({str(row)[:80]}); {REBUILD}")
     if type(data.get("t0", 0.0)) not in (int, float):
         raise InputFileError(f"{path}: t0 = {data['t0']!r} is not a number; {REBUILD}")
     return data
