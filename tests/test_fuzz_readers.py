@@ -68,12 +68,11 @@ def damaged(draw, data: bytes) -> bytes:
     return bytes(b)
 
 
-@pytest.mark.filterwarnings("error")  # a warning would be a second line on the terminal
-@pytest.mark.parametrize("fmt", sorted(EXTENSIONS))
-def test_a_damaged_snapshot_is_read_or_refused_in_one_line(fmt, tmp_path_factory):
-    tmp = tmp_path_factory.mktemp(f"fuzz-{fmt}")
-    data = _valid(tmp, fmt)
-    path = tmp / f"damaged{EXTENSIONS[fmt]}"
+def fuzz(data: bytes, path: Path, read, names_file: bool = False) -> list:
+    """CASES damaged copies of `data` written to `path`, each given to `read()`: it returns, or raises the
+    project's UserError in one line (naming the file with `names_file`), within CASE_S. Returns what the
+    reads that succeeded gave."""
+    got = []
 
     @settings(
         max_examples=CASES,
@@ -87,15 +86,46 @@ def test_a_damaged_snapshot_is_read_or_refused_in_one_line(fmt, tmp_path_factory
         path.write_bytes(blob)
         t0 = time.perf_counter()
         try:
-            bodies = formats.read(path, format=fmt)
+            got.append(read())
         except UserError as e:
             message = str(e)
-            assert path.name in message and "\n" not in message.strip(), message
-        else:
-            assert isinstance(bodies, Bodies)
+            assert "\n" not in message.strip(), message
+            assert not names_file or path.name in message, message
         assert time.perf_counter() - t0 < CASE_S
 
     check()
+    return got
+
+
+def write_series(folder: Path) -> Path:
+    """A 3-snapshot series of 32 bodies (`simulate --snapshot-every`); returns its series.json."""
+    from app.cli import main
+    from app.model.series import MANIFEST
+
+    argv = [
+        "simulate",
+        "plummer",
+        "--n",
+        "32",
+        "--steps",
+        "4",
+        "--snapshot-every",
+        "2",
+        "--out-dir",
+        str(folder),
+    ]
+    assert main([*argv, "--backend", "cpu", "--kernel", "cpu-simd"]) == 0
+    return folder / MANIFEST
+
+
+@pytest.mark.filterwarnings("error")  # a warning would be a second line on the terminal
+@pytest.mark.parametrize("fmt", sorted(EXTENSIONS))
+def test_a_damaged_snapshot_is_read_or_refused_in_one_line(fmt, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(f"fuzz-{fmt}")
+    data = _valid(tmp, fmt)
+    path = tmp / f"damaged{EXTENSIONS[fmt]}"
+    read = fuzz(data, path, lambda: formats.read(path, format=fmt), names_file=True)
+    assert all(isinstance(bodies, Bodies) for bodies in read)
 
 
 def test_regression_an_npz_member_of_an_unknown_zip_version(tmp_path):
@@ -120,26 +150,7 @@ def test_a_damaged_scene_file_is_loaded_or_refused_in_one_line(tmp_path_factory)
     tmp = tmp_path_factory.mktemp("fuzz-scene")
     data = (SCENES / "collision.toml").read_bytes()
     path = tmp / "damaged.toml"
-
-    @settings(
-        max_examples=CASES,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(damaged(data))
-    def check(blob: bytes) -> None:
-        path.write_bytes(blob)
-        t0 = time.perf_counter()
-        try:
-            load_scene(str(path))
-        except UserError as e:
-            message = str(e)
-            assert "\n" not in message.strip(), message
-        assert time.perf_counter() - t0 < CASE_S
-
-    check()
+    fuzz(data, path, lambda: load_scene(str(path)))
 
 
 def test_regression_a_scene_file_that_is_not_utf8(tmp_path):
@@ -156,67 +167,19 @@ def test_regression_a_scene_file_that_is_not_utf8(tmp_path):
 def test_a_damaged_series_manifest_is_opened_or_refused_in_one_line(tmp_path_factory):
     """A series written by `simulate --snapshot-every`, its series.json damaged the same ways: open_series
     either opens the series or raises the project's UserError in one line."""
-    from app.cli import main
-    from app.model.series import MANIFEST, open_series
+    from app.model.series import open_series
 
     folder = tmp_path_factory.mktemp("fuzz-series") / "run"
-    argv = [
-        "simulate",
-        "plummer",
-        "--n",
-        "32",
-        "--steps",
-        "4",
-        "--snapshot-every",
-        "2",
-        "--out-dir",
-        str(folder),
-    ]
-    assert main([*argv, "--backend", "cpu", "--kernel", "cpu-simd"]) == 0
-    manifest = folder / MANIFEST
-    data = manifest.read_bytes()
-
-    @settings(
-        max_examples=CASES,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-    )
-    @given(damaged(data))
-    def check(blob: bytes) -> None:
-        manifest.write_bytes(blob)
-        t0 = time.perf_counter()
-        try:
-            open_series(str(folder), progress=None)
-        except UserError as e:
-            message = str(e)
-            assert "\n" not in message.strip(), message
-        assert time.perf_counter() - t0 < CASE_S
-
-    check()
+    manifest = write_series(folder)
+    fuzz(manifest.read_bytes(), manifest, lambda: open_series(str(folder), progress=None))
 
 
 def test_regression_a_series_manifest_entry_without_its_file(tmp_path):
     """Found by the fuzzing above: an entry whose "file" key was damaged raised KeyError (a traceback)."""
-    from app.cli import main
-    from app.model.series import MANIFEST, open_series
+    from app.model.series import open_series
 
     folder = tmp_path / "run"
-    argv = [
-        "simulate",
-        "plummer",
-        "--n",
-        "32",
-        "--steps",
-        "4",
-        "--snapshot-every",
-        "2",
-        "--out-dir",
-        str(folder),
-    ]
-    assert main([*argv, "--backend", "cpu", "--kernel", "cpu-simd"]) == 0
-    manifest = folder / MANIFEST
+    manifest = write_series(folder)
     manifest.write_text(
         manifest.read_text().replace('"file": "snap_00000002.npz"', '"": "snap_00000002.npz"')
     )

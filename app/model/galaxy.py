@@ -152,13 +152,6 @@ def sample_speeds(rng, radii, r_grid, psi, f) -> np.ndarray:
     return speeds
 
 
-def isotropic(rng: np.random.Generator, n: int) -> np.ndarray:
-    cos_t = rng.uniform(-1.0, 1.0, n)
-    phi = rng.uniform(0.0, 2.0 * np.pi, n)
-    sin_t = np.sqrt(1.0 - cos_t * cos_t)
-    return np.column_stack([sin_t * np.cos(phi), sin_t * np.sin(phi), cos_t])
-
-
 # ------------------------------------------------------------------------------------------------ disk
 
 
@@ -220,7 +213,7 @@ class Potential:
 
 
 def potential(spec: GalaxySpec, disk: Disk, bulge: Spheroid | None, halo: Spheroid) -> Potential:
-    r = bulge_r = halo.r
+    r = halo.r  # the spherical grid every spheroid is tabulated on
     eps = spec.softening
     shells_r = 0.5 * (r[1:] + r[:-1])
     shells_m = np.zeros(r.size - 1)
@@ -231,7 +224,7 @@ def potential(spec: GalaxySpec, disk: Disk, bulge: Spheroid | None, halo: Sphero
     # the disk's spherical average: its rings' mass binned by spherical radius
     disk_shell = np.clip(np.searchsorted(r, np.hypot(ring_R, ring_z)) - 1, 0, r.size - 2)
     shells_m_all = shells_m + np.bincount(disk_shell, weights=ring_m, minlength=r.size - 1)
-    phi, _ = shell_potential_and_pull(bulge_r, shells_r, shells_m_all, eps)
+    phi, _ = shell_potential_and_pull(r, shells_r, shells_m_all, eps)
     psi = -phi
     # the disk table: rings for the disk, shells for the spheroids
     table_R = np.concatenate([[0.0], spec.disk_extent * 1.15 * np.linspace(0.0, 1.0, _TABLE_R)[1:] ** 1.5])
@@ -331,6 +324,8 @@ def make_galaxy(rng: np.random.Generator, counts: tuple[int, int, int], spec: Ga
     def spheroid(part: Spheroid, count: int) -> tuple[np.ndarray, np.ndarray]:
         radii = part.sample_radii(rng, count)
         speeds = sample_speeds(rng, radii, pot.r, pot.psi, eddington(pot.r, part.rho, pot.psi))
+        from app.model.ics import isotropic  # the Plummer generator's directions, drawn the same way
+
         return radii[:, None] * isotropic(rng, count), speeds[:, None] * isotropic(rng, count)
 
     # rows in the order bulge, disk, halo; a part without bodies is left out (its mass too: the spec)

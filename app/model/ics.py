@@ -134,7 +134,7 @@ def _centre(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray) -> tuple[np.ndar
     return pos - w @ pos, vel - w @ vel
 
 
-def _isotropic(rng: np.random.Generator, n: int) -> np.ndarray:
+def isotropic(rng: np.random.Generator, n: int) -> np.ndarray:
     """Unit vectors uniform on the sphere (uniform cos θ and φ: no normalisation of near-zero vectors)."""
     cos_t = rng.uniform(-1.0, 1.0, n)
     phi = rng.uniform(0.0, 2.0 * np.pi, n)
@@ -172,9 +172,9 @@ def plummer_henon(rng: np.random.Generator, n: int, mass_fraction: float = _PLUM
     m = rng.uniform(0.0, mass_fraction, n)
     m23 = m ** (2.0 / 3.0)
     r = np.sqrt(m23 / (1.0 - m23))  # inverse of m(r) = r³ / (1 + r²)^(3/2), Plummer radius 1
-    pos = r[:, None] * _isotropic(rng, n)
+    pos = r[:, None] * isotropic(rng, n)
     speed = _plummer_speeds(rng, n) * np.sqrt(2.0) * (1.0 + r * r) ** -0.25
-    vel = speed[:, None] * _isotropic(rng, n)
+    vel = speed[:, None] * isotropic(rng, n)
     return pos * _PLUMMER_A, vel / np.sqrt(_PLUMMER_A)
 
 
@@ -344,14 +344,14 @@ def _build_cube(rng, n, size, velocity, mass):
 
 def _build_shell(rng, n, radius, thickness, rotation, mass):
     r = radius * rng.uniform(1.0 - 0.5 * thickness, 1.0 + 0.5 * thickness, n)
-    pos = r[:, None] * _isotropic(rng, n)
+    pos = r[:, None] * isotropic(rng, n)
     vel = rotation * np.column_stack([-pos[:, 1], pos[:, 0], np.zeros(n)])  # rigid rotation ω ẑ × r
     return pos, vel
 
 
 def _build_expand(rng, n, radius, rate, mass):
     r = radius * rng.uniform(0.0, 1.0, n) ** (1.0 / 3.0)
-    pos = r[:, None] * _isotropic(rng, n)
+    pos = r[:, None] * isotropic(rng, n)
     pos -= pos.mean(axis=0)  # centre first so the Hubble flow v = H r is about the centre of mass
     return pos, rate * pos
 
