@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.model.galaxy_pull import ring_pull, shell_potential_and_pull
+from app.model.sampling import isotropic
 
 # the scale length as a fraction of the disk's outer radius (the `radius` parameter), as the old preset
 DISK_SCALES_PER_RADIUS = 4.0
@@ -324,8 +325,6 @@ def make_galaxy(rng: np.random.Generator, counts: tuple[int, int, int], spec: Ga
     def spheroid(part: Spheroid, count: int) -> tuple[np.ndarray, np.ndarray]:
         radii = part.sample_radii(rng, count)
         speeds = sample_speeds(rng, radii, pot.r, pot.psi, eddington(pot.r, part.rho, pot.psi))
-        from app.model.ics import isotropic  # the Plummer generator's directions, drawn the same way
-
         return radii[:, None] * isotropic(rng, count), speeds[:, None] * isotropic(rng, count)
 
     # rows in the order bulge, disk, halo; a part without bodies is left out (its mass too: the spec)

@@ -29,6 +29,7 @@ import numpy as np
 from app.core.errors import ConfigError
 from app.model.bodies import Bodies
 from app.model.components import Components
+from app.model.sampling import isotropic
 
 _BIG = 1e6
 
@@ -132,14 +133,6 @@ def _centre(pos: np.ndarray, vel: np.ndarray, mass: np.ndarray) -> tuple[np.ndar
     """Moved to the centre-of-mass frame (position and velocity)."""
     w = mass / mass.sum()
     return pos - w @ pos, vel - w @ vel
-
-
-def isotropic(rng: np.random.Generator, n: int) -> np.ndarray:
-    """Unit vectors uniform on the sphere (uniform cos θ and φ: no normalisation of near-zero vectors)."""
-    cos_t = rng.uniform(-1.0, 1.0, n)
-    phi = rng.uniform(0.0, 2.0 * np.pi, n)
-    sin_t = np.sqrt(1.0 - cos_t * cos_t)
-    return np.column_stack([sin_t * np.cos(phi), sin_t * np.sin(phi), cos_t])
 
 
 # ---------------------------------------------------------------------------------------------- plummer
