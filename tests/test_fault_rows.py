@@ -21,6 +21,8 @@ import csv
 import errno
 import json
 import os
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -212,6 +214,75 @@ def test_an_interrupted_bench_keeps_its_rows_and_resume_finishes_them(tmp_path, 
         ("cpu-fp64", 128),
     ]
     assert ran == [("plummer", 128, "cpu-simd"), ("plummer", 128, "cpu-fp64")]  # only the missing rows
+
+
+def interrupt_at(monkeypatch, row: int, signum: int | None = None) -> None:
+    """bench's `row`-th row (from 1) is interrupted: by a real signal to this process (`signum`; the
+    handler bench installs turns it into an exception), else by KeyboardInterrupt raised there."""
+    from app.tools import bench
+
+    real = bench._Sweep.row
+    calls = {"n": 0}
+
+    def row_of(self, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == row:
+            if signum is None:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signum)
+            time.sleep(5)  # the handler raises before this ends
+            raise AssertionError("the signal did not stop the row")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(bench._Sweep, "row", row_of)
+
+
+def test_sigterm_stops_a_bench_as_ctrl_c_does(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "b.json"
+    interrupt_at(monkeypatch, 2, signal.SIGTERM)
+    rc = main([*BENCH, "--json", str(out)])
+    line = one_line(capsys, rc, 143, "interrupted (SIGTERM)", f"--resume {out}")
+    assert "Ctrl-C" not in line
+    kept = json.loads(out.read_text())
+    assert kept["complete"] is False and [r["kernel"] for r in kept["results"]] == ["cpu-simd"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # put back
+
+
+def test_an_interrupted_scaling_bench_keeps_its_rows_and_resume_finishes_them(tmp_path, capsys, monkeypatch):
+    """`bench --gpus 1,2` wrote its JSON only at the end and refused --resume. Now its rows are kept as
+    they finish (each with its "gpus") and --resume runs the missing ones, on the device count each
+    belongs to; the scaling rows are computed over all of them."""
+    from app.tools import bench
+
+    out = tmp_path / "s.json"
+    scaling = [*BENCH, "--kernels", "cpu-simd", "--gpus", "1,2"]
+    interrupt_at(monkeypatch, 4)  # the plan: N = 64, 128 on one device, then on two
+    assert main([*scaling, "--json", str(out)]) == 130
+    kept = json.loads(out.read_text())
+    assert kept["complete"] is False and kept["gpu_counts"] == [1, 2]
+    assert [(r["gpus"], r["n"]) for r in kept["results"]] == [(1, 64), (1, 128), (2, 64)]
+    capsys.readouterr()
+    real = bench._Sweep.row
+    ran = []
+    monkeypatch.setattr(bench._Sweep, "row", lambda self, *a, **k: ran.append(a[1]) or real(self, *a, **k))
+    rc = main([*scaling, "--resume", str(out)])
+    assert rc == 0, capsys.readouterr().err
+    done = json.loads(out.read_text())
+    assert done["complete"] is True and done["resumed_rows"] == 3 and ran == [128]
+    assert [(r["gpus"], r["n"]) for r in done["results"]] == [(1, 64), (1, 128), (2, 64), (2, 128)]
+    assert done["results"][:3] == kept["results"]
+    assert {(r["gpus"], r["n"]) for r in done["scaling"]} == {(1, 64), (1, 128), (2, 64), (2, 128)}
+    rc = main([*BENCH, "--kernels", "cpu-simd", "--json", str(tmp_path / "t.json"), "--resume", str(out)])
+    one_line(capsys, rc, 2, "that bench is complete")
+
+
+def test_resume_refuses_another_device_count(tmp_path, capsys, monkeypatch):
+    out = tmp_path / "s.json"
+    interrupt_at(monkeypatch, 2)
+    assert main([*BENCH, "--kernels", "cpu-simd", "--gpus", "1,2", "--json", str(out)]) == 130
+    capsys.readouterr()
+    rc = main([*BENCH, "--kernels", "cpu-simd", "--resume", str(out)])
+    one_line(capsys, rc, 2, "it was run on --gpus 1,2, this command on one device (no --gpus)")
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ the body and the rank, as one process names the body; a clean run never reports 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import subprocess
@@ -285,6 +286,45 @@ def test_ranks_with_different_arguments_are_refused_at_start(tmp_path):
     )
     assert done.returncode != 0 and "rank 1 differs from rank 0 in argv" in done.stderr
     assert not (tmp_path / "a.npz").exists() and not (tmp_path / "b.npz").exists()
+
+
+@pytest.mark.parametrize("fast", [1, 0])
+def test_bench_max_seconds_is_decided_by_rank_0s_clock(tmp_path, fast):
+    """Issue 28: under MPI, bench's --max-seconds was read from each rank's own clock. With rank 1's clock
+    1,000 times fast (tests/mpi_clock_job.py) rank 1 stopped its steps while rank 0 went on, and the job
+    hung in the steps' collectives. Rank 0's clock decides for every rank now: the job ends, every row
+    timed as rank 0 saw it (rank 0's fast clock: every row stopped, on every rank)."""
+    out = tmp_path / "b.json"
+    done = subprocess.run(
+        [MPIEXEC, "-n", "2", sys.executable, str(ROOT / "tests" / "mpi_clock_job.py"), str(fast), "bench"]
+        + [
+            "--backend",
+            "cpu",
+            "--kernels",
+            "cpu-fp64",
+            "--n",
+            "256,512",
+            "--warmup",
+            "2",
+            "--repeats",
+            "5",
+            "--error-sample",
+            "0",
+        ]
+        + ["--no-progress", "--max-seconds", "2", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=job_env(),
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["results"]
+    if fast == 1:
+        assert [(r["n"], r["status"]) for r in rows] == [(256, "ok"), (512, "ok")], rows
+    else:
+        assert rows[0]["status"] == "skipped" and "stopped after 1 of 7 steps" in rows[0]["reason"], rows
+        assert rows[1]["status"] == "skipped", rows
 
 
 def test_info_reports_the_mpi_and_how_positions_travel():

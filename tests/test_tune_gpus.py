@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -492,3 +494,55 @@ def test_tune_on_one_gpu_times_the_force_as_before(monkeypatch):
         if r["status"] == "ok"
     )
     assert np.isclose(result["best"][0]["median_ms"], 1.0)
+
+
+class FakeGpuHere(FakeGpu):
+    """FakeGpu as `select_backend("cuda")` gives it to the command (one GPU)."""
+
+    memory, uses_all_cores = FakeCuda.memory, FakeCuda.uses_all_cores
+
+    @classmethod
+    def device_kind(cls):
+        return FakeCuda.device_kind()
+
+
+def test_an_interrupted_tune_keeps_the_n_it_finished(tmp_path, capsys, monkeypatch):
+    """Issue 28: tune kept nothing when interrupted. SIGTERM (as Ctrl-C) during its second N now ends it
+    with one line and 143; --json holds the first N (marked incomplete), and the cache has that N filed
+    over the tuning already there, whose other N are kept."""
+    import signal
+
+    import app.backends
+
+    monkeypatch.setattr(FakeGpu, "loads", [])
+    earlier = tune.run_tune(FakeGpu, [512, 2048], variants=VARIANTS, budget_s=30.0, say=lambda line: None)
+    assert [e["n"] for e in earlier["best"]] == [512, 2048]
+    from app.backends.cuda.multi import GpuDevices
+
+    monkeypatch.setattr(app.backends, "select_backend", lambda name: FakeGpuHere)
+    monkeypatch.setattr(GpuDevices, "count", staticmethod(lambda: 1))
+    real, calls = tune._Sweep.at, []
+
+    def at(self, n, *args):
+        calls.append(n)
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this ends
+        return real(self, n, *args)
+
+    monkeypatch.setattr(tune._Sweep, "at", at)
+    out = tmp_path / "tune.json"
+    argv = ["tune", "--n", "256,512,1024", "--variants", ",".join(VARIANTS), "--json", str(out)]
+    rc = main(argv)
+    err = capsys.readouterr()
+    assert rc == 143 and "Traceback" not in err.err, err.err
+    assert err.err.strip().splitlines() == [
+        f"nbody-live tune: interrupted (SIGTERM); the N finished so far are in {out} (marked incomplete)"
+    ]
+    assert "interrupted: the tuning of N = 256 is filed in" in err.out
+    kept = json.loads(out.read_text())
+    assert kept["complete"] is False and [e["n"] for e in kept["best"]] == [256]
+    cached = json.loads(Path(earlier["path"]).read_text())["tunings"]["1"]["best"]
+    assert [e["n"] for e in cached] == [256, 512, 2048]
+    assert cached[1:] == earlier["best"]  # the N this run did not finish: as they were
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -322,6 +322,12 @@ class Backend(ABC):
         (step_parts)."""
         return True
 
+    def lead_says(self, value):
+        """What every process of this backend acts on, for a decision each could make differently (one
+        read from a wall clock): `value` itself in one process; under MPI ranks, rank 0's (RanksBackend),
+        so that no rank stops a loop of collective steps that the others go on with."""
+        return value
+
     def idle(self) -> None:  # noqa: B027 - a hook most backends leave empty
         """A frame passes without steps (the viewer is paused): a backend whose state other processes
         share lets them know; the others have nothing to do."""

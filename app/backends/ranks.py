@@ -384,6 +384,12 @@ class RanksBackend(TunablesPerKernel, Backend):
             + f"; imbalance {100 * imbalance(force):.0f}%"
         )
 
+    def lead_says(self, value):
+        """Rank 0's `value` on every rank (a broadcast every rank makes at the same point): e.g. bench's
+        --max-seconds read from rank 0's clock, which would otherwise stop one rank's steps and not
+        another's."""
+        return self.comm.bcast(value, root=0)
+
     def quit_all(self) -> None:
         """Rank 0, at the viewer's normal end: every rank's `follow` returns. (Not on an error: then
         app.backends.distributed.fail_together ends the job.)"""

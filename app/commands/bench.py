@@ -200,7 +200,7 @@ def _add_output_options(p) -> None:
         type=Path,
         metavar="FILE",
         help='write the results as JSON, rewritten after every row (marked "complete": false until the '
-        "last), so an interrupted bench keeps what it measured",
+        "last), so a bench stopped by Ctrl-C or SIGTERM keeps what it measured",
     )
     p.add_argument(
         "--resume",
@@ -223,9 +223,9 @@ def main(args) -> int:
     return distributed.as_job(_bench, args)
 
 
-def _resumed_rows(args) -> list[dict]:
+def _resumed_rows(args, counts: list[int] | None) -> list[dict]:
     """The rows of the interrupted bench in --resume FILE; ConfigError when it is not one, or is complete,
-    or was run with other settings than these options."""
+    or was run with other settings than these options (`counts`: the --gpus device counts, or None)."""
     import json
 
     from app.core.errors import ConfigError, InputFileError
@@ -255,6 +255,15 @@ def _resumed_rows(args) -> list[dict]:
                 f"--resume {path}: it was run with {key} = {data.get(key)!r}, this command asks for "
                 f"{value!r}; give the interrupted run's options"
             )
+    if data.get("gpu_counts") != counts:
+
+        def on(c) -> str:
+            return f"--gpus {','.join(map(str, c))}" if c else "one device (no --gpus)"
+
+        raise ConfigError(
+            f"--resume {path}: it was run on {on(data.get('gpu_counts'))}, this command on {on(counts)}; "
+            "give the interrupted run's --gpus"
+        )
     return data["results"]
 
 
@@ -263,13 +272,13 @@ def _bench(args, comm) -> int:
     prints and writes the result."""
     from app.backends import select_backend
     from app.commands.options import parse_tunable_lists
+    from app.commands.running import Stopped, StopsRaise
     from app.core.errors import ConfigError
     from app.core.outputs import check_outputs, check_suffix
     from app.tools import bench
 
     tunables = parse_tunable_lists(args.tunables)
     lead = comm is None or comm.rank == 0
-    done_rows = _resumed_rows(args) if args.resume else None
     if args.resume and args.json is None:
         args.json = args.resume
     if lead:
@@ -283,6 +292,7 @@ def _bench(args, comm) -> int:
 
     cls = select_backend(args.backend)
     counts = _device_classes(cls, args) if args.gpus else None
+    done_rows = _resumed_rows(args, list(counts) if counts else None) if args.resume else None
     if counts:
         cls = next(iter(counts.values()))
     names = _kernel_names(cls, args.kernels)
@@ -299,36 +309,26 @@ def _bench(args, comm) -> int:
         "tunables": tunables,
         "error_sample": args.error_sample,
         "max_seconds": args.max_seconds,
+        "done_rows": done_rows,
     }
-    if counts and args.resume:
-        raise ConfigError("--resume continues a one-device bench; a --gpus bench runs again from the start")
-
-    def keep(result: dict) -> None:  # the rows so far, after each row: Ctrl-C keeps what was measured
-        bench.write_json(result, args.json)
-
+    if lead and args.json:  # the rows so far, after each row: an interrupted bench keeps what it measured
+        options["on_row"] = lambda result: bench.write_json(result, args.json)
     try:
-        result = (
-            bench.run_scaling(counts, names, args.n, **options)
-            if counts
-            else bench.run_bench(
-                cls,
-                names,
-                args.n,
-                **options,
-                on_row=keep if lead and args.json else None,
-                done_rows=done_rows,
-            )
-        )
-    except KeyboardInterrupt:
+        with StopsRaise():  # SIGTERM as Ctrl-C: the rows so far are kept either way
+            if counts:
+                result = bench.run_scaling(counts, names, args.n, **options)
+            else:
+                result = bench.run_bench(cls, names, args.n, **options)
+    except KeyboardInterrupt as stop:
         if lead:
             kept = (
                 f"the rows measured so far are in {args.json} (marked incomplete); continue with "
                 f"nbody-live bench ... --resume {args.json}"
-                if args.json and args.json.exists() and not counts
+                if args.json and args.json.exists()
                 else "nothing was kept: give --json FILE to keep the rows as they finish"
             )
-            print(f"nbody-live bench: interrupted; {kept}", file=sys.stderr)
-        return 130
+            print(f"nbody-live bench: interrupted ({stop or 'SIGINT'}); {kept}", file=sys.stderr)
+        return stop.exit_code if isinstance(stop, Stopped) else 130
     if not lead:
         return 0
     _write_outputs(result, args)

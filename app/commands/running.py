@@ -53,6 +53,50 @@ class Interruption:
         return 128 + self.signum if self.signum else 0
 
 
+class Stopped(KeyboardInterrupt):
+    """SIGINT or SIGTERM as an exception (`stops_raise`): for commands whose unit of work is minutes long
+    and kept as it finishes (bench's rows, tune's N), so that a signal ends the unit at once and the
+    command says what it kept. A KeyboardInterrupt, so that whatever cleans up on Ctrl-C cleans up."""
+
+    def __init__(self, signum: int):
+        import signal
+
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum
+
+
+class StopsRaise:
+    """While active (main thread only), SIGINT and SIGTERM raise Stopped; the handlers before it are put
+    back on exit."""
+
+    def __init__(self):
+        self._previous: dict = {}
+
+    def __enter__(self) -> StopsRaise:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._raise)
+        return self
+
+    @staticmethod
+    def _raise(signum, _frame) -> None:
+        raise Stopped(signum)
+
+    def __exit__(self, *exc) -> None:
+        import signal
+
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
 def progress_bar(args: argparse.Namespace, show: bool = True, **options):
     """A tqdm bar on stderr only when stderr is a terminal and neither -q nor --no-progress was given
     (`show` False: not from this process at all, e.g. an MPI rank other than 0)."""

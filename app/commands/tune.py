@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from app.commands.bench import _ns
@@ -36,6 +37,10 @@ accelerations of the K GPUs are checked against the float64 reference of one GPU
 K` runs this tuning on K GPUs; without one it runs the one-GPU pick and warns, naming `nbody-live tune
 --gpus K`. --gpus 1 (the default) is one GPU: the single-GPU backend, the same run with K = 1. More
 GPUs than the machine has is an error (exit status 2).
+
+Ctrl-C or SIGTERM ends it at once (exit status 130 / 143): the N it finished are filed in the cache over
+the tuning of the same device count already there (whose other N are kept), and --json FILE, rewritten
+after every N, holds their measurements (marked "complete": false).
 
 Without a cache, `best` (the CUDA default kernel) runs the committed picks of kernels/best_heuristic.json
 for this GPU (by name, else compute capability; nearest tuned N), else atomics-n3l at its defaults.
@@ -106,6 +111,7 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     from app.backends import select_backend
+    from app.commands.running import Stopped, StopsRaise
     from app.core.errors import ConfigError
     from app.core.outputs import atomic_write, check_outputs
 
@@ -138,10 +144,31 @@ def main(args) -> int:
         raise ConfigError(f"--budget-s: {args.budget_s} must be > 0")
     cls = _on_gpus(cls, args.gpus)
     variants = args.variants.split(",") if args.variants else None
-    result = tune.run_tune(cls, args.n, variants=variants, budget_s=args.budget_s, repeats=args.repeats)
-    if args.json:
+
+    def keep(result: dict) -> None:  # after each N, so that an interrupted tune keeps what it measured
         with atomic_write(args.json, "w", "tune results") as f:
             f.write(json.dumps(result, indent=1, default=str) + "\n")
+
+    try:
+        with StopsRaise():  # SIGTERM as Ctrl-C
+            result = tune.run_tune(
+                cls,
+                args.n,
+                variants=variants,
+                budget_s=args.budget_s,
+                repeats=args.repeats,
+                on_n=keep if args.json else None,
+            )
+    except KeyboardInterrupt as stop:
+        kept = (
+            f"the N finished so far are in {args.json} (marked incomplete)"
+            if args.json and args.json.exists()
+            else "give --json FILE to keep every N's measurements as it finishes"
+        )
+        print(f"nbody-live tune: interrupted ({stop or 'SIGINT'}); {kept}", file=sys.stderr)
+        return stop.exit_code if isinstance(stop, Stopped) else 130
+    if args.json:
+        keep(result)
         print(f"wrote {args.json}")
     return 0 if result["best"] else 1
 

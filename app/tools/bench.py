@@ -442,26 +442,59 @@ def _predicted_over(done: list[dict], entry: dict, steps: int, max_seconds: floa
     )
 
 
-def run_scaling(backend_classes: dict[int, type], kernels: list[str], ns: list[int], **options) -> dict:
+def run_scaling(
+    backend_classes: dict[int, type],
+    kernels: list[str],
+    ns: list[int],
+    on_row=None,
+    done_rows: list[dict] | None = None,
+    **options,
+) -> dict:
     """`run_bench` once per device count ({K: backend class over K devices}); the rows of every run in
     one result, each with its "gpus", its "scaling" rows (scaling_rows) and the fastest setting within
-    the error budget per device count."""
+    the error budget per device count. As `run_bench`: `on_row(result)` after every row with every row so
+    far ("complete" false), and `done_rows` (each with its "gpus") are kept and not run again."""
     from app.tools.bench_sweep import fastest_within_budget
 
-    result: dict | None = None
-    for k, cls in backend_classes.items():
-        part = run_bench(cls, kernels, ns, **options)
+    parts: list[dict] = []
+
+    def so_far(part: dict, k: int) -> dict:
         for row in part["results"]:
             row["gpus"] = k
-        if result is None:
-            result = part
-            result["gpu_counts"] = list(backend_classes)
-        else:
-            result["results"] += part["results"]
-            if len(part.get("device", {}).get("devices", [])) > len(result["device"].get("devices", [])):
-                result["device"] = part["device"]  # the largest run names every device
-    assert result is not None, "run_scaling: no device counts"
+        return _merged([*parts, part], list(backend_classes))
+
+    for k, cls in backend_classes.items():
+        mine = [r for r in done_rows or [] if r.get("gpus") == k]
+        part = run_bench(
+            cls,
+            kernels,
+            ns,
+            **options,
+            on_row=None if on_row is None else lambda part, k=k: on_row(so_far(part, k)),
+            done_rows=mine or None,
+        )
+        so_far(part, k)
+        parts.append(part)
+    result = _merged(parts, list(backend_classes))
+    result["complete"] = True
     result["scaling"] = scaling_rows(result["results"])
     result["fastest_within_budget"] = fastest_within_budget(result["results"])  # per device count
     result["scaling_at_budget"] = scaling_at_budget(result)
+    return result
+
+
+def _merged(parts: list[dict], gpu_counts: list[int]) -> dict:
+    """One result of the per-count runs so far: the first's head, every row, the largest run's device
+    (it names every device); complete only when every count's run is."""
+    assert parts, "run_scaling: no device counts"
+    result = {**parts[0], "results": [row for part in parts for row in part["results"]]}
+    result["gpu_counts"] = gpu_counts
+    result["complete"] = len(parts) == len(gpu_counts) and all(part["complete"] for part in parts)
+    result.pop("fastest_within_budget", None)  # the first count's: run_scaling sets every count's
+    resumed = sum(part.get("resumed_rows", 0) for part in parts)
+    if resumed:
+        result["resumed_rows"] = resumed
+    for part in parts:
+        if len(part.get("device", {}).get("devices", [])) > len(result["device"].get("devices", [])):
+            result["device"] = part["device"]
     return result

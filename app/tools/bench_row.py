@@ -82,10 +82,11 @@ def _timed_steps(
                 if len(cycle) == period:
                     steps.append(cycle_mean(cycle))
                     cycle = []
-            now = time.perf_counter()
-            why = running_over(done, total, now - start, now - t0, max_seconds)
-            if why is not None:
-                return {"status": "skipped", "reason": why}
+            if max_seconds is not None:  # a wall-clock decision: rank 0's under MPI (Backend.lead_says)
+                now = time.perf_counter()
+                why = backend.lead_says(running_over(done, total, now - start, now - t0, max_seconds))
+                if why is not None:
+                    return {"status": "skipped", "reason": why}
     except Exception as e:  # recorded, not hidden: the other kernels still run
         return {"status": "failed", "reason": f"{type(e).__name__}: {e}"}
     return steps

@@ -116,10 +116,14 @@ def run_tune(
     seed: int = 42,
     write: bool = True,
     say: Callable[[str], None] = print,
+    on_n: Callable[[dict], None] | None = None,
 ) -> dict:
     """Tune every variant at every N within `budget_s` seconds in all; write (as the tuning of its device
     count) and return the result. `backend_cls`: one GPU's backend, or its form over K devices
-    (multi_backend_class: `base` and `k`), see the module doc."""
+    (multi_backend_class: `base` and `k`), see the module doc. `on_n(result)` after each N (its
+    "complete" false until the last): what the command keeps as it goes. Interrupted (KeyboardInterrupt,
+    which is raised on), the N finished are filed over the cached tuning of the same device count, its
+    other N kept."""
     from app.model.ics import bench_bodies
     from app.model.physics import Physics, relative_error
 
@@ -127,14 +131,7 @@ def run_tune(
     devices = int(backend_cls.k)
     one_cls = backend_cls.base or backend_cls  # one device: facts, the reference, the source hash
     records = {r.name: r for r in one_cls.kernels()}
-    runs = {r.name for r in backend_cls.kernels()}
-    tunable = [name for name in candidates(records.values()) if name in runs]
-    names = [v for v in (variants or tunable) if v in tunable]
-    unknown = [v for v in (variants or []) if v not in records]
-    if unknown:
-        from app.core.errors import ConfigError
-
-        raise ConfigError(f"tune: unknown kernel(s) {', '.join(unknown)}; cuda kernels: {', '.join(records)}")
+    names = _variants(backend_cls, records, variants)
     one = one_cls()
     try:
         backend = backend_cls() if devices > 1 else one
@@ -150,6 +147,7 @@ def run_tune(
         )
     data = _result_head(facts, records, devices, physics, seed, repeats, budget_s)
     begun = time.perf_counter()
+    data["complete"] = False
     try:
         ns = sorted(set(int(n) for n in ns))
         _compile_first(backend, names, bench_bodies(min(ns), seed), physics, say)
@@ -166,16 +164,36 @@ def run_tune(
             data["measurements"].extend(rows)
             data.setdefault("references", []).append({"n": n, "tolerance": tolerance, **baseline})
             _keep_winner(data, winner, n, rows, on, say)
+            if on_n is not None:
+                on_n(data)
+    except KeyboardInterrupt:
+        if write and data["best"]:
+            path = tuning_cache.write_cache(data, over_kept=True)
+            tuned = ", ".join(f"{e['n']:,}" for e in data["best"])
+            say(f"interrupted: the tuning of N = {tuned}{on} is filed in {path} (its other N as they were)")
+        raise
     finally:
         if backend is not one:
             backend.close()
         one.close()
+    data["complete"] = True
     data["elapsed_s"] = round(time.perf_counter() - begun, 1)
     if write:
         path = tuning_cache.write_cache(data)
         data["path"] = str(path)
         say(f"wrote {path}")
     return data
+
+
+def _variants(backend_cls, records: dict, variants: list[str] | None) -> list[str]:
+    """The variants to time: those asked for (default: every candidate) that `backend_cls` runs;
+    ConfigError naming a kernel that is not a CUDA one."""
+    runs = {r.name for r in backend_cls.kernels()}
+    tunable = [name for name in candidates(records.values()) if name in runs]
+    unknown = [v for v in (variants or []) if v not in records]
+    if unknown:
+        raise ConfigError(f"tune: unknown kernel(s) {', '.join(unknown)}; cuda kernels: {', '.join(records)}")
+    return [v for v in (variants or tunable) if v in tunable]
 
 
 def _result_head(

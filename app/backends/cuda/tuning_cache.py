@@ -160,16 +160,22 @@ def read_cache(gpu: str, driver: str | None, src_hash: str, gpus: int = 1) -> tu
     return result, ""
 
 
-def write_cache(result: dict) -> Path:
+def write_cache(result: dict, over_kept: bool = False) -> Path:
     """Atomically (app.core.outputs) file the tune result `result` in its GPU's cache as the tuning of its
     device count, keeping the file's tunings of other device counts where it is valid for the same GPU,
-    driver and sources; returns the path."""
+    driver and sources; returns the path. `over_kept` (a tune interrupted after some N): its N replace
+    those of the tuning of its device count already there, whose other N are kept."""
     from app.core.outputs import atomic_write
 
     gpu, driver = result["gpu"], result.get("driver")
     kept, _why = read_file(gpu, driver, result.get("source_hash"))
     tunings = dict(kept["tunings"]) if kept is not None else {}
-    tunings[str(gpus_of(result))] = result
+    key = str(gpus_of(result))
+    if over_kept and key in tunings:
+        tuned = {e["n"] for e in result["best"]}
+        best = [e for e in tunings[key]["best"] if e["n"] not in tuned] + result["best"]
+        result = {**result, "best": sorted(best, key=lambda e: e["n"])}
+    tunings[key] = result
     data = {
         "schema": SCHEMA,
         **{k: result.get(k) for k in HEADER},
