@@ -24,6 +24,7 @@ from app.model.formats.opening import open_for_reading
 from app.model.formats.snapshot_format import Head, SnapshotFormat, checked_bodies
 
 _ZIP_SIGNATURE = b"PK\x03\x04"
+DEFLATE_MAX_RATIO = 1032  # the most deflate expands its input (zlib's technical notes)
 
 
 def read_npz(path) -> Bodies:
@@ -36,6 +37,8 @@ def read_npz(path) -> Bodies:
             )
         f.seek(0)
         try:
+            _check_claims(path, f)
+            f.seek(0)
             with np.load(f, allow_pickle=False) as z:
                 arrays = {key: z[key] for key in z.files}
         # what a damaged archive raises from zipfile, zlib and numpy's header parser (found by fuzzing,
@@ -55,6 +58,37 @@ def read_npz(path) -> Bodies:
                 f"{path}: damaged npz archive ({e}); expected numpy.savez output with keys "
                 "pos, vel, mass, time, ids"
             ) from None
+    return _bodies_of(path, arrays)
+
+
+def _check_claims(path: Path, f) -> None:
+    """InputFileError for an array whose .npy header claims more bytes than the archive holds for it (a
+    header claiming 10^12 bodies): refused before numpy allocates what the header claims."""
+    with zipfile.ZipFile(f) as archive:
+        for info in archive.infolist():
+            if not info.filename.endswith(".npy"):
+                continue
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                read_header = (
+                    np.lib.format.read_array_header_1_0
+                    if version == (1, 0)
+                    else np.lib.format.read_array_header_2_0
+                )
+                shape, _fortran, dtype = read_header(member, max_header_size=10_000)
+                claimed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                # the directory's size, and no more than deflate can expand its compressed bytes to
+                # (1,032 to 1 at most), for a directory that lies as well
+                held = min(info.file_size, max(info.compress_size, 1) * DEFLATE_MAX_RATIO) - member.tell()
+            if claimed > held:
+                raise InputFileError(
+                    f"{path}: array {info.filename[:-4]!r} claims shape {shape} ({claimed:,} bytes), but "
+                    f"the archive holds {max(held, 0):,} bytes for it; refused before reading (a damaged "
+                    "or forged header)"
+                )
+
+
+def _bodies_of(path: Path, arrays: dict) -> Bodies:
     missing = [k for k in ("pos", "vel", "mass") if k not in arrays]
     if missing:
         found = ", ".join(sorted(arrays)) or "none"

@@ -41,11 +41,33 @@ def content_size(path: Path) -> int:
 def _gunzip(path: Path, _mtime_ns: int, _size: int) -> bytes:
     """A gzip file's content, kept for the next call: a reader opens its file two or three times (the
     sniff, the header, the records) and should not decompress it each time."""
+    limit = gunzip_limit()
+    content = bytearray()
     with _open_raw(path) as f:
         try:
-            return gzip.decompress(f.read())
+            with gzip.GzipFile(fileobj=f) as stream:  # in chunks: a small file may expand a thousandfold
+                while chunk := stream.read(GUNZIP_CHUNK):
+                    content += chunk
+                    if len(content) > limit:
+                        raise InputFileError(
+                            f"{path}: decompresses to more than {limit / 2**30:,.1f} GiB, half this "
+                            "machine's free memory; decompress it to disk (gunzip) and read that"
+                        )
         except (OSError, EOFError, zlib.error) as e:
             raise InputFileError(f"{path}: damaged gzip file ({e}); it cannot be decompressed") from None
+    return bytes(content)
+
+
+GUNZIP_CHUNK = 1 << 24
+
+
+def gunzip_limit() -> int:
+    """How much a gzip snapshot may decompress to in memory: half the free memory (1 GiB where the
+    system cannot say)."""
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError):
+        return 1 << 30
 
 
 @contextlib.contextmanager
