@@ -67,16 +67,21 @@ def main(argv: list[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return 2
+    from app.commands.running import Stopped, StopsRaise
+
     try:
-        return int(args.func(args) or 0)
+        # SIGTERM as Ctrl-C wherever a command has not taken the signals itself (its setup: a backend's
+        # kernels compiling, a scene loading): one line and 143, not a silent death
+        with StopsRaise():
+            return int(args.func(args) or 0)
     except (UserError, RuntimeFault) as e:
         if args.debug:
             raise
         print(f"{PROG} {args.command}: error: {e}", file=sys.stderr)
         return e.exit_code
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as stop:
+        print(f"{PROG} {args.command}: interrupted ({stop or 'SIGINT'})", file=sys.stderr)
+        return stop.exit_code if isinstance(stop, Stopped) else 130
 
 
 if __name__ == "__main__":

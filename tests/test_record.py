@@ -173,11 +173,12 @@ def test_frames_dir_and_still_follow_a_keyframed_camera(gl_env, tmp_path, capsys
     assert np.abs(imgs[0].astype(int) - imgs[6]).mean() > 1  # the camera flew
 
     # --still T is frame round(T * fps) of that same sequence: same steps, camera and HUD, pixel for pixel
+    still_png = tmp_path / "still.png"
     rc, out, _ = run_cli(
-        capsys, *SMALL, "--still", "0.1", "--camera", str(flight), "--hud", "--out", str(tmp_path / "still")
+        capsys, *SMALL, "--still", "0.1", "--camera", str(flight), "--hud", "--out", str(still_png)
     )
     assert rc == 0 and "frame 3" in out
-    still = np.asarray(Image.open(tmp_path / "still.png"))
+    still = np.asarray(Image.open(still_png))
     assert np.array_equal(still, imgs[3])
     # without the HUD only the top band changes (two lines of 10 px text in a 160x96 frame)
     rc, _, _ = run_cli(

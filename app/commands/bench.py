@@ -284,6 +284,7 @@ def _bench(args, comm) -> int:
     if lead:
         check_outputs((args.json, "bench results"), (args.plot, "bench plot"))  # before the benchmarking
         check_suffix(args.plot, (".png",), "plot", "--plot")  # matplotlib's PNG under a .jpg name was one
+        check_suffix(args.json, (".json",), "results", "--json")
     if comm is not None and args.gpus:
         raise ConfigError(
             f"--gpus {args.gpus}: under mpiexec each rank takes one GPU (of its local rank); "
@@ -319,20 +320,33 @@ def _bench(args, comm) -> int:
                 result = bench.run_scaling(counts, names, args.n, **options)
             else:
                 result = bench.run_bench(cls, names, args.n, **options)
+            if lead:
+                _write_outputs(result, args)
     except KeyboardInterrupt as stop:
         if lead:
-            kept = (
-                f"the rows measured so far are in {args.json} (marked incomplete); continue with "
-                f"nbody-live bench ... --resume {args.json}"
-                if args.json and args.json.exists()
-                else "nothing was kept: give --json FILE to keep the rows as they finish"
-            )
-            print(f"nbody-live bench: interrupted ({stop or 'SIGINT'}); {kept}", file=sys.stderr)
+            print(f"nbody-live bench: interrupted ({stop or 'SIGINT'}); {_kept(args)}", file=sys.stderr)
         return stop.exit_code if isinstance(stop, Stopped) else 130
-    if not lead:
-        return 0
-    _write_outputs(result, args)
     return 0
+
+
+def _kept(args) -> str:
+    """What an interrupted bench leaves: its JSON as the last row (or the end) left it."""
+    import json
+
+    if not args.json:
+        return "nothing was kept: give --json FILE to keep the rows as they finish"
+    if not args.json.exists():
+        return f"no row had finished: {args.json} was not written"
+    try:
+        complete = json.loads(args.json.read_text()).get("complete")
+    except (OSError, ValueError):  # /dev/null, or a file another process changed
+        complete = None
+    if complete:
+        return f"{args.json} is complete" + (f"; {args.plot} was not written" if args.plot else "")
+    return (
+        f"the rows measured so far are in {args.json} (marked incomplete); continue with "
+        f"nbody-live bench ... --resume {args.json}"
+    )
 
 
 def _kernel_names(cls, kernels: str) -> list[str]:

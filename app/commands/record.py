@@ -88,7 +88,7 @@ def _add_frame_options(g) -> None:
         default=None,
         metavar="FILE",
         help="the video (.mp4), or with --still the PNG (default out/record.mp4; with --still "
-        "out/still.png; a non-.png name gets .png)",
+        "out/still.png); the name must end in .mp4, or .png with --still",
     )
     g.add_argument(
         "--size",
@@ -298,9 +298,8 @@ def _still(args, scene, size, fps: float, frames: int, series, replay, progress:
     from app.render import camera_path
     from app.render.recorder import InterruptGuard, exit_status, render_still
 
+    check_suffix(args.out, (".png",), "still", "--out")  # an .mp4 name wants a video: no --still
     out = args.out or _default_out("out/still.png")
-    if out.suffix.lower() != ".png":
-        out = out.with_suffix(".png")
     out = check_output(out.expanduser().resolve(), "still")  # fail fast, before any setup
     with InterruptGuard() as guard, _viewer(scene, size, args.window, replay()) as viewer:
         path = camera_path.make_path(scene.camera, viewer.camera)

@@ -11,7 +11,7 @@ from app.commands.assembly import make_backend, scene_from_args
 from app.commands.options import add_gpu_options, add_scene_options, parse_size, positive_float, positive_int
 from app.commands.running import report_viewer_outputs
 from app.core.errors import ConfigError
-from app.core.outputs import check_outputs
+from app.core.outputs import check_outputs, check_suffix
 from app.model.series import is_series_arg
 
 log = logging.getLogger("nbody-live")
@@ -194,6 +194,8 @@ def _check_options(args, comm, lead: bool) -> bool:
     snapshots: no forces)."""
     if lead:
         check_outputs((args.timings, "timings"), (args.screenshot, "screenshot"))
+        check_suffix(args.screenshot, (".png",), "screenshot", "--screenshot")
+        check_suffix(args.timings, (".csv",), "timings", "--timings")
     replaying = is_series_arg(args.scene)
     if replaying and (args.panel_cost or args.record_cost):
         raise ConfigError(

@@ -308,7 +308,7 @@ def _check_outputs(args, comm) -> _Job:
     only read the options): --out, whose default DIR/last.npz is checked once the series' folder exists
     (`_prepare_series`), and --log, which a resumed run may not overwrite."""
     from app.core.errors import ConfigError
-    from app.core.outputs import check_output, refuse_same_file
+    from app.core.outputs import check_output, check_suffix, refuse_same_file
     from app.model import formats
 
     writer = comm is None or comm.rank == 0
@@ -330,6 +330,7 @@ def _check_outputs(args, comm) -> _Job:
     out = check_output(args.out, "snapshot") if writer and not default_out else args.out
     if args.log and writer:
         check_output(args.log, "log")
+        check_suffix(args.log, (".csv",), "log", "--log")
     if args.resume and args.n is not None:
         raise ConfigError(f"--n does not apply with --resume: the bodies are those of {args.resume}")
     if args.resume and args.log and args.log.exists() and writer:  # most likely the interrupted part's own

@@ -113,12 +113,13 @@ def main(args) -> int:
     from app.backends import select_backend
     from app.commands.running import Stopped, StopsRaise
     from app.core.errors import ConfigError
-    from app.core.outputs import atomic_write, check_outputs
+    from app.core.outputs import atomic_write, check_outputs, check_suffix
 
     if args.update_heuristic:
         return _update_heuristic(args.update_heuristic)
     if not args.show:
         check_outputs((args.json, "tune results"))  # before the minutes of tuning
+        check_suffix(args.json, (".json",), "tune result", "--json")
     cls = select_backend("cuda")
     from app.backends.cuda import tune, tuning_cache
     from app.engine.forces import format_tunables
@@ -160,11 +161,12 @@ def main(args) -> int:
                 on_n=keep if args.json else None,
             )
     except KeyboardInterrupt as stop:
-        kept = (
-            f"the N finished so far are in {args.json} (marked incomplete)"
-            if args.json and args.json.exists()
-            else "give --json FILE to keep every N's measurements as it finishes"
-        )
+        if not args.json:
+            kept = "give --json FILE to keep every N's measurements as it finishes"
+        elif not args.json.exists():
+            kept = f"no N had finished: {args.json} was not written"
+        else:
+            kept = f"the N finished so far are in {args.json} (marked incomplete)"
         print(f"nbody-live tune: interrupted ({stop or 'SIGINT'}); {kept}", file=sys.stderr)
         return stop.exit_code if isinstance(stop, Stopped) else 130
     if args.json:

@@ -9,7 +9,8 @@
 catches read-only mounts and /proc-like folders that `os.access` reports as writable. `atomic_write`
 fsyncs, gives the file the mode an ordinary open() would (mkstemp's is 0600), and on any failure
 removes the temporary and raises RuntimeFault naming the path: a failed write is never reported as
-written. `StreamedFile` is for logs that must survive an interruption: each row is flushed as it comes.
+written. `StreamedFile` is for logs that must survive an interruption: each row is written as it comes,
+and a row a full disk cut short is cut off.
 `partial_file` is for writers that fill a temporary themselves (the video encoder, PIL) and rename it
 into place when they finish; `discard` removes it when they do not.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,6 +40,8 @@ def check_output(path, what: str = "output") -> Path:
     try:
         if target.is_dir():
             raise RuntimeFault(f"cannot write {what} {target}: it is a directory")
+        if special_file(target):
+            return _checked_special(target, what)
         if not directory.exists():
             raise RuntimeFault(f"cannot write {what} {target}: folder {directory} does not exist")
         if not directory.is_dir():
@@ -45,6 +49,36 @@ def check_output(path, what: str = "output") -> Path:
     except OSError as e:  # a path the system cannot even look at (too long a path, a loop of links)
         raise RuntimeFault(f"cannot write {what} {_short(target)}: {e.strerror or e}") from e
     discard(partial_file(target, what))
+    return target
+
+
+def special_file(target: Path) -> str | None:
+    """What an existing target that is not a regular file or a folder is ("a character device", "a
+    fifo", "a block device", "a socket"), else None. A device or a fifo is written in place: renaming a
+    temporary over it would replace /dev/null itself (as root) with the output."""
+    try:
+        mode = target.stat().st_mode
+    except OSError:
+        return None
+    for test, name in (
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISFIFO, "a fifo"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return None
+
+
+def _checked_special(target: Path, what: str) -> Path:
+    """A character device or a fifo the output is written straight into (/dev/null, /dev/stdout, a
+    pipe); RuntimeFault for a block device or a socket, or one this process may not write."""
+    kind = special_file(target)
+    if kind in ("a block device", "a socket"):
+        raise RuntimeFault(f"cannot write {what} {target}: it is {kind}, not a file; give a file name")
+    if not os.access(target, os.W_OK):
+        raise RuntimeFault(f"cannot write {what} {target}: {kind} this process may not write")
     return target
 
 
@@ -60,8 +94,9 @@ def check_outputs(*outputs: tuple[str | os.PathLike | None, str]) -> None:
 
 def check_suffix(path, suffixes: tuple[str, ...], what: str, option: str) -> None:
     """ConfigError when `path` (given to `option`) does not end in one of `suffixes` (lower case, with the
-    dot): a writer of one format must not put its bytes under another format's name."""
-    if path is not None and Path(path).suffix.lower() not in suffixes:
+    dot): a writer of one format must not put its bytes under another format's name. A device or a fifo
+    (/dev/null, a pipe) has no format in its name: it passes."""
+    if path is not None and Path(path).suffix.lower() not in suffixes and not special_file(Path(path)):
         raise ConfigError(
             f"{option} {path}: the {what} is written as {suffixes[0][1:].upper()}, so its name must end in "
             f"{' or '.join(suffixes)}; rename it (e.g. {Path(path).with_suffix(suffixes[0])})"
@@ -96,7 +131,14 @@ def _short(path: Path, keep: int = 60) -> str:
 
 def partial_file(target: Path, what: str = "output") -> Path:
     """Create an empty hidden file beside `target` (mode 0o666 through the umask, as open() would), the
-    temporary a writer fills and renames over `target`; RuntimeFault naming `target` if it cannot."""
+    temporary a writer fills and renames over `target`; RuntimeFault naming `target` if it cannot, or if
+    `target` is a device or a fifo (renaming over /dev/null would replace it; `atomic_write` writes those
+    in place, and a writer that needs a file of its own, the video encoder, cannot)."""
+    kind = special_file(target)
+    if kind:
+        raise RuntimeFault(
+            f"cannot write {what} {target}: it is {kind}, and this output needs a file; give a file name"
+        )
     stem = target.name[: max(1, name_max(target.parent) - 16)]  # ".{stem}.{8 hex}.part" fits the limit
     for _ in range(100):
         name = target.parent / f".{stem}.{secrets.token_hex(4)}.part"
@@ -116,8 +158,16 @@ def partial_file(target: Path, what: str = "output") -> Path:
 
 @contextlib.contextmanager
 def atomic_write(path, mode: str = "wb", what: str = "output", **open_args) -> Iterator:
-    """A file object whose contents appear under `path` only if the block completes."""
+    """A file object whose contents appear under `path` only if the block completes (a character device
+    or a fifo is written in place: there is no file to replace)."""
     target = Path(path)
+    if special_file(target):
+        try:
+            with open(_checked_special(target, what), mode, **open_args) as f:
+                yield f
+        except OSError as e:  # /dev/full: ENOSPC, at the write or at the close's flush
+            raise RuntimeFault(f"cannot write {what} {target}: {e.strerror or e}") from e
+        return
     tmp = partial_file(target, what)
     try:
         with open(tmp, mode, **open_args) as f:
@@ -142,27 +192,37 @@ def discard(path: Path | None) -> None:
 
 
 class StreamedFile:
-    """A text file written row by row and flushed after each, so that an interrupted run keeps every
-    row written so far. Opened only after `check_output`; `close()` is safe to call twice."""
+    """A text file written row by row, each write straight to the file, so that an interrupted run keeps
+    every row written so far. A write that fails (a full disk) is cut back off the file: it ends at its
+    last whole row, never inside one. Opened only after `check_output`; `close()` is safe to call twice."""
 
     def __init__(self, path, what: str = "log"):
         self.path = check_output(path, what)
         self.what = what
+        self._whole = 0  # the file's length after its last whole write
         try:
-            self._f = open(self.path, "w", newline="")  # noqa: SIM115 - closed by close()
+            self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
         except OSError as e:
             raise RuntimeFault(f"cannot write {what} {self.path}: {e.strerror or e}") from e
 
     def write(self, text: str) -> None:
+        if self._fd is None:
+            raise RuntimeFault(f"cannot write {self.what} {self.path}: it is closed")
+        data = memoryview(text.encode())
+        size = len(data)
         try:
-            self._f.write(text)
-            self._f.flush()
+            while data:
+                data = data[os.write(self._fd, data) :]
         except OSError as e:
+            with contextlib.suppress(OSError):  # a device (/dev/full) cannot be cut: nothing to cut
+                if stat.S_ISREG(os.fstat(self._fd).st_mode):
+                    os.ftruncate(self._fd, self._whole)
+                    os.lseek(self._fd, self._whole, os.SEEK_SET)
             raise RuntimeFault(f"cannot write {self.what} {self.path}: {e.strerror or e}") from e
+        self._whole += size
 
     def close(self) -> None:
-        """Close; a file whose last write failed (a full disk) may fail again here: that was already
-        said by `write`, so it is not raised twice."""
-        if not self._f.closed:
+        if self._fd is not None:
             with contextlib.suppress(OSError):
-                self._f.close()
+                os.close(self._fd)
+            self._fd = None

@@ -145,15 +145,15 @@ class SeriesWriter:
     def prepare(self, resume: Bodies | None = None, steps: int = 0) -> None:
         """Before the work, on the writing rank: `plan`, then make DIR (and its parents) and prove it
         takes new files; RuntimeFault / ConfigError in one line otherwise."""
-        self.base = self.plan(resume)
-        self.final_step = self.base + int(steps)
-        if self.directory.exists() and not self.directory.is_dir():
-            raise ConfigError(f"--out-dir {self.directory} is a file; name a folder (created if missing)")
-        try:
+        from app.core.errors import RuntimeFault
+
+        try:  # a path the system cannot look at (too long a name) is one line, as a file output's is
+            self.base = self.plan(resume)
+            self.final_step = self.base + int(steps)
+            if self.directory.exists() and not self.directory.is_dir():
+                raise ConfigError(f"--out-dir {self.directory} is a file; name a folder (created if missing)")
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            from app.core.errors import RuntimeFault
-
             raise RuntimeFault(f"cannot write snapshot series {self.directory}: {e.strerror or e}") from e
         check_output(self.manifest, "snapshot series")
 

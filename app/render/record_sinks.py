@@ -83,11 +83,11 @@ def prepare_frames_dir(directory: Path) -> Path:
     """Create `directory` if needed and check that files can be created in it (one-line RuntimeFault)."""
     directory = Path(directory).expanduser().resolve()
     try:
+        if directory.exists() and not directory.is_dir():  # mkdir would say "File exists"
+            raise RuntimeFault(f"cannot write frames to {directory}: it is not a directory")
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise RuntimeFault(f"cannot write frames to {directory}: {e.strerror or e}") from e
-    if not directory.is_dir():
-        raise RuntimeFault(f"cannot write frames to {directory}: it is not a directory")
     check_output(directory / "frame_probe", "frames to")
     return directory
 

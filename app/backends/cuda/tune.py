@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable
 
 from app.backends.cuda import heuristic, tuning_cache
-from app.core.errors import ConfigError
+from app.core.errors import ConfigError, RuntimeFault
 from app.engine.forces import format_tunables, with_role
 from app.parallel.decomposition import of as decomposition_of
 
@@ -121,9 +121,9 @@ def run_tune(
     """Tune every variant at every N within `budget_s` seconds in all; write (as the tuning of its device
     count) and return the result. `backend_cls`: one GPU's backend, or its form over K devices
     (multi_backend_class: `base` and `k`), see the module doc. `on_n(result)` after each N (its
-    "complete" false until the last): what the command keeps as it goes. Interrupted (KeyboardInterrupt,
-    which is raised on), the N finished are filed over the cached tuning of the same device count, its
-    other N kept."""
+    "complete" false until the last): what the command keeps as it goes. Interrupted (KeyboardInterrupt)
+    or stopped by a RuntimeFault (its --json on a full disk), both raised on, the N finished are filed
+    over the cached tuning of the same device count, its other N kept."""
     from app.model.ics import bench_bodies
     from app.model.physics import Physics, relative_error
 
@@ -166,22 +166,23 @@ def run_tune(
             _keep_winner(data, winner, n, rows, on, say)
             if on_n is not None:
                 on_n(data)
-    except KeyboardInterrupt:
+        data["complete"] = True
+        data["elapsed_s"] = round(time.perf_counter() - begun, 1)
+        if write:
+            data["path"] = str(tuning_cache.write_cache(data))
+            say(f"wrote {data['path']}")
+    except (KeyboardInterrupt, RuntimeFault) as stop:  # what was measured is filed (ms), then it goes on
         if write and data["best"]:
-            path = tuning_cache.write_cache(data, over_kept=True)
+            path = tuning_cache.write_cache(data, over_kept=not data["complete"])
             tuned = ", ".join(f"{e['n']:,}" for e in data["best"])
-            say(f"interrupted: the tuning of N = {tuned}{on} is filed in {path} (its other N as they were)")
+            kept = "" if data["complete"] else " (its other N as they were)"
+            why = "interrupted" if isinstance(stop, KeyboardInterrupt) else "stopped"
+            say(f"{why}: the tuning of N = {tuned}{on} is filed in {path}{kept}")
         raise
     finally:
         if backend is not one:
             backend.close()
         one.close()
-    data["complete"] = True
-    data["elapsed_s"] = round(time.perf_counter() - begun, 1)
-    if write:
-        path = tuning_cache.write_cache(data)
-        data["path"] = str(path)
-        say(f"wrote {path}")
     return data
 
 
