@@ -6,6 +6,7 @@ CLI flags. Every key is validated by app.model.config with a message naming the 
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 
 from app.model.physics import Physics
@@ -251,6 +252,9 @@ def validate(scene: Scene) -> None:
     init.params = ics.validate_params(init.generator, init.params, key_prefix="initial.")
 
 
+SAY_GENERATING_FROM = 1_000_000  # bodies: a galaxy of 2 M takes ~5 s to make on one core
+
+
 def make_bodies(scene: Scene):
     """The scene's initial Bodies: read from initial.file or generated (deterministic from the seed).
     A scene's [[components]] tables replace the components the file or the generator gave."""
@@ -263,6 +267,8 @@ def make_bodies(scene: Scene):
             bodies.components = components.from_table(scene.components, bodies.n, f"{scene.name}")
         return subsample(bodies, init.subsample, init.seed) if init.subsample else bodies
     assert init.generator is not None, "a scene without a file names a generator (InitialConditions)"
+    if init.n >= SAY_GENERATING_FROM:  # seconds on a CPU core: say what the wait is for
+        logging.getLogger("nbody-live").info("generating %s bodies of %r ...", f"{init.n:,}", init.generator)
     bodies = ics.generate(
         init.generator, init.n, init.seed, init.params, G=scene.physics.G, softening=scene.physics.softening
     )

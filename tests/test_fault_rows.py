@@ -150,15 +150,26 @@ def test_a_folder_or_a_fifo_as_the_scene_says_what_it_is(tmp_path, capsys, monke
 
 def test_a_still_far_in_the_future_says_how_long_it_will_take():
     """`record --still 1e9` advanced for minutes without a word: after 2 s of advancing it now says what
-    the rest will take at the rate so far, once, when that is over a minute."""
-    from app.render.stills import eta_line
+    the rest will take at the rate so far, once, when that is over a minute (app.core.eta, which record
+    and simulate use too)."""
+    from app.core.eta import Eta, eta_line
 
-    assert eta_line(100, 3 * 10**10, 1.0) is None  # too early to estimate
-    line = eta_line(100, 3 * 10**10, 2.0)  # 50 frames/s, 3e10 frames: ~19 years
-    assert line is not None and "frame 30,000,000,000" in line and "19.0 years" in line and "Ctrl-C" in line
-    assert eta_line(100, 2000, 2.0) is None  # 38 s to go: not worth a line
-    assert "1.7 h" in eta_line(100, 300_000, 2.0)  # 299,900 frames at 50 a second
-    assert eta_line(100, 100, 5.0) is None  # done
+    def line(done, total, elapsed):
+        return eta_line(done, total, elapsed, "frame", "the still is frame 30,000,000,000: ", "Ctrl-C stops")
+
+    assert line(100, 3 * 10**10, 1.0) is None  # too early to estimate
+    said = line(100, 3 * 10**10, 2.0)  # 50 frames/s, 3e10 frames: ~19 years
+    assert said is not None and "frame 30,000,000,000" in said and "19.0 years" in said and "Ctrl-C" in said
+    assert line(100, 2000, 2.0) is None  # 38 s to go: not worth a line
+    assert "1.7 h" in line(100, 300_000, 2.0)  # 299,900 frames at 50 a second
+    assert line(100, 100, 5.0) is None  # done
+    now, said_lines = [0.0], []
+    eta = Eta(10**9, "step", stops="Ctrl-C stops", say=said_lines.append, clock=lambda: now[0])
+    for done, now[0] in ((10, 1.0), (20, 2.0), (30, 3.0), (40, 4.0)):
+        eta.update(done)
+    assert said_lines == [
+        "999,999,980 steps to go at 10.0 steps/s take about 3.2 years more; Ctrl-C stops"
+    ]  # once, at 2 s
 
 
 BENCH = [

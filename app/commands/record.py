@@ -380,7 +380,7 @@ def _report(res, frames: int, fps: float) -> None:
             )
         else:
             print(
-                f"interrupted ({_interrupt_name(res.interrupted)}): kept {res.frames} of {frames} "
+                f"interrupted ({_interrupt_name(res.interrupted)}): kept {res.frames:,} of {frames:,} "
                 f"frames in {res.path}"
             )
     else:

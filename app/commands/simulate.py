@@ -378,6 +378,7 @@ def _step_all(job: _Job, backend, stop, rows: _Log, measure) -> int:
     """The steps, in chunks of at most MAX_CHUNK that end at each log row, checkpoint and snapshot of the
     series, until --steps are done or a signal came (to any rank); returns the steps done."""
     from app.backends import distributed
+    from app.core.eta import Eta
 
     args, series, base = job.args, job.series, job.base
     every = (args.log_every or max(1, args.steps // 20)) if args.log else args.steps
@@ -388,6 +389,7 @@ def _step_all(job: _Job, backend, stop, rows: _Log, measure) -> int:
         state = backend.state()
         if job.writer and series.due(base):
             series.write(base, state)
+    eta = Eta(args.steps, "step", stops=f"Ctrl-C stops and writes the state so far to {job.out}")
     with progress_bar(args, total=args.steps, unit="step", desc=backend.kernel, show=job.writer) as bar:
         while done < args.steps and not distributed.any_rank(job.comm, stop.signum):
             k = min(
@@ -400,6 +402,8 @@ def _step_all(job: _Job, backend, stop, rows: _Log, measure) -> int:
             force_ms += backend.step(k).force_ms
             done, since = done + k, since + k
             bar.update(k)
+            if job.writer:
+                eta.update(done)
             if args.log and (done % every == 0 or done == args.steps):
                 diag = measure()
                 if diag is None:

@@ -43,6 +43,7 @@ import time
 from pathlib import Path
 
 from app.core.errors import ConfigError, RuntimeFault
+from app.core.eta import Eta
 from app.core.outputs import check_output
 from app.render.encoder import write_png
 from app.render.frame_schedule import frame_info, frame_parts
@@ -117,9 +118,10 @@ def record_scene(
                 leave=False,
                 dynamic_ncols=True,
             )
+            eta = Eta(frames, "frame", stops="Ctrl-C stops and keeps a playable file of the frames so far")
             with bar:
                 interrupted = _record_frames(
-                    viewer, sink, frames, camera, guard, window, bar, step_ms, draw_ms
+                    viewer, sink, frames, camera, guard, window, (bar, eta), step_ms, draw_ms
                 )
             if interrupted is not None and sink.captured == 0:
                 sink.abort()
@@ -145,12 +147,14 @@ def _record_frames(
     camera,
     guard: InterruptGuard,
     window: bool,
-    bar,
+    progress: tuple,
     step_ms: list[float],
     draw_ms: list[float],
 ) -> int | str | None:
-    """record_scene's frames, each step and draw time appended to `step_ms` / `draw_ms`; returns what
+    """record_scene's frames, each step and draw time appended to `step_ms` / `draw_ms`, each told to
+    `progress` (the bar, and the Eta that says once what a long recording's rest takes); returns what
     stopped them early (the signal, "window" when the window was closed) or None."""
+    bar, eta = progress
     for i in range(frames):
         if guard.stop:
             return guard.signum
@@ -163,6 +167,7 @@ def _record_frames(
         sink.capture(viewer, frame_info(viewer, i, sink.fps))
         draw_ms.append(viewer.stats.draw_ms)
         bar.update(1)
+        eta.update(i + 1)
         if window:
             if viewer._closed:
                 log.warning("the window was closed: stopping after %d frames", i + 1)

@@ -151,6 +151,7 @@ def run_tune(
     try:
         ns = sorted(set(int(n) for n in ns))
         _compile_first(backend, names, bench_bodies(min(ns), seed), physics, say)
+        say(_plan_line(len(names), ns, budget_s))
         start = time.perf_counter()  # the budget is for timing: compiling (minutes when cold) is not in it
         for index, n in enumerate(ns):
             bodies = bench_bodies(n, seed)
@@ -328,6 +329,18 @@ def _reference(backend, records, bodies, physics, relative_error) -> tuple:
     base_err, _ = relative_error(base, reference)
     tolerance = max(TOLERANCE, 2.0 * base_err)
     return reference, tolerance, {"reference": exact, f"{baseline}_max_rel_err": base_err}
+
+
+def _plan_line(variants: int, ns: list[int], budget_s: float) -> str:
+    """What the timing will take: the budget, plus the re-timing of each N's leaders (FINAL_MAX_S at
+    most) and their accuracy checks (a few seconds each at N ~ 10^6)."""
+    from app.core.eta import duration
+
+    about = budget_s + len(ns) * (FINAL_MAX_S + 3.0)
+    return (
+        f"timing {variants} variants at N = {', '.join(f'{n:,}' for n in ns)}: about {duration(about)} "
+        f"(--budget-s {budget_s:g}, then each N's leaders again); Ctrl-C stops and files the N finished"
+    )
 
 
 def _compile_first(backend, names, bodies, physics, say) -> None:
