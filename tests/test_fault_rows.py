@@ -172,6 +172,34 @@ def test_a_still_far_in_the_future_says_how_long_it_will_take():
     ]  # once, at 2 s
 
 
+@pytest.mark.parametrize("kernel", ["cpu-tree", "cpu-simd"])
+def test_a_blow_up_is_one_line_without_a_numpy_warning(tmp_path, capsys, kernel):
+    """Issue 28's last row: a tree blow-up printed numpy RuntimeWarnings (float32 squares of a speed and of
+    a cell's offset overflowing) before the clean error. A body at 10^37 units a time unit: with warnings
+    as errors, the run still ends in the one line naming the body."""
+    import warnings
+
+    rng = np.random.default_rng(1)
+    vel = rng.normal(size=(256, 3))
+    vel[0] = [1e37, 0.0, 0.0]
+    snap = tmp_path / "fast.npz"
+    np.savez(snap, pos=rng.normal(size=(256, 3)), vel=vel, mass=np.full(256, 1 / 256), time=0.0)
+    argv = ["simulate", str(snap), "--steps", "50", "--dt", "10", "--backend", "cpu", "--kernel", kernel]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        rc = main([*argv, "--out", str(tmp_path / "o.npz"), "--log", str(tmp_path / "o.csv")])
+    one_line(capsys, rc, 1, "non-finite position or velocity at body 0", "the simulation blew up")
+
+
+def test_speeds_do_not_overflow_in_float32():
+    from app.model.bodies import FLOAT32_MAX, speeds
+
+    vel = np.array([[3e19, 4e19, 0.0], [1e39, 0.0, 0.0], [3.0, 4.0, 0.0]])
+    with np.errstate(all="raise"):
+        got = speeds(vel)
+    assert got.dtype == np.float32 and list(got) == [np.float32(5e19), np.float32(FLOAT32_MAX), 5.0]
+
+
 BENCH = [
     "bench",
     "--backend",

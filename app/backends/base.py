@@ -16,7 +16,7 @@ import numpy as np
 from app.core.errors import ConfigError
 from app.engine.forces import ForceEvaluator, KernelRecord, Tunable
 from app.engine.timing import StepTimings  # noqa: F401  (re-exported: backends build it)
-from app.model.bodies import Bodies
+from app.model.bodies import Bodies, speeds
 from app.model.config import INTEGRATORS, MODELS
 from app.model.physics import Physics
 
@@ -360,7 +360,7 @@ class Backend(ABC):
         asked for these per frame.
         """
         b = self.state()
-        return b.pos4(np.float32), np.linalg.norm(b.vel, axis=1).astype(np.float32)
+        return b.pos4(np.float32), speeds(b.vel)
 
     def attach_gl_buffers(self, position_vbo: int, speed_vbo: int) -> bool:
         """Offer the GL names of the position (float4) and speed (float) vertex buffers.

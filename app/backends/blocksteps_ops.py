@@ -9,7 +9,7 @@ import numpy as np
 
 from app.engine.blocksteps import block_tunables
 from app.engine.forces import ForceWork, with_role
-from app.model.bodies import Bodies
+from app.model.bodies import Bodies, speeds
 from app.model.physics import Physics, accelerations
 
 
@@ -124,7 +124,7 @@ class NumpyBlockOps:
         rows = self.bodies.pos4(np.float32)
         if ahead:
             rows[:, :3] = (self.bodies.pos + ahead * self.bodies.vel).astype(np.float32)
-        return rows, np.linalg.norm(self.bodies.vel, axis=1).astype(np.float32)
+        return rows, speeds(self.bodies.vel)
 
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a(x) kept for `rows`, their all-pairs accelerations at the same float32 positions by the CPU

@@ -47,7 +47,7 @@ from app.engine.clocks import HostTimer
 from app.engine.forces import Span, target_chunks, with_role
 from app.engine.integrator import Stepper
 from app.engine.timing import stage_entries
-from app.model.bodies import Bodies
+from app.model.bodies import Bodies, speeds
 from app.model.physics import Physics
 
 if TYPE_CHECKING:
@@ -138,7 +138,7 @@ class CPUBackend(TunablesPerKernel, Backend):
         self._acc = np.zeros_like(self._pos)
         self._mass = bodies.mass.copy()
         self._ids = None if bodies.ids is None else bodies.ids.copy()
-        self._speed = np.linalg.norm(self._vel[:, :3], axis=1).astype(np.float32)
+        self._speed = speeds(self._vel)
         self._render_pos = None
         self._kept_evaluator = None  # (key, evaluator) of `evaluator`: new bodies, new evaluator
         self._t0, self._steps = float(bodies.time), 0

@@ -21,7 +21,7 @@ from app.backends.cpu_forces import DEFAULT_KERNEL, CpuOps, cpu_name, cpu_record
 from app.core.errors import ConfigError
 from app.engine.clocks import HostTimer
 from app.engine.forces import ForceWork, Span, drain
-from app.model.bodies import Bodies
+from app.model.bodies import Bodies, speeds
 from app.model.physics import Physics
 from app.parallel.decomposition import share_cuts
 from app.parallel.multidevice import HostExchange
@@ -47,7 +47,7 @@ class CpuDevice:
         self.pos, self.vel = bodies.pos4(dtype), bodies.vel4(dtype)
         self.acc = np.zeros_like(self.pos)
         self.sacc = np.zeros_like(self.pos)  # domains: accelerations in the tree's key order
-        self.speed = np.linalg.norm(self.vel[:, :3], axis=1).astype(np.float32)
+        self.speed = speeds(self.vel)
         self.ids = np.arange(bodies.n, dtype=np.int64)  # the body (load order) in each row
         self.everyone = Span.all(bodies.n)
         self.integrate_all = False  # set by the run from its decomposition

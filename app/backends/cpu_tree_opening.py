@@ -36,8 +36,11 @@ def opening_rows(com, lo, offset, side, theta: float, bmax=None, opening: str = 
     if opening == "bmax":
         r = (bmax.astype(np.float32) / np.float32(theta)) * MAC_SLACK
     elif opening == "cube":
-        f = ((com.astype(np.float64) - lo) - offset).astype(np.float32)
-        delta = np.sqrt((f[:, 0] * f[:, 0] + f[:, 1] * f[:, 1]) + f[:, 2] * f[:, 2])
+        # a run blowing up (coordinates past 1e19) overflows these float32 squares: r_open becomes inf, the
+        # cell is opened, and the step's non-finite check names the body; numpy need not warn first
+        with np.errstate(over="ignore", invalid="ignore"):
+            f = ((com.astype(np.float64) - lo) - offset).astype(np.float32)
+            delta = np.sqrt((f[:, 0] * f[:, 0] + f[:, 1] * f[:, 1]) + f[:, 2] * f[:, 2])
         r = (side.astype(np.float32) / np.float32(theta) + delta) * MAC_SLACK
     else:
         raise ValueError(f"opening must be 'cube' or 'bmax', not {opening!r}")

@@ -58,7 +58,7 @@ from app.backends.distributed import RankRun, device_maker
 from app.backends.rank_control import Channel, Control
 from app.core.errors import BackendUnavailable, NonFiniteState
 from app.engine.timing import StepTimings, imbalance, rank_entries
-from app.model.bodies import Bodies
+from app.model.bodies import Bodies, speeds
 from app.model.physics import Physics
 
 SPLIT_FRAMES = 256  # per-rank splits rank 0 keeps for its summary
@@ -321,14 +321,13 @@ class RanksBackend(TunablesPerKernel, Backend):
         """Current positions (rank 0 holds them all after each exchange); the speeds rank 0 holds where it
         integrates every body (a domain split: no view to gather for them), else those of the last view."""
         if self._applied is not None and self.run.decomposition.integrate_all:
-            speeds = np.asarray(self.run.own_rows("speed"), dtype=np.float32)
-            return np.array(self.run.positions(), dtype=np.float32), speeds.reshape(-1)
+            own = np.asarray(self.run.own_rows("speed"), dtype=np.float32)
+            return np.array(self.run.positions(), dtype=np.float32), own.reshape(-1)
         self._view_read = True
         v = self._last_view()
-        speeds = np.linalg.norm(v.vel, axis=1).astype(np.float32)
         if self._applied is None:
-            return v.pos4(np.float32), speeds
-        return np.array(self.run.positions(), dtype=np.float32), speeds
+            return v.pos4(np.float32), speeds(v.vel)
+        return np.array(self.run.positions(), dtype=np.float32), speeds(v.vel)
 
     def accelerations(self) -> np.ndarray:
         raise NotImplementedError(

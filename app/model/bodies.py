@@ -14,6 +14,16 @@ if TYPE_CHECKING:
     from app.model.components import Components
 
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def speeds(vel: np.ndarray) -> np.ndarray:
+    """|v| of each body as float32 (what the renderer colours by): summed in float64, where float32 squares
+    overflow above 1.8e19 (a run blowing up), and held at float32's largest value, not inf."""
+    v = np.asarray(vel)[:, :3].astype(np.float64)
+    return np.minimum(np.sqrt(np.einsum("ij,ij->i", v, v)), FLOAT32_MAX).astype(np.float32)
+
+
 @dataclass
 class StepLevels:
     """Block time steps' per-body levels at a max-step boundary (app/engine/blocksteps.py), kept with a

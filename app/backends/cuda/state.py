@@ -21,7 +21,7 @@ from app.backends.cuda.force_sample import gather_rows
 from app.backends.cuda.state_ops import BYTES_PER_BODY, Fp32Ops, Fp64Ops
 from app.core.errors import StateOutOfMemory
 from app.engine.forces import Span
-from app.model.bodies import Bodies
+from app.model.bodies import Bodies, speeds
 
 # bytes per row on the device, and (values per row, dtype) of a row on the host
 ROW_BYTES = {
@@ -142,7 +142,7 @@ class GpuState:
         vel4 = np.ascontiguousarray(bodies.vel4(np.float32))
         drv.memcpy_htod(self.pointer("pos"), np.ascontiguousarray(bodies.pos4(np.float32)))
         drv.memcpy_htod(self.pointer("vel"), vel4)
-        drv.memcpy_htod(self.pointer("speed"), np.linalg.norm(vel4[:, :3], axis=1).astype(np.float32))
+        drv.memcpy_htod(self.pointer("speed"), speeds(vel4))
         if self.holds("ids"):
             drv.memcpy_htod(self.pointer("ids"), np.arange(self.n, dtype=np.int32))
         if self.holds("pos64"):
