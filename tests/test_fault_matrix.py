@@ -78,6 +78,7 @@ OUTPUTS = {
     "run --timings": Output(
         lambda p, q: [*RUN, "--frames", "400", "--timings", p, "--screenshot", q], ".csv", ".png", ".json"
     ),
+    "run --record-to": Output(lambda p, q: [*RUN, "--frames", "5", "--record-to", p], ""),
     "run --screenshot": Output(
         lambda p, q: [*RUN, "--frames", "5", "--timings", q, "--screenshot", p], ".png", ".csv", ".jpg"
     ),
@@ -180,6 +181,7 @@ class Expect:
     kept: Callable[[Outcome], None] = nothing
 
 
+RECORD_TO = "run --record-to"
 FILE_OUTPUTS = [name for name, out in OUTPUTS.items() if out.suffix]
 FOLDER_OUTPUTS = [name for name, out in OUTPUTS.items() if not out.suffix]
 TWO_OUTPUTS = [name for name, out in OUTPUTS.items() if out.partner]
@@ -187,7 +189,8 @@ NO_SPACE = "No space left on device"
 
 MATRIX: dict[tuple[str, str], Expect] = {
     **{(name, "missing folder"): Expect(1, "does not exist") for name in FILE_OUTPUTS},
-    **{(name, "missing folder"): Expect(0, "", folder_made) for name in FOLDER_OUTPUTS},
+    **{(name, "missing folder"): Expect(0, "", folder_made) for name in FOLDER_OUTPUTS if name != RECORD_TO},
+    (RECORD_TO, "missing folder"): Expect(0, "", nothing),  # made at the first recording, not before
     **{(name, "read-only"): Expect(1, "Read-only file system") for name in OUTPUTS},
     ("simulate --out", "disk full"): Expect(1, NO_SPACE),
     ("simulate --log", "disk full"): Expect(1, NO_SPACE, state_and_log_rows_kept),
@@ -211,6 +214,7 @@ MATRIX: dict[tuple[str, str], Expect] = {
     ("bench --plot", "/dev/full"): Expect(1, NO_SPACE, dev_full_intact),
     ("run --timings", "/dev/full"): Expect(1, NO_SPACE, dev_full_intact),
     ("run --screenshot", "/dev/full"): Expect(1, NO_SPACE, dev_full_intact),
+    (RECORD_TO, "/dev/full"): Expect(1, "/dev/full is not a folder", dev_full_intact),
     **{(name, "too long a name"): Expect(1, "this file system takes at most") for name in FILE_OUTPUTS},
     **{(name, "too long a name"): Expect(1, "File name too long") for name in FOLDER_OUTPUTS},
     **{(name, "same path twice"): Expect(1, "are the same file") for name in TWO_OUTPUTS},
@@ -224,6 +228,8 @@ MATRIX: dict[tuple[str, str], Expect] = {
     },
 }
 NOT_APPLICABLE = {
+    (RECORD_TO, "disk full"): "nothing is written there until V is pressed in the viewer: a live recording "
+    "that fills its disk is tests/test_live_record.py's",
     **{
         (name, "same path twice"): "the command writes one output"
         for name in OUTPUTS

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 from app.commands.options import SHORTCUTS
 from app.core.errors import ConfigError
@@ -121,7 +122,7 @@ def run_replay(args: argparse.Namespace, scene, series, size, headless: bool) ->
             frame_log.stream_csv(args.timings)
         panel = ReplayPanel(viewer, visible=args.panel)
         recorder = panel.controller.view_recorder
-        recorder.directory, recorder.fps = args.record_to, args.record_fps
+        recorder.directory, recorder.fps = args.record_to or Path("out"), args.record_fps
         viewer.screenshot_on_exit = args.screenshot
         viewer.screenshot_overlays = True
         quit_ = "quitting and finalising any recording"

@@ -11,7 +11,7 @@ from app.commands.assembly import make_backend, scene_from_args
 from app.commands.options import add_gpu_options, add_scene_options, parse_size, positive_float, positive_int
 from app.commands.running import report_viewer_outputs
 from app.core.errors import ConfigError
-from app.core.outputs import check_outputs, check_suffix
+from app.core.outputs import check_folder, check_outputs, check_suffix
 from app.model.series import is_series_arg
 
 log = logging.getLogger("nbody-live")
@@ -127,7 +127,7 @@ def add_parser(sub) -> None:
     p.add_argument(
         "--record-to",
         type=Path,
-        default=Path("out"),
+        default=None,
         metavar="DIR",
         help="where the Record button / V writes recording-<time>.mp4 (default out/)",
     )
@@ -194,6 +194,8 @@ def _check_options(args, comm, lead: bool) -> bool:
     snapshots: no forces)."""
     if lead:
         check_outputs((args.timings, "timings"), (args.screenshot, "screenshot"))
+        if args.record_to is not None:  # named: a recording there must not fail only when V is pressed
+            check_folder(args.record_to, "live recordings")
         check_suffix(args.screenshot, (".png",), "screenshot", "--screenshot")
         check_suffix(args.timings, (".csv",), "timings", "--timings")
     replaying = is_series_arg(args.scene)
@@ -253,7 +255,7 @@ def _live(args, comm, scene, size, headless: bool) -> int:
         # the panel's controller owns the keys ([ ] R V Tab) and the kernel switching, shown or not
         panel = Panel(viewer, frame_log=frame_log, visible=args.panel)
         recorder = panel.controller.view_recorder
-        recorder.directory, recorder.fps = args.record_to, args.record_fps
+        recorder.directory, recorder.fps = args.record_to or Path("out"), args.record_fps
         viewer.screenshot_on_exit = args.screenshot
         viewer.screenshot_overlays = True  # what the user sees, panel included
         import gc

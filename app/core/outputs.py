@@ -82,6 +82,33 @@ def _checked_special(target: Path, what: str) -> Path:
     return target
 
 
+def check_folder(path, what: str) -> Path:
+    """A folder outputs will be written in, later and only maybe (a live recording): there and taking
+    new files, or possible to make (each missing name fits the file system, the nearest existing parent
+    takes new entries). Nothing is created; RuntimeFault naming the folder and the reason otherwise."""
+    target = Path(path)
+    try:
+        there = target
+        while not there.exists():
+            if len(os.fsencode(there.name)) > name_max(there.parent):
+                raise RuntimeFault(
+                    f"cannot write {what} in {_short(target)}: the name {_short(there)} is too long"
+                )
+            there = there.parent
+        if not there.is_dir():
+            raise RuntimeFault(f"cannot write {what} in {target}: {there} is not a folder")
+    except OSError as e:
+        raise RuntimeFault(f"cannot write {what} in {_short(target)}: {e.strerror or e}") from e
+    try:
+        discard(partial_file(there / "probe", what))
+    except RuntimeFault as e:
+        why = getattr(e.__cause__, "strerror", None) or "it takes no new files"
+        raise RuntimeFault(
+            f"cannot write {what} in {target}: folder {there} takes no new files ({why})"
+        ) from e
+    return target
+
+
 def check_outputs(*outputs: tuple[str | os.PathLike | None, str]) -> None:
     """`check_output(path, what)` for each (path, what) whose path was given (not None): a command's
     optional outputs, all checked before its work; two outputs naming one file are refused (the second
