@@ -172,6 +172,26 @@ def test_a_still_far_in_the_future_says_how_long_it_will_take():
     ]  # once, at 2 s
 
 
+def test_a_length_past_an_hour_of_video_is_said_before_the_setup(caplog):
+    """--still 1e9 and --seconds 1e6 say what they ask for before the backend and GL start (the time it
+    takes follows once the first frames are timed); an ordinary length says nothing."""
+    import logging
+
+    from app.commands.record import _say_the_horizon
+
+    with caplog.at_level(logging.INFO, logger="nbody-live"):
+        _say_the_horizon(3 * 10**10, 30.0, still=True)
+        _say_the_horizon(30 * 10**6, 30.0, still=False)
+        _say_the_horizon(300, 30.0, still=False)
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2
+    assert said[0].startswith(
+        "the still is the last of 30,000,000,000 frames (31.7 years of video at 30 fps)"
+    )
+    assert said[1].startswith("the video is 30,000,000 frames (11.6 days of video")
+    assert all("Ctrl-C stops" in line for line in said)
+
+
 @pytest.mark.parametrize("kernel", ["cpu-tree", "cpu-simd"])
 def test_a_blow_up_is_one_line_without_a_numpy_warning(tmp_path, capsys, kernel):
     """Issue 28's last row: a tree blow-up printed numpy RuntimeWarnings (float32 squares of a speed and of

@@ -15,6 +15,7 @@ from app.commands.options import add_gpu_options, add_scene_options, parse_size,
 from app.commands.replay import RECORD_HELP as REPLAY_HELP
 from app.commands.replay import open_replay, record_backend, record_line, replay_scene
 from app.core.errors import ConfigError
+from app.core.eta import duration
 from app.core.outputs import check_output, check_suffix
 from app.model.series import is_series_arg
 from app.render.encoder import X264_PRESETS
@@ -275,11 +276,31 @@ def main(args) -> int:
     scene = _scene(args, series)
     fps = float(args.fps)
     frames = args.frames or max(1, round((args.seconds or 5.0) * fps))
+    _say_the_horizon(
+        round(args.still * fps) if args.still is not None else frames, fps, args.still is not None
+    )
     replay = (lambda: record_backend(series, frames)) if series is not None else lambda: None
     progress = not args.no_progress and sys.stderr.isatty()
     if args.still is not None:
         return _still(args, scene, size, fps, frames, series, replay, progress)
     return _video(args, scene, size, fps, frames, series, replay, progress)
+
+
+HORIZON_FRAMES = 108_000  # an hour of video at 30 fps: past it, say what is asked before the setup
+
+
+def _say_the_horizon(frames: int, fps: float, still: bool) -> None:
+    """Before any setup: a length past HORIZON_FRAMES in words (a --still 1e9 is 3e10 frames to step
+    through), so that the wait is expected; how long follows once the rate is known (app.core.eta)."""
+    if frames <= HORIZON_FRAMES:
+        return
+    length = f"{frames:,} frames ({duration(frames / fps)} of video at {fps:g} fps)"
+    what = (
+        f"the still is the last of {length}: each is stepped here first"
+        if still
+        else f"the video is {length}: each is stepped and drawn here"
+    )
+    log.info("%s; how long that takes is said once the first frames are timed; Ctrl-C stops", what)
 
 
 def _check_options(args) -> None:
@@ -355,7 +376,7 @@ def _video(args, scene, size, fps: float, frames: int, series, replay, progress:
             path = camera_path.make_path(scene.camera, viewer.camera)
             advance = _per_frame(scene) if series is None else record_line(series, frames)
             print(
-                f"recording {what}: {frames} frames {size[0]}x{size[1]} at {fps:g} fps, "
+                f"recording {what}: {frames:,} frames {size[0]}x{size[1]} at {fps:g} fps, "
                 f"{advance}, {path.describe()}, "
                 f"{viewer.stats.kernel or backend.kernel} N={backend.n:,} ({backend.data_path})",
                 flush=True,
