@@ -62,7 +62,7 @@ def with_values(argv: list[str], **values: str) -> list[str]:
 
 
 SIM = [*with_values(SIMULATE, n="256", steps="40"), "--log-every", "1"]  # an npz of 18 KB: fills 4 KiB
-REC = ["record", "plummer", "--n", "64", "--size", "128x96", "--no-progress"]
+REC = ["record", "plummer", "--n", "64", "--size", "128x96", "--no-progress", "--backend", "cpu"]
 RUN = ["run", "plummer", "--n", "64", "--backend", "cpu"]
 
 OUTPUTS = {
@@ -376,7 +376,7 @@ COMMANDS = {
         f"{d}/l.csv",
     ],
     "bench": lambda d: [*BENCH, "--json", f"{d}/b.json", "--plot", f"{d}/b.png"],
-    "record": lambda d: [*REC, "--frames", "30", "--backend", "cpu", "--out", f"{d}/v.mp4"],
+    "record": lambda d: [*REC, "--frames", "30", "--out", f"{d}/v.mp4"],
     "run": lambda d: [*RUN, "--frames", "30", "--timings", f"{d}/t.csv", "--screenshot", f"{d}/s.png"],
     "tune": lambda d: ["tune", "--n", "256,512", "--variants", ",".join(STAND_IN), "--json", f"{d}/t.json"],
 }
