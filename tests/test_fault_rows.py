@@ -126,6 +126,18 @@ def test_record_refuses_a_video_under_another_name(tmp_path, capsys, monkeypatch
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_video_without_pyav_is_one_line(tmp_path, capsys, monkeypatch):
+    """Found by running the fault matrix on the GPU machine, whose kit had no PyAV: `record` ended in a
+    ModuleNotFoundError traceback. It is one line saying how to install it, before the backend starts."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "av", None)  # import av raises ImportError
+    monkeypatch.setattr("app.commands.record.make_backend", never)
+    rc = main(["record", "plummer", "--n", "64", "--frames", "2", "--out", str(tmp_path / "x.mp4")])
+    one_line(capsys, rc, 2, "needs PyAV (the `av` package)", "pip install av", "--frames-dir")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_empty_scene_file_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("app.commands.simulate.make_backend", never)
     scene = tmp_path / "empty.toml"

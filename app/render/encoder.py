@@ -23,6 +23,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.core.errors import ConfigError
+
 X264_PRESETS = (
     "ultrafast",
     "superfast",
@@ -202,6 +204,19 @@ class _Worker:
         pass
 
 
+def pyav():
+    """The `av` module (PyAV: FFmpeg's libx264 and the mp4 muxer), or a ConfigError in one line saying how
+    to install it: a machine without it must not end a recording in a traceback."""
+    try:
+        import av
+    except ImportError as e:
+        raise ConfigError(
+            f"writing H.264 video needs PyAV (the `av` package), which does not import here ({e}); "
+            "`make` installs it (pip install av), or write PNG frames with --frames-dir"
+        ) from None
+    return av
+
+
 class VideoEncoder(_Worker):
     """H.264 in an mp4 at `path` (the caller's temporary name), one encoding thread (x264 has its own)."""
 
@@ -216,8 +231,7 @@ class VideoEncoder(_Worker):
         hud: bool = False,
         queue_size: int = 8,
     ):
-        import av
-
+        av = pyav()
         super().__init__(queue_size, workers=1, name="encoder")
         self.path = Path(path)
         self.size = (int(size[0]), int(size[1]))
@@ -246,8 +260,7 @@ class VideoEncoder(_Worker):
             self.container.mux(packet)
 
     def _process(self, img: np.ndarray, info: FrameInfo) -> None:
-        import av
-
+        av = pyav()  # imported once already, in __init__
         if self.hud is not None:
             self.hud.draw(img, info.hud_lines())
         if img.shape[:2] != (self.size[1], self.size[0]):

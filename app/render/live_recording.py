@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.core.errors import RuntimeFault
+from app.core.errors import ConfigError, RuntimeFault
 from app.render.encoder import FrameInfo
 from app.render.recorder import Recorder, RecordResult, even_size
 
@@ -224,7 +224,7 @@ class ViewRecorder:
         rec = LiveRecorder(even_size((w, h)), self.fps)
         try:
             rec.start(path)
-        except (RuntimeFault, OSError) as e:
+        except (RuntimeFault, ConfigError, OSError) as e:  # ConfigError: no PyAV here
             return self._fail(str(e))
         assert rec.path is not None  # start() names the file it writes
         self.recording = LiveRecording(rec, rec.path, self.clock(), self.clock)

@@ -23,7 +23,7 @@ import numpy as np
 
 from app.core.errors import ConfigError, RuntimeFault
 from app.core.outputs import check_output, discard, partial_file
-from app.render.encoder import FrameInfo, PngSequenceWriter, VideoEncoder
+from app.render.encoder import FrameInfo, PngSequenceWriter, VideoEncoder, pyav
 
 if TYPE_CHECKING:
     from app.render.readback import PboCapture
@@ -278,6 +278,7 @@ class Recorder(FrameSink):
         if self._worker is not None:
             raise RuntimeError("the recorder is already recording")
         self.path = check_output(Path(path).expanduser().resolve(), "video")
+        pyav()  # a machine without PyAV: one line, before a temporary is made
         self._tmp = partial_file(self.path, "video")
         try:
             self._worker = VideoEncoder(
