@@ -281,7 +281,10 @@ def _command(name: str, path: Path, partner: Path) -> list[str]:
     return [sys.executable, "-m", "app", *OUTPUTS[name].argv(str(path), str(partner))]
 
 
-ENV = dict(os.environ, NBODY_HEADLESS="1", PYTHONPATH=str(ROOT))
+# the checkout first, then whatever the environment adds (the GPU machine's kit installs its wheels there)
+ENV = dict(
+    os.environ, NBODY_HEADLESS="1", PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+)
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,8 @@ import os
 import sys
 import time
 
+from app.core.errors import ConfigError
+
 log = logging.getLogger(__name__)
 
 _EGL_VENDOR_DIRS = (
@@ -150,8 +152,12 @@ def configure(headless: bool | None = None) -> str:
         return _chosen
     if name == "egl":
         _egl_environment()
-    import vispy
-
+    try:
+        import vispy
+    except ImportError as e:  # a broken environment: one line, not a traceback
+        raise ConfigError(
+            f"drawing needs vispy, which does not import here ({e}); `make` installs it"
+        ) from None
     vispy.use(app=name)
     _chosen = name
     return name
