@@ -138,6 +138,18 @@ def test_a_video_without_pyav_is_one_line(tmp_path, capsys, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_viewer_without_imgui_bundle_is_one_line(capsys, monkeypatch):
+    """Also found on the GPU machine, whose recording kit has no imgui-bundle: `run` ended in a
+    ModuleNotFoundError traceback from the panel. One line now, before the backend is made."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "imgui_bundle", None)
+    monkeypatch.setattr("app.commands.run.make_backend", never)
+    monkeypatch.setenv("NBODY_HEADLESS", "1")
+    rc = main(["run", "plummer", "--n", "64", "--backend", "cpu", "--frames", "2"])
+    one_line(capsys, rc, 2, "the viewer needs imgui-bundle", "`nbody-live record` draws without it")
+
+
 def test_an_empty_scene_file_is_refused(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr("app.commands.simulate.make_backend", never)
     scene = tmp_path / "empty.toml"

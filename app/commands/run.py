@@ -240,6 +240,7 @@ def _live(args, comm, scene, size, headless: bool) -> int:
     from app.render.canvas import open_viewer
     from app.render.frames import FrameLog
 
+    _require_imgui()  # before the backend: its kernels may take minutes to compile
     backend = make_backend(scene, comm=comm)
     if comm is not None:
         backend.gather_every = args.gather_every or 1
@@ -280,6 +281,18 @@ def _live(args, comm, scene, size, headless: bool) -> int:
     from app.render.recorder import exit_status
 
     return exit_status(interrupted)
+
+
+def _require_imgui() -> None:
+    """The panel's controller owns the viewer's keys and its recorder, shown or not: without imgui-bundle
+    there is no viewer to keep alive, so one line saying how to install it (not a traceback)."""
+    try:
+        import imgui_bundle  # noqa: F401 - only whether it imports
+    except ImportError as e:
+        raise ConfigError(
+            f"the viewer needs imgui-bundle (its panel and keys), which does not import here ({e}); "
+            "`make` installs it; `nbody-live record` draws without it"
+        ) from None
 
 
 def _drive(args, viewer, panel, recorder):
