@@ -13,7 +13,7 @@ import re
 import sys
 
 from app import __version__
-from app.commands import bench, info, record, run, simulate, tune, validate
+from app.commands import bench, info, new_kernel, record, run, simulate, tune, validate
 from app.core.errors import RuntimeFault, UserError
 
 PROG = "nbody-live"
@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="log warnings and errors only")
     p.add_argument("--debug", action="store_true", help="show tracebacks instead of one-line errors")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in (run, record, simulate, validate, bench, tune, info):
+    for module in (run, record, simulate, validate, bench, tune, info, new_kernel):
         module.add_parser(sub)
     return p
 
@@ -73,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         # SIGTERM as Ctrl-C wherever a command has not taken the signals itself (its setup: a backend's
         # kernels compiling, a scene loading): one line and 143, not a silent death
         with StopsRaise():
+            if getattr(args, "kernel_file", None) or getattr(args, "kernel_dir", None):
+                from app.backends.cuda import user_kernels
+
+                user_kernels.load(args.kernel_file, args.kernel_dir)  # before any backend lists its kernels
             return int(args.func(args) or 0)
     except (UserError, RuntimeFault) as e:
         if args.debug:

@@ -6,14 +6,31 @@ touching this file. Records of unavailable backends are skipped with the backend
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from app.backends import all_kernel_records, backend_class, backend_names
+from app.engine.forces import KernelRecord
 from app.model.bodies import Bodies
 from app.model.physics import Physics, accelerations, relative_errors
 
-RECORDS = all_kernel_records()
+
+def _starter() -> KernelRecord:
+    """A kernel file of the user's as `nbody-live new-kernel` writes it (from `shared`): walked by every
+    test here like a built-in (issue 27: "the user record is walked by the same registry tests")."""
+    from app.backends.cuda import registry
+    from app.backends.cuda.user_kernels import new_kernel_text, user_record
+
+    path = Path(tempfile.mkdtemp(prefix="nbody-user-kernel-")) / "user-starter.cu"
+    path.write_text(new_kernel_text("user-starter", {r.name: r for r in registry.RECORDS}["shared"]))
+    return user_record(path)
+
+
+USER = _starter()
+RECORDS = [*all_kernel_records(), USER]
 
 
 def plummer_like(n: int, seed: int) -> Bodies:
@@ -89,7 +106,11 @@ def _params():
 @pytest.mark.parametrize("model", ["gravity", "gravity-repulsion"])
 @pytest.mark.parametrize("n", [1, 31, 1000])
 @pytest.mark.parametrize("record", list(_params()))
-def test_record_agrees_with_float64(record, n, model):
+def test_record_agrees_with_float64(record, n, model, monkeypatch):
+    if record is USER:  # loaded as --kernel-file loads it
+        from app.backends.cuda import registry
+
+        monkeypatch.setattr(registry, "RECORDS", (*registry.RECORDS, USER))
     cls = backend_class(record.backend)
     reason = cls.why_not() or cls.kernel_why_not(record.name)
     if reason:

@@ -6,7 +6,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from app.commands.options import add_gpu_options, non_negative_int, positive_float, positive_int
+from app.commands.options import (
+    add_gpu_options,
+    add_kernel_file_options,
+    non_negative_int,
+    positive_float,
+    positive_int,
+)
 from app.core.backend_table import backend_choices
 from app.model.ics import GENERATORS
 from app.tools.bench import DEFAULT_ERROR_SAMPLE, DEFAULT_SCENE
@@ -190,6 +196,7 @@ def add_parser(sub) -> None:
         "each count through the multi-device driver, plus scaling rows (speed-up "
         'and efficiency per N); with --backend cpu, CPU "devices"',
     )
+    add_kernel_file_options(p)
     p.set_defaults(func=main)
 
 

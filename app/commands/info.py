@@ -6,6 +6,7 @@ import argparse
 import platform
 import sys
 
+from app.commands.options import add_kernel_file_options
 from app.parallel.decomposition import of as decomposition_of
 
 HELP = "show Python, backends (available / why not), kernels, GL renderer, CUDA device, presets"
@@ -43,6 +44,7 @@ def add_parser(sub) -> None:
     what.add_argument("--generators", action="store_true", help="list initial-condition generators")
     what.add_argument("--keys", action="store_true", help="list every scene key and its allowed values")
     p.add_argument("--no-gl", action="store_true", help="do not open a GL context to name the renderer")
+    add_kernel_file_options(p)
     p.set_defaults(func=main)
 
 
@@ -97,6 +99,7 @@ def _memory(backend, name: str) -> int | None:
 
 def print_kernels() -> None:
     from app.backends import backend_classes
+    from app.backends.cuda.user_kernels import is_user
 
     for name, cls in backend_classes().items():
         reason = cls.why_not()
@@ -123,6 +126,8 @@ def print_kernels() -> None:
                         f"({where}, beside the state; default tunables)"
                     )
                 print(f"  {'':<24} {'':<5} on several devices (--gpus, MPI ranks): {_split(rec)}")
+                if is_user(rec):
+                    print(f"  {'':<24} {'':<5} yours: {rec.source} ({rec.entry}, policy grid)")
         finally:
             if backend is not None:
                 backend.close()

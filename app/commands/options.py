@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import logging
 import math
+from pathlib import Path
 
 from app.core.errors import ConfigError
 from app.model.config import BACKEND_CHOICES, FORMAT_CHOICES, scalar_value
@@ -192,6 +193,29 @@ GPUS_HELP = (
     'docs/multi-gpu.md); with --backend cpu, N CPU "devices" (the CI twin). More than the '
     "machine has is an error"
 )
+
+
+def add_kernel_file_options(p: argparse.ArgumentParser) -> None:
+    """--kernel-file and --kernel-dir: the user's own CUDA kernels beside the built-ins
+    (app/backends/cuda/user_kernels.py; docs/writing-kernels.md)."""
+    g = p.add_argument_group("your own kernels")
+    g.add_argument(
+        "--kernel-file",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="PATH.cu",
+        help="a CUDA force kernel of yours, described by its /* nbody-live kernel */ header: it joins the "
+        "built-ins under its name (repeatable; `nbody-live new-kernel NAME` writes a starter)",
+    )
+    g.add_argument(
+        "--kernel-dir",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="DIR",
+        help="every *.cu in DIR that opens with such a header (repeatable)",
+    )
 
 
 def add_gpu_options(p: argparse.ArgumentParser, gpus_help: str = GPUS_HELP) -> None:

@@ -11,7 +11,14 @@ import sys
 from pathlib import Path
 
 from app.commands.assembly import make_backend, scene_from_args
-from app.commands.options import add_gpu_options, add_scene_options, parse_size, positive_float, positive_int
+from app.commands.options import (
+    add_gpu_options,
+    add_kernel_file_options,
+    add_scene_options,
+    parse_size,
+    positive_float,
+    positive_int,
+)
 from app.commands.replay import RECORD_HELP as REPLAY_HELP
 from app.commands.replay import open_replay, record_backend, record_line, replay_scene
 from app.core.errors import ConfigError
@@ -78,6 +85,7 @@ def add_parser(sub) -> None:
     g = p.add_argument_group("recording")
     _add_frame_options(g)
     _add_output_options(g)
+    add_kernel_file_options(p)
     p.set_defaults(func=main)
 
 

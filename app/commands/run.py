@@ -8,7 +8,14 @@ from pathlib import Path
 
 from app.commands import replay
 from app.commands.assembly import make_backend, scene_from_args
-from app.commands.options import add_gpu_options, add_scene_options, parse_size, positive_float, positive_int
+from app.commands.options import (
+    add_gpu_options,
+    add_kernel_file_options,
+    add_scene_options,
+    parse_size,
+    positive_float,
+    positive_int,
+)
 from app.commands.running import report_viewer_outputs
 from app.core.errors import ConfigError
 from app.core.outputs import check_folder, check_outputs, check_suffix
@@ -152,6 +159,7 @@ def add_parser(sub) -> None:
         help="under mpiexec: frames between rank 0's gathers of every rank's velocities (colour "
         "by speed, energy, snapshots; positions reach rank 0 every step); default 1",
     )
+    add_kernel_file_options(p)
     p.set_defaults(func=main)
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.commands.assembly import make_backend, make_rank_run, scene_from_args
-from app.commands.options import add_gpu_options, add_scene_options, positive_int
+from app.commands.options import add_gpu_options, add_kernel_file_options, add_scene_options, positive_int
 from app.commands.running import Interruption, progress_bar
 
 if TYPE_CHECKING:
@@ -140,6 +140,7 @@ def add_parser(sub) -> None:
         "created if missing); `run DIR` replays it, `record DIR` renders it",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_kernel_file_options(p)
     p.set_defaults(func=main)
 
 

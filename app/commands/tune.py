@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from app.commands.bench import _ns
-from app.commands.options import positive_int
+from app.commands.options import add_kernel_file_options, positive_int
 
 HELP = (
     "time every CUDA variant's tunables per N on this GPU (or on K GPUs: --gpus K) and cache the fastest "
@@ -106,6 +106,7 @@ def add_parser(sub) -> None:
         help="rewrite the GPU family of this tune result in kernels/best_heuristic.json (the "
         "picks `best` runs without a cache) and exit; needs no GPU",
     )
+    add_kernel_file_options(p)
     p.set_defaults(func=main)
 
 

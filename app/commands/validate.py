@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from app.commands.assembly import check_fits, scene_from_args
-from app.commands.options import add_scene_options
+from app.commands.options import add_kernel_file_options, add_scene_options
 from app.commands.running import progress_bar
 
 log = logging.getLogger("nbody-live")
@@ -66,6 +66,7 @@ def add_parser(sub) -> None:
         help=f"target bodies the reference is computed for (default: {DEFAULT_SAMPLE:,} above "
         f"{SAMPLE_ABOVE:,} bodies, else all; 0 = all)",
     )
+    add_kernel_file_options(p)
     p.set_defaults(func=main)
 
 
