@@ -134,6 +134,8 @@ def test_kernel_files_join_every_command_and_info_marks_them(tmp_path, capsys):
     assert "helper" not in out
     names = [r.name for r in registry.RECORDS]
     assert names[-2:] == ["first", "second"] and len(names) == len(set(names))
+    assert main(["info", "--kernels", "--no-gl", "--kernel-dir", str(folder)]) == 0  # again, in one process
+    assert [r.name for r in registry.RECORDS] == names  # the same files: read again, not a clash
     assert [p.name for p in user_kernels.kernel_files([folder / "first.cu"], [folder])] == [
         "first.cu",
         "second.cu",

@@ -175,12 +175,17 @@ def kernel_files(files, dirs) -> list[Path]:
 
 
 def load(files, dirs) -> list[KernelRecord]:
-    """Add the kernels of `files` and `dirs` to the CUDA registry (before any backend is made); a name that
-    another kernel (any backend's) or another file has is a ConfigError naming both."""
+    """Add the kernels of `files` and `dirs` to the CUDA registry (before any backend is made; a file
+    loaded already is read again and replaces its record); a name that another kernel (any backend's) or
+    another file has is a ConfigError naming both."""
     from app.backends import all_kernel_records
     from app.backends.cuda import registry
 
     records = [user_record(path) for path in kernel_files(files, dirs)]
+    again = {
+        rec.source for rec in records
+    }  # a file loaded before (a second command in one process): replaced
+    registry.RECORDS = tuple(rec for rec in registry.RECORDS if rec.source not in again)
     taken = {rec.name: rec.source or rec.backend for rec in all_kernel_records()}
     for rec in records:
         if rec.name in taken:
