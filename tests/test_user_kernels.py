@@ -150,15 +150,27 @@ def test_every_command_that_runs_kernels_takes_kernel_files(command, capsys):
     assert "--kernel-file PATH.cu" in out and "--kernel-dir DIR" in out
 
 
+STARTER_BASES = ("naive", "shared", "shared-unroll", "shared-ptx-fma", "gpu5-branchy", "warp-shuffle")
+
+
+def test_the_starter_bases_are_every_grid_builtin():
+    """docs/writing-kernels.md names these as --from's choices: every fp32 built-in of the plain grid for
+    any N."""
+    bases = [r.name for r in registry.RECORDS if user_kernels.is_starter_base(r)]
+    assert sorted(bases) == sorted(STARTER_BASES)
+
+
 @needs_nvcc
-def test_the_starter_compiles_with_every_entry_its_record_launches(tmp_path, monkeypatch):
+@pytest.mark.parametrize("base", STARTER_BASES)
+def test_the_starter_compiles_with_every_entry_its_record_launches(tmp_path, monkeypatch, base):
     from app.backends.cuda.compile import compile_file
 
     monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path / "cache"))
-    path = starter(tmp_path, "compiled")
+    path = starter(tmp_path, "compiled", base)
     rec = user_kernels.user_record(path)
     module = compile_file(path, "sm_90", rec.policy.nvcc_options)
     assert set(rec.policy.symbols(rec)) <= set(module.functions), sorted(module.functions)
+    assert not module.problems(), module.problems()  # no register spills or stack frames
 
 
 @pytest.mark.gpu

@@ -155,6 +155,20 @@ def _block_size(path: Path, keys: dict, block_size):
     return block_size(tuple(values), default)
 
 
+def is_starter_base(rec: KernelRecord) -> bool:
+    """Whether `new-kernel --from` can start from built-in `rec`: fp32, launched as a kernel file is (the
+    plain grid), for any N (pair-matrix's grid is the heatmap's, up to 8,192 bodies)."""
+    from app.backends.cuda.policy_base import GridPolicy
+
+    return (
+        type(rec.policy) is GridPolicy
+        and rec.precision == "fp32"
+        and rec.max_n is None
+        and rec.source is not None
+        and not is_user(rec)
+    )
+
+
 def is_user(rec: KernelRecord) -> bool:
     """Whether `rec` came from a kernel file (its source is that file's absolute path)."""
     return rec.backend == "cuda" and rec.source is not None and Path(rec.source).is_absolute()
@@ -202,16 +216,15 @@ def new_kernel_text(name: str, base: KernelRecord) -> str:
     """A starter kernel file: built-in `base` (a grid-policy record) under a header naming it `name`, its
     entry renamed to match."""
     from app.backends.cuda.compile import resolve_source
-    from app.backends.cuda.policy_base import GridPolicy
 
-    if type(base.policy) is not GridPolicy or base.precision != "fp32" or base.source is None:
+    if not is_starter_base(base):
         raise ConfigError(
             f"--from {base.name}: a starter is made from an fp32 built-in launched one thread per target "
             f"(policy 'grid'): e.g. shared, naive, shared-unroll"
         )
     if not NAME.match(name):
         raise ConfigError(f"new-kernel {name!r}: {NAME_RULE}")
-    assert base.entry is not None
+    assert base.entry is not None and base.source is not None  # (is_starter_base)
     entry = name.replace("-", "_") + "_force"
     body = re.sub(
         rf"\b{re.escape(base.entry)}\b", entry, resolve_source(base.source).read_text(encoding="utf-8")
