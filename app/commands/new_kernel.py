@@ -9,9 +9,10 @@ HELP = "write a starter CUDA force kernel file of your own (a header and a built
 DESCRIPTION = """\
 Write NAME.cu: a /* nbody-live kernel */ header (name, doc, entry, launch policy, block sizes) and the
 body of a built-in kernel (--from, default shared) with its entry renamed, ready to edit and to run
-beside the built-ins with --kernel-file (run, record, simulate, validate, bench, tune, info). The header's
-keys are documented in app/backends/cuda/user_kernels.py; kernel files are fp32 and launched one thread
-per target ("grid", as naive and shared are).
+beside the built-ins with --kernel-file (run, record, simulate, validate, bench, tune, info). The
+header's keys and the kernel ABI are in docs/writing-kernels.md; kernel files are fp32 and launched one
+thread per target ("grid"), so --from takes the built-ins launched so: naive, shared, shared-unroll,
+shared-ptx-fma, gpu5-branchy, warp-shuffle. An existing file is never overwritten.
 
 examples:
   nbody-live new-kernel my-kernel                      # my-kernel.cu from shared
