@@ -190,6 +190,7 @@ def _run(args, comm) -> int:
     if no_display:
         log.info("%s: rendering headless (EGL)", no_display)
     headless = args.headless or bool(no_display)
+    _require_imgui()  # the panel (a replay's too), before GL and the backend: one line, not a traceback
     configure(headless=headless)
     if series is not None:
         return replay.run_replay(args, scene, series, size, headless)
@@ -248,7 +249,6 @@ def _live(args, comm, scene, size, headless: bool) -> int:
     from app.render.canvas import open_viewer
     from app.render.frames import FrameLog
 
-    _require_imgui()  # before the backend: its kernels may take minutes to compile
     backend = make_backend(scene, comm=comm)
     if comm is not None:
         backend.gather_every = args.gather_every or 1
