@@ -78,6 +78,7 @@ OUTPUTS = {
     "run --timings": Output(
         lambda p, q: [*RUN, "--frames", "400", "--timings", p, "--screenshot", q], ".csv", ".png", ".json"
     ),
+    "new-kernel --out": Output(lambda p, q: ["new-kernel", "mine", "--out", p], ".cu", None, ".txt"),
     "run --record-to": Output(lambda p, q: [*RUN, "--frames", "5", "--record-to", p], ""),
     "run --screenshot": Output(
         lambda p, q: [*RUN, "--frames", "5", "--timings", q, "--screenshot", p], ".png", ".csv", ".jpg"
@@ -215,6 +216,7 @@ MATRIX: dict[tuple[str, str], Expect] = {
     ("run --timings", "/dev/full"): Expect(1, NO_SPACE, dev_full_intact),
     ("run --screenshot", "/dev/full"): Expect(1, NO_SPACE, dev_full_intact),
     (RECORD_TO, "/dev/full"): Expect(1, "/dev/full is not a folder", dev_full_intact),
+    ("new-kernel --out", "/dev/full"): Expect(2, "does not overwrite", dev_full_intact),
     **{(name, "too long a name"): Expect(1, "this file system takes at most") for name in FILE_OUTPUTS},
     **{(name, "too long a name"): Expect(1, "File name too long") for name in FOLDER_OUTPUTS},
     **{(name, "same path twice"): Expect(1, "are the same file") for name in TWO_OUTPUTS},
@@ -228,6 +230,8 @@ MATRIX: dict[tuple[str, str], Expect] = {
     },
 }
 NOT_APPLICABLE = {
+    ("new-kernel --out", "disk full"): "a starter is about 2 KiB and fits the 4 KiB tmpfs; its ENOSPC is the "
+    "/dev/full cell's refusal to overwrite, and atomic_write's on a full disk is the other outputs'",
     (RECORD_TO, "disk full"): "nothing is written there until V is pressed in the viewer: a live recording "
     "that fills its disk is tests/test_live_record.py's",
     **{

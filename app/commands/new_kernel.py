@@ -42,9 +42,9 @@ def main(args) -> int:
 
     out = args.out or Path(f"{args.name}.cu")
     check_suffix(out, (".cu",), "kernel file", "--out")
+    check_output(out, "kernel file")  # first: a name too long to look at is its one line
     if out.exists():
         raise ConfigError(f"{out} exists: new-kernel does not overwrite a file; give another --out")
-    check_output(out, "kernel file")
     records = {r.name: r for r in registry.RECORDS}
     if args.base not in records:
         raise ConfigError(f"--from {args.base}: not a CUDA kernel; choose from {', '.join(records)}")
