@@ -388,6 +388,7 @@ COMMANDS = {
     "record": lambda d: [*REC, "--frames", "30", "--out", f"{d}/v.mp4"],
     "run": lambda d: [*RUN, "--frames", "30", "--timings", f"{d}/t.csv", "--screenshot", f"{d}/s.png"],
     "tune": lambda d: ["tune", "--n", "256,512", "--variants", ",".join(STAND_IN), "--json", f"{d}/t.json"],
+    "new-kernel": lambda d: ["new-kernel", "mine", "--out", f"{d}/mine.cu"],
 }
 POINTS = {
     ("simulate", "setup"): ("app.commands.simulate.make_backend", 1),
@@ -405,6 +406,8 @@ POINTS = {
     ("tune", "setup"): ("app.backends.cuda.tune._compile_first", 1),
     ("tune", "work"): ("app.backends.cuda.tune._Sweep.at", 2),
     ("tune", "output"): ("app.backends.cuda.tuning_cache.write_cache", 1),
+    ("new-kernel", "setup"): ("app.backends.cuda.user_kernels.new_kernel_text", 1),
+    ("new-kernel", "output"): ("app.core.outputs.partial_file", 1),  # atomic_write's temporary
 }
 
 
@@ -497,6 +500,8 @@ SIGNALS: dict[tuple[str, str], tuple[int | None, str, Callable[[Path], None]]] =
     ("tune", "setup"): (None, "no N had finished", none_written),
     ("tune", "work"): (None, "the N finished so far are in", first_n_kept),
     ("tune", "output"): (None, "the N finished so far are in", whole_tuning_filed),
+    ("new-kernel", "setup"): (None, "new-kernel: interrupted ({sig})", none_written),
+    ("new-kernel", "output"): (None, "new-kernel: interrupted ({sig})", none_written),
 }
 
 
@@ -524,10 +529,14 @@ def test_a_signal_at_a_point_of_a_run(tmp_path, cell, sig):
     kept(tmp_path)
 
 
+NO_SIGNAL_POINT = {("new-kernel", "work"): "it has no work between reading the built-in and its one write"}
+
+
 def test_every_command_that_writes_a_file_has_its_signal_cells():
     commands = {name.split()[0] for name in OUTPUTS}
     assert set(COMMANDS) == commands
-    assert set(SIGNALS) == set(POINTS) == {(c, p) for c in commands for p in ("setup", "work", "output")}
+    every = {(c, p) for c in commands for p in ("setup", "work", "output")}
+    assert set(SIGNALS) == set(POINTS) == every - set(NO_SIGNAL_POINT)
 
 
 # --- a rank killed under MPI ------------------------------------------------------------------------------
