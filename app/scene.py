@@ -55,6 +55,7 @@ class RenderSettings:
 class RunSettings:
     backend: str = "auto"  # auto, or a name of app/core/backend_table.py
     kernel: str = "auto"  # auto: the backend's default kernel (cuda: best, cpu: cpu-simd)
+    kernel_files: tuple = ()  # the user's CUDA kernel files (app/backends/cuda/user_kernels.py)
     steps_per_frame: int = 1
     frames_per_step: int = 1  # block time steps: frames drawn inside each max step (app/backends/block.py)
     gpus: int | str | None = None  # --gpus: a number of devices or "all"; None: one device, no driver
@@ -172,6 +173,7 @@ def load_scene(name_or_path: str | None = None, overrides: dict[str, object] | N
                 set_value(scene, f"{section}.{key}", value, origin)
         if scene.initial.file:  # a file named in the TOML is where the TOML says, wherever it is run from
             scene.initial.file = os.path.abspath(path.parent / scene.initial.file)
+        scene.run.kernel_files = tuple(os.path.abspath(path.parent / f) for f in scene.run.kernel_files)
     for key, value in (overrides or {}).items():
         set_value(scene, key, value, "command line")
     validate(scene)
@@ -222,6 +224,10 @@ def validate(scene: Scene) -> None:
     from app.core.errors import ConfigError
     from app.model import ics
 
+    if scene.run.kernel_files:  # before the kernel name is looked up: it may be one of them
+        from app.backends.cuda import user_kernels
+
+        user_kernels.load(scene.run.kernel_files, ())
     if scene.run.kernel != "auto":
         from app.backends import find_kernel
 

@@ -203,3 +203,38 @@ def test_a_kernel_file_runs_validates_and_benches_beside_the_builtins(tmp_path, 
     assert rows["on-gpu"]["status"] == "ok" and rows["shared"]["status"] == "ok"
     ratio = rows["on-gpu"]["median_ms"] / rows["shared"]["median_ms"]
     assert np.isfinite(ratio) and 0.5 < ratio < 2.0  # the same tiled body, built with the default options
+
+
+def test_a_scene_names_its_kernel_files_relative_to_itself(tmp_path, capsys):
+    """`[run] kernel_files = [...]`: the scene's own kernels, found beside the scene file wherever it is
+    run from, loaded before its `run.kernel` is looked up; a bad one is one line naming the file."""
+    from app.scene import load_scene
+
+    folder = tmp_path / "scene"
+    folder.mkdir()
+    starter(folder, "scene-kernel")
+    scene_file = folder / "mine.toml"
+    scene_file.write_text(
+        '[initial]\ngenerator = "plummer"\nn = 512\n[run]\nkernel_files = ["scene-kernel.cu"]\n'
+        'kernel = "scene-kernel"\n'
+    )
+    scene = load_scene(str(scene_file))
+    assert scene.run.kernel_files == (str(folder / "scene-kernel.cu"),)
+    assert "scene-kernel" in [r.name for r in registry.RECORDS]
+    scene_file.write_text('[initial]\ngenerator = "plummer"\n[run]\nkernel_files = ["nope.cu"]\n')
+    rc = main(["simulate", str(scene_file), "--steps", "1", "--out", str(tmp_path / "o.npz")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and f"{folder / 'nope.cu'}: no such file" in err[0], err
+    rc = main(
+        [
+            "simulate",
+            "plummer",
+            "--set",
+            "run.kernel_files=3",
+            "--steps",
+            "1",
+            "--out",
+            str(tmp_path / "o.npz"),
+        ]
+    )
+    assert rc == 2  # a path that is no kernel file: its own one line

@@ -41,7 +41,8 @@ class Field:
     """One setting: its type, allowed values and a line of help."""
 
     kind: str  # float | int | str | bool | vec3 | color | keys (camera keyframe tables) | components |
-    #            devices (a number of devices >= 1, or "all") | tunables (a table of NAME = VALUE)
+    #            devices (a number of devices >= 1, or "all") | tunables (a table of NAME = VALUE) |
+    #            paths (a list of file paths)
     doc: str
     lo: float | None = None
     hi: float | None = None
@@ -74,6 +75,8 @@ class Field:
             return "a whole number >= 1, or all"
         if self.kind == "tunables":
             return "a [run.tunables] table of NAME = VALUE"
+        if self.kind == "paths":
+            return 'a list of file paths, e.g. ["my-kernel.cu"] (comma-separated on the command line)'
         parts = []
         if self.lo is not None:
             parts.append(f"{'>' if self.lo_open else '>='} {self._limit(self.lo)}")
@@ -211,6 +214,11 @@ SCHEMA: dict[str, dict[str, Field]] = {
             "kernel name from the registry (`nbody-live info --kernels`), or auto "
             "(the backend's default: best on cuda, cpu-simd on cpu)",
         ),
+        "kernel_files": Field(
+            "paths",
+            "CUDA kernel files of yours, as --kernel-file: a list of paths (relative to the scene file), "
+            "each joining the registry under the name its header gives (docs/writing-kernels.md)",
+        ),
         "steps_per_frame": Field("int", "simulation steps per rendered frame", lo=1, hi=10_000),
         "frames_per_step": Field(
             "int",
@@ -337,6 +345,11 @@ def coerce(key: str, value, f: Field):
         return parse_device_count(value, key)
     if f.kind == "tunables":
         return tunables_table(key, value)
+    if f.kind == "paths":
+        items = [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(v, str) and v for v in items):
+            raise ConfigError(f"{key} = {value!r}: expected {f.describe()}")
+        return tuple(items)
     if f.kind in ("float", "int"):
         v = _number(key, value, f.kind == "int")
         _in_range(key, v, f)
