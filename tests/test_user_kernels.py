@@ -238,3 +238,31 @@ def test_a_scene_names_its_kernel_files_relative_to_itself(tmp_path, capsys):
         ]
     )
     assert rc == 2  # a path that is no kernel file: its own one line
+
+
+@needs_nvcc
+def test_the_hot_reload_build_compiles_a_save_or_says_its_first_error(tmp_path, monkeypatch):
+    """The build Reloader runs on its worker for a saved kernel file (issue 27, item 2): a good file is
+    its record, compiled; a compile error is one line with the file, the line and the count of the
+    rest; a header broken by the edit is its header line."""
+    from app.engine.kernel_reload import BuildError
+
+    monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path / "cache"))
+    path = starter(tmp_path, "reloaded")
+    build = user_kernels.builder("sm_90")
+    assert build(path).name == "reloaded"
+    text = path.read_text()
+    path.write_text(text.replace("extern __shared__ float4 tile[];", "extern __shared__ float4 tile[]"))
+    with pytest.raises(BuildError) as broken:
+        build(path)
+    line = str(broken.value)
+    assert "\n" not in line and f"{path}(" in line and 'error: expected a ";"' in line
+    path.write_text(text.replace('policy = "grid"', 'policy = "gird"'))
+    with pytest.raises(BuildError, match="policy 'gird': choose from grid"):
+        build(path)
+
+
+def test_the_first_compile_error_counts_the_rest():
+    log = 'a.cu(3): error: expected a ";"\n  x\n\na.cu(9): error: undefined "y"\n2 errors detected\n'
+    assert user_kernels.first_compile_error(log) == 'a.cu(3): error: expected a ";" (and 1 more)'
+    assert user_kernels.first_compile_error("nvcc fatal: no input") is None
