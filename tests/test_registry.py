@@ -18,13 +18,16 @@ from app.model.bodies import Bodies
 from app.model.physics import Physics, accelerations, relative_errors
 
 
+_FOLDER = tempfile.TemporaryDirectory(prefix="nbody-user-kernel-")  # removed when the session ends
+
+
 def _starter() -> KernelRecord:
     """A kernel file of the user's as `nbody-live new-kernel` writes it (from `shared`): walked by every
     test here like a built-in (issue 27: "the user record is walked by the same registry tests")."""
     from app.backends.cuda import registry
     from app.backends.cuda.user_kernels import new_kernel_text, user_record
 
-    path = Path(tempfile.mkdtemp(prefix="nbody-user-kernel-")) / "user-starter.cu"
+    path = Path(_FOLDER.name) / "user-starter.cu"
     path.write_text(new_kernel_text("user-starter", {r.name: r for r in registry.RECORDS}["shared"]))
     return user_record(path)
 
