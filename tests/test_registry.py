@@ -17,7 +17,6 @@ from app.engine.forces import KernelRecord
 from app.model.bodies import Bodies
 from app.model.physics import Physics, accelerations, relative_errors
 
-
 _FOLDER = tempfile.TemporaryDirectory(prefix="nbody-user-kernel-")  # removed when the session ends
 
 
