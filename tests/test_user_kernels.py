@@ -266,3 +266,40 @@ def test_the_first_compile_error_counts_the_rest():
     log = 'a.cu(3): error: expected a ";"\n  x\n\na.cu(9): error: undefined "y"\n2 errors detected\n'
     assert user_kernels.first_compile_error(log) == 'a.cu(3): error: expected a ";" (and 1 more)'
     assert user_kernels.first_compile_error("nvcc fatal: no input") is None
+
+
+def test_tune_tunes_a_kernel_file_and_best_may_pick_it(tmp_path, capsys, monkeypatch):
+    """Through tests/test_tune_gpus.py's stand-in GPU (the tune loop, not a GPU's timings): `tune
+    --kernel-file` times the user's kernel among the built-ins; when it is the fastest correct one, the
+    cache files it and `best` runs it where the same file is loaded (the cache's source hash covers the
+    kernel files, so another set of files makes it stale rather than wrong)."""
+    from test_tune_gpus import FAKE_GPU, RECORDS, TIMES, FakeGpu, FakeGpuHere
+
+    import app.backends
+    from app.backends.cuda import tuning_cache
+    from app.backends.cuda.multi import GpuDevices
+
+    monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(FakeGpu, "loads", [])
+    monkeypatch.setattr(app.backends, "select_backend", lambda name: FakeGpuHere)
+    monkeypatch.setattr(GpuDevices, "count", staticmethod(lambda: 1))
+    monkeypatch.setitem(TIMES[1], "mine-fast", (0.5, 0.0))  # the stand-in times it twice as fast
+    path = starter(tmp_path, "mine-fast")
+    monkeypatch.setitem(RECORDS, "mine-fast", user_kernels.user_record(path))  # the stand-in's own table
+    variants = "mine-fast,register-blocked,atomics-n3l,shared"
+    rc = main(["tune", "--kernel-file", str(path), "--n", "256", "--variants", variants, "--budget-s", "30"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "N =       256: mine-fast" in out, out
+    records = {r.name: r for r in registry.RECORDS}
+    rec, _tun, source, warning = records["best"].policy.resolve(records, FAKE_GPU, 256)
+    assert (rec.name, warning) == ("mine-fast", None) and source.startswith("tuned cache")
+    data, _why = tuning_cache.read_file(
+        FAKE_GPU.name, FAKE_GPU.driver_version, tuning_cache.source_hash(registry.RECORDS)
+    )
+    assert data is not None and data["tunings"]["1"]["best"][0]["variant"] == "mine-fast"
+    builtins = {r.name: r for r in registry.RECORDS if not user_kernels.is_user(r)}  # a run without the file
+    rec, _tun, source, _warning = builtins["best"].policy.resolve(builtins, FAKE_GPU, 256)
+    assert rec.name != "mine-fast" and not source.startswith("tuned cache")  # that tuning is not for it
+    path.write_text(path.read_text() + "\n// an edit\n")  # the file edited: its tuning is stale
+    rec, _tun, source, _warning = records["best"].policy.resolve(records, FAKE_GPU, 256)
+    assert not source.startswith("tuned cache")

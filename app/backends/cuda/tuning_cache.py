@@ -57,8 +57,9 @@ def cache_path(gpu: str, driver: str | None) -> Path:
 
 
 def source_hash(records, kernels: Path = KERNELS) -> str:
-    """sha256 of every kernel source and header and the nvcc options (the default and each record's
-    own): any edit makes the cache stale."""
+    """sha256 of every kernel source and header, the user's kernel files among `records` included, and the
+    nvcc options (the default and each record's own): any edit makes the cache stale, and so does loading
+    another set of kernel files (a tuning that picked one of them is not for a run without it)."""
     from app.backends.cuda.compile import NVCC_OPTIONS
 
     h = hashlib.sha256(("options=" + " ".join(NVCC_OPTIONS) + "\n").encode())
@@ -68,6 +69,9 @@ def source_hash(records, kernels: Path = KERNELS) -> str:
             h.update(f"{rec.source}: {' '.join(options)}\n".encode())
     for path in sorted([*kernels.glob("*.cu"), *kernels.glob("*.cuh")]):
         h.update(f"\0{path.name}\0".encode() + path.read_bytes())
+    for rec in sorted(records, key=lambda r: r.name):  # the user's kernel files: tuned with them, valid
+        if rec.source is not None and Path(rec.source).is_absolute():  # only with them, as they were
+            h.update(f"\0{rec.source}\0".encode() + Path(rec.source).read_bytes())
     return h.hexdigest()
 
 
