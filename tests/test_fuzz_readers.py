@@ -185,3 +185,16 @@ def test_regression_a_series_manifest_entry_without_its_file(tmp_path):
     )
     with pytest.raises(UserError, match="series.json: snapshot entry 1 is damaged"):
         open_series(str(folder), progress=None)
+
+
+@pytest.mark.filterwarnings("error")
+def test_a_damaged_kernel_file_header_is_read_or_refused_in_one_line(tmp_path_factory):
+    """Issue 28 item 5's "kernel headers once they exist" (issue 27's kernel files): a starter that
+    `new-kernel` writes, damaged the same ways, is a record or the project's UserError naming the file."""
+    from app.backends.cuda import registry, user_kernels
+
+    tmp = tmp_path_factory.mktemp("fuzz-kernel")
+    data = user_kernels.new_kernel_text("fuzzed", {r.name: r for r in registry.RECORDS}["shared"]).encode()
+    path = tmp / "damaged.cu"
+    read = fuzz(data, path, lambda: user_kernels.user_record(path), names_file=True)
+    assert read and all(rec.backend == "cuda" for rec in read)
