@@ -279,7 +279,7 @@ def _bench(args, comm) -> int:
     prints and writes the result."""
     from app.backends import select_backend
     from app.commands.options import parse_tunable_lists
-    from app.commands.running import Stopped, StopsRaise
+    from app.commands.running import Stopped
     from app.core.errors import ConfigError
     from app.core.outputs import check_outputs, check_suffix
     from app.tools import bench
@@ -321,14 +321,13 @@ def _bench(args, comm) -> int:
     }
     if lead and args.json:  # the rows so far, after each row: an interrupted bench keeps what it measured
         options["on_row"] = lambda result: bench.write_json(result, args.json)
-    try:
-        with StopsRaise():  # SIGTERM as Ctrl-C: the rows so far are kept either way
-            if counts:
-                result = bench.run_scaling(counts, names, args.n, **options)
-            else:
-                result = bench.run_bench(cls, names, args.n, **options)
-            if lead:
-                _write_outputs(result, args)
+    try:  # SIGTERM raises as Ctrl-C does (app/cli.py's StopsRaise): the rows so far are kept either way
+        if counts:
+            result = bench.run_scaling(counts, names, args.n, **options)
+        else:
+            result = bench.run_bench(cls, names, args.n, **options)
+        if lead:
+            _write_outputs(result, args)
     except KeyboardInterrupt as stop:
         if lead:
             print(f"nbody-live bench: interrupted ({stop or 'SIGINT'}); {_kept(args)}", file=sys.stderr)

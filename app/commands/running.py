@@ -54,9 +54,10 @@ class Interruption:
 
 
 class Stopped(KeyboardInterrupt):
-    """SIGINT or SIGTERM as an exception (`stops_raise`): for commands whose unit of work is minutes long
-    and kept as it finishes (bench's rows, tune's N), so that a signal ends the unit at once and the
-    command says what it kept. A KeyboardInterrupt, so that whatever cleans up on Ctrl-C cleans up."""
+    """SIGINT or SIGTERM as an exception (StopsRaise, which app/cli.py keeps around every command): a
+    command whose unit of work is minutes long and kept as it finishes (bench's rows, tune's N) ends the
+    unit at once and says what it kept. A KeyboardInterrupt, so that whatever cleans up on Ctrl-C
+    cleans up."""
 
     def __init__(self, signum: int):
         import signal

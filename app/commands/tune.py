@@ -112,7 +112,7 @@ def add_parser(sub) -> None:
 
 def main(args) -> int:
     from app.backends import select_backend
-    from app.commands.running import Stopped, StopsRaise
+    from app.commands.running import Stopped
     from app.core.errors import ConfigError
     from app.core.outputs import atomic_write, check_outputs, check_suffix
 
@@ -151,16 +151,15 @@ def main(args) -> int:
         with atomic_write(args.json, "w", "tune results") as f:
             f.write(json.dumps(result, indent=1, default=str) + "\n")
 
-    try:
-        with StopsRaise():  # SIGTERM as Ctrl-C
-            result = tune.run_tune(
-                cls,
-                args.n,
-                variants=variants,
-                budget_s=args.budget_s,
-                repeats=args.repeats,
-                on_n=keep if args.json else None,
-            )
+    try:  # SIGTERM raises as Ctrl-C does (app/cli.py's StopsRaise)
+        result = tune.run_tune(
+            cls,
+            args.n,
+            variants=variants,
+            budget_s=args.budget_s,
+            repeats=args.repeats,
+            on_n=keep if args.json else None,
+        )
     except KeyboardInterrupt as stop:
         if not args.json:
             kept = "give --json FILE to keep every N's measurements as it finishes"

@@ -20,8 +20,9 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 def speeds(vel: np.ndarray) -> np.ndarray:
     """|v| of each body as float32 (what the renderer colours by): summed in float64, where float32 squares
     overflow above 1.8e19 (a run blowing up), and held at float32's largest value, not inf."""
-    v = np.asarray(vel)[:, :3].astype(np.float64)
-    return np.minimum(np.sqrt(np.einsum("ij,ij->i", v, v)), FLOAT32_MAX).astype(np.float32)
+    v = np.asarray(vel)[:, :3].astype(np.float64, copy=False)  # Bodies' float64: no copy (a per-frame call)
+    s = np.sqrt(np.einsum("ij,ij->i", v, v))
+    return np.minimum(s, FLOAT32_MAX, out=s).astype(np.float32)
 
 
 @dataclass

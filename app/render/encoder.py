@@ -231,7 +231,7 @@ class VideoEncoder(_Worker):
         hud: bool = False,
         queue_size: int = 8,
     ):
-        av = pyav()
+        self.av = av = pyav()
         super().__init__(queue_size, workers=1, name="encoder")
         self.path = Path(path)
         self.size = (int(size[0]), int(size[1]))
@@ -260,7 +260,7 @@ class VideoEncoder(_Worker):
             self.container.mux(packet)
 
     def _process(self, img: np.ndarray, info: FrameInfo) -> None:
-        av = pyav()  # imported once already, in __init__
+        av = self.av
         if self.hud is not None:
             self.hud.draw(img, info.hud_lines())
         if img.shape[:2] != (self.size[1], self.size[0]):

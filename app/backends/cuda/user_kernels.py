@@ -65,8 +65,9 @@ ENTRY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 TILE = 16  # bytes of dynamic shared memory per thread with tile = true: one float4 (as registry.TILE)
 
 
-def header(path: Path) -> dict:
-    """The header's keys, checked for their types; InputFileError / ConfigError naming the file."""
+def header(path: Path) -> tuple[dict, str]:
+    """(the header's keys, checked for their types, and the file's text); InputFileError / ConfigError
+    naming the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -92,7 +93,7 @@ def header(path: Path) -> dict:
     missing = [key for key in REQUIRED if key not in keys]
     if missing:
         raise ConfigError(f"{path}: the kernel header lacks {', '.join(missing)}")
-    return keys
+    return keys, text
 
 
 def _of_kind(value, kind: type) -> bool:
@@ -110,7 +111,7 @@ def user_record(path) -> KernelRecord:
     from app.backends.cuda.policy_base import GridPolicy, block_size
 
     path = Path(path).expanduser().resolve()
-    keys = header(path)
+    keys, text = header(path)
     name, entry, policy = keys["name"], keys["entry"], keys["policy"]
     if not NAME.match(name):
         raise ConfigError(
@@ -127,7 +128,7 @@ def user_record(path) -> KernelRecord:
         raise ConfigError(f"{path}: policy {policy!r}: choose from {', '.join(POLICIES)}")
     if keys.get("precision", "fp32") != "fp32":
         raise ConfigError(f"{path}: precision {keys['precision']!r}: kernel files are fp32 (float4 rows)")
-    if "NBODY_FORCE_ENTRIES" not in path.read_text(encoding="utf-8"):
+    if "NBODY_FORCE_ENTRIES" not in text:
         raise ConfigError(f"{path}: no NBODY_FORCE_ENTRIES(...): the entries of {entry!r} are never defined")
     budget = keys.get("budget_max")
     if budget is not None and not 0 < budget < 1:
