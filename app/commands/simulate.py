@@ -38,7 +38,8 @@ naming the log's last row. --out and --log may not name the same file.
 complete snapshot). Ctrl-C or SIGTERM stops between two steps, writes the state so far to --out and
 exits 130 / 143. A log row's float64 energy is stopped too (on the host it takes minutes at 10⁶ bodies):
 a signal that comes before that energy is done leaves out the row of that step, and the message names
-the log's last row and the step that has none; the log never has a row past the state in --out.
+the log's last row and the step that has none; the log never has a row past the state in --out. A
+signal after the last step, while the final snapshot is written, lets it complete: exit status 0.
 --resume FILE starts from such a snapshot instead of SCENE's bodies (SCENE still gives the physics and
 the kernel) and takes --steps more steps; in float64 (.npz) the result is bitwise the one an
 uninterrupted run gives. The log of a resumed run goes to a new file (an existing one is not
