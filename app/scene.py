@@ -41,7 +41,7 @@ class CameraSettings:
 class RenderSettings:
     point_size: float = 3.0  # sprite diameter in pixels for a body of mean mass
     size_by_mass: bool = True
-    color_by: str = "speed"  # speed | mass | none
+    color_by: str = "speed"  # config.COLOR_BY: speed | mass | none | component[-...] | error | error-ab
     colormap: str = "inferno"
     brightness: float = 1.0  # multiplies each sprite's contribution before additive blending
     background: tuple[float, float, float] = (0.0, 0.0, 0.0)

@@ -17,9 +17,14 @@
 // Every kernels/*.cu includes this file: the interaction is written once.
 #pragma once
 
+// NVRTC (the hot reload may compile with it) has CUDA's types built in and no host headers
+#ifndef __CUDACC_RTC__
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#else
+typedef unsigned long long uintptr_t;  // (<cstdint>'s, on the 64-bit targets CUDA has)
+#endif
 
 // Below this ε² the branch-free form could overflow (1/s⁵ of the repulsion model): the host then uses
 // the PLAIN form, passing ε² itself (or 0 when it is below FLT_MIN).
@@ -168,11 +173,29 @@ __device__ __forceinline__ bool not_finite(const float x) {
     extern "C" __global__ void ATTR PREFIX##_##SUFFIX(NBODY_UNPACK PARAMS) {                              \
         BODY<nbody::MODEL, SOFT>(NBODY_UNPACK ARGS);                                                      \
     }
+#ifndef NBODY_ONE_FORM
 #define NBODY_ENTRIES(PREFIX, BODY, ATTR, PARAMS, ARGS)                                                   \
     NBODY_ENTRY(PREFIX, BODY, gravity_soft, Gravity, true, ATTR, PARAMS, ARGS)                            \
     NBODY_ENTRY(PREFIX, BODY, gravity_plain, Gravity, false, ATTR, PARAMS, ARGS)                          \
     NBODY_ENTRY(PREFIX, BODY, repulsion_soft, GravityRepulsion, true, ATTR, PARAMS, ARGS)                 \
     NBODY_ENTRY(PREFIX, BODY, repulsion_plain, GravityRepulsion, false, ATTR, PARAMS, ARGS)
+#else
+// The hot reload's build (app/backends/cuda/reload_build.py) compiles only the form the run launches,
+// a quarter of ptxas's work: -DNBODY_ONE_FORM=N, N = 0..3 in the order above.
+#if NBODY_ONE_FORM == 0
+#define NBODY_ENTRIES(PREFIX, BODY, ATTR, PARAMS, ARGS) \
+    NBODY_ENTRY(PREFIX, BODY, gravity_soft, Gravity, true, ATTR, PARAMS, ARGS)
+#elif NBODY_ONE_FORM == 1
+#define NBODY_ENTRIES(PREFIX, BODY, ATTR, PARAMS, ARGS) \
+    NBODY_ENTRY(PREFIX, BODY, gravity_plain, Gravity, false, ATTR, PARAMS, ARGS)
+#elif NBODY_ONE_FORM == 2
+#define NBODY_ENTRIES(PREFIX, BODY, ATTR, PARAMS, ARGS) \
+    NBODY_ENTRY(PREFIX, BODY, repulsion_soft, GravityRepulsion, true, ATTR, PARAMS, ARGS)
+#else
+#define NBODY_ENTRIES(PREFIX, BODY, ATTR, PARAMS, ARGS) \
+    NBODY_ENTRY(PREFIX, BODY, repulsion_plain, GravityRepulsion, false, ATTR, PARAMS, ARGS)
+#endif
+#endif
 
 // The force entries: BODY<Model, SOFT>(NBODY_FORCE_ARGS).
 #define NBODY_FORCE_ENTRIES(PREFIX, BODY) \

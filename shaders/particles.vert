@@ -1,5 +1,6 @@
 #version 120
-// One GL point per body. a_pos is the backends' float4 layout [x, y, z, m]; a_speed is |v|; a_comp is
+// One GL point per body. a_pos is the backends' float4 layout [x, y, z, m]; a_speed is |v| (colour by force
+// error: the body's place on the error legend, 0..1, app/engine/error_colours.py); a_comp is
 // the body's component (app.components), an index into the per-component tables: colour and gain
 // (brightness, 0 = hidden: such a body is put outside the clip volume and adds no light).
 // The sprite is twice the nominal diameter so the gaussian tail has room; sprites smaller than
@@ -16,7 +17,8 @@ uniform float u_density_size;     // (16384 / N)^(1/4) above 16k bodies: area, h
 uniform float u_size_by_mass;     // 1.0: scale by sqrt(m / mean m), clamped; 0.0: all the same size
 uniform float u_inv_mean_mass;
 uniform float u_inv_speed_scale;  // 1 / (robust speed scale): speed * this = 1 at the top of the map
-uniform float u_color_by;         // 0 speed, 1 mass, 2 none, 3 component, 4 component x speed, 5 x mass
+uniform float u_color_by;         // 0 speed, 1 mass, 2 none, 3 component, 4 component x speed, 5 x mass,
+                                  // 6 force error: a_speed is already the colormap position, 0..1
 uniform float u_cmap_low;         // the colormap position of the lowest value (keeps slow bodies visible)
 uniform float u_brightness;
 uniform float u_min_sprite;       // render.min_sprite, px
@@ -50,15 +52,18 @@ void main()
     float gain = (sprite / drawn) * (sprite / drawn);
 
     float quantity = mod(u_color_by, 4.0);  // component x speed / x mass shade by speed / mass
+    bool by_error = u_color_by > 5.5;
     float t;
-    if (quantity < 0.5)
+    if (by_error)
+        t = clamp(a_speed, 0.0, 1.0);
+    else if (quantity < 0.5)
         t = clamp(a_speed * u_inv_speed_scale, 0.0, 1.0);
     else if (quantity < 1.5)
         t = clamp(0.5 + 0.25 * log2(max(rel_mass, 1e-6)), 0.0, 1.0);
     else
         t = 0.75;
     vec3 color;
-    if (u_color_by < 2.5)
+    if (u_color_by < 2.5 || by_error)
         color = texture2DLod(u_cmap, vec2(mix(u_cmap_low, 1.0, t), 0.5), 0.0).rgb;
     else if (u_color_by < 3.5)
         color = u_comp_color[k];

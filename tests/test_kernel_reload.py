@@ -77,14 +77,16 @@ class Viewer:
         self.path = tmp_path / "mine.cu"
         self.path.write_text("ok")
         self.swaps: list[tuple[str, str]] = []  # (state hash before, after) at each swap
-        self.reloader = Reloader(FileWatch([self.path]), fake_compiler, self.validate, self.swap)
+        self.reloader = Reloader(
+            FileWatch([self.path]), fake_compiler, self.validate, self.swap, snapshot=self.backend.state
+        )
 
     def digest(self) -> str:
         s = self.backend.state()
         return hashlib.sha256(s.pos.tobytes() + s.vel.tobytes()).hexdigest()
 
-    def validate(self, built):
-        s = self.backend.state()
+    def validate(self, built, s):
+        """On the worker thread, on the snapshot the stepping thread took when the build finished."""
         return validate_on_sample(KERNELS[built], s.pos, s.mass, PHYSICS, BUDGET)
 
     def swap(self, built):
@@ -121,6 +123,7 @@ def test_a_correct_edit_is_validated_and_swapped_leaving_the_state_untouched(vie
     reload, _steps = viewer.run_until_reloaded()
     assert reload.outcome == "swapped" and viewer.kernel == "ok"
     assert reload.compile_s >= 0 and reload.validate_s is not None and reload.swap_s is not None
+    assert reload.live_s is not None and reload.live_s >= reload.compile_s + reload.validate_s
     assert "worst body" in reload.message
     ((before, after),) = viewer.swaps
     assert before == after  # the swap changes the kernel, never the state
@@ -161,7 +164,7 @@ def test_a_file_saved_again_while_it_builds_is_built_again(tmp_path):
         return p.read_text()
 
     swapped = []
-    reloader = Reloader(FileWatch([path]), slow_build, lambda b: validate_ok(), swapped.append)
+    reloader = Reloader(FileWatch([path]), slow_build, lambda b, s: validate_ok(), swapped.append)
     try:
         save(path, "first")
         reloader.poll()
@@ -213,3 +216,70 @@ def test_the_validation_sample_is_seeded_and_judged_against_float64():
     assert validate_on_sample(exact, b.pos, b.mass, PHYSICS, BUDGET).worst_error == 0.0
     bad = validate_on_sample(KERNELS["wrong"], b.pos, b.mass, PHYSICS, BUDGET)
     assert not bad.ok and bad.worst_error == pytest.approx(0.01, rel=1e-3)
+
+
+def test_validation_runs_off_the_stepping_thread(tmp_path):
+    """A trial that takes long (a kernel that hangs until its bound) must not stop the frames: poll
+    returns at once while the validation waits, and the swap happens on the polling thread."""
+    path = tmp_path / "k.cu"
+    path.write_text("ok")
+    release, validating, threads = threading.Event(), threading.Event(), {}
+
+    def slow_validate(built, snap):
+        threads["validate"] = threading.current_thread().name
+        validating.set()
+        release.wait(10)
+        return validate_ok()
+
+    def swap(built):
+        threads["swap"] = threading.current_thread().name
+
+    reloader = Reloader(FileWatch([path]), lambda p: "built", slow_validate, swap, snapshot=lambda: "snap")
+    try:
+        save(path, "new")
+        for _ in range(500):
+            reloader.poll()
+            if validating.is_set():
+                break
+            time.sleep(0.01)
+        assert validating.is_set() and reloader.busy
+        t0 = time.perf_counter()
+        assert reloader.poll() == [] and time.perf_counter() - t0 < 0.05  # a frame is not held up
+        release.set()
+        for _ in range(500):
+            if reloader.poll():
+                break
+            time.sleep(0.01)
+        assert threads == {"validate": threads["validate"], "swap": threading.current_thread().name}
+        assert threads["validate"] != threading.current_thread().name
+    finally:
+        release.set()
+        reloader.close()
+
+
+def test_a_stage_that_raises_is_a_refused_reload_not_a_crash(tmp_path):
+    """Whatever a build, a validation or a swap raises ends that reload with its message; the poll (the
+    viewer's frame) goes on."""
+    path = tmp_path / "k.cu"
+    path.write_text("ok")
+
+    def boom(*_args):
+        raise RuntimeError("boom")
+
+    for build, validate, swap, outcome in (
+        (boom, lambda b, s: validate_ok(), lambda b: None, "compile error"),
+        (lambda p: "built", boom, lambda b: None, "validation failed"),
+        (lambda p: "built", lambda b, s: validate_ok(), boom, "swap failed"),
+    ):
+        reloader = Reloader(FileWatch([path]), build, validate, swap)
+        try:
+            save(path, outcome)
+            finished = []
+            for _ in range(500):
+                finished += reloader.poll()
+                if finished:
+                    break
+                time.sleep(0.01)
+            assert [r.outcome for r in finished] == [outcome] and "boom" in finished[0].message
+        finally:
+            reloader.close()

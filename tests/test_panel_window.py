@@ -11,15 +11,11 @@ from __future__ import annotations
 
 import csv
 import re
-import time
 from pathlib import Path
 
-import numpy as np
 import pytest
-from xwindow import NEEDS_X, Demo, xdotool
+from xwindow import NEEDS_X, Demo, headless_panel
 from xwindow import display as display  # the fixture
-
-from app.render import gl_setup
 
 ROOT = Path(__file__).resolve().parent.parent
 W, H = 900, 640
@@ -30,21 +26,7 @@ pytestmark = [pytest.mark.gl, NEEDS_X]
 @pytest.fixture(scope="module")
 def layout() -> dict:
     """item_rects of the panel at W x H with its kernel combo open, laid out headless in this process."""
-    try:
-        gl_setup.configure(headless=True)
-        from app.commands.assembly import make_backend
-        from app.render.canvas import Viewer
-        from app.scene import load_scene
-        from app.ui import Panel
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"no headless GL to lay the panel out: {type(e).__name__}: {e}")
-    scene = load_scene("plummer", {"initial.n": 1024, "run.backend": "cpu"})
-    viewer = Viewer(scene, make_backend(scene), size=(W, H), headless=True)
-    panel = Panel(viewer)
-    try:
-        viewer.toggle_pause()
-        for _ in range(3):
-            viewer.step_and_render()
+    with headless_panel(W, H) as (viewer, panel):
         rects = dict(panel.item_rects)
         x0, y0, x1, y1 = rects["kernel_combo"]
         pos = ((x0 + x1) / 2, (y0 + y1) / 2)
@@ -59,18 +41,8 @@ def layout() -> dict:
         for _ in range(5):
             viewer.step_and_render()
         rects.update(panel.item_rects)
-    finally:
-        panel.close()
-        b = viewer.backend
-        viewer.close()
-        b.close()
     assert "kernel:cpu-fp64" in rects, sorted(rects)
     return rects
-
-
-def _center(rect) -> tuple[int, int]:
-    x0, y0, x1, y1 = rect
-    return int((x0 + x1) / 2), int((y0 + y1) / 2)
 
 
 def test_xdotool_clicks_switch_the_kernel_in_a_real_window(tmp_path, display, layout):
@@ -88,19 +60,9 @@ def test_xdotool_clicks_switch_the_kernel_in_a_real_window(tmp_path, display, la
         assert (demo.w, demo.h) == (W, H)
         demo.wait_until(lambda: "cpu-simd" in demo.title(), "frames drawn with cpu-simd (in the title)")
         for target in ("kernel_combo", "kernel:cpu-fp64"):
-            x, y = _center(layout[target])
-            xdotool("mousemove", "--window", demo.window, str(x), str(y))
-            time.sleep(0.3)  # (input pacing: ImGui sees the hover on a frame before the click)
-            xdotool("click", "1")
-            time.sleep(0.8)
+            demo.click_at(layout[target])
         demo.wait_until(lambda: "cpu-fp64" in demo.title(), "frames drawn with cpu-fp64 (in the title)")
-        shot = demo.screenshot().astype(np.uint8)
-        from PIL import Image
-
-        Image.fromarray(shot).save(tmp_path / "screen.png")
-        xdotool("mousemove", "--window", demo.window, str(W - 50), str(H // 2))
-        xdotool("key", "Escape")
-        rc = demo.wait()
+        shot, rc = demo.screenshot_and_quit(tmp_path / "screen.png")
     finally:
         demo.stop()
     output = demo.output()

@@ -543,3 +543,40 @@ def test_non_finite_state_pauses_the_viewer_with_the_body_named(gl_env):
         v.render_to_array()
     finally:
         v.close()
+
+
+def test_a_shader_saved_while_the_viewer_runs_is_compiled_in_place_or_refused(make_viewer, tmp_path):
+    """The hot reload's shader half: the particles' program takes its stages again from the files, its
+    buffers and uniforms kept (the body still lands on its pixel), in the colour the new fragment stage
+    writes; a stage that does not compile is a ShaderError naming the file, and the program draws on
+    as it did."""
+    from app.core.paths import SHADERS
+    from app.render.shaders import ShaderError, reload_shaders
+
+    v = make_viewer([[0.0, 0.0, 0.0, 1.0]])
+    before = v.render_to_array()
+    row, col = brightest(before)
+    assert before[row, col].sum() > 150
+    for name in ("particles.vert", "particles.frag"):
+        (tmp_path / name).write_text((SHADERS / name).read_text())
+    red = (
+        (SHADERS / "particles.frag")
+        .read_text()
+        .replace(
+            "gl_FragColor = vec4(1.0 - exp(-v_color * g), 1.0);", "gl_FragColor = vec4(g, 0.0, 0.0, 1.0);"
+        )
+    )
+    assert red != (SHADERS / "particles.frag").read_text()
+    (tmp_path / "particles.frag").write_text(red)
+    v.set_current()
+    reload_shaders(v.renderer.program, "particles.vert", "particles.frag", tmp_path, v)
+    img = v.render_to_array()
+    r, g, b = (int(c) for c in img[row, col][:3])
+    assert r > 200 and g < 30 and b < 30, img[row, col]  # the same pixel, in the new stage's red
+
+    (tmp_path / "particles.frag").write_text(red.replace("gl_FragColor", "gl_FragColour"))
+    v.set_current()
+    with pytest.raises(ShaderError, match="particles.frag"):
+        reload_shaders(v.renderer.program, "particles.vert", "particles.frag", tmp_path, v)
+    again = v.render_to_array()
+    assert (again[row, col][:3] == img[row, col][:3]).all()  # the program it had still draws

@@ -242,24 +242,36 @@ def test_a_scene_names_its_kernel_files_relative_to_itself(tmp_path, capsys):
 
 @needs_nvcc
 def test_the_hot_reload_build_compiles_a_save_or_says_its_first_error(tmp_path, monkeypatch):
-    """The build Reloader runs on its worker for a saved kernel file (issue 27, item 2): a good file is
-    its record, compiled; a compile error is one line with the file, the line and the count of the
-    rest; a header broken by the edit is its header line."""
+    """The build Reloader runs on its worker for a saved kernel file (issue 27, item 2), by nvcc here
+    (NVRTC where cuda-core imports, on the GPU machine): a good file is its record and the one form the
+    physics launches; a compile error is one line with the file, the line and the count of the rest; a
+    header broken by the edit is its header line, and a new name is refused."""
+    from app.backends.cuda.reload_build import build
     from app.engine.kernel_reload import BuildError
+    from app.model.physics import Physics
 
     monkeypatch.setenv("NBODY_CACHE_DIR", str(tmp_path / "cache"))
     path = starter(tmp_path, "reloaded")
-    build = user_kernels.builder("sm_90")
-    assert build(path).name == "reloaded"
+    built = build(path, "sm_90", Physics(softening=0.01), "reloaded", compiler="nvcc")
+    assert built.record.name == "reloaded" and built.symbols == ("reloaded_force_gravity_soft",)
+    assert (
+        b"reloaded_force_gravity_soft" in built.build.cubin
+        and b"reloaded_force_gravity_plain" not in built.build.cubin
+    )
+    plain = build(path, "sm_90", Physics(softening=0.0), compiler="nvcc")
+    assert plain.symbols == ("reloaded_force_gravity_plain",) and plain.build.form == 1
     text = path.read_text()
     path.write_text(text.replace("extern __shared__ float4 tile[];", "extern __shared__ float4 tile[]"))
     with pytest.raises(BuildError) as broken:
-        build(path)
+        build(path, "sm_90", Physics(), compiler="nvcc")
     line = str(broken.value)
     assert "\n" not in line and f"{path}(" in line and 'error: expected a ";"' in line
     path.write_text(text.replace('policy = "grid"', 'policy = "gird"'))
     with pytest.raises(BuildError, match="policy 'gird': choose from grid"):
-        build(path)
+        build(path, "sm_90", Physics(), compiler="nvcc")
+    path.write_text(text.replace('name = "reloaded"', 'name = "renamed"'))
+    with pytest.raises(BuildError, match="a kernel keeps its name while the viewer runs"):
+        build(path, "sm_90", Physics(), "reloaded", compiler="nvcc")
 
 
 def test_the_first_compile_error_counts_the_rest():

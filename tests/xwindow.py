@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -161,6 +162,25 @@ class Demo:
         img = np.asarray(x_retry(lambda: ImageGrab.grab(xdisplay=os.environ["DISPLAY"])).convert("RGB"))
         return img[self.y : self.y + self.h, self.x : self.x + self.w].astype(np.int16)
 
+    def click_at(self, rect) -> None:
+        """A left click at the centre of `rect` (a headless layout's item rect, headless_panel)."""
+        x0, y0, x1, y1 = rect
+        xdotool("mousemove", "--window", self.window, str(int((x0 + x1) / 2)), str(int((y0 + y1) / 2)))
+        time.sleep(0.3)  # (input pacing: ImGui sees the hover on a frame before the click)
+        xdotool("click", "1")
+        time.sleep(0.8)
+
+    def screenshot_and_quit(self, path: Path) -> tuple[np.ndarray, int]:
+        """The X screen saved to `path`, then Escape with the pointer off the panel; (the screenshot, the
+        exit status)."""
+        shot = self.screenshot().astype(np.uint8)
+        from PIL import Image
+
+        Image.fromarray(shot).save(path)
+        xdotool("mousemove", "--window", self.window, str(self.w - 50), str(self.h // 2))
+        xdotool("key", "Escape")
+        return shot, self.wait()
+
     def drag(self, dx: int, dy: int, steps: int = 12) -> None:
         xdotool("mousemove", "--window", self.window, str(self.w // 2), str(self.h // 2))
         xdotool("mousedown", "1")
@@ -181,3 +201,32 @@ class Demo:
             self.proc.kill()
             self.proc.wait(10)
         self._log_file.close()
+
+
+@contextmanager
+def headless_panel(width: int, height: int):
+    """(viewer, panel) laid out headless (EGL) in this process at width x height, paused, after three
+    frames: where the real window of that size draws each widget (a skip where there is no GL)."""
+    from app.render import gl_setup
+
+    try:
+        gl_setup.configure(headless=True)
+        from app.commands.assembly import make_backend
+        from app.render.canvas import Viewer
+        from app.scene import load_scene
+        from app.ui import Panel
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"no headless GL to lay the panel out: {type(e).__name__}: {e}")
+    scene = load_scene("plummer", {"initial.n": 1024, "run.backend": "cpu"})
+    viewer = Viewer(scene, make_backend(scene), size=(width, height), headless=True)
+    panel = Panel(viewer)
+    try:
+        viewer.toggle_pause()
+        for _ in range(3):
+            viewer.step_and_render()
+        yield viewer, panel
+    finally:
+        panel.close()
+        backend = viewer.backend
+        viewer.close()
+        backend.close()

@@ -21,6 +21,7 @@ from app.model.config import INTEGRATORS, MODELS
 from app.model.physics import Physics
 
 if TYPE_CHECKING:
+    from app.engine.compare import CompareOps
     from app.parallel.multidevice import DeviceFactory, DeviceState
 
 INTEROP_PATH = "CUDA-GL interop"  # data_path's start when a backend writes the renderer's VBOs itself
@@ -65,6 +66,11 @@ class TunablesPerKernel:
 
     def tunables(self: _KernelsWithStore) -> dict:
         return self.record(self.kernel).with_tunables(self._tunable_store().get(self.kernel, {}))
+
+    def tunables_for(self: _KernelsWithStore, name: str) -> dict:
+        """The values kernel `name` runs with here (set for it, over its record's defaults), whichever
+        kernel runs now: A/B's other kernel (app/engine/compare.py) runs with them."""
+        return self.record(name).with_tunables(self._tunable_store().get(name, {}))
 
     def set_tunables(self: _KernelsWithStore, **values) -> None:
         checked = self.record(self.kernel).validate_tunables(values)
@@ -332,6 +338,13 @@ class Backend(ABC):
         """A frame passes without steps (the viewer is paused): a backend whose state other processes
         share lets them know; the others have nothing to do."""
 
+    def kernel_reload(self, sanitizer: bool = False):
+        """The stages of a kernel file's hot reload on this backend (app.engine.kernel_reload: paths,
+        build, snapshot, validate, swap, close), or None where its kernels are not read from the user's
+        files (the CPU backends, several devices, MPI ranks). `sanitizer`: trials under
+        compute-sanitizer."""
+        return None
+
     @abstractmethod
     def accelerations(self) -> np.ndarray:
         """(N, 3) accelerations at the current positions by the current kernel, as float64."""
@@ -346,6 +359,21 @@ class Backend(ABC):
         exact by an all-pairs sum over every source; the live force error (app/engine/force_error.py) compares
         them for an approximate record. A backend that cannot says so by raising NotImplementedError."""
         raise NotImplementedError(f"the {self.name} backend cannot sample its force error")
+
+    def compare_ops(self) -> CompareOps:
+        """Its side of the panel's A/B and error colours (app/engine/compare.py CompareOps): another kernel
+        of this backend and the exact sum evaluated into scratch buffers beside the state, never into it,
+        and the per-body colour buffer. A backend that cannot says so by raising NotImplementedError."""
+        form = (
+            f" on {self.devices} devices"
+            if self.devices > 1
+            else f" over {self.ranks} MPI ranks"
+            if self.ranks > 1
+            else " with block time steps"
+            if self.timesteps == "block"
+            else ""
+        )
+        raise NotImplementedError(f"the {self.name} backend{form} does not compare kernels")
 
     @abstractmethod
     def state(self) -> Bodies:

@@ -208,6 +208,17 @@ class CPUBackend(TunablesPerKernel, Backend):
         pos[:, 3] = self._mass
         return pos
 
+    def positions(self, dtype) -> np.ndarray:
+        """A copy of the current (N, 4) positions in `dtype` with the float64 masses (A/B's other kernel
+        and the exact sum evaluate on it: app/backends/cpu_compare.py)."""
+        return self._positions_in(dtype)
+
+    def compare_ops(self):
+        """A/B's other kernel and the error colours on host arrays beside the state (cpu_compare.py)."""
+        from app.backends.cpu_compare import CpuCompare
+
+        return CpuCompare(self)
+
     def _to_kernel_precision(self) -> None:
         dtype = self._dtype
         pos, vel, _ = self._state()

@@ -242,6 +242,19 @@ def add_gpu_options(p: argparse.ArgumentParser, gpus_help: str = GPUS_HELP) -> N
     )
 
 
+def refuse_error_colours(scene, where: str) -> None:
+    """ConfigError where the colour by force error would show nothing true: only the live viewer's panel
+    computes each body's error (its Compare tab), not `record` or a replay, which would draw speeds as
+    errors."""
+    from app.render.particles import ERROR_VIEWS
+
+    if scene.render.color_by in ERROR_VIEWS:
+        raise ConfigError(
+            f"render.color_by = {scene.render.color_by} is the live viewer's (its Compare tab computes each "
+            f"body's error); {where} colours by speed, mass or component"
+        )
+
+
 def parse_tunables(texts: list[str]) -> dict[str, object]:
     """['theta=0.7', 'leaf=32'] -> {'theta': 0.7, 'leaf': 32}: each value a whole number, else a number,
     else text, for the record to validate (KernelRecord.validate_tunables names record.key and the range)."""

@@ -18,6 +18,7 @@ from app.commands.options import (
     parse_size,
     positive_float,
     positive_int,
+    refuse_error_colours,
 )
 from app.commands.replay import RECORD_HELP as REPLAY_HELP
 from app.commands.replay import open_replay, record_backend, record_line, replay_scene
@@ -219,6 +220,7 @@ def _scene(args, series=None):
             changed = True
     if changed:
         validate(scene)
+    refuse_error_colours(scene, "record")
     return scene
 
 

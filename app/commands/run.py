@@ -15,6 +15,7 @@ from app.commands.options import (
     parse_size,
     positive_float,
     positive_int,
+    refuse_error_colours,
 )
 from app.commands.running import report_viewer_outputs
 from app.core.errors import ConfigError
@@ -63,6 +64,13 @@ each with a colour swatch, a show/hide checkbox and a brightness slider; the sam
 --set render.components.halo.visible=false, --set render.components.NAME.brightness=0.3,
 --set render.color_by=component. Hidden bodies still feel and exert gravity. (docs/components.md)
 
+The Compare tab (or --compare KERNEL at start) times a second kernel B of the same backend at the state
+of every frame, into a scratch copy of the accelerations (the shown state is never touched): A's and B's
+force times, B / A, and the median and 99th percentile of |a_A - a_B| / |a_B| over 1,024 sampled bodies;
+the run's last lines repeat them. Its "colour by force error" colours each body by its relative force error
+against the exact float64 sum (recomputed at most every second, in pieces of one frame each) or against B,
+on a log scale from 1e-7 to 1e-1 shown as a legend (--set render.color_by=error or error-ab the same).
+
 "Record" (or V) records what the viewer draws (the particles, not the panel) at the window size into
 out/recording-<time>.mp4 (--record-to DIR): H.264 at --record-fps (60) sampled by wall time (real speed),
 the `record` command's quality settings. The view keeps its frame rate: the frame is copied on the GPU
@@ -71,6 +79,14 @@ waited for. A red dot, the elapsed time, frames and drops show in the panel and 
 again or quitting finalises the file (written under a hidden temporary name, renamed when complete).
 Ctrl-C or SIGTERM quits as Escape does, finalising a recording, with exit status 130 / 143 (twice:
 at once, abandoning it).
+
+Kernel files (--kernel-file, --kernel-dir) are watched while the viewer runs on one GPU: a save is
+compiled (the one form the run launches, by NVRTC where cuda-core is installed, else nvcc), tried in a
+sandbox process on a copy of the state (a launch that does not end within its bound, a write past the
+accelerations or a NaN anywhere refuses it), validated against float64 on 1,024 sampled bodies within
+the kernel's budget, and only then swapped in at the next step, the state untouched. The Kernel tab
+lists each reload with its compile, validate and swap times and the compiler's or the validation's
+message; the old build keeps running until a good one arrives (docs/writing-kernels.md).
 
 With no display ($DISPLAY and $WAYLAND_DISPLAY unset, or naming a display that does not answer, as a
 stale $DISPLAY over SSH or in a container) and no --headless/--frames, it records a short demo to
@@ -159,7 +175,20 @@ def add_parser(sub) -> None:
         help="under mpiexec: frames between rank 0's gathers of every rank's velocities (colour "
         "by speed, energy, snapshots; positions reach rank 0 every step); default 1",
     )
+    p.add_argument(
+        "--compare",
+        metavar="KERNEL",
+        help="start with A/B on: KERNEL, a kernel of the run's backend, timed beside the running one at "
+        "every frame's state on a scratch copy (the panel's Compare tab); the last lines report both",
+    )
     add_kernel_file_options(p)
+    p.add_argument(
+        "--reload-sanitizer",
+        action="store_true",
+        help="run each saved kernel file's trial under compute-sanitizer's memcheck, which names a bad "
+        "access exactly (a trial takes several times longer; without it, canary rows around the "
+        "accelerations still catch a write past either end)",
+    )
     p.set_defaults(func=main)
 
 
@@ -176,6 +205,8 @@ def _run(args, comm) -> int:
     replaying = _check_options(args, comm, lead)
     series = replay.open_replay(args) if replaying else None
     scene = scene_from_args(args) if series is None else replay.replay_scene(args, series)
+    if series is not None:
+        refuse_error_colours(scene, "a replay")
     if not lead:
         return _follow(scene, comm)
     from app.render.gl_setup import configure, display_problem
@@ -216,6 +247,10 @@ def _check_options(args, comm, lead: bool) -> bool:
         raise ConfigError("--gather-every applies to MPI runs (mpiexec -n R nbody-live run ...) only")
     if comm is not None and replaying:
         raise ConfigError("a replay computes nothing to share among MPI ranks: run it without mpiexec")
+    if args.compare and (replaying or comm is not None):
+        raise ConfigError(
+            "--compare times two kernels of one process's live run: not a replay, not MPI ranks"
+        )
     return replaying
 
 
@@ -263,8 +298,15 @@ def _live(args, comm, scene, size, headless: bool) -> int:
 
         # the panel's controller owns the keys ([ ] R V Tab) and the kernel switching, shown or not
         panel = Panel(viewer, frame_log=frame_log, visible=args.panel)
+        if args.reload_sanitizer:
+            panel.controller.watch_kernel_files(sanitizer=True)
         recorder = panel.controller.view_recorder
         recorder.directory, recorder.fps = args.record_to or Path("out"), args.record_fps
+        if args.compare:  # (checked first: a refusal is the one line of a ConfigError, exit 2)
+            reason = panel.controller.why_not_b(args.compare)
+            if reason:
+                raise ConfigError(f"--compare {args.compare}: {reason}")
+            panel.controller.start_compare(args.compare)
         viewer.screenshot_on_exit = args.screenshot
         viewer.screenshot_overlays = True  # what the user sees, panel included
         import gc
@@ -278,6 +320,9 @@ def _live(args, comm, scene, size, headless: bool) -> int:
         if comm is not None:
             backend.quit_all()  # every other rank's _follow returns
         _report(args, comm, viewer, backend, frame_log, recorder)
+        compared = panel.controller.compare_line()  # A/B (the Compare tab, --compare), when it ran
+        if compared:
+            print(compared)
     finally:
         if frame_log is not None:
             frame_log.close()

@@ -2,16 +2,17 @@
 validate on the current state, and only then swap, between two steps. The old kernel keeps stepping
 through a compile error or a failed validation, and the panel shows why.
 
-    reloader = Reloader(FileWatch([path]), build, validate, swap)
+    reloader = Reloader(FileWatch([path]), build, validate, swap, snapshot)
     ...                                   # once a frame, between steps, on the thread that steps:
-    reloader.poll()                       # a saved file starts a build; a finished build is validated,
-                                          # then swapped in, or refused with the compiler's or the
+    reloader.poll()                       # a saved file: a snapshot of the state, then a build and its
+                                          # validation on a worker; a build that passed is swapped in,
+                                          # one that did not is refused with the compiler's or the
                                           # validation's message; `history` says what happened and when
 
 This module is the backend-free machine; what a build, a validation and a swap are is injected. The
 CPU twin (tests/test_kernel_reload.py) builds a fake compiler's output and validates on the CPU
-backend's state; the CUDA wiring (nvcc or NVRTC, the evaluator's launch on the sampled targets) is the
-issue's next part.
+backend's state; the GPU's are app/backends/cuda/hot_reload.py (NVRTC or nvcc, a trial in a sandbox
+process), wired into the viewer by app/ui/reload_actions.py.
 
 Watching is polling: one os.stat per watched file per frame, which a 60 fps viewer notices within a
 frame, far inside the issue's 1.5 s from save to swap. A watcher library (watchdog, watchfiles) would
@@ -54,15 +55,16 @@ class Validation:
 
 @dataclass(frozen=True)
 class Reload:
-    """One reload of `path`: what came of it, its message, and how long each stage took (None: not
-    reached)."""
+    """One reload of `path`: what came of it, its message, how long each stage took (None: not reached),
+    and, for a swap, how long after the save the new kernel was live (the save's mtime to the swap)."""
 
     path: Path
-    outcome: str  # "swapped", "compile error", "validation failed"
+    outcome: str  # "swapped", "compile error", "validation failed", "swap failed"
     message: str
     compile_s: float
     validate_s: float | None = None
     swap_s: float | None = None
+    live_s: float | None = None
 
 
 class FileWatch:
@@ -92,41 +94,46 @@ class FileWatch:
 
 
 class Reloader:
-    """The machine: `build(path)` runs on a worker thread (BuildError for a compile error) and returns
-    what `validate(built)` checks and `swap(built)` puts in, both on the caller's thread (the one that
-    steps and owns the device). A file saved again while its build runs is built again after it."""
+    """The machine, per saved file: `snapshot()` on the caller's thread (the one that steps and owns the
+    device) when the save is seen: what validation needs of the state then, e.g. a host copy of the
+    positions; then, on a worker thread, `build(path)` (BuildError for a compile error) and
+    `validate(built, snapshot)` back to back (a trial may take a while, or hang until its bound: the
+    viewer keeps drawing, and no frame boundary lies between the two); then `swap(built)` on the caller's
+    thread, at its next poll, between two steps. A file saved again meanwhile is built again after."""
 
     def __init__(
         self,
         watch: FileWatch,
         build: Callable[[Path], object],
-        validate: Callable[[object], Validation],
+        validate: Callable[[object, object], Validation],
         swap: Callable[[object], None],
+        snapshot: Callable[[], object] = lambda: None,
         clock: Callable[[], float] = time.perf_counter,
     ):
-        self.watch, self.build, self.validate, self.swap, self.clock = watch, build, validate, swap, clock
-        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kernel-build")
-        self._building: dict[Path, tuple[concurrent.futures.Future, float]] = {}
+        self.watch, self.build, self.validate, self.swap = watch, build, validate, swap
+        self.snapshot, self.clock = snapshot, clock
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kernel-reload")
+        self._jobs: dict[Path, tuple[concurrent.futures.Future, float]] = {}  # path -> (job, seen at)
         self._again: set[Path] = set()
         self.history: deque[Reload] = deque(maxlen=HISTORY)
 
     @property
     def busy(self) -> bool:
-        return bool(self._building)
+        return bool(self._jobs)
 
     def poll(self) -> list[Reload]:
-        """Between two steps: start the builds of saved files, finish the builds that are done; returns
-        the reloads finished now (also in `history`)."""
+        """Between two steps: start the jobs of saved files, swap in the builds that passed; returns the
+        reloads finished now (also in `history`)."""
         for path in self.watch.changed():
-            if path in self._building:
+            if path in self._jobs:
                 self._again.add(path)
             else:
                 self._start(path)
         done = []
-        for path, (future, started) in list(self._building.items()):
-            if future.done():
-                del self._building[path]
-                done.append(self._finish(path, future, started))
+        for path, (job, seen) in list(self._jobs.items()):
+            if job.done():
+                del self._jobs[path]
+                done.append(self._finish(path, job.result(), seen))
                 if path in self._again:
                     self._again.discard(path)
                     self._start(path)
@@ -134,33 +141,45 @@ class Reloader:
         return done
 
     def _start(self, path: Path) -> None:
-        started = self.clock()
-        self._building[path] = (self._pool.submit(self._timed_build, path), started)
+        self._jobs[path] = (self._pool.submit(self._job, path, self.snapshot()), self.clock())
 
-    def _timed_build(self, path: Path) -> tuple[object, float]:
+    def _job(self, path: Path, snapshot) -> tuple:
+        """On the worker: (built, compile s, Validation, validate s), or (BuildError, compile s)."""
         t0 = self.clock()
-        built = self.build(path)
-        return built, self.clock() - t0
-
-    def _finish(self, path: Path, future, started: float) -> Reload:
         try:
-            built, compile_s = future.result()
+            built = self.build(path)
         except BuildError as e:
-            return Reload(path, "compile error", str(e), self.clock() - started)
-        t0 = self.clock()
-        check = self.validate(built)
-        validate_s = self.clock() - t0
+            return e, self.clock() - t0
+        except Exception as e:  # noqa: BLE001 - whatever went wrong is the reload's message, not a crash
+            return BuildError(f"{path}: the build failed: {type(e).__name__}: {e}"), self.clock() - t0
+        t1 = self.clock()
+        try:
+            check = self.validate(built, snapshot)
+        except Exception as e:  # noqa: BLE001 - (as above): the old kernel keeps running
+            nan = float("nan")
+            check = Validation(False, -1, nan, nan, f"the validation failed: {type(e).__name__}: {e}")
+        return built, t1 - t0, check, self.clock() - t1
+
+    def _finish(self, path: Path, result: tuple, seen: float) -> Reload:
+        if isinstance(result[0], BuildError):
+            return Reload(path, "compile error", str(result[0]), result[1])
+        built, compile_s, check, validate_s = result
         if not check.ok:
             return Reload(path, "validation failed", check.why, compile_s, validate_s)
         t0 = self.clock()
-        self.swap(built)
+        try:
+            self.swap(built)
+        except Exception as e:  # noqa: BLE001 - a module that does not load, say: the old kernel stays
+            return Reload(path, "swap failed", f"{type(e).__name__}: {e}", compile_s, validate_s)
+        swapped = self.clock()
         return Reload(
             path,
             "swapped",
             f"worst body {check.worst_body}: {check.worst_error:.2e}, p99 {check.p99:.2e}",
             compile_s,
             validate_s,
-            self.clock() - t0,
+            swapped - t0,
+            swapped - seen,
         )
 
     def close(self) -> None:
@@ -184,15 +203,23 @@ def validate_on_sample(
     seed: int = 0,
 ) -> Validation:
     """`candidate(pos, mass, rows)` (a new build's accelerations of targets `rows` against every body)
-    judged against float64 on a seeded sample of targets: a non-finite value, or a relative error over
-    `max_rel` on any sampled body, refuses it, naming the worst body."""
+    judged against float64 (numpy, on the host) on a seeded sample of targets (`judge`)."""
     rows = sample_targets(len(mass), k, seed)
     got = np.asarray(candidate(pos, mass, rows), dtype=np.float64)
+    if not np.isfinite(got).all():
+        return judge(got, got, rows, max_rel)  # (refused before the reference is computed)
+    return judge(got, accelerations(pos, mass, physics, targets=rows), rows, max_rel)
+
+
+def judge(got: np.ndarray, ref: np.ndarray, rows: np.ndarray, max_rel: float) -> Validation:
+    """A new build's accelerations `got` of the sampled targets `rows` against their float64 `ref`: a
+    non-finite value, or a relative error over `max_rel` on any sampled body, refuses it, naming the
+    worst body (its index in the state)."""
     bad = ~np.isfinite(got).all(axis=1)
     if bad.any():
         body = int(rows[np.argmax(bad)])
         return Validation(False, body, float("nan"), float("nan"), f"body {body}: a non-finite acceleration")
-    rel = relative_errors(got, accelerations(pos, mass, physics, targets=rows))
+    rel = relative_errors(got, ref)
     worst = int(np.argmax(rel))
     p99 = float(np.percentile(rel, 99))
     if rel[worst] > max_rel:

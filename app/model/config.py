@@ -26,7 +26,7 @@ TIMESTEPS = ("shared", "block")
 # (the default); only between max steps; at any aligned tick (app.engine.blocksteps.relevel)
 COARSEN = ("settled", "boundary", "aligned")
 BACKEND_CHOICES = backend_choices  # auto, then app/core/backend_table.py's names (read when asked)
-COLOR_BY = ("speed", "mass", "none", "component", "component-speed", "component-mass")
+COLOR_BY = ("speed", "mass", "none", "component", "component-speed", "component-mass", "error", "error-ab")
 COLORMAPS = ("inferno", "magma", "plasma", "viridis", "white")
 # several devices (app/parallel/multidevice.py runs them): the drivers and the exchanges a run may name
 DRIVERS = ("auto", "threads", "single")  # auto: the decomposition's (Decomposition.driver)
@@ -179,8 +179,8 @@ SCHEMA: dict[str, dict[str, Field]] = {
         "size_by_mass": Field("bool", "scale sprites with mass"),
         "color_by": Field(
             "str",
-            "what the colour shows: the colormap by speed or mass, or each component's "
-            "colour (component-speed / -mass shade it)",
+            "what the colour shows: the colormap by speed, mass or force error (error: against the exact sum,"
+            " error-ab: against A/B's kernel B; the viewer's), or each component's colour (-speed / -mass)",
             choices=COLOR_BY,
         ),
         "colormap": Field("str", "colormap", choices=COLORMAPS),

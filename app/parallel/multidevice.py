@@ -273,6 +273,12 @@ class MultiDeviceRun:
             self._evaluate_forces()
         return self.in_body_order(self.gathered("acc")[:, :3].astype(np.float64))
 
+    def ensure_acc(self) -> None:
+        """The integrator's cached a(x) made current (evaluated now if it is not), for a reader of the
+        devices' acceleration rows (one GPU's A/B, app/backends/cuda/compare.py)."""
+        if not self.integrator.acc_valid:
+            self._evaluate_forces()
+
     def _evaluate_forces(self) -> None:
         """a(x) of the current positions, each device its share's rows: the integrator's cache from now on."""
         assert self.ops is not None, "load() first"

@@ -4,8 +4,9 @@
     viewer.run(frames=None)                  # interactive loop; Escape or closing the window returns 0
     img = viewer.render_to_array()           # (H, W, 3) uint8 from the viewer's own framebuffer
 
-Per frame: `advance()` (backend.step + buffer sync), then `on_draw` (particles, then every callable in
-`viewer.overlays`, e.g. the ImGui panel). Timings land in `viewer.stats` (an app.render.frames.FrameStats).
+Per frame: `advance()` (backend.step + buffer sync, then `viewer.after_advance`), then `on_draw`
+(particles, then every callable in `viewer.overlays`, e.g. the ImGui panel). Timings land in
+`viewer.stats` (an app.render.frames.FrameStats).
 
 Keys (`viewer.key_actions`, name -> callable; the panel's controller adds and replaces entries):
 Space pause/resume, F fit the bodies, C reset the camera to the scene's, [ and ] previous/next kernel,
@@ -93,6 +94,9 @@ class Viewer(app.Canvas):
         self.capture_mouse: list[Callable[[], bool]] = []
         self.capture_keyboard: list[Callable[[], bool]] = []
         self.view_covers: list[Callable[[], tuple[float, float, float, float] | None]] = []
+        # run at the end of every advance(), after the buffers were filled (paused too): what writes the
+        # buffers beside the backend (the force error's colours, app/ui/compare_actions.py)
+        self.after_advance: list[Callable[[], None]] = []
         self.key_actions: dict[str, Callable[[], object]] = {
             "Escape": self.request_quit,
             "Space": self.toggle_pause,
@@ -168,7 +172,13 @@ class Viewer(app.Canvas):
 
     def advance(self) -> None:
         """One frame of simulation: scene.run.steps_per_frame backend steps (none while paused), or that
-        many 1/frames_per_step parts of a step on a backend that draws inside steps (block steps)."""
+        many 1/frames_per_step parts of a step on a backend that draws inside steps (block steps); then
+        the `after_advance` callables."""
+        self._advance()
+        for hook in list(self.after_advance):
+            hook()
+
+    def _advance(self) -> None:
         self.set_current()
         self.sync_buffers()
         if self.paused:

@@ -22,7 +22,9 @@ points rather than the fill (docs/tree.md: 1 px sprites saved 14% at 1M, every 2
 
 Colour by speed goes through a 256-entry colormap, normalised by a robust speed scale: on the host path
 `update_speed_scale(speeds)` takes a running 95th percentile (the viewer calls it every ~30 frames); a
-GPU path sets it with `set_speed_scale(value)`.
+GPU path sets it with `set_speed_scale(value)`. Colour by force error (`error`, `error-ab`) reads the same
+buffer as positions on the colormap already, 0..1 (app/engine/error_colours.py, the legend's log scale):
+`upload_values(values)` on the host path, or a backend's device copy into the buffer (interop).
 """
 
 from __future__ import annotations
@@ -47,7 +49,12 @@ COLOR_BY = {
     "component": 3.0,
     "component-speed": 4.0,
     "component-mass": 5.0,
+    # the force error (app/engine/error_colours.py): the speed buffer holds each body's place on the legend's
+    # log scale, 0..1, written by whoever computed it (the panel's Compare section), not its speed
+    "error": 6.0,
+    "error-ab": 6.0,
 }
+ERROR_VIEWS = ("error", "error-ab")
 CMAP_LOW = 0.22  # slow bodies take the colormap from here: inferno/magma start black, which adds no light
 INTENSITY = 1.1  # peak light of one sprite at brightness 1 (1 - exp(-1.1) = 67%)
 # Above DENSITY_REF_N bodies each sprite gives sqrt(REF / N) of the light, so dense cores do not burn out.
@@ -242,6 +249,15 @@ class ParticleRenderer:
         if len(pos4):
             self.pos_vbo.set_data(pos4)
             self.speed_vbo.set_data(speeds)
+
+    def upload_values(self, values: np.ndarray) -> None:
+        """Host path: (N,) float32 into the per-body float the colormap reads (the speed buffer), in place
+        of the speeds: the force error's colour positions (render.color_by = error / error-ab)."""
+        values = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        if self.speed_vbo is None or values.shape[0] != self.n:
+            raise ValueError(f"{values.shape[0]} values for {self.n} bodies")
+        if self.n:
+            self.speed_vbo.set_data(values)
 
     # --- drawing -------------------------------------------------------------------------------
     def draw(self, view: np.ndarray, proj: np.ndarray, size: tuple[int, int], pixel_ratio: float = 1.0):

@@ -79,3 +79,27 @@ def build_program(vert: str, frag: str, directory: str | Path | None = None, can
                 str(e),
             ) from e
     return program
+
+
+def reload_shaders(program, vert: str, frag: str, directory: str | Path | None = None, canvas=None) -> None:
+    """`program`'s two stages read again from their files and compiled in place, its variables (uniforms,
+    textures, buffers: vispy keeps them across `set_shaders`) kept. ShaderError, the program as it was,
+    when a stage does not compile or the two do not link: the viewer keeps drawing (the hot reload's
+    shader half, app/ui/reload_actions.py)."""
+    from vispy import gloo
+
+    vsrc, vpath = load_source(vert, directory)
+    fsrc, fpath = load_source(frag, directory)
+    check_compile(vsrc, "vertex", vpath)
+    check_compile(fsrc, "fragment", fpath)
+    old = list(program.shaders)[:2]  # (their source text)
+    canvas = canvas or gloo.get_current_canvas()
+    program.set_shaders(vsrc, fsrc)
+    try:
+        canvas.context.flush_commands()
+    except RuntimeError as e:
+        program.set_shaders(*old)
+        canvas.context.flush_commands()
+        raise ShaderError(
+            f"GLSL program {vpath.name} + {fpath.name} failed to link: {e}", (str(vpath), str(fpath)), str(e)
+        ) from e

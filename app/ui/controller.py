@@ -21,9 +21,12 @@ app.render.live_recording's ViewRecorder (`ctl.view_recorder`: the recording in 
 ones, the last error); its messages land in `ctl.message` like every other action's. The benchmark's
 records are app.ui.benchmark's.
 
-Beside the kernels, backends, tunables and parameters here, the Controller is made of two mixins, each
-re-exported here for its importers: app.ui.scene_actions (N, reset, presets, snapshots) and
-app.ui.live_stats (the history rings, markers, medians and live numbers that `on_frame` feeds).
+Beside the kernels, backends, tunables and parameters here, the Controller is made of four mixins:
+app.ui.scene_actions (N, reset, presets, snapshots), app.ui.live_stats (the history rings, markers,
+medians and live numbers that `on_frame` feeds; re-exported here for its importers),
+app.ui.reload_actions (the hot reload of the user's kernel files and the shaders, `reload_tick` each
+frame; a kernel file's kernel is tried before a switch runs it) and app.ui.compare_actions (A/B and the
+force-error colours, `compare_tick` each frame).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from app.engine.force_error import ForceErrorProbe
 from app.render.frames import FrameLog
 from app.render.live_recording import ViewRecorder
 from app.ui.benchmark import Benchmark, BenchResult
+from app.ui.compare_actions import CompareActions
 from app.ui.energy import EnergyMonitor
 from app.ui.live_stats import (
     HISTORY_CAP,
@@ -49,6 +53,7 @@ from app.ui.live_stats import (
     LiveStats,
     Marker,
 )
+from app.ui.reload_actions import KernelReloads
 from app.ui.scene_actions import SceneActions
 
 __all__ = [  # what this module defines, and what its importers take from it that the mixins define
@@ -68,7 +73,7 @@ log = logging.getLogger(__name__)
 ENERGY_RESET_KEYS = {"physics.G", "physics.softening", "physics.model", "physics.repulsion"}
 
 
-class Controller(SceneActions, LiveStats):
+class Controller(KernelReloads, SceneActions, LiveStats, CompareActions):
     LIVE_SECTIONS = ("run", "camera")
 
     def __init__(self, viewer, frame_log: FrameLog | None = None, energy_every: int = 30):
@@ -91,6 +96,7 @@ class Controller(SceneActions, LiveStats):
         self._single_step: tuple[int, int] | None = None  # (frame at request, saved steps_per_frame)
         self.view_recorder = ViewRecorder(viewer, self._report)
         self.last_snapshot: Path | None = None
+        self._init_reloads()  # the user's kernel files watched (app/ui/reload_actions.py)
         viewer.key_actions.update(
             {
                 "R": self.reset,
@@ -158,6 +164,9 @@ class Controller(SceneActions, LiveStats):
             return self._fail(f"kernel {name} is unavailable: {reason}")
         rec = self.record(name)
         old = self.record(backend.kernel) if any(r.name == backend.kernel for r in self.records) else None
+        refused = self.tried_first(name)  # a kernel file's: its trial first (app/ui/reload_actions.py)
+        if refused:
+            return self._fail(f"kernel {name} is refused: {refused}")
         try:
             if rec.backend == backend.name:
                 backend.set_kernel(name)
@@ -347,11 +356,13 @@ class Controller(SceneActions, LiveStats):
                 self._last_frame = rec.frame
                 self._ingest(rec, step)
         self._finish_single_step()
+        self.reload_tick()
         t0 = time.perf_counter()
         if not self.viewer.paused or self.energy.latest is None:
             self.energy.tick(self.backend)
         t1 = time.perf_counter()
         self.force_error.tick(self.backend, step)
+        self.compare_tick()  # A/B and the error colours (app/ui/compare_actions.py): timed as the probe's
         t2 = time.perf_counter()
         self.bench_tick()
         self.energy_ms = (t1 - t0) * 1e3
@@ -363,3 +374,5 @@ class Controller(SceneActions, LiveStats):
         monitor."""
         self.view_recorder.close()
         self.energy.close()
+        self.close_compare()  # A/B's scratch buffers (app/ui/compare_actions.py)
+        self.close_reloads()

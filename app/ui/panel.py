@@ -79,6 +79,7 @@ class Panel(OverlayPanel):
         self.field_errors: dict[str, str] = {}  # key -> why the typed value was rejected
         self.unread: dict[str, str] = {}  # tunable key -> why the kernel does not read it now (greyed)
         self.red_fields: set[str] = set()  # fields drawn red in the last frame
+        self.texts: dict[str, str] = {}  # what some numbers and lines said when last drawn (tests read them)
         self.shown_frames = 0
         self.screenshot_dir = Path(screenshot_dir)
         self.screenshot_with_panel = True
@@ -268,7 +269,8 @@ class Panel(OverlayPanel):
             live.draw(self)
             if self.controller.backend.ranks > 1:
                 ranks_section(self, LIVE_WINDOW)
-            if imgui.begin_tab_bar("tabs"):
+            # every tab shrinks to fit the panel (labels cut short once they do not), never a scrolled bar
+            if imgui.begin_tab_bar("tabs", imgui.TabBarFlags_.fitting_policy_shrink):
                 for name, fn in self._tabs:
                     selected, _ = imgui.begin_tab_item(name)
                     self._rect(f"tab:{name}")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import logging
+import time
 import weakref
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -244,6 +245,41 @@ class CudaBackend(MultiDeviceBackend):
                 self.device.compiled(rec.source, rec.policy.nvcc_options)
             self._kernel = rec.name
 
+    # --- a kernel file's hot reload (hot_reload.py) ---------------------------------------------------
+    def kernel_reload(self, sanitizer: bool = False):
+        """CudaReload, the hot reload's stages on this GPU, while any kernel comes from a user's file."""
+        from app.backends.cuda.hot_reload import CudaReload
+        from app.backends.cuda.user_kernels import is_user
+
+        if not any(is_user(r) for r in self.kernels()):
+            return None
+        return CudaReload(self, sanitizer)
+
+    def install_build(self, record: KernelRecord, cubin: bytes, symbols) -> None:
+        """A validated build of a kernel file in place of its record, from the next step: the record (its
+        header as saved) in the registry and on every device of the run, `symbols` loaded from `cubin`.
+        The state, the cached a(x) and the tunables set stay as they are (values the new header no longer
+        offers fall back to its defaults)."""
+        registry.RECORDS = tuple(record if r.name == record.name else r for r in registry.RECORDS)
+        self._records[record.name] = record
+        self._evaluators.pop(record.name, None)
+        assert record.source is not None  # (a kernel file's record names it)
+        # the tools' evaluators (evaluator()) load the file again when next asked: a module load now
+        # waits for the steps in flight (2.4 s at N = 1M on an H200, an all-pairs step there being 0.7 s)
+        self.device.forget(record.source)
+        self.last_install_ms: dict[str, float] = {}  # what the swap cost on each GPU of the run
+        store = self._tunable_store()
+        try:
+            record.validate_tunables(store.get(record.name, {}))
+        except ConfigError:
+            store.pop(record.name, None)
+        if self._run is not None:
+            tunables = record.with_tunables(store.get(record.name, {}))
+            for device in self._run.devices:
+                t0 = time.perf_counter()
+                device.reload_record(record, cubin, symbols, tunables)
+                self.last_install_ms[device.name] = (time.perf_counter() - t0) * 1e3
+
     # --- stepping (MultiDeviceBackend.step), what one GPU reports -------------------------------------
     def _step_entries(self, device_ms: list[float], exchange_ms: float) -> dict[str, float]:
         running = self._running
@@ -380,6 +416,13 @@ class CudaBackend(MultiDeviceBackend):
         info["nvcc"] = nvcc_version(nvcc) if nvcc else None
         info["backend"] = self.name
         return info
+
+    def compare_ops(self):
+        """A/B's other kernel and the error colours on this GPU, in device buffers beside the state
+        (compare.py); the state and the run's evaluators are only read."""
+        from app.backends.cuda.compare import CudaCompare
+
+        return CudaCompare(self, self._require_state)
 
 
 CudaBackend.base = CudaBackend  # one GPU's discovery is its own (the --gpus K form's `base` is this class)

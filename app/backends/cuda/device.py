@@ -68,6 +68,7 @@ class CudaDevice:
         # pycuda's modules, functions, allocations and streams (pycuda ships no type stubs)
         self._modules: dict[str, Any] = {}
         self._functions: dict[tuple[str, str], Any] = {}
+        self._installed: dict[tuple[str, str], Any] = {}  # (source, symbol) -> a hot reload's module
         self._scratch: dict[str, Any] = {}
         self._scratch_bytes: dict[str, int] = {}
         self._pinned: dict[str, Any] = {}
@@ -89,7 +90,7 @@ class CudaDevice:
         fn = self._functions.get(key)
         if fn is None:
             with self.scope:
-                module = self._modules.get(source)
+                module = self._installed.get(key) or self._modules.get(source)
                 if module is None:
                     cubin = self.compiled(source, options).cubin
                     module = self._modules[source] = self.drv.module_from_buffer(cubin)
@@ -102,6 +103,23 @@ class CudaDevice:
                 fn.prepare(arg_types)
             self._functions[key] = fn
         return fn
+
+    def install(self, source: str, cubin: bytes, symbols) -> None:
+        """A hot reload's build of `source` (app/backends/cuda/hot_reload.py): `symbols` come from `cubin`
+        from now on; the module loaded before is dropped, so that any other symbol of `source` is
+        compiled again from the file as it is now (the build compiled only the form the run launches)."""
+        with self.scope:
+            module = self.drv.module_from_buffer(cubin)
+            self.forget(source)
+            for symbol in symbols:
+                self._installed[source, symbol] = module
+
+    def forget(self, source: str) -> None:
+        """Drop what was loaded of `source` (its file changed): the next use compiles and loads it again."""
+        self._modules.pop(source, None)
+        for key in [k for k in (*self._functions, *self._installed) if k[0] == source]:
+            self._functions.pop(key, None)
+            self._installed.pop(key, None)
 
     def max_block(self, fn, block: int) -> int:
         """`block` capped at what the compiled function can launch with (its registers may limit it)."""
@@ -152,5 +170,6 @@ class CudaDevice:
             self._pinned.clear()
             self._streams.clear()
             self._functions.clear()
+            self._installed.clear()
             self._modules.clear()  # unloads the modules while the context is current
             self.timer.release()

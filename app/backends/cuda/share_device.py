@@ -141,6 +141,20 @@ class CudaShareDevice:
         self._share_ops, self._ops_key = None, None
         self._pair_plans.clear()
 
+    def reload_record(self, record, cubin: bytes, symbols, tunables: dict) -> None:
+        """A hot reload's build of a kernel file (CudaBackend.install_build): its record, and `symbols`
+        from `cubin` on this GPU; the running evaluator made again when it runs that record (its launch
+        plans held the old functions). The state is not touched."""
+        self._records[record.name] = record
+        self.device.install(record.source, cubin, symbols)
+        if self.evaluator.record.name == record.name:
+            evaluator = make_evaluator(record, self.device, self._records)
+            evaluator.set_physics(self.physics)
+            evaluator.set_tunables(**tunables)
+            self.evaluator = evaluator
+            self._share_ops, self._ops_key = None, None
+            self._pair_plans.clear()
+
     def set_physics(self, physics: Physics) -> None:
         """New force parameters for the evaluators (their cached launches are keyed by them)."""
         self.physics = physics

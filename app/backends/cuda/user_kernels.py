@@ -253,30 +253,6 @@ def new_kernel_text(name: str, base: KernelRecord) -> str:
 COMPILER_ERROR = re.compile(r"^(?P<where>.+\(\d+\)): error: (?P<what>.*)$", re.MULTILINE)
 
 
-def builder(arch: str):
-    """The hot reload's build of a saved kernel file (app.engine.kernel_reload.Reloader's `build`, run on
-    its worker thread): the header read again and the file compiled by nvcc for `arch`, as a launch
-    compiles it (the compile cache then serves the launch). Returns the new record; a bad header or a
-    compile error is a BuildError of one line: the first error with its file and line, and how many
-    more there are."""
-    from app.backends.cuda.compile import compile_file
-    from app.backends.cuda.errors import KernelCompileError
-    from app.engine.kernel_reload import BuildError
-
-    def build(path: Path) -> KernelRecord:
-        try:
-            rec = user_record(path)
-            assert rec.source is not None  # (user_record: the file's path)
-            compile_file(rec.source, arch, rec.policy.nvcc_options)
-        except (ConfigError, InputFileError) as e:
-            raise BuildError(str(e)) from None
-        except KernelCompileError as e:
-            raise BuildError(first_compile_error(e.log) or str(e).splitlines()[0]) from None
-        return rec
-
-    return build
-
-
 def first_compile_error(log: str) -> str | None:
     """nvcc's first `file(line): error: ...`, and how many more errors there are, in one line."""
     errors = list(COMPILER_ERROR.finditer(log))

@@ -1,5 +1,7 @@
 """The kernel section: the combo of every record (greyed with the reason where it cannot run), its doc
-line, and its tunables as sliders and combos (greyed while the kernel does not read them)."""
+line, its tunables as sliders and combos (greyed while the kernel does not read them), and, while the
+user's kernel files are watched, their reloads: each save's outcome, the time of each stage, and the
+compiler's or the validation's message (app/ui/reload_actions.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import numpy as np
 
 from app.core.values import FloatRange, IntChoice
 from app.engine.forces import unread_reason
-from app.ui.style import DIM_TEXT, RED_BG
+from app.ui.style import DIM_TEXT, OK_TEXT, RED_BG, RED_TEXT, WARN_TEXT
 
 
 def _slider_ends(spec: FloatRange) -> tuple[float, float]:
@@ -35,26 +37,7 @@ def draw(panel) -> None:
     opened = imgui.begin_combo("##kernel", cur, imgui.ComboFlags_.height_large)
     panel._combo_rect("kernel_combo", opened)
     if opened:
-        group = None
-        for rec in ctl.records:
-            if rec.backend != group:
-                group = rec.backend
-                imgui.separator_text(group.upper())
-            reason = ctl.why_not(rec.name)
-            if reason:
-                imgui.begin_disabled()
-            clicked, _ = imgui.selectable(f"{rec.name}##k", rec.name == cur)
-            panel._rect(f"kernel:{rec.name}")
-            if reason:
-                panel._tooltip(f"{rec.doc}\nunavailable: {reason}", disabled=True)
-            else:
-                panel._tooltip(rec.doc)
-            imgui.same_line(imgui.get_window_width() - 56)
-            imgui.text_disabled(rec.precision)
-            if reason:
-                imgui.end_disabled()
-            if clicked and not reason:
-                ctl.switch_kernel(rec.name)
+        kernel_rows(panel, cur, "kernel:", ctl.switch_kernel, precision=True)
         imgui.end_combo()
     rec = ctl.record(cur)
     panel._tooltip(rec.doc)
@@ -64,6 +47,70 @@ def draw(panel) -> None:
     if rec.origin:
         panel._tooltip(f"{rec.doc}\nfrom: {rec.origin}\nsource: {rec.source} ({rec.entry})")
     _tunables(panel)
+    _reloads(panel)
+
+
+RELOADS_SHOWN = 5
+
+
+def _reloads(panel) -> None:
+    """The watched kernel files and their last reloads, newest first: what came of each save, the stage
+    times (compile, validate, swap; live: from the save to the swap) and the message."""
+    imgui = panel.imgui
+    ctl = panel.controller
+    if not ctl.reload_watching:
+        return
+    imgui.separator_text("reloads")
+    names = ", ".join(p.name for p in ctl.reload_watching)
+    imgui.text_colored(
+        imgui.ImVec4(*DIM_TEXT), f"watching {names}" + ("  (building...)" if ctl.reload_busy else "")
+    )
+    panel._rect("reload:watching")
+    imgui.push_text_wrap_pos(0.0)
+    for i, r in enumerate(reversed(ctl.reloads)):
+        if i == RELOADS_SHOWN:
+            break
+        ok = r.outcome == "swapped"
+        colour = OK_TEXT if ok else (RED_TEXT if r.outcome == "compile error" else WARN_TEXT)
+        stages = f"compile {r.compile_s * 1e3:.0f} ms"
+        if r.validate_s is not None:
+            stages += f" · validate {r.validate_s * 1e3:.0f} ms"
+        if r.swap_s is not None:
+            stages += f" · swap {r.swap_s * 1e3:.1f} ms"
+        if r.live_s is not None:
+            stages += f" · live {r.live_s:.2f} s after the save"
+        imgui.text_colored(imgui.ImVec4(*colour), f"{r.path.name}: {r.outcome}")
+        panel._rect(f"reload:{i}")
+        imgui.text_colored(imgui.ImVec4(*DIM_TEXT), stages)
+        if not ok or i == 0:
+            imgui.text(r.message)
+    imgui.pop_text_wrap_pos()
+
+
+def kernel_rows(panel, current: str, rect: str, pick, precision: bool = False) -> None:
+    """Inside an open combo: every record, grouped by backend, one greyed with the reason it cannot run
+    now; a click on one that can calls `pick(name)`. Widgets are named `rect` + the kernel's name (the
+    kernel combo's, the Compare tab's kernel B)."""
+    imgui = panel.imgui
+    ctl = panel.controller
+    group = None
+    for rec in ctl.records:
+        if rec.backend != group:
+            group = rec.backend
+            imgui.separator_text(group.upper())
+        reason = ctl.why_not(rec.name)
+        if reason:
+            imgui.begin_disabled()
+        clicked, _ = imgui.selectable(f"{rec.name}##{rect}", rec.name == current)
+        panel._rect(f"{rect}{rec.name}")
+        panel._tooltip(f"{rec.doc}" + (f"\nunavailable: {reason}" if reason else ""), disabled=bool(reason))
+        if precision:
+            imgui.same_line(imgui.get_window_width() - 56)
+            imgui.text_disabled(rec.precision)
+        if reason:
+            imgui.end_disabled()
+        if clicked and not reason:
+            pick(rec.name)
 
 
 def _tunables(panel) -> None:
