@@ -157,6 +157,36 @@ def test_block_step_prepare_strings_match_the_kernels_and_nothing_is_contracted(
     assert not re.search(r"\bfma\.", ptx_of(blockops.SOURCE, None))
 
 
+def test_a_kernel_file_without_a_record_takes_its_own_options():
+    """kernels/splat.cu is built with FILE_OPTIONS (no fast math, no FMA contraction) wherever the caller
+    names no options, as every launch and this file's other tests do; a file of the same name elsewhere
+    (a user's) is not."""
+    from app.backends.cuda.compile import FILE_OPTIONS, default_options
+
+    own = FILE_OPTIONS["splat.cu"]
+    assert default_options(KERNELS / "splat.cu") == own
+    assert "-fmad=false" in own and not any("fast_math" in o for o in own)
+    assert default_options(KERNELS / "naive.cu") == NVCC_OPTIONS
+    assert default_options(Path("/elsewhere/splat.cu")) == NVCC_OPTIONS
+
+
+@needs_nvcc
+def test_splat_prepare_strings_match_and_its_float_arithmetic_rounds_each_operation():
+    """kernels/splat.cu takes what app/render/splat.py KERNELS names (Q, an unsigned 64-bit scalar, is a
+    .u64 parameter like a pointer), and its PTX, built with its own options, has no fused multiply-add,
+    no flush-to-zero and no approximate division: each float32 operation rounds as the numba twin's."""
+    from app.backends.cuda.compile import FILE_OPTIONS
+    from app.render import splat
+
+    options = FILE_OPTIONS[splat.SOURCE]
+    params = ptx_parameters(splat.SOURCE, options)
+    for symbol, arg_types in splat.KERNELS.items():
+        assert params.get(symbol) == arg_types.replace("Q", "P"), f"{symbol} takes {params.get(symbol)}"
+    ptx = ptx_of(splat.SOURCE, options)
+    assert re.search(r"\bmul\.rn\.f32", ptx) and re.search(r"\bdiv\.rn\.f32", ptx)
+    assert not re.search(r"\b(fma|mad)\.[\w.]*f32|\.ftz\b|\.approx\b", ptx)
+
+
 # --- float64 in the GPU tree (issue 25): none in the walk, only the build's few, said and bounded ---------
 # An FP64 arithmetic instruction: the opcode with .f64 in its type (cvt from or to f64 too), maybe guarded.
 _FP64_OP = re.compile(

@@ -53,6 +53,9 @@ _POLY = {
 }
 
 NAMES = ("inferno", "viridis", "magma", "plasma", "white")
+# where the lowest value sits on a colormap (not "white"): inferno and magma start black, which adds no
+# light, so slow bodies take the map from here (the sprites' shader and the splat's light table both)
+CMAP_LOW = 0.22
 
 
 def colormap(name: str, size: int = SIZE) -> np.ndarray:

@@ -36,7 +36,7 @@ from vispy import gloo
 
 from app.core.errors import ConfigError
 from app.model import components as comps
-from app.render.colormaps import colormap_texture_data
+from app.render.colormaps import CMAP_LOW, colormap_texture_data
 from app.render.shaders import build_program
 from app.scene import RenderSettings
 
@@ -55,7 +55,6 @@ COLOR_BY = {
     "error-ab": 6.0,
 }
 ERROR_VIEWS = ("error", "error-ab")
-CMAP_LOW = 0.22  # slow bodies take the colormap from here: inferno/magma start black, which adds no light
 INTENSITY = 1.1  # peak light of one sprite at brightness 1 (1 - exp(-1.1) = 67%)
 # Above DENSITY_REF_N bodies each sprite gives sqrt(REF / N) of the light, so dense cores do not burn out.
 # It is done by shrinking the sprite's area (diameter by (REF / N)^(1/4)) rather than dimming it: the same

@@ -2,8 +2,8 @@
 
 Every file is compiled whole (`nvcc -cubin -arch=sm_XY -O3 --use_fast_math ... -Xptxas -v`, or the
 options its record's launch policy names: the baseline shared.cu is built without --use_fast_math, as
-NVIDIA's samples build it) with kernels/ on the include path, so each variant sees the one
-`common.cuh`. The cubin and ptxas's
+NVIDIA's samples build it; or, for a kernels/ file no record launches, its own in FILE_OPTIONS) with
+kernels/ on the include path, so each variant sees the one `common.cuh`. The cubin and ptxas's
 resource report (registers, stack frame, spills per entry) are cached in the user cache dir
 (platformdirs; `NBODY_CACHE_DIR` overrides), keyed by a hash of the .cu, every header beside it, the
 options, the arch and nvcc's version: editing common.cuh recompiles every variant.
@@ -30,6 +30,12 @@ from app.core import paths
 from app.core.paths import KERNELS
 
 NVCC_OPTIONS: tuple[str, ...] = ("-O3", "--use_fast_math", "-std=c++17", "-lineinfo")
+# kernels/ files built with options of their own whenever the caller names none (a force kernel's come
+# from its record's policy). splat.cu: its projection must round as its numba twin's (app/render/splat.py),
+# so no FMA contraction and no fast math (approximate division, subnormals flushed to zero).
+FILE_OPTIONS: dict[str, tuple[str, ...]] = {
+    "splat.cu": ("-O3", "-fmad=false", "-std=c++17", "-lineinfo"),
+}
 COMPILE_TIMEOUT_S = 600
 _HEADER_GLOBS = ("*.cuh", "*.h", "*.hpp")
 
@@ -155,6 +161,12 @@ def resolve_source(source: str | os.PathLike) -> Path:
     return path if path.is_absolute() else KERNELS / path
 
 
+def default_options(path: Path) -> tuple[str, ...]:
+    """The options a kernels/ file is built with when the caller names none."""
+    own = FILE_OPTIONS.get(path.name) if path.resolve().parent == KERNELS.resolve() else None
+    return NVCC_OPTIONS if own is None else own
+
+
 def _include_dirs(path: Path, extra) -> list[Path]:
     dirs = [KERNELS, path.parent, *(Path(d) for d in (extra or ()))]
     out: list[Path] = []
@@ -186,7 +198,7 @@ def compile_file(
 ) -> CompiledModule:
     """Compile one .cu to a cubin for `arch` (e.g. 'sm_90'); served from the disk cache when unchanged.
 
-    `options` None: NVCC_OPTIONS."""
+    `options` None: the file's own (FILE_OPTIONS) or NVCC_OPTIONS."""
     path = resolve_source(source)
     if not path.is_file():
         raise KernelCompileError(path, arch, -1, f"{path}: no such kernel file")
@@ -196,7 +208,7 @@ def compile_file(
             path, arch, -1, "nvcc not found (install the CUDA toolkit, or set CUDA_HOME or NBODY_NVCC)"
         )
     dirs = _include_dirs(path, include_dirs)
-    options = tuple(NVCC_OPTIONS if options is None else options)
+    options = tuple(default_options(path) if options is None else options)
     key = cache_key(path, arch, options, dirs, nvcc)
     stem = f"{path.stem}-{arch}-{key[:24]}"
     cdir = cache_dir()
