@@ -190,3 +190,37 @@ def test_a_saved_shader_is_compiled_in_place_or_refused_with_the_drivers_message
         )
     finally:
         ui.close()
+
+
+def test_a_run_started_on_a_watched_kernel_is_tried_first_and_refused_runs_the_plain_builtin(
+    gl_env,  # noqa: F811 - the fixture imported above
+    tmp_path,
+    monkeypatch,
+):
+    """A run whose kernel comes from a watched file: that file's build is tried before the first step;
+    refused (here a wrong force), the run starts on the backend's plain all-pairs built-in (role
+    "exact"), never on the refused kernel, saying why; a good save then goes in."""
+    from app.backends.cpu import CPUBackend
+    from app.ui import reload_actions
+
+    path = tmp_path / "mine.cu"
+    path.write_text("wrong")
+
+    def kernel_reload(self, sanitizer=False):
+        return FakeHooks(self, path)
+
+    monkeypatch.setattr(CPUBackend, "kernel_reload", kernel_reload)
+    # the watched file is the running kernel's (a CUDA kernel file's record names its path)
+    monkeypatch.setattr(reload_actions.KernelReloads, "_name_of", lambda self, p: "cpu-n3l")
+    ui = UI(kernel="cpu-n3l")
+    try:
+        assert ui.backend.kernel == "cpu-simd", ui.ctl.message
+        assert "kernel cpu-n3l is refused: body " in ui.ctl.message and "> the budget" in ui.ctl.message
+        t0 = ui.backend.time
+        ui.frame(2)
+        assert ui.backend.time > t0
+        _save(path, "ok")
+        r = _frames_until_reload(ui)
+        assert r.outcome == "swapped" and ui.backend.kernel == "cpu-n3l"
+    finally:
+        ui.close()

@@ -30,6 +30,7 @@ from typing import Any
 
 from app.backends import all_kernel_records
 from app.core.paths import SHADERS
+from app.engine.forces import with_role
 from app.engine.kernel_reload import HISTORY, BuildError, FileWatch, Reload, Reloader
 from app.render.shaders import ShaderError, reload_shaders
 from app.ui.actions import Actions
@@ -94,6 +95,7 @@ class KernelReloads(Actions):
         path = next((p for p in self.reload_watching if self._name_of(p) == name), None)
         if hooks is None or path is None or path in self._tried:
             return None
+        log.info("%s: trying %s's build in its sandbox before it runs", name, path.name)
         try:
             built = hooks.build(path)
         except BuildError as e:
@@ -107,13 +109,15 @@ class KernelReloads(Actions):
 
     def _try_the_running_kernel(self) -> None:
         """A run started on a kernel file's kernel: its trial before the first step; refused, the run
-        starts on `shared` instead, saying why (a kernel that never ends would otherwise hang the viewer
-        before its first frame)."""
+        starts on the plain all-pairs built-in (`shared`) instead, saying why (a kernel that never ends
+        would otherwise hang the viewer before its first frame)."""
         name = self.backend.kernel
         reason = self.tried_first(name)
         if reason is None:
             return
-        fallback = "shared"
+        # the backend's plain all-pairs built-in (role "exact": `shared` on a GPU), never `best`, which may
+        # pick this very kernel from a tuning
+        fallback = with_role(self.backend.kernels(), "exact").name
         self.backend.set_kernel(fallback)
         self._fail(f"kernel {name} is refused: {reason} - running {fallback}; save the file to try it again")
 
