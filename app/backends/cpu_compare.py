@@ -30,7 +30,9 @@ class CpuCompare:
 
     def __init__(self, backend):
         self.backend = backend
-        self._kept: tuple[tuple, object] | None = None  # (key, B's evaluator)
+        self._kept: dict[
+            str, tuple[tuple, object]
+        ] = {}  # record -> (key, its evaluator): B's, the exact sum's
         self._scratch = np.zeros((0, 4), np.float32)  # B's accelerations, (N, 4) in B's dtype
         self._scratch_of: str | None = None  # whose they are
         self._snapshot: tuple[np.ndarray, np.ndarray] | None = None  # exact sum: float64 positions, A's a(x)
@@ -54,13 +56,15 @@ class CpuCompare:
         return evaluator
 
     def _other(self, name: str):
-        """B's evaluator, kept while its record, the force parameters and its tunables stay (a tree carries
-        its refit between evaluations)."""
+        """Record `name`'s evaluator (B's, or the exact sum's), kept while the force parameters and its
+        tunables stay (a tree carries its refit between evaluations; the exact sum, taken every second,
+        is not made and compiled again each time)."""
         backend = self.backend
-        key = (name, backend.physics.forces, tuple(sorted(backend.tunables_for(name).items())))
-        if self._kept is None or self._kept[0] != key:
-            self._kept = (key, self._fresh(name))
-        return self._kept[1]
+        key = (backend.physics.forces, tuple(sorted(backend.tunables_for(name).items())))
+        kept = self._kept.get(name)
+        if kept is None or kept[0] != key:
+            kept = self._kept[name] = (key, self._fresh(name))
+        return kept[1]
 
     def evaluate_other(self, name: str) -> float:
         evaluator = self._other(name)
@@ -93,7 +97,7 @@ class CpuCompare:
         backend = self.backend
         self._snapshot = (backend.positions(np.float64), backend.accelerations())
         self._exact = np.zeros((backend.n, 4))
-        self._reference = self._fresh(with_role(backend.kernels(), "reference").name)
+        self._reference = self._other(with_role(backend.kernels(), "reference").name)
         return backend.n
 
     def exact_piece(self, targets: Span) -> float:
@@ -120,5 +124,6 @@ class CpuCompare:
         return self._colours
 
     def close(self) -> None:
-        self._kept = self._snapshot = None
+        self._kept.clear()
+        self._snapshot = None
         self._scratch = np.zeros((0, 4), np.float32)

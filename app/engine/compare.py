@@ -35,7 +35,7 @@ import numpy as np
 
 from app.engine.forces import Span
 from app.engine.timing import StepTimings
-from app.model.physics import error_summary
+from app.model.physics import error_summary, sample_rows
 
 DEFAULT_K = 1024
 DEFAULT_EVERY = 1
@@ -199,7 +199,7 @@ class ABCompare:
                 return None
         self._sim_time = sim_time
         self._b_ms.append(float(ops.evaluate_other(self.kernel_b)))
-        rows = np.arange(n) if self.k >= n else np.sort(self.rng.choice(n, size=self.k, replace=False))
+        rows = sample_rows(n, self.k, self.rng)
         a, b = ops.sample(rows)
         diff = error_summary(a, b)
         if self.colour:

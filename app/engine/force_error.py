@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.model.physics import error_summary
+from app.model.physics import error_summary, sample_rows
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def measure(backend, k: int, rng: np.random.Generator) -> ForceErrorSample:
     """One sample of K bodies (all of them when N <= K) from `backend.force_error_sample`."""
     t0 = time.perf_counter()
     n = backend.n
-    rows = np.arange(n) if k >= n else np.sort(rng.choice(n, size=k, replace=False))
+    rows = sample_rows(n, k, rng)
     approx, exact = backend.force_error_sample(rows)
     errors = error_summary(approx, exact)
     record = backend.record(backend.kernel)

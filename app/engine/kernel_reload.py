@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from app.model.physics import Physics, accelerations, relative_errors
+from app.model.physics import Physics, accelerations, relative_errors, sample_rows
 
 VALIDATION_TARGETS = 1024  # the seeded sample of targets a new build is checked on
 HISTORY = 20  # reloads the panel lists
@@ -188,9 +188,7 @@ class Reloader:
 
 def sample_targets(n: int, k: int = VALIDATION_TARGETS, seed: int = 0) -> np.ndarray:
     """`k` seeded distinct targets of `n` (all of them when n <= k), sorted."""
-    if n <= k:
-        return np.arange(n)
-    return np.sort(np.random.default_rng(seed).choice(n, size=k, replace=False))
+    return sample_rows(n, k, np.random.default_rng(seed))
 
 
 def validate_on_sample(

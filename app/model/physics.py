@@ -203,6 +203,12 @@ def relative_errors(approx: np.ndarray, ref: np.ndarray) -> np.ndarray:
     return diff / np.maximum(mag, floor if floor > 0 else 1e-300)
 
 
+def sample_rows(n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """K distinct rows of N drawn by `rng`, sorted (all N when N <= K): the bodies a force error is
+    measured on (the live probe, A/B, a hot reload's validation)."""
+    return np.arange(n) if k >= n else np.sort(rng.choice(n, size=k, replace=False))
+
+
 def error_summary(approx: np.ndarray, ref: np.ndarray) -> dict[str, float]:
     """{'max', 'p99', 'median', 'rms'} of relative_errors: what `validate` prints and ErrorBudget judges,
     and the live force error (app/engine/force_error.py) shows."""

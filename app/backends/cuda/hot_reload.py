@@ -22,7 +22,6 @@ import concurrent.futures
 import contextlib
 import logging
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,7 +59,6 @@ class CudaReload:
         self.sandbox = Sandbox(backend.device.ordinal, sanitizer)
         self._background = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="kernel-forms")
         self.last_trial: TrialResult | None = None  # its phases: what the last validation cost
-        self.last_swap_s = 0.0
 
     def paths(self) -> list[Path]:
         return [Path(str(r.source)) for r in self.backend.kernels() if is_user(r)]
@@ -127,9 +125,7 @@ class CudaReload:
         return judge(result.got, result.ref, targets, record.error_budget.max_rel)
 
     def swap(self, built: Built) -> None:
-        t0 = time.perf_counter()
         self.backend.install_build(built.record, built.build.cubin, built.symbols)
-        self.last_swap_s = time.perf_counter() - t0
         self._background.submit(self._other_forms, built.record)
 
     def _other_forms(self, record: KernelRecord) -> None:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.backends.cuda.compile import NVCC_OPTIONS, FunctionResources, compile_file, parse_ptxas
+from app.backends.cuda.compile import FunctionResources, compile_file, default_options, parse_ptxas
 from app.backends.cuda.errors import KernelCompileError
 from app.backends.cuda.policy_base import FORMS, force_arguments
 from app.backends.cuda.user_kernels import first_compile_error, user_record
@@ -114,7 +114,7 @@ def compile_one_form(path: Path, arch: str, options, form: int | None, compiler:
     """Kernel file `path` for `arch`, form `form` only (None: all four); KernelCompileError with the
     compiler's log (its `file(line): error:` lines) when it does not compile. `compiler`: "nvrtc",
     "nvcc" or "auto" (NVRTC where it imports and takes the options)."""
-    options = tuple(NVCC_OPTIONS if options is None else options)
+    options = tuple(default_options(path) if options is None else options)
     keywords = nvrtc_options(options)
     use_nvrtc = compiler == "nvrtc" or (compiler == "auto" and keywords is not None and nvrtc_available())
     if use_nvrtc:
