@@ -60,10 +60,63 @@ __device__ __forceinline__ void splat_add(u64* accum, const int row, const int c
     if (l2) atomicAdd(p + 2, (u64)l2 * weight);
 }
 
-// One thread per body: its light from the tables, its projection, its bilinear 2x2 footprint added.
-// accum (H, W, 3) u64; comp (N) uint8 or NULL (component 0); values (N) float or NULL (read when
-// value_kind is SPLAT_VALUE_ARRAY); light (16, 256, 3) uint32; thresholds (256) float; view_proj 16 floats,
-// row-major, for column vectors.
+// The thresholds and the projection in shared memory (every body of the block reads them).
+__device__ __forceinline__ void splat_load_view(float* T, float* M, const float* __restrict__ thresholds,
+                                                const float* __restrict__ view_proj) {
+    for (int k = threadIdx.x; k < SPLAT_LEVELS; k += blockDim.x) {
+        T[k] = thresholds[k];
+    }
+    if (threadIdx.x < 16) {
+        M[threadIdx.x] = view_proj[threadIdx.x];
+    }
+    __syncthreads();
+}
+
+// Contract steps 1-3 for body i: false when it adds nothing (its light is black or hidden; it is behind
+// the camera, not finite or further than a pixel off the frame); else its light row (the index of its
+// (component, level) in the table) and its centre in 1/256 px plus the bias, X and Y.
+// comp (N) uint8 or NULL (component 0); values (N) float or NULL (read when value_kind is
+// SPLAT_VALUE_ARRAY); light (16, 256, 3) uint32; M: view_proj, 16 floats, row-major, column vectors.
+__device__ __forceinline__ bool splat_locate(const int i, const float4* __restrict__ pos,
+                                             const unsigned char* __restrict__ comp,
+                                             const float* __restrict__ values,
+                                             const unsigned int* __restrict__ light, const float* T,
+                                             const float* M, const int width, const int height,
+                                             const float w_min, const int value_kind, int& X, int& Y,
+                                             int& row) {
+    const float4 p = __ldg(&pos[i]);
+    const int k = comp ? min((int)__ldg(&comp[i]), SPLAT_COMPONENTS - 1) : 0;
+    int lev = 0;
+    if (value_kind == SPLAT_VALUE_ARRAY) {
+        lev = splat_level(T, __ldg(&values[i]));
+    } else if (value_kind == SPLAT_VALUE_MASS) {
+        lev = splat_level(T, p.w);
+    }
+    row = k * SPLAT_LEVELS + lev;
+    const unsigned int* l = light + 3 * row;
+    if ((__ldg(l) | __ldg(l + 1) | __ldg(l + 2)) == 0u) {
+        return false;  // hidden (or black): nothing to add
+    }
+    const float cw = splat_clip_row(M + 12, p.x, p.y, p.z);
+    if (!(cw > w_min && cw <= SPLAT_FLT_MAX)) {
+        return false;  // behind the camera, NaN or overflowed
+    }
+    const float nx = __fdiv_rn(splat_clip_row(M, p.x, p.y, p.z), cw);
+    const float ny = __fdiv_rn(splat_clip_row(M + 4, p.x, p.y, p.z), cw);
+    const float px = __fmul_rn(__fadd_rn(__fmul_rn(nx, 0.5f), 0.5f), (float)width);
+    const float py = __fmul_rn(__fsub_rn(0.5f, __fmul_rn(ny, 0.5f)), (float)height);
+    if (!(px >= -1.0f && px <= (float)(width + 1) && py >= -1.0f && py <= (float)(height + 1))) {
+        return false;  // further than a pixel off the frame (or NaN)
+    }
+    // floor(px * 256): the product is exact (a power of two), the conversion rounds down
+    X = __float2int_rd(__fmul_rn(px, (float)SPLAT_SUB)) + SPLAT_BIAS;
+    Y = __float2int_rd(__fmul_rn(py, (float)SPLAT_SUB)) + SPLAT_BIAS;
+    return true;
+}
+
+// The direct accumulation, one thread per body, its 2x2 footprint added straight into the frame: up to
+// 12 global 64-bit atomics a body. Used where the frame has more tiles than the binned path's shared
+// counters hold (SPLAT_MAX_TILES); the binned path below gives the same buffer bit for bit.
 extern "C" __global__ void splat_accumulate(u64* __restrict__ accum, const float4* __restrict__ pos,
                                             const unsigned char* __restrict__ comp,
                                             const float* __restrict__ values,
@@ -73,50 +126,313 @@ extern "C" __global__ void splat_accumulate(u64* __restrict__ accum, const float
                                             const int height, const float w_min, const int value_kind) {
     __shared__ float T[SPLAT_LEVELS];
     __shared__ float M[16];
-    for (int k = threadIdx.x; k < SPLAT_LEVELS; k += blockDim.x) {
-        T[k] = thresholds[k];
-    }
-    if (threadIdx.x < 16) {
-        M[threadIdx.x] = view_proj[threadIdx.x];
-    }
-    __syncthreads();
+    splat_load_view(T, M, thresholds, view_proj);
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) {
+    int X, Y, row;
+    if (i >= n || !splat_locate(i, pos, comp, values, light, T, M, width, height, w_min, value_kind, X, Y, row)) {
         return;
     }
-    const float4 p = __ldg(&pos[i]);
-    const int k = comp ? min((int)__ldg(&comp[i]), SPLAT_COMPONENTS - 1) : 0;
-    int lev = 0;
-    if (value_kind == SPLAT_VALUE_ARRAY) {
-        lev = splat_level(T, __ldg(&values[i]));
-    } else if (value_kind == SPLAT_VALUE_MASS) {
-        lev = splat_level(T, p.w);
+    const unsigned int l0 = __ldg(light + 3 * row), l1 = __ldg(light + 3 * row + 1), l2 = __ldg(light + 3 * row + 2);
+    const int col = (X >> 8) - 2, r = (Y >> 8) - 2;
+    const unsigned int fx = X & 255, fy = Y & 255;
+    splat_add(accum, r, col, width, height, (256u - fx) * (256u - fy), l0, l1, l2);
+    splat_add(accum, r, col + 1, width, height, fx * (256u - fy), l0, l1, l2);
+    splat_add(accum, r + 1, col, width, height, (256u - fx) * fy, l0, l1, l2);
+    splat_add(accum, r + 1, col + 1, width, height, fx * fy, l0, l1, l2);
+}
+
+// --- the binned accumulation: the same buffer with few global atomics ---------------------------------
+// The direct kernel spends its time in global atomics: 12 a body, on the same few addresses in a dense
+// core (4.3 ms at 16M bodies on an H200, 1920x1080; bench/splat_cost.py). Software rasterizers bin
+// first: here each body is placed once (splat_count: its record and its 32x32-pixel tile, counted per
+// tile), the counts scanned into each tile's range (splat_offsets), the records gathered into their tiles'
+// ranges (splat_scatter), and one block per chunk of a tile adds its records into the tile in shared
+// memory, then adds the tile into the frame, one global atomic per lit pixel channel (splat_tiles).
+// Integer sums do not depend on the order, so the buffer is the direct kernel's bit for bit.
+//
+// A tile covers the bodies whose first footprint column X >> 8 (the pixel column plus 2) and row fall in
+// it; their footprint reaches one more column and row, so a tile's shared buffer is 33 x 33 pixels and
+// its edge is added to the neighbour's pixels by the same global atomics.
+// A record: x = fx | fy << 8 | (column in the tile) << 16 | (row in the tile) << 21; y = the light row.
+//
+// Measured and left out (H200, 16M bodies, bench/splat_cost.py): counting a warp's bodies of one tile
+// with __match_any_sync and one atomic made splat_count slower (0.30 ms against 0.19 ms for plain shared
+// atomics, which the hardware already merges); 64-bit shared atomics, a compare-and-swap loop on sm_90
+// (ATOMS.CAST.SPIN.64 in the SASS), made splat_tiles 0.81 ms against 0.29 ms for the split adds below.
+
+#define SPLAT_TILE 32
+#define SPLAT_TILE_SHIFT 5
+#define SPLAT_TILE_SPAN (SPLAT_TILE + 1)
+#define SPLAT_MAX_TILES 4000   // splat.py MAX_TILES: the shared counters of count and scatter
+#define SPLAT_PER_THREAD 8     // splat.py PER_THREAD: bodies a thread holds per round of splat_scatter
+#define SPLAT_ROUND 2048       // 256 threads x SPLAT_PER_THREAD
+#define SPLAT_MAX_CHUNK 16384  // splat.py MAX_CHUNK: the most records per block of splat_tiles
+#define SPLAT_NOT_DRAWN 0xffffffffu  // splat_count's mark of a body that adds nothing
+
+__device__ __forceinline__ int splat_tile_of(const int X, const int Y, const int tiles_x) {
+    return ((Y >> 8) >> SPLAT_TILE_SHIFT) * tiles_x + ((X >> 8) >> SPLAT_TILE_SHIFT);
+}
+
+// An exclusive scan of one value per thread over the block (shuffles within each warp, then the warps'
+// sums by the first warp); `total` gets the block's sum. warp_sums: 32 ints of shared memory.
+__device__ __forceinline__ int splat_block_scan(const int v, int* warp_sums, int& total) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    int x = v;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, x, off);
+        if (lane >= off) x += y;
     }
-    const unsigned int* row_light = light + 3 * (k * SPLAT_LEVELS + lev);
-    const unsigned int l0 = __ldg(row_light), l1 = __ldg(row_light + 1), l2 = __ldg(row_light + 2);
-    if ((l0 | l1 | l2) == 0u) {
-        return;  // hidden (or black): nothing to add
+    if (lane == 31) {
+        warp_sums[warp] = x;
     }
-    const float cw = splat_clip_row(M + 12, p.x, p.y, p.z);
-    if (!(cw > w_min && cw <= SPLAT_FLT_MAX)) {
-        return;  // behind the camera, NaN or overflowed
+    __syncthreads();
+    if (warp == 0) {
+        int w = lane < warps ? warp_sums[lane] : 0;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const int y = __shfl_up_sync(0xffffffffu, w, off);
+            if (lane >= off) w += y;
+        }
+        if (lane < warps) {
+            warp_sums[lane] = w;
+        }
     }
-    const float nx = __fdiv_rn(splat_clip_row(M, p.x, p.y, p.z), cw);
-    const float ny = __fdiv_rn(splat_clip_row(M + 4, p.x, p.y, p.z), cw);
-    const float px = __fmul_rn(__fadd_rn(__fmul_rn(nx, 0.5f), 0.5f), (float)width);
-    const float py = __fmul_rn(__fsub_rn(0.5f, __fmul_rn(ny, 0.5f)), (float)height);
-    if (!(px >= -1.0f && px <= (float)(width + 1) && py >= -1.0f && py <= (float)(height + 1))) {
-        return;  // further than a pixel off the frame (or NaN)
+    __syncthreads();
+    total = warp_sums[warps - 1];
+    const int exclusive = (warp ? warp_sums[warp - 1] : 0) + x - v;
+    __syncthreads();  // warp_sums is free again
+    return exclusive;
+}
+
+// One pass of contract steps 1-3 per body: its record and its tile into `placed` (x: the record's x; y: the
+// light row | tile << 12, or SPLAT_NOT_DRAWN), and counts (tiles) int, zeroed by the host, the drawn
+// bodies per tile (each block counts its bodies in shared memory first, then adds its nonzero counts).
+extern "C" __global__ void __launch_bounds__(256)
+splat_count(int* __restrict__ counts, uint2* __restrict__ placed, const float4* __restrict__ pos,
+            const unsigned char* __restrict__ comp, const float* __restrict__ values,
+            const unsigned int* __restrict__ light, const float* __restrict__ thresholds,
+            const float* __restrict__ view_proj, const int n, const int width, const int height,
+            const float w_min, const int value_kind, const int tiles_x, const int tiles) {
+    __shared__ float T[SPLAT_LEVELS];
+    __shared__ float M[16];
+    __shared__ int local[SPLAT_MAX_TILES];
+    for (int k = threadIdx.x; k < tiles; k += blockDim.x) {
+        local[k] = 0;
     }
-    // floor(px * 256): the product is exact (a power of two), the conversion rounds down
-    const int x = __float2int_rd(__fmul_rn(px, (float)SPLAT_SUB)) + SPLAT_BIAS;
-    const int y = __float2int_rd(__fmul_rn(py, (float)SPLAT_SUB)) + SPLAT_BIAS;
-    const int col = (x >> 8) - 2, row = (y >> 8) - 2;
-    const unsigned int fx = x & 255, fy = y & 255;
-    splat_add(accum, row, col, width, height, (256u - fx) * (256u - fy), l0, l1, l2);
-    splat_add(accum, row, col + 1, width, height, fx * (256u - fy), l0, l1, l2);
-    splat_add(accum, row + 1, col, width, height, (256u - fx) * fy, l0, l1, l2);
-    splat_add(accum, row + 1, col + 1, width, height, fx * fy, l0, l1, l2);
+    splat_load_view(T, M, thresholds, view_proj);
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        int X, Y, row;
+        if (splat_locate(i, pos, comp, values, light, T, M, width, height, w_min, value_kind, X, Y, row)) {
+            const int tile = splat_tile_of(X, Y, tiles_x);
+            placed[i] = make_uint2((X & 255) | (Y & 255) << 8 | ((X >> 8) & (SPLAT_TILE - 1)) << 16 |
+                                       ((Y >> 8) & (SPLAT_TILE - 1)) << 21,
+                                   (unsigned int)row | (unsigned int)tile << 12);
+            atomicAdd(&local[tile], 1);
+        } else {
+            placed[i] = make_uint2(0u, SPLAT_NOT_DRAWN);
+        }
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < tiles; k += blockDim.x) {
+        if (local[k]) {
+            atomicAdd(&counts[k], local[k]);
+        }
+    }
+}
+
+// One block of 1024 threads, 4 tiles a thread: starts = the exclusive scan of counts (each tile's range of
+// records), cursor = starts (splat_scatter's), chunk_starts = the exclusive scan of the tiles' chunks of
+// `chunk` records (at most SPLAT_MAX_CHUNK), with the total chunk count at chunk_starts[tiles].
+extern "C" __global__ void __launch_bounds__(1024)
+splat_offsets(const int* __restrict__ counts, int* __restrict__ starts, int* __restrict__ cursor,
+              int* __restrict__ chunk_starts, const int tiles, const int chunk) {
+    __shared__ int warp_sums[32];
+    const int first = 4 * threadIdx.x;
+    int c[4], chunks[4], sum = 0, chunk_sum = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        c[j] = first + j < tiles ? counts[first + j] : 0;
+        chunks[j] = (c[j] + chunk - 1) / chunk;
+        sum += c[j];
+        chunk_sum += chunks[j];
+    }
+    int total, chunk_total;
+    int at = splat_block_scan(sum, warp_sums, total);
+    int chunk_at = splat_block_scan(chunk_sum, warp_sums, chunk_total);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        if (first + j < tiles) {
+            starts[first + j] = at;
+            cursor[first + j] = at;
+            chunk_starts[first + j] = chunk_at;
+        }
+        at += c[j];
+        chunk_at += chunks[j];
+    }
+    if (threadIdx.x == 0) {
+        chunk_starts[tiles] = chunk_total;
+    }
+}
+
+// The placed records gathered into their tiles' ranges, a round of SPLAT_ROUND bodies at a time, held in
+// registers: (1) each body's rank in its tile for the round from a shared counter, the first of each tile
+// listing the tile; (2) the listed tiles' counts scanned into the round's local order, each tile's range
+// reserved with one global atomic on its cursor; (3) the records staged in shared memory grouped by tile;
+// (4) written out in that order, so that a tile's records of the round go out as one run of consecutive
+// addresses (written where each body's thread found it, they cost one memory transaction each).
+extern "C" __global__ void __launch_bounds__(256, 4)  // (its shared memory allows 4 blocks an SM anyway)
+splat_scatter(uint2* __restrict__ records, int* __restrict__ cursor, const uint2* __restrict__ placed,
+              const int n, const int tiles) {
+    __shared__ int count[SPLAT_MAX_TILES];  // the round's bodies per tile; then (local start | list index << 16)
+    __shared__ int listed[SPLAT_ROUND];      // the tiles the round touched, each once
+    __shared__ int delta[SPLAT_ROUND];       // per listed tile: its global range's start minus its local start
+    __shared__ uint2 staged[SPLAT_ROUND];    // the round's records grouped by tile (y: row | list index << 12)
+    __shared__ int warp_sums[32];
+    __shared__ int n_listed;
+    for (int k = threadIdx.x; k < tiles; k += blockDim.x) {
+        count[k] = 0;
+    }
+    if (threadIdx.x == 0) {
+        n_listed = 0;
+    }
+    __syncthreads();
+    for (int first = blockIdx.x * SPLAT_ROUND; first < n; first += gridDim.x * SPLAT_ROUND) {
+        int tile[SPLAT_PER_THREAD], rank[SPLAT_PER_THREAD];
+        uint2 rec[SPLAT_PER_THREAD];
+#pragma unroll
+        for (int j = 0; j < SPLAT_PER_THREAD; ++j) {  // (1)
+            const int i = first + j * blockDim.x + threadIdx.x;
+            rec[j] = i < n ? __ldg(&placed[i]) : make_uint2(0u, SPLAT_NOT_DRAWN);
+            tile[j] = rec[j].y == SPLAT_NOT_DRAWN ? -1 : (int)(rec[j].y >> 12);
+            rank[j] = tile[j] >= 0 ? atomicAdd(&count[tile[j]], 1) : 0;
+            if (tile[j] >= 0 && rank[j] == 0) {
+                listed[atomicAdd(&n_listed, 1)] = tile[j];
+            }
+        }
+        __syncthreads();
+        const int m = n_listed;  // (2): thread t scans list entries 8t .. 8t + 7
+        int c[SPLAT_PER_THREAD], sum = 0;
+#pragma unroll
+        for (int q = 0; q < SPLAT_PER_THREAD; ++q) {
+            const int k = SPLAT_PER_THREAD * threadIdx.x + q;
+            c[q] = k < m ? count[listed[k]] : 0;
+            sum += c[q];
+        }
+        int total;
+        int at = splat_block_scan(sum, warp_sums, total);  // (its syncs order the reads of count before the writes)
+#pragma unroll
+        for (int q = 0; q < SPLAT_PER_THREAD; ++q) {
+            const int k = SPLAT_PER_THREAD * threadIdx.x + q;
+            if (k < m) {
+                const int t = listed[k];
+                delta[k] = atomicAdd(&cursor[t], c[q]) - at;
+                count[t] = at | k << 16;
+            }
+            at += c[q];
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            n_listed = 0;  // (every thread has read it; the next round lists after the syncs below)
+        }
+#pragma unroll
+        for (int j = 0; j < SPLAT_PER_THREAD; ++j) {  // (3)
+            if (tile[j] >= 0) {
+                const int v = count[tile[j]];
+                staged[(v & 0xffff) + rank[j]] = make_uint2(rec[j].x, (rec[j].y & 4095u) | (unsigned int)(v >> 16) << 12);
+            }
+        }
+        __syncthreads();
+        for (int p = threadIdx.x; p < total; p += blockDim.x) {  // (4)
+            const uint2 r = staged[p];
+            records[delta[r.y >> 12] + p] = make_uint2(r.x, r.y & 4095u);
+        }
+        for (int k = threadIdx.x; k < m; k += blockDim.x) {
+            count[listed[k]] = 0;
+        }
+        __syncthreads();  // count, listed, delta and staged are the next round's
+    }
+}
+
+// A tile's pixel channels in shared memory as two 32-bit words, lo and hi: a 32-bit shared add is one
+// instruction where a 64-bit one is a compare-and-swap loop. The carry out of lo goes into hi: exact while
+// a chunk's sum per channel is below 2^64 (SPLAT_MAX_CHUNK bodies of at most 2^48 each: L < 2^32, w <= 2^16).
+__device__ __forceinline__ void splat_add_split(unsigned int* lo, unsigned int* hi, const int k, const u64 v) {
+    const unsigned int low = (unsigned int)v;
+    const unsigned int old = atomicAdd(lo + k, low);
+    const unsigned int high = (unsigned int)(v >> 32) + (old + low < old ? 1u : 0u);
+    if (high) {
+        atomicAdd(hi + k, high);
+    }
+}
+
+__device__ __forceinline__ void splat_add_shared(unsigned int* lo, unsigned int* hi, const int at,
+                                                 const unsigned int weight, const unsigned int l0,
+                                                 const unsigned int l1, const unsigned int l2) {
+    if (weight == 0u) {
+        return;
+    }
+    if (l0) splat_add_split(lo, hi, 3 * at, (u64)l0 * weight);
+    if (l1) splat_add_split(lo, hi, 3 * at + 1, (u64)l1 * weight);
+    if (l2) splat_add_split(lo, hi, 3 * at + 2, (u64)l2 * weight);
+}
+
+// One block per chunk of `chunk` records of a tile (the grid is an upper bound on the chunks; blocks past
+// chunk_starts[tiles] return): the chunk's footprints added into a 33 x 33 tile in shared memory, then the
+// tile's lit pixel channels added into the frame. Smaller chunks spread a dense tile over more blocks (the
+// core of a galaxy at 1M bodies), larger ones add fewer tiles into the frame (the host picks: splat_cuda.py).
+extern "C" __global__ void __launch_bounds__(256)
+splat_tiles(u64* __restrict__ accum, const uint2* __restrict__ records, const int* __restrict__ starts,
+            const int* __restrict__ counts, const int* __restrict__ chunk_starts,
+            const unsigned int* __restrict__ light, const int tiles, const int tiles_x, const int width,
+            const int height, const int chunk) {
+    __shared__ unsigned int lo[SPLAT_TILE_SPAN * SPLAT_TILE_SPAN * 3];
+    __shared__ unsigned int hi[SPLAT_TILE_SPAN * SPLAT_TILE_SPAN * 3];
+    const int b = blockIdx.x;
+    if (b >= chunk_starts[tiles]) {
+        return;
+    }
+    int t = 0, last = tiles - 1;  // the last tile whose chunks start at or before b: b's tile
+    while (t < last) {
+        const int mid = (t + last + 1) >> 1;
+        if (chunk_starts[mid] <= b) {
+            t = mid;
+        } else {
+            last = mid - 1;
+        }
+    }
+    const int begin = starts[t] + (b - chunk_starts[t]) * chunk;
+    const int end = min(begin + chunk, starts[t] + counts[t]);
+    for (int k = threadIdx.x; k < SPLAT_TILE_SPAN * SPLAT_TILE_SPAN * 3; k += blockDim.x) {
+        lo[k] = 0u;
+        hi[k] = 0u;
+    }
+    __syncthreads();
+    for (int r = begin + threadIdx.x; r < end; r += blockDim.x) {
+        const uint2 rec = __ldg(&records[r]);
+        const unsigned int fx = rec.x & 255u, fy = (rec.x >> 8) & 255u;
+        const int at = (int)((rec.x >> 21) & 31u) * SPLAT_TILE_SPAN + (int)((rec.x >> 16) & 31u);
+        const unsigned int* l = light + 3 * rec.y;
+        const unsigned int l0 = __ldg(l), l1 = __ldg(l + 1), l2 = __ldg(l + 2);
+        splat_add_shared(lo, hi, at, (256u - fx) * (256u - fy), l0, l1, l2);
+        splat_add_shared(lo, hi, at + 1, fx * (256u - fy), l0, l1, l2);
+        splat_add_shared(lo, hi, at + SPLAT_TILE_SPAN, (256u - fx) * fy, l0, l1, l2);
+        splat_add_shared(lo, hi, at + SPLAT_TILE_SPAN + 1, fx * fy, l0, l1, l2);
+    }
+    __syncthreads();
+    const int gx0 = (t % tiles_x) * SPLAT_TILE - 2, gy0 = (t / tiles_x) * SPLAT_TILE - 2;
+    for (int p = threadIdx.x; p < SPLAT_TILE_SPAN * SPLAT_TILE_SPAN; p += blockDim.x) {
+        const int col = gx0 + p % SPLAT_TILE_SPAN, row = gy0 + p / SPLAT_TILE_SPAN;
+        if (col < 0 || col >= width || row < 0 || row >= height) {
+            continue;
+        }
+        u64* out = accum + 3LL * ((long long)row * width + col);
+#pragma unroll
+        for (int c = 0; c < 3; ++c) {
+            const u64 v = (u64)hi[3 * p + c] << 32 | lo[3 * p + c];
+            if (v) atomicAdd(out + c, v);
+        }
+    }
 }
 
 // 16 * (the leading bit's place) + the 4 bits below it, of v > 0

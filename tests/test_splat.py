@@ -88,11 +88,16 @@ def test_the_kernel_file_defines_the_contract_s_constants():
         "SPLAT_HIST_BINS": splat.HIST_BINS,
         "SPLAT_VALUE_ARRAY": splat_light.VALUE_ARRAY,
         "SPLAT_VALUE_MASS": splat_light.VALUE_MASS,
+        "SPLAT_TILE": splat.TILE,
+        "SPLAT_MAX_TILES": splat.MAX_TILES,
+        "SPLAT_MAX_CHUNK": splat.MAX_CHUNK,
+        "SPLAT_PER_THREAD": splat.PER_THREAD,
     }
     assert {k: int(defines[k]) for k in expect} == expect
     assert re.search(r"#define SPLAT_BIAS \(512 - 128\)", text)
+    bounds = r"(__launch_bounds__\([\d, ]+\)[^\n]*\s*)?"  # optional, a comment after it
     for entry in splat.KERNELS:
-        assert f'extern "C" __global__ void {entry}(' in text
+        assert re.search(rf'extern "C" __global__ void {bounds}{entry}\(', text), entry
 
 
 def test_the_twin_has_no_fused_multiply_add():

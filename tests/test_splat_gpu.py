@@ -3,8 +3,8 @@ the CUDA buffer (uint64 per pixel channel), its histogram and the tone-mapped im
 bit, for a seeded Plummer-like cloud of 100k bodies and a collision-like pair of galaxies, in each way a
 body's light is found (no value, a value per body, the mass in pos.w; with and without components), with
 non-finite and off-frame rows among them; and two launches give the same bytes (the atomics' order does
-not show). The launches are written here, small and plain (pycuda's prepared calls, as
-app/backends/cuda/nonfinite.py makes them); the viewer's own wrapper is the next step of issue 24."""
+not show). The launches are the viewer's own (app/render/splat_cuda.py); a window resized 100 times
+keeps the device memory of its largest frame."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from test_splat import camera, galaxy, plummer
 
 from app.model import components as comps
 from app.render import splat
-from app.render.splat import SplatParams, SplatView, frame_exposure, tone_lut
+from app.render.splat import SplatParams, SplatView
 from app.render.splat_cpu import splat_image
+from app.render.splat_cuda import CudaSplatter
 from app.render.splat_light import body_light
 from app.scene import RenderSettings
 
@@ -35,63 +36,23 @@ def upload(device, key: str, array: np.ndarray) -> int:
     """A device copy of `array` in the scratch buffer `key` (its address)."""
     array = np.ascontiguousarray(array)
     ptr = device.scratch(f"splat-test-{key}", array.nbytes)
-    device.drv.memcpy_htod(ptr, array)
+    with device.scope:
+        device.drv.memcpy_htod(ptr, array)
     return ptr
 
 
-def gpu_splat(device, pos4, view: SplatView, light, params: SplatParams, comp=None, values=None):
-    """(accum uint64 (H, W, 3), hist uint32, image uint8 (H, W, 4)) from the kernels: clear (memset),
-    accumulate, histogram, the exposure on the host from the GPU's histogram, tone map."""
-    drv = device.drv
-    n = len(pos4)
-    w, h = params.width, params.height
-    pixels = w * h
-    fn = {s: device.function(splat.SOURCE, s, types) for s, types in splat.KERNELS.items()}
-    with device.scope:
-        pos = upload(device, "pos", np.asarray(pos4, np.float32))
-        comp_ptr = 0 if comp is None else upload(device, "comp", np.asarray(comp, np.uint8))
-        values_ptr = 0 if values is None else upload(device, "values", np.asarray(values, np.float32))
-        table = upload(device, "light", light.table.astype(np.uint32))
-        thresholds = upload(device, "thresholds", light.thresholds.astype(np.float32))
-        rows = upload(device, "view", view.rows())
-        accum = device.scratch("splat-test-accum", 8 * 3 * pixels)
-        hist = device.scratch("splat-test-hist", 4 * splat.HIST_BINS)
-        image = device.scratch("splat-test-image", 4 * pixels)
-        drv.memset_d32(accum, 0, 2 * 3 * pixels)
-        drv.memset_d32(hist, 0, splat.HIST_BINS)
-        block = (splat.BLOCK, 1, 1)
-        if n:
-            fn["splat_accumulate"].prepared_call(
-                (-(-n // splat.BLOCK), 1),
-                block,
-                accum,
-                pos,
-                comp_ptr,
-                values_ptr,
-                table,
-                thresholds,
-                rows,
-                n,
-                w,
-                h,
-                float(np.float32(view.w_min)),
-                light.value_kind,
-            )
-        fn["splat_histogram"].prepared_call(
-            (min(-(-pixels // splat.BLOCK), 1024), 1), block, hist, accum, pixels
-        )
-        host_hist = np.empty(splat.HIST_BINS, np.uint32)
-        drv.memcpy_dtoh(host_hist, hist)
-        e = frame_exposure(params, host_hist, light.unit, n)
-        lut = upload(device, "lut", tone_lut(params.tone_map, params.background))
-        fn["splat_tonemap"].prepared_call(
-            (-(-pixels // splat.BLOCK), 1), block, image, accum, lut, pixels, e.scale, e.saturation, e.shift
-        )
-        host_accum = np.empty((h, w, 3), np.uint64)
-        host_image = np.empty((h, w, 4), np.uint8)
-        drv.memcpy_dtoh(host_accum, accum)
-        drv.memcpy_dtoh(host_image, image)
-    return host_accum, host_hist, host_image
+def gpu_splat(
+    device, pos4, view: SplatView, light, params: SplatParams, comp=None, values=None, method="auto"
+):
+    """(accum uint64 (H, W, 3), hist uint32, image uint8 (H, W, 4)) through the viewer's host wrapper."""
+    splatter = CudaSplatter(device)
+    pos = upload(device, "pos", np.asarray(pos4, np.float32))
+    comp_ptr = 0 if comp is None else upload(device, "comp", np.asarray(comp, np.uint8))
+    values_ptr = 0 if values is None else upload(device, "values", np.asarray(values, np.float32))
+    frame = splatter.draw(
+        pos, len(pos4), view, light, params, comp=comp_ptr, values=values_ptr, method=method
+    )
+    return splatter.read_accum(frame), frame.hist, splatter.read_image(frame)
 
 
 def with_bad_rows(pos4: np.ndarray, cam) -> np.ndarray:
@@ -132,8 +93,9 @@ CASES = {
 }
 
 
+@pytest.mark.parametrize("method", ["binned", "direct"])
 @pytest.mark.parametrize("case", CASES)
-def test_the_gpu_frame_is_the_twin_s_bit_for_bit(device, case):
+def test_the_gpu_frame_is_the_twin_s_bit_for_bit(device, case, method):
     make, color_by, extra, size = CASES[case]
     cam = camera(elevation=35.0, distance=14.0 if case.startswith("pair") else 8.0)
     pos = with_bad_rows(make(), cam)
@@ -150,10 +112,57 @@ def test_the_gpu_frame_is_the_twin_s_bit_for_bit(device, case):
     params = SplatParams(*size, **extra)
     twin = splat_image(pos, view, light, params, comp=comp, values=speeds)
     values = speeds if light.value_kind == 1 else None
-    accum, hist, image = gpu_splat(device, pos, view, light, params, comp=comp, values=values)
+    accum, hist, image = gpu_splat(device, pos, view, light, params, comp=comp, values=values, method=method)
     assert twin.accum.any()
     assert np.array_equal(accum, twin.accum), f"{int((accum != twin.accum).sum())} channel values differ"
     assert np.array_equal(hist, twin.hist)
     assert np.array_equal(image[..., :3], twin.image) and (image[..., 3] == 255).all()
-    again = gpu_splat(device, pos, view, light, params, comp=comp, values=values)
+    again = gpu_splat(device, pos, view, light, params, comp=comp, values=values, method=method)
     assert all(np.array_equal(a, b) for a, b in zip(again, (accum, hist, image), strict=True))
+
+
+def test_a_hundred_resizes_keep_the_memory_of_the_largest_frame(device):
+    pos = plummer(200_000, 9)
+    cam = camera()
+    light = body_light(RenderSettings(color_by="none"), comps.drawn(None, {}), len(pos))
+    splatter = CudaSplatter(device)
+    ptr = upload(device, "pos", pos)
+    largest = (1920, 1080)
+    splatter.draw(ptr, len(pos), SplatView.of(cam, largest), light, SplatParams(*largest))
+    free_before, _ = device.mem_get_info()
+    rng = np.random.default_rng(3)
+    for w, h in zip(rng.integers(64, 1921, 100), rng.integers(64, 1081, 100), strict=True):
+        size = (int(w), int(h))
+        frame = splatter.draw(ptr, len(pos), SplatView.of(cam, size), light, SplatParams(*size))
+        assert frame.hist.any(), size
+    free_after, _ = device.mem_get_info()
+    assert free_after >= free_before, f"{(free_before - free_after) / 2**20:.1f} MiB more after 100 resizes"
+    image = splatter.read_image(frame)
+    assert image.shape == (size[1], size[0], 4) and image[..., :3].any()
+
+
+def test_a_crowded_tile_corner_split_over_chunks_adds_up_as_the_twin(device):
+    """200k bodies within a pixel of the corner where four tiles meet: each tile's records fill several
+    chunks of splat_tiles (the splatter's chunk), and every footprint crosses a tile edge; with a 1,000-body
+    sprinkle over the frame and bodies on its border rows and columns."""
+    cam = camera()
+    size = (640, 360)
+    corner = (splat.TILE * 6 - 2, splat.TILE * 4 - 2)  # the pixel whose column + 2 starts tile (6, 4)
+    rng = np.random.default_rng(11)
+    px = corner[0] + 0.5 + rng.uniform(-1.0, 1.0, (200_000, 2)) * [1.0, 1.0]
+    edges = np.r_[np.c_[rng.uniform(-1, size[0] + 1, 500), np.full(500, -0.9)],
+                  np.c_[np.full(500, size[0] + 0.9), rng.uniform(-1, size[1] + 1, 500)]]  # fmt: skip
+    sprinkle = rng.uniform(0, 1, (1_000, 2)) * size
+    targets = np.r_[px + [0.0, corner[1] - corner[0]], edges, sprinkle]
+    right, up = cam.basis()
+    per_px = 2.0 * cam.distance * np.tan(np.radians(cam.fov) / 2.0) / size[1]
+    xyz = cam.target + ((targets[:, :1] - size[0] / 2) * right - (targets[:, 1:] - size[1] / 2) * up) * per_px
+    pos = np.c_[xyz, np.ones(len(xyz))].astype(np.float32)
+    light = body_light(RenderSettings(color_by="none"), comps.drawn(None, {}), len(pos))
+    view, params = SplatView.of(cam, size), SplatParams(*size)
+    twin = splat_image(pos, view, light, params)
+    assert twin.accum[corner[1] : corner[1] + 2, corner[0] : corner[0] + 2].min() > 0
+    for method in ("binned", "direct"):
+        accum, hist, image = gpu_splat(device, pos, view, light, params, method=method)
+        assert np.array_equal(accum, twin.accum), method
+        assert np.array_equal(image[..., :3], twin.image), method

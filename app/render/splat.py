@@ -72,10 +72,19 @@ SOURCE = "splat.cu"  # kernels/; compiled with its own options (app/backends/cud
 # entry -> prepare string (P pointer, i int, f float, Q unsigned 64-bit); tests read the PTX against them
 KERNELS = {
     "splat_accumulate": "PPPPPPPiiifi",
+    "splat_count": "PPPPPPPPiiifiii",
+    "splat_offsets": "PPPPii",
+    "splat_scatter": "PPPii",
+    "splat_tiles": "PPPPPPiiiii",
     "splat_histogram": "PPi",
     "splat_tonemap": "PPPiQQi",
 }
 BLOCK = 256
+OFFSETS_BLOCK = 1024  # splat_offsets: one block, 4 tiles a thread
+TILE = 32  # the binned accumulation's tiles, pixels a side (kernels/splat.cu SPLAT_TILE)
+MAX_TILES = 4000  # its shared counters (SPLAT_MAX_TILES): 2,074 tiles at 1920x1080, 3,726 at 2560x1440
+MAX_CHUNK = 16384  # the most records per block of splat_tiles (SPLAT_MAX_CHUNK: its split sums' bound)
+PER_THREAD = 8  # bodies a thread holds per round of splat_scatter (SPLAT_PER_THREAD)
 
 SUB = 256  # fixed-point steps per pixel (8 fractional bits)
 WEIGHT_ONE = SUB * SUB  # the four bilinear weights always sum to this
@@ -141,6 +150,13 @@ class SplatView:
     def rows(self) -> np.ndarray:
         """The 16 floats the kernels read, row-major."""
         return np.ascontiguousarray(self.view_proj, np.float32).reshape(16)
+
+
+def tile_grid(width: int, height: int) -> tuple[int, int]:
+    """(tiles across, tiles in all) of the binned accumulation: a body's tile holds its first footprint
+    column plus 2 (the bias), 0 .. width + 3, and the same for rows."""
+    across = -(-(int(width) + 4) // TILE)
+    return across, across * -(-(int(height) + 4) // TILE)
 
 
 # --- the tone map ----------------------------------------------------------------------------------------

@@ -1,0 +1,205 @@
+"""The `splat` draw style's host side on one GPU: its buffers and the launches of kernels/splat.cu on the
+device position rows the backend already keeps (app/render/splat.py has the arithmetic contract).
+
+    splatter = CudaSplatter(device)
+    frame = splatter.draw(pos_ptr, n, view, light, params, comp_ptr, values_ptr)
+    frame.image      device pointer: RGBA8, top row first, params.width x params.height
+    frame.exposure   the Exposure the tone map used (automatic: from this frame's histogram)
+
+Per frame: clear (cuMemsetD32, no kernel), accumulate, histogram, the 4 KB histogram read back behind the
+launches (the automatic exposure needs this frame's, so that a recording's frame depends on its own bodies
+only), the exposure on the host, tone map. Every launch goes on one stream; `draw` returns when the image
+is complete on the device. The buffers are the device's scratch buffers, grown and never shrunk: a window
+resized a hundred times holds the largest frame's buffers, not a hundred (tests/test_splat_gpu.py).
+The light and tone tables are uploaded when they change, not every frame.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.render import splat
+from app.render.splat import Exposure, SplatParams, SplatView, frame_exposure, tone_lut
+from app.render.splat_light import BodyLight
+
+STAGES = ("clear", "accumulate", "histogram", "exposure", "tonemap")  # the timed parts of a frame
+# auto: binned where the frame's tiles fit its shared counters, else direct. direct: 12 global atomics a
+# body; binned: bodies counted and gathered per 32x32 tile, each tile added up in shared memory
+# (kernels/splat.cu says why; bench/splat_cost.py times both)
+METHODS = ("auto", "binned", "direct")
+
+
+@dataclass(frozen=True)
+class SplatFrame:
+    image: int  # device pointer, RGBA8 (height, width, 4), top row first
+    width: int
+    height: int
+    exposure: Exposure
+    hist: np.ndarray  # the lit pixels' histogram (splat.HIST_BINS uint32), this frame's
+
+
+class CudaSplatter:
+    """The splat kernels on one app.backends.cuda.device.CudaDevice, with their buffers."""
+
+    def __init__(self, device, stream=None, options: tuple[str, ...] | None = None):
+        """`options`: nvcc's for kernels/splat.cu (None: its own, compile.FILE_OPTIONS; the bench passes
+        them with a -D to time a variant, in a process of its own: a device loads a file once)."""
+        self.device = device
+        self.stream = stream if stream is not None else device.stream("splat")
+        self._fn = {s: device.function(splat.SOURCE, s, t, options) for s, t in splat.KERNELS.items()}
+        self._hist_host = device.pinned("splat-hist", splat.HIST_BINS, np.uint32)
+        self._uploaded: dict[str, bytes] = {}  # table name -> the bytes on the device
+        self.chunk: int | None = None  # records per block of splat_tiles; None: chunk_for(n)
+        self.timings: dict[str, float] = {}  # stage -> ms of the last frame, when timed
+
+    # --- buffers -----------------------------------------------------------------------------------
+    def _table(self, key: str, array: np.ndarray) -> int:
+        """The device copy of a small host table, uploaded only when its bytes changed."""
+        data = np.ascontiguousarray(array).tobytes()
+        ptr = self.device.scratch(f"splat-{key}", len(data))
+        if self._uploaded.get(key) != data:
+            self.device.drv.memcpy_htod(ptr, data)
+            self._uploaded[key] = data
+        return ptr
+
+    def buffers(self, width: int, height: int) -> tuple[int, int, int]:
+        """(accum, hist, image) device pointers with room for a width x height frame."""
+        pixels = int(width) * int(height)
+        dev = self.device
+        return (
+            dev.scratch("splat-accum", 8 * 3 * pixels),
+            dev.scratch("splat-hist-dev", 4 * splat.HIST_BINS),
+            dev.scratch("splat-image", 4 * pixels),
+        )
+
+    # --- a frame -----------------------------------------------------------------------------------
+    def draw(
+        self,
+        pos: int,
+        n: int,
+        view: SplatView,
+        light: BodyLight,
+        params: SplatParams,
+        comp: int = 0,
+        values: int = 0,
+        timer=None,
+        method: str = "auto",
+    ) -> SplatFrame:
+        """The frame of the `n` float4 rows at device pointer `pos` (`comp` uint8 per body or 0, `values`
+        float per body or 0: read when `light.value_kind` asks for them). `timer`, if given, is a
+        callable(stage) returning a context manager that times the stage on this stream (the bench's).
+        `method`: how the light is added (`METHODS`; the buffer is the same bit for bit)."""
+        w, h = params.width, params.height
+        pixels = w * h
+        accum, hist, image = self.buffers(w, h)
+        with self.device.scope:
+            tables = (
+                self._table("light", light.table.astype(np.uint32)),
+                self._table("thresholds", light.thresholds.astype(np.float32)),
+                self._table("view", view.rows()),
+            )
+            lut = self._table("lut", tone_lut(params.tone_map, params.background))
+            run = timer or _untimed
+            with run("clear"):
+                self.device.drv.memset_d32_async(accum, 0, 2 * 3 * pixels, self.stream)
+                self.device.drv.memset_d32_async(hist, 0, splat.HIST_BINS, self.stream)
+            if n > 0:
+                with run("accumulate"):
+                    body_args = (
+                        pos,
+                        comp,
+                        values,
+                        *tables,
+                        n,
+                        w,
+                        h,
+                        float(np.float32(view.w_min)),
+                        light.value_kind,
+                    )
+                    if self.binned(w, h, method):
+                        self._accumulate_binned(accum, body_args, tables[0], n, w, h, timer)
+                    else:
+                        self._launch("splat_accumulate", -(-n // splat.BLOCK), accum, *body_args)
+            with run("histogram"):
+                self._launch("splat_histogram", min(-(-pixels // splat.BLOCK), 1024), hist, accum, pixels)
+            with run("exposure"):
+                self.device.drv.memcpy_dtoh_async(self._hist_host, hist, self.stream)
+                self.stream.synchronize()
+                host_hist = np.array(self._hist_host, copy=True)
+                e = frame_exposure(params, host_hist, light.unit, n)
+            with run("tonemap"):
+                self._launch(
+                    "splat_tonemap", -(-pixels // splat.BLOCK), image, accum, lut, pixels, e.scale,
+                    e.saturation, e.shift,
+                )  # fmt: skip
+            self.stream.synchronize()
+        return SplatFrame(image, w, h, e, host_hist)
+
+    @staticmethod
+    def binned(width: int, height: int, method: str = "auto") -> bool:
+        if method not in METHODS:
+            raise ValueError(f"splat: method {method!r}; choose from {', '.join(METHODS)}")
+        fits = splat.tile_grid(width, height)[1] <= splat.MAX_TILES
+        if method == "binned" and not fits:
+            raise ValueError(f"splat: a {width}x{height} frame has more tiles than the binned path holds")
+        return method == "binned" or (method == "auto" and fits)
+
+    def _accumulate_binned(
+        self, accum: int, body_args: tuple, light: int, n: int, w: int, h: int, timer
+    ) -> None:
+        """count -> offsets -> scatter -> tiles (kernels/splat.cu, "the binned accumulation"); `timer` times
+        each as `binned.<kernel>` (the bench's breakdown)."""
+        across, tiles = splat.tile_grid(w, h)
+        dev = self.device
+        counts, starts = dev.scratch("splat-counts", 4 * tiles), dev.scratch("splat-starts", 4 * tiles)
+        cursor, chunks = dev.scratch("splat-cursor", 4 * tiles), dev.scratch("splat-chunks", 4 * (tiles + 1))
+        placed, records = dev.scratch("splat-placed", 8 * n), dev.scratch("splat-records", 8 * n)
+        run = timer or _untimed
+        grid = min(-(-n // splat.BLOCK), 1024)
+        rounds = -(-n // (splat.PER_THREAD * splat.BLOCK))
+        with run("binned.count"):
+            dev.drv.memset_d32_async(counts, 0, tiles, self.stream)
+            self._launch("splat_count", grid, counts, placed, *body_args, across, tiles)
+        with run("binned.offsets"):
+            chunk = self.chunk or chunk_for(n)
+            self._launch(
+                "splat_offsets", 1, counts, starts, cursor, chunks, tiles, chunk, block=splat.OFFSETS_BLOCK
+            )
+        with run("binned.scatter"):
+            self._launch("splat_scatter", min(rounds, 1024), records, cursor, placed, n, tiles)
+        with run("binned.tiles"):
+            self._launch("splat_tiles", tiles + -(-n // chunk), accum, records, starts, counts, chunks,
+                         light, tiles, across, w, h, chunk)  # fmt: skip
+
+    def _launch(self, name: str, blocks: int, *args, block: int = splat.BLOCK) -> None:
+        self._fn[name].prepared_async_call((blocks, 1), (block, 1, 1), self.stream, *args)
+
+    def read_image(self, frame: SplatFrame) -> np.ndarray:
+        """The frame's image on the host, (height, width, 4) uint8 (tests, stills)."""
+        out = np.empty((frame.height, frame.width, 4), np.uint8)
+        with self.device.scope:
+            self.device.drv.memcpy_dtoh(out, frame.image)
+        return out
+
+    def read_accum(self, frame: SplatFrame) -> np.ndarray:
+        """The frame's integer buffer on the host, (height, width, 3) uint64 (tests)."""
+        accum, _, _ = self.buffers(frame.width, frame.height)
+        out = np.empty((frame.height, frame.width, 3), np.uint64)
+        with self.device.scope:
+            self.device.drv.memcpy_dtoh(out, accum)
+        return out
+
+
+def chunk_for(n: int) -> int:
+    """Records per block of splat_tiles for N bodies: N / 1024 rounded down to a power of two, within
+    4,096 .. splat.MAX_CHUNK. Smaller chunks share a galaxy's core tile among more blocks, larger ones
+    add fewer partial tiles into the frame; this was the fastest of 1,024 .. 16,384 at 1M, 8M and 16M
+    bodies (H200, 1920x1080: bench/results/h200-2026-11-26-splat-chunks.json)."""
+    return int(min(max(1 << max(int(n) // 1024, 1).bit_length() - 1, 4096), splat.MAX_CHUNK))
+
+
+def _untimed(stage: str):
+    return nullcontext()
