@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field
 
 from app.model.physics import Physics
+from app.model.typed_text import tunables_table
 
 
 @dataclass
@@ -47,6 +48,10 @@ class RenderSettings:
     background: tuple[float, float, float] = (0.0, 0.0, 0.0)
     min_sprite: float = 3.0  # smallest sprite drawn, px; smaller ones are drawn this size and dimmed
     draw_limit: int = 0  # at most this many bodies drawn (every k-th, k times the light); 0: all
+    style: str = "auto"  # config.DRAW_STYLES: sprites | splat | auto (app/render/splat_style.py)
+    splat_from: int = 262144  # auto: splat from this many bodies on CUDA (docs/rendering.md, "Measured")
+    exposure: float = 0.0  # splat: one body's light at N <= 16k in tone-map units; 0: automatic
+    tone_map: str = "exp"  # splat: exp | aces
     # render.components.KEY.{visible, brightness, color}: KEY -> app.model.components.Style, in the order set
     components: dict = field(default_factory=dict)
 
@@ -199,7 +204,7 @@ def set_value(scene: Scene, key: str, value, origin: str = "") -> None:
         scene.initial.params[name] = value  # checked against the generator's own spec in validate()
         return
     if section == "run" and name.startswith("tunables."):  # --set run.tunables.theta=0.6: one of the table
-        typed = config.tunables_table(key.rpartition(".")[0], {name.split(".", 1)[1]: value})
+        typed = tunables_table(key.rpartition(".")[0], {name.split(".", 1)[1]: value})
         scene.run.tunables = {**scene.run.tunables, **typed}
         return
     if section == "render" and name.split(".", 1)[0] == "components":

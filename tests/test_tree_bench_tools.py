@@ -156,3 +156,30 @@ def test_the_refit_growth_probe_runs_end_to_end(capsys):
     rows = [ln for ln in out.splitlines() if ln[:2].strip().isdigit()]
     assert [int(r.split()[0]) for r in rows] == [1, 2]
     assert "rebuild_every =  2:" in out and "accumulated excess >= b" in out
+
+
+def test_the_splat_plot_stacks_each_stage_and_refuses_what_it_cannot(tmp_path, capsys):
+    import numpy as np
+    import splat_plot
+    from PIL import Image
+
+    row = {"n": 1 << 20, "method": "binned", "width": 1920, "height": 1080, "gpu_ms": 0.2, "wall_ms": 0.7}
+    rows = [
+        {**row, "ms": {"clear": 0.02, "accumulate": 0.13, "histogram": 0.03, "tonemap": 0.03}},
+        {
+            **row,
+            "method": "direct",
+            "ms": {"clear": 0.02, "accumulate": 0.31, "histogram": 0.03, "tonemap": 0.03},
+        },
+    ]
+    path = tmp_path / "splat.json"
+    path.write_text(json.dumps({"device": "GPU 0", "scene": "collision", "rows": rows}))
+    png = tmp_path / "splat.png"
+    assert splat_plot.main([str(path), "--png", str(png)]) == 0
+    pixels = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3).astype(int)
+    orange = np.array([0xE0, 0x70, 0x2A])  # the accumulate stage: the tallest part of both bars
+    assert (np.abs(pixels - orange).sum(axis=1) < 30).sum() > 2000
+    assert splat_plot.main([str(path), "--png", str(tmp_path / "no" / "splat.png")]) == 2
+    path.write_text(json.dumps({"rows": []}))
+    assert splat_plot.main([str(path), "--png", str(png)]) == 2
+    assert "not a splat_cost JSON with rows" in capsys.readouterr().err

@@ -390,6 +390,15 @@ class Backend(ABC):
         b = self.state()
         return b.pos4(np.float32), speeds(b.vel)
 
+    render_ordinal = 0  # the GPU whose context holds the renderer's buffers, where a backend fills them
+
+    @property
+    def gl_buffers(self):
+        """The renderer's buffers as this backend maps them on its GPU `render_ordinal` (app/backends/cuda/
+        interop.py GLBuffers) when it fills them itself; None when they are uploaded from the host (the
+        splat draw style reads them there: app/render/splat_style.py)."""
+        return None
+
     def attach_gl_buffers(self, position_vbo: int, speed_vbo: int) -> bool:
         """Offer the GL names of the position (float4) and speed (float) vertex buffers.
 

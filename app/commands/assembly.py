@@ -9,7 +9,7 @@ from pathlib import Path
 
 from app.commands.options import SHORTCUTS, parse_tunables
 from app.core.errors import ConfigError
-from app.model.config import parse_assignment
+from app.model.typed_text import parse_assignment
 
 log = logging.getLogger("nbody-live")
 

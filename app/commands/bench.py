@@ -102,7 +102,7 @@ def _ns(text: str) -> list[int]:
 def _device_classes(cls, args) -> dict:
     """--gpus 1,2: {K: the backend class over K devices} in the order given, each K once."""
     from app.commands.assembly import several_devices
-    from app.model.config import parse_device_count
+    from app.model.typed_text import parse_device_count
 
     classes: dict[int, type] = {}
     for text in args.gpus.split(","):

@@ -9,7 +9,8 @@ import math
 from pathlib import Path
 
 from app.core.errors import ConfigError
-from app.model.config import BACKEND_CHOICES, FORMAT_CHOICES, scalar_value
+from app.model.config import BACKEND_CHOICES, FORMAT_CHOICES
+from app.model.typed_text import scalar_value
 
 log = logging.getLogger("nbody-live")
 

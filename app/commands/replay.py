@@ -51,7 +51,7 @@ def check_replay_args(args: argparse.Namespace) -> None:
                 f"{flag} does not apply to a replay of {args.scene}: its bodies and times come "
                 "from the snapshots (run `nbody-live simulate` again to change them)"
             )
-    from app.model.config import parse_assignment
+    from app.model.typed_text import parse_assignment
 
     for text in getattr(args, "assignments", []):
         key, _ = parse_assignment(text)
@@ -77,7 +77,7 @@ def open_replay(args: argparse.Namespace):
 
 def replay_scene(args: argparse.Namespace, series):
     """The default scene named after the series, with the --set render / camera keys."""
-    from app.model.config import parse_assignment
+    from app.model.typed_text import parse_assignment
     from app.scene import load_scene
 
     overrides: dict[str, object] = dict(parse_assignment(text) for text in getattr(args, "assignments", []))

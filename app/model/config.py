@@ -17,6 +17,7 @@ from pathlib import Path
 from app.core.backend_table import backend_choices
 from app.core.errors import ConfigError
 from app.core.values import within
+from app.model.typed_text import parse_device_count, tunables_table
 
 # the physics' names (app/model/physics.py Physics takes one of each)
 INTEGRATORS = ("leapfrog", "euler-damped")
@@ -28,6 +29,8 @@ COARSEN = ("settled", "boundary", "aligned")
 BACKEND_CHOICES = backend_choices  # auto, then app/core/backend_table.py's names (read when asked)
 COLOR_BY = ("speed", "mass", "none", "component", "component-speed", "component-mass", "error", "error-ab")
 COLORMAPS = ("inferno", "magma", "plasma", "viridis", "white")
+DRAW_STYLES = ("auto", "sprites", "splat")  # app/render/splat_style.py
+TONE_MAPS = ("exp", "aces")  # app/render/splat.py
 # several devices (app/parallel/multidevice.py runs them): the drivers and the exchanges a run may name
 DRIVERS = ("auto", "threads", "single")  # auto: the decomposition's (Decomposition.driver)
 EXCHANGES = ("auto", "peer", "nccl", "host")  # auto: peer copies where every pair can, else host
@@ -199,6 +202,28 @@ SCHEMA: dict[str, dict[str, Field]] = {
             lo=0,
             hi=2**31 - 1,
         ),
+        "style": Field(
+            "str",
+            "how bodies are drawn: sprites (GL point sprites), splat (CUDA adds each body's light into an "
+            "integer frame and tone-maps it: no burn-out at large N, byte-identical recordings; needs a CUDA "
+            "backend with GL interop), auto (splat from render.splat_from bodies on CUDA, else sprites)",
+            choices=DRAW_STYLES,
+        ),
+        "splat_from": Field(
+            "int", "render.style auto: the body count from which splat is drawn", lo=1, hi=2**31 - 1
+        ),
+        "exposure": Field(
+            "float",
+            "splat: the light of one body at N <= 16k, in tone-map units (light per body falls as 1/N "
+            "above); 0: automatic, the lit pixels' light-weighted median at 86% of white",
+            lo=0,
+            hi=1e6,
+        ),
+        "tone_map": Field(
+            "str",
+            "splat: exp (1 - exp(-x), as the sprites) or aces (a filmic toe and shoulder)",
+            choices=TONE_MAPS,
+        ),
         "components": Field(
             "components",
             "per component: render.components.NAME.visible (true/false), "
@@ -258,16 +283,6 @@ SCHEMA: dict[str, dict[str, Field]] = {
         ),
     },
 }
-
-
-def parse_device_count(text, key: str = "--gpus") -> int | str:
-    """A `--gpus` / run.gpus value: a whole number >= 1, or "all"; ConfigError naming `key` and the forms."""
-    value = str(text).strip().lower()
-    if value == "all":
-        return "all"
-    if value.isdigit() and int(value) >= 1 and not isinstance(text, bool):
-        return int(value)
-    raise ConfigError(f"{key} = {text!r}: expected a number of devices >= 1, or all (e.g. --gpus 2)")
 
 
 def validate_camera_path(settings) -> None:
@@ -379,32 +394,6 @@ def coerce(key: str, value, f: Field):
     return value
 
 
-def tunables_table(key: str, value) -> dict:
-    """A [run.tunables] table: names to whole numbers, numbers or text (a string from the command line
-    becomes the first of those it reads as). The kernel's own record validates the values, once the run
-    knows which kernel it takes (KernelRecord.validate_tunables, naming record.key and the range)."""
-    if not isinstance(value, dict):
-        raise ConfigError(
-            f"{key} = {value!r}: expected a table of NAME = VALUE, e.g. [run.tunables] theta = 0.6"
-        )
-    out = {}
-    for name, item in value.items():
-        if isinstance(item, bool) or not isinstance(item, int | float | str):
-            raise ConfigError(f"{key}.{name} = {item!r}: expected a number or text")
-        out[str(name)] = scalar_value(item) if isinstance(item, str) else item
-    return out
-
-
-def scalar_value(text: str):
-    """A whole number, else a number, else the text itself (a Choice's option)."""
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
-
-
 # --- camera keyframes: the [[camera.keys]] tables (messages name the key: camera.keys[2].fov, or
 # FILE: keys[2].fov); app.render.camera_path flies the camera through them
 MAX_KEY_T = 1e6  # seconds
@@ -490,11 +479,3 @@ def load_keys_file(path) -> tuple[Keyframe, ...]:
         return parse_keys(value, key)
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from None
-
-
-def parse_assignment(text: str) -> tuple[str, str]:
-    """'physics.dt=0.002' -> ('physics.dt', '0.002') for the CLI's --set."""
-    key, eq, value = text.partition("=")
-    if not eq or not key.strip():
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set physics.dt=0.002")
-    return key.strip(), value.strip()

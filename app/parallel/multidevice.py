@@ -47,8 +47,9 @@ from app.core.errors import ConfigError
 from app.engine.forces import ForceWork, Span
 from app.engine.integrator import CHECK_EVERY, Stepper
 from app.model.bodies import Bodies
-from app.model.config import DRIVERS, parse_device_count  # (the settings' names; re-exported)
+from app.model.config import DRIVERS  # (the settings' names; re-exported)
 from app.model.physics import Physics
+from app.model.typed_text import parse_device_count
 from app.parallel.decomposition import TARGETS
 from app.parallel.decomposition import of as decomposition_of
 from app.parallel.device_state import DeviceFault, DeviceState

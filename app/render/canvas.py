@@ -39,6 +39,7 @@ from app.render import gl_setup, view_area
 from app.render.camera import OrbitCamera, gl_matrix
 from app.render.frames import DrawTimer, FrameStats
 from app.render.particles import ParticleRenderer
+from app.render.splat_style import SplatStyle
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +116,7 @@ class Viewer(app.Canvas):
         self.quit_requested = False
         self.drawing_frame = False  # True while on_draw draws a frame for the screen (not a screenshot)
         self.renderer = ParticleRenderer(scene.render, canvas=self)
+        self.splat = SplatStyle(self)  # render.style: splat frames where asked and possible
         self.draw_timer = DrawTimer()
         self.stats.draw_timer = self.draw_timer.method
         self._fbo: Any = None  # vispy gloo objects: no stubs
@@ -267,22 +269,28 @@ class Viewer(app.Canvas):
         ctx = self.context
         ctx.flush_commands()
         self.draw_timer.begin()
-        self.draw_particles(size, shifted=overlays)
+        splat = self.draw_particles(size, shifted=overlays)
         ctx.flush_commands()
         self.draw_timer.end()
-        self.stats.draw_ms = self.draw_timer.ms
+        # a splat frame's CUDA (or twin) work is outside GL's timer: it times itself (splat_style.py)
+        self.stats.draw_ms = self.draw_timer.ms + (self.splat.last_ms if splat else 0.0)
+        self.stats.style = "splat" if splat else "sprites"
         if overlays and self.overlays:
             for overlay in list(self.overlays):
                 overlay(self)
             # overlays may call GL directly: make vispy re-issue glUseProgram on its next draw
             ctx.shared.parser.env.pop("current_program", None)
 
-    def draw_particles(self, size: tuple[int, int], shifted: bool = False) -> None:
-        """Only the particles (untimed) onto the active framebuffer; `shifted`: centred in the free part."""
+    def draw_particles(self, size: tuple[int, int], shifted: bool = False) -> bool:
+        """Only the bodies (untimed) onto the active framebuffer; `shifted`: centred in the free part. True
+        when they were drawn as a splat frame (render.style, app/render/splat_style.py), else sprites."""
         w, h = int(size[0]), int(size[1])
+        if self.splat.draw(self, (w, h), shifted):
+            return True
         view = gl_matrix(self.camera.view_matrix())
         proj = gl_matrix(self.projection((w, h), shifted))
         self.renderer.draw(view, proj, (w, h), pixel_ratio=self.pixel_scale)
+        return False
 
     def on_draw(self, event) -> None:
         now = time.perf_counter()
@@ -397,6 +405,7 @@ class Viewer(app.Canvas):
                 self.screenshot_error = str(e)
         if self._timer is not None:
             self._timer.stop()
+        self.splat.close()
 
     # --- input ---------------------------------------------------------------------------
     def on_key_press(self, event) -> None:

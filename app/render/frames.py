@@ -121,7 +121,7 @@ class FrameStats:
     frame: int = 0  # frames drawn so far
     fps: float = 0.0  # smoothed over about a second
     frame_ms: float = 0.0  # wall time between the last two drawn frames
-    draw_ms: float = 0.0  # GPU time of the particle pass (+ tone map), see draw_timer
+    draw_ms: float = 0.0  # GPU time of the particle pass (splat: its CUDA kernels + the quad), see draw_timer
     draw_timer: str = "none"  # "GL_TIME_ELAPSED" (timer query, a frame or two late) | "glFinish+perf_counter"
     upload_ms: float = 0.0  # host path: host_render_arrays() + VBO upload; 0 with interop
     record_ms: float = 0.0  # live recording: CPU time of this frame's capture (blit, readback, queue)
@@ -130,6 +130,7 @@ class FrameStats:
     kernel: str = ""
     data_path: str = ""
     paused: bool = False
+    style: str = ""  # how the last frame's bodies were drawn: sprites | splat
     extra: dict = field(default_factory=dict)
 
 
@@ -149,6 +150,7 @@ class FrameRecord:
     upload_ms: float  # host path only: read back + VBO upload
     record_ms: float = 0.0  # live recording: CPU time of the frame's capture (0 when not recording)
     interactions: int = 0  # what the frame's force evaluations did (StepTimings.interactions)
+    style: str = ""  # how the bodies were drawn: sprites | splat (render.style; "" in CSVs before it)
 
     @property
     def outside_force_ms(self) -> float:
@@ -232,6 +234,7 @@ class FrameLog:
                 upload_ms=s.upload_ms,
                 record_ms=getattr(s, "record_ms", 0.0),
                 interactions=getattr(st, "interactions", 0) if st is not None and not s.paused else 0,
+                style=getattr(s, "style", ""),
             )
         )
         if self._csv is not None:
@@ -255,7 +258,9 @@ class FrameLog:
         try:
             with open(path, newline="") as f:
                 for row in csv.DictReader(f):
-                    log_.records.append(FrameRecord(**{k: convert[t](row[k]) for k, t in types.items()}))
+                    # a column added later (style) is absent from older CSVs: its default then
+                    values = {k: convert[t](row[k]) for k, t in types.items() if k in row}
+                    log_.records.append(FrameRecord(**values))
         except (OSError, KeyError, TypeError, ValueError) as e:
             raise RuntimeFault(
                 f"{path}: not a per-frame timings CSV of `run --timings` ({type(e).__name__}: {e})"

@@ -91,6 +91,10 @@ class ParticleRenderer:
         self.set_speed_scale(1.0)
         self._speed_scale_set = False  # the first measured percentile replaces this placeholder
         self._strided: tuple[tuple[int, int], gloo.IndexBuffer] | None = None  # ((N, k), every k-th body)
+        # the host path's last upload (positions, and the speeds or values the colormap reads); stale
+        # where a backend fills the buffers on the GPU
+        self.host_pos4: np.ndarray | None = None
+        self.host_values: np.ndarray | None = None
 
     # --- settings ------------------------------------------------------------------------------
     def apply_settings(self, settings: RenderSettings) -> None:
@@ -243,6 +247,10 @@ class ParticleRenderer:
         if speeds.shape[0] != pos4.shape[0]:
             raise ValueError(f"{pos4.shape[0]} positions but {speeds.shape[0]} speeds")
         self.allocate(pos4.shape[0])
+        self.host_pos4, self.host_values = (
+            pos4,
+            speeds,
+        )  # what the buffers hold (the splat's CPU twin reads it)
         self.set_mean_mass(float(pos4[:, 3].mean()) if len(pos4) else 1.0)
         assert self.pos_vbo is not None and self.speed_vbo is not None  # allocate() made them
         if len(pos4):
@@ -257,6 +265,7 @@ class ParticleRenderer:
             raise ValueError(f"{values.shape[0]} values for {self.n} bodies")
         if self.n:
             self.speed_vbo.set_data(values)
+        self.host_values = values
 
     # --- drawing -------------------------------------------------------------------------------
     def draw(self, view: np.ndarray, proj: np.ndarray, size: tuple[int, int], pixel_ratio: float = 1.0):

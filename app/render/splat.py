@@ -1,6 +1,6 @@
 """The `splat` draw style's specification: its parameters, the arithmetic contract its CUDA kernels
 (kernels/splat.cu) and its numba twin (app/render/splat_cpu.py) both follow, and the host-side tables
-(tone map, exposure) they share. Not wired into the viewer yet (docs/rendering.md, "Not yet").
+(tone map, exposure) they share. The viewer draws it through app/render/splat_style.py (docs/rendering.md).
 
 Each body adds light to the pixels around its projected centre in a frame-sized integer buffer; the buffer
 is tone-mapped into one image. Recordings promise byte-identical files, and a gpu test compares the CUDA
@@ -67,6 +67,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.core.errors import ConfigError
+from app.model.config import TONE_MAPS  # (one list: the scene key render.tone_map)
 
 SOURCE = "splat.cu"  # kernels/; compiled with its own options (app/backends/cuda/compile.py FILE_OPTIONS)
 # entry -> prepare string (P pointer, i int, f float, Q unsigned 64-bit); tests read the PTX against them
@@ -96,7 +97,6 @@ MAX_EXPOSURE_SCALE = 1 << 62  # with saturation, A * E < 2^60 + 2^62 < 2^64
 MIN_EXPOSURE_BITS = 24  # E keeps at least this many bits (a shift of A makes room: `exposure_for`)
 HIST_SUB_BITS = 4  # histogram bins per octave: 2^4
 HIST_BINS = 64 << HIST_SUB_BITS  # 64 octaves of a 64-bit value
-TONE_MAPS = ("exp", "aces")
 U64 = (1 << 64) - 1
 
 

@@ -39,6 +39,7 @@ class SplatFrame:
     height: int
     exposure: Exposure
     hist: np.ndarray  # the lit pixels' histogram (splat.HIST_BINS uint32), this frame's
+    gpu_ms: float  # the frame's kernels and copies on the GPU, from the first launch to the tone map's end
 
 
 class CudaSplatter:
@@ -53,7 +54,8 @@ class CudaSplatter:
         self._hist_host = device.pinned("splat-hist", splat.HIST_BINS, np.uint32)
         self._uploaded: dict[str, bytes] = {}  # table name -> the bytes on the device
         self.chunk: int | None = None  # records per block of splat_tiles; None: chunk_for(n)
-        self.timings: dict[str, float] = {}  # stage -> ms of the last frame, when timed
+        with device.scope:
+            self._begin, self._end = device.drv.Event(), device.drv.Event()
 
     # --- buffers -----------------------------------------------------------------------------------
     def _table(self, key: str, array: np.ndarray) -> int:
@@ -103,6 +105,7 @@ class CudaSplatter:
             )
             lut = self._table("lut", tone_lut(params.tone_map, params.background))
             run = timer or _untimed
+            self._begin.record(self.stream)
             with run("clear"):
                 self.device.drv.memset_d32_async(accum, 0, 2 * 3 * pixels, self.stream)
                 self.device.drv.memset_d32_async(hist, 0, splat.HIST_BINS, self.stream)
@@ -135,8 +138,10 @@ class CudaSplatter:
                     "splat_tonemap", -(-pixels // splat.BLOCK), image, accum, lut, pixels, e.scale,
                     e.saturation, e.shift,
                 )  # fmt: skip
-            self.stream.synchronize()
-        return SplatFrame(image, w, h, e, host_hist)
+            self._end.record(self.stream)
+            self._end.synchronize()
+            gpu_ms = self._begin.time_till(self._end)
+        return SplatFrame(image, w, h, e, host_hist, gpu_ms)
 
     @staticmethod
     def binned(width: int, height: int, method: str = "auto") -> bool:

@@ -1,8 +1,9 @@
-"""The View tab: components, sprites and colours, the camera."""
+"""The View tab: components, sprites and colours, the draw style, the camera."""
 
 from __future__ import annotations
 
 from app.ui.components_panel import components_section
+from app.ui.sections import draw_style
 
 
 def draw(panel) -> None:
@@ -28,6 +29,7 @@ def draw(panel) -> None:
         ctl.set_value("render.size_by_mass", v)
     panel._choice("colour by", "render.color_by", COLOR_BY)
     panel._choice("colormap", "render.colormap", COLORMAPS)
+    draw_style.draw(panel)
     if imgui.button("Fit (F)"):
         panel.viewer.fit()
     panel._tooltip("F: the drawn bodies fitted into the part of the window the panel leaves free")
