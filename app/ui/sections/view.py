@@ -14,19 +14,25 @@ def draw(panel) -> None:
     r = panel.viewer.scene.render
     components_section(panel)  # first: the list a real model's user comes here for
     panel._header("Sprites and colours")
+    splat = panel.viewer.stats.style == "splat"  # a footprint of one pixel: the sprite sizes do not apply
+    if splat:
+        imgui.begin_disabled()
     imgui.set_next_item_width(150.0)
     changed, v = imgui.slider_float("point size", float(r.point_size), 0.5, 16.0, "%.1f px")
     if changed:
         ctl.set_value("render.point_size", v)
+    changed, v = imgui.checkbox("size by mass", bool(r.size_by_mass))
+    if changed:
+        ctl.set_value("render.size_by_mass", v)
+    if splat:
+        imgui.end_disabled()
+        panel._tooltip("sprites only: a splat frame gives each body a footprint of one pixel", disabled=True)
     imgui.set_next_item_width(150.0)
     changed, v = imgui.slider_float(
         "brightness", float(r.brightness), 0.05, 10.0, "%.2f", imgui.SliderFlags_.logarithmic
     )
     if changed:
         ctl.set_value("render.brightness", v)
-    changed, v = imgui.checkbox("size by mass", bool(r.size_by_mass))
-    if changed:
-        ctl.set_value("render.size_by_mass", v)
     panel._choice("colour by", "render.color_by", COLOR_BY)
     panel._choice("colormap", "render.colormap", COLORMAPS)
     draw_style.draw(panel)
