@@ -120,3 +120,34 @@ def test_probe_says_why_when_the_backend_cannot_sample():
     probe = ForceErrorProbe()
     assert probe.tick(backend) is None and probe.latest is None
     assert probe.note == "force error: the fake backend cannot sample its force error"
+
+
+def test_a_costly_sample_waits_nine_times_its_cost_before_the_next():
+    """The probe takes at most a tenth of the wall time: a sample that took 0.85 s of the clock is next
+    due 7.65 s after it ended, not 1 s after it began (the 16M viewer's frames, force_error.py)."""
+    backend = tree_backend(2048)
+    timings = backend.step(1)
+    clock = Clock()
+    sample = backend.force_error_sample
+
+    def slow(rows):
+        clock.t += 0.85
+        return sample(rows)
+
+    backend.force_error_sample = slow
+    probe = ForceErrorProbe(k=256, interval_s=1.0, seed=3, clock=clock)
+    assert probe.tick(backend, timings) is not None and clock.t == pytest.approx(0.85)
+    for t in (1.2, 2.0, 8.4):  # 8.4 - 0.85 < 9 x 0.85
+        clock.t = t
+        timings = backend.step(1)
+        assert probe.tick(backend, timings) is None, t
+    clock.t = 8.6
+    assert probe.tick(backend, backend.step(1)) is not None  # ended at 9.45: next due at 17.1
+    backend.force_error_sample = sample  # cheap samples from here: the interval again
+    clock.t = 17.0
+    assert probe.tick(backend, backend.step(1)) is None
+    clock.t = 17.2
+    assert probe.tick(backend, backend.step(1)) is not None
+    clock.t = 18.3
+    assert probe.tick(backend, backend.step(1)) is not None
+    backend.close()

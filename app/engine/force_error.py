@@ -4,10 +4,11 @@
     probe.tick(backend, timings)        # once per frame: samples when due, else returns at once
     probe.latest                        # ForceErrorSample: median, p99, interactions per body, ...
 
-Every `interval_s` of wall time (and at once when the kernel, N or its tunables change), while the
-current record is `approximate` (KernelRecord.approximate: a tree), the probe draws a random sample of K
-target bodies (numpy's default_rng from `seed`, without replacement; all bodies when N <= K) and asks
-the backend for their accelerations both ways (`Backend.force_error_sample(rows) -> (approx, exact)`:
+Every `interval_s` of wall time, or COST_FACTOR times the last sample's own cost if that is longer (the
+probe takes at most a tenth of the wall time), and at once when the kernel, N or its tunables change,
+while the current record is `approximate` (KernelRecord.approximate: a tree), the probe draws a random
+sample of K target bodies (numpy's default_rng from `seed`, without replacement; all bodies when N <= K)
+and asks the backend for their accelerations both ways (`Backend.force_error_sample(rows) -> (approx, exact)`:
 what the running record computed at the current state, and an all-pairs sum over every source). It keeps
 the median and the 99th percentile of the per-body relative error |a - a_exact| / |a_exact|
 (app.model.physics.relative_errors: |a_exact| floored at 1e-3 of the sample's RMS), and the interactions per
@@ -31,6 +32,13 @@ log = logging.getLogger(__name__)
 
 DEFAULT_K = 1024
 DEFAULT_INTERVAL_S = 1.0
+# A sample waits at least this many times its own cost after the last one ended, so the probe takes at
+# most a tenth of the wall time. Why: with only the 1 s interval, counted from a sample's start, a sample
+# that costs most of a second runs at nearly every frame. The viewer at 16M bodies (tree, one H200) lost
+# ~0.85 s at nearly every frame on 2026-11-26 and at every third on 11-23 (bench/results/h200-2026-11-2*-
+# run-16777216-*frames.csv), the pattern of such a sample; its likely cost is the exact half (K targets
+# against every source, one thread a target: 4 blocks at K = 1,024). Not yet confirmed on a GPU.
+COST_FACTOR = 9.0
 
 
 @dataclass(frozen=True)
@@ -70,13 +78,15 @@ class ForceErrorProbe:
         self.interactions_per_body = 0.0  # of the last step of the current approximate record (0: none yet)
         self.note = ""  # why there is no sample although the record is approximate
         self.ms = 0.0  # what the last tick cost (wall time)
-        self._last_t = -math.inf
+        self._last_t = -math.inf  # when the last sample ended
+        self._wait_s = self.interval_s  # from then until the next is due: interval_s, or 9x its cost
         self._key: tuple | None = None  # (kernel, N, tunables) of the latest sample
         self._sim_time: float | None = None
 
     def reset(self) -> None:
         """Forget the latest sample (the next tick samples at once)."""
         self.latest, self._key, self._sim_time, self._last_t = None, None, None, -math.inf
+        self._wait_s = self.interval_s
         self.interactions_per_body = 0.0
 
     def tick(self, backend, timings=None) -> ForceErrorSample | None:
@@ -102,11 +112,13 @@ class ForceErrorProbe:
         sim_time = float(backend.time)
         if key != self._key:
             self.latest = None  # another kernel, N or tunables: sample at once
-        elif now - self._last_t < self.interval_s or sim_time == self._sim_time:
+        elif now - self._last_t < self._wait_s or sim_time == self._sim_time:
             return None  # not due, or nothing changed since the last sample
-        self._last_t, self._key, self._sim_time = now, key, sim_time
+        self._key, self._sim_time = key, sim_time
         try:
             sample = measure(backend, self.k, self.rng)
+            self._last_t = self.clock()  # due again `_wait_s` after this one ended
+            self._wait_s = max(self.interval_s, COST_FACTOR * (self._last_t - now))
         except NotImplementedError as e:
             self.note = f"force error: {e}"
             return None
