@@ -51,6 +51,7 @@ def test_an_explicit_splat_on_the_cpu_shows_the_twin_s_image(make_viewer, tone_m
     v = make_viewer(pos4, speeds, size=SIZE, render=render)
     image = v.render_to_array(SIZE)
     assert v.stats.style == "splat" and v.splat.why is None
+    assert v.stats.draw_ms >= v.splat.last_ms > 0  # the section's time spans the twin's own
     expect = twin_of(v)
     assert expect.max() > 200 and (expect != expect[0, 0]).any()  # a lit, structured frame
     assert np.array_equal(image, expect), f"{int((image != expect).any(axis=2).sum())} pixels differ"

@@ -121,7 +121,7 @@ class FrameStats:
     frame: int = 0  # frames drawn so far
     fps: float = 0.0  # smoothed over about a second
     frame_ms: float = 0.0  # wall time between the last two drawn frames
-    draw_ms: float = 0.0  # GPU time of the particle pass (splat: its CUDA kernels + the quad), see draw_timer
+    draw_ms: float = 0.0  # GPU time of the particle pass (splat: the section, its CUDA work too); draw_timer
     draw_timer: str = "none"  # "GL_TIME_ELAPSED" (timer query, a frame or two late) | "glFinish+perf_counter"
     upload_ms: float = 0.0  # host path: host_render_arrays() + VBO upload; 0 with interop
     record_ms: float = 0.0  # live recording: CPU time of this frame's capture (blit, readback, queue)
