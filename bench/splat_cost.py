@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
+from app.commands.options import parse_size
 from app.model import components as comps
 from app.model.bodies import speeds as body_speeds
 from app.render.camera import OrbitCamera
@@ -31,7 +32,7 @@ from app.render.canvas import bodies_extent
 from app.render.splat import SOURCE, SplatParams, SplatView
 from app.render.splat_cuda import STAGES, CudaSplatter, chunk_for
 from app.render.splat_light import body_light
-from app.scene import load_scene
+from app.scene import load_scene, make_bodies
 
 
 def size_arg(text: str) -> int:
@@ -41,12 +42,11 @@ def size_arg(text: str) -> int:
 
 
 def base_state(name: str, n: int, seed: int):
-    from app.model.ics import generate
-
-    scene = load_scene(name)
-    b = generate(scene.initial.generator, n, seed, scene.initial.params)
-    pos4 = np.c_[b.pos, b.mass].astype(np.float32)
-    return scene, pos4, body_speeds(b.vel).astype(np.float32), b.components
+    """The scene `name` with N bodies from `seed`, as `run` and `record` make them (app.scene.make_bodies):
+    (scene, float32 [x, y, z, m] rows, float32 speeds, components)."""
+    scene = load_scene(name, {"initial.n": n, "initial.seed": seed})
+    b = make_bodies(scene)
+    return scene, b.pos4(), body_speeds(b.vel), b.components
 
 
 def grown(pos4: np.ndarray, speeds: np.ndarray, n: int, jitter: float, seed: int):
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--png-dir", type=Path)
     args = ap.parse_args(argv)
-    width, height = (int(v) for v in args.size.lower().split("x"))
+    width, height = parse_size(args.size)
 
     from app.backends.cuda.device import CudaDevice
 

@@ -532,3 +532,40 @@ def test_manual_exposure_scales_each_body_s_light_as_n_ref_over_n():
     assert small == ref and abs(ref.x_per_unit / big.x_per_unit - 64.0) < 1e-9
     one = float(unit * splat.WEIGHT_ONE)
     assert ref.x_per_unit * one == pytest.approx(1.0)  # exposure 1: one body's full light is x = 1
+
+
+def test_the_splatter_uploads_its_tables_once_while_their_sources_stay():
+    """CudaSplatter._tables (app/render/splat_cuda.py) on a stand-in device that records each upload: the
+    light, thresholds and tone-map bytes are the contract's tables, made and sent again only for another
+    BodyLight or tone map; the view's 64 bytes go when the camera moved."""
+    from types import SimpleNamespace
+
+    from app.render.splat_cuda import CudaSplatter
+
+    sent: list[tuple[int, bytes]] = []
+    places: dict[str, int] = {}
+    device = SimpleNamespace(
+        scratch=lambda key, nbytes: places.setdefault(key, len(places) + 1),
+        drv=SimpleNamespace(memcpy_htod=lambda ptr, data: sent.append((ptr, bytes(data)))),
+    )
+    splatter = CudaSplatter.__new__(CudaSplatter)  # the tables only: no kernels, streams or events
+    splatter.device = device
+    splatter._uploaded, splatter._light, splatter._light_bytes = {}, None, (b"", b"")
+    splatter._tone, splatter._lut_bytes = None, b""
+    light, params = white_light(1000), SplatParams(W, H)
+    view = SplatView.of(camera(), (W, H))
+    (tables, lut) = splatter._tables(light, view, params)
+    assert [data for _, data in sent] == [
+        light.table.astype(np.uint32).tobytes(),
+        light.thresholds.astype(np.float32).tobytes(),
+        view.rows().tobytes(),
+        tone_lut("exp").tobytes(),
+    ]
+    assert [ptr for ptr, _ in sent] == [*tables, lut]
+    sent.clear()
+    assert splatter._tables(light, view, params) == (tables, lut) and sent == []  # nothing changed
+    splatter._tables(light, SplatView.of(camera(azimuth=31.0), (W, H)), SplatParams(W, H, tone_map="aces"))
+    assert [ptr for ptr, _ in sent] == [tables[2], lut]  # the view and the tone map only
+    sent.clear()
+    splatter._tables(white_light(1000, brightness=2.0), view, params)
+    assert [ptr for ptr, _ in sent] == [tables[0], tables[2], lut]  # a brighter table, the same thresholds

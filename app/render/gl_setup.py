@@ -203,3 +203,13 @@ def is_software_renderer(renderer: str) -> bool:
     """llvmpipe / softpipe / swrast: Mesa's CPU rasterisers (CUDA-GL interop cannot work there)."""
     r = (renderer or "").lower()
     return any(s in r for s in ("llvmpipe", "softpipe", "swrast", "software"))
+
+
+def gl_name(canvas, obj) -> int:
+    """The GL name of vispy gloo object `obj` (a buffer, texture or framebuffer) in `canvas`'s context, for
+    CUDA-GL interop or raw GL calls: its GLIR commands are flushed first, so that it exists in GL with its
+    size."""
+    ctx = canvas.context
+    ctx.glir.associate(obj.glir)
+    ctx.flush_commands()
+    return int(ctx.shared.parser.get_object(obj.id).handle)

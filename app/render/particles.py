@@ -37,6 +37,7 @@ from vispy import gloo
 from app.core.errors import ConfigError
 from app.model import components as comps
 from app.render.colormaps import CMAP_LOW, colormap_texture_data
+from app.render.gl_setup import gl_name
 from app.render.shaders import build_program
 from app.scene import RenderSettings
 
@@ -231,14 +232,7 @@ class ParticleRenderer:
         """
         if self.pos_vbo is None or self.speed_vbo is None:
             raise RuntimeError("allocate(n) before asking for the buffers' GL names")
-        ctx = self._canvas.context
-        for vbo in (self.pos_vbo, self.speed_vbo):
-            ctx.glir.associate(vbo.glir)
-        ctx.flush_commands()
-        parser = ctx.shared.parser
-        return int(parser.get_object(self.pos_vbo.id).handle), int(
-            parser.get_object(self.speed_vbo.id).handle
-        )
+        return gl_name(self._canvas, self.pos_vbo), gl_name(self._canvas, self.speed_vbo)
 
     def upload(self, pos4: np.ndarray, speeds: np.ndarray) -> None:
         """Host path: copy (N, 4) float32 [x, y, z, m] and (N,) float32 speeds into the VBOs."""

@@ -32,6 +32,7 @@ from collections.abc import Callable
 import numpy as np
 
 from app.core.errors import RuntimeFault
+from app.render.gl_setup import gl_name
 
 
 class PboCapture:
@@ -80,9 +81,7 @@ class PboCapture:
             GL.glBindBuffer(GL.GL_PIXEL_PACK_BUFFER, 0)
 
     def _fbo_handle(self) -> int:
-        ctx = self.canvas.context
-        ctx.flush_commands()
-        return int(ctx.shared.parser.get_object(self.fbo.id).handle)
+        return gl_name(self.canvas, self.fbo)
 
     def capture(self, draw: Callable[[tuple[int, int]], None], meta=None, wait: bool = True) -> list:
         """Draw with `draw((w, h))` into the framebuffer and start its readback.

@@ -53,19 +53,36 @@ class CudaSplatter:
         self._fn = {s: device.function(splat.SOURCE, s, t, options) for s, t in splat.KERNELS.items()}
         self._hist_host = device.pinned("splat-hist", splat.HIST_BINS, np.uint32)
         self._uploaded: dict[str, bytes] = {}  # table name -> the bytes on the device
+        self._light: BodyLight | None = None  # whose bytes _light_bytes are
+        self._light_bytes = (b"", b"")
+        self._tone: tuple | None = None  # (tone map, background) of _lut_bytes
+        self._lut_bytes = b""
         self.chunk: int | None = None  # records per block of splat_tiles; None: chunk_for(n)
         with device.scope:
             self._begin, self._end = device.drv.Event(), device.drv.Event()
 
     # --- buffers -----------------------------------------------------------------------------------
-    def _table(self, key: str, array: np.ndarray) -> int:
+    def _table(self, key: str, data: bytes) -> int:
         """The device copy of a small host table, uploaded only when its bytes changed."""
-        data = np.ascontiguousarray(array).tobytes()
         ptr = self.device.scratch(f"splat-{key}", len(data))
         if self._uploaded.get(key) != data:
             self.device.drv.memcpy_htod(ptr, data)
             self._uploaded[key] = data
         return ptr
+
+    def _tables(self, light: BodyLight, view: SplatView, params: SplatParams) -> tuple[tuple[int, ...], int]:
+        """((light, thresholds, view), tone LUT) device pointers. The light's and the LUT's bytes are made
+        again only for another BodyLight or another tone map (the viewer keeps one BodyLight while its
+        settings stay), not each frame."""
+        if light is not self._light:
+            table = light.table.astype(np.uint32).tobytes()
+            self._light, self._light_bytes = light, (table, light.thresholds.astype(np.float32).tobytes())
+        tone = (params.tone_map, params.background)
+        if tone != self._tone:
+            self._tone, self._lut_bytes = tone, tone_lut(*tone).tobytes()
+        table, thresholds = self._light_bytes
+        pointers = (self._table("light", table), self._table("thresholds", thresholds))
+        return (*pointers, self._table("view", view.rows().tobytes())), self._table("lut", self._lut_bytes)
 
     def buffers(self, width: int, height: int) -> tuple[int, int, int]:
         """(accum, hist, image) device pointers with room for a width x height frame."""
@@ -98,12 +115,7 @@ class CudaSplatter:
         pixels = w * h
         accum, hist, image = self.buffers(w, h)
         with self.device.scope:
-            tables = (
-                self._table("light", light.table.astype(np.uint32)),
-                self._table("thresholds", light.thresholds.astype(np.float32)),
-                self._table("view", view.rows()),
-            )
-            lut = self._table("lut", tone_lut(params.tone_map, params.background))
+            tables, lut = self._tables(light, view, params)
             run = timer or _untimed
             self._begin.record(self.stream)
             with run("clear"):

@@ -16,6 +16,7 @@ import logging
 import numpy as np
 from vispy import gloo
 
+from app.render.gl_setup import gl_name
 from app.render.shaders import build_program
 
 log = logging.getLogger(__name__)
@@ -50,14 +51,6 @@ class SplatLayer:
         self.program["u_frame"] = self.texture
         self.size = (width, height)
 
-    def gl_name(self) -> int:
-        """The texture's GL name (the GLIR queue flushed, so that it exists in GL with its size)."""
-        assert self.texture is not None
-        ctx = self._canvas.context
-        ctx.glir.associate(self.texture.glir)
-        ctx.flush_commands()
-        return int(ctx.shared.parser.get_object(self.texture.id).handle)
-
     # --- filling ---------------------------------------------------------------------------------
     def show_host(self, image: np.ndarray) -> None:
         """An (H, W, 4) uint8 image, top row first, into the texture."""
@@ -79,7 +72,8 @@ class SplatLayer:
                     import pycuda.gl as cuda_gl
 
                     flags = cuda_gl.graphics_map_flags.WRITE_DISCARD
-                    self._registered = cuda_gl.RegisteredImage(self.gl_name(), GL_TEXTURE_2D, flags)
+                    name = gl_name(self._canvas, self.texture)
+                    self._registered = cuda_gl.RegisteredImage(name, GL_TEXTURE_2D, flags)
                     self._device = device
                 except Exception as e:
                     self.interop_failed = f"registering the splat's GL texture with CUDA failed: {e}"

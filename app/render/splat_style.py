@@ -96,8 +96,9 @@ class SplatStyle:
         if self.why is not None:
             return False
         w, h = int(size[0]), int(size[1])
-        matrix = viewer.projection((w, h), shifted) @ viewer.camera.view_matrix()
-        view = SplatView(np.ascontiguousarray(matrix, np.float32), float(np.float32(viewer.camera.near)))
+        view = SplatView.of(
+            viewer.camera, (w, h), viewer.lens_shift(w) if shifted else 0.0
+        )  # viewer.projection's
         light = self._light_for(viewer.renderer, n)
         try:
             if gpu:
@@ -167,7 +168,7 @@ class SplatStyle:
             s.color_by,
             s.colormap,
             s.brightness,
-            repr(renderer.drawn),
+            tuple(renderer.drawn),
             n,
             renderer.speed_scale,
             renderer.mean_mass,
