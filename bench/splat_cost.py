@@ -9,7 +9,9 @@ generating 16M bodies on the CPU for minutes. Each size is drawn in the state's 
 --sorted, in Morton order (what a spatially sorted state would buy in atomic contention).
 
     python3 bench/splat_cost.py --sizes 1M,8M,16M --out results.json --png-dir DIR
-prints one line per (N, order) and writes the medians (ms) per stage plus the frames' look figures.
+prints one line per (N, order) and writes the medians (ms) per stage plus the frames' look figures, the
+file rewritten after each size (an interrupted run keeps the sizes done). Every body is drawn (the
+preset's hidden halos too): the cost of all N.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from pathlib import Path
 import numpy as np
 
 from app.commands.options import parse_size
+from app.core.errors import RuntimeFault
+from app.core.outputs import atomic_write, check_output
 from app.model import components as comps
 from app.model.bodies import speeds as body_speeds
 from app.render.camera import OrbitCamera
@@ -141,6 +145,11 @@ def main(argv=None) -> int:
     ap.add_argument("--png-dir", type=Path)
     args = ap.parse_args(argv)
     width, height = parse_size(args.size)
+    try:
+        check_output(args.out, "the results")  # before minutes of work, not after them
+    except RuntimeFault as e:
+        print(f"splat_cost: {e}", file=sys.stderr)
+        return 2
 
     from app.backends.cuda.device import CudaDevice
 
@@ -158,7 +167,8 @@ def main(argv=None) -> int:
     view = SplatView.of(cam, (width, height))
     params = SplatParams(width, height)
     speed_scale = float(np.percentile(speeds0, 95))
-    rows = []
+    rows: list[dict] = []
+    facts = {"device": device.name, "scene": args.scene, "jitter": args.jitter, "defines": args.define}
     for n in (size_arg(s) for s in args.sizes.split(",")):
         pos, spd = grown(pos0, speeds0, n, args.jitter * ext, args.seed + n)
         for order in ("state", "morton") if args.sorted else ("state",):
@@ -196,14 +206,8 @@ def main(argv=None) -> int:
                 args.png_dir.mkdir(parents=True, exist_ok=True)
                 image = splatter.read_image(splatter.draw(pos_ptr, n, view, light, params, values=spd_ptr))
                 Image.fromarray(image[..., :3]).save(args.png_dir / f"splat-{args.scene}-{n}-{order}.png")
-    out = {
-        "device": device.name,
-        "scene": args.scene,
-        "jitter": args.jitter,
-        "defines": args.define,
-        "rows": rows,
-    }
-    args.out.write_text(json.dumps(out, indent=1))
+        with atomic_write(args.out, "w", what="the results") as f:  # after each size: Ctrl-C keeps these
+            json.dump({**facts, "rows": rows}, f, indent=1)
     device.close()
     return 0
 

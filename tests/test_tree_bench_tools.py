@@ -183,3 +183,16 @@ def test_the_splat_plot_stacks_each_stage_and_refuses_what_it_cannot(tmp_path, c
     path.write_text(json.dumps({"rows": []}))
     assert splat_plot.main([str(path), "--png", str(png)]) == 2
     assert "not a splat_cost JSON with rows" in capsys.readouterr().err
+
+
+def test_the_splat_cost_bench_refuses_an_unwritable_output_before_any_work(tmp_path, capsys):
+    import splat_cost
+
+    assert splat_cost.main(["--out", str(tmp_path / "no" / "cost.json")]) == 2  # no GPU was asked for
+    assert "cannot write the results" in capsys.readouterr().err
+    assert [splat_cost.size_arg(t) for t in ("1M", "16m", "512K", "1000")] == [
+        1 << 20,
+        1 << 24,
+        1 << 19,
+        1000,
+    ]
