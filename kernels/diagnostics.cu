@@ -3,7 +3,8 @@
 //
 //   diag_moments_<p>(pos, vel, n, partial)        O(N), grid-stride; per block 9 double sums:
 //       [0] K = ½ Σ m v²   [1..3] P = Σ m v   [4..6] L = Σ m r × v   [7] Σ m |v|   [8] Σ m |r| |v|
-//   diag_potential_<p>_<model>_<self>(pos, n, eps2, G, H3, chunk_tiles, partial)   O(N²), each pair once:
+//   diag_potential_<p>_<model>_<self>(pos, n, eps2, G, H3, chunk_tiles, ti0, tiles, partial)   O(N²), each
+//       pair once, i-tiles ti0 .. ti0 + gridDim.x of `tiles` (a live sample runs them a slice a frame):
 //       U = Σ_{i<j} m_i m_j (-G / s + H / (3 s³)),  s² = r² + ε²   (app/physics.potential_energy)
 //   diag_finalize(moments, n_moment_blocks, potential, n_potential_blocks, out)   one block: out[0..9]
 //
@@ -11,8 +12,9 @@
 // state of the `fp64` kernel, nbody::dvec4 with the same layout). Every sum is deterministic: fixed
 // grid-stride and tree orders, no atomics, one block for the last pass.
 //
-// Potential geometry: tiles of DIAG_BLOCK bodies; block (x, y) = (i-tile ti, chunk of chunk_tiles
-// j-tiles starting at y * chunk_tiles). A block walks the j-tiles of its chunk that are >= ti (the upper
+// Potential geometry: tiles of DIAG_BLOCK bodies; block (x, y) = (i-tile ti = ti0 + x, chunk of chunk_tiles
+// j-tiles starting at y * chunk_tiles). Each block writes its own partial (y * tiles + ti), so the slices a
+// launch is cut into change nothing in the sum: one launch over all i-tiles or many give the same bits. A block walks the j-tiles of its chunk that are >= ti (the upper
 // triangle; blocks left of the diagonal do nothing and write 0). In the diagonal tile only k > tid
 // counts (j > i): the self term -G m²/ε is never formed, so ε = 0 and ε > 0 need no subtraction.
 // Per thread the tile's 256 terms Σ m_j / s and Σ m_j / s³ are summed in the state's precision, then
@@ -150,13 +152,13 @@ __device__ __forceinline__ void pair_terms(typename P::Real& a, typename P::Real
 template <class P, class Model, bool SOFT>
 __device__ __forceinline__ void potential(const typename P::Body* __restrict__ pos, const int n,
                                           const typename P::Real eps2, const double G, const double H3,
-                                          const int chunk_tiles, double* __restrict__ partial) {
+                                          const int chunk_tiles, const int ti0, const int tiles,
+                                          double* __restrict__ partial) {
     using Body = typename P::Body;
     using Real = typename P::Real;
     __shared__ Body tile[DIAG_BLOCK];
     const int tid = threadIdx.x;
-    const int ti = blockIdx.x;
-    const int tiles = gridDim.x;
+    const int ti = ti0 + blockIdx.x;
     const int first = blockIdx.y * chunk_tiles;
     const int last = min(first + chunk_tiles, tiles);
     const int i = ti * DIAG_BLOCK + tid;
@@ -187,7 +189,7 @@ __device__ __forceinline__ void potential(const typename P::Body* __restrict__ p
     if (i < n) {
         u[0] = (double)bi.w * (Model::repulsion ? fma(H3, b, -G * a) : -G * a);
     }
-    block_sum<1>(u, partial + blockIdx.y * tiles + blockIdx.x);
+    block_sum<1>(u, partial + blockIdx.y * tiles + ti);
 }
 
 }  // namespace diag
@@ -207,8 +209,10 @@ extern "C" __global__ void __launch_bounds__(DIAG_BLOCK)
 #define DIAG_POTENTIAL(PREC, SUFFIX, MODEL, SOFT)                                                          \
     extern "C" __global__ void __launch_bounds__(DIAG_BLOCK) diag_potential_##PREC##_##SUFFIX(              \
         const diag::PREC::Body* __restrict__ pos, const int n, const diag::PREC::Real eps2, const double G, \
-        const double H3, const int chunk_tiles, double* __restrict__ partial) {                            \
-        diag::potential<diag::PREC, nbody::MODEL, SOFT>(pos, n, eps2, G, H3, chunk_tiles, partial);       \
+        const double H3, const int chunk_tiles, const int ti0, const int tiles,                             \
+        double* __restrict__ partial) {                                                                     \
+        diag::potential<diag::PREC, nbody::MODEL, SOFT>(pos, n, eps2, G, H3, chunk_tiles, ti0, tiles,      \
+                                                        partial);                                           \
     }
 #define DIAG_POTENTIALS(PREC)                                   \
     DIAG_POTENTIAL(PREC, gravity_soft, Gravity, true)           \

@@ -69,6 +69,74 @@ def test_potential_plan_covers_each_tile_pair_once(n):
         assert all(ti <= tj < tiles for ti, tj in pairs)
 
 
+@pytest.mark.parametrize("n", [4097, 65536, 1_000_000])
+@pytest.mark.parametrize("pairs", [1, 1 << 22, 1 << 30, None])
+def test_potential_slices_cut_the_i_tiles_in_order(n, pairs):
+    """Contiguous i-tile ranges covering the grid once; each but the last reaches `pairs` pair terms and
+    would not without its last tile (the least that does)."""
+    tiles = dg.potential_plan(n)[0]
+    cuts = dg.potential_slices(n, pairs)
+    assert cuts[0][0] == 0 and cuts[-1][1] == tiles
+    assert all(a[1] == b[0] for a, b in zip(cuts, cuts[1:], strict=False)) and all(t0 < t1 for t0, t1 in cuts)
+
+    def held(t0, t1):  # pair terms of i-tiles t0 .. t1 - 1 (the upper triangle, tile granularity)
+        return sum((tiles - t) * dg.BLOCK**2 for t in range(t0, t1))
+
+    if pairs is None:
+        assert cuts == [(0, tiles)]
+        return
+    for t0, t1 in cuts[:-1]:
+        assert held(t0, t1) >= pairs and (t1 - t0 == 1 or held(t0, t1 - 1) < pairs)
+
+
+def test_a_live_slice_is_a_few_percent_of_a_tree_step():
+    """N x 1,024 pairs, not below 2^30: 16M and 1M bodies take ~N / 2,048 slices, a frame each; a 4k body
+    sample is one launch."""
+    assert dg.potential_slices(4097, dg.live_slice_pairs(4097)) == [(0, 17)]
+    for n in (1 << 20, 1 << 24):
+        cuts = dg.potential_slices(n, dg.live_slice_pairs(n))
+        assert n / 2048 * 0.85 < len(cuts) < n / 2048 * 1.05
+
+
+class _Event:
+    """A pycuda Event stand-in: `query()` answers what the test sets; record() counts."""
+
+    def __init__(self):
+        self.ready, self.records, self.waits = False, 0, 0
+
+    def query(self):
+        return self.ready
+
+    def record(self):
+        self.records += 1
+
+    def synchronize(self):
+        self.waits += 1
+
+
+def test_pending_queues_one_slice_per_done_that_finds_the_gpu_through():
+    from contextlib import nullcontext
+
+    queued: list[int] = []
+    event = _Event()
+
+    def launches():  # two later slices and the finish
+        return [lambda k=k: queued.append(k) for k in range(3)]
+
+    host = np.zeros(dg.RESULTS)
+    pending = dg.PendingDiagnostics(nullcontext(), event, host, 1.5, rest=launches(), slices=3)
+    assert pending.progress == pytest.approx(1 / 4)
+    assert not pending.done() and queued == []  # the GPU is not through the first slice yet
+    event.ready = True
+    assert not pending.done() and queued == [0] and event.records == 1
+    assert not pending.done() and queued == [0, 1]
+    assert not pending.done() and queued == [0, 1, 2] and pending.progress == 1.0
+    assert pending.done()
+    other = dg.PendingDiagnostics(nullcontext(), _Event(), host + 1.0, 2.0, rest=launches(), slices=3)
+    assert other.result().kinetic == 1.0 and queued == [0, 1, 2, 0, 1, 2]  # settle queues the rest, waits
+    assert other.event.waits == 1 and other.done()
+
+
 def _emulated_potential(pos, mass, physics: Physics, block: int) -> float:
     """The kernel's sum order in numpy: the plan's (i-tile, j-tile) blocks, j > i in diagonal tiles."""
     n = len(mass)
@@ -252,6 +320,24 @@ def test_async_launches_keep_their_own_values(backend):
     assert first.result() == now  # deterministic reduction of the same state
     assert later.time > now.time and later.kinetic != now.kinetic
     assert first.done() and second.done()
+
+
+@_gpu
+def test_a_sliced_sample_is_the_one_launch_sum_of_its_own_state(backend):
+    """A live sample's potential in slices, one queued per done(), with steps taken between them: the same
+    ten doubles, bit for bit, as one launch on the state it started from (the slices read its copy)."""
+    backend.load(bench_bodies(16384), physics_for("gravity-soft", dt=1e-3), kernel="shared")
+    backend.step(2)
+    whole = dg.launch_diagnostics(backend).result()
+    pending = dg.launch_diagnostics(backend, slice_pairs=1 << 23)
+    assert pending.slices > 10
+    polls = 0
+    while not pending.done():
+        backend.step(1)  # the state moves on while the slices run
+        polls += 1
+    assert polls >= pending.slices  # a slice a poll, then the finish
+    assert pending.result() == whole
+    assert backend.time > whole.time
 
 
 @_gpu

@@ -96,6 +96,11 @@ class _DeviceSample:
         d = _as_diagnostics(self._pending.result())
         return self._generation, (d, _angular_scale(d))
 
+    @property
+    def progress(self) -> float:
+        """The share of the sample queued on the GPU (a live one runs its potential a slice a frame)."""
+        return float(getattr(self._pending, "progress", 1.0))
+
 
 class EnergyMonitor:
     """Samples conserved quantities every `every` frames; `samples` holds the drifts since the baseline."""
@@ -215,6 +220,13 @@ class EnergyMonitor:
         self.samples.append(s)
         if len(self.samples) > self.max_samples:
             del self.samples[: len(self.samples) - self.max_samples]
+
+    @property
+    def in_flight(self) -> float | None:
+        """How far the sample in flight is (0 .. 1 of its launches queued), None when none is."""
+        if self._future is None:
+            return None
+        return self._future.progress if isinstance(self._future, _DeviceSample) else 0.0
 
     @property
     def latest(self) -> Sample | None:

@@ -346,10 +346,12 @@ class CudaBackend(MultiDeviceBackend):
         return device_diagnostics(self)
 
     def diagnostics_async(self):
-        """The same, started on the device without waiting: a PendingDiagnostics (done() / result())."""
-        from app.backends.cuda.diagnostics import launch_diagnostics
+        """The same, started on the device without waiting: a PendingDiagnostics (done() / result()). A
+        live sample: above ~45k bodies its O(N²) potential runs in slices, one queued by each done() that
+        finds the last one through (diagnostics.py, `live_slice_pairs`)."""
+        from app.backends.cuda.diagnostics import launch_diagnostics, live_slice_pairs
 
-        return launch_diagnostics(self)
+        return launch_diagnostics(self, slice_pairs=live_slice_pairs(self.n))
 
     def interaction_matrix(self) -> np.ndarray:
         """(N, N) float32 |a_ij| (body j's pull on body i, load order) for the heatmap; N <= 8,192."""

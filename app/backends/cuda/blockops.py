@@ -210,16 +210,13 @@ class CudaBlockOps:
 
     def force_error_sample(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(a(x) kept for `rows`, their all-pairs accelerations from the float32 rows the last walk read,
-        by the `shared` kernel on this GPU: app/backends/cuda/force_sample.py). a(x) must be current: the
-        rows are then the current positions (the last evaluation of a max step follows its last drift)."""
-        from app.backends.cuda.evaluator import make_evaluator
-        from app.backends.cuda.force_sample import exact_rows
+        on this GPU: app/backends/cuda/force_sample.py). a(x) must be current: the rows are then the
+        current positions (the last evaluation of a max step follows its last drift)."""
+        from app.backends.cuda.force_sample import exact_rows, sample_evaluator
         from app.backends.cuda.registry import RECORDS
 
         if self._exact is None:
-            records = {r.name: r for r in RECORDS}
-            self._exact = make_evaluator(with_role(RECORDS, "exact"), self.device, records)
-            self._exact.set_physics(self.physics)
+            self._exact = sample_evaluator(self.device, {r.name: r for r in RECORDS}, self.physics)
         rows = np.asarray(rows, dtype=np.int64)
         with self.scope():
             approx = self.acc[self.cp.asarray(rows)].get()

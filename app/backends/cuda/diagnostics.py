@@ -10,18 +10,28 @@ buffer with interop, the plain allocation without; the double buffers when the `
 and copies back ten doubles, never the state, into pinned memory behind an event: the returned
 PendingDiagnostics polls (`done()`) or waits (`result()`), so the live viewer never drains the frames
 queued on the GPU to read them (a blocking copy there stalled a frame by ~27 ms at N = 65,536 on the
-H200). `device_diagnostics(backend)` is launch + wait. Every accumulator is double; the potential sums each
-256-body tile per thread in the state's precision first (float for the fp32 kernels), then in double.
-The result is deterministic (no atomics). Cost: about half a force evaluation (each pair once, 7 FP32
-instructions + 1 rsqrt for gravity), which is why the panel asks only every few frames.
+H200). `device_diagnostics(backend)` is launch + wait.
+
+A live sample (`slice_pairs`, the viewer's) cuts the O(N²) potential into slices of i-tiles of about
+`live_slice_pairs(n)` pairs, one queued each time `done()` finds the GPU through the last, so a frame
+carries a few per cent of the potential instead of all of it: in one launch it stalled the frame it
+landed in by ~200 ms at 1M bodies and ~52 s at 16M (H200, bench/results/h200-2026-11-26-run-*-frames.csv:
+frames 1 and 31). The slices read a copy of the positions taken at the launch, so the sample is of one
+state, and every block still writes its own partial: the sliced sum is the one-launch sum, bit for bit.
+
+Every accumulator is double; the potential sums each 256-body tile per thread in the state's precision
+first (float for the fp32 kernels), then in double. The result is deterministic (no atomics). Cost: about
+half an all-pairs force evaluation (each pair once, 7 FP32 instructions + 1 rsqrt for gravity).
 
 The geometry helpers are pure functions, tested on the CPU; the launches need pycuda and a GPU.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -36,8 +46,16 @@ SOURCE = "diagnostics.cu"
 BLOCK = 256  # DIAG_BLOCK: the threads of every diagnostics block and the potential's tile length
 MOMENTS = 9  # DIAG_MOMENTS: K, Px, Py, Pz, Lx, Ly, Lz, Σ m|v|, Σ m|r||v|
 RESULTS = MOMENTS + 1  # DIAG_RESULTS: ... and U
-MAX_CHUNKS = 32  # j-chunks per tile row of the potential grid (gridDim.y)
+# j-chunks per tile row of the potential grid (gridDim.y). 256, not fewer: a live slice holds only a few
+# i-tiles at large N (4 of 65,536 at 16M), and its blocks are those tiles x the chunks, so 32 chunks left
+# ~130 blocks for 132 SMs; the cost is the partials, tiles x 256 doubles (134 MB at 16M, 8 MB at 1M)
+MAX_CHUNKS = 256
 MOMENT_BLOCKS_PER_SM = 4
+# A live slice: about N x 1,024 pairs, a few per cent of the tree's force at theta 0.6 (~3,900 interactions
+# a body at 1M), so the drift costs the frame rate little at any N; a sample then spans ~N / 2,048 frames
+# (512 at 1M). Not below 2^30 pairs: small N takes its sample in one or two frames.
+LIVE_PAIRS_PER_BODY = 1024
+LIVE_MIN_PAIRS = 1 << 30
 
 
 @dataclass(frozen=True)
@@ -59,6 +77,29 @@ def potential_plan(n: int) -> tuple[int, int, int]:
     tiles = ceil_div(max(n, 1), BLOCK)
     chunk_tiles = max(1, ceil_div(tiles, MAX_CHUNKS))
     return tiles, chunk_tiles, ceil_div(tiles, chunk_tiles)
+
+
+def live_slice_pairs(n: int) -> int:
+    """The pairs of one live slice of the potential at N bodies (LIVE_PAIRS_PER_BODY says why)."""
+    return max(int(n) * LIVE_PAIRS_PER_BODY, LIVE_MIN_PAIRS)
+
+
+def potential_slices(n: int, pairs: int | None = None) -> list[tuple[int, int]]:
+    """The i-tile ranges [t0, t1) of the potential grid, in order, each of at least `pairs` pair terms
+    (the last one the rest; i-tile ti holds (tiles - ti) x BLOCK² of them, the upper triangle); one range
+    for all when `pairs` is None."""
+    tiles = potential_plan(n)[0]
+    if pairs is None:
+        return [(0, tiles)]
+    per_tile = (tiles - np.arange(tiles, dtype=np.int64)) * BLOCK * BLOCK
+    ends = np.cumsum(per_tile)
+    cuts, start, done = [], 0, 0
+    while start < tiles:  # the first tile whose running total reaches `pairs` past the last cut
+        end = int(np.searchsorted(ends, done + max(int(pairs), 1))) + 1
+        end = min(max(end, start + 1), tiles)
+        cuts.append((start, end))
+        start, done = end, int(ends[end - 1])
+    return cuts
 
 
 def tile_pairs(tiles: int, chunk_tiles: int, chunks: int) -> list[tuple[int, int]]:
@@ -97,24 +138,43 @@ class PendingDiagnostics:
     """Device diagnostics in flight: the ten doubles land in `host` (pinned) once `event` completes.
 
     `host` is the backend's one pinned buffer (allocating pinned memory synchronises the whole device,
-    which is the stall this avoids); the next launch first settles this one into its own copy."""
+    which is the stall this avoids); the next launch first settles this one into its own copy. `rest`:
+    the launches not queued yet (a live sample's later potential slices, then the finalize and the copy),
+    one queued by each `done()` that finds the GPU through the previous ones."""
 
     scope: ContextScope  # the backend's: event calls need its context current
     event: Any  # a pycuda Event (pycuda ships no type stubs)
     host: np.ndarray
     time: float
+    rest: list[Callable[[], None]] = field(default_factory=list)
+    slices: int = 1  # the potential's slices in all
     _values: np.ndarray | None = None
+
+    @property
+    def progress(self) -> float:
+        """The share of the launches queued so far, 0 .. 1."""
+        return 1.0 - len(self.rest) / (self.slices + 1)
 
     def done(self) -> bool:
         if self._values is not None:
             return True
         with self.scope:
-            return bool(self.event.query())
+            if not self.event.query():
+                return False
+            if not self.rest:
+                return True
+            self.rest.pop(0)()
+            self.event.record()
+            return False
 
     def settle(self) -> None:
-        """Wait for the GPU if needed and keep the values (the pinned buffer may then be reused)."""
+        """Queue what is left, wait for the GPU if needed and keep the values (the pinned buffer may then
+        be reused)."""
         if self._values is None:
             with self.scope:
+                while self.rest:
+                    self.rest.pop(0)()
+                self.event.record()
                 self.event.synchronize()
             self._values = self.host.copy()
 
@@ -130,8 +190,10 @@ def device_diagnostics(backend) -> DeviceDiagnostics:
     return launch_diagnostics(backend).result()
 
 
-def launch_diagnostics(backend) -> PendingDiagnostics:
+def launch_diagnostics(backend, slice_pairs: int | None = None) -> PendingDiagnostics:
     """Start the diagnostics of a loaded CudaBackend's current state on its device; returns at once.
+    `slice_pairs`: the potential in slices of about that many pairs, the first queued now and each later
+    one by the handle's done() (a live sample: `live_slice_pairs(n)`); None, in one launch.
 
     Uses the backend's public surface only: `device` (kernels, scratch, pinned memory, scope),
     `state_arrays()` (the state's precision and pointers), `physics`, `n`, `time`, and `diag_pending`,
@@ -139,6 +201,7 @@ def launch_diagnostics(backend) -> PendingDiagnostics:
     dev, n = backend.device, backend.n
     repulsion, soft, eps2, g, h = force_arguments(backend.physics)
     tiles, chunk_tiles, chunks = potential_plan(n)
+    slices = potential_slices(n, slice_pairs)
     n_moments = moment_blocks(n, dev.facts.sms)
     n_potential = tiles * chunks
     previous = backend.diag_pending
@@ -150,7 +213,7 @@ def launch_diagnostics(backend) -> PendingDiagnostics:
         out = dev.pinned("diagnostics", RESULTS, np.float64)
         moments = dev.function(SOURCE, f"diag_moments_{prec}", "PPiP")
         potential = dev.function(
-            SOURCE, potential_symbol(prec, repulsion, soft), "PidddiP" if fp64 else "PifddiP"
+            SOURCE, potential_symbol(prec, repulsion, soft), "PidddiiiP" if fp64 else "PifddiiiP"
         )
         finalize = dev.function(SOURCE, "diag_finalize", "PiPiP")
         base = dev.scratch("diagnostics", 8 * (MOMENTS * n_moments + n_potential + RESULTS))
@@ -158,10 +221,28 @@ def launch_diagnostics(backend) -> PendingDiagnostics:
         part_u = base + 8 * MOMENTS * n_moments
         result = part_u + 8 * n_potential
         moments.prepared_call((n_moments, 1), (BLOCK, 1, 1), pos, vel, n, part_m)
-        potential.prepared_call((tiles, chunks), (BLOCK, 1, 1), pos, n, eps2, g, h / 3.0, chunk_tiles, part_u)
-        finalize.prepared_call((1, 1), (BLOCK, 1, 1), part_m, n_moments, part_u, n_potential, result)
-        dev.drv.memcpy_dtoh_async(out, result)  # stream-ordered after the three kernels: 80 bytes
+        source = pos
+        if len(slices) > 1:  # the later slices run after the state has moved on: they read its copy
+            row = 32 if fp64 else 16
+            source = dev.scratch("diagnostics-pos", row * n)
+            dev.drv.memcpy_dtod(source, pos, row * n)
+
+        def potential_slice(t0: int, t1: int) -> None:
+            potential.prepared_call(
+                (t1 - t0, chunks), (BLOCK, 1, 1), source, n, eps2, g, h / 3.0, chunk_tiles, t0, tiles, part_u
+            )
+
+        def finish() -> None:
+            finalize.prepared_call((1, 1), (BLOCK, 1, 1), part_m, n_moments, part_u, n_potential, result)
+            dev.drv.memcpy_dtoh_async(out, result)  # stream-ordered after the kernels: 80 bytes
+
+        potential_slice(*slices[0])
+        rest = [functools.partial(potential_slice, *cut) for cut in slices[1:]] + [finish]
+        if len(rest) == 1:
+            rest.pop()()
         event = dev.drv.Event()
         event.record()
-    backend.diag_pending = PendingDiagnostics(scope=dev.scope, event=event, host=out, time=backend.time)
+    backend.diag_pending = PendingDiagnostics(
+        scope=dev.scope, event=event, host=out, time=backend.time, rest=rest, slices=len(slices)
+    )
     return backend.diag_pending

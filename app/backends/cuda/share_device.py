@@ -34,13 +34,13 @@ from app.backends.cuda import registry
 from app.backends.cuda.context import StreamMark, legacy_stream_wait
 from app.backends.cuda.device import CudaDevice
 from app.backends.cuda.evaluator import make_evaluator
-from app.backends.cuda.force_sample import exact_rows
+from app.backends.cuda.force_sample import exact_rows, sample_evaluator
 from app.backends.cuda.nonfinite import NonFiniteCheck
 from app.backends.cuda.policies import ceil_div, force_arguments
 from app.backends.cuda.state import FP64, ROW_BYTES, STATE, GpuState
 from app.backends.cuda.state_ops import INTEGRATE_SOURCE, Fp32Ops, Fp64Ops
 from app.core.errors import ConfigError
-from app.engine.forces import ForceWork, Span, drain, with_role
+from app.engine.forces import ForceWork, Span, drain
 from app.model.bodies import Bodies
 from app.model.physics import Physics
 from app.parallel.decomposition import share_cuts
@@ -413,12 +413,10 @@ class CudaShareDevice:
         return self.state.rows_at(field, rows)
 
     def exact_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Float64 (K, 3): `shared`'s all-pairs accelerations of `rows` due to every position of this GPU's
-        copy (whole after each exchange), behind its queued work: one GPU's exact sum (force_sample.py)."""
+        """Float64 (K, 3): the all-pairs accelerations of `rows` due to every position of this GPU's copy
+        (whole after each exchange), behind its queued work: one GPU's exact sum (force_sample.py)."""
         if self._exact is None:
-            exact = with_role(self._records.values(), "exact")
-            self._exact = make_evaluator(exact, self.device, self._records)
-            self._exact.set_physics(self.physics)
+            self._exact = sample_evaluator(self.device, self._records, self.physics)
         return exact_rows(self.device, self._exact, self.ptr["pos"], self.n, rows)
 
     def close(self) -> None:

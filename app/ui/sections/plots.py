@@ -57,8 +57,11 @@ def _energy(panel) -> None:
         f"sampled every {en.every} frames ({en.source or '...'}); |dE/E0|: energy drift since the "
         "baseline; |dP|: linear momentum drift / sum m|v|; |dL|: angular momentum drift / sum m|r||v|"
     )
+    flight = en.in_flight
+    if flight is not None and flight < 1.0:  # a large N's potential runs a slice a frame
+        how += f"; the sample in flight is {flight:.0%} queued (its O(N²) potential runs a slice a frame)"
     if last is None:
-        imgui.text_disabled("waiting for the first sample ...")
+        imgui.text_disabled("waiting for the first sample" + ("" if flight is None else f" ({flight:.0%})"))
     else:
         e = "n/a" if last.energy is None else f"{last.energy:.2e}"
         panel._mono(f"|dE/E0| {e}   |dP| {last.momentum:.1e}   |dL| {last.angular:.1e}")
