@@ -98,6 +98,33 @@ def test_a_live_slice_is_a_few_percent_of_a_tree_step():
         assert n / 2048 * 0.85 < len(cuts) < n / 2048 * 1.05
 
 
+def test_a_live_sample_leaves_the_potential_out_past_4m_bodies():
+    assert dg.live_potential(1 << 22) and not dg.live_potential(5 << 20)  # 1,880 and 2,350 slices
+
+
+def test_the_monitor_shows_why_a_sample_has_no_energy():
+    from contextlib import nullcontext
+
+    from app.ui.energy import EnergyMonitor
+
+    values = np.arange(dg.RESULTS, dtype=np.float64) + 1.0
+    note = "N = 16,777,216: the live energy drift is off"
+
+    class Stub:
+        physics, synchronised, reduces_diagnostics = Physics(), True, True
+
+        def diagnostics_async(self):
+            event = _Event()
+            event.ready = True
+            return dg.PendingDiagnostics(nullcontext(), event, values, 0.0, note=note)
+
+    mon = EnergyMonitor(every=1)
+    mon.tick(Stub())
+    mon.tick(Stub())
+    assert mon.note == note and mon.samples[-1].energy is None and mon.samples[-1].e_total is None
+    assert mon.samples[-1].momentum == 0.0  # the momenta are still judged
+
+
 class _Event:
     """A pycuda Event stand-in: `query()` answers what the test sets; record() counts."""
 
@@ -338,6 +365,17 @@ def test_a_sliced_sample_is_the_one_launch_sum_of_its_own_state(backend):
     assert polls >= pending.slices  # a slice a poll, then the finish
     assert pending.result() == whole
     assert backend.time > whole.time
+
+
+@_gpu
+def test_past_the_live_slices_a_sample_has_the_momenta_and_no_potential(backend, monkeypatch):
+    backend.load(bench_bodies(16384), physics_for("gravity-soft"), kernel="shared")
+    whole = dg.launch_diagnostics(backend).result()
+    monkeypatch.setattr(dg, "LIVE_MAX_SLICES", 4)
+    pending = dg.launch_diagnostics(backend, slice_pairs=1 << 23)
+    assert pending.note and pending.slices == 0 and pending.progress == 1.0  # all queued at once
+    d = pending.result()
+    assert np.isnan(d.potential) and d.kinetic == whole.kinetic and d.momentum == whole.momentum
 
 
 @_gpu

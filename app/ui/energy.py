@@ -153,6 +153,7 @@ class EnergyMonitor:
             try:
                 pending = backend.diagnostics_async()  # read a frame or two later: no wait on the GPU
                 if pending is not None:
+                    self.note = getattr(pending, "note", "")  # (a large N's sample: momenta only)
                     self._future = _DeviceSample(pending, self._generation)
                     return
                 d = _as_diagnostics(backend.diagnostics())

@@ -28,6 +28,7 @@ The geometry helpers are pure functions, tested on the CPU; the launches need py
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections.abc import Callable
@@ -56,6 +57,11 @@ MOMENT_BLOCKS_PER_SM = 4
 # (512 at 1M). Not below 2^30 pairs: small N takes its sample in one or two frames.
 LIVE_PAIRS_PER_BODY = 1024
 LIVE_MIN_PAIRS = 1 << 30
+# A live sample whose potential would span more slices (frames) than this leaves the potential out: past
+# ~4M bodies an exact energy takes thousands of frames (8,192 at 16M, a quarter of an hour at 9 fps) and
+# each of them ~6 ms of the GPU (H200, 16M: 117 ms frames against 111 for 9 fps), so the panel shows the
+# momenta's drift there, every sample, and says why the energy's is not; `simulate` computes it.
+LIVE_MAX_SLICES = 2048
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,11 @@ def potential_plan(n: int) -> tuple[int, int, int]:
 def live_slice_pairs(n: int) -> int:
     """The pairs of one live slice of the potential at N bodies (LIVE_PAIRS_PER_BODY says why)."""
     return max(int(n) * LIVE_PAIRS_PER_BODY, LIVE_MIN_PAIRS)
+
+
+def live_potential(n: int) -> bool:
+    """Whether a live sample at N bodies computes the potential (LIVE_MAX_SLICES says why not)."""
+    return len(potential_slices(n, live_slice_pairs(n))) <= LIVE_MAX_SLICES
 
 
 def potential_slices(n: int, pairs: int | None = None) -> list[tuple[int, int]]:
@@ -148,6 +159,7 @@ class PendingDiagnostics:
     time: float
     rest: list[Callable[[], None]] = field(default_factory=list)
     slices: int = 1  # the potential's slices in all
+    note: str = ""  # why the potential was left out (a live sample at large N), else ""
     _values: np.ndarray | None = None
 
     @property
@@ -182,7 +194,8 @@ class PendingDiagnostics:
         """Waits for the GPU to get there if it has not yet."""
         self.settle()
         assert self._values is not None, "kept by settle()"
-        return from_results(self._values, self.time)
+        d = from_results(self._values, self.time)
+        return dataclasses.replace(d, potential=math.nan) if self.note else d
 
 
 def device_diagnostics(backend) -> DeviceDiagnostics:
@@ -193,7 +206,8 @@ def device_diagnostics(backend) -> DeviceDiagnostics:
 def launch_diagnostics(backend, slice_pairs: int | None = None) -> PendingDiagnostics:
     """Start the diagnostics of a loaded CudaBackend's current state on its device; returns at once.
     `slice_pairs`: the potential in slices of about that many pairs, the first queued now and each later
-    one by the handle's done() (a live sample: `live_slice_pairs(n)`); None, in one launch.
+    one by the handle's done() (a live sample: `live_slice_pairs(n)`), or none past LIVE_MAX_SLICES of
+    them (the handle's `note` says so, its potential NaN); None, in one launch.
 
     Uses the backend's public surface only: `device` (kernels, scratch, pinned memory, scope),
     `state_arrays()` (the state's precision and pointers), `physics`, `n`, `time`, and `diag_pending`,
@@ -202,6 +216,13 @@ def launch_diagnostics(backend, slice_pairs: int | None = None) -> PendingDiagno
     repulsion, soft, eps2, g, h = force_arguments(backend.physics)
     tiles, chunk_tiles, chunks = potential_plan(n)
     slices = potential_slices(n, slice_pairs)
+    note = ""
+    if slice_pairs is not None and len(slices) > LIVE_MAX_SLICES:
+        note = (
+            f"N = {n:,}: the live energy drift is off (an exact sample would span {len(slices):,} frames); "
+            "momenta only. `simulate` computes the energy"
+        )
+        slices = []
     n_moments = moment_blocks(n, dev.facts.sms)
     n_potential = tiles * chunks
     previous = backend.diag_pending
@@ -233,16 +254,19 @@ def launch_diagnostics(backend, slice_pairs: int | None = None) -> PendingDiagno
             )
 
         def finish() -> None:
-            finalize.prepared_call((1, 1), (BLOCK, 1, 1), part_m, n_moments, part_u, n_potential, result)
+            summed = n_potential if slices else 0  # (the potential left out: none of its partials)
+            finalize.prepared_call((1, 1), (BLOCK, 1, 1), part_m, n_moments, part_u, summed, result)
             dev.drv.memcpy_dtoh_async(out, result)  # stream-ordered after the kernels: 80 bytes
 
-        potential_slice(*slices[0])
-        rest = [functools.partial(potential_slice, *cut) for cut in slices[1:]] + [finish]
+        first, later = (slices[0], slices[1:]) if slices else (None, [])
+        if first is not None:
+            potential_slice(*first)
+        rest = [functools.partial(potential_slice, *cut) for cut in later] + [finish]
         if len(rest) == 1:
             rest.pop()()
         event = dev.drv.Event()
         event.record()
     backend.diag_pending = PendingDiagnostics(
-        scope=dev.scope, event=event, host=out, time=backend.time, rest=rest, slices=len(slices)
+        scope=dev.scope, event=event, host=out, time=backend.time, rest=rest, slices=len(slices), note=note
     )
     return backend.diag_pending

@@ -16,11 +16,16 @@ copies), with no host wait beyond the read-back itself. The caller's state is on
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from app.backends.cuda.evaluator import make_evaluator
 from app.backends.cuda.tree import cupy_module
 from app.engine.forces import ForceEvaluator, Span
+
+if TYPE_CHECKING:
+    from app.backends.cuda.evaluator import GpuEvaluator
 
 SAMPLE_RECORD = "multi-thread-per-body"
 SAMPLE_THREADS = 32  # its q: a warp a target, 1,024 targets x 32 = 128 blocks of 256 threads
@@ -42,7 +47,7 @@ def gather_rows(device, ptr: int, n: int, rows: np.ndarray) -> np.ndarray:
         return _float4_rows(cp, ptr, n, device)[cp.asarray(np.asarray(rows, dtype=np.int64))].get()
 
 
-def sample_evaluator(device, records: dict, physics) -> ForceEvaluator:
+def sample_evaluator(device, records: dict, physics) -> GpuEvaluator:
     """The evaluator `exact_rows` launches on `device` (a CudaDevice; `records` the backend's by name):
     SAMPLE_RECORD with SAMPLE_THREADS threads sharing each target's sources, with the run's physics."""
     evaluator = make_evaluator(records[SAMPLE_RECORD], device, records)
