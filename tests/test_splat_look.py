@@ -45,17 +45,31 @@ def collision_frames():
     return frames
 
 
+def look_figures(
+    images: dict[int, np.ndarray],
+) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+    """(lit share of the frame, white share of the lit pixels, mean brightness over the pixels lit in any
+    of the frames) per N, for (H, W, 3+) uint8 images keyed by N (also tests/test_splat_record_gpu.py's).
+    White: a channel at 255; brightness: the brightest channel."""
+    lit = {n: im[..., :3].max(axis=2) > 0 for n, im in images.items()}
+    either = np.logical_or.reduce(list(lit.values()))
+    lit_share, white_share, means = {}, {}, {}
+    for n, im in images.items():
+        rgb = im[..., :3]
+        white = (rgb == 255).any(axis=2) & lit[n]
+        lit_share[n] = float(lit[n].mean())
+        white_share[n] = float(white.sum() / max(lit[n].sum(), 1))
+        means[n] = float(rgb.astype(np.float64).max(axis=2)[either].mean())
+    return lit_share, white_share, means
+
+
 def test_the_collision_at_1m_and_8m_is_not_burnt_out_and_as_bright(collision_frames):
     """The mean is taken over the pixels lit in either frame (the same pixels for both, as the twin's
     galaxy test does): 8M bodies light more of the faint outskirts, so a mean over each frame's own lit
     pixels falls with N although the light is the same (0.79x here, 1M: 2.3% of the frame lit)."""
-    lit = {n: f.image.max(axis=2) > 0 for n, f in collision_frames.items()}
-    either = np.logical_or.reduce(list(lit.values()))
-    means = {}
-    for n, f in collision_frames.items():
-        white = (f.image == 255).any(axis=2) & lit[n]
-        assert lit[n].mean() > 0.01, n  # a scene, not a black frame (the galaxies fill ~2% at 1M)
-        assert white.sum() < 0.02 * lit[n].sum(), f"N = {n:,}: {white.sum() / lit[n].sum():.2%} white"
-        means[n] = f.image.astype(np.float64).max(axis=2)[either].mean()
+    lit, white, means = look_figures({n: f.image for n, f in collision_frames.items()})
+    for n in lit:
+        assert lit[n] > 0.01, n  # a scene, not a black frame (the galaxies fill ~2% at 1M)
+        assert white[n] < 0.02, f"N = {n:,}: {white[n]:.2%} white"
     small, large = (means[n] for n in sorted(means))
     assert 0.8 < large / small < 1.2, means
