@@ -52,6 +52,9 @@ class RenderSettings:
     splat_from: int = 262144  # auto: splat from this many bodies on CUDA (docs/rendering.md, "Measured")
     exposure: float = 0.0  # splat: one body's light at N <= 16k in tone-map units; 0: automatic
     tone_map: str = "exp"  # splat: exp | aces
+    bloom: float = 0.0  # splat: the glow's strength around the brightest parts, 0 off (splat_bloom.py)
+    bloom_threshold: float = 4.0  # splat: the glow is of the parts brighter than this tone-map x
+    bloom_radius: float = 6.0  # splat: the glow's Gaussian sigma, pixels
     # render.components.KEY.{visible, brightness, color}: KEY -> app.model.components.Style, in the order set
     components: dict = field(default_factory=dict)
 

@@ -485,3 +485,71 @@ extern "C" __global__ void splat_tonemap(uchar4* __restrict__ out, const u64* __
     }
     out[i] = make_uchar4(c[0], c[1], c[2], 255);
 }
+
+// --- the bloom (app/render/splat_bloom.py): render.bloom > 0 ---------------------------------------------
+// index (H * W * 3) uint32: each channel's tone-map index, as splat_tonemap computes it, kept for the end.
+extern "C" __global__ void splat_indices(unsigned int* __restrict__ index, const u64* __restrict__ accum,
+                                         const int pixels, const u64 scale, const u64 saturation,
+                                         const int shift) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= pixels) {
+        return;
+    }
+#pragma unroll
+    for (int ch = 0; ch < 3; ++ch) {
+        const u64 a = min(accum[3LL * i + ch], saturation) >> shift;
+        index[3LL * i + ch] = (unsigned int)min((a * scale) >> SPLAT_EXPOSURE_SHIFT, (u64)(SPLAT_TONE_SIZE - 1));
+    }
+}
+
+// One pass of the separable blur: out = (sum_k taps[k] max(src[.. + k - reach ..] - threshold, 0)) // total
+// along the row (along_rows = 1) or the column, pixels outside the frame 0. The row pass takes the index
+// with the bloom's threshold (its bright part), the column pass the row pass's output with threshold 0.
+// Integer sums in 64 bits: the same bytes as the twin's glow_pass.
+extern "C" __global__ void splat_glow(unsigned int* __restrict__ out, const unsigned int* __restrict__ src,
+                                      const int* __restrict__ taps, const int reach, const long long total,
+                                      const int width, const int height, const int along_rows,
+                                      const int threshold) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= width * height) {
+        return;
+    }
+    const int r = i / width;
+    const int c = i - r * width;
+    long long acc[3] = {0, 0, 0};
+    for (int j = 0; j <= 2 * reach; ++j) {
+        const int rr = along_rows ? r : r + j - reach;
+        const int cc = along_rows ? c + j - reach : c;
+        if (rr < 0 || rr >= height || cc < 0 || cc >= width) {
+            continue;
+        }
+        const long long w = __ldg(&taps[j]);
+        const long long at = 3LL * ((long long)rr * width + cc);
+#pragma unroll
+        for (int ch = 0; ch < 3; ++ch) {
+            acc[ch] += w * (long long)max((int)__ldg(&src[at + ch]) - threshold, 0);
+        }
+    }
+#pragma unroll
+    for (int ch = 0; ch < 3; ++ch) {
+        out[3LL * i + ch] = (unsigned int)(acc[ch] / total);
+    }
+}
+
+// The tone map with the glow: lut[ch, min(i + ((gain * v) >> 8), 4095)].
+extern "C" __global__ void splat_tonemap_glow(uchar4* __restrict__ out, const unsigned int* __restrict__ index,
+                                              const unsigned int* __restrict__ glow,
+                                              const unsigned char* __restrict__ lut, const int pixels,
+                                              const int gain) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= pixels) {
+        return;
+    }
+    unsigned char c[3];
+#pragma unroll
+    for (int ch = 0; ch < 3; ++ch) {
+        const long long lifted = (long long)index[3LL * i + ch] + (((long long)gain * glow[3LL * i + ch]) >> 8);
+        c[ch] = __ldg(&lut[ch * SPLAT_TONE_SIZE + (int)min(lifted, (long long)(SPLAT_TONE_SIZE - 1))]);
+    }
+    out[i] = make_uchar4(c[0], c[1], c[2], 255);
+}

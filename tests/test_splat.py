@@ -7,7 +7,9 @@ are held to the twin pixel for pixel by tests/test_splat_gpu.py."""
 
 from __future__ import annotations
 
+import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -29,6 +31,7 @@ W, H = 320, 240
 CAMERA = dict(azimuth=30.0, elevation=20.0, distance=6.0, fov=45.0)
 WHITE = RenderSettings(color_by="none", colormap="white")  # every channel the same light
 F32 = np.float32
+TONE_SIZE = splat.TONE_SIZE
 
 
 def camera(**kw) -> OrbitCamera:
@@ -569,3 +572,72 @@ def test_the_splatter_uploads_its_tables_once_while_their_sources_stay():
     sent.clear()
     splatter._tables(white_light(1000, brightness=2.0), view, params)
     assert [ptr for ptr, _ in sent] == [tables[0], tables[2], lut]  # a brighter table, the same thresholds
+
+
+# --- the bloom (app/render/splat_bloom.py) --------------------------------------------------------------
+def test_bloom_taps_are_a_quantised_symmetric_gaussian():
+    from app.render.splat_bloom import RADIUS, TAP_ONE, gaussian_taps
+
+    for radius in (RADIUS[0], 1.0, 6.0, RADIUS[1]):
+        taps = gaussian_taps(radius)
+        assert len(taps) == 2 * math.ceil(3 * radius) + 1 and taps[len(taps) // 2] == TAP_ONE
+        assert np.array_equal(taps, taps[::-1]) and taps.min() >= 1
+        assert np.all(np.diff(taps[: len(taps) // 2 + 1]) >= 0)  # rising to the centre
+        assert int(taps.sum()) * (TONE_SIZE - 1) < 2**32  # the blur's sums fit 32 bits (kept in 64)
+
+
+def test_bloom_settings_out_of_range_are_refused_and_zero_is_off():
+    from app.render.splat_bloom import bloom_of
+
+    assert bloom_of(0.0, 4.0, 6.0) is None and bloom_of(0.001, 4.0, 6.0) is None  # rounds to gain 0
+    b = bloom_of(1.0, 2.0, 6.0)
+    assert b is not None and (b.gain, b.threshold) == (256, 1024)
+    for args in ((-1.0, 4.0, 6.0), (17.0, 4.0, 6.0), (1.0, 8.0, 6.0), (1.0, 4.0, 0.1), (1.0, 4.0, 40.0)):
+        with pytest.raises(ConfigError):
+            bloom_of(*args)
+
+
+@pytest.mark.parametrize("threshold, radius", [(0.0, 0.5), (1.0, 2.0), (4.0, 6.0), (7.9, 32.0)])
+def test_the_twin_s_glow_is_the_reference_integer_blur(threshold, radius):
+    from app.render.splat_bloom import bloom_of, reference_glow
+    from app.render.splat_cpu import glow_pass
+
+    b = bloom_of(1.0, threshold, radius)
+    index = np.random.default_rng(7).integers(0, TONE_SIZE, (37, 53, 3))
+    index[5:9, 40:44] = TONE_SIZE - 1  # a saturated patch near an edge
+    bright = np.maximum(index - b.threshold, 0)
+    taps = b.taps.astype(np.int64)
+    rows, glow = np.empty_like(bright), np.empty_like(bright)
+    glow_pass(bright, taps, np.int64(b.total), True, rows)
+    glow_pass(rows, taps, np.int64(b.total), False, glow)
+    assert np.array_equal(glow, reference_glow(index, b))
+    assert glow.max() <= TONE_SIZE - 1 - b.threshold
+
+
+def test_a_bloomed_frame_is_the_plain_one_lifted_by_the_glow():
+    """The same bodies with and without the bloom: the same exposure and histogram; the image is the table
+    read at i + (G v) >> 8 with v the reference glow: pixels only brighten, also those near the bright core
+    that have no bright part of their own."""
+    from app.render.splat_bloom import bloom_of, reference_glow
+
+    cam, n = camera(elevation=35.0, distance=14.0), 60_000
+    light = body_light(RenderSettings(color_by="none"), comps.drawn(None, {}), n)
+    pos4 = galaxy(n, 9)
+    params = SplatParams(160, 120)
+    plain = frame(pos4, size=(160, 120), cam=cam, light=light, params=params)
+    glowing = frame(
+        pos4, size=(160, 120), cam=cam, light=light, params=replace(params, bloom=2.0, bloom_radius=3.0)
+    )
+    assert glowing.exposure == plain.exposure and np.array_equal(glowing.hist, plain.hist)
+    e = plain.exposure
+    a = np.minimum(plain.accum, np.uint64(e.saturation)) >> np.uint64(e.shift)
+    index = np.minimum((a * np.uint64(e.scale)) >> np.uint64(splat.EXPOSURE_SHIFT), TONE_SIZE - 1).astype(
+        np.int64
+    )
+    b = bloom_of(2.0, params.bloom_threshold, 3.0)
+    lifted = np.minimum(index + ((b.gain * reference_glow(index, b)) >> 8), TONE_SIZE - 1)
+    lut = tone_lut(params.tone_map, params.background)
+    assert np.array_equal(glowing.image, lut[np.arange(3), lifted])
+    assert (glowing.image >= plain.image).all() and (glowing.image > plain.image).any()
+    dim = index.max(axis=2) < b.threshold  # pixels with no bright part of their own ...
+    assert (glowing.image > plain.image).any(axis=2)[dim].any()  # ... that the glow reaches

@@ -90,6 +90,15 @@ CASES = {
     ),
     "pair-none-auto": (lambda: pair(400_000, 3), "none", dict(), (1280, 720)),
     "pair-speed-manual": (lambda: pair(400_000, 4), "speed", dict(exposure=6.0), (1280, 720)),
+    # the bloom (app/render/splat_bloom.py): wide and narrow glows, one at a low threshold, one at a frame
+    # edge's worth of radius (taps past the border)
+    "pair-speed-bloom": (lambda: pair(400_000, 5), "speed", dict(bloom=1.5, bloom_radius=8.0), (1280, 720)),
+    "cloud-mass-bloom-low": (
+        lambda: plummer(100_000, 6),
+        "mass",
+        dict(bloom=4.0, bloom_threshold=0.5, bloom_radius=1.5, tone_map="aces"),
+        (641, 361),
+    ),
 }
 
 

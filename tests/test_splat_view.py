@@ -98,7 +98,8 @@ def test_a_splat_that_fails_falls_back_to_sprites_for_the_run(make_viewer, monke
 def test_the_view_tab_switches_to_splat_and_to_a_manual_exposure_through_clicks(gl_env):  # noqa: F811
     """Through real input: "splat" in the View tab's style combo draws the next frames as splat (here the
     CPU twin: the fake-free CPU backend fills no GL buffers); unticking "auto exposure" continues at the
-    exposure automatic was giving, so the picture does not jump; "aces" in the tone-map combo applies."""
+    exposure automatic was giving, so the picture does not jump; "aces" in the tone-map combo applies; a
+    bloom typed into its field brightens the frame around its brightest parts."""
     from test_panel import UI
 
     ui = UI(n=4096, height=900)
@@ -119,6 +120,13 @@ def test_the_view_tab_switches_to_splat_and_to_a_manual_exposure_through_clicks(
         ui.click("render.tone_map")
         ui.click("render.tone_map=aces")
         assert ui.viewer.renderer.settings.tone_map == "aces"
-        assert not np.array_equal(ui.viewer.render_to_array(SIZE), after)
+        toned = ui.viewer.render_to_array(SIZE)
+        assert not np.array_equal(toned, after)
+        ui.click("render.bloom")  # typed, as the CLI's --set render.bloom=2 (0: off)
+        ui.type("2")
+        ui.enter()
+        assert ui.viewer.renderer.settings.bloom == 2.0, ui.ctl.message
+        glowing = ui.viewer.render_to_array(SIZE)
+        assert (glowing >= toned).all() and (glowing > toned).any()  # a glow adds light, never takes it
     finally:
         ui.close()

@@ -224,6 +224,13 @@ SCHEMA: dict[str, dict[str, Field]] = {
             "splat: exp (1 - exp(-x), as the sprites) or aces (a filmic toe and shoulder)",
             choices=TONE_MAPS,
         ),
+        "bloom": Field(
+            "float", "splat: a glow around the brightest parts, its strength (0: off)", lo=0, hi=16
+        ),
+        "bloom_threshold": Field(
+            "float", "splat: the glow is of the parts brighter than this x", lo=0, hi=7.99
+        ),
+        "bloom_radius": Field("float", "splat: the glow's Gaussian sigma, pixels", lo=0.5, hi=32),
         "components": Field(
             "components",
             "per component: render.components.NAME.visible (true/false), "

@@ -80,6 +80,9 @@ KERNELS = {
     "splat_tiles": "PPPPPPiiiii",
     "splat_histogram": "PPi",
     "splat_tonemap": "PPPiQQi",
+    "splat_indices": "PPiQQi",  # the bloom's (app/render/splat_bloom.py)
+    "splat_glow": "PPPiQiiii",  # (Q: the long long total, positive, packed as 64 bits)
+    "splat_tonemap_glow": "PPPPii",
 }
 BLOCK = 256
 OFFSETS_BLOCK = 1024  # splat_offsets: one block, 4 tiles a thread
@@ -114,6 +117,9 @@ class SplatParams:
     n_ref: int = 16384  # up to this many bodies each gets the full light (the sprites' DENSITY_REF_N)
     gamma: float = 1.0  # light per body ∝ (n_ref / N)^gamma above n_ref (the module docstring says why)
     background: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    bloom: float = 0.0  # the glow's strength, 0: off (app/render/splat_bloom.py)
+    bloom_threshold: float = 4.0  # ... of the parts brighter than this x
+    bloom_radius: float = 6.0  # ... spread over a Gaussian of this sigma, pixels
 
     def __post_init__(self):
         if min(int(self.width), int(self.height)) <= 0 or self.width * self.height * 3 >= 2**31:

@@ -35,6 +35,7 @@ from app.render.splat import (
     frame_exposure,
     tone_lut,
 )
+from app.render.splat_bloom import Bloom, bloom_of
 from app.render.splat_light import COMPONENTS, LEVELS, VALUE_ARRAY, VALUE_MASS, BodyLight
 
 _HALF = np.float32(0.5)
@@ -145,6 +146,59 @@ def tonemap(accum, lut, scale, saturation, shift, image):
                 image[r, c, ch] = lut[ch, min(i, last)]
 
 
+@njit(cache=True)
+def tone_indices(accum, scale, saturation, shift, index):
+    """index[r, c, ch] = min(((min(A, saturation) >> shift) * scale) >> 48, 4095): step 5's, kept."""
+    down = np.uint64(EXPOSURE_SHIFT)
+    last = np.uint64(TONE_SIZE - 1)
+    for r in range(accum.shape[0]):
+        for c in range(accum.shape[1]):
+            for ch in range(3):
+                index[r, c, ch] = min(((min(accum[r, c, ch], saturation) >> shift) * scale) >> down, last)
+
+
+@njit(cache=True)
+def glow_pass(src, taps, total, along_rows, out):
+    """out = (sum_k w_k src[.. + k ..]) // W along rows (c + k) or columns (r + k), 0 outside the frame
+    (app/render/splat_bloom.py); int64 sums."""
+    reach = (taps.shape[0] - 1) // 2
+    h, w = src.shape[0], src.shape[1]
+    for r in range(h):
+        for c in range(w):
+            for ch in range(3):
+                acc = np.int64(0)
+                for j in range(taps.shape[0]):
+                    rr, cc = (r, c + j - reach) if along_rows else (r + j - reach, c)
+                    if 0 <= rr < h and 0 <= cc < w:
+                        acc += np.int64(taps[j]) * np.int64(src[rr, cc, ch])
+                out[r, c, ch] = acc // total
+
+
+@njit(cache=True)
+def tonemap_glow(index, glow, gain, lut, image):
+    """image = lut[ch, min(i + ((G v) >> 8), 4095)] (the bloom's last line)."""
+    for r in range(index.shape[0]):
+        for c in range(index.shape[1]):
+            for ch in range(3):
+                i = np.int64(index[r, c, ch]) + ((np.int64(gain) * np.int64(glow[r, c, ch])) >> 8)
+                image[r, c, ch] = lut[ch, min(i, TONE_SIZE - 1)]
+
+
+def bloomed_image(accum: np.ndarray, e: Exposure, lut: np.ndarray, bloom: Bloom) -> np.ndarray:
+    """The image of `accum` with `bloom` (app/render/splat_bloom.py's steps) under exposure `e`."""
+    shape = accum.shape
+    index = np.empty(shape, np.int64)
+    tone_indices(accum, np.uint64(e.scale), np.uint64(e.saturation), np.uint64(e.shift), index)
+    bright = np.maximum(index - bloom.threshold, 0)
+    taps = np.ascontiguousarray(bloom.taps, np.int64)
+    rows, glow = np.empty(shape, np.int64), np.empty(shape, np.int64)
+    glow_pass(bright, taps, np.int64(bloom.total), True, rows)
+    glow_pass(rows, taps, np.int64(bloom.total), False, glow)
+    image = np.empty(shape, np.uint8)
+    tonemap_glow(index, glow, bloom.gain, lut, image)
+    return image
+
+
 @dataclass(frozen=True)
 class SplatFrame:
     accum: np.ndarray
@@ -192,8 +246,11 @@ def splat_image(
     hist = np.zeros(HIST_BINS, np.uint32)
     histogram(accum, hist)
     exposure = frame_exposure(params, hist, light.unit, n)
-    image = np.empty((params.height, params.width, 3), np.uint8)
     lut = tone_lut(params.tone_map, params.background)
     e = exposure
+    bloom = bloom_of(params.bloom, params.bloom_threshold, params.bloom_radius)
+    if bloom is not None:
+        return SplatFrame(accum, hist, exposure, bloomed_image(accum, e, lut, bloom))
+    image = np.empty((params.height, params.width, 3), np.uint8)
     tonemap(accum, lut, np.uint64(e.scale), np.uint64(e.saturation), np.uint64(e.shift), image)
     return SplatFrame(accum, hist, exposure, image)

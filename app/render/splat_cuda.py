@@ -23,6 +23,7 @@ import numpy as np
 
 from app.render import splat
 from app.render.splat import Exposure, SplatParams, SplatView, frame_exposure, tone_lut
+from app.render.splat_bloom import Bloom, bloom_of
 from app.render.splat_light import BodyLight
 
 STAGES = ("clear", "accumulate", "histogram", "exposure", "tonemap")  # the timed parts of a frame
@@ -145,15 +146,34 @@ class CudaSplatter:
                 self.stream.synchronize()
                 host_hist = np.array(self._hist_host, copy=True)
                 e = frame_exposure(params, host_hist, light.unit, n)
-            with run("tonemap"):
-                self._launch(
-                    "splat_tonemap", -(-pixels // splat.BLOCK), image, accum, lut, pixels, e.scale,
-                    e.saturation, e.shift,
-                )  # fmt: skip
+            bloom = bloom_of(params.bloom, params.bloom_threshold, params.bloom_radius)
+            if bloom is None:
+                with run("tonemap"):
+                    self._launch(
+                        "splat_tonemap", -(-pixels // splat.BLOCK), image, accum, lut, pixels, e.scale,
+                        e.saturation, e.shift,
+                    )  # fmt: skip
+            else:
+                with run("tonemap"):  # the index, the glow's two passes, the table (splat_bloom.py)
+                    self._bloom(image, accum, lut, e, bloom, w, h)
             self._end.record(self.stream)
             self._end.synchronize()
             gpu_ms = self._begin.time_till(self._end)
         return SplatFrame(image, w, h, e, host_hist, gpu_ms)
+
+    def _bloom(self, image: int, accum: int, lut: int, e: Exposure, bloom: Bloom, w: int, h: int) -> None:
+        pixels, dev = w * h, self.device
+        index, rows, glow = (
+            dev.scratch(f"splat-bloom-{k}", 4 * 3 * pixels) for k in ("index", "rows", "glow")
+        )
+        taps = self._table("bloom-taps", np.ascontiguousarray(bloom.taps, np.int32).tobytes())
+        grid = -(-pixels // splat.BLOCK)
+        self._launch("splat_indices", grid, index, accum, pixels, e.scale, e.saturation, e.shift)
+        for out, src, along_rows, threshold in ((rows, index, 1, bloom.threshold), (glow, rows, 0, 0)):
+            self._launch(
+                "splat_glow", grid, out, src, taps, bloom.reach, bloom.total, w, h, along_rows, threshold
+            )
+        self._launch("splat_tonemap_glow", grid, image, index, glow, lut, pixels, bloom.gain)
 
     @staticmethod
     def binned(width: int, height: int, method: str = "auto") -> bool:

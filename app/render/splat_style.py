@@ -49,6 +49,9 @@ def params_of(settings, size: tuple[int, int]) -> SplatParams:
             float(settings.background[1]),
             float(settings.background[2]),
         ),
+        bloom=float(settings.bloom),
+        bloom_threshold=float(settings.bloom_threshold),
+        bloom_radius=float(settings.bloom_radius),
     )
 
 

@@ -1,5 +1,5 @@
 """The View tab's draw style: sprites or splat (render.style), what the last frame was drawn with and why,
-and the splat's tone map, exposure and the body count auto switches at (app/render/splat_style.py)."""
+and the splat's tone map, exposure, bloom and the body count auto switches at (app/render/splat_style.py)."""
 
 from __future__ import annotations
 
@@ -45,3 +45,7 @@ def draw(panel) -> None:
         panel._rect("render.exposure")
         if moved:
             ctl.set_value("render.exposure", v)
+    panel._field("bloom", "render.bloom")
+    glow = None if float(r.bloom) > 0 else "render.bloom is 0: no glow"
+    panel._field("bloom above x", "render.bloom_threshold", glow)
+    panel._field("bloom radius px", "render.bloom_radius", glow)
