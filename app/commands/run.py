@@ -66,8 +66,9 @@ each with a colour swatch, a show/hide checkbox and a brightness slider; the sam
 
 Draw styles (View tab, --set render.style=sprites|splat|auto): splat adds each body's light into an integer
 frame on the GPU and tone-maps it (no burn-out at large N; --set render.exposure=X, 0 automatic;
-render.tone_map=exp|aces); auto, the default, draws splat from render.splat_from bodies on CUDA with GL
-interop, sprites otherwise. Without a GPU an explicit splat is drawn by its CPU twin. (docs/rendering.md)
+render.tone_map=exp|aces; render.bloom=S, a glow around the brightest parts, 0 off); auto, the
+default, draws splat from render.splat_from bodies on CUDA with GL interop, sprites otherwise. Without
+a GPU an explicit splat is drawn by its CPU twin. (docs/rendering.md)
 
 The Compare tab (or --compare KERNEL at start) times a second kernel B of the same backend at the state
 of every frame, into a scratch copy of the accelerations (the shown state is never touched): A's and B's
