@@ -138,6 +138,10 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--chunks", default="auto", help="splat_tiles' records per block to time: auto or numbers"
     )
+    ap.add_argument(
+        "--bloom", type=float, default=0.0, help="render.bloom (0: off); its kernels: stage 'bloom'"
+    )
+    ap.add_argument("--bloom-radius", type=float, default=6.0, help="render.bloom_radius, pixels (default 6)")
     ap.add_argument("--breakdown", action="store_true", help="also time the binned path's kernels (syncs)")
     ap.add_argument("--define", action="append", default=[], help="a -D for splat.cu (a variant to time)")
     ap.add_argument("--seed", type=int, default=1)
@@ -165,10 +169,11 @@ def main(argv=None) -> int:
     ext, com = bodies_extent(pos0)
     cam = OrbitCamera.from_settings(scene.camera, ext, com, aspect=width / height)
     view = SplatView.of(cam, (width, height))
-    params = SplatParams(width, height)
+    params = SplatParams(width, height, bloom=args.bloom, bloom_radius=args.bloom_radius)
     speed_scale = float(np.percentile(speeds0, 95))
     rows: list[dict] = []
     facts = {"device": device.name, "scene": args.scene, "jitter": args.jitter, "defines": args.define}
+    facts |= {"bloom": args.bloom, "bloom_radius": args.bloom_radius}
     for n in (size_arg(s) for s in args.sizes.split(",")):
         pos, spd = grown(pos0, speeds0, n, args.jitter * ext, args.seed + n)
         for order in ("state", "morton") if args.sorted else ("state",):

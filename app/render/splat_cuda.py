@@ -26,7 +26,7 @@ from app.render.splat import Exposure, SplatParams, SplatView, frame_exposure, t
 from app.render.splat_bloom import Bloom, bloom_of
 from app.render.splat_light import BodyLight
 
-STAGES = ("clear", "accumulate", "histogram", "exposure", "tonemap")  # the timed parts of a frame
+STAGES = ("clear", "accumulate", "histogram", "exposure", "bloom", "tonemap")  # the timed parts of a frame
 # auto: binned where the frame's tiles fit its shared counters, else direct. direct: 12 global atomics a
 # body; binned: bodies counted and gathered per 32x32 tile, each tile added up in shared memory
 # (kernels/splat.cu says why; bench/splat_cost.py times both)
@@ -153,27 +153,33 @@ class CudaSplatter:
                         "splat_tonemap", -(-pixels // splat.BLOCK), image, accum, lut, pixels, e.scale,
                         e.saturation, e.shift,
                     )  # fmt: skip
-            else:
-                with run("tonemap"):  # the index, the glow's two passes, the table (splat_bloom.py)
-                    self._bloom(image, accum, lut, e, bloom, w, h)
+            else:  # the index and the glow's two passes, then the table (splat_bloom.py)
+                index, glow = self._bloom(accum, e, bloom, w, h, run)
+                with run("tonemap"):
+                    self._launch(
+                        "splat_tonemap_glow", -(-pixels // splat.BLOCK), image, index, glow, lut, pixels,
+                        bloom.gain,
+                    )  # fmt: skip
             self._end.record(self.stream)
             self._end.synchronize()
             gpu_ms = self._begin.time_till(self._end)
         return SplatFrame(image, w, h, e, host_hist, gpu_ms)
 
-    def _bloom(self, image: int, accum: int, lut: int, e: Exposure, bloom: Bloom, w: int, h: int) -> None:
+    def _bloom(self, accum: int, e: Exposure, bloom: Bloom, w: int, h: int, run) -> tuple[int, int]:
+        """(index, glow) device pointers: the frame's tone-map indices and their glow (splat_bloom.py)."""
         pixels, dev = w * h, self.device
         index, rows, glow = (
             dev.scratch(f"splat-bloom-{k}", 4 * 3 * pixels) for k in ("index", "rows", "glow")
         )
         taps = self._table("bloom-taps", np.ascontiguousarray(bloom.taps, np.int32).tobytes())
         grid = -(-pixels // splat.BLOCK)
-        self._launch("splat_indices", grid, index, accum, pixels, e.scale, e.saturation, e.shift)
-        for out, src, along_rows, threshold in ((rows, index, 1, bloom.threshold), (glow, rows, 0, 0)):
-            self._launch(
-                "splat_glow", grid, out, src, taps, bloom.reach, bloom.total, w, h, along_rows, threshold
-            )
-        self._launch("splat_tonemap_glow", grid, image, index, glow, lut, pixels, bloom.gain)
+        with run("bloom"):
+            self._launch("splat_indices", grid, index, accum, pixels, e.scale, e.saturation, e.shift)
+            for out, src, along_rows, threshold in ((rows, index, 1, bloom.threshold), (glow, rows, 0, 0)):
+                self._launch(
+                    "splat_glow", grid, out, src, taps, bloom.reach, bloom.total, w, h, along_rows, threshold
+                )
+        return index, glow
 
     @staticmethod
     def binned(width: int, height: int, method: str = "auto") -> bool:
