@@ -466,9 +466,15 @@ extern "C" __global__ void splat_histogram(unsigned int* __restrict__ hist, cons
     }
 }
 
-// out (H * W) RGBA8, top row first; lut (3, 4096) uint8 (the background is in it); the index of a channel
-// value A is min(((min(A, saturation) >> shift) * scale) >> 48, 4095), which cannot overflow
-// (splat.py exposure_for). RGBA8 because that is the texture format CUDA-GL interop registers (RGB8 is not).
+// The tone-map index of a channel value A: min(((min(A, saturation) >> shift) * scale) >> 48, 4095), which
+// cannot overflow (splat.py exposure_for). splat_tonemap and the bloom's splat_indices both take it here.
+__device__ __forceinline__ u64 tone_index(const u64 value, const u64 scale, const u64 saturation,
+                                          const int shift) {
+    return min(((min(value, saturation) >> shift) * scale) >> SPLAT_EXPOSURE_SHIFT, (u64)(SPLAT_TONE_SIZE - 1));
+}
+
+// out (H * W) RGBA8, top row first; lut (3, 4096) uint8 (the background is in it), read at tone_index.
+// RGBA8 because that is the texture format CUDA-GL interop registers (RGB8 is not).
 extern "C" __global__ void splat_tonemap(uchar4* __restrict__ out, const u64* __restrict__ accum,
                                          const unsigned char* __restrict__ lut, const int pixels,
                                          const u64 scale, const u64 saturation, const int shift) {
@@ -479,8 +485,7 @@ extern "C" __global__ void splat_tonemap(uchar4* __restrict__ out, const u64* __
     unsigned char c[3];
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) {
-        const u64 a = min(accum[3LL * i + ch], saturation) >> shift;
-        const u64 index = min((a * scale) >> SPLAT_EXPOSURE_SHIFT, (u64)(SPLAT_TONE_SIZE - 1));
+        const u64 index = tone_index(accum[3LL * i + ch], scale, saturation, shift);
         c[ch] = __ldg(&lut[ch * SPLAT_TONE_SIZE + (int)index]);
     }
     out[i] = make_uchar4(c[0], c[1], c[2], 255);
@@ -497,8 +502,7 @@ extern "C" __global__ void splat_indices(unsigned int* __restrict__ index, const
     }
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) {
-        const u64 a = min(accum[3LL * i + ch], saturation) >> shift;
-        index[3LL * i + ch] = (unsigned int)min((a * scale) >> SPLAT_EXPOSURE_SHIFT, (u64)(SPLAT_TONE_SIZE - 1));
+        index[3LL * i + ch] = (unsigned int)tone_index(accum[3LL * i + ch], scale, saturation, shift);
     }
 }
 

@@ -125,6 +125,75 @@ def test_the_monitor_shows_why_a_sample_has_no_energy():
     assert mon.samples[-1].momentum == 0.0  # the momenta are still judged
 
 
+def _stand_in_backend(n: int, log: list):
+    """A backend and device whose kernels and copies only say, into `log`, what was launched as (what,
+    grid, arguments): the launch sequence of dg.launch_diagnostics, on a machine without CUDA."""
+    from contextlib import contextmanager, nullcontext
+    from types import SimpleNamespace
+
+    class Kernel:
+        def __init__(self, name):
+            self.name = name
+
+        def prepared_call(self, grid, block, *args):
+            log.append((self.name, grid, args))
+
+    @contextmanager
+    def state_arrays():
+        yield "fp32", 1000, 2000  # (precision, pos, vel): pointers stand in as numbers
+
+    drv = SimpleNamespace(
+        memcpy_dtod=lambda dst, src, nbytes: log.append(("copy positions", None, (dst, src, nbytes))),
+        memcpy_dtoh_async=lambda host, src: log.append(("read back", None, ())),
+        Event=_Event,
+    )
+    device = SimpleNamespace(
+        facts=SimpleNamespace(sms=132),
+        scope=nullcontext(),
+        drv=drv,
+        pinned=lambda name, count, dtype: np.zeros(count, dtype),
+        function=lambda source, symbol, types: Kernel(symbol.split("_")[1]),  # moments, potential, finalize
+        scratch=lambda name, nbytes: {"diagnostics": 10_000, "diagnostics-pos": 50_000}[name],
+    )
+    return SimpleNamespace(
+        device=device, n=n, time=0.5, physics=physics_for("gravity-soft"), diag_pending=None,
+        state_arrays=state_arrays,
+    )  # fmt: skip
+
+
+def test_launches_queue_the_first_slice_now_and_each_later_one_per_done():
+    n = 16384
+    tiles, _, chunks = dg.potential_plan(n)
+    cuts = dg.potential_slices(n, 1 << 23)
+    assert len(cuts) > 3
+    for pairs, expect in ((None, [(0, tiles)]), (1 << 23, cuts)):
+        log: list = []
+        pending = dg.launch_diagnostics(_stand_in_backend(n, log), slice_pairs=pairs)
+        names = [entry[0] for entry in log]
+        if pairs is None:  # one launch: everything queued at once, on the state itself
+            assert names == ["moments", "potential", "finalize", "read back"] and pending.rest == []
+        else:  # the positions copied once, the first slice now, one more per done() that finds the GPU there
+            assert names == ["moments", "copy positions", "potential"] and len(pending.rest) == len(cuts)
+            pending.event.ready = True
+            while not pending.done():
+                pass
+            names = [entry[0] for entry in log]
+            assert names == ["moments", "copy positions", *["potential"] * len(cuts), "finalize", "read back"]
+        slices = [(args[6], args[6] + grid[0]) for name, grid, args in log if name == "potential"]
+        assert slices == expect and all(grid[1] == chunks for name, grid, _ in log if name == "potential")
+        source = {args[0] for name, _, args in log if name == "potential"}
+        assert source == ({1000} if pairs is None else {50_000})  # the state, or its copy
+        assert [args[-2] for name, _, args in log if name == "finalize"] == [tiles * chunks]
+
+
+def test_past_the_live_slices_only_the_momenta_are_launched(monkeypatch):
+    monkeypatch.setattr(dg, "LIVE_MAX_SLICES", 2)
+    log: list = []
+    pending = dg.launch_diagnostics(_stand_in_backend(16384, log), slice_pairs=1 << 23)
+    assert [entry[0] for entry in log] == ["moments", "finalize", "read back"] and pending.rest == []
+    assert [args[-2] for name, _, args in log if name == "finalize"] == [0] and pending.note
+
+
 class _Event:
     """A pycuda Event stand-in: `query()` answers what the test sets; record() counts."""
 

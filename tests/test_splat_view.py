@@ -20,7 +20,7 @@ from app.scene import RenderSettings
 SIZE = (320, 240)
 
 
-def twin_of(viewer, size=SIZE) -> np.ndarray:
+def twin_of(viewer, size: tuple[int, int]) -> np.ndarray:
     """The twin's image of the viewer's bodies through its camera, computed here from the contract (also
     tests/test_splat_view_gpu.py's reference)."""
     w, h = size
@@ -52,7 +52,7 @@ def test_an_explicit_splat_on_the_cpu_shows_the_twin_s_image(make_viewer, tone_m
     image = v.render_to_array(SIZE)
     assert v.stats.style == "splat" and v.splat.why is None
     assert v.stats.draw_ms >= v.splat.last_ms > 0  # the section's time spans the twin's own
-    expect = twin_of(v)
+    expect = twin_of(v, SIZE)
     assert expect.max() > 200 and (expect != expect[0, 0]).any()  # a lit, structured frame
     assert np.array_equal(image, expect), f"{int((image != expect).any(axis=2).sum())} pixels differ"
     assert np.array_equal(v.render_to_array(SIZE), image)  # the same bytes again

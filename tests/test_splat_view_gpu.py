@@ -55,7 +55,7 @@ def test_the_viewer_s_splat_frame_is_the_twin_s_pixel_for_pixel(scene_name, n, k
         image = viewer.render_to_array(SIZE)
         assert viewer.stats.style == "splat", viewer.splat.why
         assert viewer.splat.layer.interop_failed is None
-        expect = twin_of(viewer, SIZE)  # (twin_of defaults to test_splat_view.py's own size)
+        expect = twin_of(viewer, SIZE)
         assert expect.max() > 128
         assert np.array_equal(image, expect), f"{int((image != expect).any(axis=2).sum())} pixels differ"
         assert np.array_equal(viewer.render_to_array(SIZE), image)

@@ -19,6 +19,7 @@ exposure the lit pixels' light-weighted median sits at x = 2). Sums stay below 2
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -60,9 +61,11 @@ def gaussian_taps(radius: float) -> np.ndarray:
     return np.rint(TAP_ONE * np.exp(-(k**2) / (2.0 * radius * radius))).astype(np.int32)
 
 
+@functools.lru_cache(maxsize=16)
 def bloom_of(strength: float, threshold: float, radius: float) -> Bloom | None:
     """The bloom of `render.bloom` = strength, `render.bloom_threshold` = threshold (x) and
-    `render.bloom_radius` = radius (σ, pixels); None when strength is 0 (off). ConfigError out of range."""
+    `render.bloom_radius` = radius (σ, pixels); None when strength is 0 (off). ConfigError out of range.
+    Made once per setting (every frame asks; its taps are read-only)."""
     if not 0.0 <= strength <= STRENGTH_MAX:
         raise ConfigError(f"splat: bloom {strength!r}: from 0 (off) to {STRENGTH_MAX:g}")
     if not 0.0 <= threshold < X_MAX:
@@ -73,7 +76,9 @@ def bloom_of(strength: float, threshold: float, radius: float) -> Bloom | None:
     if gain == 0:
         return None
     index = min(int(threshold * TONE_SIZE / X_MAX), TONE_SIZE - 1)
-    return Bloom(gain, index, gaussian_taps(radius))
+    taps = gaussian_taps(radius)
+    taps.flags.writeable = False
+    return Bloom(gain, index, taps)
 
 
 def reference_glow(index: np.ndarray, bloom: Bloom) -> np.ndarray:

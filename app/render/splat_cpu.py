@@ -134,27 +134,31 @@ def histogram(accum, hist):
                 hist[_bin(v)] += 1
 
 
+@njit(cache=True, inline="always")
+def _tone_index(value, scale, saturation, shift):
+    """min(((min(A, saturation) >> shift) * scale) >> 48, 4095): step 5's index (kernels/splat.cu
+    tone_index); uint64 throughout."""
+    return min(
+        ((min(value, saturation) >> shift) * scale) >> np.uint64(EXPOSURE_SHIFT), np.uint64(TONE_SIZE - 1)
+    )
+
+
 @njit(cache=True)
 def tonemap(accum, lut, scale, saturation, shift, image):
-    """image[r, c, ch] = lut[ch, min(((min(A, saturation) >> shift) * scale) >> 48, 4095)] (step 5)."""
-    down = np.uint64(EXPOSURE_SHIFT)
-    last = np.uint64(TONE_SIZE - 1)
+    """image[r, c, ch] = lut[ch, the channel's `_tone_index`] (step 5)."""
     for r in range(accum.shape[0]):
         for c in range(accum.shape[1]):
             for ch in range(3):
-                i = ((min(accum[r, c, ch], saturation) >> shift) * scale) >> down
-                image[r, c, ch] = lut[ch, min(i, last)]
+                image[r, c, ch] = lut[ch, _tone_index(accum[r, c, ch], scale, saturation, shift)]
 
 
 @njit(cache=True)
 def tone_indices(accum, scale, saturation, shift, index):
-    """index[r, c, ch] = min(((min(A, saturation) >> shift) * scale) >> 48, 4095): step 5's, kept."""
-    down = np.uint64(EXPOSURE_SHIFT)
-    last = np.uint64(TONE_SIZE - 1)
+    """index[r, c, ch] = the channel's `_tone_index`, kept for the bloom (app/render/splat_bloom.py)."""
     for r in range(accum.shape[0]):
         for c in range(accum.shape[1]):
             for ch in range(3):
-                index[r, c, ch] = min(((min(accum[r, c, ch], saturation) >> shift) * scale) >> down, last)
+                index[r, c, ch] = _tone_index(accum[r, c, ch], scale, saturation, shift)
 
 
 @njit(cache=True)

@@ -258,11 +258,9 @@ def launch_diagnostics(backend, slice_pairs: int | None = None) -> PendingDiagno
             finalize.prepared_call((1, 1), (BLOCK, 1, 1), part_m, n_moments, part_u, summed, result)
             dev.drv.memcpy_dtoh_async(out, result)  # stream-ordered after the kernels: 80 bytes
 
-        first, later = (slices[0], slices[1:]) if slices else (None, [])
-        if first is not None:
-            potential_slice(*first)
-        rest = [functools.partial(potential_slice, *cut) for cut in later] + [finish]
-        if len(rest) == 1:
+        rest = [functools.partial(potential_slice, *cut) for cut in slices] + [finish]
+        rest.pop(0)()  # the first slice (or, with none, the finish) now
+        if len(rest) == 1:  # one slice: the finish behind it now too
             rest.pop()()
         event = dev.drv.Event()
         event.record()
