@@ -1,6 +1,6 @@
 """The splat's cost per frame as a PNG, from a `bench/splat_cost.py` JSON (docs/rendering.md, "Measured"):
-one stacked bar per (N, accumulation), its GPU stages (clear, accumulate, histogram, bloom, tone map) in
-milliseconds, with the wall time of the whole draw (the histogram's host wait included) written above.
+one stacked bar per (N, accumulation), its GPU stages (clear, accumulate, histogram, exposure, bloom, tone
+map) in milliseconds, with the wall time of the whole draw (queued, then waited for) written above.
 
     python3 bench/splat_plot.py bench/results/h200-2026-11-26-splat-cost.json \\
         --png bench/results/h200-2026-11-26-splat-cost.png
@@ -22,8 +22,9 @@ from matplotlib.figure import Figure  # noqa: E402
 
 from app.tools.bench_plot import _n_label  # noqa: E402
 
-STAGES = ("clear", "accumulate", "histogram", "bloom", "tonemap")  # (bloom: 0 where it was off)
-STAGE_COLORS = ("#888888", "#e0702a", "#3a7dc8", "#c8a03a", "#4caf50")
+# (bloom: 0 where it was off; exposure: a kernel since session 23, absent from earlier files)
+STAGES = ("clear", "accumulate", "histogram", "exposure", "bloom", "tonemap")
+STAGE_COLORS = ("#888888", "#e0702a", "#3a7dc8", "#9c4dcc", "#c8a03a", "#4caf50")
 
 
 def plot(data: dict, png: Path) -> None:

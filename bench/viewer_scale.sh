@@ -41,6 +41,9 @@ print(f"N={int(n):>9,} {s:<32} frames {len(rows):3d}  frame {med('frame_ms'):7.2
       f" ({1e3 / med('frame_ms') if rows else 0:5.1f} fps)  mean {mean:7.2f} ms ({1e3 / mean if rows else 0:5.1f} fps)"
       f"  worst {worst:7.1f} ms  force {med('force_ms'):7.2f}"
       f"  draw {med('draw_ms'):6.2f} ms  wall {float(t1) - float(t0):5.1f} s  rc {rc}")
+if rows and "step_host_ms" in rows[0]:  # host time: queuing the steps (and a tree's reads), the draw
+    print(f"    host: step {med('step_host_ms'):.2f} ms, particle pass {med('draw_host_ms'):.2f} ms, the rest"
+          f" (panel, swap, events) {med('frame_ms') - med('step_host_ms') - med('draw_host_ms'):.2f} ms")
 PY
         echo "    clocks before: $before; after: $(clocks)"
         [ "$rc" -eq 0 ] || tail -3 "$out/run-$n-$tag.txt"

@@ -1,7 +1,8 @@
 // The `splat` draw style on the GPU: bodies projected from the device's float4 [x, y, z, m] rows, their
-// light added into a frame-sized 64-bit integer buffer, a histogram of it for the automatic exposure, and
-// the tone map into RGBA8. The arithmetic contract is app/render/splat.py's docstring; the numba twin
-// (app/render/splat_cpu.py) follows it too and tests/test_splat_gpu.py holds the two equal bit for bit.
+// light added into a frame-sized 64-bit integer buffer, a histogram of it, the exposure from it (on the
+// device: no host round trip in a frame), and the tone map into RGBA8. The arithmetic contract is
+// app/render/splat.py's docstring; the numba twin (app/render/splat_cpu.py) follows it too and
+// tests/test_splat_gpu.py holds the two equal bit for bit.
 //
 // Why the projection is exact on both sides: every float32 product, sum and quotient is written as an
 // intrinsic that rounds on its own (__fmul_rn, __fadd_rn, __fdiv_rn): the compiler may not contract
@@ -28,6 +29,10 @@
 #define SPLAT_VALUE_ARRAY 1       // splat_light.py VALUE_ARRAY: the level from values[i]
 #define SPLAT_VALUE_MASS 2        // splat_light.py VALUE_MASS: the level from pos[i].w
 #define SPLAT_FLT_MAX 3.402823466e+38f
+#define SPLAT_X_MAX 8.0           // splat.py X_MAX
+#define SPLAT_WEIGHT_ONE 65536.0  // splat.py WEIGHT_ONE
+#define SPLAT_MIN_EXPOSURE_BITS 24
+#define SPLAT_MAX_EXPOSURE_SCALE (1ULL << 62)
 
 typedef unsigned long long u64;
 
@@ -466,10 +471,98 @@ extern "C" __global__ void splat_histogram(unsigned int* __restrict__ hist, cons
     }
 }
 
+// --- the exposure on the device -------------------------------------------------------------------------
+// Why here and not on the host: a host that reads the histogram back waits for the frame's kernels, which
+// wait behind the step's force on the GPU; with the exposure a kernel, `draw` queues the whole frame and
+// returns, and the viewer prepares the next frame while the force runs. The numbers are splat.py
+// frame_exposure's bit for bit (tests/test_splat_gpu.py compares them): float64 throughout, each operation
+// rounded on its own (the file is built with -fmad=false; the intrinsics say so anyway), the light's
+// running sum in numpy cumsum's order, one thread, from shared memory.
+
+// 2^e for -1022 <= e <= 1023, exact
+__device__ __forceinline__ double splat_pow2(const int e) {
+    return __longlong_as_double((long long)(e + 1023) << 52);
+}
+
+// splat.py bin_value: the bin's lower edge plus half its width (exact below 16, where bins are)
+__device__ __forceinline__ double splat_bin_value(const int b) {
+    const int e = b >> SPLAT_HIST_SUB_BITS, sub = b & ((1 << SPLAT_HIST_SUB_BITS) - 1);
+    const double half = e >= SPLAT_HIST_SUB_BITS ? 0.5 : 0.0;
+    return __dmul_rn(splat_pow2(e), __dadd_rn(1.0, __ddiv_rn(__dadd_rn((double)sub, half), 16.0)));
+}
+
+// exposure (4 x u64): scale, saturation, shift, and the bits of x_per_unit (double), as splat.py
+// exposure_for makes them from x: the least shift that keeps 2^24 <= E, E rounded half to even (Python's
+// round), saturation = ceil(4095 * 2^48 / E) << shift, at most 2^64 - 1.
+__device__ void splat_exposure_for(u64* __restrict__ exposure, const double x) {
+    double steps = __dmul_rn(__dmul_rn(x, (double)SPLAT_TONE_SIZE / SPLAT_X_MAX), splat_pow2(SPLAT_EXPOSURE_SHIFT));
+    if (!(isfinite(steps) && steps > 0.0)) {
+        steps = 1.0;
+    }
+    int shift = 0;
+    while (__dmul_rn(steps, splat_pow2(shift)) < splat_pow2(SPLAT_MIN_EXPOSURE_BITS) && shift < 63) {
+        ++shift;
+    }
+    const double e = rint(__dmul_rn(steps, splat_pow2(shift)));
+    const u64 scale = e >= (double)SPLAT_MAX_EXPOSURE_SCALE ? SPLAT_MAX_EXPOSURE_SCALE : e < 1.0 ? 1ULL : (u64)e;
+    const u64 last = (u64)(SPLAT_TONE_SIZE - 1) << SPLAT_EXPOSURE_SHIFT;
+    const u64 reach = (last + scale - 1ULL) / scale;  // < 2^60 + 2^62: no overflow
+    const bool over = shift > 0 && (reach >> (64 - shift)) != 0ULL;
+    exposure[0] = scale;
+    exposure[1] = over ? ~0ULL : reach << shift;
+    exposure[2] = (u64)shift;
+    exposure[3] = (u64)__double_as_longlong(x);
+}
+
+// One block of SPLAT_HIST_BINS threads. automatic: x = level / (the light-weighted `percentile` of the lit
+// pixels' histogram) (splat.py auto_exposure; nothing lit: 1 / WEIGHT_ONE); else x = manual_x (splat.py
+// manual_x_per_unit).
+extern "C" __global__ void __launch_bounds__(1024)  // SPLAT_HIST_BINS threads
+    splat_exposure(u64* __restrict__ exposure, const unsigned int* __restrict__ hist, const int automatic,
+                   const double percentile, const double level, const double manual_x) {
+    __shared__ double light[SPLAT_HIST_BINS];
+    __shared__ int lit;
+    const int k = threadIdx.x;
+    if (k == 0) {
+        lit = 0;
+    }
+    __syncthreads();
+    const unsigned int count = hist[k];
+    light[k] = __dmul_rn((double)count, splat_bin_value(k));  // numpy's counts * bin values
+    if (count) {
+        lit = 1;
+    }
+    __syncthreads();
+    if (k != 0) {
+        return;
+    }
+    double x = manual_x;
+    if (automatic) {
+        x = 1.0 / SPLAT_WEIGHT_ONE;
+        if (lit) {
+            for (int i = 1; i < SPLAT_HIST_BINS; ++i) {
+                light[i] = __dadd_rn(light[i - 1], light[i]);
+            }
+            const double target = __dmul_rn(__ddiv_rn(percentile, 100.0), light[SPLAT_HIST_BINS - 1]);
+            int b = SPLAT_HIST_BINS - 1;  // numpy searchsorted (left): the first bin whose sum reaches it
+            for (int i = 0; i < SPLAT_HIST_BINS; ++i) {
+                if (light[i] >= target) {
+                    b = i;
+                    break;
+                }
+            }
+            x = __ddiv_rn(level, splat_bin_value(b));
+        }
+    }
+    splat_exposure_for(exposure, x);
+}
+
 // The tone-map index of a channel value A: min(((min(A, saturation) >> shift) * scale) >> 48, 4095), which
-// cannot overflow (splat.py exposure_for). splat_tonemap and the bloom's splat_indices both take it here.
-__device__ __forceinline__ u64 tone_index(const u64 value, const u64 scale, const u64 saturation,
-                                          const int shift) {
+// cannot overflow (splat.py exposure_for). splat_tonemap and the bloom's splat_indices both take it here,
+// with the frame's exposure as splat_exposure wrote it.
+__device__ __forceinline__ u64 tone_index(const u64 value, const u64* __restrict__ exposure) {
+    const u64 scale = __ldg(&exposure[0]), saturation = __ldg(&exposure[1]);
+    const int shift = (int)__ldg(&exposure[2]);
     return min(((min(value, saturation) >> shift) * scale) >> SPLAT_EXPOSURE_SHIFT, (u64)(SPLAT_TONE_SIZE - 1));
 }
 
@@ -477,7 +570,7 @@ __device__ __forceinline__ u64 tone_index(const u64 value, const u64 scale, cons
 // RGBA8 because that is the texture format CUDA-GL interop registers (RGB8 is not).
 extern "C" __global__ void splat_tonemap(uchar4* __restrict__ out, const u64* __restrict__ accum,
                                          const unsigned char* __restrict__ lut, const int pixels,
-                                         const u64 scale, const u64 saturation, const int shift) {
+                                         const u64* __restrict__ exposure) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= pixels) {
         return;
@@ -485,7 +578,7 @@ extern "C" __global__ void splat_tonemap(uchar4* __restrict__ out, const u64* __
     unsigned char c[3];
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) {
-        const u64 index = tone_index(accum[3LL * i + ch], scale, saturation, shift);
+        const u64 index = tone_index(accum[3LL * i + ch], exposure);
         c[ch] = __ldg(&lut[ch * SPLAT_TONE_SIZE + (int)index]);
     }
     out[i] = make_uchar4(c[0], c[1], c[2], 255);
@@ -494,15 +587,14 @@ extern "C" __global__ void splat_tonemap(uchar4* __restrict__ out, const u64* __
 // --- the bloom (app/render/splat_bloom.py): render.bloom > 0 ---------------------------------------------
 // index (H * W * 3) uint32: each channel's tone-map index, as splat_tonemap computes it, kept for the end.
 extern "C" __global__ void splat_indices(unsigned int* __restrict__ index, const u64* __restrict__ accum,
-                                         const int pixels, const u64 scale, const u64 saturation,
-                                         const int shift) {
+                                         const int pixels, const u64* __restrict__ exposure) {
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= pixels) {
         return;
     }
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) {
-        index[3LL * i + ch] = (unsigned int)tone_index(accum[3LL * i + ch], scale, saturation, shift);
+        index[3LL * i + ch] = (unsigned int)tone_index(accum[3LL * i + ch], exposure);
     }
 }
 

@@ -97,6 +97,13 @@ def test_the_kernel_file_defines_the_contract_s_constants():
         "SPLAT_PER_THREAD": splat.PER_THREAD,
     }
     assert {k: int(defines[k]) for k in expect} == expect
+    assert (
+        float(defines["SPLAT_X_MAX"]) == splat.X_MAX
+        and float(defines["SPLAT_WEIGHT_ONE"]) == splat.WEIGHT_ONE
+    )
+    assert int(defines["SPLAT_MIN_EXPOSURE_BITS"]) == splat.MIN_EXPOSURE_BITS
+    scale_bits = re.search(r"^#define SPLAT_MAX_EXPOSURE_SCALE \(1ULL << (\d+)\)", text, re.M)
+    assert scale_bits and 1 << int(scale_bits[1]) == splat.MAX_EXPOSURE_SCALE
     assert re.search(r"#define SPLAT_BIAS \(512 - 128\)", text)
     bounds = r"(__launch_bounds__\([\d, ]+\)[^\n]*\s*)?"  # optional, a comment after it
     for entry in splat.KERNELS:
@@ -540,19 +547,28 @@ def test_manual_exposure_scales_each_body_s_light_as_n_ref_over_n():
 def test_the_splatter_uploads_its_tables_once_while_their_sources_stay():
     """CudaSplatter._tables (app/render/splat_cuda.py) on a stand-in device that records each upload: the
     light, thresholds and tone-map bytes are the contract's tables, made and sent again only for another
-    BodyLight or tone map; the view's 64 bytes go when the camera moved."""
+    BodyLight or tone map; the view's 64 bytes go when the camera moved. Each goes on the splatter's
+    stream from its own pinned staging buffer (an upload from pageable memory would wait for the GPU)."""
     from types import SimpleNamespace
 
     from app.render.splat_cuda import CudaSplatter
 
     sent: list[tuple[int, bytes]] = []
     places: dict[str, int] = {}
+    staged: dict[str, np.ndarray] = {}
+    stream = object()
+
+    def upload(ptr, data, on):
+        assert on is stream and any(np.shares_memory(data, b) for b in staged.values())
+        sent.append((ptr, bytes(data)))
+
     device = SimpleNamespace(
         scratch=lambda key, nbytes: places.setdefault(key, len(places) + 1),
-        drv=SimpleNamespace(memcpy_htod=lambda ptr, data: sent.append((ptr, bytes(data)))),
+        pinned=lambda key, count, dtype: staged.setdefault(key, np.zeros(count, dtype)),
+        drv=SimpleNamespace(memcpy_htod_async=upload),
     )
-    splatter = CudaSplatter.__new__(CudaSplatter)  # the tables only: no kernels, streams or events
-    splatter.device = device
+    splatter = CudaSplatter.__new__(CudaSplatter)  # the tables only: no kernels or events
+    splatter.device, splatter.stream = device, stream
     splatter._uploaded, splatter._light, splatter._light_bytes = {}, None, (b"", b"")
     splatter._tone, splatter._lut_bytes = None, b""
     light, params = white_light(1000), SplatParams(W, H)

@@ -8,6 +8,8 @@ keeps the device memory of its largest frame."""
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from test_splat import camera, galaxy, plummer
@@ -175,3 +177,83 @@ def test_a_crowded_tile_corner_split_over_chunks_adds_up_as_the_twin(device):
         accum, hist, image = gpu_splat(device, pos, view, light, params, method=method)
         assert np.array_equal(accum, twin.accum), method
         assert np.array_equal(image[..., :3], twin.image), method
+
+
+def exposure_cases() -> list[tuple[np.ndarray, SplatParams, float, int]]:
+    """(hist, params, unit, n): histograms as frames make them (a few dozen lit bins, counts up to a full
+    1080p frame), the edges (nothing lit, one bin, the first and the last bin, every bin at 2^32 - 1), each
+    percentile and level, and manual exposures from tiny to huge at small and large N."""
+    rng = np.random.default_rng(17)
+    bins = splat.HIST_BINS
+    hists = [np.zeros(bins, np.uint32)]
+    for b in (0, 1, 15, 16, 17, 300, 700, bins - 1):
+        h = np.zeros(bins, np.uint32)
+        h[b] = rng.integers(1, 2_000_000)
+        hists.append(h)
+    for _ in range(12):
+        h = np.zeros(bins, np.uint32)
+        lit = rng.integers(200, 900)
+        span = rng.integers(8, 120)
+        h[lit : lit + span] = rng.integers(0, 2_073_600 // span, span)
+        hists.append(h)
+    hists.append(np.full(bins, 2**32 - 1, np.uint32))
+    hists.append(rng.integers(0, 2**32, bins, dtype=np.uint64).astype(np.uint32))
+    autos = [
+        SplatParams(8, 8),
+        SplatParams(8, 8, auto_percentile=100.0, auto_level=0.3),
+        SplatParams(8, 8, auto_percentile=1e-6, auto_level=7.9),
+        SplatParams(8, 8, auto_percentile=99.5, auto_level=2.0),
+        SplatParams(8, 8, auto_percentile=37.5, auto_level=1e-3),
+    ]
+    cases = [(h, p, 1.0, 1_000_000) for h in hists for p in autos]
+    for exposure in (1e-9, 0.05, 1.0, 3.3, 1000.0, 1e12):
+        for unit, n in ((1.0, 1_000), (0.37, 16_777_216), (3e-5, 80_000)):
+            cases.append((hists[0], SplatParams(8, 8, exposure=exposure), unit, n))
+    return cases
+
+
+def test_the_device_exposure_is_frame_exposure_s_bit_for_bit(device):
+    """splat_exposure (float64 on the GPU, one thread's running sum) against splat.py frame_exposure (numpy)
+    for every case: the same scale, saturation, shift and x, bit for bit."""
+    splatter = CudaSplatter(device)
+    for i, (hist, params, unit, n) in enumerate(exposure_cases()):
+        want = splat.frame_exposure(params, hist, unit, n)
+        got = splatter.device_exposure(hist, params, unit, n)
+        assert got == want, f"case {i}: {got} != {want}"
+
+
+def test_draw_queues_the_frame_behind_the_step_and_returns_without_waiting(device):
+    """With a 0.5 s kernel on the default stream (the step's force, in the viewer), draw returns at once;
+    the frame's figures wait for it and are those of a frame drawn alone."""
+    from pycuda.compiler import SourceModule
+
+    pos = plummer(100_000, 3)
+    cam = camera()
+    light = body_light(RenderSettings(color_by="none"), comps.drawn(None, {}), len(pos))
+    size = (640, 360)
+    view, params = SplatView.of(cam, size), SplatParams(*size)
+    splatter = CudaSplatter(device)
+    ptr = upload(device, "pos", pos)
+    alone = splatter.draw(ptr, len(pos), view, light, params)  # (allocates: that waits for the device)
+    alone_exposure, alone_image = alone.exposure, splatter.read_image(alone)
+    with device.scope:
+        spin = SourceModule(
+            'extern "C" __global__ void spin(unsigned long long ns) {'
+            ' unsigned long long t0, t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));'
+            ' do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < ns); }',
+            no_extern_c=True,
+        ).get_function("spin")
+        spin(np.uint64(500_000_000), block=(1, 1, 1), grid=(1, 1))  # 0.5 s on the legacy default stream
+        t0 = time.perf_counter()
+        frame = splatter.draw(ptr, len(pos), view, light, params)
+        queued_s = time.perf_counter() - t0
+        behind = not frame.ready()
+    assert queued_s < 0.1 and behind, (
+        f"draw took {queued_s * 1e3:.1f} ms; ready before the spin ended: {not behind}"
+    )
+    assert frame.exposure == alone_exposure and frame.ready()
+    assert np.array_equal(splatter.read_image(frame), alone_image)
+    with pytest.raises(RuntimeError, match="overwritten"):
+        stale = splatter.draw(ptr, len(pos), view, light, params)
+        splatter.draw(ptr, len(pos), view, light, params)
+        stale.exposure  # noqa: B018

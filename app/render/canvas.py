@@ -176,7 +176,9 @@ class Viewer(app.Canvas):
         """One frame of simulation: scene.run.steps_per_frame backend steps (none while paused), or that
         many 1/frames_per_step parts of a step on a backend that draws inside steps (block steps); then
         the `after_advance` callables."""
+        t0 = time.perf_counter()
         self._advance()
+        self.stats.step_host_ms = (time.perf_counter() - t0) * 1e3
         for hook in list(self.after_advance):
             hook()
 
@@ -269,8 +271,10 @@ class Viewer(app.Canvas):
         ctx = self.context
         ctx.flush_commands()
         self.draw_timer.begin()
+        t0 = time.perf_counter()
         splat = self.draw_particles(size, shifted=overlays)
         ctx.flush_commands()
+        self.stats.draw_host_ms = (time.perf_counter() - t0) * 1e3
         self.draw_timer.end()
         # a splat frame's CUDA (or twin) work runs inside the bracket, and the host waits for it there, so
         # GL's timer spans it; where a timer misses it, the splat's own time (splat_style.py) is the floor

@@ -125,6 +125,11 @@ class FrameStats:
     draw_timer: str = "none"  # "GL_TIME_ELAPSED" (timer query, a frame or two late) | "glFinish+perf_counter"
     upload_ms: float = 0.0  # host path: host_render_arrays() + VBO upload; 0 with interop
     record_ms: float = 0.0  # live recording: CPU time of this frame's capture (blit, readback, queue)
+    # host (perf_counter) time of the frame's advance (queuing the steps, and any wait on the GPU inside
+    # them: a tree's reads) and of its particle pass (queuing the draw); the rest of frame_ms is the
+    # overlays (the panel), the buffer swap and the event loop
+    step_host_ms: float = 0.0
+    draw_host_ms: float = 0.0
     step: StepTimings | None = None  # the last backend.step's (None while paused from the start)
     n: int = 0
     kernel: str = ""
@@ -151,6 +156,8 @@ class FrameRecord:
     record_ms: float = 0.0  # live recording: CPU time of the frame's capture (0 when not recording)
     interactions: int = 0  # what the frame's force evaluations did (StepTimings.interactions)
     style: str = ""  # how the bodies were drawn: sprites | splat (render.style; "" in CSVs before it)
+    step_host_ms: float = 0.0  # host time of the frame's advance and particle pass (FrameStats says what;
+    draw_host_ms: float = 0.0  # 0 in CSVs before session 23)
 
     @property
     def outside_force_ms(self) -> float:
@@ -172,6 +179,8 @@ SUMMARY_FIELDS = (
     "upload_ms",
     "outside_force_ms",
     "record_ms",
+    "step_host_ms",
+    "draw_host_ms",
 )
 
 
@@ -235,6 +244,8 @@ class FrameLog:
                 record_ms=getattr(s, "record_ms", 0.0),
                 interactions=getattr(st, "interactions", 0) if st is not None and not s.paused else 0,
                 style=getattr(s, "style", ""),
+                step_host_ms=getattr(s, "step_host_ms", 0.0),
+                draw_host_ms=getattr(s, "draw_host_ms", 0.0),
             )
         )
         if self._csv is not None:

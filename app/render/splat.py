@@ -79,8 +79,9 @@ KERNELS = {
     "splat_scatter": "PPPii",
     "splat_tiles": "PPPPPPiiiii",
     "splat_histogram": "PPi",
-    "splat_tonemap": "PPPiQQi",
-    "splat_indices": "PPiQQi",  # the bloom's (app/render/splat_bloom.py)
+    "splat_exposure": "PPiddd",  # one block of HIST_BINS threads: frame_exposure on the device
+    "splat_tonemap": "PPPiP",
+    "splat_indices": "PPiP",  # the bloom's (app/render/splat_bloom.py)
     "splat_glow": "PPPiQiiii",  # (Q: the long long total, positive, packed as 64 bits)
     "splat_tonemap_glow": "PPPPii",
 }
@@ -227,10 +228,15 @@ def reference_accum(params: SplatParams, unit: float, n: int) -> float:
     return unit * WEIGHT_ONE * max(1.0, n / params.n_ref) ** params.gamma
 
 
-def manual_exposure(params: SplatParams, unit: float, n: int) -> Exposure:
+def manual_x_per_unit(params: SplatParams, unit: float, n: int) -> float:
+    """The x one unit of the buffer stands for under the manual `params.exposure` at N bodies."""
     if params.exposure is None:
-        raise ValueError("manual_exposure: the params ask for automatic exposure")
-    return exposure_for(params.exposure / reference_accum(params, unit, n))
+        raise ValueError("manual exposure: the params ask for automatic exposure")
+    return params.exposure / reference_accum(params, unit, n)
+
+
+def manual_exposure(params: SplatParams, unit: float, n: int) -> Exposure:
+    return exposure_for(manual_x_per_unit(params, unit, n))
 
 
 def hist_bin(value: int) -> int:

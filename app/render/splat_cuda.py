@@ -6,23 +6,29 @@ device position rows the backend already keeps (app/render/splat.py has the arit
     frame.image      device pointer: RGBA8, top row first, params.width x params.height
     frame.exposure   the Exposure the tone map used (automatic: from this frame's histogram)
 
-Per frame: clear (cuMemsetD32, no kernel), accumulate, histogram, the 4 KB histogram read back behind the
-launches (the automatic exposure needs this frame's, so that a recording's frame depends on its own bodies
-only), the exposure on the host, tone map. Every launch goes on one stream; `draw` returns when the image
-is complete on the device. The buffers are the device's scratch buffers, grown and never shrunk: a window
-resized a hundred times holds the largest frame's buffers, not a hundred (tests/test_splat_gpu.py).
-The light and tone tables are uploaded when they change, not every frame.
+Per frame: clear (cuMemsetD32, no kernel), accumulate, histogram, the exposure (a kernel: frame_exposure
+on the device, so that a recording's frame depends on its own bodies only and no host waits in between),
+tone map, and the histogram and exposure copied behind them into pinned host memory. Every launch and copy
+goes on one stream and `draw` returns without waiting for any of it: in the viewer the frame's kernels
+queue behind the step's force, and the host goes on with the panel while the GPU works. The frame's host
+figures (`exposure`, `hist`, `gpu_ms`) wait for the frame when read; `ready()` says whether they would.
+They are the splatter's until its next `draw`, which first waits for the frame before (its pinned copies
+and staged tables are then free to reuse; in a steady viewer it finished long before).
+
+The buffers are the device's scratch buffers, grown and never shrunk: a window resized a hundred times
+holds the largest frame's buffers, not a hundred (tests/test_splat_gpu.py). The light and tone tables
+are uploaded when they change, not every frame, from pinned staging (an upload from pageable memory would
+wait for the GPU).
 """
 
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
 
 import numpy as np
 
 from app.render import splat
-from app.render.splat import Exposure, SplatParams, SplatView, frame_exposure, tone_lut
+from app.render.splat import Exposure, SplatParams, SplatView, manual_x_per_unit, tone_lut
 from app.render.splat_bloom import Bloom, bloom_of
 from app.render.splat_light import BodyLight
 
@@ -33,14 +39,38 @@ STAGES = ("clear", "accumulate", "histogram", "exposure", "bloom", "tonemap")  #
 METHODS = ("auto", "binned", "direct")
 
 
-@dataclass(frozen=True)
 class SplatFrame:
-    image: int  # device pointer, RGBA8 (height, width, 4), top row first
-    width: int
-    height: int
-    exposure: Exposure
-    hist: np.ndarray  # the lit pixels' histogram (splat.HIST_BINS uint32), this frame's
-    gpu_ms: float  # the frame's kernels and copies on the GPU, from the first launch to the tone map's end
+    """A frame queued by CudaSplatter.draw: its image on the device, and its host figures on request."""
+
+    def __init__(self, splatter: CudaSplatter, image: int, width: int, height: int, generation: int):
+        self.image = image  # device pointer, RGBA8 (height, width, 4), top row first
+        self.width, self.height = width, height
+        self._splatter, self._generation = splatter, generation
+        self._figures: tuple[Exposure, np.ndarray, float] | None = None
+
+    def ready(self) -> bool:
+        """Whether the frame is complete on the GPU (its figures read without a wait)."""
+        return self._figures is not None or self._splatter.frame_done(self._generation)
+
+    def _read(self) -> tuple[Exposure, np.ndarray, float]:
+        if self._figures is None:
+            self._figures = self._splatter.figures(self._generation)
+        return self._figures
+
+    @property
+    def exposure(self) -> Exposure:
+        """The Exposure the tone map used (waits for the frame)."""
+        return self._read()[0]
+
+    @property
+    def hist(self) -> np.ndarray:
+        """The lit pixels' histogram (splat.HIST_BINS uint32), this frame's (waits for the frame)."""
+        return self._read()[1]
+
+    @property
+    def gpu_ms(self) -> float:
+        """The frame's kernels and copies on the GPU, from the first launch to the copies' end (waits)."""
+        return self._read()[2]
 
 
 class CudaSplatter:
@@ -53,6 +83,8 @@ class CudaSplatter:
         self.stream = stream if stream is not None else device.stream("splat")
         self._fn = {s: device.function(splat.SOURCE, s, t, options) for s, t in splat.KERNELS.items()}
         self._hist_host = device.pinned("splat-hist", splat.HIST_BINS, np.uint32)
+        self._exposure_host = device.pinned("splat-exposure", 4, np.uint64)
+        self._generation = 0  # frames drawn; a SplatFrame's figures are those of the newest only
         self._uploaded: dict[str, bytes] = {}  # table name -> the bytes on the device
         self._light: BodyLight | None = None  # whose bytes _light_bytes are
         self._light_bytes = (b"", b"")
@@ -67,7 +99,9 @@ class CudaSplatter:
         """The device copy of a small host table, uploaded only when its bytes changed."""
         ptr = self.device.scratch(f"splat-{key}", len(data))
         if self._uploaded.get(key) != data:
-            self.device.drv.memcpy_htod(ptr, data)
+            stage = self.device.pinned(f"splat-{key}-stage", len(data), np.uint8)[: len(data)]
+            stage[:] = np.frombuffer(data, np.uint8)  # free: draw waited for the frame that last read it
+            self.device.drv.memcpy_htod_async(ptr, stage, self.stream)
             self._uploaded[key] = data
         return ptr
 
@@ -115,7 +149,10 @@ class CudaSplatter:
         w, h = params.width, params.height
         pixels = w * h
         accum, hist, image = self.buffers(w, h)
+        exposure = self.device.scratch("splat-exposure-dev", 8 * 4)
         with self.device.scope:
+            self._end.synchronize()  # the frame before: its copies out and its tables' staging are done
+            self._generation += 1
             tables, lut = self._tables(light, view, params)
             run = timer or _untimed
             self._begin.record(self.stream)
@@ -142,31 +179,66 @@ class CudaSplatter:
             with run("histogram"):
                 self._launch("splat_histogram", min(-(-pixels // splat.BLOCK), 1024), hist, accum, pixels)
             with run("exposure"):
-                self.device.drv.memcpy_dtoh_async(self._hist_host, hist, self.stream)
-                self.stream.synchronize()
-                host_hist = np.array(self._hist_host, copy=True)
-                e = frame_exposure(params, host_hist, light.unit, n)
+                self._launch_exposure(exposure, hist, params, light.unit, n)
             bloom = bloom_of(params.bloom, params.bloom_threshold, params.bloom_radius)
             if bloom is None:
                 with run("tonemap"):
-                    self._launch(
-                        "splat_tonemap", -(-pixels // splat.BLOCK), image, accum, lut, pixels, e.scale,
-                        e.saturation, e.shift,
-                    )  # fmt: skip
+                    grid = -(-pixels // splat.BLOCK)
+                    self._launch("splat_tonemap", grid, image, accum, lut, pixels, exposure)
             else:  # the index and the glow's two passes, then the table (splat_bloom.py)
-                index, glow = self._bloom(accum, e, bloom, w, h, run)
+                index, glow = self._bloom(accum, exposure, bloom, w, h, run)
                 with run("tonemap"):
                     self._launch(
                         "splat_tonemap_glow", -(-pixels // splat.BLOCK), image, index, glow, lut, pixels,
                         bloom.gain,
                     )  # fmt: skip
+            self.device.drv.memcpy_dtoh_async(self._hist_host, hist, self.stream)
+            self.device.drv.memcpy_dtoh_async(self._exposure_host, exposure, self.stream)
             self._end.record(self.stream)
+        return SplatFrame(self, image, w, h, self._generation)
+
+    def _launch_exposure(self, exposure: int, hist: int, params: SplatParams, unit: float, n: int) -> None:
+        """splat_exposure: frame_exposure(params, hist, unit, n) into the 4 u64 at `exposure`."""
+        automatic = params.exposure is None
+        manual_x = 0.0 if automatic else manual_x_per_unit(params, unit, n)
+        self._launch(
+            "splat_exposure", 1, exposure, hist, int(automatic), float(params.auto_percentile),
+            float(params.auto_level), float(manual_x), block=splat.HIST_BINS,
+        )  # fmt: skip
+
+    def device_exposure(self, hist: np.ndarray, params: SplatParams, unit: float, n: int) -> Exposure:
+        """The exposure the kernel makes of a host histogram, waited for (tests: against frame_exposure)."""
+        dev = self.device
+        hist_ptr = dev.scratch("splat-hist-dev", 4 * splat.HIST_BINS)
+        out = dev.scratch("splat-exposure-dev", 8 * 4)
+        host = np.zeros(4, np.uint64)
+        with dev.scope:
+            dev.drv.memcpy_htod(hist_ptr, np.ascontiguousarray(hist, np.uint32))
+            self._launch_exposure(out, hist_ptr, params, unit, n)
+            self.stream.synchronize()
+            dev.drv.memcpy_dtoh(host, out)
+        return _exposure_of(host)
+
+    def frame_done(self, generation: int) -> bool:
+        """Whether frame `generation`, the newest, is complete on the GPU (False for an older one)."""
+        with self.device.scope:
+            return generation == self._generation and self._end.query()
+
+    def figures(self, generation: int) -> tuple[Exposure, np.ndarray, float]:
+        """(exposure, hist, gpu_ms) of frame `generation`, waiting for it; only the newest frame's exist."""
+        if generation != self._generation:
+            raise RuntimeError(
+                f"splat frame {generation}'s figures were overwritten by frame {self._generation}: read a "
+                "frame's exposure, hist or gpu_ms before the next draw"
+            )
+        with self.device.scope:
             self._end.synchronize()
             gpu_ms = self._begin.time_till(self._end)
-        return SplatFrame(image, w, h, e, host_hist, gpu_ms)
+        return _exposure_of(self._exposure_host[:4]), np.array(self._hist_host, copy=True), gpu_ms
 
-    def _bloom(self, accum: int, e: Exposure, bloom: Bloom, w: int, h: int, run) -> tuple[int, int]:
-        """(index, glow) device pointers: the frame's tone-map indices and their glow (splat_bloom.py)."""
+    def _bloom(self, accum: int, exposure: int, bloom: Bloom, w: int, h: int, run) -> tuple[int, int]:
+        """(index, glow) device pointers: the frame's tone-map indices (at the device `exposure`) and their
+        glow (splat_bloom.py)."""
         pixels, dev = w * h, self.device
         index, rows, glow = (
             dev.scratch(f"splat-bloom-{k}", 4 * 3 * pixels) for k in ("index", "rows", "glow")
@@ -174,7 +246,7 @@ class CudaSplatter:
         taps = self._table("bloom-taps", np.ascontiguousarray(bloom.taps, np.int32).tobytes())
         grid = -(-pixels // splat.BLOCK)
         with run("bloom"):
-            self._launch("splat_indices", grid, index, accum, pixels, e.scale, e.saturation, e.shift)
+            self._launch("splat_indices", grid, index, accum, pixels, exposure)
             for out, src, along_rows, threshold in ((rows, index, 1, bloom.threshold), (glow, rows, 0, 0)):
                 self._launch(
                     "splat_glow", grid, out, src, taps, bloom.reach, bloom.total, w, h, along_rows, threshold
@@ -242,6 +314,13 @@ def chunk_for(n: int) -> int:
     add fewer partial tiles into the frame; this was the fastest of 1,024 .. 16,384 at 1M, 8M and 16M
     bodies (H200, 1920x1080: bench/results/h200-2026-11-26-splat-chunks.json)."""
     return int(min(max(1 << max(int(n) // 1024, 1).bit_length() - 1, 4096), splat.MAX_CHUNK))
+
+
+def _exposure_of(words: np.ndarray) -> Exposure:
+    """The Exposure in splat_exposure's 4 u64: scale, saturation, shift, the bits of x_per_unit."""
+    scale, saturation, shift = (int(v) for v in words[:3])
+    x = float(np.ascontiguousarray(words[3:4], np.uint64).view(np.float64)[0])
+    return Exposure(scale, saturation, shift, x)
 
 
 def _untimed(stage: str):

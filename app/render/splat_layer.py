@@ -59,10 +59,12 @@ class SplatLayer:
         assert self.texture is not None
         self.texture.set_data(np.ascontiguousarray(image, np.uint8))
 
-    def show_device(self, device, image_ptr: int, width: int, height: int) -> bool:
+    def show_device(self, device, image_ptr: int, width: int, height: int, stream=None) -> bool:
         """The RGBA8 image at device pointer `image_ptr` (on `device`, app.backends.cuda.device.CudaDevice)
-        into the texture by a device-to-array copy; False when the texture cannot be registered with CUDA
-        (`interop_failed` says why; the caller copies through the host)."""
+        into the texture by a device-to-array copy queued on `stream` (the splatter's: behind the frame's
+        kernels; the host does not wait, and the unmap orders GL's draw of the texture after the copy);
+        False when the texture cannot be registered with CUDA (`interop_failed` says why; the caller copies
+        through the host)."""
         self._ensure(width, height)
         if self.interop_failed is not None:
             return False
@@ -79,16 +81,19 @@ class SplatLayer:
                     self.interop_failed = f"registering the splat's GL texture with CUDA failed: {e}"
                     log.warning("%s: its frames go device -> host -> GL", self.interop_failed)
                     return False
-            mapping = self._registered.map()
+            mapping = self._registered.map(stream)
             try:
                 copy = device.drv.Memcpy2D()
                 copy.set_src_device(image_ptr)
                 copy.set_dst_array(mapping.array(0, 0))
                 copy.width_in_bytes = copy.src_pitch = 4 * width
                 copy.height = height
-                copy(aligned=True)
+                if stream is None:
+                    copy(aligned=True)
+                else:
+                    copy(stream)
             finally:
-                mapping.unmap()
+                mapping.unmap(stream)
         return True
 
     # --- drawing ---------------------------------------------------------------------------------
