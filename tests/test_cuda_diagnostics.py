@@ -195,10 +195,11 @@ def test_past_the_live_slices_only_the_momenta_are_launched(monkeypatch):
 
 
 class _Event:
-    """A pycuda Event stand-in: `query()` answers what the test sets; record() counts."""
+    """A pycuda Event stand-in: `query()` answers what the test sets; record() counts; `time_till` gives
+    `ms` (what the test sets) from this event to any other."""
 
     def __init__(self):
-        self.ready, self.records, self.waits = False, 0, 0
+        self.ready, self.records, self.waits, self.ms = False, 0, 0, 0.0
 
     def query(self):
         return self.ready
@@ -208,6 +209,9 @@ class _Event:
 
     def synchronize(self):
         self.waits += 1
+
+    def time_till(self, other):
+        return self.ms
 
 
 def test_pending_queues_one_slice_per_done_that_finds_the_gpu_through():
@@ -231,6 +235,33 @@ def test_pending_queues_one_slice_per_done_that_finds_the_gpu_through():
     other = dg.PendingDiagnostics(nullcontext(), _Event(), host + 1.0, 2.0, rest=launches(), slices=3)
     assert other.result().kinetic == 1.0 and queued == [0, 1, 2, 0, 1, 2]  # settle queues the rest, waits
     assert other.event.waits == 1 and other.done()
+
+
+def test_a_live_sample_s_slices_are_paced_to_a_share_of_the_gpu():
+    """A slice that took 2 ms of GPU time: the next one goes once 2 / LIVE_GPU_SHARE ms of wall time passed
+    since the GPU was found through it (at 5%, 38 ms later), not at the next frame's done()."""
+    from contextlib import nullcontext
+
+    queued: list[int] = []
+    now = [100.0]
+    event, started = _Event(), _Event()
+    started.ms = 2.0
+    pending = dg.PendingDiagnostics(
+        nullcontext(), event, np.zeros(dg.RESULTS), 0.0, slices=3, started=started, share=dg.LIVE_GPU_SHARE,
+        clock=lambda: now[0], rest=[lambda k=k: queued.append(k) for k in range(3)],
+    )  # fmt: skip
+    event.ready = True
+    pause = 2e-3 * (1 / dg.LIVE_GPU_SHARE - 1)
+    assert dg.LIVE_GPU_SHARE == 0.05 and pause == pytest.approx(0.038)
+    assert not pending.done() and queued == []  # through the first slice: the pause starts now
+    now[0] += 0.9 * pause
+    assert not pending.done() and queued == []
+    now[0] += 0.1 * pause
+    assert not pending.done() and queued == [0] and started.records == 1  # the next slice, timed
+    assert not pending.done() and queued == [0]  # its own pause
+    now[0] += pause
+    assert not pending.done() and queued == [0, 1]
+    assert pending.result() is not None and queued == [0, 1, 2]  # settle queues the rest without pacing
 
 
 def _emulated_potential(pos, mass, physics: Physics, block: int) -> float:

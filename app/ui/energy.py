@@ -3,8 +3,9 @@
 A backend with a `diagnostics()` method (the CUDA backend: kernels/diagnostics.cu reduces energy and
 momenta on the device; only ten doubles come back) is asked every `every` frames, on the thread that
 owns it; with `diagnostics_async()` a later tick collects the result, once the GPU got there (on CUDA
-a large N's potential runs a slice per tick, and none past ~4M bodies, where `note` says so and only the
-momenta are judged: app/backends/cuda/diagnostics.py); a sample still in flight skips the next due. Other
+a large N's potential runs in slices, at most one per tick and paced to 5% of the GPU's time, and none
+past ~4M bodies, where `note` says so and only the momenta are judged: app/backends/cuda/diagnostics.py);
+a sample still in flight skips the next due. Other
 backends (the CPU one) have their state copied and reduced in a background thread (a numba kernel
 that releases the GIL), so a frame never waits for the O(N²) potential energy.
 
@@ -100,7 +101,7 @@ class _DeviceSample:
 
     @property
     def progress(self) -> float:
-        """The share of the sample queued on the GPU (a live one runs its potential a slice a frame)."""
+        """The share of the sample queued on the GPU (a live one runs its potential in paced slices)."""
         return float(getattr(self._pending, "progress", 1.0))
 
 

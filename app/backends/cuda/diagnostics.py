@@ -33,6 +33,7 @@ import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -52,11 +53,16 @@ RESULTS = MOMENTS + 1  # DIAG_RESULTS: ... and U
 # ~130 blocks for 132 SMs; the cost is the partials, tiles x 256 doubles (134 MB at 16M, 8 MB at 1M)
 MAX_CHUNKS = 256
 MOMENT_BLOCKS_PER_SM = 4
-# A live slice: about N x 1,024 pairs, a few per cent of the tree's force at theta 0.6 (~3,900 interactions
-# a body at 1M), so the drift costs the frame rate little at any N; a sample then spans ~N / 2,048 frames
-# (512 at 1M). Not below 2^30 pairs: small N takes its sample in one or two frames.
+# A live slice: about N x 1,024 pairs; a sample then spans ~N / 2,048 slices (512 at 1M). Not below 2^30
+# pairs: small N takes its sample in one or two slices. A slice is not cheap: 2^30 float64 pair terms
+# took 2.4 ms on an H100 (bench/results/h100-2026-11-27-splat-wait-probe-*.csv), a third of the tree's
+# 6.8 ms force at 1M, and one a frame made the 1M viewer's frame 12 ms instead of 9.5 ms, in runs or
+# stretches of frames whose phase let each frame's done() find the last slice through (the "two modes").
+# So the later slices are paced: the next one waits until the last one's GPU time is at most
+# LIVE_GPU_SHARE of the wall time since it was queued (a sample at 1M then takes ~25 s).
 LIVE_PAIRS_PER_BODY = 1024
 LIVE_MIN_PAIRS = 1 << 30
+LIVE_GPU_SHARE = 0.05
 # A live sample whose potential would span more slices (frames) than this leaves the potential out: past
 # ~4M bodies an exact energy takes thousands of frames (8,192 at 16M, a quarter of an hour at 9 fps) and
 # each of them ~6 ms of the GPU (H200, 16M: 117 ms frames against 111 for 9 fps), so the panel shows the
@@ -160,7 +166,13 @@ class PendingDiagnostics:
     rest: list[Callable[[], None]] = field(default_factory=list)
     slices: int = 1  # the potential's slices in all
     note: str = ""  # why the potential was left out (a live sample at large N), else ""
+    # pacing (a live sample's later slices): `started`, an event recorded before the launch in flight, times
+    # it against `event`; the next waits until that time is at most `share` of the wall time (`clock`, s)
+    started: Any = None
+    share: float = 1.0
+    clock: Callable[[], float] = perf_counter
     _values: np.ndarray | None = None
+    _next_at: float | None = None  # when the next launch may go, once the one in flight is through
 
     @property
     def progress(self) -> float:
@@ -175,6 +187,15 @@ class PendingDiagnostics:
                 return False
             if not self.rest:
                 return True
+            if self.started is not None and self.share < 1.0:
+                now = self.clock()
+                if self._next_at is None:  # the launch in flight is through: its cost sets the pause
+                    cost_s = self.started.time_till(self.event) * 1e-3
+                    self._next_at = now + cost_s * (1.0 / self.share - 1.0)
+                if now < self._next_at:
+                    return False
+                self._next_at = None
+                self.started.record()
             self.rest.pop(0)()
             self.event.record()
             return False
@@ -259,12 +280,17 @@ def launch_diagnostics(backend, slice_pairs: int | None = None) -> PendingDiagno
             dev.drv.memcpy_dtoh_async(out, result)  # stream-ordered after the kernels: 80 bytes
 
         rest = [functools.partial(potential_slice, *cut) for cut in slices] + [finish]
+        started = None
+        if len(rest) > 2:  # a sample in slices: paced (LIVE_GPU_SHARE)
+            started = dev.drv.Event()
+            started.record()
         rest.pop(0)()  # the first slice (or, with none, the finish) now
         if len(rest) == 1:  # one slice: the finish behind it now too
             rest.pop()()
         event = dev.drv.Event()
         event.record()
     backend.diag_pending = PendingDiagnostics(
-        scope=dev.scope, event=event, host=out, time=backend.time, rest=rest, slices=len(slices), note=note
-    )
+        scope=dev.scope, event=event, host=out, time=backend.time, rest=rest, slices=len(slices), note=note,
+        started=started, share=LIVE_GPU_SHARE if started is not None else 1.0,
+    )  # fmt: skip
     return backend.diag_pending
