@@ -42,9 +42,10 @@ image with the twin's pixel for pixel, so every step is exact and portable:
    is in the table: b + (1 - b) f(x), as the sprites' screen blending gives.
 6. Automatic exposure, integers: a histogram of the lit pixels' brightest channel, HIST_BINS bins of 16 per
    octave (the leading bit's place and the 4 bits below it, `hist_bin`), counted with integer atomics;
-   the host takes the bin of the `auto_percentile` weighted by light (`percentile_value`: the pixels
-   dimmer than it hold that share of the light) and sets the exposure so that its value maps to
-   x = `auto_level`. Both sides compute the same histogram, hence the same exposure. Weighted by light,
+   the bin of the `auto_percentile` weighted by light (`percentile_value`: the pixels dimmer than it hold
+   that share of the light) sets the exposure so that its value maps to x = `auto_level` (`frame_exposure`
+   here for the twin; kernels/splat.cu splat_exposure on the GPU, the same float64 operations in the same
+   order, so the same exposure bit for bit). Both sides compute the same histogram. Weighted by light,
    not by pixel count: a count percentile of the lit pixels moves with N, because 8x the bodies light
    more of the sparse outskirts with faint pixels (a test galaxy: 40% of the frame lit at 125k bodies,
    65% at 1M) and push the 99.5th percentile to a lower rank among the bright ones; exposed by it the
