@@ -93,3 +93,35 @@ def test_a_frame_too_big_for_the_tiles_is_drawn_by_the_direct_path_alike():
         assert np.array_equal(image, twin_of(viewer, big))
     finally:
         viewer.close()
+
+
+def test_sprites_after_splat_frames_draw_the_current_state_and_splat_resumes():
+    """Splat frames keep the interop buffers mapped (GLBuffers.hold); a switch to sprites releases them
+    before GL draws them, so the sprites show the current state: the same pixels as a viewer that drew
+    sprites from the start, stepped alike. Back to splat, the buffers are held again and the frame is the
+    twin's."""
+    import dataclasses
+
+    def set_style(viewer, style: str) -> None:  # what the View tab's combo does (ui/actions.py)
+        viewer.renderer.apply_settings(dataclasses.replace(viewer.renderer.settings, style=style))
+
+    viewers = [open_viewer("plummer", 200_000, **{"render.style": style}) for style in ("splat", "sprites")]
+    try:
+        for viewer in viewers:
+            for _ in range(3):
+                viewer.step_and_render()
+        switched, sprites = viewers
+        assert switched.stats.style == "splat" and switched.backend.gl_buffers.held
+        set_style(switched, "sprites")
+        image = switched.render_to_array(SIZE)
+        assert switched.stats.style == "sprites" and not switched.backend.gl_buffers.held
+        expect = sprites.render_to_array(SIZE)
+        assert expect.max() > 64
+        assert np.array_equal(image, expect), f"{int((image != expect).any(axis=2).sum())} pixels differ"
+        set_style(switched, "splat")
+        switched.step_and_render()
+        assert switched.stats.style == "splat" and switched.backend.gl_buffers.held
+        assert np.array_equal(switched.render_to_array(SIZE), twin_of(switched, SIZE))
+    finally:
+        for viewer in viewers:
+            viewer.close()

@@ -145,6 +145,8 @@ class Viewer(app.Canvas):
         buffers the renderer never re-specifies them (that would invalidate the registration).
         """
         n = int(self.backend.n)
+        if n != self.renderer.n or force:
+            self.release_gl_buffers()  # the VBOs are about to be replaced: none may stay mapped
         if self.renderer.allocate(n) or force:
             pos4, speeds = self.backend.host_render_arrays()  # once: frame 0, mean mass, speed scale
             self._initial_pos4 = np.asarray(pos4)
@@ -162,6 +164,13 @@ class Viewer(app.Canvas):
             self.renderer.set_components(comp)
         self.stats.n = n
         self.stats.data_path = self.backend.data_path
+
+    def release_gl_buffers(self) -> None:
+        """Unmap the backend's interop buffers if splat frames held them mapped (GLBuffers.hold)."""
+        gl = getattr(self.backend, "gl_buffers", None)
+        if gl is not None and getattr(gl, "held", False):
+            # held by the splatter, whose device shares the context the buffers are registered in
+            self.splat.release(gl)
 
     def _upload_host(self) -> None:
         t0 = time.perf_counter()
@@ -292,6 +301,7 @@ class Viewer(app.Canvas):
         w, h = int(size[0]), int(size[1])
         if self.splat.draw(self, (w, h), shifted):
             return True
+        self.release_gl_buffers()  # (held mapped by splat frames: GL draws them now)
         view = gl_matrix(self.camera.view_matrix())
         proj = gl_matrix(self.projection((w, h), shifted))
         self.renderer.draw(view, proj, (w, h), pixel_ratio=self.pixel_scale)

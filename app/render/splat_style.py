@@ -123,7 +123,11 @@ class SplatStyle:
         renderer = viewer.renderer
         params = params_of(renderer.settings, size)
         comp = self._components(splatter.device, renderer.components, n)
-        # the buffers are registered in the render GPU's primary context, which the splatter's device shares
+        # the buffers are registered in the render GPU's primary context, which the splatter's device shares;
+        # held mapped while frames are splat (GL never draws them then: GLBuffers.hold says why), released
+        # by the viewer before a sprites frame
+        with splatter.device.scope:
+            backend.gl_buffers.hold()
         with splatter.device.scope, backend.gl_buffers.mapped_for(n) as mapped:
             frame = splatter.draw(mapped.pos, n, view, light, params, comp=comp, values=mapped.speed)
         layer = self._layer()
@@ -197,6 +201,14 @@ class SplatStyle:
                 device.drv.memcpy_htod(self._comp_ptr, index)
             self._comp_of = components
         return self._comp_ptr
+
+    def release(self, gl_buffers) -> None:
+        """Unmap interop buffers that splat frames held mapped, in the splatter's context."""
+        if self.splatter is None:
+            gl_buffers.release()
+            return
+        with self.splatter.device.scope:
+            gl_buffers.release()
 
     def close(self) -> None:
         if self.layer is not None:

@@ -3,8 +3,10 @@
 The position VBO (float4 [x, y, z, m]) and the speed VBO are written on the GPU after each step (the
 run's copies, multi_interop.py); both are registered with map flags NONE.
 `GLBuffers.mapped()` always unmaps, also when a launch inside it raises (NVIDIA Warp's pattern);
-nothing may draw while the buffers are mapped. Registration must be redone whenever the renderer
-reallocates a buffer (a new N): the backend's `attach_gl_buffers` does that.
+nothing may draw while the buffers are mapped. `hold()` keeps them mapped across frames, for the splat
+style, which never draws them with GL: `mapped()` then hands out the held pointers with no map or unmap,
+and `release()` (before GL draws them again, or they are reallocated) unmaps. Registration must be
+redone whenever the renderer reallocates a buffer (a new N): the backend's `attach_gl_buffers` does that.
 
 Needs the GL context current on the calling thread when registering (and, to be safe, when mapping).
 
@@ -51,12 +53,32 @@ class GLBuffers:
         self.is_mapped = False
         self.last_map_ms = 0.0
         self.last_unmap_ms = 0.0
+        self._held: tuple[list, MappedPointers] | None = None  # (mappings, pointers) while held
 
-    @contextmanager
-    def mapped(self):
-        """Yield MappedPointers; both buffers are unmapped on exit, whatever happened inside."""
+    @property
+    def held(self) -> bool:
+        return self._held is not None
+
+    def hold(self) -> None:
+        """Map both buffers until `release()`; `mapped()` meanwhile yields these pointers. Why: each map
+        orders CUDA's later work after GL's earlier work, and the splat's frame on one H100 at 1M waited
+        2.4 ms on that map in one frame of ten or more (GL's work of the frame before; docs/rendering.md),
+        where GL never reads these buffers in that style."""
+        if self._held is not None:
+            return
         if self.is_mapped:
-            raise RuntimeError("GL buffers are already mapped (nested mapped() is not allowed)")
+            raise RuntimeError("GL buffers are mapped inside mapped(): hold() them outside it")
+        mappings, ptrs = self._map()
+        self._held = (mappings, ptrs)
+
+    def release(self) -> None:
+        """Unmap held buffers (nothing if not held): before GL draws them or they are reallocated."""
+        if self._held is not None:
+            mappings, _ = self._held
+            self._held = None
+            self._unmap(mappings, quiet=False)
+
+    def _map(self) -> tuple[list, MappedPointers]:
         t0 = time.perf_counter()
         mappings = []
         try:
@@ -69,7 +91,19 @@ class GLBuffers:
             raise
         self.is_mapped = True
         self.last_map_ms = (time.perf_counter() - t0) * 1e3
-        ptrs = MappedPointers(int(pos_ptr), int(pos_bytes), int(speed_ptr), int(speed_bytes))
+        return mappings, MappedPointers(int(pos_ptr), int(pos_bytes), int(speed_ptr), int(speed_bytes))
+
+    @contextmanager
+    def mapped(self):
+        """Yield MappedPointers; both buffers are unmapped on exit, whatever happened inside (held
+        buffers stay mapped: their pointers, no map or unmap)."""
+        if self._held is not None:
+            self.last_map_ms = self.last_unmap_ms = 0.0
+            yield self._held[1]
+            return
+        if self.is_mapped:
+            raise RuntimeError("GL buffers are already mapped (nested mapped() is not allowed)")
+        mappings, ptrs = self._map()
         try:
             yield ptrs
         except BaseException:
@@ -110,6 +144,10 @@ class GLBuffers:
             raise first_error
 
     def unregister(self) -> None:
+        try:
+            self.release()
+        except Exception as e:  # the context or the GL buffers are gone already
+            log.debug("releasing held GL buffers failed: %s", e)
         for res in (getattr(self, "_speed", None), getattr(self, "_pos", None)):
             if res is None:
                 continue
