@@ -9,9 +9,9 @@ device position rows the backend already keeps (app/render/splat.py has the arit
 Per frame: clear (cuMemsetD32, no kernel), accumulate, histogram, the exposure (a kernel: frame_exposure
 on the device, so that a recording's frame depends on its own bodies only and no host waits in between),
 tone map, and the histogram and exposure copied behind them into pinned host memory. Every launch and copy
-goes on one stream and `draw` returns without waiting for any of it: in the viewer the frame's kernels
-queue behind the step's force, and the host goes on with the panel while the GPU works. The frame's host
-figures (`exposure`, `hist`, `gpu_ms`) wait for the frame when read; `ready()` says whether they would.
+goes on one stream and `draw` returns without waiting for any of it; the caller waits once, when it reads
+the frame's host figures (`exposure`, `hist`, `gpu_ms`; `ready()` says whether that would wait). The
+viewer reads them right after queuing the texture copy (app/render/splat_style.py says why it waits).
 They are the splatter's until its next `draw`, which first waits for the frame before (its pinned copies
 and staged tables are then free to reuse; in a steady viewer it finished long before).
 

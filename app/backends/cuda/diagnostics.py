@@ -54,12 +54,11 @@ RESULTS = MOMENTS + 1  # DIAG_RESULTS: ... and U
 MAX_CHUNKS = 256
 MOMENT_BLOCKS_PER_SM = 4
 # A live slice: about N x 1,024 pairs; a sample then spans ~N / 2,048 slices (512 at 1M). Not below 2^30
-# pairs: small N takes its sample in one or two slices. A slice is not cheap: 2^30 float64 pair terms
-# took 2.4 ms on an H100 (bench/results/h100-2026-11-27-splat-wait-probe-*.csv), a third of the tree's
-# 6.8 ms force at 1M, and one a frame made the 1M viewer's frame 12 ms instead of 9.5 ms, in runs or
-# stretches of frames whose phase let each frame's done() find the last slice through (the "two modes").
-# So the later slices are paced: the next one waits until the last one's GPU time is at most
-# LIVE_GPU_SHARE of the wall time since it was queued (a sample at 1M then takes ~25 s).
+# pairs: small N takes its sample in one or two slices. A slice is not cheap: 2^30 float64 pair terms are
+# ~3e10 FP64 operations, 1 ms at an H100's FP64 peak and likely two or three in practice (estimated, not
+# measured alone), a large share of the tree's 6.8 ms force at 1M, and one ran in every frame whose done()
+# found the last one through. So the later slices are paced: the next one waits until the last one's GPU
+# time (its own events) is at most LIVE_GPU_SHARE of the wall time since it was queued.
 LIVE_PAIRS_PER_BODY = 1024
 LIVE_MIN_PAIRS = 1 << 30
 LIVE_GPU_SHARE = 0.05
