@@ -56,7 +56,7 @@ if [[ $what == bench || $what == all ]]; then
 fi
 if [[ $what == tree ]]; then
     python3 -m app bench --backend cuda --kernels tree,best --n 1048576,8388608 --scene plummer,collision \
-        --tunable theta=0.3,0.4,0.45,0.5,0.6,0.65,0.7,0.9 --max-seconds 60 --no-progress \
+        --tunable opening=cube --tunable theta=0.3,0.4,0.45,0.5,0.6,0.65,0.7,0.9 --max-seconds 60 --no-progress \
         --json "$out/$gpu-$day-tree.json" --plot "$out/$gpu-$day-tree.png" 2>&1 | tail -70
 fi
 if [[ $what == gpus ]]; then

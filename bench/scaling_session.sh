@@ -42,14 +42,14 @@ if [[ $what == suite ]]; then
 fi
 if [[ $what == quick || $what == all ]]; then
     echo "clocks before: $(clocks)"
-    python3 -m app bench --backend cuda --kernels tree,best,shared --n 1048576 --tunable theta=0.6 \
+    python3 -m app bench --backend cuda --kernels tree,best,shared --n 1048576 --tunable opening=cube --tunable theta=0.6 \
         --gpus 1,2 --warmup 2 --repeats 3 --error-sample 1024 --no-progress \
         --json "$out/$tag-quick.json" 2>&1 | tail -30
 fi
 if [[ $what == scaling || $what == all ]]; then
     echo "clocks before: $(clocks)"
     python3 -m app bench --backend cuda --kernels tree,best,shared --n 1048576,8388608,16777216 \
-        --scene plummer,collision --tunable theta=0.45,0.5,0.6 --gpus 1,2 --max-seconds 40 --no-progress \
+        --scene plummer,collision --tunable opening=cube --tunable theta=0.45,0.5,0.6 --gpus 1,2 --max-seconds 40 --no-progress \
         --json "$out/$tag-scaling.json" --plot "$out/$tag-scaling.png" 2>&1 | tail -60
     echo "clocks after: $(clocks)"
 fi
@@ -57,7 +57,7 @@ if [[ $what == refit ]]; then
     timeout 300 python3 -m pytest -q -m gpu -p no:xvfb -p no:cacheprovider tests/test_tree_gpu_refit.py \
         tests/test_tree_gpu.py 2>&1 | tee "$out/refit-tests.log" | grep -E "passed|failed|^FAILED|^E " | tail -12
     python3 -m app bench --backend cuda --kernels tree --n 1048576,8388608 --scene plummer,collision \
-        --tunable theta=0.45,0.5,0.6 --tunable rebuild_every=16 --tunable rebuild_rule=adaptive --gpus 1,2 \
+        --tunable opening=cube --tunable theta=0.45,0.5,0.6 --tunable rebuild_every=16 --tunable rebuild_rule=adaptive --gpus 1,2 \
         --max-seconds 40 --no-progress --json "$out/$tag-adaptive.json" 2>&1 | grep -A24 "^scaling"
 fi
 if [[ $what == opening ]]; then
@@ -75,7 +75,7 @@ if [[ $what == mpi-tree ]]; then
     for r in 1 2; do
         launch=(); [[ $r == 2 ]] && launch=(mpiexec -n 2)
         timeout 140 "${launch[@]}" python3 -m app bench --backend cuda --kernels tree --n 1048576,8388608 \
-            --scene plummer,collision --tunable theta=0.6 --warmup 2 --repeats 5 --no-progress \
+            --scene plummer,collision --tunable opening=cube --tunable theta=0.6 --warmup 2 --repeats 5 --no-progress \
             --json "$out/$tag-mpi-tree-ranks$r.json" 2>&1 | grep -E "^tree" | head -8
     done
 fi
@@ -84,12 +84,12 @@ if [[ $what == mpi ]]; then
     timeout 300 python3 -m pytest -q -p no:xvfb -p no:cacheprovider tests/test_mpi.py -m gpu 2>&1 \
         | tee "$out/mpi-gpu-tests.log" | grep -E "passed|failed|^FAILED|^E " | tail -12
     timeout 300 mpiexec -n 2 python3 -m app bench --backend cuda --kernels tree,best --n 1048576,8388608 \
-        --scene plummer,collision --tunable theta=0.45,0.5,0.6 --max-seconds 40 --no-progress \
+        --scene plummer,collision --tunable opening=cube --tunable theta=0.45,0.5,0.6 --max-seconds 40 --no-progress \
         --json "$out/$tag-mpi2.json" 2>&1 | tail -40
     for r in 1 2; do
         launch=(); [[ $r == 2 ]] && launch=(mpiexec -n 2)
         timeout 120 "${launch[@]}" python3 -m app -q run plummer --n 1048576 --frames 120 --headless \
-            --backend cuda --kernel tree --tunable theta=0.6 --steps-per-frame 1 \
+            --backend cuda --kernel tree --tunable opening=cube --tunable theta=0.6 --steps-per-frame 1 \
             --timings "$out/$tag-run-1048576-tree-ranks$r-frames.csv" 2>&1 | tail -3
     done
     python3 bench/frames_compare.py "$out/$tag-run-1048576-tree-ranks1-frames.csv" \
@@ -99,7 +99,7 @@ if [[ $what == view || $what == all ]]; then
     for n in 8388608 1048576; do
         for g in 1 2; do
             python3 -m app -q run plummer --n $n --frames 60 --headless --backend cuda --kernel tree \
-                --tunable theta=0.6 --steps-per-frame 1 --gpus $g \
+                --tunable opening=cube --tunable theta=0.6 --steps-per-frame 1 --gpus $g \
                 --timings "$out/$tag-run-$n-tree-gpus$g-frames.csv" 2>&1 | tail -2
         done
     done

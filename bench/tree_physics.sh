@@ -22,6 +22,6 @@ run() {  # run LABEL N KERNEL [ARGS...]
     tail -1 "$out/physics-$label.txt"
     echo "    clocks before: $before; after: $(clocks)"
 }
-run tree-1048576 1048576 tree --tunable theta=0.6
-run tree-65536 65536 tree --tunable theta=0.6
+run tree-1048576 1048576 tree --tunable opening=cube --tunable theta=0.6
+run tree-65536 65536 tree --tunable opening=cube --tunable theta=0.6
 run best-65536 65536 best

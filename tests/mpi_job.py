@@ -40,7 +40,7 @@ def middle_of_share(share: Span) -> int:
     return share.start + share.count // 2
 
 
-ADAPTIVE = {"rebuild_every": 16, "rebuild_rule": "adaptive", "leaf": 8, "theta": 1.0}
+ADAPTIVE = {"rebuild_every": 16, "rebuild_rule": "adaptive", "leaf": 8, "theta": 1.0, "opening": "cube"}
 # the bodies cross their cells within a few steps, so that the refit stops paying and the rule builds early
 FAST = Physics(softening=0.05, dt=0.05)
 # b as a fixed fraction of a walk: for 301 bodies the model's fixed cost of a GPU's launches never pays

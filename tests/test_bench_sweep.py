@@ -39,7 +39,7 @@ def sweep(cpu):
         repeats=2,
         progress=False,
         scenes=["plummer", "collision"],
-        tunables={"theta": [0.2, 0.5, 0.9]},
+        tunables={"theta": [0.2, 0.5, 0.9], "opening": ["cube"]},  # θ: the geometric test's
         error_sample=512,
     )
 
@@ -49,14 +49,14 @@ def rows(result, **match):
 
 
 def test_a_swept_tunable_gives_one_row_per_value_and_only_to_kernels_that_have_it(sweep):
-    assert sweep["tunable_lists"] == {"theta": [0.2, 0.5, 0.9]}
+    assert sweep["tunable_lists"] == {"theta": [0.2, 0.5, 0.9], "opening": ["cube"]}
     assert sweep["scenes"] == ["plummer", "collision"]
     assert len(sweep["results"]) == 8
     for scene in ("plummer", "collision"):
         simd = rows(sweep, kernel="cpu-simd", scene=scene)
         assert len(simd) == 1 and simd[0]["tunables"] == {}  # all-pairs is not swept by θ
         tree = rows(sweep, kernel="cpu-tree", scene=scene)
-        assert [r["tunables"] for r in tree] == [{"theta": 0.2}, {"theta": 0.5}, {"theta": 0.9}]
+        assert [r["tunables"]["theta"] for r in tree] == [0.2, 0.5, 0.9]
         for r in tree:  # the value recorded is the value run with; the other tunables at their defaults
             assert r["status"] == "ok" and r["tunables_used"] == {
                 "theta": r["tunables"]["theta"],
@@ -69,7 +69,7 @@ def test_a_swept_tunable_gives_one_row_per_value_and_only_to_kernels_that_have_i
             }
             assert r["step_median_ms"] >= r["median_ms"] > 0
     table = bench.format_table(sweep)
-    assert "cpu-tree theta=0.2 collision" in " ".join(table.split())
+    assert "cpu-tree opening=cube theta=0.2 collision" in " ".join(table.split())
     assert "err p99" in table.splitlines()[1]
 
 
@@ -83,7 +83,9 @@ def test_the_error_sample_is_taken_for_the_tree_and_falls_as_theta_falls(sweep):
         p99s, medians = [e["p99"] for e in errs], [e["median"] for e in errs]
         assert p99s == sorted(p99s) and medians == sorted(medians) and p99s[0] < p99s[-1] / 5
     table = bench.format_table(sweep)
-    tree_02 = next(line for line in table.splitlines() if line.startswith("cpu-tree theta=0.2 plummer"))
+    tree_02 = next(
+        line for line in table.splitlines() if line.startswith("cpu-tree opening=cube theta=0.2 plummer")
+    )
     assert f"{rows(sweep, kernel='cpu-tree', scene='plummer')[0]['error']['p99']:.2e}" in tree_02
 
 
@@ -99,7 +101,7 @@ def test_the_fastest_setting_within_budget_is_named_per_scene_and_n(sweep):
         assert e["tunables"] == min(within, key=lambda r: r["step_median_ms"])["tunables"]
     lines = bench.format_table(sweep).splitlines()
     assert any(
-        line.startswith(f"cpu-tree · collision · N = {N:,}: fastest within p99 <= 0.001: theta=")
+        line.startswith(f"cpu-tree · collision · N = {N:,}: fastest within p99 <= 0.001: opening=cube theta=")
         for line in lines
     )
 
@@ -286,8 +288,8 @@ def test_the_plot_has_an_accuracy_panel_when_rows_sampled_their_error(sweep, tmp
     fig = bench_figure(sweep)
     rates, accuracy = fig.axes
     labels = [t.get_text() for t in rates.get_legend().get_texts()]
-    assert "cpu-tree · collision · theta=0.2" in labels and "cpu-simd · plummer" in labels
-    assert "cpu-tree · plummer · theta=0.9 (equivalent all-pairs)" in labels
+    assert "cpu-tree · collision · opening=cube theta=0.2" in labels and "cpu-simd · plummer" in labels
+    assert "cpu-tree · plummer · opening=cube theta=0.9 (equivalent all-pairs)" in labels
     assert (accuracy.get_xscale(), accuracy.get_yscale()) == ("log", "log")
     assert "p99 relative acceleration error (512 random targets" in accuracy.get_xlabel()
     acc_labels = [t.get_text() for t in accuracy.get_legend().get_texts()]
@@ -298,7 +300,7 @@ def test_the_plot_has_an_accuracy_panel_when_rows_sampled_their_error(sweep, tmp
     assert line.get_xdata().tolist() == [r["error"]["p99"] for r in tree]
     assert line.get_ydata().tolist() == [r["step_median_ms"] for r in tree]
     annotations = {t.get_text() for t in accuracy.texts}
-    assert {"theta=0.2", "theta=0.5", "theta=0.9"} <= annotations
+    assert {"opening=cube theta=0.2", "opening=cube theta=0.5", "opening=cube theta=0.9"} <= annotations
     img = Image.open(plot(sweep, tmp_path / "sweep.png"))
     assert img.format == "PNG" and img.size == SIZE_PX_WITH_ERRORS
 

@@ -45,7 +45,7 @@ def _gpu_evaluator(device, physics=SOFT, **tunables):
     record = next(r for r in RECORDS if r.name == "tree")
     ev = record.policy.evaluator(record, device, {})
     ev.set_physics(physics)
-    ev.set_tunables(rebuild_every=1, **tunables)
+    ev.set_tunables(**{"rebuild_every": 1, "opening": "cube", **tunables})  # block steps' (block_tunables)
     return ev
 
 
@@ -60,7 +60,7 @@ def test_the_gpu_walks_active_groups_with_the_full_evaluation_s_rows_and_the_twi
     untouched = np.setdiff1d(np.arange(n), rows)
     assert np.isnan(part[untouched]).all()
     assert work.pair_equivalent == rows.size * n
-    _, _, cev = cpu_tree(pos, rebuild_every=1)
+    _, _, cev = cpu_tree(pos, rebuild_every=1, opening="cube")
     cacc = np.full((n, 4), np.nan, np.float32)
     cwork = cev.evaluate_rows(np.ascontiguousarray(pos, np.float32), cacc, rows)
     gpu, cpu = ev.last_groups(), cev.last_groups()

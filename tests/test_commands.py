@@ -129,7 +129,7 @@ def test_info_kernels_states_the_memory_per_body_of_a_record_that_reports_it(cap
 
 def test_validate_a_tree_prints_its_tunables_and_percentiles_and_judges_the_p99(capsys):
     args = ["validate", "plummer", "--n", "4096", "--backend", "cpu", "--kernel", "cpu-tree"]
-    assert main([*args, "--tunable", "theta=0.3"]) == 0
+    assert main([*args, "--tunable", "theta=0.3", "--tunable", "opening=cube"]) == 0
     row = capsys.readouterr().out.splitlines()[-1]
     assert "alpha=0.001 group=64 leaf=16 opening=cube rebuild_every=16 rebuild_rule=adaptive theta=0.3" in row
     assert " median " in row and "p99 " in row and row.count("ok")
@@ -137,7 +137,12 @@ def test_validate_a_tree_prints_its_tunables_and_percentiles_and_judges_the_p99(
     p99 = float(row.split(" p99 ")[1].split()[0])
     assert 0 < median < p99 <= 1e-3
     assert main([*args, "--tunable", "theta=1.4"]) == 1  # far outside its p99 budget
-    assert "99th-percentile relative error" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "99th-percentile relative error" in out
+    # under the default opening test (rel) one evaluation is the cube test at theta, and the row says so
+    assert (
+        "opening=rel" in out and "these errors are the cube test's at theta=1.4 (a run's first step)" in out
+    )
     assert main(["validate", "plummer", "--n", "64", "--kernel", "all", "--tunable", "theta=0.5"]) == 2
     assert "--tunable applies to one kernel" in capsys.readouterr().err
 

@@ -67,7 +67,7 @@ def test_fp32_against_fp64_differs_by_round_off_and_the_numbers_are_the_float64_
 
 
 def test_a_tree_at_a_large_opening_angle_differs_far_more_and_b_runs_with_its_own_tunables():
-    backend = loaded("cpu-tree", theta=1.0)
+    backend = loaded("cpu-tree", theta=1.0, opening="cube")  # θ's test at every step, not only the first
     r, _ = compared(backend, "cpu-fp64")
     expect = error_summary(backend.accelerations(), reference(backend))
     assert r.median == pytest.approx(expect["median"], rel=1e-6)
@@ -116,7 +116,7 @@ def test_error_positions_are_the_legends_log_scale():
 
 
 def test_the_colours_against_b_are_each_bodys_error_against_b():
-    backend = loaded("cpu-tree", theta=1.0)
+    backend = loaded("cpu-tree", theta=1.0, opening="cube")
     ops = backend.compare_ops()
     ab = ABCompare()
     ab.kernel_b, ab.colour = "cpu-fp64", True

@@ -89,6 +89,7 @@ def test_a_kernel_of_another_backend_is_refused_with_one_line(ui):
 
 
 def test_the_error_views_colour_each_body_by_its_error_with_the_legend(ui):
+    ui.ctl.set_tunable("opening", "cube")  # θ's test at every step (under rel only the first step's)
     ui.ctl.set_tunable("theta", 1.0)
     ui.frame(3)
     ui.tab("Compare")

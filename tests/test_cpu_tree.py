@@ -327,7 +327,7 @@ def test_record_tunables():
         "group": 64,
         "rebuild_every": 16,
         "rebuild_rule": "adaptive",
-        "opening": "cube",
+        "opening": "rel",
         "alpha": 0.001,
     }
     with pytest.raises(ConfigError, match=r"cpu-tree.theta"):

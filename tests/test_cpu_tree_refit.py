@@ -46,7 +46,7 @@ def test_the_tunable_is_the_same_on_the_twin_and_the_gpu_tree():
         assert record.tunable("rebuild_every").values == (1, 2, 4, 8, 16)
         assert record.default_tunables()["rebuild_rule"] == "adaptive"
         assert record.tunable("rebuild_rule").options == ("fixed", "adaptive")
-        assert record.default_tunables()["opening"] == "cube"
+        assert record.default_tunables()["opening"] == "rel"  # docs/tree.md, "Why `rel` is the default"
         assert record.tunable("opening").options == ("cube", "bmax", "rel")
         assert record.default_tunables()["alpha"] == 0.001
     with pytest.raises(ConfigError, match=r"cpu-tree.rebuild_every: 3 is not one of 1, 2, 4, 8, 16"):

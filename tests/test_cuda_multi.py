@@ -464,7 +464,8 @@ def test_gpus_1_samples_the_trees_force_error_as_one_gpu(driver):
     backend = _backend(1, driver=driver)
     try:
         backend.load(bodies, TREE_PHYSICS, "tree")
-        backend.set_tunables(rebuild_every=1)  # a build at every step, as the one-GPU sample's fresh a(x)
+        # a build at every step and the cube test, as the one-GPU sample's fresh a(x) (rel reads the last a)
+        backend.set_tunables(rebuild_every=1, opening="cube")
         backend.step(3)
         got = backend.force_error_sample(rows)
         state = backend.state()
@@ -484,8 +485,8 @@ def test_two_devices_on_gpu_0_sample_the_trees_force_error_as_one_gpu(driver):
     run = _run("tree", driver)
     try:
         run.load(bodies, TREE_PHYSICS, "tree")
-        for device in run.devices:  # a build at every step, as the one-GPU sample's fresh a(x)
-            device.evaluator.set_tunables(rebuild_every=1)
+        for device in run.devices:  # a build at every step and the cube test, as the one-GPU sample's a(x)
+            device.evaluator.set_tunables(rebuild_every=1, opening="cube")
         run.step(3)
         assert all(any(d.share.start <= r < d.share.stop for r in rows) for d in run.devices)
         got = run.force_error_sample(rows)

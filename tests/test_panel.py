@@ -580,6 +580,9 @@ def test_cpu_tree_shows_its_force_error_and_split_and_the_theta_slider_applies_n
     from app.engine.forces import STAGES
 
     ui = tree_ui
+    ui.click("tunable:opening")  # the geometric test, which reads theta at every step (rel: the first only)
+    ui.click("tunable:opening=cube")
+    assert ui.backend.tunables()["opening"] == "cube", ui.ctl.message
     ui.frame(3)
     probe = ui.ctl.force_error
     e = probe.latest
@@ -771,14 +774,17 @@ def test_block_steps_are_refused_on_several_devices_and_the_run_goes_on(devices_
     assert ui.backend.time > t0
 
 
-def test_alpha_is_greyed_until_the_relative_opening_test_reads_it(tree_ui):
-    """cpu-tree's alpha is read by opening=rel only: under cube its slider is greyed and a click on it
-    changes nothing; choosing rel in the opening combo enables it, and a click then sets it."""
+def test_alpha_is_greyed_unless_the_relative_opening_test_reads_it(tree_ui):
+    """cpu-tree's alpha is read by opening=rel only (the default): choosing cube in the opening combo greys
+    its slider and a click on it changes nothing; choosing rel again enables it, and a click then sets it."""
     from vispy.util import keys
 
     ui = tree_ui
     ui.key(keys.SPACE, " ")
-    assert ui.backend.tunables()["opening"] == "cube"
+    assert ui.backend.tunables()["opening"] == "rel" and "tunable:alpha" not in ui.panel.unread
+    ui.click("tunable:opening")
+    ui.click("tunable:opening=cube")
+    assert ui.backend.tunables()["opening"] == "cube", ui.ctl.message
     assert ui.panel.unread["tunable:alpha"] == "read only when opening is rel (now cube)"
     assert "tunable:theta" not in ui.panel.unread
     x0, y0, x1, y1 = ui.panel.item_rects["tunable:alpha"]

@@ -324,14 +324,14 @@ def test_bench_sweeps_the_tree_beside_all_pairs_with_its_error_sample():
         repeats=3,
         progress=False,
         scenes=["plummer", "collision"],
-        tunables={"theta": [0.3, 0.9]},
+        tunables={"theta": [0.3, 0.9], "opening": ["cube"]},  # θ's test at every step (rel: the first)
         error_sample=1024,
     )
     for scene in ("plummer", "collision"):
         rows = [r for r in result["results"] if r["scene"] == scene]
         assert [(r["kernel"], r["tunables"]) for r in rows] == [
-            ("tree", {"theta": 0.3}),
-            ("tree", {"theta": 0.9}),
+            ("tree", {"theta": 0.3, "opening": "cube"}),
+            ("tree", {"theta": 0.9, "opening": "cube"}),
             ("shared", {}),
         ]
         assert all(r["status"] == "ok" for r in rows), rows

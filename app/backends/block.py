@@ -201,7 +201,7 @@ class BlockStepsBackend(Backend):
     # --- tunables of the tree ------------------------------------------------------------------
     def tunables(self) -> dict:
         record = self.base.record(self.tree_kernel())
-        return {**record.default_tunables(), "rebuild_every": 1, **self._set}
+        return {**record.default_tunables(), **block_tunables(self._set)}  # what the steps run: cube, not rel
 
     def set_tunables(self, **values) -> None:
         record = self.base.record(self.tree_kernel())
