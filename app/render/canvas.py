@@ -182,39 +182,48 @@ class Viewer(app.Canvas):
         self.stats.upload_ms = (time.perf_counter() - t0) * 1e3
 
     def advance(self) -> None:
-        """One frame of simulation: scene.run.steps_per_frame backend steps (none while paused), or that
-        many 1/frames_per_step parts of a step on a backend that draws inside steps (block steps); then
-        the `after_advance` callables."""
+        """One frame of simulation (run_steps; none while paused), then the `after_advance` callables. In
+        parts so that a recording can step on another thread while this one reads back (step_ahead.py)."""
         t0 = time.perf_counter()
-        self._advance()
-        self.stats.step_host_ms = (time.perf_counter() - t0) * 1e3
-        for hook in list(self.after_advance):
-            hook()
+        self.end_advance(self.run_steps() if self.begin_advance() else None, t0)
 
-    def _advance(self) -> None:
+    def begin_advance(self) -> bool:
+        """The GL thread's part before a frame's steps: the buffers in sync; False while paused."""
         self.set_current()
         self.sync_buffers()
         if self.paused:
             self.backend.idle()
-            return
-        steps = max(int(self.scene.run.steps_per_frame), 1)
-        per_step = max(int(self.scene.run.frames_per_step), 1)
+        return not self.paused
+
+    def run_steps(self):
+        """The frame's steps (scene.run.steps_per_frame; or that many 1/frames_per_step parts of a step where
+        the backend draws inside steps: block steps), no GL (any thread): their StepTimings, or the
+        NonFiniteState they raised (returned, for end_advance on the GL thread)."""
+        run = self.scene.run
+        steps, per_step = max(int(run.steps_per_frame), 1), max(int(run.frames_per_step), 1)
         try:
-            if per_step > 1 and self.backend.draws_within_steps:  # (the panel greys K under shared steps)
-                self.stats.step = self.backend.step_parts(steps, per_step)
-            else:
-                self.stats.step = self.backend.step(steps)
+            if per_step > 1 and self.backend.draws_within_steps:
+                return self.backend.step_parts(steps, per_step)
+            return self.backend.step(steps)
         except NonFiniteState as e:
+            return e
+
+    def end_advance(self, outcome, t0: float) -> None:
+        """The GL thread's part after the steps begun at `t0` (outcome: run_steps'; None while paused)."""
+        if isinstance(outcome, NonFiniteState):
             # Keep the window alive on the last good frame: pause and say which body went bad.
             self.paused = self.stats.paused = True
-            self.stats.extra["message"] = str(e)
-            log.warning("paused: %s", e)
-            return
-        self.stats.kernel = getattr(self.stats.step, "kernel", "") or self.backend.kernel
-        if not self.interop:
-            self._upload_host()
-        else:
-            self.stats.upload_ms = 0.0
+            self.stats.extra["message"] = str(outcome)
+            log.warning("paused: %s", outcome)
+        elif outcome is not None:
+            self.stats.step = outcome
+            self.stats.kernel = getattr(outcome, "kernel", "") or self.backend.kernel
+            self.stats.upload_ms = 0.0  # (the host path's upload times itself)
+            if not self.interop:
+                self._upload_host()
+        self.stats.step_host_ms = (time.perf_counter() - t0) * 1e3
+        for hook in list(self.after_advance):
+            hook()
 
     def toggle_pause(self) -> None:
         self.paused = not self.paused

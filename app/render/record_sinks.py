@@ -41,6 +41,7 @@ class RecordResult:
     interrupted: int | str | None = None  # the signal that stopped the recording early ("window": closed)
     dropped: int = 0  # frames dropped because the encoder was behind (block=False only)
     timings: dict = field(default_factory=dict)  # medians in ms: step, draw, readback, encode
+    steps_ahead: int = 0  # frames whose steps ran on a worker thread beside the readback (step_ahead.py)
 
     @property
     def fps(self) -> float:
@@ -50,6 +51,8 @@ class RecordResult:
     def summary_line(self) -> str:
         t = self.timings
         parts = [f"{k} {t[k]:.2f} ms" for k in ("step", "draw", "readback") if k in t]
+        if self.steps_ahead and "step" in t:
+            parts[0] += " (on a worker thread, beside the readback)"
         if "encode" in t:
             parts.append(f"encode {t['encode']:.2f} ms (worker thread)")
         w, h = self.size

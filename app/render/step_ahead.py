@@ -1,0 +1,89 @@
+"""The next frame's steps on a worker thread while the GL thread reads this frame back: the overlap of the
+headless `record` loop (app/render/recorder.py).
+
+A recorded frame is its steps, its draw, and the readback of the framebuffer with the hand-over to the
+encoder. At 1M bodies on one H100 the tree's two steps keep the GPU busy 11.2 of the 11.9 ms the host
+waits for them (CUDA events), and the readback and hand-over then take 2.9 ms of host time with the GPU
+idle: one after the other, a frame was their sum, 16.1-17.5 ms. Here the next frame's steps start on a
+worker thread as soon as this frame's draw has returned, and the readback runs beside them.
+
+Why it is safe:
+- the worker runs `Viewer.run_steps` alone, which touches no GL; the GL thread runs `begin_advance` before
+  (the buffers in sync) and `end_advance` after (the host path's upload, the stats, the hooks);
+- what the steps write is not read by the frame in flight. On the host path (no interop) they write the
+  backend's arrays, and the frame's vertex buffer was uploaded before its draw. Under interop only while
+  splat frames hold the buffers mapped (`GLBuffers.hold`): the splat frame is complete when the draw
+  returns (the viewer waits for it), so the steps' copies into the buffers come after it. Buffers that
+  GL maps for each frame (sprites over CUDA) are not stepped ahead: their map would run on the worker
+  thread beside GL's reads of the frame in flight.
+
+The frames are the same bytes either way: the same steps in the same order, drawn at the same states
+(tests/test_record.py, tests/test_splat_record_gpu.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+
+
+class StepAhead:
+    """One frame's steps at a time on one worker thread (`start` after a draw, `finish` before the next)."""
+
+    def __init__(self, viewer):
+        self.viewer = viewer
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending: tuple[float, Future | None] | None = None  # (begun at, the steps; None while paused)
+        self.started = 0  # frames whose steps ran on the worker
+        self.last_ms = 0.0  # the last of them: how long the steps took there
+
+    def can_start(self) -> bool:
+        """Whether the next steps can run beside the GL thread's work (the module docstring's rules)."""
+        gl = self.viewer.backend.gl_buffers
+        return not self.viewer.interop or (gl is not None and bool(getattr(gl, "held", False)))
+
+    def start(self) -> bool:
+        """Begin the next frame's steps on the worker, the GL thread's part first; False where they cannot
+        overlap (the caller advances as usual). Call it after the frame's draw, before its readback."""
+        if self._pending is not None or not self.can_start():
+            return False
+        t0 = time.perf_counter()
+        steps = None
+        if self.viewer.begin_advance():  # (paused: nothing to run)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="steps")
+            steps = self._pool.submit(self._timed_steps)
+        self._pending = (t0, steps)
+        return True
+
+    def _timed_steps(self):
+        t0 = time.perf_counter()
+        try:
+            return self.viewer.run_steps()
+        finally:
+            self.last_ms = (time.perf_counter() - t0) * 1e3
+
+    def finish(self) -> bool:
+        """Wait for the steps `start` began and end the advance on the GL thread (the worker's error is
+        raised here); False when none was begun."""
+        if self._pending is None:
+            return False
+        t0, steps = self._pending
+        self._pending = None
+        outcome = steps.result() if steps is not None else None
+        self.started += steps is not None
+        self.viewer.end_advance(outcome, t0)
+        return True
+
+    def close(self) -> None:
+        """Wait for steps still running (a recording stopped early: not drawn), then stop the worker."""
+        if self._pending is not None:
+            _, steps = self._pending
+            self._pending = None
+            if steps is not None:
+                with contextlib.suppress(BaseException):  # the recording is ending on its own error or signal
+                    steps.result()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
