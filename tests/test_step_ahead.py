@@ -8,6 +8,8 @@ import threading
 from types import SimpleNamespace
 
 import pytest
+import test_record
+from test_record import SMALL
 
 from app.backends.cpu import CPUBackend
 from app.cli import main
@@ -15,20 +17,7 @@ from app.core.errors import RuntimeFault
 from app.render import canvas
 from app.render.step_ahead import StepAhead
 
-SMALL = ["plummer", "--backend", "cpu", "--n", "384", "--size", "160x96", "--fps", "30", "--no-progress"]
-
-
-@pytest.fixture(scope="module")
-def gl_env():
-    from app.render import gl_setup
-
-    try:
-        gl_setup.configure(headless=True)
-        from vispy import app
-
-        app.Canvas(size=(16, 16), show=False).close()
-    except Exception as e:  # noqa: BLE001 - any failure here means "no GL here"
-        pytest.skip(f"no headless GL context: {type(e).__name__}: {e}")
+gl_env = test_record.gl_env  # the headless-GL fixture (skips where there is none)
 
 
 def _record(tmp_path, capsys, name: str, *extra: str) -> tuple[int, bytes, str]:
