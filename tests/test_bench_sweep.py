@@ -15,7 +15,7 @@ from app.core.errors import ConfigError
 from app.core.values import FloatRange, IntChoice
 from app.model.ics import generate
 from app.tools import bench
-from app.tools.bench_sweep import fastest_within_budget, kernel_settings, summary_lines
+from app.tools.bench_sweep import fastest_within_budget, kernel_settings, summary_lines, sweep_notes
 
 N = 2048
 
@@ -209,6 +209,30 @@ def test_kernel_settings_validate_and_name_the_kernels_that_have_a_tunable():
         kernel_settings([tree], {"blocks": [1]}, every)
     with pytest.raises(ConfigError, match=r"tree\.theta: 2 is not in \(0, 1\.5\]"):
         kernel_settings([tree], {"theta": [0.5, 2]}, every)
+
+
+def test_a_sweep_that_changes_nothing_measured_is_said_before_the_timing(caplog, tmp_path):
+    from app.backends.cpu_forces import RECORDS
+
+    tree = next(r for r in RECORDS if r.name == "cpu-tree")
+    theta = sweep_notes([tree], {"theta": [0.3, 0.7]})  # under the default opening test, rel
+    assert theta == [
+        "cpu-tree: theta is swept under opening=rel, which reads it for a run's first step only; add "
+        "--tunable opening=cube (or bmax) to compare theta"
+    ]
+    assert sweep_notes([tree], {"theta": [0.3, 0.7], "opening": ["cube", "bmax"]}) == []
+    assert sweep_notes([tree], {"alpha": [0.001, 0.003]}) == []  # rel reads alpha
+    assert sweep_notes([tree], {"alpha": [0.001, 0.003], "opening": ["cube"]}) == [
+        "cpu-tree: alpha is swept where it is read only when opening is rel (now cube)"
+    ]
+    assert sweep_notes([tree], {"theta": [0.5]}) == []  # one value: nothing swept
+    assert sweep_notes([tree], {"theta": [0.5, 2]}) == []  # refused by kernel_settings, which says why
+    out = tmp_path / "b.json"
+    args = ["bench", "--backend", "cpu", "--kernels", "cpu-tree", "--n", "256", "--warmup", "1", "--repeats"]
+    with caplog.at_level("WARNING", logger="nbody-live"):
+        assert main([*args, "1", "--tunable", "theta=0.4,0.8", "--no-progress", "--json", str(out)]) == 0
+    said = [r.getMessage() for r in caplog.records]
+    assert any("theta is swept under opening=rel" in m for m in said) and out.exists()
 
 
 def test_bench_cli_usage_errors_exit_2_naming_the_problem(capsys, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
@@ -16,6 +17,8 @@ from app.commands.options import (
 from app.core.backend_table import backend_choices
 from app.model.ics import GENERATORS
 from app.tools.bench import DEFAULT_ERROR_SAMPLE, DEFAULT_SCENE
+
+log = logging.getLogger("nbody-live")
 
 HELP = (
     "time force kernels (median of CUDA events / perf_counter) over N, scenes and tunable sweeps, "
@@ -40,9 +43,10 @@ a refit's cost grows with the motion per step (docs/tree.md, "The GPU refit").
 
 --tunable NAME=V1,V2,... sweeps: one row per value (several swept tunables: every combination), applied
 to the selected kernels that have NAME; the others run once with their own settings (so `best` is never
-swept by theta). A tunable no selected kernel has is an error. A tree's accuracy is theta under its
-default opening test (cube, or bmax) and alpha under the relative one (--tunable opening=rel), where
-theta shapes only a run's first step (docs/tree.md, step 5).
+swept by theta). A tunable no selected kernel has is an error. A tree's accuracy is alpha under its
+default opening test (rel), where theta shapes only a run's first step, and theta under the geometric
+ones (--tunable opening=cube, or bmax: docs/tree.md, step 5). A sweep that changes nothing measured (theta
+under rel, alpha under cube) is said in a line before the timing.
 
 After its timing, a row of an approximate kernel (a tree; `info --kernels`) samples its force error:
 the median, p99 and max relative acceleration error of --error-sample K random targets (the same targets
@@ -72,14 +76,15 @@ draws step time and speed-up against N (app/tools/scaling_plot.py). With --backe
 examples:
   # the tree beside all-pairs `best` (issue 11's acceptance run; about 3 minutes on an H200)
   nbody-live bench --backend cuda --kernels tree,best --n 1048576,8388608 --scene plummer,collision \\
-      --tunable theta=0.3,0.5,0.6,0.7,0.9 --max-seconds 60 \\
+      --tunable opening=cube --tunable theta=0.3,0.5,0.6,0.7,0.9 --max-seconds 60 \\
       --json bench/results/h200-2026-11-24-tree.json --plot bench/results/h200-2026-11-24-tree.png
   nbody-live bench --backend cuda --kernels all --n 4096,16384,65536,131072,1048576 \\
       --json bench/results/h100-2026-11-21.json --plot bench/results/h100-2026-11-21.png
-  nbody-live bench --backend cpu --kernels cpu-simd,cpu-tree --n 16384 --tunable theta=0.3,0.7
-  # the tree under the relative opening test, swept by alpha (issue 25's acceptance run; ~2 min, one H100)
+  nbody-live bench --backend cpu --kernels cpu-simd,cpu-tree --n 16384 --tunable opening=cube \\
+      --tunable theta=0.3,0.7
+  # the tree's default relative opening test, swept by alpha (issue 25's acceptance run; ~2 min, one H100)
   nbody-live bench --backend cuda --kernels tree --n 1048576,8388608,16777216 --scene plummer,collision \\
-      --tunable opening=rel --tunable alpha=0.001,0.003 --max-seconds 30 --json rel.json --plot rel.png
+      --tunable alpha=0.001,0.003 --max-seconds 30 --json rel.json --plot rel.png
   nbody-live bench --backend cuda --kernels shared --n 65536,1048576 --gpus 1,2 --exchange peer \\
       --json bench/results/h200x2-scaling.json
   mpiexec -n 3 nbody-live bench --backend cpu --kernels cpu-simd --n 65536   # per-rank force / exchange
@@ -304,6 +309,12 @@ def _bench(args, comm) -> int:
     if counts:
         cls = next(iter(counts.values()))
     names = _kernel_names(cls, args.kernels)
+    if lead:
+        from app.tools.bench_sweep import sweep_notes
+
+        records = {rec.name: rec for rec in cls.kernels()}
+        for note in sweep_notes([records[k] for k in names if k in records], tunables):
+            log.warning("%s", note)
     if comm is not None:
         from app.backends.ranks import ranks_backend_class
 

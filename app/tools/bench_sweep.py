@@ -17,7 +17,7 @@ import itertools
 from collections.abc import Iterable, Mapping
 
 from app.core.errors import ConfigError
-from app.engine.forces import KernelRecord, format_tunables
+from app.engine.forces import KernelRecord, format_tunables, unread_reason
 
 
 def kernel_settings(
@@ -51,6 +51,35 @@ def kernel_settings(
             for combo in itertools.product(*(values for _, values in own))
         ]
     return out
+
+
+def sweep_notes(selected: Iterable[KernelRecord], lists: Mapping[str, list]) -> list[str]:
+    """Lines saying which swept values change nothing measured: a tunable the kernel does not read at a
+    setting (its `read_when`, as the panel greys it), and the trees' theta under the relative opening
+    test (their default), which reads theta for a run's first step only. Said before the timing, so that
+    a flat sweep is not mistaken for a result; [] for sweeps kernel_settings refuses (it says why)."""
+    selected = list(selected)
+    try:
+        settings = kernel_settings(selected, lists, selected)
+    except ConfigError:
+        return []
+    notes = []
+    for rec in selected:
+        rows = settings.get(rec.name, [])
+        swept = [name for name in (rows[0] if rows else {}) if len({str(r[name]) for r in rows}) > 1]
+        for name in swept:
+            spec = rec.tunable(name)
+            reasons = (unread_reason(spec, {**rec.default_tunables(), **r}) for r in rows)
+            unread = {reason for reason in reasons if reason is not None}
+            if unread:
+                notes.append(f"{rec.name}: {name} is swept where it is {' / '.join(sorted(unread))}")
+            under_rel = any({**rec.default_tunables(), **r}.get("opening") == "rel" for r in rows)
+            if name == "theta" and under_rel:
+                notes.append(
+                    f"{rec.name}: theta is swept under opening=rel, which reads it for a run's first "
+                    "step only; add --tunable opening=cube (or bmax) to compare theta"
+                )
+    return notes
 
 
 def _has(rec: KernelRecord, name: str) -> bool:
