@@ -80,8 +80,8 @@ OPENING_TUNABLES = (
         OPENINGS,
         "rel",
         doc="the opening test: rel (the default), the relative test of alpha, cube's where a group has no "
-        "last acceleration yet (fewer interactions for a smaller error than cube at theta 0.5 at every N "
-        "measured: docs/tree.md); cube, side / theta + |com - centre| of the cell's octree cube; bmax, "
+        "last acceleration yet (about half cube's interactions at theta 0.5 from 16k bodies up, within the "
+        "same p99 budget: docs/tree.md); cube, side / theta + |com - centre| of the cell's octree cube; bmax, "
         "b_max / theta with b_max the cell's bodies' farthest distance from its centre of mass",
     ),
     FloatRange(
