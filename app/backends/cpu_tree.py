@@ -81,8 +81,8 @@ OPENING_TUNABLES = (
         "rel",
         doc="the opening test: rel (the default), the relative test of alpha, cube's where a group has no "
         "last acceleration yet (about half cube's interactions at theta 0.5 from 16k bodies up, within the "
-        "same p99 budget: docs/tree.md); cube, side / theta + |com - centre| of the cell's octree cube; bmax, "
-        "b_max / theta with b_max the cell's bodies' farthest distance from its centre of mass",
+        "same p99 budget: docs/tree.md); cube, side / theta + |com - centre| of the cell's octree cube; "
+        "bmax, b_max / theta with b_max the cell's bodies' farthest distance from its centre of mass",
     ),
     FloatRange(
         "alpha",
