@@ -120,8 +120,7 @@ def record_scene(
                 dynamic_ncols=True,
             )
             eta = Eta(frames, "frame", stops="Ctrl-C stops and keeps a playable file of the frames so far")
-            with bar:
-                ahead = None if window else StepAhead(viewer)
+            with bar, StepAhead(viewer, enabled=not window) as ahead:
                 interrupted = _record_frames(
                     viewer, sink, frames, camera, guard, window, (bar, eta), step_ms, draw_ms, ahead
                 )
@@ -136,7 +135,7 @@ def record_scene(
         sink.abort()
         raise
     result.interrupted = interrupted
-    result.steps_ahead = ahead.started if ahead is not None else 0
+    result.steps_ahead = ahead.started
     for name, values in (("step", step_ms), ("draw", draw_ms)):
         if values:
             result.timings[name] = median(values[5:] if len(values) > 10 else values)
@@ -153,7 +152,7 @@ def _record_frames(
     progress: tuple,
     step_ms: list[float],
     draw_ms: list[float],
-    ahead: StepAhead | None,
+    ahead: StepAhead,
 ) -> int | str | None:
     """record_scene's frames, each step and draw time appended to `step_ms` / `draw_ms`, each told to
     `progress` (the bar, and the Eta that says once what a long recording's rest takes); returns what
@@ -161,40 +160,36 @@ def _record_frames(
     frame's steps run on a worker thread beside this frame's readback where they can (step_ahead.py);
     with a window, whose events this thread runs between frames, one after the other."""
     bar, eta = progress
-    try:
-        for i in range(frames):
-            # steps begun on the worker before a signal are this frame's: it is drawn, as the frame whose
-            # steps a signal interrupts is when they run here; no steps are begun after one
-            if i > 0 and ahead is not None and ahead.finish():
-                step_ms.append(ahead.last_ms)  # the steps' own time on the worker
-            else:
-                if guard.stop:
-                    return guard.signum
-                if i > 0:
-                    ts = time.perf_counter()
-                    viewer.advance()
-                    step_ms.append((time.perf_counter() - ts) * 1e3)
-            if camera is not None:
-                camera.apply(viewer.camera, i / sink.fps)
+    for i in range(frames):
+        # steps begun on the worker before a signal are this frame's: it is drawn, as the frame whose steps
+        # a signal interrupts is when they run here; no steps are begun after one
+        if i > 0 and ahead.finish():
+            step_ms.append(ahead.last_ms)  # the steps' own time on the worker
+        else:
+            if guard.stop:
+                return guard.signum
+            if i > 0:
+                ts = time.perf_counter()
+                viewer.advance()
+                step_ms.append((time.perf_counter() - ts) * 1e3)
+        if camera is not None:
+            camera.apply(viewer.camera, i / sink.fps)
 
-            def draw(size, more=i + 1 < frames):
-                viewer.draw_scene(size, overlays=False)
-                if more and ahead is not None and not guard.stop:
-                    ahead.start()  # the next frame's steps, beside this one's readback
+        def draw(size, more=i + 1 < frames):
+            viewer.draw_scene(size, overlays=False)
+            if more and not guard.stop:
+                ahead.start()  # the next frame's steps, beside this one's readback (where they can)
 
-            sink.capture(viewer, frame_info(viewer, i, sink.fps), draw=draw)
-            draw_ms.append(viewer.stats.draw_ms)
-            bar.update(1)
-            eta.update(i + 1)
-            if window:
-                if viewer._closed:
-                    log.warning("the window was closed: stopping after %d frames", i + 1)
-                    return "window"
-                viewer.update()
-                viewer.app.process_events()
-    finally:
-        if ahead is not None:
-            ahead.close()
+        sink.capture(viewer, frame_info(viewer, i, sink.fps), draw=draw)
+        draw_ms.append(viewer.stats.draw_ms)
+        bar.update(1)
+        eta.update(i + 1)
+        if window:
+            if viewer._closed:
+                log.warning("the window was closed: stopping after %d frames", i + 1)
+                return "window"
+            viewer.update()
+            viewer.app.process_events()
     return None
 
 

@@ -29,10 +29,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 
 class StepAhead:
-    """One frame's steps at a time on one worker thread (`start` after a draw, `finish` before the next)."""
+    """One frame's steps at a time on one worker thread (`start` after a draw, `finish` before the next);
+    a context manager that waits for steps still running and stops the worker on exit. `enabled` False
+    (a window, whose events the GL thread runs between frames): `start` never begins any."""
 
-    def __init__(self, viewer):
+    def __init__(self, viewer, enabled: bool = True):
         self.viewer = viewer
+        self.enabled = enabled
         self._pool: ThreadPoolExecutor | None = None
         self._pending: tuple[float, Future | None] | None = None  # (begun at, the steps; None while paused)
         self.started = 0  # frames whose steps ran on the worker
@@ -40,6 +43,8 @@ class StepAhead:
 
     def can_start(self) -> bool:
         """Whether the next steps can run beside the GL thread's work (the module docstring's rules)."""
+        if not self.enabled:
+            return False
         gl = self.viewer.backend.gl_buffers
         return not self.viewer.interop or (gl is not None and bool(getattr(gl, "held", False)))
 
@@ -75,6 +80,12 @@ class StepAhead:
         self.started += steps is not None
         self.viewer.end_advance(outcome, t0)
         return True
+
+    def __enter__(self) -> StepAhead:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def close(self) -> None:
         """Wait for steps still running (a recording stopped early: not drawn), then stop the worker."""

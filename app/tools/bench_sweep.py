@@ -67,14 +67,13 @@ def sweep_notes(selected: Iterable[KernelRecord], lists: Mapping[str, list]) -> 
     for rec in selected:
         rows = settings.get(rec.name, [])
         swept = [name for name in (rows[0] if rows else {}) if len({str(r[name]) for r in rows}) > 1]
+        values = [{**rec.default_tunables(), **r} for r in rows]  # what each row runs with
         for name in swept:
-            spec = rec.tunable(name)
-            reasons = (unread_reason(spec, {**rec.default_tunables(), **r}) for r in rows)
+            reasons = (unread_reason(rec.tunable(name), v) for v in values)
             unread = {reason for reason in reasons if reason is not None}
             if unread:
                 notes.append(f"{rec.name}: {name} is swept where it is {' / '.join(sorted(unread))}")
-            under_rel = any({**rec.default_tunables(), **r}.get("opening") == "rel" for r in rows)
-            if name == "theta" and under_rel:
+            if name == "theta" and any(v.get("opening") == "rel" for v in values):
                 notes.append(
                     f"{rec.name}: theta is swept under opening=rel, which reads it for a run's first "
                     "step only; add --tunable opening=cube (or bmax) to compare theta"
