@@ -18,7 +18,8 @@ Why it is safe:
   thread beside GL's reads of the frame in flight.
 
 The frames are the same bytes either way: the same steps in the same order, drawn at the same states
-(tests/test_record.py, tests/test_splat_record_gpu.py).
+(tests/test_step_ahead.py on the CPU; on the GPU the recordings' sha256 in
+bench/results/h100-2026-11-27-record-step-ahead.txt and tests/test_splat_record_gpu.py's identical runs).
 """
 
 from __future__ import annotations
