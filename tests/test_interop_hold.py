@@ -71,3 +71,55 @@ def test_hold_inside_mapped_is_refused():
     gl = GLBuffers(_stand_in([]), 1, 2)
     with gl.mapped(), pytest.raises(RuntimeError, match="hold"):
         gl.hold()
+
+
+class _Event:
+    """A stand-in CUDA event: what was recorded on which stream, and the host waits for it."""
+
+    def __init__(self, log: list):
+        self.log = log
+
+    def record(self, stream=None):
+        self.log.append(("record", stream))
+
+    def synchronize(self):
+        self.log.append(("wait",))
+
+
+def test_the_next_write_waits_for_the_last_held_read_on_the_host():
+    log: list = []
+    gl = GLBuffers(_stand_in(log), 1, 2, new_event=lambda: _Event(log))
+    gl.hold()
+    log.clear()
+    with gl.mapped_for(64):  # a write with no read before it: nothing to wait for
+        pass
+    assert log == []
+    with gl.mapped_for(64, reader="splat-stream"):  # the splat frame reads: its end is marked on its stream
+        assert log == []
+    assert log == [("record", "splat-stream")]
+    with gl.mapped_for(64):  # the steps' copies (a worker thread in a recording) wait for that read first
+        assert log[-1] == ("wait",)
+    with gl.mapped_for(64):  # the same read is waited for once
+        pass
+    assert log == [("record", "splat-stream"), ("wait",)]
+
+
+def test_a_failed_read_is_still_marked_and_release_waits_for_it():
+    log: list = []
+    gl = GLBuffers(_stand_in(log), 1, 2, new_event=lambda: _Event(log))
+    gl.hold()
+    with pytest.raises(RuntimeError), gl.mapped(reader="s"):  # a launch that raised after others were queued
+        raise RuntimeError("launch failed")
+    assert log[-1] == ("record", "s")
+    gl.release()  # GL gets the buffers back only after the reads queued on the reader's stream
+    assert log[-3:] == [("wait",), ("unmap", 2), ("unmap", 1)]
+
+
+def test_a_reader_of_buffers_not_held_is_ordered_by_the_unmap_alone():
+    log: list = []
+    gl = GLBuffers(_stand_in(log), 1, 2, new_event=lambda: _Event(log))
+    with gl.mapped(reader="s"):
+        pass
+    with gl.mapped():
+        pass
+    assert [e[0] for e in log] == ["map", "map", "unmap", "unmap"] * 2  # no event, no wait

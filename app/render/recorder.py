@@ -135,7 +135,7 @@ def record_scene(
         sink.abort()
         raise
     result.interrupted = interrupted
-    result.steps_ahead = ahead.started
+    result.steps_ahead, result.steps_beside_draw = ahead.started, ahead.beside_draw
     for name, values in (("step", step_ms), ("draw", draw_ms)):
         if values:
             result.timings[name] = median(values[5:] if len(values) > 10 else values)
@@ -176,9 +176,16 @@ def _record_frames(
             camera.apply(viewer.camera, i / sink.fps)
 
         def draw(size, more=i + 1 < frames):
-            viewer.draw_scene(size, overlays=False)
-            if more and not guard.stop:
-                ahead.start()  # the next frame's steps, beside this one's readback (where they can)
+            early = more and not guard.stop
+            # the next frame's steps: a splat frame begins them once it is queued on the GPU, any other
+            # frame after its draw, beside this one's readback (where they can: step_ahead.py)
+            viewer.splat.on_queued = (lambda: ahead.start(beside_draw=True)) if early else None
+            try:
+                viewer.draw_scene(size, overlays=False)
+            finally:
+                viewer.splat.on_queued = None
+            if early:
+                ahead.start()  # (nothing if the splat frame began them)
 
         sink.capture(viewer, frame_info(viewer, i, sink.fps), draw=draw)
         draw_ms.append(viewer.stats.draw_ms)

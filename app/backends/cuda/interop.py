@@ -8,6 +8,14 @@ style, which never draws them with GL: `mapped()` then hands out the held pointe
 and `release()` (before GL draws them again, or they are reallocated) unmaps. Registration must be
 redone whenever the renderer reallocates a buffer (a new N): the backend's `attach_gl_buffers` does that.
 
+Held buffers have one reader that may still be reading them on the GPU when the next writer comes from
+another thread: the splat frame, after which a recording begins the next steps on a worker thread
+(app/render/step_ahead.py). The reader names its stream (`mapped(reader=stream)`), an event marks the end
+of its reads there, and every other use of the held buffers (a writer: the steps' copies) first waits for
+that event on the host. The splat's stream is ordered with the default stream, so this is the guarantee
+that does not depend on which context or stream the writer queues on; in a recording the writer comes
+some 10 ms after the read, which is long done (a wait of microseconds).
+
 Needs the GL context current on the calling thread when registering (and, to be safe, when mapping).
 
 One implementation for every CUDA backend: `register_gl_buffers` (whether interop can work here, and the
@@ -40,7 +48,9 @@ class MappedPointers:
 class GLBuffers:
     """Two registered GL buffers (positions, speeds) of one CUDA context."""
 
-    def __init__(self, cuda_gl, position_vbo: int, speed_vbo: int):
+    def __init__(self, cuda_gl, position_vbo: int, speed_vbo: int, new_event=None):
+        """`new_event`: makes the read event (default: a pycuda Event without timing, made on the first
+        read, in the reader's context: the one the buffers are registered in)."""
         flags = cuda_gl.graphics_map_flags.NONE
         self.position_vbo = int(position_vbo)
         self.speed_vbo = int(speed_vbo)
@@ -54,6 +64,9 @@ class GLBuffers:
         self.last_map_ms = 0.0
         self.last_unmap_ms = 0.0
         self._held: tuple[list, MappedPointers] | None = None  # (mappings, pointers) while held
+        self._new_event = new_event or _untimed_event
+        self._read_event = None  # marks the end of the last held read on the reader's stream
+        self._read_pending = False  # a held read was marked and no writer has waited for it yet
 
     @property
     def held(self) -> bool:
@@ -72,8 +85,10 @@ class GLBuffers:
         self._held = (mappings, ptrs)
 
     def release(self) -> None:
-        """Unmap held buffers (nothing if not held): before GL draws them or they are reallocated."""
+        """Unmap held buffers (nothing if not held): before GL draws them or they are reallocated; after
+        the last held read."""
         if self._held is not None:
+            self._wait_for_reads()
             mappings, _ = self._held
             self._held = None
             self._unmap(mappings, quiet=False)
@@ -94,12 +109,22 @@ class GLBuffers:
         return mappings, MappedPointers(int(pos_ptr), int(pos_bytes), int(speed_ptr), int(speed_bytes))
 
     @contextmanager
-    def mapped(self):
+    def mapped(self, reader=None):
         """Yield MappedPointers; both buffers are unmapped on exit, whatever happened inside (held
-        buffers stay mapped: their pointers, no map or unmap)."""
+        buffers stay mapped: their pointers, no map or unmap).
+
+        Held, `reader` (a pycuda Stream) says that the user only reads them, on that stream: its end
+        there is marked on exit. Any other held use is a writer and first waits for the last marked read
+        (the module docstring). Not held, the unmap orders what comes after the reader's work."""
         if self._held is not None:
+            if reader is None:
+                self._wait_for_reads()
             self.last_map_ms = self.last_unmap_ms = 0.0
-            yield self._held[1]
+            try:
+                yield self._held[1]
+            finally:
+                if reader is not None:  # (also when a launch failed: what it queued may run)
+                    self._mark_read(reader)
             return
         if self.is_mapped:
             raise RuntimeError("GL buffers are already mapped (nested mapped() is not allowed)")
@@ -112,10 +137,22 @@ class GLBuffers:
         else:
             self._unmap(mappings, quiet=False)
 
+    def _mark_read(self, stream) -> None:
+        if self._read_event is None:
+            self._read_event = self._new_event()
+        self._read_event.record(stream)
+        self._read_pending = True
+
+    def _wait_for_reads(self) -> None:
+        if self._read_pending:
+            self._read_event.synchronize()
+            self._read_pending = False
+
     @contextmanager
-    def mapped_for(self, n: int):
-        """`mapped()`, checking that the buffers hold n bodies (RuntimeFault saying what to do if not)."""
-        with self.mapped() as m:
+    def mapped_for(self, n: int, reader=None):
+        """`mapped(reader)`, checking that the buffers hold n bodies (RuntimeFault saying what to do if
+        not)."""
+        with self.mapped(reader) as m:
             if m.pos_bytes < 16 * n or m.speed_bytes < 4 * n:
                 raise RuntimeFault(
                     f"the GL buffers hold {m.pos_bytes // 16} positions / "
@@ -156,6 +193,13 @@ class GLBuffers:
             except Exception as e:  # already invalid (context or GL buffer gone)
                 log.debug("unregister failed: %s", e)
         self._pos = self._speed = None
+
+
+def _untimed_event():
+    from app.backends.cuda.context import driver
+
+    drv = driver()
+    return drv.Event(drv.event_flags.DISABLE_TIMING)
 
 
 def register_gl_buffers(position_vbo: int, speed_vbo: int) -> tuple[GLBuffers | None, str | None]:
