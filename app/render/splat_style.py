@@ -114,9 +114,10 @@ class SplatStyle:
         try:
             if gpu:
                 frame, params = self._gpu_frame(viewer, backend, n, view, light, (w, h))
-                queued = self.on_queued is not None
-                if queued:
-                    self.on_queued()
+                on_queued = self.on_queued
+                queued = on_queued is not None
+                if on_queued is not None:
+                    on_queued()
                 self._took(frame.gpu_ms, frame.exposure, light, params, n)  # (waits for the frame)
             else:
                 self._say(f"splat on the CPU twin ({backend.data_path}): the same image, at CPU speed", True)

@@ -30,6 +30,7 @@ import logging
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from app.backends.cuda.context import gl_module_or_reason
 from app.core.errors import RuntimeFault
@@ -65,7 +66,7 @@ class GLBuffers:
         self.last_unmap_ms = 0.0
         self._held: tuple[list, MappedPointers] | None = None  # (mappings, pointers) while held
         self._new_event = new_event or _untimed_event
-        self._read_event = None  # marks the end of the last held read on the reader's stream
+        self._read_event: Any = None  # marks the end of the last held read on the reader's stream
         self._read_pending = False  # a held read was marked and no writer has waited for it yet
 
     @property
