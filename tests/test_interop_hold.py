@@ -123,3 +123,40 @@ def test_a_reader_of_buffers_not_held_is_ordered_by_the_unmap_alone():
     with gl.mapped():
         pass
     assert [e[0] for e in log] == ["map", "map", "unmap", "unmap"] * 2  # no event, no wait
+
+
+def test_a_write_waits_for_a_read_that_is_due_and_goes_on_when_it_is_called_off(monkeypatch):
+    import threading
+    import time
+
+    from app.backends.cuda import interop
+    from app.core.errors import RuntimeFault
+
+    log: list = []
+    gl = GLBuffers(_stand_in(log), 1, 2, new_event=lambda: _Event(log))
+    gl.hold()
+    for settle in ("read", "cancel"):
+        gl.expect_read()  # the GL thread, before it begins the steps on a worker
+        writer = threading.Thread(target=lambda: gl.mapped().__enter__())
+        writer.start()
+        time.sleep(0.05)
+        assert writer.is_alive()  # the steps' copies wait: the frame has not read the buffers yet
+        if settle == "read":
+            with gl.mapped(reader="s"):
+                pass
+        else:
+            gl.cancel_read()  # the frame will not be drawn
+        writer.join(5)
+        assert not writer.is_alive()
+    monkeypatch.setattr(interop, "READ_DUE_WITHIN_S", 0.01)
+    gl.expect_read()
+    with pytest.raises(RuntimeFault, match="did not read them within"), gl.mapped():
+        pass  # a draw that never comes is a fault, not a hang
+
+
+def test_release_calls_off_a_due_read():
+    gl = GLBuffers(_stand_in([]), 1, 2, new_event=lambda: _Event([]))
+    gl.hold()
+    gl.expect_read()
+    gl.release()  # the GL thread itself (a sprites frame, new buffers): it must not wait for its own read
+    assert not gl.held

@@ -5,6 +5,7 @@ in tests/test_splat_record_gpu.py, whose recordings must stay byte-identical."""
 from __future__ import annotations
 
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -86,83 +87,114 @@ def test_steps_run_ahead_only_where_they_touch_nothing_the_frame_in_flight_reads
     assert StepAhead(viewer).can_start() is expect
 
 
-class _SplatCase:
-    """A SplatStyle whose GPU frame, wait and layer are stand-ins that log the order of events."""
+def _failing_splat_style(monkeypatch):
+    """A SplatStyle whose GPU frame fails, and a viewer for it whose buffers a GPU fills."""
+    from app.render import splat_style
 
-    def __init__(self, monkeypatch, fail_at: str | None = None):
-        from app.render import splat_style
+    style = splat_style.SplatStyle(canvas=None)
 
-        self.order: list[str] = []
-        style = splat_style.SplatStyle(canvas=None)
+    def gpu_frame(*_):
+        raise RuntimeError("an illegal address on the GPU (a test)")
 
-        def gpu_frame(viewer, backend, n, view, light, size):
-            self.order.append("queued")
-            if fail_at == "queue":
-                raise RuntimeError("the splat kernel did not build (a test)")
-            return SimpleNamespace(gpu_ms=0.2, exposure=None), None
+    monkeypatch.setattr(splat_style.SplatView, "of", staticmethod(lambda *a: None))
+    monkeypatch.setattr(style, "_gpu_frame", gpu_frame)
+    monkeypatch.setattr(style, "_light_for", lambda renderer, n: None)
+    viewer = SimpleNamespace(
+        renderer=SimpleNamespace(settings=SimpleNamespace(style="splat")),
+        backend=SimpleNamespace(n=1000, gl_buffers=object(), data_path="CUDA-GL interop"),
+        camera=None,
+    )
+    return style, viewer
 
-        def took(*_):
-            self.order.append("waited")
-            if fail_at == "wait":
-                raise RuntimeError("an illegal address on the GPU (a test)")
 
-        monkeypatch.setattr(splat_style.SplatView, "of", staticmethod(lambda *a: None))
-        monkeypatch.setattr(style, "_gpu_frame", gpu_frame)
-        monkeypatch.setattr(style, "_took", took)
-        monkeypatch.setattr(style, "_light_for", lambda renderer, n: None)
-        layer = SimpleNamespace(draw=lambda size: self.order.append("quad"))
-        monkeypatch.setattr(style, "_layer", lambda: layer)
-        style.on_queued = lambda: self.order.append("steps begun")
-        self.style = style
-        self.viewer = SimpleNamespace(
-            renderer=SimpleNamespace(settings=SimpleNamespace(style="splat")),
-            backend=SimpleNamespace(n=1000, gl_buffers=object(), data_path="CUDA-GL interop"),
-            camera=None,
+def test_a_failed_splat_frame_is_raised_while_steps_run_beside_it_else_drawn_as_sprites(monkeypatch):
+    style, viewer = _failing_splat_style(monkeypatch)
+    style.strict = (
+        True  # (record_scene, the next steps begun before this frame: GL must not draw their buffers)
+    )
+    with pytest.raises(RuntimeError, match="illegal address"):
+        style.draw(viewer, (64, 32), shifted=False)
+    assert style.failed is None
+    style.strict = False  # the live viewer: the same failure falls back to sprites for the rest of the run
+    assert style.draw(viewer, (64, 32), shifted=False) is False and "illegal address" in style.failed
+
+
+class _HeldViewer(SimpleNamespace):
+    """A viewer whose steps end with a write into held GLBuffers (stand-ins for pycuda.gl and events), as
+    the GPU backends' copies into the interop buffers do."""
+
+    def __init__(self, log: list):
+        from test_interop_hold import _Event, _stand_in
+
+        from app.backends.cuda.interop import GLBuffers
+
+        gl = GLBuffers(_stand_in(log), 1, 2, new_event=lambda: _Event(log))
+        gl.hold()
+        log.clear()
+        super().__init__(
+            interop=True, backend=SimpleNamespace(gl_buffers=gl), splat=SimpleNamespace(strict=False), log=log
         )
 
-    def draw(self):
-        return self.style.draw(self.viewer, (64, 32), shifted=False)
+    def begin_advance(self):
+        self.log.append("begin")
+        return True
+
+    def run_steps(self):
+        self.log.append("steps")
+        with self.backend.gl_buffers.mapped():  # the steps' last copies: a writer
+            self.log.append("written")
+        return "timings"
+
+    def end_advance(self, outcome, t0):
+        self.log.append(("end", outcome))
+
+    def draw(self):  # the splat frame: a reader of the held buffers
+        self.log.append(("strict", self.splat.strict))
+        with self.backend.gl_buffers.mapped(reader="splat-stream"):
+            self.log.append("read")
 
 
-def test_a_splat_frame_begins_the_next_steps_once_it_is_queued_before_the_host_waits(monkeypatch):
-    case = _SplatCase(monkeypatch)
-    assert case.draw() is True
-    assert case.order == ["queued", "steps begun", "waited", "quad"]
+def test_steps_begun_before_a_splat_frame_write_the_buffers_only_after_its_read():
+    log: list = []
+    viewer = _HeldViewer(log)
+    with StepAhead(viewer) as ahead:
+        assert ahead.start_before_draw() is True and ahead.start() is False  # begun once a frame
+        deadline = time.monotonic() + 5
+        while "steps" not in log and time.monotonic() < deadline:
+            time.sleep(0.001)
+        time.sleep(0.05)
+        assert "written" not in log  # the worker waits for the frame's read, however long its draw takes
+        viewer.draw()
+        assert ahead.finish() is True
+    assert log.index("read") < log.index(("record", "splat-stream")) < log.index(("wait",))
+    assert log.index(("wait",)) < log.index("written") and log[-1] == ("end", "timings")
+    assert ("strict", True) in log and viewer.splat.strict is False  # strict for the frame drawn beside
+    assert ahead.before_draw == 1 and ahead.started == 1
 
 
-def test_a_splat_frame_failing_before_it_is_queued_turns_into_sprites_with_no_steps_begun(monkeypatch):
-    case = _SplatCase(monkeypatch, fail_at="queue")
-    assert case.draw() is False and "did not build" in case.style.why  # the viewer draws sprites
-    assert case.order == ["queued"]
+def test_a_recording_ending_before_the_frame_is_drawn_calls_off_the_read_the_steps_wait_for():
+    log: list = []
+    viewer = _HeldViewer(log)
+    with StepAhead(viewer) as ahead:
+        assert ahead.start_before_draw()
+        # the frame's draw raised (or a second Ctrl-C): no read comes, and closing must not hang
+    assert "written" in log and viewer.splat.strict is False
 
 
-def test_a_splat_frame_failing_after_the_steps_began_is_raised_not_drawn_as_sprites(monkeypatch):
-    case = _SplatCase(monkeypatch, fail_at="wait")
-    with pytest.raises(RuntimeError, match="illegal address"):  # GL must not read the buffers being written
-        case.draw()
-    assert case.order == ["queued", "steps begun", "waited"] and case.style.failed is None
-    case.style.on_queued = None  # the live viewer: no steps begun, so the same failure falls back to sprites
-    case.order.clear()
-    assert case.draw() is False and case.style.failed
+def test_steps_are_begun_before_the_draw_only_where_a_splat_frame_holds_the_buffers():
+    for interop, gl in ((False, None), (True, SimpleNamespace(held=False))):
+        viewer = _Viewer(interop=interop, backend=SimpleNamespace(gl_buffers=gl))
+        assert StepAhead(viewer).start_before_draw() is False  # (start after the draw: the rules above)
+    assert StepAhead(_HeldViewer([]), enabled=False).start_before_draw() is False  # a window
 
 
-def test_steps_begun_beside_a_splat_frame_are_counted_and_named_in_the_summary():
+def test_steps_begun_before_a_splat_frame_are_named_in_the_summary():
     from app.render.record_sinks import RecordResult
 
-    class Steps(SimpleNamespace):
-        def begin_advance(self):
-            return False  # (paused: nothing to run on the worker)
-
-        def end_advance(self, outcome, t0):
-            pass
-
-    ahead = StepAhead(Steps(interop=True, backend=SimpleNamespace(gl_buffers=SimpleNamespace(held=True))))
-    assert ahead.start(beside_draw=True) is True and ahead.start() is False  # begun once per frame
-    assert ahead.beside_draw == 1 and ahead.finish() is True and ahead.started == 0  # (paused: none ran)
     result = RecordResult(None, None, 2, (64, 32), 1.0, timings={"step": 10.0}, steps_ahead=1)
-    assert "beside the readback" in result.summary_line()
+    assert "(on a worker thread, beside the readback)" in result.summary_line()
     result.steps_beside_draw = 1
-    assert "(on a worker thread, beside the splat frame and the readback)" in result.summary_line()
+    assert "(on a worker thread, beside the splat frame's draw and readback)" in result.summary_line()
 
 
 @pytest.mark.gpu
@@ -170,30 +202,30 @@ def test_on_a_gpu_splat_frames_begin_the_next_steps_and_record_the_frames_steppe
     tmp_path, capsys, monkeypatch
 ):
     """The tree at 262,144 bodies drawn as splat frames from the interop buffers: every frame after the
-    first begins the next steps before the host waits for it, and the PNGs are those of frames stepped
-    one after the other (the steps' copies into the buffers wait for the frame's reads)."""
+    first is drawn while the next frame's steps run, and the PNGs are those of frames stepped one after
+    the other (the steps' copies into the buffers wait for the frame's reads)."""
     monkeypatch.setenv("NBODY_HEADLESS", "1")
     begun = []
-    start = StepAhead.start
+    start_before_draw = StepAhead.start_before_draw
 
-    def spy(self, beside_draw=False):
-        began = start(self, beside_draw)
-        begun.append(beside_draw and began)
-        return began
+    def spy(self):
+        begun.append(start_before_draw(self))
+        return begun[-1]
 
-    monkeypatch.setattr(StepAhead, "start", spy)
+    monkeypatch.setattr(StepAhead, "start_before_draw", spy)
     args = ["record", "collision", "--n", "262144", "--kernel", "tree", "--size", "640x360", "--fps", "60",
             "--frames", "16", "--set", "render.style=splat", "--no-progress"]  # fmt: skip
     frames = {}
     for name in ("ahead", "in-turn"):
         if name == "in-turn":
             monkeypatch.setattr(StepAhead, "can_start", lambda self: False)
+            monkeypatch.setattr(StepAhead, "start_before_draw", lambda self: False)
         folder = tmp_path / name
         rc = main([*args, "--frames-dir", str(folder)])
         said = capsys.readouterr()
         assert rc == 0, said.out + said.err
         frames[name] = [p.read_bytes() for p in sorted(folder.glob("frame_*.png"))]
         if name == "ahead":
-            assert "beside the splat frame and the readback" in said.out + said.err
-            assert sum(begun) == 15, begun  # every frame but the last began the next one's steps
+            assert "beside the splat frame's draw and readback" in said.out + said.err
+            assert begun == [False] + [True] * 14, begun  # from the second frame to the last but one
     assert len(frames["ahead"]) == 16 and frames["ahead"] == frames["in-turn"]

@@ -42,7 +42,7 @@ class RecordResult:
     dropped: int = 0  # frames dropped because the encoder was behind (block=False only)
     timings: dict = field(default_factory=dict)  # medians in ms: step, draw, readback, encode
     steps_ahead: int = 0  # frames whose steps ran on a worker thread beside the readback (step_ahead.py)
-    steps_beside_draw: int = 0  # of them, those begun while the frame before was still drawn (splat)
+    steps_beside_draw: int = 0  # of them, those begun before the frame before them was drawn (splat)
 
     @property
     def fps(self) -> float:
@@ -53,7 +53,7 @@ class RecordResult:
         t = self.timings
         parts = [f"{k} {t[k]:.2f} ms" for k in ("step", "draw", "readback") if k in t]
         if self.steps_ahead and "step" in t:
-            beside = "the splat frame and the readback" if self.steps_beside_draw else "the readback"
+            beside = "the splat frame's draw and readback" if self.steps_beside_draw else "the readback"
             parts[0] += f" (on a worker thread, beside {beside})"
         if "encode" in t:
             parts.append(f"encode {t['encode']:.2f} ms (worker thread)")

@@ -135,7 +135,7 @@ def record_scene(
         sink.abort()
         raise
     result.interrupted = interrupted
-    result.steps_ahead, result.steps_beside_draw = ahead.started, ahead.beside_draw
+    result.steps_ahead, result.steps_beside_draw = ahead.started, ahead.before_draw
     for name, values in (("step", step_ms), ("draw", draw_ms)):
         if values:
             result.timings[name] = median(values[5:] if len(values) > 10 else values)
@@ -157,8 +157,9 @@ def _record_frames(
     """record_scene's frames, each step and draw time appended to `step_ms` / `draw_ms`, each told to
     `progress` (the bar, and the Eta that says once what a long recording's rest takes); returns what
     stopped them early (the signal, "window" when the window was closed) or None. Headless, the next
-    frame's steps run on a worker thread beside this frame's readback where they can (step_ahead.py);
-    with a window, whose events this thread runs between frames, one after the other."""
+    frame's steps run on a worker thread beside this frame's draw and readback (a splat frame's) or its
+    readback (the others') where they can (step_ahead.py); with a window, whose events this thread runs
+    between frames, one after the other."""
     bar, eta = progress
     for i in range(frames):
         # steps begun on the worker before a signal are this frame's: it is drawn, as the frame whose steps
@@ -174,20 +175,16 @@ def _record_frames(
                 step_ms.append((time.perf_counter() - ts) * 1e3)
         if camera is not None:
             camera.apply(viewer.camera, i / sink.fps)
+        info = frame_info(viewer, i, sink.fps)  # (before the next steps begin: they change what it reads)
+        more = i + 1 < frames
+        begun = more and not guard.stop and ahead.start_before_draw()  # a splat frame made beside them
 
-        def draw(size, more=i + 1 < frames):
-            early = more and not guard.stop
-            # the next frame's steps: a splat frame begins them once it is queued on the GPU, any other
-            # frame after its draw, beside this one's readback (where they can: step_ahead.py)
-            viewer.splat.on_queued = (lambda: ahead.start(beside_draw=True)) if early else None
-            try:
-                viewer.draw_scene(size, overlays=False)
-            finally:
-                viewer.splat.on_queued = None
-            if early:
-                ahead.start()  # (nothing if the splat frame began them)
+        def draw(size, after=more and not begun):
+            viewer.draw_scene(size, overlays=False)
+            if after and not guard.stop:
+                ahead.start()  # any other frame's next steps: beside its readback (where they can)
 
-        sink.capture(viewer, frame_info(viewer, i, sink.fps), draw=draw)
+        sink.capture(viewer, info, draw=draw)
         draw_ms.append(viewer.stats.draw_ms)
         bar.update(1)
         eta.update(i + 1)

@@ -15,17 +15,15 @@ draw through the run's first ("GPU 0"), whose buffers hold every body after each
 
 Per frame, on that GPU: the vertex buffers mapped, the splatter run on them (positions, and the per-body
 float the colormap reads: the speeds or the force error's places), the buffers unmapped, the image copied
-into the layer's texture (all of it queued on the splatter's stream, then waited for once; a recording
-begins the next frame's steps in between, `on_queued`), one quad drawn. The light table
-(app/render/splat_light.py) is rebuilt when a setting, N or the colour scales change; the components'
-indices go to the GPU once per set of components.
+into the layer's texture (all of it queued on the splatter's stream, then waited for once), one quad
+drawn. The light table (app/render/splat_light.py) is rebuilt when a setting, N or the colour scales
+change; the components' indices go to the GPU once per set of components.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 
 import numpy as np
 
@@ -75,10 +73,9 @@ class SplatStyle:
         self._light = None
         self._comp_of = None  # the Components whose indices are on the GPU
         self._comp_ptr = 0
-        # called once a GPU frame is queued in full, before the host waits for it: record_scene begins the
-        # next frame's steps there (app/render/step_ahead.py); a failure after it is raised, not turned
-        # into sprites, since those steps are running
-        self.on_queued: Callable[[], object] | None = None
+        # a failed frame is raised instead of drawn as sprites: set by record_scene while the next frame's
+        # steps run beside this one, whose copies into the buffers wait for its reads (step_ahead.py)
+        self.strict = False
 
     # --- the choice ------------------------------------------------------------------------------
     def _say(self, why: str, explicit: bool) -> None:
@@ -110,20 +107,14 @@ class SplatStyle:
             viewer.camera, (w, h), viewer.lens_shift(w) if shifted else 0.0
         )  # viewer.projection's
         light = self._light_for(viewer.renderer, n)
-        queued = False
         try:
             if gpu:
-                frame, params = self._gpu_frame(viewer, backend, n, view, light, (w, h))
-                on_queued = self.on_queued
-                queued = on_queued is not None
-                if on_queued is not None:
-                    on_queued()
-                self._took(frame.gpu_ms, frame.exposure, light, params, n)  # (waits for the frame)
+                self._gpu_frame(viewer, backend, n, view, light, (w, h))
             else:
                 self._say(f"splat on the CPU twin ({backend.data_path}): the same image, at CPU speed", True)
                 self._twin_frame(viewer.renderer, view, light, (w, h))
         except Exception as e:  # a build or a launch that fails: the run goes on with sprites
-            if queued:  # the next steps are running beside this frame: it cannot turn into sprites now
+            if self.strict:  # the next steps run beside this frame: GL may not draw their buffers now
                 raise
             self.failed = self.why = f"sprites from now on: the splat frame failed ({type(e).__name__}: {e})"
             log.exception("render.style: %s", self.failed)
@@ -131,9 +122,8 @@ class SplatStyle:
         self._layer().draw((w, h))
         return True
 
-    def _gpu_frame(self, viewer, backend, n: int, view, light, size: tuple[int, int]):
-        """The frame by the CUDA splatter on the render GPU, from the mapped vertex buffers, queued in
-        full (its kernels and the copy into the layer's texture): (the SplatFrame, its SplatParams)."""
+    def _gpu_frame(self, viewer, backend, n: int, view, light, size: tuple[int, int]) -> None:
+        """The frame by the CUDA splatter on the render GPU, from the mapped vertex buffers."""
         splatter = self._splatter(backend.render_ordinal)
         renderer = viewer.renderer
         params = params_of(renderer.settings, size)
@@ -149,12 +139,12 @@ class SplatStyle:
         layer = self._layer()
         if not layer.show_device(splatter.device, frame.image, *size, stream=splatter.stream):
             layer.show_host(splatter.read_image(frame))
-        # The caller waits for the frame, inside the particle pass's GL timer. Not waiting (the panel a frame
-        # late) bought nothing in an A/B on one H100 at 1M with the tree (13.7 against 12.3-13.5 ms a frame):
-        # the tree's step already waits for its walk on the host, so no GPU work was left to overlap, and
-        # GL's timer then spanned the force's tail (docs/rendering.md, "Where the 1M frame's time goes").
-        # A recording instead begins the next steps before that wait (`on_queued`).
-        return frame, params
+        # Wait for the frame here, inside the particle pass's GL timer. Not waiting (the panel a frame late)
+        # bought nothing in an A/B on one H100 at 1M with the tree (13.7 against 12.3-13.5 ms a frame): the
+        # tree's step already waits for its walk on the host, so no GPU work was left to overlap, and GL's
+        # timer then spanned the force's tail (docs/rendering.md, "Where the 1M frame's time goes"). In a
+        # recording the next frame's steps run meanwhile (step_ahead.py), and the frame queues behind theirs.
+        self._took(frame.gpu_ms, frame.exposure, light, params, n)
 
     def _twin_frame(self, renderer, view, light, size: tuple[int, int]) -> None:
         """The frame by the numba twin from the host path's last upload (positions, speeds or values)."""

@@ -8,15 +8,13 @@ style, which never draws them with GL: `mapped()` then hands out the held pointe
 and `release()` (before GL draws them again, or they are reallocated) unmaps. Registration must be
 redone whenever the renderer reallocates a buffer (a new N): the backend's `attach_gl_buffers` does that.
 
-Held buffers have one reader that may still be reading them on the GPU when the next writer comes from
-another thread: the splat frame, after which a recording begins the next steps on a worker thread
-(app/render/step_ahead.py). The reader names its stream (`mapped(reader=stream)`), an event marks the end
-of its reads there, and every other use of the held buffers (a writer: the steps' copies) first waits for
-that event on the host. The splat's stream is ordered with the default stream, so this is the guarantee
-that does not depend on which context or stream the writer queues on; in a recording the writer comes
-some 10 ms after the read, which is long done (a wait of microseconds).
-
-Needs the GL context current on the calling thread when registering (and, to be safe, when mapping).
+Held buffers have one reader, the splat frame, and their writer may come from another thread: a
+recording begins the next frame's steps on a worker thread before it draws this frame
+(app/render/step_ahead.py). The reader names its stream (`mapped(reader=stream)`) and an event marks the
+end of its reads there; every other use of the held buffers is a writer (the steps' copies) and waits
+on the host for the last marked read, and first, after `expect_read()`, for the read that is due to be
+marked at all (`cancel_read()` lets it go without one). In a recording the writer comes some 10 ms
+after the read, which is long done: a wait of microseconds.
 
 One implementation for every CUDA backend: `register_gl_buffers` (whether interop can work here, and the
 registration), `GLBuffers.mapped_for(n)` (mapped, with room for n bodies) and `fall_back` (the one
@@ -27,6 +25,7 @@ copies each step's state into them on the run's first GPU).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -36,6 +35,9 @@ from app.backends.cuda.context import gl_module_or_reason
 from app.core.errors import RuntimeFault
 
 log = logging.getLogger(__name__)
+# how long a writer of held buffers waits for a read that is due (expect_read): a frame's draw takes
+# milliseconds (0.84 ms at 16M bodies); this is the backstop against a draw that never came
+READ_DUE_WITHIN_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,8 @@ class GLBuffers:
         self._new_event = new_event or _untimed_event
         self._read_event: Any = None  # marks the end of the last held read on the reader's stream
         self._read_pending = False  # a held read was marked and no writer has waited for it yet
+        self._read_marked = threading.Event()  # cleared while a read is due (expect_read)
+        self._read_marked.set()
 
     @property
     def held(self) -> bool:
@@ -89,6 +93,7 @@ class GLBuffers:
         """Unmap held buffers (nothing if not held): before GL draws them or they are reallocated; after
         the last held read."""
         if self._held is not None:
+            self.cancel_read()  # (a read due now will not come: GL gets the buffers back)
             self._wait_for_reads()
             mappings, _ = self._held
             self._held = None
@@ -138,13 +143,28 @@ class GLBuffers:
         else:
             self._unmap(mappings, quiet=False)
 
+    def expect_read(self) -> None:
+        """A read of the held buffers is due before the next write: writers wait until it is marked (or
+        `cancel_read()`). Call it on the reader's thread before a writer can start on another."""
+        self._read_marked.clear()
+
+    def cancel_read(self) -> None:
+        """The read that was due will not come (the frame was not drawn): writers go on."""
+        self._read_marked.set()
+
     def _mark_read(self, stream) -> None:
         if self._read_event is None:
             self._read_event = self._new_event()
         self._read_event.record(stream)
         self._read_pending = True
+        self._read_marked.set()
 
     def _wait_for_reads(self) -> None:
+        if not self._read_marked.wait(READ_DUE_WITHIN_S):
+            raise RuntimeFault(
+                f"the frame due to read the GL buffers did not read them within {READ_DUE_WITHIN_S:g} s: "
+                "the steps' copies into them cannot wait longer"
+            )
         if self._read_pending:
             self._read_event.synchronize()
             self._read_pending = False
