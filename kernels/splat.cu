@@ -566,8 +566,14 @@ __device__ __forceinline__ u64 tone_index(const u64 value, const u64* __restrict
     return min(((min(value, saturation) >> shift) * scale) >> SPLAT_EXPOSURE_SHIFT, (u64)(SPLAT_TONE_SIZE - 1));
 }
 
+// A pixel of the frame from its three channels' tone-map indices (each < SPLAT_TONE_SIZE): the LUT's
+// colours, opaque. RGBA8 because that is the texture format CUDA-GL interop registers (RGB8 is not).
+__device__ __forceinline__ uchar4 lut_pixel(const unsigned char* __restrict__ lut, const int (&index)[3]) {
+    return make_uchar4(__ldg(&lut[index[0]]), __ldg(&lut[SPLAT_TONE_SIZE + index[1]]),
+                       __ldg(&lut[2 * SPLAT_TONE_SIZE + index[2]]), 255);
+}
+
 // out (H * W) RGBA8, top row first; lut (3, 4096) uint8 (the background is in it), read at tone_index.
-// RGBA8 because that is the texture format CUDA-GL interop registers (RGB8 is not).
 extern "C" __global__ void splat_tonemap(uchar4* __restrict__ out, const u64* __restrict__ accum,
                                          const unsigned char* __restrict__ lut, const int pixels,
                                          const u64* __restrict__ exposure) {
@@ -575,13 +581,12 @@ extern "C" __global__ void splat_tonemap(uchar4* __restrict__ out, const u64* __
     if (i >= pixels) {
         return;
     }
-    unsigned char c[3];
+    int index[3];
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) {
-        const u64 index = tone_index(accum[3LL * i + ch], exposure);
-        c[ch] = __ldg(&lut[ch * SPLAT_TONE_SIZE + (int)index]);
+        index[ch] = (int)tone_index(accum[3LL * i + ch], exposure);
     }
-    out[i] = make_uchar4(c[0], c[1], c[2], 255);
+    out[i] = lut_pixel(lut, index);
 }
 
 // --- the bloom (app/render/splat_bloom.py): render.bloom > 0 ---------------------------------------------
@@ -641,11 +646,11 @@ extern "C" __global__ void splat_tonemap_glow(uchar4* __restrict__ out, const un
     if (i >= pixels) {
         return;
     }
-    unsigned char c[3];
+    int lifted[3];
 #pragma unroll
     for (int ch = 0; ch < 3; ++ch) {
-        const long long lifted = (long long)index[3LL * i + ch] + (((long long)gain * glow[3LL * i + ch]) >> 8);
-        c[ch] = __ldg(&lut[ch * SPLAT_TONE_SIZE + (int)min(lifted, (long long)(SPLAT_TONE_SIZE - 1))]);
+        const long long sum = (long long)index[3LL * i + ch] + (((long long)gain * glow[3LL * i + ch]) >> 8);
+        lifted[ch] = (int)min(sum, (long long)(SPLAT_TONE_SIZE - 1));
     }
-    out[i] = make_uchar4(c[0], c[1], c[2], 255);
+    out[i] = lut_pixel(lut, lifted);
 }

@@ -46,7 +46,7 @@ from app.backends.cuda.policies import ceil_div, force_arguments, suffix
 from app.backends.cuda.state_ops import INTEGRATE_SOURCE
 from app.backends.multi import MultiDeviceBackend
 from app.core.errors import BackendUnavailable, ConfigError
-from app.engine.forces import Span, target_chunks, with_role
+from app.engine.forces import with_role
 from app.engine.timing import stage_entries
 from app.model.bodies import Bodies
 from app.model.physics import Diagnostics, Physics
@@ -321,22 +321,11 @@ class CudaBackend(MultiDeviceBackend):
     def reference_rows(self, stacked: np.ndarray, k: int, physics: Physics, progress) -> np.ndarray:
         """The record in the role "reference" (fp64, float64 throughout) on this GPU, over scratch copies
         of `stacked`, a piece of targets a launch."""
-        device = self.device
+        from app.backends.cuda.evaluator import reference_accelerations
+
         evaluator = self.evaluator(with_role(self.kernels(), "reference").name)
         evaluator.set_physics(physics)
-        row = stacked.strides[0]  # 32 bytes: the fp64 record's dvec4 rows
-        with device.scope:
-            pos = device.scratch("reference-pos", stacked.nbytes)
-            acc = device.scratch("reference-acc", row * k)
-            device.drv.memcpy_htod(pos, stacked)
-            sources = Span(k, stacked.shape[0] - k)
-            for targets in target_chunks(k, REFERENCE_ROWS):
-                evaluator.evaluate(pos, acc, targets, sources)
-                device.drv.Context.synchronize()
-                progress(targets.count)
-            out = np.empty((k, 4))
-            device.drv.memcpy_dtoh(out, acc)
-        return out[:, :3].copy()
+        return reference_accelerations(evaluator, self.device, stacked, k, REFERENCE_ROWS, progress)
 
     def diagnostics(self) -> Diagnostics:
         """Energies and momenta reduced on the device (kernels/diagnostics.cu): ten doubles come back,

@@ -17,9 +17,11 @@ import logging
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, TypeAlias
 
+import numpy as np
+
 from app.backends.cuda.policies import FORMS, force_arguments
 from app.core.errors import ConfigError
-from app.engine.forces import ForceEvaluator, ForceWork, KernelRecord, Span, format_tunables
+from app.engine.forces import ForceEvaluator, ForceWork, KernelRecord, Span, format_tunables, target_chunks
 from app.model.physics import Physics
 
 if TYPE_CHECKING:
@@ -133,3 +135,32 @@ def make_evaluator(record: KernelRecord, device, records: dict[str, KernelRecord
     """The evaluator of a CUDA record on `device`: its policy's own (the tree) or the launch-plan one."""
     build = getattr(record.policy, "evaluator", None)
     return build(record, device, records) if build is not None else CudaEvaluator(record, device, records)
+
+
+def reference_accelerations(
+    reference,
+    device,
+    stacked: np.ndarray,
+    k: int,
+    chunk: int | None = None,
+    progress=None,
+    key: str = "reference",
+) -> np.ndarray:
+    """The accelerations of the first k rows of `stacked` ([targets; bodies], float4 rows: the layout of
+    app/commands/reference.py) by the rows after them, by `reference` (the fp64 record's evaluator, its
+    physics set) on `device`: (k, 3) float64. The rows go to the device as float64; in launches of `chunk`
+    targets (all at once: None), each waited for and told to `progress(count)` when that is given."""
+    rows = np.ascontiguousarray(stacked, np.float64)
+    with device.scope:
+        pos = device.scratch(f"{key}-pos", rows.nbytes)
+        acc = device.scratch(f"{key}-acc", 32 * k)  # the fp64 record's dvec4 rows
+        device.drv.memcpy_htod(pos, rows)
+        sources = Span(k, rows.shape[0] - k)
+        for targets in target_chunks(k, chunk or max(k, 1)):
+            reference.evaluate(pos, acc, targets, sources)
+            if progress is not None:
+                device.drv.Context.synchronize()
+                progress(targets.count)
+        out = np.empty((k, 4))
+        device.drv.memcpy_dtoh(out, acc)
+    return out[:, :3].copy()

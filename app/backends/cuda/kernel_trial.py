@@ -302,7 +302,7 @@ def _run_trial(device, reference, shared, req: TrialRequest, yardsticks: dict, o
     """The trial's launches; its bound is sent first, then the answer (module doc). The rows are laid
     out as [sampled targets; every body]: the sample is the launch's targets against the N sources behind
     them, and the N bodies alone are the full launch's targets and sources."""
-    from app.backends.cuda.evaluator import CudaEvaluator
+    from app.backends.cuda.evaluator import CudaEvaluator, reference_accelerations
     from app.engine.forces import Span
 
     drv = device.drv
@@ -360,7 +360,8 @@ def _run_trial(device, reference, shared, req: TrialRequest, yardsticks: dict, o
             body = row if full else int(req.targets[row])
             what = f"{(~finite).sum():,} of the {m:,} bodies launched"
             return {**answer, "problem": f"body {body}: a non-finite acceleration ({what})", "body": body}
-        ref = _reference(device, reference, req, stacked)
+        reference.set_physics(req.physics)
+        ref = reference_accelerations(reference, device, stacked, k, key="trial-ref")
         phase("reference")
     sample = got[req.targets] if full else got
     return {**answer, "phases": dict(phase), "got": sample.astype(np.float64), "ref": ref}
@@ -389,23 +390,6 @@ def _outside(words: np.ndarray, m: int) -> str:
     if not where:
         return ""
     return f"it wrote outside its accelerations (up to {' and '.join(where)}): an out-of-bounds write"
-
-
-def _reference(device, reference, req: TrialRequest, stacked: np.ndarray) -> np.ndarray:
-    """The float64 accelerations of the sampled targets by all N: the [targets; bodies] rows in float64,
-    one launch (app/commands/reference.py's layout)."""
-    from app.engine.forces import Span
-
-    k, n = req.targets.size, req.n
-    rows64 = stacked.astype(np.float64)
-    reference.set_physics(req.physics)
-    pos = device.scratch("trial-ref-pos", rows64.nbytes)
-    acc = device.scratch("trial-ref-acc", 32 * k)
-    device.drv.memcpy_htod(pos, rows64)
-    reference.evaluate(pos, acc, Span(0, k), Span(k, n))
-    out = np.empty((k, 4))
-    device.drv.memcpy_dtoh(out, acc)
-    return out[:, :3].copy()
 
 
 if __name__ == "__main__":
