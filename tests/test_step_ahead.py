@@ -191,10 +191,12 @@ def test_steps_are_begun_before_the_draw_only_where_a_splat_frame_holds_the_buff
 def test_steps_begun_before_a_splat_frame_are_named_in_the_summary():
     from app.render.record_sinks import RecordResult
 
-    result = RecordResult(None, None, 2, (64, 32), 1.0, timings={"step": 10.0}, steps_ahead=1)
-    assert "(on a worker thread, beside the readback)" in result.summary_line()
+    result = RecordResult(None, None, 2, (64, 32), 1.0, timings={"step": 10.0, "draw": 5.0}, steps_ahead=1)
+    assert "(on a worker thread, beside the readback), draw 5.00 ms;" in result.summary_line() + ";"
     result.steps_beside_draw = 1
-    assert "(on a worker thread, beside the splat frame's draw and readback)" in result.summary_line()
+    said = result.summary_line()
+    assert "step 10.00 ms (on a worker thread, beside the splat frame's draw and readback)" in said
+    assert "draw 5.00 ms (its wait behind the steps included)" in said
 
 
 @pytest.mark.gpu

@@ -55,6 +55,8 @@ class RecordResult:
         if self.steps_ahead and "step" in t:
             beside = "the splat frame's draw and readback" if self.steps_beside_draw else "the readback"
             parts[0] += f" (on a worker thread, beside {beside})"
+            if self.steps_beside_draw and "draw" in t:  # its kernels queue on the GPU behind the steps'
+                parts[1] += " (its wait behind the steps included)"
         if "encode" in t:
             parts.append(f"encode {t['encode']:.2f} ms (worker thread)")
         w, h = self.size

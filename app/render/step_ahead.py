@@ -132,12 +132,10 @@ class StepAhead:
         if self._pending is not None:
             _, steps = self._pending
             self._pending = None
-            if self._read_due is not None:
-                self._read_due.cancel_read()
+            self._no_read_due()  # (the frame may never be drawn: the steps' copies go on without its read)
             if steps is not None:
                 with contextlib.suppress(BaseException):  # the recording is ending on its own error or signal
                     steps.result()
-            self._no_read_due()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
