@@ -42,12 +42,12 @@ Frames are drawn into an offscreen framebuffer (no window needed: EGL on NVIDIA,
 read back through a ring of pixel-buffer objects and encoded by PyAV/libx264 on a worker thread.
 Headless, the next frame's steps run on another worker thread while a frame is drawn and read back (a
 splat frame's) or read back (the others'), where they touch nothing the frame in flight reads (the
-same frames, sooner). The file is written under a hidden
-temporary name and renamed when finalised; an unwritable path or a full disk ends with one line, exit
-status 1 and no file that looks complete. Ctrl-C or SIGTERM stops after the current frame and finalises
-a playable file with the frames so far (exit status 130 / 143; press twice to abandon it instead); one
-that comes after the last frame, while the file is finalised, lets it complete with exit status 0. The
-last line reports frames per wall second and where the time went (step, draw, readback, encode).
+same frames, sooner). The file is written under a hidden temporary name and renamed when finalised;
+an unwritable path or a full disk ends with one line, exit status 1 and no file that looks complete.
+Ctrl-C or SIGTERM stops after the current frame and finalises a playable file with the frames so far
+(exit status 130 / 143; press twice to abandon it instead); one that comes after the last frame, while
+the file is finalised, lets it complete with exit status 0. The last line reports frames per wall
+second and where the time went (step, draw, readback, encode).
 
 camera paths (--camera, or camera.path in the scene):
   static     the scene's [camera] view (fitted to the bodies when camera.distance is unset)
