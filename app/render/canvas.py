@@ -167,10 +167,7 @@ class Viewer(app.Canvas):
 
     def release_gl_buffers(self) -> None:
         """Unmap the backend's interop buffers if splat frames held them mapped (GLBuffers.hold)."""
-        gl = self.backend.gl_buffers
-        if gl is not None and getattr(gl, "held", False):  # (a stand-in GLBuffers may not hold)
-            # held by the splatter, whose device shares the context the buffers are registered in
-            self.splat.release(gl)
+        self.splat.release(self.backend)
 
     def _upload_host(self) -> None:
         t0 = time.perf_counter()

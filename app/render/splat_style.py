@@ -209,13 +209,23 @@ class SplatStyle:
             self._comp_of = components
         return self._comp_ptr
 
-    def release(self, gl_buffers) -> None:
-        """Unmap interop buffers that splat frames held mapped, in the splatter's context."""
+    @staticmethod
+    def held_buffers(backend):
+        """The backend's interop buffers while splat frames hold them mapped (GLBuffers.hold), else None."""
+        gl = backend.gl_buffers
+        return gl if gl is not None and getattr(gl, "held", False) else None  # (a stand-in may not hold)
+
+    def release(self, backend) -> None:
+        """Unmap the backend's interop buffers if splat frames held them mapped, in the splatter's context
+        (the one they are registered in); nothing otherwise."""
+        gl = self.held_buffers(backend)
+        if gl is None:
+            return
         if self.splatter is None:
-            gl_buffers.release()
+            gl.release()
             return
         with self.splatter.device.scope:
-            gl_buffers.release()
+            gl.release()
 
     def close(self) -> None:
         if self.layer is not None:

@@ -38,6 +38,8 @@ import contextlib
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 
+from app.render.splat_style import SplatStyle
+
 
 class StepAhead:
     """One frame's steps at a time on one worker thread (`start_before_draw` or `start`, then `finish`
@@ -56,8 +58,7 @@ class StepAhead:
 
     def _held_buffers(self):
         """The interop buffers, where splat frames hold them mapped (GLBuffers.hold); else None."""
-        gl = self.viewer.backend.gl_buffers if self.viewer.interop else None
-        return gl if gl is not None and bool(getattr(gl, "held", False)) else None
+        return SplatStyle.held_buffers(self.viewer.backend) if self.viewer.interop else None
 
     def can_start(self) -> bool:
         """Whether the next steps can run beside the readback (the module docstring's rules)."""
