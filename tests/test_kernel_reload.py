@@ -67,6 +67,15 @@ def save(path, text):
     os.utime(path, ns=(later, later))
 
 
+def poll_until(reloader, count, timeout=10.0):
+    """Poll as the viewer's frames do until `count` reloads have finished (or `timeout`); returns them."""
+    finished, deadline = [], time.monotonic() + timeout
+    while len(finished) < count and time.monotonic() < deadline:
+        finished += reloader.poll()
+        time.sleep(0.01)
+    return finished
+
+
 class Viewer:
     """The CPU backend stepping, the kernel in use, and a reloader over one kernel file."""
 
@@ -172,12 +181,7 @@ def test_a_file_saved_again_while_it_builds_is_built_again(tmp_path):
         save(path, "second")
         assert reloader.poll() == []  # the first build still runs; the second save waits for it
         release.set()
-        finished = []
-        for _ in range(1000):
-            finished += reloader.poll()
-            if len(finished) == 2:
-                break
-            time.sleep(0.01)
+        finished = poll_until(reloader, 2)
         assert [r.outcome for r in finished] == ["swapped", "swapped"] and swapped == ["second", "second"]
         assert len(built) == 2
     finally:
@@ -274,12 +278,39 @@ def test_a_stage_that_raises_is_a_refused_reload_not_a_crash(tmp_path):
         reloader = Reloader(FileWatch([path]), build, validate, swap)
         try:
             save(path, outcome)
-            finished = []
-            for _ in range(500):
-                finished += reloader.poll()
-                if finished:
-                    break
-                time.sleep(0.01)
+            finished = poll_until(reloader, 1)
             assert [r.outcome for r in finished] == [outcome] and "boom" in finished[0].message
         finally:
             reloader.close()
+
+
+def test_live_time_starts_before_the_worker_can_start(tmp_path):
+    """live_s (seen to swapped) covers compile_s + validate_s even when the worker thread runs before the
+    stepping thread reads its clock again (the CI failure of session 25: a 4 ms GIL switch put the
+    worker's readings before 'seen'). The stepping thread's first reading here waits up to 0.3 s for
+    the worker's three (build start, build end, validation end), which can only come first if 'seen' is
+    read after the job is submitted."""
+    path = tmp_path / "k.cu"
+    path.write_text("ok")
+    tick, lock, worker_done = [0.0], threading.Lock(), threading.Event()
+    stepping = threading.current_thread()
+
+    def clock():
+        if threading.current_thread() is stepping:
+            worker_done.wait(0.3)
+        with lock:
+            tick[0] += 1.0
+            if threading.current_thread() is not stepping and tick[0] >= 3:
+                worker_done.set()
+            return tick[0]
+
+    reloader = Reloader(
+        FileWatch([path]), lambda p: "built", lambda b, s: validate_ok(), lambda b: None, clock=clock
+    )
+    try:
+        save(path, "new")
+        (reload,) = poll_until(reloader, 1)
+        assert reload.outcome == "swapped"
+        assert reload.live_s >= reload.compile_s + reload.validate_s + reload.swap_s
+    finally:
+        reloader.close()

@@ -56,7 +56,8 @@ class Validation:
 @dataclass(frozen=True)
 class Reload:
     """One reload of `path`: what came of it, its message, how long each stage took (None: not reached),
-    and, for a swap, how long after the save the new kernel was live (the save's mtime to the swap)."""
+    and, for a swap, how long after the save the new kernel was live (from the poll that saw the save
+    to the swap)."""
 
     path: Path
     outcome: str  # "swapped", "compile error", "validation failed", "swap failed"
@@ -141,7 +142,10 @@ class Reloader:
         return done
 
     def _start(self, path: Path) -> None:
-        self._jobs[path] = (self._pool.submit(self._job, path, self.snapshot()), self.clock())
+        # The clock is read before the submit: the worker may start (and read its own clock) before
+        # submit returns, and live_s must cover compile_s + validate_s.
+        seen = self.clock()
+        self._jobs[path] = (self._pool.submit(self._job, path, self.snapshot()), seen)
 
     def _job(self, path: Path, snapshot) -> tuple:
         """On the worker: (built, compile s, Validation, validate s), or (BuildError, compile s)."""
