@@ -311,9 +311,10 @@ def report(args, backend, scene, records: Records, done: int, spent: dict, wall:
         f"{phys.softening:g}, dt {phys.dt:g}, {phys.integrator}; {done:,} of {args.steps:,} steps "
         f"(t = {backend.time:.6g}), {len(records.steps)} records (every {args.every} steps) -> {args.csv}"
     )
+    used = backend.record(backend.kernel).tunables_at(backend.tunables(), backend.n)  # alpha's auto: a number
     print(
         f"device: {device_name(backend)}; backend {backend.name}, kernel {backend.kernel}; tunables: "
-        f"{format_tunables(backend.tunables()) or '(none)'}"
+        f"{format_tunables(used) or '(none)'}"
     )
     lines, passed = summary(records, args.tolerance)
     print("\n".join(lines))

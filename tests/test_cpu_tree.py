@@ -328,7 +328,7 @@ def test_record_tunables():
         "rebuild_every": 16,
         "rebuild_rule": "adaptive",
         "opening": "rel",
-        "alpha": 0.001,
+        "alpha": "auto",  # 0.001 below 1M bodies (test_alpha_by_n.py)
     }
     with pytest.raises(ConfigError, match=r"cpu-tree.theta"):
         RECORD.validate_tunables({"theta": 0.0})

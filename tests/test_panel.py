@@ -789,14 +789,20 @@ def test_alpha_is_greyed_unless_the_relative_opening_test_reads_it(tree_ui):
     assert "tunable:theta" not in ui.panel.unread
     x0, y0, x1, y1 = ui.panel.item_rects["tunable:alpha"]
     ui.click((x0 + 0.8 * (x1 - x0), (y0 + y1) / 2))
-    assert ui.backend.tunables()["alpha"] == 0.001  # greyed: the click did nothing
+    assert ui.backend.tunables()["alpha"] == "auto"  # greyed: the click did nothing
     ui.click("tunable:opening")
     ui.click("tunable:opening=rel")
     assert ui.backend.tunables()["opening"] == "rel", ui.ctl.message
     assert "tunable:alpha" not in ui.panel.unread
     x0, y0, x1, y1 = ui.panel.item_rects["tunable:alpha"]  # (the rows above it changed: read it again)
+    assert "tunable:alpha:auto" not in ui.panel.item_rects  # auto already: no way back to offer
     ui.click((x0 + 0.5 * (x1 - x0), (y0 + y1) / 2))
     assert ui.backend.tunables()["alpha"] > 0.001, ui.ctl.message
+    # a number set by the slider; the auto button beside it makes alpha follow N again
+    ui.click("tunable:alpha:auto")
+    assert ui.backend.tunables()["alpha"] == "auto", ui.ctl.message
+    ui.frame()
+    assert "tunable:alpha:auto" not in ui.panel.item_rects
     # rebuild_rule is read only when the tree refits (rebuild_every > 1: the default 16)
     assert "tunable:rebuild_rule" not in ui.panel.unread
 

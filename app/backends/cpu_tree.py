@@ -55,13 +55,19 @@ from app.backends.cpu_octree import (  # noqa: F401
     key_order,
     refit,
 )
-from app.core.values import Choice, FloatRange
+from app.core.values import AUTO, Choice, FloatRange
 from app.engine.clocks import HostTimer
 from app.engine.forces import ForceEvaluator, ForceWork, KernelRecord, Span, drain
 from app.engine.refit_cadence import CadencedTree
 from app.model.physics import Physics
 from app.parallel.decomposition import align_cuts
 
+# `alpha`'s auto steps (from N bodies, alpha): each the largest of 0.001-0.004 whose p99 against float64
+# stayed within 8e-4 (80% of the 1e-3 budget) at the step's smallest N, Plummer and collision alike,
+# since the error at one alpha falls as N grows. 0.002 at 262,144 gave up to 9.1e-4 (the CPU twin) and 0.002
+# at 1M 6.9e-4 (cpu-2026-11-27-tree-rel-alpha-large.txt); 0.003 at 1M up to 9.4e-4; 0.004 at 8M 7.8e-4 and
+# at 16M 7.9e-4 (the H100, 4,096 targets: h100-2026-11-26-tree.json). docs/tree.md, "alpha's default".
+ALPHA_BY_N = ((0, 0.001), (1_048_576, 0.002), (8_388_608, 0.004))
 OPENINGS = ("cube", "bmax", "rel")  # both trees' `opening` (cpu_tree_kernels.opening_rows, relative_rows)
 # the opening test's tunables, the same on both tree records (cpu-tree and the GPU's tree)
 THETA = FloatRange(
@@ -88,13 +94,16 @@ OPENING_TUNABLES = (
         "alpha",
         0.0,
         0.1,
-        0.001,
+        AUTO,
         lo_open=True,
         log=True,
         doc="the relative test's accuracy (opening=rel): a cell is accepted for a group when "
         "G M b_max^3 / d^5 <= alpha |a|min, |a|min the smallest of its members' last accelerations, "
-        "and never within b_max of the group's box",
+        "and never within b_max of the group's box; auto (the default) follows N, since the error at one "
+        "alpha falls as N grows: the largest alpha whose p99 stays within 80% of the budget at the "
+        "step's smallest N (docs/tree.md, \"alpha's default\")",
         read_when=("opening", ("rel",)),
+        by_n=ALPHA_BY_N,
     ),
 )
 
@@ -325,7 +334,7 @@ class CpuTreeEvaluator(CadencedTree, ForceEvaluator):
         ncells = np.zeros(ngroup, np.int64)
         nactive = np.zeros(ngroup, np.int64)
         opening = self._tunables.get("opening", "cube")
-        rel_scale = np.float32(self._relative_scale(self._scalars[1]))
+        rel_scale = np.float32(self._relative_scale(self._scalars[1], tree.order.shape[0]))
         crel = k.relative_rows(tree.mass, tree.bmax) if rel_scale > 0 else np.zeros((0, 2), np.float32)
         trow = trow.astype(np.int64)
         self.kernel(

@@ -44,7 +44,8 @@ a refit's cost grows with the motion per step (docs/tree.md, "The GPU refit").
 --tunable NAME=V1,V2,... sweeps: one row per value (several swept tunables: every combination), applied
 to the selected kernels that have NAME; the others run once with their own settings (so `best` is never
 swept by theta). A tunable no selected kernel has is an error. A tree's accuracy is alpha under its
-default opening test (rel), where theta shapes only a run's first step, and theta under the geometric
+default opening test (rel; alpha's default, auto, follows N, and tunables_used in the JSON holds its
+number), where theta shapes only a run's first step, and theta under the geometric
 ones (--tunable opening=cube, or bmax: docs/tree.md, step 5). A sweep that changes nothing measured (theta
 under rel, alpha under cube) is said in a line before the timing.
 

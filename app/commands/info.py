@@ -100,6 +100,7 @@ def _memory(backend, name: str) -> int | None:
 def print_kernels() -> None:
     from app.backends import backend_classes
     from app.backends.cuda.user_kernels import is_user
+    from app.core.values import default_text
 
     for name, cls in backend_classes().items():
         reason = cls.why_not()
@@ -113,7 +114,9 @@ def print_kernels() -> None:
                 why = cls.kernel_why_not(rec.name) if reason is None else None
                 flag = "" if why is None else f"  (unavailable: {why})"
                 print(f"  {rec.name:<24} {rec.precision:<5} {rec.doc}{flag}")
-                tunables = "; ".join(f"{t.name} {t.describe()} (default {t.default})" for t in rec.tunables)
+                tunables = "; ".join(
+                    f"{t.name} {t.describe()} (default {default_text(t)})" for t in rec.tunables
+                )
                 print(
                     f"  {'':<24} {'':<5} error budget {rec.error_budget.describe()}"
                     + (f"; tunables: {tunables}" if tunables else "")

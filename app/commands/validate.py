@@ -164,7 +164,7 @@ def _judge(rec, scene, bodies, targets: np.ndarray, refs: _References, tol: floa
         backend.load(bodies, scene.physics, rec.name)
         if scene.run.tunables:
             backend.set_tunables(**scene.run.tunables)
-        values = backend.tunables()
+        values = rec.tunables_at(backend.tunables(), bodies.n)  # alpha's auto as its number at this N
         tunables = f"{format_tunables(values)}  " if rec.tunables else ""
         got = backend.accelerations()[targets]
     finally:

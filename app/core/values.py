@@ -42,20 +42,41 @@ class IntChoice:
         return f"one of {', '.join(map(str, self.values))}"
 
 
+AUTO = "auto"  # a FloatRange value that follows N (FloatRange.by_n)
+
+
 @dataclass(frozen=True)
 class FloatRange:
-    """A float in [lo, hi] (or (lo, hi] with lo_open): the tree's θ. The panel shows a slider."""
+    """A float in [lo, hi] (or (lo, hi] with lo_open): the tree's θ. The panel shows a slider.
+
+    With `by_n`, the value may also be AUTO ("auto"), which means a number that depends on the body
+    count: by_n's last step (from N, number) with from N <= N. Where the right number falls as N grows
+    (the relative test's error at one alpha falls with N: docs/tree.md), the default can be auto, and
+    only the code that knows N (the walk: its sources) turns it into a number (`value_at`)."""
 
     name: str
     lo: float
     hi: float
-    default: float
+    default: float | str
     doc: str = ""
     lo_open: bool = False
     log: bool = False  # the slider moves logarithmically
     read_when: tuple[str, tuple] | None = None  # (another tunable, its values under which this one is read)
+    by_n: tuple[tuple[int, float], ...] = ()  # auto's steps: (from N bodies, number), the first from 0
 
-    def validate(self, value, owner: str = "") -> float:
+    def __post_init__(self):
+        if self.by_n:
+            starts = [start for start, _ in self.by_n]
+            if starts[0] != 0 or starts != sorted(set(starts)):
+                raise ValueError(f"{self.name}: by_n must start at N = 0 and rise: {self.by_n}")
+            for _, number in self.by_n:
+                self.validate(number)
+        if self.default == AUTO and not self.by_n:
+            raise ValueError(f"{self.name}: the default is {AUTO!r} but by_n gives it no numbers")
+
+    def validate(self, value, owner: str = "") -> float | str:
+        if self.by_n and value == AUTO:
+            return AUTO
         try:
             number = float(value)
         except (TypeError, ValueError):
@@ -64,8 +85,29 @@ class FloatRange:
             raise ConfigError(f"{_key(owner, self.name)}: {value!r} is not in {self.describe()}")
         return number
 
+    def value_at(self, value: float | str, n: int) -> float:
+        """The number `value` (validated) stands for at N = n bodies: itself, or auto's step for n."""
+        if value != AUTO:
+            return float(value)
+        return next(number for start, number in reversed(self.by_n) if n >= start)
+
     def describe(self) -> str:
-        return f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}]"
+        interval = f"{'(' if self.lo_open else '['}{self.lo:g}, {self.hi:g}]"
+        return f"{interval} or {AUTO}" if self.by_n else interval
+
+    def describe_auto(self) -> str:
+        """'0.001; 0.002 from 1,048,576 bodies; 0.004 from 8,388,608': what auto is (empty without by_n)."""
+        steps = [f"{number:g}" if start == 0 else f"{number:g} from {start:,}" for start, number in self.by_n]
+        if len(steps) > 1:
+            steps[1] += " bodies"
+        return "; ".join(steps)
+
+
+def default_text(spec) -> str:
+    """A tunable's default as --help, `info` and the panel's tooltip say it ('0.5'; 'auto: 0.001; ...')."""
+    if isinstance(spec, FloatRange) and spec.default == AUTO:
+        return f"{AUTO}: {spec.describe_auto()}"
+    return str(spec.default)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.errors import ConfigError
-from app.core.values import Choice, FloatRange, IntChoice
+from app.core.values import AUTO, Choice, FloatRange, IntChoice
 
 # --- typed tunables: their types are the settings' too (app/core/values.py) ---------------------------------
 Tunable = IntChoice | FloatRange | Choice
@@ -223,6 +223,17 @@ class KernelRecord:
     def with_tunables(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """The defaults overridden by validated `values`."""
         return {**self.default_tunables(), **self.validate_tunables(values)}
+
+    def value_at(self, name: str, value: Any, n: int) -> Any:
+        """Tunable `name`'s `value` as a run of N = n bodies uses it: auto (FloatRange.by_n) is its number
+        for n; any other value is itself."""
+        spec = self.tunable(name)
+        return spec.value_at(value, n) if isinstance(spec, FloatRange) and value == AUTO else value
+
+    def tunables_at(self, values: Mapping[str, Any], n: int) -> dict[str, Any]:
+        """`values` as a run of N = n bodies uses them (`value_at`): what the logs, `validate` and bench's
+        tunables_used report."""
+        return {key: self.value_at(key, value, n) for key, value in values.items()}
 
 
 def target_chunks(k: int, size: int):

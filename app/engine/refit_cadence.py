@@ -27,9 +27,14 @@ every device keeps building the same tree.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from app.core.values import Choice, IntChoice
+
+if TYPE_CHECKING:
+    from app.engine.forces import KernelRecord
 
 # what a build costs beyond a refit, in walk interactions (the module's docstring says where from)
 BUILD_FIXED = 3.1e8
@@ -133,13 +138,13 @@ class RefitCadence:
             self._growth.append(int(interactions) / self._baseline - 1.0)
 
 
-def relative_scale(tunables: dict, g) -> np.float32:
+def relative_scale(opening: str | None, alpha: float, g) -> np.float32:
     """The relative test's alpha / G in float32, which both trees' walks multiply by a group's smallest
     last |a| (`opening = rel`); 0 for another opening test, or with no attraction to scale it (G <= 0):
     then every group tests the geometric rows."""
-    if tunables.get("opening") != "rel" or not float(g) > 0:
+    if opening != "rel" or not float(g) > 0:
         return np.float32(0.0)
-    return np.float32(float(tunables["alpha"]) / float(g))
+    return np.float32(float(alpha) / float(g))
 
 
 class CadencedTree:
@@ -148,6 +153,7 @@ class CadencedTree:
     evaluation's counts under the adaptive rule. Listed before ForceEvaluator in their bases, whose
     `wants_totals` and `observe_evaluation` it answers."""
 
+    record: KernelRecord
     _tunables: dict
     _cadence: RefitCadence
 
@@ -159,10 +165,18 @@ class CadencedTree:
         self._cadence = RefitCadence.of(self._tunables)
         self._evaluated = False
 
-    def _relative_scale(self, g) -> np.float32 | float:
-        """The walk's rel_scale (`relative_scale`), or 0 before this evaluator's first
-        evaluation since its start (the geometric test)."""
-        return relative_scale(self._tunables, g) if self._evaluated else 0.0
+    def _relative_scale(self, g, bodies: int) -> np.float32 | float:
+        """The walk's rel_scale (`relative_scale`) for a tree of `bodies` sources (every device's tree
+        holds all N, so that alpha's auto gives one number on any device count), or 0 before this
+        evaluator's first evaluation since its start (the geometric test)."""
+        opening = self._tunables.get("opening")
+        if not self._evaluated or opening != "rel":
+            return 0.0
+        return relative_scale(opening, self.alpha_at(bodies), g)
+
+    def alpha_at(self, bodies: int) -> float:
+        """The relative test's alpha at N = `bodies`: the tunable's number, or auto's for that N."""
+        return float(self.record.value_at("alpha", self._tunables["alpha"], bodies))
 
     @property
     def since_build(self) -> int:

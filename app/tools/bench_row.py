@@ -111,7 +111,7 @@ def _row_of(backend, rec, steps: list[StepTimings]) -> dict:
         "samples_ms": samples,
         # the full step: the force evaluation (a tree: keys, sort, build, moments, walk) plus the integrator
         "step_median_ms": statistics.median(float(t.force_ms + t.integrate_ms) for t in steps),
-        "tunables_used": backend.tunables(),
+        "tunables_used": rec.tunables_at(backend.tunables(), backend.n),  # alpha's auto: its number
         "interactions": interactions,
         "interactions_per_s": ips,
         GFLOPS_FIELD: ips * FLOPS_PER_INTERACTION * 1e-9,

@@ -81,7 +81,7 @@ class CudaEvaluator(ForceEvaluator):
     def describe(self, n: int) -> str:
         """'register-blocked block_size=128 k=4 slices=0': what actually runs (useful for `best`)."""
         rec, tun = self.active(n)
-        return f"{rec.name} {format_tunables(tun)}".strip()
+        return f"{rec.name} {format_tunables(rec.tunables_at(tun, n))}".strip()
 
     def prepare(self, n: int) -> None:
         """Compile and load every entry a launch over n bodies may need (all four model / self-term

@@ -58,7 +58,7 @@ class TreeWalk(TreeBuild):
         pointer 0: none. Returns (interactions, body-cell interactions)."""
         repulsion, soft, eps2, g, h = self._args
         prev_ptr, prev_by_order = prev
-        rel_scale = self._relative_scale(g) if prev_ptr else 0.0
+        rel_scale = self._relative_scale(g, sources.count) if prev_ptr else 0.0
         fn = self._walk(repulsion, soft, group)
         ngroups = self.ngroups
         g_lo, g_hi = groups

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.values import FloatRange, IntChoice
+from app.core.values import AUTO, FloatRange, IntChoice, default_text
 from app.engine.forces import unread_reason
 from app.ui.style import DIM_TEXT, OK_TEXT, RED_BG, RED_TEXT, WARN_TEXT
 
@@ -136,12 +136,21 @@ def _tunables(panel) -> None:
             if red:
                 for col in (imgui.Col_.frame_bg, imgui.Col_.frame_bg_hovered, imgui.Col_.frame_bg_active):
                     imgui.push_style_color(col, imgui.ImVec4(*RED_BG))
-            changed, v = imgui.slider_float(f"{spec.name}##{key}", float(current), lo, hi, "%.4g", flags)
+            # auto (a number that follows N) shows the number it is now, and says so; a drag sets a number
+            shown = spec.value_at(current, backend.n)
+            fmt = "auto: %.4g" if current == AUTO else "%.4g"
+            changed, v = imgui.slider_float(f"{spec.name}##{key}", shown, lo, hi, fmt, flags)
             panel._rect(key)
             if red:
                 imgui.pop_style_color(3)
             if changed:  # dragged within the ends, or typed (Ctrl+click): the record judges it
                 _set_tunable(panel, key, spec.name, _slider_value(spec, v))
+            if spec.by_n and current != AUTO:  # the way back to the number that follows N
+                imgui.same_line()
+                if imgui.small_button(f"auto##{key}"):
+                    _set_tunable(panel, key, spec.name, AUTO)
+                panel._rect(f"{key}:auto")
+                panel._tooltip(f"{spec.name} follows N again: {spec.describe_auto()}")
         else:
             options = spec.values if isinstance(spec, IntChoice) else spec.options
             panel._combo(
@@ -158,7 +167,7 @@ def _tunables(panel) -> None:
             panel.unread.pop(key, None)
         panel._tooltip(
             f"{spec.name}: {spec.doc + ' ' if spec.doc else ''}({spec.describe()}, default "
-            f"{spec.default})" + (f"\n{unread}" if unread else ""),
+            f"{default_text(spec)})" + (f"\n{unread}" if unread else ""),
             disabled=bool(unread),
         )
         if key in panel.field_errors:
