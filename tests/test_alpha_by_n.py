@@ -55,14 +55,14 @@ def test_steps_that_cannot_stand_for_a_number_are_refused_when_declared(by_n, de
 
 
 def test_the_tree_default_takes_the_measured_steps():
-    """0.001 to just below 1M bodies, 0.002 from 1,048,576, 0.004 from 8,388,608 (cpu_tree.ALPHA_BY_N says
+    """0.001 to just below 1M bodies, 0.002 from 1,048,576, 0.003 from 8,388,608 (cpu_tree.ALPHA_BY_N says
     which measurements chose them)."""
     assert RECORD.default_tunables()["alpha"] == AUTO and RECORD.tunable("alpha").by_n == ALPHA_BY_N
     want = {81_920: 0.001, 262_144: 0.001, 1_048_575: 0.001, 1_048_576: 0.002, 4_194_304: 0.002}
-    want |= {8_388_607: 0.002, 8_388_608: 0.004, 16_777_216: 0.004}
+    want |= {8_388_607: 0.002, 8_388_608: 0.003, 16_777_216: 0.003}
     for n, alpha in want.items():
         assert RECORD.tunables_at(RECORD.default_tunables(), n)["alpha"] == alpha, n
-    assert RECORD.tunables_at({"alpha": 0.003}, 16_777_216) == {"alpha": 0.003}
+    assert RECORD.tunables_at({"alpha": 0.004}, 16_777_216) == {"alpha": 0.004}
 
 
 # the tree's record with its steps at small N: the walk must choose by the tree's N

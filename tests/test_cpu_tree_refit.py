@@ -49,7 +49,7 @@ def test_the_tunable_is_the_same_on_the_twin_and_the_gpu_tree():
         assert record.default_tunables()["opening"] == "rel"  # docs/tree.md, "Why `rel` is the default"
         assert record.tunable("opening").options == ("cube", "bmax", "rel")
         assert record.default_tunables()["alpha"] == "auto"  # docs/tree.md, "alpha's default"
-        assert record.tunable("alpha").by_n == ((0, 0.001), (1_048_576, 0.002), (8_388_608, 0.004))
+        assert record.tunable("alpha").by_n == ((0, 0.001), (1_048_576, 0.002), (8_388_608, 0.003))
     with pytest.raises(ConfigError, match=r"cpu-tree.rebuild_every: 3 is not one of 1, 2, 4, 8, 16"):
         RECORD.validate_tunables({"rebuild_every": 3})
 

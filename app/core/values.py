@@ -96,7 +96,7 @@ class FloatRange:
         return f"{interval} or {AUTO}" if self.by_n else interval
 
     def describe_auto(self) -> str:
-        """'0.001; 0.002 from 1,048,576 bodies; 0.004 from 8,388,608': what auto is (empty without by_n)."""
+        """'0.001; 0.002 from 1,048,576 bodies; 0.003 from 8,388,608': what auto is (empty without by_n)."""
         steps = [f"{number:g}" if start == 0 else f"{number:g} from {start:,}" for start, number in self.by_n]
         if len(steps) > 1:
             steps[1] += " bodies"
