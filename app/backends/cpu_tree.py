@@ -66,7 +66,7 @@ from app.parallel.decomposition import align_cuts
 # stayed within 8e-4 (80% of the 1e-3 budget) at the step's smallest N, Plummer and collision, on the CPU
 # twin and (where measured) on the H100; the error at one alpha falls as N grows. 0.002 at 262,144 gave
 # up to 9.1e-4 and at 1M 6.9e-4 (the twin); 0.003 at 4M 8.9e-4 (the twin's collision) and at 8M 7.8e-4
-# (the twin) and 6.2e-4 (the H100); 0.004 at 8M 9.8e-4 (the twin's collision). bench/results/
+# (the twin) and 6.2e-4 (the H100's Plummer); 0.004 at 8M 9.8e-4 (the twin's collision). bench/results/
 # cpu-2026-11-27-tree-rel-alpha-large.txt, -2m-8m.txt, h100-2026-11-26-tree-final.json; docs/tree.md.
 ALPHA_BY_N = ((0, 0.001), (1_048_576, 0.002), (8_388_608, 0.003))
 OPENINGS = ("cube", "bmax", "rel")  # both trees' `opening` (cpu_tree_kernels.opening_rows, relative_rows)
