@@ -4,7 +4,8 @@
 #
 #   source .kit/setup.sh && bash bench/splat_acceptance.sh tests     # the splat gpu tests (~30 s)
 #   source .kit/setup.sh && bash bench/splat_acceptance.sh viewer    # per-frame CSVs, sprites vs splat
-#   source .kit-rec/setup.sh && bash bench/splat_acceptance.sh record  # 1080p recordings, twice at 1M
+#   source .kit-rec/setup.sh && bash bench/splat_acceptance.sh record  # 1080p recordings, twice at 1M;
+#                                   then 1M and 8M at alpha 0.001, the default before it followed N
 #
 # `record` encodes video: it needs the PyAV wheel (../shared/device-kit-av, 34 MB) carried as .kit-av. The
 # full kit (27 MB) and the tree together with it pass the 64 MiB carry limit, so carry a copy of the kit
@@ -54,6 +55,13 @@ record)
         --tunable opening=cube --set render.style=splat --no-progress --out /tmp/cube.mp4 \
         >"$out/record-1048576-cube.txt" 2>&1
     echo "N=1048576 opening=cube rc $?: $(tail -1 "$out/record-1048576-cube.txt")"
+    # and at alpha 0.001, the relative test's default at every N before alpha's auto (session 26)
+    for n in 1048576 8388608; do
+        python3 -m app record collision --n "$n" --kernel tree --size 1920x1080 --fps 60 --seconds 4 \
+            --tunable alpha=0.001 --set render.style=splat --no-progress --out /tmp/alpha-0.001.mp4 \
+            >"$out/record-$n-alpha-0.001.txt" 2>&1
+        echo "N=$n alpha=0.001 rc $?: $(tail -1 "$out/record-$n-alpha-0.001.txt")"
+    done
     a="$out/$gpu-$day-collision-1048576-splat-1.mp4"
     b="$out/$gpu-$day-collision-1048576-splat-2.mp4"
     cmp -s "$a" "$b" && echo "1M: the two recordings are byte-identical" || echo "1M: the recordings DIFFER"
