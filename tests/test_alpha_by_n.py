@@ -63,6 +63,11 @@ def test_the_tree_default_takes_the_measured_steps():
     for n, alpha in want.items():
         assert RECORD.tunables_at(RECORD.default_tunables(), n)["alpha"] == alpha, n
     assert RECORD.tunables_at({"alpha": 0.004}, 16_777_216) == {"alpha": 0.004}
+    # a tunable the record lacks passes through (CUDA `best` reports its resolved variant's tunables)
+    assert RECORD.tunables_at({"block_size": 128, "alpha": AUTO}, 1 << 20) == {
+        "block_size": 128,
+        "alpha": 0.002,
+    }
 
 
 # the tree's record with its steps at small N: the walk must choose by the tree's N

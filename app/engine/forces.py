@@ -226,9 +226,12 @@ class KernelRecord:
 
     def value_at(self, name: str, value: Any, n: int) -> Any:
         """Tunable `name`'s `value` as a run of N = n bodies uses it: auto (FloatRange.by_n) is its number
-        for n; any other value is itself."""
+        for n; any other value is itself, whether or not this record has `name` (`best`'s backend reports
+        the tunables of the variant it resolved to, which `best` itself does not have)."""
+        if value != AUTO:
+            return value
         spec = self.tunable(name)
-        return spec.value_at(value, n) if isinstance(spec, FloatRange) and value == AUTO else value
+        return spec.value_at(value, n) if isinstance(spec, FloatRange) else value
 
     def tunables_at(self, values: Mapping[str, Any], n: int) -> dict[str, Any]:
         """`values` as a run of N = n bodies uses them (`value_at`): what the logs, `validate` and bench's

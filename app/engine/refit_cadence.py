@@ -138,11 +138,11 @@ class RefitCadence:
             self._growth.append(int(interactions) / self._baseline - 1.0)
 
 
-def relative_scale(opening: str | None, alpha: float, g) -> np.float32:
+def relative_scale(alpha: float, g) -> np.float32:
     """The relative test's alpha / G in float32, which both trees' walks multiply by a group's smallest
-    last |a| (`opening = rel`); 0 for another opening test, or with no attraction to scale it (G <= 0):
-    then every group tests the geometric rows."""
-    if opening != "rel" or not float(g) > 0:
+    last |a| (`opening = rel`); 0 with no attraction to scale it (G <= 0): then every group tests the
+    geometric rows."""
+    if not float(g) > 0:
         return np.float32(0.0)
     return np.float32(float(alpha) / float(g))
 
@@ -168,11 +168,11 @@ class CadencedTree:
     def _relative_scale(self, g, bodies: int) -> np.float32 | float:
         """The walk's rel_scale (`relative_scale`) for a tree of `bodies` sources (every device's tree
         holds all N, so that alpha's auto gives one number on any device count), or 0 before this
-        evaluator's first evaluation since its start (the geometric test)."""
-        opening = self._tunables.get("opening")
-        if not self._evaluated or opening != "rel":
+        evaluator's first evaluation since its start, or under another opening test (the geometric
+        test)."""
+        if not self._evaluated or self._tunables.get("opening") != "rel":
             return 0.0
-        return relative_scale(opening, self.alpha_at(bodies), g)
+        return relative_scale(self.alpha_at(bodies), g)
 
     def alpha_at(self, bodies: int) -> float:
         """The relative test's alpha at N = `bodies`: the tunable's number, or auto's for that N."""
