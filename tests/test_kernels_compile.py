@@ -334,28 +334,50 @@ def _cuobjdump() -> str | None:
     return None
 
 
-def inner_loop_counts(sass: str, function: str) -> tuple[int, dict[str, int]]:
-    """(interactions, opcode counts) of the innermost backward-branch loop with MUFU.RSQ and no barrier."""
-    body = sass.split(f"Function : {function}", 1)[1].split("Function : ", 1)[0]
-    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
-    best = None
-    for addr, text in ins:
-        m = re.search(r"BRA (?:0x)?([0-9a-f]+)", text)
-        if not m:
-            continue
-        target = int(m.group(1), 16)
-        if target >= addr:
-            continue
-        loop = [t for a, t in ins if target <= a <= addr]
-        n = sum("MUFU.RSQ" in t for t in loop)
-        if n and not any("BAR" in t for t in loop) and (best is None or n > best[0]):
-            best = (n, loop)
-    assert best, f"no inner loop found in {function}"
+def opcode_counts(loop: list[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
-    for t in best[1]:
+    for t in loop:
         op = re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0]
         counts[op] = counts.get(op, 0) + 1
-    return best[0], counts
+    return counts
+
+
+def rsqrt_loops(sass: str, function: str) -> list[list[str]]:
+    """The instructions of every backward-branch loop of `function` that holds a MUFU.RSQ."""
+    body = sass.split(f"Function : {function}", 1)[1].split("Function : ", 1)[0]
+    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", body)]
+    loops = []
+    for addr, text in ins:
+        m = re.search(r"BRA (?:0x)?([0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < addr:
+            loop = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
+            if any("MUFU.RSQ" in t for t in loop):
+                loops.append(loop)
+    return loops
+
+
+def inner_loop_counts(sass: str, function: str) -> tuple[int, dict[str, int]]:
+    """(interactions, opcode counts) of the innermost backward-branch loop with MUFU.RSQ and no barrier."""
+    best = None
+    for loop in rsqrt_loops(sass, function):
+        n = sum("MUFU.RSQ" in t for t in loop)
+        if not any("BAR" in t for t in loop) and (best is None or n > best[0]):
+            best = (n, loop)
+    assert best, f"no inner loop found in {function}"
+    return best[0], opcode_counts(best[1])
+
+
+def kernel_sass(cache, source: str) -> str | None:
+    """cuobjdump's SASS of kernels/`source` as the backend compiles it; None without cuobjdump."""
+    tool = _cuobjdump()
+    if tool is None:
+        return None
+    cubin = Path(cache) / (Path(source).stem + "_check.cubin")
+    cubin.write_bytes(compiled(KERNELS / source).cubin)
+    return subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+
+
+FP32_OPS = ("FADD", "FMUL", "FFMA", "FSEL", "FSETP", "FMNMX")
 
 
 @needs_nvcc
@@ -370,14 +392,31 @@ def inner_loop_counts(sass: str, function: str) -> tuple[int, dict[str, int]]:
     ],
 )
 def test_tiled_inner_loop_fp32_instruction_count(cache, source, function, fp32_per_interaction):
-    tool = _cuobjdump()
-    if tool is None:
+    sass = kernel_sass(cache, source)
+    if sass is None:
         pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump to run this check)")
-    module = compiled(KERNELS / source)
-    cubin = Path(cache) / (Path(source).stem + "_check.cubin")
-    cubin.write_bytes(module.cubin)
-    sass = subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     n, counts = inner_loop_counts(sass, function)
-    fp32 = sum(counts.get(op, 0) for op in ("FADD", "FMUL", "FFMA", "FSEL", "FSETP", "FMNMX"))
+    fp32 = sum(counts.get(op, 0) for op in FP32_OPS)
     assert fp32 == fp32_per_interaction * n, f"{fp32 / n:.2f} FP32 instructions per interaction: {counts}"
     assert counts.get("MUFU") == n and counts.get("LDS") == n
+
+
+@needs_nvcc
+def test_tree_walk_body_cell_loops_take_30_fp32_instructions_an_interaction(cache):
+    """The walk's gravity body-cell term in its short form (kernels/tree/walk.cu body_cell: 30 FP32
+    instructions and the rsqrt; the textbook order took 33), in both cell loops of the groups-of-64 kernel:
+    two targets a lane (a cell's three LDS.128 serve two rsqrts) and one (in_slots: groups of <= 32)."""
+    sass = kernel_sass(cache, "tree/walk.cu")
+    if sass is None:
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump to run this check)")
+    cell_loops = {}  # targets a lane -> opcode counts of an innermost loop over cells
+    for loop in rsqrt_loops(sass, "tree_walk_g64_gravity_soft"):
+        counts = opcode_counts(loop)
+        rsqrt, loads = counts.get("MUFU", 0), counts.get("LDS", 0)
+        if counts.get("BRA") == 1 and loads and loads % 3 == 0 and (3 * rsqrt) % loads == 0:
+            cell_loops.setdefault(3 * rsqrt // loads, counts)  # (a body loop: one LDS.128 a body)
+    assert set(cell_loops) >= {1, 2}, f"cell loops by targets a lane: {sorted(cell_loops)}"
+    for per_lane, counts in cell_loops.items():
+        fp32 = sum(counts.get(op, 0) for op in FP32_OPS)
+        per_interaction = fp32 / counts["MUFU"]
+        assert per_interaction == 30, f"{per_lane} a lane: {per_interaction:.2f} FP32 an interaction"

@@ -11,7 +11,8 @@
 //     cell pushes its children;
 //   - both lists are compacted into shared memory with ballots / warp prefix sums and evaluated 32 entries
 //     at a time: each lane stages one entry in shared memory, then every lane sums all 32 for its TPL
-//     targets (LDS broadcasts; the group's TPL targets per lane share each load);
+//     targets (LDS broadcasts; the group's TPL targets per lane share each load), or for its first slot only
+//     where the group has at most 32 members (in_slots);
 //   - the result goes to the target's original row (the state never moves: the tree's copies are sorted).
 //
 // Persistent warps take groups from an atomic counter, so the stacks exist once per resident warp.
@@ -42,32 +43,47 @@ template <class Model>
 __device__ __forceinline__ float3 body_cell(float3 a, const float4 bi, const float4 p0, const float4 p1,
                                             const float4 p2, const float eps2, const float G, const float H) {
     const float dx = p0.x - bi.x, dy = p0.y - bi.y, dz = p0.z - bi.z;
-    const float r2 = fmaf(dz, dz, fmaf(dy, dy, dx * dx));
-    const float inv = rsqrtf(r2 + eps2);  // an accepted cell is never at d = 0
-    const float inv2 = inv * inv;
-    const float inv3 = inv * inv2;
-    const float inv5 = inv3 * inv2;
-    const float qdx = fmaf(p1.x, dx, fmaf(p1.w, dy, p2.x * dz));
-    const float qdy = fmaf(p1.w, dx, fmaf(p1.y, dy, p2.y * dz));
-    const float qdz = fmaf(p2.x, dx, fmaf(p2.y, dy, p1.z * dz));
-    const float dqd = fmaf(dx, qdx, fmaf(dy, qdy, dz * qdz));
-    float radial, tang;
     if (Model::repulsion) {
+        const float r2 = fmaf(dz, dz, fmaf(dy, dy, dx * dx));
+        const float inv = rsqrtf(r2 + eps2);  // an accepted cell is never at d = 0
+        const float inv2 = inv * inv;
+        const float inv3 = inv * inv2;
+        const float inv5 = inv3 * inv2;
         const float inv7 = inv5 * inv2;
+        const float qdx = fmaf(p1.x, dx, fmaf(p1.w, dy, p2.x * dz));
+        const float qdy = fmaf(p1.w, dx, fmaf(p1.y, dy, p2.y * dz));
+        const float qdz = fmaf(p2.x, dx, fmaf(p2.y, dy, p1.z * dz));
+        const float dqd = fmaf(dx, qdx, fmaf(dy, qdy, dz * qdz));
         const float d1 = G * inv3 - H * inv5;
         const float d2 = -3.0f * G * inv5 + 5.0f * H * inv7;
         const float d3 = 15.0f * G * inv7 - 35.0f * H * inv7 * inv2;
         const float tr = p2.z;
         const float third = 1.0f / 3.0f;
-        radial = p0.w * d1 + d2 * tr * third + 0.5f * (d2 * tr + d3 * third * (dqd + tr * r2));
-        tang = d2 * third;
-    } else {
-        radial = fmaf(2.5f * inv5 * inv2, dqd - p2.z, p0.w * inv3);
-        tang = -inv5;
+        const float radial = p0.w * d1 + d2 * tr * third + 0.5f * (d2 * tr + d3 * third * (dqd + tr * r2));
+        const float tang = d2 * third;
+        a.x = fmaf(radial, dx, fmaf(tang, qdx, a.x));
+        a.y = fmaf(radial, dy, fmaf(tang, qdy, a.y));
+        a.z = fmaf(radial, dz, fmaf(tang, qdz, a.z));
+        return a;
     }
-    a.x = fmaf(radial, dx, fmaf(tang, qdx, a.x));
-    a.y = fmaf(radial, dy, fmaf(tang, qdy, a.y));
-    a.z = fmaf(radial, dz, fmaf(tang, qdz, a.z));
+    // Gravity, the hot path, in the form with the fewest instructions: 31 and the rsqrt (SASS, sm_90), where
+    // the textbook order G [(M/s^3 + 5/2 (dQd - eps^2 T)/s^7) d - Q d/s^5] took 34. With 1/s^5 taken out,
+    //     a += (1/s^5) [(M s^2 + 5/2 (dQd - eps^2 T)/s^2) d - Q d],
+    // and the chains start from the constants they add (eps^2, -eps^2 T): an FFMA where an FMUL and an FADD
+    // were. s^-5 is the highest power formed (s^-7 was), so it overflows later for tiny s.
+    // (bench/results/h100-2026-11-27-walk-slots.txt: the 8M walk 8% faster from this, 12% with in_slots.)
+    const float s2 = fmaf(dz, dz, fmaf(dy, dy, fmaf(dx, dx, eps2)));
+    const float inv = rsqrtf(s2);  // an accepted cell is never at d = 0
+    const float inv2 = inv * inv;
+    const float inv5 = inv2 * inv2 * inv;
+    const float qdx = fmaf(p1.x, dx, fmaf(p1.w, dy, p2.x * dz));
+    const float qdy = fmaf(p1.w, dx, fmaf(p1.y, dy, p2.y * dz));
+    const float qdz = fmaf(p2.x, dx, fmaf(p2.y, dy, p1.z * dz));
+    const float dqd_t = fmaf(dx, qdx, fmaf(dy, qdy, fmaf(dz, qdz, -p2.z)));  // d.Q.d - eps^2 T
+    const float radial = fmaf(2.5f * inv2, dqd_t, p0.w * s2);
+    a.x = fmaf(inv5, fmaf(radial, dx, -qdx), a.x);
+    a.y = fmaf(inv5, fmaf(radial, dy, -qdy), a.y);
+    a.z = fmaf(inv5, fmaf(radial, dz, -qdz), a.z);
     return a;
 }
 
@@ -167,6 +183,29 @@ __device__ __forceinline__ void flush_cells(WarpShared& sh, const float4* __rest
     __syncwarp();
 }
 
+// A group of at most 32 x K members (K < TPL) leaves the last TPL - K slots of every lane empty: its lists
+// are evaluated for the first K only, which halves the evaluation of a group of <= 32 in a warp of two
+// targets a lane (a fifth of the groups at 1M, groups of 64). Each target's sum is the same sequence of the
+// same operations either way, so its acceleration is bitwise the one the full evaluation gives.
+template <int K, class T, int N>
+__device__ __forceinline__ T (&first_slots(T (&a)[N]))[K] {
+    static_assert(K <= N, "a lane holds at most N slots");
+    return *reinterpret_cast<T(*)[K]>(&a);
+}
+
+// flush(bi', ai') with the first `slots` of a lane's TPL slots (1, 2 or TPL): flush_cells or flush_bodies
+// for the slots the group fills.
+template <int TPL, class Flush>
+__device__ __forceinline__ void in_slots(int slots, const float4 (&bi)[TPL], float3 (&ai)[TPL], Flush&& flush) {
+    if constexpr (TPL > 1) {
+        if (slots == 1) return flush(first_slots<1>(bi), first_slots<1>(ai));
+    }
+    if constexpr (TPL > 2) {
+        if (slots == 2) return flush(first_slots<2>(bi), first_slots<2>(ai));
+    }
+    flush(bi, ai);
+}
+
 // spos/sorder: the sources in key order and their indices (relative to the sources' start); group g is
 // the sorted bodies [gstart[g], gstart[g + 1]); the walk takes the groups [g_lo, ngroups). A member
 // whose index lies in [t_lo, t_hi) (and, with an active_mask, whose mask byte is set: block steps' active
@@ -203,6 +242,8 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
 
         // the members: sorted bodies gstart[g] + t * 32 + lane below gstart[g + 1]
         const int base = gstart[g], end = gstart[g + 1];
+        const int need = (end - base + 31) >> 5;          // the slots a lane fills: 1 .. TPL
+        const int slots = need <= 2 ? max(need, 1) : TPL;  // evaluated: 1, 2 or TPL (in_slots)
         float4 bi[TPL];
         int row[TPL];
         int active = 0;
@@ -304,7 +345,9 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
             ncells += __popc(took);
             __syncwarp();
             if (cfill >= 32) {
-                flush_cells<Model, TPL>(sh, pack, cfill - 32, 32, lane, bi, ai, eps2, G, H);
+                in_slots(slots, bi, ai, [&](const auto& b, auto& a) {
+                    flush_cells<Model>(sh, pack, cfill - 32, 32, lane, b, a, eps2, G, H);
+                });
                 cfill -= 32;
             }
             // opened leaves: their bodies into the body buffer, evaluated 32 at a time
@@ -319,13 +362,23 @@ __device__ __forceinline__ void walk(const float4* __restrict__ spos, const int*
                 done += takeb;
                 __syncwarp();
                 while (bfill >= 32) {
-                    flush_bodies<Model, SOFT, TPL>(sh, spos, bfill - 32, 32, lane, bi, ai, eps2, G, H);
+                    in_slots(slots, bi, ai, [&](const auto& b, auto& a) {
+                        flush_bodies<Model, SOFT>(sh, spos, bfill - 32, 32, lane, b, a, eps2, G, H);
+                    });
                     bfill -= 32;
                 }
             }
         }
-        if (cfill > 0) flush_cells<Model, TPL>(sh, pack, 0, cfill, lane, bi, ai, eps2, G, H);
-        if (bfill > 0) flush_bodies<Model, SOFT, TPL>(sh, spos, 0, bfill, lane, bi, ai, eps2, G, H);
+        if (cfill > 0) {
+            in_slots(slots, bi, ai, [&](const auto& b, auto& a) {
+                flush_cells<Model>(sh, pack, 0, cfill, lane, b, a, eps2, G, H);
+            });
+        }
+        if (bfill > 0) {
+            in_slots(slots, bi, ai, [&](const auto& b, auto& a) {
+                flush_bodies<Model, SOFT>(sh, spos, 0, bfill, lane, b, a, eps2, G, H);
+            });
+        }
 #pragma unroll
         for (int t = 0; t < TPL; ++t) {
             if (row[t] >= 0) acc[row[t]] = nbody::finish_acceleration<Model>(ai[t], G);
