@@ -66,8 +66,8 @@ __device__ __forceinline__ float3 body_cell(float3 a, const float4 bi, const flo
         a.z = fmaf(radial, dz, fmaf(tang, qdz, a.z));
         return a;
     }
-    // Gravity, the hot path, in the form with the fewest instructions: 31 and the rsqrt (SASS, sm_90), where
-    // the textbook order G [(M/s^3 + 5/2 (dQd - eps^2 T)/s^7) d - Q d/s^5] took 34. With 1/s^5 taken out,
+    // Gravity, the hot path, in the form with the fewest instructions: 30 FP32 and the rsqrt (SASS, sm_90), where
+    // the textbook order G [(M/s^3 + 5/2 (dQd - eps^2 T)/s^7) d - Q d/s^5] took 33. With 1/s^5 taken out,
     //     a += (1/s^5) [(M s^2 + 5/2 (dQd - eps^2 T)/s^2) d - Q d],
     // and the chains start from the constants they add (eps^2, -eps^2 T): an FFMA where an FMUL and an FADD
     // were. s^-5 is the highest power formed (s^-7 was), so it overflows later for tiny s.
