@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (warps per block, minimum blocks per SM or 0 for none, group)
 VARIANTS = [
     (4, 0, 64),
+    (4, 7, 64),  # the default of groups of 64 (walk.cu TREE_G64_BLOCKS)
     (4, 8, 64),
     (4, 10, 64),
     (4, 12, 64),
@@ -47,15 +48,19 @@ VARIANTS = [
     (8, 3, 128),
 ]
 LAUNCH_BOUNDS = "__launch_bounds__(32 * TREE_WARPS)"
+G64_BOUNDS = "__launch_bounds__(32 * TREE_WARPS, TREE_G64_BLOCKS)"  # groups of 64: 7 blocks an SM by default
 
 
 def variant_source(text: str, warps: int, min_blocks: int) -> str:
-    if LAUNCH_BOUNDS not in text or "#define TREE_WARPS 4" not in text:
+    """walk.cu with `warps` warps a block and every group size's kernels bounded for `min_blocks` blocks an SM
+    (0: no minimum, the registers uncapped; groups of 64 included, whose own default is TREE_G64_BLOCKS)."""
+    if LAUNCH_BOUNDS not in text or G64_BOUNDS not in text or "#define TREE_WARPS 4" not in text:
         raise SystemExit(
             "tree_walk_variants: kernels/tree/walk.cu no longer has the lines this script "
             "rewrites (TREE_WARPS 4 and the walk's launch bounds)"
         )
     text = text.replace("#define TREE_WARPS 4", f"#define TREE_WARPS {warps}")
+    text = text.replace(G64_BOUNDS, LAUNCH_BOUNDS)
     if min_blocks:
         text = text.replace(LAUNCH_BOUNDS, f"__launch_bounds__(32 * TREE_WARPS, {min_blocks})")
     return text

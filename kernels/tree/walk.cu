@@ -21,6 +21,10 @@
 #include "common.cuh"
 
 #define TREE_WARPS 4      // warps per block
+// Groups of 64 (the default): the registers capped for 7 blocks an SM (72 a thread; uncapped the walk takes
+// 75 and 6 blocks fit): 2-3% faster on an H100, 64 registers (8 blocks) 0.5-2.6% slower
+// (bench/results/h100-2026-11-27-walk-slots.txt)
+#define TREE_G64_BLOCKS 7
 #define TREE_CELLBUF 64   // accepted cells waiting (a pass adds <= 32 to < 32)
 #define TREE_BODYBUF 64   // opened bodies waiting (filled 32 at a time)
 
@@ -418,7 +422,7 @@ __device__ __forceinline__ void walk_four_per_lane(A... a) { walk<Model, SOFT, 4
 // tree_walk_g128_... (four per lane: each entry staged in shared memory serves four targets per lane)
 NBODY_ENTRIES(tree_walk_g32, tree::walk_one_per_lane, __launch_bounds__(32 * TREE_WARPS), TREE_WALK_PARAMS,
               TREE_WALK_ARGS)
-NBODY_ENTRIES(tree_walk_g64, tree::walk_two_per_lane, __launch_bounds__(32 * TREE_WARPS), TREE_WALK_PARAMS,
-              TREE_WALK_ARGS)
+NBODY_ENTRIES(tree_walk_g64, tree::walk_two_per_lane, __launch_bounds__(32 * TREE_WARPS, TREE_G64_BLOCKS),
+              TREE_WALK_PARAMS, TREE_WALK_ARGS)
 NBODY_ENTRIES(tree_walk_g128, tree::walk_four_per_lane, __launch_bounds__(32 * TREE_WARPS), TREE_WALK_PARAMS,
               TREE_WALK_ARGS)
