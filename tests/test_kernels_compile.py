@@ -367,11 +367,11 @@ def inner_loop_counts(sass: str, function: str) -> tuple[int, dict[str, int]]:
     return best[0], opcode_counts(best[1])
 
 
-def kernel_sass(cache, source: str) -> str | None:
-    """cuobjdump's SASS of kernels/`source` as the backend compiles it; None without cuobjdump."""
+def kernel_sass(cache, source: str) -> str:
+    """cuobjdump's SASS of kernels/`source` as the backend compiles it (the test skips without cuobjdump)."""
     tool = _cuobjdump()
     if tool is None:
-        return None
+        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump to run this check)")
     cubin = Path(cache) / (Path(source).stem + "_check.cubin")
     cubin.write_bytes(compiled(KERNELS / source).cubin)
     return subprocess.run([tool, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
@@ -393,8 +393,6 @@ FP32_OPS = ("FADD", "FMUL", "FFMA", "FSEL", "FSETP", "FMNMX")
 )
 def test_tiled_inner_loop_fp32_instruction_count(cache, source, function, fp32_per_interaction):
     sass = kernel_sass(cache, source)
-    if sass is None:
-        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump to run this check)")
     n, counts = inner_loop_counts(sass, function)
     fp32 = sum(counts.get(op, 0) for op in FP32_OPS)
     assert fp32 == fp32_per_interaction * n, f"{fp32 / n:.2f} FP32 instructions per interaction: {counts}"
@@ -407,8 +405,6 @@ def test_tree_walk_body_cell_loops_take_30_fp32_instructions_an_interaction(cach
     instructions and the rsqrt; the textbook order took 33), in both cell loops of the groups-of-64 kernel:
     two targets a lane (a cell's three LDS.128 serve two rsqrts) and one (in_slots: groups of <= 32)."""
     sass = kernel_sass(cache, "tree/walk.cu")
-    if sass is None:
-        pytest.skip("cuobjdump not found (pip install nvidia-cuda-cuobjdump to run this check)")
     cell_loops = {}  # targets a lane -> opcode counts of an innermost loop over cells
     for loop in rsqrt_loops(sass, "tree_walk_g64_gravity_soft"):
         counts = opcode_counts(loop)
